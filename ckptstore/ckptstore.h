@@ -1,0 +1,218 @@
+/*
+ * ckptstore: content-addressed, asynchronous, incremental checkpoints.
+ *
+ * A checkpoint is a set of named logical tensors (bytes with a dtype and a
+ * shape) plus metadata. Each rank of a run submits the byte ranges it owns
+ * (its shard); background threads cut them into chunks of at most chunk_mib,
+ * name each chunk by the SHA-256 of its raw bytes, compress it (zstd, with a
+ * byte-shuffle filter for float data when that shrinks it) and write it to
+ * the store's tiers crash-safely. When every rank's shard is durable, one
+ * process commits the checkpoint: its manifest is written as an object beside
+ * the chunks and recorded in the catalog (RocksDB) by one synced WriteBatch.
+ * Only then is it visible.
+ *
+ * URIs: "local:DIR" (a directory on this machine). The tier interface is
+ * internal (ckpt_tier_int.h) so an S3 tier slots in beside it.
+ *
+ * Ownership: every pointer argument is borrowed for the duration of the call
+ * unless the comment says otherwise. Objects returned through **out are owned
+ * by the caller and released with the matching _free (x_free(NULL) is a
+ * no-op). Strings returned by accessors are valid until the object is freed.
+ *
+ * Errors: FT_* codes from common/ft_err.h; ft_err_detail() has the detail.
+ *
+ * Threads: a ckpt_store may be used from several threads at once; callbacks
+ * are not used: a submitted job is observed through its ckpt_job handle.
+ */
+#ifndef CKPTSTORE_H
+#define CKPTSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_MAX_DIMS 8
+
+typedef struct ckpt_store ckpt_store;
+typedef struct ckpt_job ckpt_job;
+typedef struct ckpt_shard ckpt_shard;       /* one rank's shard manifest */
+typedef struct ckpt_manifest ckpt_manifest; /* one checkpoint's manifest */
+
+enum ckpt_state {
+  CKPT_PENDING = 0,   /* shards being written; not restorable */
+  CKPT_COMMITTED = 1, /* every shard durable; restorable */
+  CKPT_GOOD = 2,      /* committed and passed the loss-spike window */
+  CKPT_BAD = 3,       /* inside a spike, or failed verify: never restored */
+};
+const char *ckpt_state_name(int state); /* "pending", "committed", ... */
+
+typedef struct ckpt_store_opts {
+  const char *catalog_dir; /* RocksDB catalog; NULL: <local dir>/catalog */
+  int read_only;           /* 1: open the catalog as a reader (works while a
+                              writer holds it); writes fail with FT_ESTATE */
+  int threads;             /* background writer threads; 0: 2 */
+  int chunk_mib;           /* max chunk size; 0: 4 */
+  int zstd_level;          /* 0: 1 */
+  size_t queue_bytes;      /* bound on bytes submitted but not yet written;
+                              0: 1 GiB. See ckpt_store_submit. */
+} ckpt_store_opts;
+
+/* Opens (creating if needed) the store at uri. A writer takes the catalog's
+ * lock: a second writer gets FT_EBUSY with a message naming the holder. */
+int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **out);
+/* Waits for submitted jobs, then closes. NULL is a no-op. */
+void ckpt_store_free(ckpt_store *s);
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* One contiguous byte range of a logical tensor, as owned by one rank. */
+typedef struct ckpt_part {
+  const char *tensor;             /* logical tensor name, e.g. "param/wte" */
+  const char *dtype;              /* "f32", "bf16", "f16", "i32", "i64", "u8", "u64" */
+  int ndim;                       /* shape of the whole logical tensor */
+  int64_t shape[CKPT_MAX_DIMS];
+  uint64_t offset;                /* byte offset of this range in the tensor */
+  uint64_t len;                   /* bytes in this range */
+  const void *data;               /* host buffer: borrowed until the job says
+                                     its buffers are released */
+} ckpt_part;
+
+/* Submits one rank's shard of checkpoint (run, step). Returns at once with a
+ * job handle; background threads chunk, hash, compress and write.
+ * Back-pressure: if more than queue_bytes are in flight, submit blocks until
+ * enough earlier work is written (it never drops or reorders work).
+ * The part array is copied; the data buffers are not, see ckpt_job_released. */
+int ckpt_store_submit(ckpt_store *s, const char *run, int64_t step, int rank, int world,
+                      const ckpt_part *parts, int nparts, ckpt_job **out);
+/* 1 when every data buffer of the job may be reused (all bytes hashed and
+ * compressed into the job's own memory or written), else 0. With wait=1,
+ * blocks until then and returns 1. */
+int ckpt_job_released(ckpt_job *j, int wait);
+/* 1 when the shard is durable (or failed), else 0. Non-blocking. */
+int ckpt_job_done(ckpt_job *j);
+/* Blocks until durable; returns 0 and the shard manifest (owned by the
+ * caller) or an FT_E* code (then *shard is NULL). shard may be NULL. */
+int ckpt_job_wait(ckpt_job *j, ckpt_shard **shard);
+/* Waits for the job if still running, then frees it. NULL is a no-op. */
+void ckpt_job_free(ckpt_job *j);
+
+/* Shard manifests travel from workers to the committing process as JSON
+ * text (versioned and checksummed). */
+char *ckpt_shard_to_json(const ckpt_shard *sh); /* malloc'd, caller frees */
+int ckpt_shard_from_json(const char *json, ckpt_shard **out);
+void ckpt_shard_free(ckpt_shard *sh);
+int ckpt_shard_rank(const ckpt_shard *sh);
+int64_t ckpt_shard_step(const ckpt_shard *sh);
+
+/* What a checkpoint records beside its tensors. JSON texts are opaque to the
+ * store (it keeps them verbatim); NULL means "{}". */
+typedef struct ckpt_meta {
+  const char *run;
+  int64_t step;
+  int64_t parent_step;      /* -1: none */
+  int world;                /* world size that wrote it */
+  double loss;              /* loss at the step (NaN if unknown) */
+  const char *config_json;  /* model and train config */
+  const char *state_json;   /* data-loader position, RNG state, ... */
+  const char *metrics_json; /* metrics at the step */
+} ckpt_meta;
+
+/* Commits a checkpoint: checks that the shards are of (run, step), cover
+ * every tensor's bytes exactly once, and that every chunk is durable; writes
+ * the manifest object; then records it in the catalog with one synced
+ * WriteBatch (state CKPT_COMMITTED). Shards stay owned by the caller. */
+int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards,
+                      int nshards);
+
+/* ---- reading ------------------------------------------------------------ */
+
+typedef struct ckpt_info {
+  char run[128];
+  int64_t step;
+  int64_t parent_step;
+  int world;
+  int state;               /* enum ckpt_state */
+  int pinned;
+  double loss;
+  int64_t time_ms;         /* commit time, Unix ms */
+  uint64_t logical_bytes;  /* sum of tensor sizes */
+  uint64_t stored_bytes;   /* sum of stored (compressed) chunk sizes referenced */
+  uint64_t new_bytes;      /* stored bytes of chunks first referenced here */
+  int ntensors;
+  int nchunks;
+} ckpt_info;
+
+/* Lists checkpoints (run NULL: all runs), ordered by run then step.
+ * *out is malloc'd (caller frees), *n its length. */
+int ckpt_store_list(ckpt_store *s, const char *run, ckpt_info **out, size_t *n);
+/* Newest checkpoint of run whose state is COMMITTED or GOOD (never BAD or
+ * PENDING) and whose step <= max_step (INT64_MAX: any). FT_ENOENT if none. */
+int ckpt_store_latest(ckpt_store *s, const char *run, int64_t max_step, int64_t *step);
+
+int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out);
+void ckpt_manifest_free(ckpt_manifest *m);
+const ckpt_info *ckpt_manifest_info(const ckpt_manifest *m);
+const char *ckpt_manifest_config_json(const ckpt_manifest *m);
+const char *ckpt_manifest_state_json(const ckpt_manifest *m);
+const char *ckpt_manifest_metrics_json(const ckpt_manifest *m);
+int ckpt_manifest_ntensors(const ckpt_manifest *m);
+typedef struct ckpt_tensor_info {
+  const char *name;
+  const char *dtype;
+  int ndim;
+  int64_t shape[CKPT_MAX_DIMS];
+  uint64_t nbytes;       /* logical bytes */
+  uint64_t stored_bytes; /* compressed bytes of its chunks */
+  int nchunks;
+} ckpt_tensor_info;
+/* Fills *ti for tensor i (0 <= i < ntensors); FT_EINVAL if out of range. */
+int ckpt_manifest_tensor(const ckpt_manifest *m, int i, ckpt_tensor_info *ti);
+/* Index of the named tensor, or -1. */
+int ckpt_manifest_find(const ckpt_manifest *m, const char *name);
+
+/* Reads bytes [offset, offset+len) of a logical tensor into dst, from the
+ * chunks that cover it, verifying each chunk's SHA-256. A chunk whose hash
+ * does not match is never copied out: FT_ECORRUPT naming the chunk. This is
+ * what restores at any world size. */
+int ckpt_store_read(ckpt_store *s, const ckpt_manifest *m, const char *tensor, uint64_t offset,
+                    uint64_t len, void *dst);
+
+/* ---- operations --------------------------------------------------------- */
+
+int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state);
+int ckpt_store_pin(ckpt_store *s, const char *run, int64_t step, int pinned);
+
+typedef struct ckpt_verify_report {
+  int chunks_checked;
+  int chunks_corrupt;
+  int chunks_missing;
+  char first_problem[512]; /* human-readable; "" when none */
+} ckpt_verify_report;
+/* Re-hashes every chunk of (run, step). On any corrupt or missing chunk the
+ * checkpoint is marked CKPT_BAD (unless read-only) and FT_ECORRUPT is
+ * returned; rep is filled either way. progress may be NULL; it is called
+ * with (done, total) chunk counts. */
+int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_report *rep,
+                      void (*progress)(void *ud, uint64_t done, uint64_t total), void *ud);
+
+typedef struct ckpt_retention {
+  int keep_last;  /* newest N of each run; 0: keep all */
+  int keep_every; /* also every step that is a multiple of M; 0: none */
+} ckpt_retention;
+typedef struct ckpt_gc_report {
+  int checkpoints_deleted;
+  uint64_t chunks_deleted;
+  uint64_t bytes_freed;
+} ckpt_gc_report;
+/* Applies retention (pinned checkpoints are always kept), then deletes the
+ * chunks that no kept manifest references. Safe against a concurrent commit;
+ * the protocol is documented in ckpt_gc.c. dry_run: report only. */
+int ckpt_store_gc(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc_report *rep);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,123 @@
+/*
+ * ft_runfile: the run file (run.yaml) of DESIGN section 4, parsed with
+ * libfyaml into a plain struct with every default filled in.
+ *
+ * Unknown keys, wrong types and impossible values are errors naming
+ * FILE:LINE:COLUMN and the key's dotted path, e.g.
+ *   examples/demo.yaml:7:16: train.micro_batch: 12 does not divide train.global_batch (32)
+ * Shared by the worker (standalone mode reads model/train/data) and the
+ * supervisor (everything). Shared here, in common/, because both programs
+ * parse the same file and must agree on every default.
+ */
+#ifndef FT_RUNFILE_H
+#define FT_RUNFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ft_model_cfg {
+  int n_layer, n_head, n_embd, vocab_size, seq_len;
+} ft_model_cfg;
+
+typedef struct ft_train_cfg {
+  int64_t steps;
+  int global_batch; /* sequences per optimizer step */
+  int micro_batch;  /* sequences per rank per forward/backward */
+  double lr;
+  int64_t warmup;
+  char schedule[16]; /* "cosine" | "linear" | "constant" */
+  double min_lr_frac; /* final lr as a fraction of lr (cosine/linear); default 0.1 */
+  double weight_decay;
+  double grad_clip; /* 0: off */
+  double beta1, beta2, eps;
+  uint64_t seed;
+  char precision[8]; /* "fp32" | "bf16" */
+} ft_train_cfg;
+
+typedef struct ft_data_cfg {
+  char train[1024]; /* glob */
+  char val[1024];   /* glob, may be "" */
+} ft_data_cfg;
+
+typedef struct ft_nodes_cfg {
+  int count;
+  int workers_per_node;
+  char device[8];    /* "cpu" | "cuda" */
+  char launcher[16]; /* "local" | "command" */
+  char command[512];
+  int nhosts;
+  char hosts[64][128];
+} ft_nodes_cfg;
+
+typedef struct ft_ckpt_cfg {
+  int64_t every_steps;   /* 0: off */
+  double every_seconds;  /* 0: off */
+  char store[1024];      /* "local:DIR" or "s3://bucket/prefix" */
+  int keep_last;
+  int keep_every;
+  int chunk_mib;
+  char codec[16];        /* "zstd:LEVEL" */
+} ft_ckpt_cfg;
+
+typedef struct ft_watchdog_cfg {
+  double heartbeat_timeout_s;
+  double collective_timeout_s;
+  int spike_window;
+  double spike_zscore;
+  int spike_min_steps;
+  char xid_source[512];
+} ft_watchdog_cfg;
+
+typedef struct ft_recovery_cfg {
+  int max_restarts;
+  char on_loss_spike[32];  /* rollback | rollback_and_skip | warn */
+  int64_t skip_batches;
+  char when_no_spares[16]; /* shrink | wait | fail */
+} ft_recovery_cfg;
+
+typedef struct ft_runfile {
+  char path[1024]; /* the file it came from ("" for defaults) */
+  char run[128];
+  ft_model_cfg model;
+  ft_train_cfg train;
+  ft_data_cfg data;
+  ft_nodes_cfg nodes;
+  ft_ckpt_cfg checkpoint;
+  ft_watchdog_cfg watchdog;
+  ft_recovery_cfg recovery;
+} ft_runfile;
+
+/* Fills rf with the embedded defaults (a small GPT that learns visibly on
+ * the synthetic corpus, CPU, local store). */
+void ft_runfile_defaults(ft_runfile *rf);
+
+/* Parses path over the defaults. On error returns FT_ECONFIG (or FT_EIO if
+ * the file can't be read) and writes one line "FILE:LINE:COL: KEY: problem"
+ * into err (size errlen). */
+int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen);
+
+/* Checks cross-field constraints (heads divide channels, micro batch
+ * divides global batch, store scheme known, ...). Called by _load; call it
+ * again after applying command-line overrides. Errors name the key. */
+int ft_runfile_validate(const ft_runfile *rf, char *err, size_t errlen);
+
+/* The model and train config as compact JSON (malloc'd; caller frees), used
+ * as a checkpoint's config and to compute the config hash. */
+char *ft_runfile_config_json(const ft_runfile *rf);
+
+/* Applies one command-line override, e.g. ("train.steps", "40") or
+ * ("nodes.hosts", "a,b,c"), with the same type and range checks as the file
+ * (the value reads as a plain YAML scalar; hosts as a comma-separated list).
+ * On error returns FT_ECONFIG, leaves rf unchanged and writes one line
+ * "KEY: problem" into err. Cross-field checks are left to _validate. */
+int ft_runfile_set(ft_runfile *rf, const char *dotted_key, const char *value, char *err,
+                   size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
