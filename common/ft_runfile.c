@@ -1,0 +1,1200 @@
+/*
+ * ft_runfile: parse run.yaml (DESIGN section 4) into ft_runfile.
+ *
+ * What: one flat table (FIELDS) lists every leaf key by its dotted path, its
+ * C type, where it lives in ft_runfile and its allowed values. Sections
+ * ("train", "watchdog.loss_spike") are implied by the dotted paths. The YAML
+ * tree (libfyaml document API) is walked mapping by mapping; each key is
+ * looked up in the table, its scalar converted and range-checked, and the
+ * position of the value remembered so that cross-field errors found later by
+ * the validator can still point at a line and column.
+ *
+ * Why a table: the file parser, the validator (which re-checks a struct that
+ * programs may have changed) and ft_runfile_set (command-line overrides) must
+ * apply exactly the same type and range rules; one table keeps them equal.
+ *
+ * Invariants:
+ *  - _load starts from ft_runfile_defaults(); a key absent from the file keeps
+ *    its default. Every error is one line "FILE:LINE:COL: KEY: problem" with
+ *    1-based line and column of the offending node (the key for unknown and
+ *    duplicate keys, the value otherwise).
+ *  - Numbers must be plain YAML scalars: a quoted "5" is a string, not an int.
+ *  - Only the first error is reported; the libfyaml document, parser and
+ *    diagnostic object are always freed before returning.
+ *
+ * libfyaml 0.7 has no public "node start mark" call: a scalar's position
+ * comes from its token (fy_node_get_scalar_token + fy_token_start_mark), a
+ * mapping's or sequence's from the first event a document iterator emits
+ * for it (fy_event_start_mark). Both are public API.
+ *
+ * Threading: no global state; functions are reentrant on distinct structs.
+ */
+#include "ft_runfile.h"
+
+#include "ft_err.h"
+
+#include <cjson/cJSON.h>
+#include <libfyaml.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- the schema ----------------------------------------------------------- */
+
+enum kind { K_INT, K_I64, K_U64, K_DBL, K_STR, K_HOSTS };
+enum check { C_NONE, C_WORDS, C_CODEC, C_STORE, C_RUNID };
+
+#define LO_OPEN 1u  /* value must be > lo (not >=) */
+#define HI_OPEN 2u  /* value must be < hi (not <=) */
+#define EMPTY_OK 4u /* string may be "" (or null in the file) */
+
+struct field {
+  const char *key; /* dotted path */
+  enum kind kind;
+  size_t off, size;
+  long long ilo, ihi; /* K_INT, K_I64 */
+  double dlo, dhi;    /* K_DBL */
+  unsigned flags;
+  enum check check;
+  const char *const *words; /* C_WORDS: NULL-terminated */
+};
+
+static const char *const W_SCHEDULE[] = {"cosine", "linear", "constant", NULL};
+static const char *const W_PRECISION[] = {"fp32", "bf16", NULL};
+static const char *const W_DEVICE[] = {"cpu", "cuda", NULL};
+static const char *const W_LAUNCHER[] = {"local", "command", NULL};
+static const char *const W_ON_SPIKE[] = {"rollback", "rollback_and_skip", "warn", NULL};
+static const char *const W_NO_SPARES[] = {"shrink", "wait", "fail", NULL};
+
+#define AT(m) .off = offsetof(ft_runfile, m), .size = sizeof(((ft_runfile *)0)->m)
+#define F_INT(k, m, lo, hi)                                                                        \
+  { .key = k, .kind = K_INT, AT(m), .ilo = lo, .ihi = hi }
+#define F_I64(k, m, lo)                                                                            \
+  { .key = k, .kind = K_I64, AT(m), .ilo = lo, .ihi = INT64_MAX }
+#define F_DBL(k, m, lo, hi, fl)                                                                    \
+  { .key = k, .kind = K_DBL, AT(m), .dlo = lo, .dhi = hi, .flags = fl }
+#define F_STR(k, m, fl, chk, w)                                                                    \
+  { .key = k, .kind = K_STR, AT(m), .flags = fl, .check = chk, .words = w }
+#define F_WORD(k, m, w) F_STR(k, m, 0, C_WORDS, w)
+
+static const struct field FIELDS[] = {
+    F_STR("run", run, 0, C_RUNID, NULL),
+    F_INT("model.n_layer", model.n_layer, 1, INT_MAX),
+    F_INT("model.n_head", model.n_head, 1, INT_MAX),
+    F_INT("model.n_embd", model.n_embd, 1, INT_MAX),
+    F_INT("model.vocab_size", model.vocab_size, 1, INT_MAX),
+    F_INT("model.seq_len", model.seq_len, 1, INT_MAX),
+    F_I64("train.steps", train.steps, 1),
+    F_INT("train.global_batch", train.global_batch, 1, INT_MAX),
+    F_INT("train.micro_batch", train.micro_batch, 1, INT_MAX),
+    F_DBL("train.lr", train.lr, 0, INFINITY, LO_OPEN),
+    F_I64("train.warmup", train.warmup, 0),
+    F_WORD("train.schedule", train.schedule, W_SCHEDULE),
+    F_DBL("train.min_lr_frac", train.min_lr_frac, 0, 1, 0),
+    F_DBL("train.weight_decay", train.weight_decay, 0, INFINITY, 0),
+    F_DBL("train.grad_clip", train.grad_clip, 0, INFINITY, 0),
+    F_DBL("train.beta1", train.beta1, 0, 1, HI_OPEN),
+    F_DBL("train.beta2", train.beta2, 0, 1, HI_OPEN),
+    F_DBL("train.eps", train.eps, 0, INFINITY, LO_OPEN),
+    {.key = "train.seed", .kind = K_U64, AT(train.seed)},
+    F_WORD("train.precision", train.precision, W_PRECISION),
+    F_STR("data.train", data.train, 0, C_NONE, NULL),
+    F_STR("data.val", data.val, EMPTY_OK, C_NONE, NULL),
+    F_INT("nodes.count", nodes.count, 1, INT_MAX),
+    F_INT("nodes.workers_per_node", nodes.workers_per_node, 1, INT_MAX),
+    F_WORD("nodes.device", nodes.device, W_DEVICE),
+    F_WORD("nodes.launcher", nodes.launcher, W_LAUNCHER),
+    F_STR("nodes.command", nodes.command, EMPTY_OK, C_NONE, NULL),
+    {.key = "nodes.hosts", .kind = K_HOSTS, AT(nodes.hosts)},
+    F_I64("checkpoint.every_steps", checkpoint.every_steps, 0),
+    F_DBL("checkpoint.every_seconds", checkpoint.every_seconds, 0, INFINITY, 0),
+    F_STR("checkpoint.store", checkpoint.store, 0, C_STORE, NULL),
+    F_INT("checkpoint.keep_last", checkpoint.keep_last, 1, INT_MAX),
+    F_INT("checkpoint.keep_every", checkpoint.keep_every, 0, INT_MAX),
+    F_INT("checkpoint.chunk_mib", checkpoint.chunk_mib, 1, 1024),
+    F_STR("checkpoint.codec", checkpoint.codec, 0, C_CODEC, NULL),
+    F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, INFINITY, LO_OPEN),
+    F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, INFINITY, LO_OPEN),
+    F_INT("watchdog.loss_spike.window", watchdog.spike_window, 2, INT_MAX),
+    F_DBL("watchdog.loss_spike.zscore", watchdog.spike_zscore, 0, INFINITY, LO_OPEN),
+    F_INT("watchdog.loss_spike.min_steps", watchdog.spike_min_steps, 0, INT_MAX),
+    F_STR("watchdog.xid_source", watchdog.xid_source, EMPTY_OK, C_NONE, NULL),
+    F_INT("recovery.max_restarts", recovery.max_restarts, 0, INT_MAX),
+    F_WORD("recovery.on_loss_spike", recovery.on_loss_spike, W_ON_SPIKE),
+    F_I64("recovery.skip_batches", recovery.skip_batches, 0),
+    F_WORD("recovery.when_no_spares", recovery.when_no_spares, W_NO_SPARES),
+};
+#define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+
+#define HOSTS_MAX                                                                                  \
+  ((int)(sizeof(((ft_nodes_cfg *)0)->hosts) / sizeof(((ft_nodes_cfg *)0)->hosts[0])))
+#define HOST_LEN sizeof(((ft_nodes_cfg *)0)->hosts[0])
+
+enum { MSG = 512, KEYLEN = 160 };
+
+/* ---- defaults --------------------------------------------------------------- */
+
+#define SETS(dst, s) snprintf((dst), sizeof(dst), "%s", (s))
+
+void ft_runfile_defaults(ft_runfile *rf) {
+  memset(rf, 0, sizeof *rf);
+  SETS(rf->run, "gpt2-tiny");
+  rf->model =
+      (ft_model_cfg){.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab_size = 256, .seq_len = 64};
+  ft_train_cfg *t = &rf->train;
+  t->steps = 300;
+  t->global_batch = 16;
+  t->micro_batch = 8;
+  t->lr = 1e-3;
+  t->warmup = 20;
+  SETS(t->schedule, "cosine");
+  t->min_lr_frac = 0.1;
+  t->weight_decay = 0.1;
+  t->grad_clip = 1.0;
+  t->beta1 = 0.9;
+  t->beta2 = 0.95;
+  t->eps = 1e-8;
+  t->seed = 1337;
+  SETS(t->precision, "fp32");
+  SETS(rf->data.train, "data/synth_train_*.bin");
+  SETS(rf->data.val, "data/synth_val_*.bin");
+  rf->nodes.count = 2;
+  rf->nodes.workers_per_node = 1;
+  SETS(rf->nodes.device, "cpu");
+  SETS(rf->nodes.launcher, "local");
+  rf->nodes.nhosts = 0;
+  ft_ckpt_cfg *c = &rf->checkpoint;
+  c->every_steps = 25;
+  c->every_seconds = 0;
+  SETS(c->store, "local:state/store");
+  c->keep_last = 5;
+  c->keep_every = 0;
+  c->chunk_mib = 4;
+  SETS(c->codec, "zstd:1");
+  ft_watchdog_cfg *w = &rf->watchdog;
+  w->heartbeat_timeout_s = 10;
+  w->collective_timeout_s = 30;
+  w->spike_window = 50;
+  w->spike_zscore = 6.0;
+  w->spike_min_steps = 20;
+  SETS(w->xid_source, "/dev/kmsg");
+  rf->recovery.max_restarts = 20;
+  SETS(rf->recovery.on_loss_spike, "rollback_and_skip");
+  rf->recovery.skip_batches = 200;
+  SETS(rf->recovery.when_no_spares, "shrink");
+}
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static void *field_ptr(const struct field *f, const ft_runfile *rf) {
+  return (char *)rf + f->off;
+}
+
+static int find_field(const char *key) {
+  for (int i = 0; i < NFIELDS; i++)
+    if (strcmp(FIELDS[i].key, key) == 0)
+      return i;
+  return -1;
+}
+
+/* A section is a proper prefix of some leaf, ending at a '.'. */
+static bool is_section(const char *key) {
+  size_t n = strlen(key);
+  for (int i = 0; i < NFIELDS; i++)
+    if (strncmp(FIELDS[i].key, key, n) == 0 && FIELDS[i].key[n] == '.')
+      return true;
+  return false;
+}
+
+/* Optimal-string-alignment distance (Levenshtein plus adjacent swaps). */
+static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
+  enum { M = 64 };
+  if (la >= M || lb >= M)
+    return INT_MAX;
+  int d[M][M];
+  for (size_t i = 0; i <= la; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++)
+    d[0][j] = (int)j;
+  for (size_t i = 1; i <= la; i++)
+    for (size_t j = 1; j <= lb; j++) {
+      int cost = a[i - 1] != b[j - 1];
+      int v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v)
+        v = d[i][j - 1] + 1;
+      if (d[i - 1][j - 1] + cost < v)
+        v = d[i - 1][j - 1] + cost;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+        v = d[i - 2][j - 2] + 1;
+      d[i][j] = v;
+    }
+  return d[la][lb];
+}
+
+/* The closest known name for `name` under section `prefix` ("" = top level):
+ * a sibling within distance 2, else a leaf elsewhere whose last component is
+ * `name` (e.g. "steps" at the top level -> "train.steps"). Writes "" if none. */
+static void suggest(const char *prefix, const char *name, char *out, size_t outlen) {
+  size_t pl = strlen(prefix), nl = strlen(name);
+  int best = 3;
+  out[0] = 0;
+  for (int i = 0; i < NFIELDS; i++) {
+    const char *k = FIELDS[i].key;
+    if (pl) {
+      if (strncmp(k, prefix, pl) != 0 || k[pl] != '.')
+        continue;
+      k += pl + 1;
+    }
+    const char *dot = strchr(k, '.');
+    size_t cl = dot ? (size_t)(dot - k) : strlen(k);
+    int d = edit_distance(name, nl, k, cl);
+    if (d < best) {
+      best = d;
+      snprintf(out, outlen, "%.*s", (int)cl, k);
+    }
+  }
+  if (out[0])
+    return;
+  for (int i = 0; i < NFIELDS; i++) {
+    const char *last = strrchr(FIELDS[i].key, '.');
+    if (last && strcmp(last + 1, name) == 0) {
+      snprintf(out, outlen, "%s", FIELDS[i].key);
+      return;
+    }
+  }
+}
+
+/* Whole-key suggestion for ft_runfile_set. */
+static void suggest_dotted(const char *key, char *out, size_t outlen) {
+  int best = 3;
+  out[0] = 0;
+  for (int i = 0; i < NFIELDS; i++) {
+    int d = edit_distance(key, strlen(key), FIELDS[i].key, strlen(FIELDS[i].key));
+    if (d < best) {
+      best = d;
+      snprintf(out, outlen, "%s", FIELDS[i].key);
+    }
+  }
+  if (!out[0]) {
+    const char *dot = strrchr(key, '.');
+    suggest("", dot ? dot + 1 : key, out, outlen);
+    if (!strchr(out, '.'))
+      out[0] = 0;
+  }
+}
+
+/* A short printable excerpt of a value for messages. */
+static void excerpt(const char *s, size_t len, char *out, size_t outlen) {
+  size_t n = 0, max = outlen > 48 ? 40 : outlen / 2;
+  for (size_t i = 0; i < len && n < max && n + 1 < outlen; i++)
+    out[n++] = isprint((unsigned char)s[i]) ? s[i] : '?';
+  if (len > max && n + 4 < outlen) {
+    memcpy(out + n, "...", 3);
+    n += 3;
+  }
+  out[n] = 0;
+}
+
+static bool is_null_word(const char *s) {
+  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+static bool is_bool_word(const char *s) {
+  static const char *const w[] = {"true", "false", "True", "False", "TRUE", "FALSE", NULL};
+  for (int i = 0; w[i]; i++)
+    if (!strcmp(s, w[i]))
+      return true;
+  return false;
+}
+
+static bool is_int_text(const char *s) {
+  if (*s == '-' || *s == '+')
+    s++;
+  if (!isdigit((unsigned char)*s))
+    return false;
+  while (isdigit((unsigned char)*s))
+    s++;
+  return *s == 0;
+}
+
+/* Decimal floating point (no hex, no inf/nan spelled the C way). */
+static bool is_float_text(const char *s, double *out) {
+  if (!*s || strspn(s, "0123456789+-.eE") != strlen(s) || !strpbrk(s, "0123456789"))
+    return false;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (*end)
+    return false;
+  *out = v;
+  return true;
+}
+
+static bool is_yaml_special_float(const char *s) {
+  static const char *const w[] = {".inf",  ".Inf",  ".INF", "+.inf", "+.Inf", "+.INF", "-.inf",
+                                  "-.Inf", "-.INF", ".nan", ".NaN",  ".NAN",  NULL};
+  for (int i = 0; w[i]; i++)
+    if (!strcmp(s, w[i]))
+      return true;
+  return false;
+}
+
+/* "a float (1.5)", "a string ('abc')", ... for type errors. */
+static void describe(const char *s, bool quoted, char *out, size_t outlen) {
+  char ex[64];
+  double d;
+  excerpt(s, strlen(s), ex, sizeof ex);
+  if (quoted)
+    snprintf(out, outlen, "a string ('%s')", ex);
+  else if (is_null_word(s))
+    snprintf(out, outlen, "null");
+  else if (is_bool_word(s))
+    snprintf(out, outlen, "a boolean (%s)", ex);
+  else if (is_int_text(s))
+    snprintf(out, outlen, "an integer (%s)", ex);
+  else if (is_float_text(s, &d) || is_yaml_special_float(s))
+    snprintf(out, outlen, "a float (%s)", ex);
+  else
+    snprintf(out, outlen, "a string ('%s')", ex);
+}
+
+static const char *kind_name(const struct field *f) {
+  switch (f->kind) {
+  case K_INT:
+  case K_I64:
+    return "an integer";
+  case K_U64:
+    return "a non-negative integer";
+  case K_DBL:
+    return "a number";
+  case K_STR:
+    return "a string";
+  case K_HOSTS:
+    return "a sequence of host names";
+  }
+  return "a value";
+}
+
+/* ---- checks on values (shared by the parser, _set and _validate) ------------ */
+
+static int check_int(const struct field *f, long long v, char *msg, size_t n) {
+  if (v < f->ilo)
+    return snprintf(msg, n, "must be >= %lld, got %lld", f->ilo, v), -1;
+  if (v > f->ihi)
+    return snprintf(msg, n, "must be <= %lld, got %lld", f->ihi, v), -1;
+  return 0;
+}
+
+static int check_dbl(const struct field *f, double v, char *msg, size_t n) {
+  if (!isfinite(v))
+    return snprintf(msg, n, "must be a finite number, got %g", v), -1;
+  if ((f->flags & LO_OPEN) ? !(v > f->dlo) : !(v >= f->dlo))
+    return snprintf(msg, n, "must be %s %g, got %g", (f->flags & LO_OPEN) ? ">" : ">=", f->dlo, v),
+           -1;
+  if ((f->flags & HI_OPEN) ? !(v < f->dhi) : !(v <= f->dhi))
+    return snprintf(msg, n, "must be %s %g, got %g", (f->flags & HI_OPEN) ? "<" : "<=", f->dhi, v),
+           -1;
+  return 0;
+}
+
+static int check_codec(const char *s) {
+  if (strncmp(s, "zstd:", 5) != 0)
+    return -1;
+  s += 5;
+  if (!isdigit((unsigned char)s[0]) || strlen(s) > 2 || (s[1] && !isdigit((unsigned char)s[1])))
+    return -1;
+  int lvl = atoi(s);
+  return lvl >= 1 && lvl <= 19 ? 0 : -1;
+}
+
+static int check_host(const char *h, char *msg, size_t n) {
+  char ex[64];
+  excerpt(h, strlen(h), ex, sizeof ex);
+  if (!*h)
+    return snprintf(msg, n, "a host name must not be empty"), -1;
+  for (const char *p = h; *p; p++)
+    if (isspace((unsigned char)*p) || !isprint((unsigned char)*p))
+      return snprintf(msg, n, "host name '%s' contains whitespace or a control character", ex), -1;
+  return 0;
+}
+
+/* Checks a string value for field f (length, emptiness, words, formats). */
+static int check_str(const struct field *f, const char *s, size_t len, char *msg, size_t n) {
+  char ex[64];
+  excerpt(s, len, ex, sizeof ex);
+  if (memchr(s, 0, len))
+    return snprintf(msg, n, "must not contain a NUL byte"), -1;
+  if (len >= f->size)
+    return snprintf(msg, n, "is too long (%zu bytes, at most %zu)", len, f->size - 1), -1;
+  if (!len && !(f->flags & EMPTY_OK))
+    return snprintf(msg, n, "must not be empty"), -1;
+  switch (f->check) {
+  case C_NONE:
+    return 0;
+  case C_WORDS:
+    for (int i = 0; f->words[i]; i++)
+      if (strlen(f->words[i]) == len && !memcmp(f->words[i], s, len))
+        return 0;
+    {
+      size_t o = (size_t)snprintf(msg, n, "'%s' is not one of", ex);
+      for (int i = 0; f->words[i] && o < n; i++)
+        o += (size_t)snprintf(msg + o, n - o, "%s %s", i ? "," : "", f->words[i]);
+    }
+    return -1;
+  case C_CODEC:
+    if (check_codec(s) == 0)
+      return 0;
+    return snprintf(msg, n, "'%s' is not a known codec (expected zstd:LEVEL, LEVEL 1..19)", ex), -1;
+  case C_STORE:
+    if (!strncmp(s, "local:", 6)) {
+      if (!s[6])
+        return snprintf(msg, n, "'%s' names no directory (expected local:DIR)", ex), -1;
+      return 0;
+    }
+    if (!strncmp(s, "s3://", 5)) {
+      if (!s[5] || s[5] == '/')
+        return snprintf(msg, n, "'%s' names no bucket (expected s3://BUCKET/PREFIX)", ex), -1;
+      return 0;
+    }
+    return snprintf(msg, n,
+                    "'%s' has an unknown store scheme (expected local:DIR or s3://BUCKET/PREFIX)",
+                    ex),
+           -1;
+  case C_RUNID:
+    for (size_t i = 0; i < len; i++)
+      if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
+        return snprintf(msg, n, "'%s' may hold only letters, digits, '.', '_' and '-'", ex), -1;
+    return 0;
+  }
+  return 0;
+}
+
+/* Re-checks the value currently stored for field f (used by _validate). */
+static int check_stored(const struct field *f, const ft_runfile *rf, char *msg, size_t n) {
+  const void *p = field_ptr(f, rf);
+  switch (f->kind) {
+  case K_INT:
+    return check_int(f, *(const int *)p, msg, n);
+  case K_I64:
+    return check_int(f, *(const int64_t *)p, msg, n);
+  case K_U64:
+    return 0;
+  case K_DBL:
+    return check_dbl(f, *(const double *)p, msg, n);
+  case K_STR: {
+    size_t len = strnlen(p, f->size);
+    return check_str(f, p, len, msg, n);
+  }
+  case K_HOSTS:
+    if (rf->nodes.nhosts < 0 || rf->nodes.nhosts > HOSTS_MAX)
+      return snprintf(msg, n, "holds %d hosts, at most %d", rf->nodes.nhosts, HOSTS_MAX), -1;
+    for (int i = 0; i < rf->nodes.nhosts; i++) {
+      if (strnlen(rf->nodes.hosts[i], HOST_LEN) >= HOST_LEN)
+        return snprintf(msg, n, "host %d is not terminated", i), -1;
+      if (check_host(rf->nodes.hosts[i], msg, n))
+        return -1;
+    }
+    return 0;
+  }
+  return 0;
+}
+
+/* Converts the text of one scalar into field f of rf, with type and range
+ * checks. quoted: the scalar was quoted or a block scalar (so a string). */
+static int store_scalar(const struct field *f, ft_runfile *rf, const char *s, size_t len,
+                        bool quoted, char *msg, size_t n) {
+  char buf[72], what[96];
+  void *p = field_ptr(f, rf);
+  if (f->kind == K_STR)
+    goto str;
+  if (len >= sizeof buf)
+    return snprintf(msg, n, "expected %s, got a %zu-byte value", kind_name(f), len), -1;
+  memcpy(buf, s, len);
+  buf[len] = 0;
+  describe(buf, quoted, what, sizeof what);
+  switch (f->kind) {
+  case K_INT:
+  case K_I64: {
+    if (quoted || !is_int_text(buf))
+      return snprintf(msg, n, "expected an integer, got %s", what), -1;
+    errno = 0;
+    long long v = strtoll(buf, NULL, 10);
+    if (errno == ERANGE)
+      return snprintf(msg, n, "%s is out of range", buf), -1;
+    if (check_int(f, v, msg, n))
+      return -1;
+    if (f->kind == K_INT)
+      *(int *)p = (int)v;
+    else
+      *(int64_t *)p = v;
+    return 0;
+  }
+  case K_U64: {
+    if (quoted || !is_int_text(buf))
+      return snprintf(msg, n, "expected a non-negative integer, got %s", what), -1;
+    if (buf[0] == '-') {
+      if (strspn(buf + 1, "0") != strlen(buf + 1))
+        return snprintf(msg, n, "must be >= 0, got %s", buf), -1;
+    }
+    errno = 0;
+    unsigned long long v = strtoull(buf[0] == '-' ? buf + 1 : buf, NULL, 10);
+    if (errno == ERANGE || v > UINT64_MAX)
+      return snprintf(msg, n, "%s is out of range (at most %" PRIu64 ")", buf, UINT64_MAX), -1;
+    *(uint64_t *)p = (uint64_t)v;
+    return 0;
+  }
+  case K_DBL: {
+    double v;
+    if (!quoted && is_yaml_special_float(buf))
+      return snprintf(msg, n, "must be a finite number, got %s", buf), -1;
+    if (quoted || !is_float_text(buf, &v))
+      return snprintf(msg, n, "expected a number, got %s", what), -1;
+    if (check_dbl(f, v, msg, n))
+      return -1;
+    *(double *)p = v;
+    return 0;
+  }
+  default:
+    return snprintf(msg, n, "expected %s", kind_name(f)), -1;
+  }
+str:
+  if (check_str(f, s, len, msg, n))
+    return -1;
+  memcpy(p, s, len);
+  ((char *)p)[len] = 0;
+  return 0;
+}
+
+/* ---- the YAML walk ---------------------------------------------------------- */
+
+struct pos {
+  int line, col; /* 1-based; line 0: unknown */
+};
+
+struct ctx {
+  const char *path;
+  ft_runfile *rf;
+  struct pos at[NFIELDS]; /* where each field's value is in the file */
+  char *err;
+  size_t errlen;
+};
+
+static int fail_at(struct ctx *c, struct pos p, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail_at(struct ctx *c, struct pos p, const char *key, const char *fmt, ...) {
+  char msg[MSG];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (p.line > 0)
+    snprintf(c->err, c->errlen, "%s:%d:%d: %s: %s", c->path, p.line, p.col, key, msg);
+  else
+    snprintf(c->err, c->errlen, "%s: %s: %s", c->path, key, msg);
+  return FT_ECONFIG;
+}
+
+/* Start position of a node; `fallback` if libfyaml has none (e.g. the empty
+ * value of "key:"). */
+static struct pos node_pos(struct fy_node *n, struct pos fallback) {
+  const struct fy_mark *m = NULL;
+  struct pos p = fallback;
+  if (!n)
+    return p;
+  if (fy_node_is_scalar(n)) {
+    struct fy_token *t = fy_node_get_scalar_token(n);
+    m = t ? fy_token_start_mark(t) : NULL;
+    if (m && !fy_node_is_null(n)) {
+      /* The token marks the content: step back over the opening quote or
+       * the '*' of an alias, which sit right before it on the same line. */
+      enum fy_node_style st = fy_node_get_style(n);
+      if (st == FYNS_LITERAL || st == FYNS_FOLDED)
+        return fallback; /* marks the content lines, not the '|' or '>' */
+      int back = (st == FYNS_SINGLE_QUOTED || st == FYNS_DOUBLE_QUOTED || st == FYNS_ALIAS) &&
+                 m->column > 0;
+      p = (struct pos){m->line + 1, m->column + 1 - back};
+    }
+    return p;
+  }
+  struct fy_document_iterator *it = fy_document_iterator_create();
+  if (!it)
+    return p;
+  fy_document_iterator_node_start(it, n);
+  struct fy_event *e = fy_document_iterator_body_next(it);
+  if (e) {
+    m = fy_event_start_mark(e);
+    if (m)
+      p = (struct pos){m->line + 1, m->column + 1};
+    fy_document_iterator_event_free(it, e);
+  }
+  fy_document_iterator_destroy(it);
+  return p;
+}
+
+/* What a node is, for "expected X, got Y". */
+static void node_what(struct fy_node *n, char *out, size_t outlen) {
+  if (!n) {
+    snprintf(out, outlen, "null");
+  } else if (fy_node_is_mapping(n)) {
+    snprintf(out, outlen, "a mapping");
+  } else if (fy_node_is_sequence(n)) {
+    snprintf(out, outlen, "a sequence");
+  } else if (fy_node_is_alias(n)) {
+    snprintf(out, outlen, "an alias");
+  } else {
+    size_t len;
+    const char *s = fy_node_get_scalar(n, &len);
+    char buf[128];
+    excerpt(s ? s : "", s ? len : 0, buf, sizeof buf);
+    describe(buf, fy_node_get_style(n) != FYNS_PLAIN, out, outlen);
+  }
+}
+
+static bool node_is_null(struct fy_node *n) {
+  if (!n)
+    return true;
+  if (!fy_node_is_scalar(n) || fy_node_is_alias(n) || fy_node_get_style(n) != FYNS_PLAIN)
+    return false;
+  size_t len;
+  const char *s = fy_node_get_scalar(n, &len);
+  char buf[8];
+  if (!s || len == 0)
+    return true;
+  if (len >= sizeof buf)
+    return false;
+  memcpy(buf, s, len);
+  buf[len] = 0;
+  return is_null_word(buf);
+}
+
+static int parse_hosts(struct ctx *c, const struct field *f, struct fy_node *v, struct pos vp) {
+  char msg[MSG], what[96];
+  ft_nodes_cfg *nc = &c->rf->nodes;
+  if (node_is_null(v)) {
+    nc->nhosts = 0;
+    return 0;
+  }
+  if (!fy_node_is_sequence(v)) {
+    node_what(v, what, sizeof what);
+    return fail_at(c, vp, f->key, "expected a sequence of host names, got %s", what);
+  }
+  void *it = NULL;
+  struct fy_node *e;
+  int nh = 0;
+  while ((e = fy_node_sequence_iterate(v, &it))) {
+    struct pos ep = node_pos(e, vp);
+    if (!fy_node_is_scalar(e) || fy_node_is_alias(e) || node_is_null(e)) {
+      node_what(e, what, sizeof what);
+      return fail_at(c, ep, f->key, "expected a host name, got %s", what);
+    }
+    if (nh >= HOSTS_MAX)
+      return fail_at(c, ep, f->key, "too many hosts (at most %d)", HOSTS_MAX);
+    size_t len;
+    const char *s = fy_node_get_scalar(e, &len);
+    if (len >= HOST_LEN || memchr(s, 0, len))
+      return fail_at(c, ep, f->key, "host name is too long or holds a NUL (at most %zu bytes)",
+                     HOST_LEN - 1);
+    memcpy(nc->hosts[nh], s, len);
+    nc->hosts[nh][len] = 0;
+    if (check_host(nc->hosts[nh], msg, sizeof msg))
+      return fail_at(c, ep, f->key, "%s", msg);
+    nh++;
+  }
+  nc->nhosts = nh;
+  return 0;
+}
+
+static int parse_leaf(struct ctx *c, int idx, struct fy_node *v, struct pos kp) {
+  const struct field *f = &FIELDS[idx];
+  struct pos vp = node_pos(v, kp);
+  char msg[MSG], what[96];
+  c->at[idx] = vp;
+  if (v && fy_node_is_alias(v))
+    return fail_at(c, vp, f->key, "aliases are not supported in a run file");
+  if (f->kind == K_HOSTS)
+    return parse_hosts(c, f, v, vp);
+  if (node_is_null(v)) {
+    if (f->kind == K_STR && (f->flags & EMPTY_OK)) {
+      ((char *)field_ptr(f, c->rf))[0] = 0;
+      return 0;
+    }
+    return fail_at(c, vp, f->key, "expected %s, got null", kind_name(f));
+  }
+  if (!fy_node_is_scalar(v)) {
+    node_what(v, what, sizeof what);
+    return fail_at(c, vp, f->key, "expected %s, got %s", kind_name(f), what);
+  }
+  size_t len;
+  const char *s = fy_node_get_scalar(v, &len);
+  if (!s)
+    return fail_at(c, vp, f->key, "cannot read the value");
+  if (store_scalar(f, c->rf, s, len, fy_node_get_style(v) != FYNS_PLAIN, msg, sizeof msg))
+    return fail_at(c, vp, f->key, "%s", msg);
+  return 0;
+}
+
+static int walk_mapping(struct ctx *c, struct fy_node *map, const char *prefix, struct pos mp) {
+  enum { SEEN_MAX = 64 };
+  const char *seen[SEEN_MAX];
+  size_t seen_len[SEEN_MAX];
+  struct pos seen_at[SEEN_MAX];
+  int nseen = 0, rc;
+  void *it = NULL;
+  struct fy_node_pair *pair;
+  char full[KEYLEN], what[96], hint[KEYLEN];
+  const char *here = *prefix ? prefix : "(top level)";
+
+  while ((pair = fy_node_mapping_iterate(map, &it))) {
+    struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
+    struct pos kp = node_pos(k, mp);
+    if (!k || !fy_node_is_scalar(k) || fy_node_is_alias(k) || node_is_null(k)) {
+      node_what(k, what, sizeof what);
+      return fail_at(c, kp, here, "a key must be a plain name, got %s", what);
+    }
+    size_t len;
+    const char *name = fy_node_get_scalar(k, &len);
+    char ex[64];
+    excerpt(name, len, ex, sizeof ex);
+    bool printable = true;
+    for (size_t i = 0; i < len; i++)
+      printable &= isprint((unsigned char)name[i]) != 0;
+    if (len > 64 || !printable || memchr(name, '.', len)) {
+      snprintf(full, sizeof full, "%s%s%s", prefix, *prefix ? "." : "", ex);
+      if (find_field(full) >= 0 || is_section(full))
+        return fail_at(c, kp, full, "unknown key; dotted keys are not expanded, nest it instead");
+      return fail_at(c, kp, full, "unknown key");
+    }
+    snprintf(full, sizeof full, "%s%s%.*s", prefix, *prefix ? "." : "", (int)len, name);
+
+    for (int i = 0; i < nseen; i++)
+      if (seen_len[i] == len && !memcmp(seen[i], name, len))
+        return fail_at(c, kp, full, "duplicate key (first at line %d, column %d)", seen_at[i].line,
+                       seen_at[i].col);
+    if (nseen < SEEN_MAX) {
+      seen[nseen] = name;
+      seen_len[nseen] = len;
+      seen_at[nseen++] = kp;
+    }
+
+    int idx = find_field(full);
+    if (idx >= 0) {
+      rc = parse_leaf(c, idx, v, kp);
+      if (rc)
+        return rc;
+      continue;
+    }
+    if (is_section(full)) {
+      struct pos vp = node_pos(v, kp);
+      if (v && fy_node_is_alias(v))
+        return fail_at(c, vp, full, "aliases are not supported in a run file");
+      if (node_is_null(v))
+        continue;
+      if (!fy_node_is_mapping(v)) {
+        node_what(v, what, sizeof what);
+        return fail_at(c, vp, full, "expected a mapping, got %s", what);
+      }
+      rc = walk_mapping(c, v, full, vp);
+      if (rc)
+        return rc;
+      continue;
+    }
+    char nm[72];
+    snprintf(nm, sizeof nm, "%.*s", (int)len, name);
+    suggest(prefix, nm, hint, sizeof hint);
+    if (hint[0])
+      return fail_at(c, kp, full, "unknown key, did you mean '%s'?", hint);
+    return fail_at(c, kp, full, "unknown key");
+  }
+  return 0;
+}
+
+/* ---- cross-field checks ----------------------------------------------------- */
+
+static int blame(int *idx, int i, char *msg, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int blame(int *idx, int i, char *msg, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, n, fmt, ap);
+  va_end(ap);
+  *idx = i;
+  return -1;
+}
+
+/* Finds the first cross-field problem. `at` (may be NULL) says which keys the
+ * file set, so that the blame lands on a key the user wrote. On a problem
+ * returns -1 with *idx the blamed field and msg the text after "KEY: ". */
+static int cross_check(const ft_runfile *rf, const struct pos *at, int *idx, char *msg, size_t n) {
+#define IN_FILE(i) (at && at[i].line > 0)
+#define BLAME_FIRST(a, b) (!IN_FILE(b) || IN_FILE(a))
+  const ft_model_cfg *m = &rf->model;
+  const ft_train_cfg *t = &rf->train;
+  int i_head = find_field("model.n_head"), i_embd = find_field("model.n_embd");
+  int i_mb = find_field("train.micro_batch"), i_gb = find_field("train.global_batch");
+  int i_cmd = find_field("nodes.command"), i_la = find_field("nodes.launcher");
+
+  if (m->n_embd % m->n_head) {
+    if (BLAME_FIRST(i_head, i_embd))
+      return blame(idx, i_head, msg, n, "%d does not divide model.n_embd (%d)", m->n_head,
+                   m->n_embd);
+    return blame(idx, i_embd, msg, n, "%d is not a multiple of model.n_head (%d)", m->n_embd,
+                 m->n_head);
+  }
+  if (t->global_batch % t->micro_batch) {
+    if (BLAME_FIRST(i_mb, i_gb))
+      return blame(idx, i_mb, msg, n, "%d does not divide train.global_batch (%d)", t->micro_batch,
+                   t->global_batch);
+    return blame(idx, i_gb, msg, n, "%d is not a multiple of train.micro_batch (%d)",
+                 t->global_batch, t->micro_batch);
+  }
+  if (!strcmp(rf->nodes.launcher, "command") && !strstr(rf->nodes.command, "{argv}")) {
+    char ex[64];
+    excerpt(rf->nodes.command, strnlen(rf->nodes.command, sizeof rf->nodes.command), ex, sizeof ex);
+    if (BLAME_FIRST(i_cmd, i_la))
+      return blame(idx, i_cmd, msg, n,
+                   "launcher 'command' needs a command containing {argv}, got '%s'", ex);
+    return blame(idx, i_la, msg, n, "'command' needs nodes.command with {argv} in it");
+  }
+  return 0;
+#undef BLAME_FIRST
+#undef IN_FILE
+}
+
+/* Per-field checks on stored values, then cross-field ones. */
+static int validate_impl(const ft_runfile *rf, const struct pos *at, int *idx, char *msg,
+                         size_t n) {
+  for (int i = 0; i < NFIELDS; i++)
+    if (check_stored(&FIELDS[i], rf, msg, n)) {
+      *idx = i;
+      return -1;
+    }
+  return cross_check(rf, at, idx, msg, n);
+}
+
+int ft_runfile_validate(const ft_runfile *rf, char *err, size_t errlen) {
+  char msg[MSG], dummy[8];
+  int idx = 0;
+  if (!err || !errlen)
+    err = dummy, errlen = sizeof dummy;
+  err[0] = 0;
+  if (!rf)
+    return ft_err_set(FT_EINVAL, "ft_runfile_validate: rf is NULL");
+  if (validate_impl(rf, NULL, &idx, msg, sizeof msg) == 0)
+    return FT_OK;
+  snprintf(err, errlen, "%s: %s", FIELDS[idx].key, msg);
+  return ft_err_set(FT_ECONFIG, "%s", err);
+}
+
+/* ---- load --------------------------------------------------------------------- */
+
+static void diag_silent(struct fy_diag *diag, void *user, const char *buf, size_t len) {}
+
+/* True if the file holds only blank lines, comments and document markers. */
+static bool only_comments(const char *path) {
+  FILE *fp = fopen(path, "r");
+  char line[256];
+  bool ok = fp != NULL, bol = true;
+  while (ok && fgets(line, sizeof line, fp)) {
+    const char *p = line;
+    if (bol) {
+      p += strspn(p, " \t\r\n");
+      ok = !*p || *p == '#' || !strncmp(p, "---", 3) || !strncmp(p, "...", 3);
+      if (ok && *p && *p != '#')
+        ok = !p[3 + strspn(p + 3, " \t\r\n")] || p[3 + strspn(p + 3, " \t\r\n")] == '#';
+    }
+    bol = strchr(line, '\n') != NULL;
+  }
+  if (fp)
+    fclose(fp);
+  return ok;
+}
+
+/* Formats libfyaml's first collected error as a syntax error. */
+static int syntax_error(struct ctx *c, struct fy_diag *diag) {
+  void *it = NULL;
+  struct fy_diag_error *e;
+  while ((e = fy_diag_errors_iterate(diag, &it)))
+    if (e->type >= FYET_ERROR)
+      return fail_at(c, (struct pos){e->line > 0 ? e->line : 1, e->column > 0 ? e->column : 1},
+                     "syntax error", "%s", e->msg ? e->msg : "invalid YAML");
+  return fail_at(c, (struct pos){0, 0}, "syntax error", "invalid YAML");
+}
+
+int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen) {
+  char dummy[8], what[96], msg[MSG];
+  struct ctx *c = NULL;
+  struct fy_diag *diag = NULL;
+  struct fy_parser *fyp = NULL;
+  struct fy_document *fyd = NULL, *extra = NULL;
+  int rc = FT_OK;
+
+  if (!err || !errlen)
+    err = dummy, errlen = sizeof dummy;
+  err[0] = 0;
+  if (!path || !rf) {
+    snprintf(err, errlen, "ft_runfile_load: NULL argument");
+    return ft_err_set(FT_EINVAL, "%s", err);
+  }
+  ft_runfile_defaults(rf);
+  if (strlen(path) >= sizeof rf->path) {
+    snprintf(err, errlen, "%.64s...: path is too long", path);
+    return ft_err_set(FT_ECONFIG, "%s", err);
+  }
+  snprintf(rf->path, sizeof rf->path, "%s", path);
+
+  /* libfyaml reports a missing file without a collected error: check first. */
+  FILE *fp = fopen(path, "r");
+  if (!fp) {
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return ft_err_set(FT_EIO, "%s", err);
+  }
+  struct stat st;
+  int dir = fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode);
+  fclose(fp);
+  if (dir) {
+    snprintf(err, errlen, "%s: cannot read: is a directory", path);
+    return ft_err_set(FT_EIO, "%s", err);
+  }
+
+  c = calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    return ft_err_set(FT_ENOMEM, "%s", err);
+  }
+  c->path = path;
+  c->rf = rf;
+  c->err = err;
+  c->errlen = errlen;
+
+  struct fy_diag_cfg dcfg;
+  fy_diag_cfg_default(&dcfg);
+  dcfg.fp = NULL;
+  dcfg.output_fn = diag_silent;
+  dcfg.level = FYET_ERROR;
+  dcfg.colorize = false;
+  diag = fy_diag_create(&dcfg);
+  if (!diag) {
+    rc = fail_at(c, (struct pos){0, 0}, "yaml", "cannot create the libfyaml diagnostics");
+    goto out;
+  }
+  fy_diag_set_collect_errors(diag, true);
+  /* Duplicate keys are let through and caught by walk_mapping, which can
+   * name the key's dotted path. */
+  struct fy_parse_cfg pcfg = {.flags = FYPCF_QUIET | FYPCF_ALLOW_DUPLICATE_KEYS, .diag = diag};
+  fyp = fy_parser_create(&pcfg);
+  if (!fyp || fy_parser_set_input_file(fyp, path) != 0) {
+    rc = fail_at(c, (struct pos){0, 0}, "yaml", "cannot open the file for parsing");
+    goto out;
+  }
+  fyd = fy_parse_load_document(fyp);
+  if (fy_parser_get_stream_error(fyp) || fy_diag_got_error(diag)) {
+    rc = syntax_error(c, diag);
+    goto out;
+  }
+  if (fyd) {
+    extra = fy_parse_load_document(fyp);
+    if (fy_parser_get_stream_error(fyp) || fy_diag_got_error(diag)) {
+      rc = syntax_error(c, diag);
+      goto out;
+    }
+    if (extra) {
+      struct pos p = node_pos(fy_document_root(extra), (struct pos){1, 1});
+      rc = fail_at(c, p, "syntax error", "a run file holds one YAML document, found a second");
+      goto out;
+    }
+  }
+
+  /* An empty file (or one of only comments) leaves every default; anything
+   * else that yields no document (an encoding libfyaml gave up on) is an error. */
+  if (!fyd && !only_comments(path)) {
+    rc = fail_at(c, (struct pos){1, 1}, "syntax error", "no YAML document found");
+    goto out;
+  }
+  struct fy_node *root = fyd ? fy_document_root(fyd) : NULL;
+  if (!node_is_null(root)) {
+    struct pos rp = node_pos(root, (struct pos){1, 1});
+    if (!fy_node_is_mapping(root)) {
+      node_what(root, what, sizeof what);
+      rc = fail_at(c, rp, "(top level)", "expected a mapping of keys, got %s", what);
+      goto out;
+    }
+    rc = walk_mapping(c, root, "", rp);
+    if (rc)
+      goto out;
+  }
+
+  int idx = 0;
+  if (validate_impl(rf, c->at, &idx, msg, sizeof msg)) {
+    rc = fail_at(c, c->at[idx], FIELDS[idx].key, "%s", msg);
+    goto out;
+  }
+
+out:
+  if (extra)
+    fy_parse_document_destroy(fyp, extra);
+  if (fyd)
+    fy_parse_document_destroy(fyp, fyd);
+  if (fyp)
+    fy_parser_destroy(fyp);
+  if (diag)
+    fy_diag_destroy(diag);
+  free(c);
+  if (rc)
+    ft_err_set(rc, "%s", err);
+  return rc;
+}
+
+/* ---- command-line overrides ------------------------------------------------- */
+
+static int set_hosts(ft_runfile *rf, const char *value, char *msg, size_t n) {
+  ft_nodes_cfg *nc = &rf->nodes;
+  int nh = 0;
+  const char *p = value;
+  while (*p) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    const char *s = p;
+    while (len && isspace((unsigned char)*s))
+      s++, len--;
+    while (len && isspace((unsigned char)s[len - 1]))
+      len--;
+    if (nh >= HOSTS_MAX)
+      return snprintf(msg, n, "too many hosts (at most %d)", HOSTS_MAX), -1;
+    if (len >= HOST_LEN)
+      return snprintf(msg, n, "host name is too long (at most %zu bytes)", HOST_LEN - 1), -1;
+    memcpy(nc->hosts[nh], s, len);
+    nc->hosts[nh][len] = 0;
+    if (check_host(nc->hosts[nh], msg, n))
+      return -1;
+    nh++;
+    if (!comma)
+      break;
+    p = comma + 1;
+    if (!*p)
+      return snprintf(msg, n, "a host name must not be empty"), -1;
+  }
+  nc->nhosts = nh;
+  return 0;
+}
+
+int ft_runfile_set(ft_runfile *rf, const char *dotted_key, const char *value, char *err,
+                   size_t errlen) {
+  char dummy[8], msg[MSG], hint[KEYLEN];
+  ft_runfile *tmp = NULL;
+  int rc = FT_OK;
+  if (!err || !errlen)
+    err = dummy, errlen = sizeof dummy;
+  err[0] = 0;
+  if (!rf || !dotted_key || !value) {
+    snprintf(err, errlen, "ft_runfile_set: NULL argument");
+    return ft_err_set(FT_EINVAL, "%s", err);
+  }
+  int idx = find_field(dotted_key);
+  if (idx < 0) {
+    if (is_section(dotted_key)) {
+      snprintf(err, errlen, "%s: is a section, not a value; set one of its keys", dotted_key);
+    } else {
+      suggest_dotted(dotted_key, hint, sizeof hint);
+      if (hint[0])
+        snprintf(err, errlen, "%s: unknown key, did you mean '%s'?", dotted_key, hint);
+      else
+        snprintf(err, errlen, "%s: unknown key", dotted_key);
+    }
+    return ft_err_set(FT_ECONFIG, "%s", err);
+  }
+  const struct field *f = &FIELDS[idx];
+  tmp = malloc(sizeof *tmp);
+  if (!tmp) {
+    snprintf(err, errlen, "%s: out of memory", f->key);
+    return ft_err_set(FT_ENOMEM, "%s", err);
+  }
+  memcpy(tmp, rf, sizeof *tmp);
+  int bad = f->kind == K_HOSTS ? set_hosts(tmp, value, msg, sizeof msg)
+                               : store_scalar(f, tmp, value, strlen(value), false, msg, sizeof msg);
+  if (bad) {
+    snprintf(err, errlen, "%s: %s", f->key, msg);
+    rc = ft_err_set(FT_ECONFIG, "%s", err);
+    goto out;
+  }
+  memcpy(rf, tmp, sizeof *rf);
+out:
+  free(tmp);
+  return rc;
+}
+
+/* ---- config JSON -------------------------------------------------------------- */
+
+static int add_raw(cJSON *obj, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int add_raw(cJSON *obj, const char *key, const char *fmt, ...) {
+  char buf[64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return cJSON_AddRawToObject(obj, key, buf) ? 0 : -1;
+}
+
+#define DBL(o, k, v) add_raw(o, k, "%.17g", (double)(v))
+#define INT(o, k, v) add_raw(o, k, "%lld", (long long)(v))
+#define STR(o, k, v) (cJSON_AddStringToObject(o, k, v) ? 0 : -1)
+
+char *ft_runfile_config_json(const ft_runfile *rf) {
+  char seed[32];
+  char *out = NULL;
+  int bad = 0;
+  if (!rf)
+    return NULL;
+  const double dbls[] = {rf->train.lr,        rf->train.min_lr_frac, rf->train.weight_decay,
+                         rf->train.grad_clip, rf->train.beta1,       rf->train.beta2,
+                         rf->train.eps};
+  for (size_t i = 0; i < sizeof dbls / sizeof dbls[0]; i++)
+    if (!isfinite(dbls[i]))
+      return NULL; /* JSON has no inf/nan; _validate rejects them anyway */
+  cJSON *root = cJSON_CreateObject();
+  cJSON *m = cJSON_AddObjectToObject(root, "model");
+  cJSON *t = cJSON_AddObjectToObject(root, "train");
+  cJSON *d = cJSON_AddObjectToObject(root, "data");
+  if (!root || !m || !t || !d)
+    goto out;
+  bad |= INT(m, "n_layer", rf->model.n_layer);
+  bad |= INT(m, "n_head", rf->model.n_head);
+  bad |= INT(m, "n_embd", rf->model.n_embd);
+  bad |= INT(m, "vocab_size", rf->model.vocab_size);
+  bad |= INT(m, "seq_len", rf->model.seq_len);
+  bad |= INT(t, "global_batch", rf->train.global_batch);
+  bad |= INT(t, "micro_batch", rf->train.micro_batch);
+  bad |= DBL(t, "lr", rf->train.lr);
+  bad |= INT(t, "warmup", rf->train.warmup);
+  bad |= INT(t, "steps", rf->train.steps);
+  bad |= STR(t, "schedule", rf->train.schedule);
+  bad |= DBL(t, "min_lr_frac", rf->train.min_lr_frac);
+  bad |= DBL(t, "weight_decay", rf->train.weight_decay);
+  bad |= DBL(t, "grad_clip", rf->train.grad_clip);
+  bad |= DBL(t, "beta1", rf->train.beta1);
+  bad |= DBL(t, "beta2", rf->train.beta2);
+  bad |= DBL(t, "eps", rf->train.eps);
+  snprintf(seed, sizeof seed, "%" PRIu64, rf->train.seed);
+  bad |= STR(t, "seed", seed);
+  bad |= STR(t, "precision", rf->train.precision);
+  bad |= STR(d, "train", rf->data.train);
+  bad |= STR(d, "val", rf->data.val);
+  if (!bad)
+    out = cJSON_PrintUnformatted(root);
+out:
+  cJSON_Delete(root);
+  return out;
+}

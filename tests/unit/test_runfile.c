@@ -1,0 +1,560 @@
+/*
+ * test_runfile: ft_runfile (common/ft_runfile.c) against the sample run files
+ * in tests/data/runfiles/ (found through $FT_SRC).
+ *
+ * Good files must load with the values written in them (and defaults for
+ * keys they leave out); each bad file must fail with exactly the line
+ * "FILE:LINE:COL: KEY: problem" that a user would see, the line and column
+ * pointing at the offending node of that file.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ft_err.h"
+#include "ft_runfile.h"
+
+static char src_dir[1024], data_dir[1200];
+
+static const char *data_path(const char *name) {
+  static char buf[2048];
+  snprintf(buf, sizeof buf, "%s/%s", data_dir, name);
+  return buf;
+}
+
+static ft_runfile *load_ok(const char *name) {
+  ft_runfile *rf = malloc(sizeof *rf);
+  char err[1024] = "";
+  assert_non_null(rf);
+  int rc = ft_runfile_load(data_path(name), rf, err, sizeof err);
+  if (rc)
+    fail_msg("loading %s: rc %d: %s", name, rc, err);
+  assert_string_equal(err, "");
+  return rf;
+}
+
+/* ---- good files ------------------------------------------------------------ */
+
+static void test_full_file(void **state) {
+  ft_runfile *rf = load_ok("good_full.yaml");
+  assert_string_equal(rf->path, data_path("good_full.yaml"));
+  assert_string_equal(rf->run, "full-test.v2");
+  assert_int_equal(rf->model.n_layer, 4);
+  assert_int_equal(rf->model.n_head, 8);
+  assert_int_equal(rf->model.n_embd, 128);
+  assert_int_equal(rf->model.vocab_size, 512);
+  assert_int_equal(rf->model.seq_len, 128);
+  assert_int_equal(rf->train.steps, 1000);
+  assert_int_equal(rf->train.global_batch, 64);
+  assert_int_equal(rf->train.micro_batch, 4);
+  assert_true(rf->train.lr == 3.0e-4);
+  assert_int_equal(rf->train.warmup, 100);
+  assert_string_equal(rf->train.schedule, "linear");
+  assert_true(rf->train.min_lr_frac == 0.05);
+  assert_true(rf->train.weight_decay == 0.01);
+  assert_true(rf->train.grad_clip == 0.5);
+  assert_true(rf->train.beta1 == 0.85);
+  assert_true(rf->train.beta2 == 0.99);
+  assert_true(rf->train.eps == 1.0e-6);
+  assert_true(rf->train.seed == UINT64_MAX);
+  assert_string_equal(rf->train.precision, "bf16");
+  assert_string_equal(rf->data.train, "data/full_train_*.bin");
+  assert_string_equal(rf->data.val, "");
+  assert_int_equal(rf->nodes.count, 3);
+  assert_int_equal(rf->nodes.workers_per_node, 8);
+  assert_string_equal(rf->nodes.device, "cuda");
+  assert_string_equal(rf->nodes.launcher, "command");
+  assert_string_equal(rf->nodes.command, "ssh {host} {argv}");
+  assert_int_equal(rf->nodes.nhosts, 3);
+  assert_string_equal(rf->nodes.hosts[0], "node-a");
+  assert_string_equal(rf->nodes.hosts[1], "node-b.example.com");
+  assert_string_equal(rf->nodes.hosts[2], "10.0.0.3");
+  assert_int_equal(rf->checkpoint.every_steps, 0);
+  assert_true(rf->checkpoint.every_seconds == 600);
+  assert_string_equal(rf->checkpoint.store, "s3://bucket/runs/full");
+  assert_int_equal(rf->checkpoint.keep_last, 3);
+  assert_int_equal(rf->checkpoint.keep_every, 1000);
+  assert_int_equal(rf->checkpoint.chunk_mib, 16);
+  assert_string_equal(rf->checkpoint.codec, "zstd:19");
+  assert_true(rf->watchdog.heartbeat_timeout_s == 5.5);
+  assert_true(rf->watchdog.collective_timeout_s == 120);
+  assert_int_equal(rf->watchdog.spike_window, 100);
+  assert_true(rf->watchdog.spike_zscore == 4.5);
+  assert_int_equal(rf->watchdog.spike_min_steps, 50);
+  assert_string_equal(rf->watchdog.xid_source, "/var/log/kern.log");
+  assert_int_equal(rf->recovery.max_restarts, 0);
+  assert_string_equal(rf->recovery.on_loss_spike, "warn");
+  assert_int_equal(rf->recovery.skip_batches, 10);
+  assert_string_equal(rf->recovery.when_no_spares, "fail");
+  free(rf);
+}
+
+static void test_flow_style(void **state) {
+  ft_runfile *rf = load_ok("good_flow.yaml");
+  assert_string_equal(rf->run, "flow");
+  assert_int_equal(rf->model.n_layer, 3);
+  assert_int_equal(rf->model.n_head, 2);
+  assert_int_equal(rf->model.n_embd, 32);
+  assert_int_equal(rf->model.vocab_size, 100);
+  assert_int_equal(rf->model.seq_len, 16);
+  assert_int_equal(rf->train.steps, 50);
+  assert_int_equal(rf->train.global_batch, 8);
+  assert_int_equal(rf->train.micro_batch, 2);
+  assert_true(rf->train.lr == 0.01);
+  assert_int_equal(rf->train.warmup, 0);
+  assert_string_equal(rf->train.schedule, "constant");
+  assert_string_equal(rf->data.train, "a_*.bin");
+  assert_string_equal(rf->data.val, "b_*.bin");
+  assert_int_equal(rf->nodes.count, 1);
+  assert_int_equal(rf->nodes.nhosts, 2);
+  assert_string_equal(rf->nodes.hosts[0], "h1");
+  assert_string_equal(rf->nodes.hosts[1], "h2");
+  assert_int_equal(rf->watchdog.spike_window, 10);
+  assert_true(rf->watchdog.spike_zscore == 3.0);
+  assert_int_equal(rf->watchdog.spike_min_steps, 0);
+  assert_string_equal(rf->recovery.on_loss_spike, "rollback");
+  assert_string_equal(rf->recovery.when_no_spares, "wait");
+  /* untouched keys keep their defaults */
+  assert_int_equal(rf->checkpoint.keep_last, 5);
+  assert_true(rf->train.beta2 == 0.95);
+  free(rf);
+}
+
+static void test_defaults(void **state) {
+  ft_runfile d;
+  ft_runfile_defaults(&d);
+  assert_string_equal(d.path, "");
+  assert_string_equal(d.run, "gpt2-tiny");
+  assert_int_equal(d.model.n_layer, 2);
+  assert_int_equal(d.model.n_head, 4);
+  assert_int_equal(d.model.n_embd, 64);
+  assert_int_equal(d.model.vocab_size, 256);
+  assert_int_equal(d.model.seq_len, 64);
+  assert_int_equal(d.train.steps, 300);
+  assert_int_equal(d.train.global_batch, 16);
+  assert_int_equal(d.train.micro_batch, 8);
+  assert_true(d.train.lr == 1e-3);
+  assert_int_equal(d.train.warmup, 20);
+  assert_string_equal(d.train.schedule, "cosine");
+  assert_true(d.train.min_lr_frac == 0.1);
+  assert_true(d.train.weight_decay == 0.1);
+  assert_true(d.train.grad_clip == 1.0);
+  assert_true(d.train.beta1 == 0.9);
+  assert_true(d.train.beta2 == 0.95);
+  assert_true(d.train.eps == 1e-8);
+  assert_true(d.train.seed == 1337);
+  assert_string_equal(d.train.precision, "fp32");
+  assert_string_equal(d.data.train, "data/synth_train_*.bin");
+  assert_string_equal(d.data.val, "data/synth_val_*.bin");
+  assert_int_equal(d.nodes.count, 2);
+  assert_int_equal(d.nodes.workers_per_node, 1);
+  assert_string_equal(d.nodes.device, "cpu");
+  assert_string_equal(d.nodes.launcher, "local");
+  assert_string_equal(d.nodes.command, "");
+  assert_int_equal(d.nodes.nhosts, 0);
+  assert_int_equal(d.checkpoint.every_steps, 25);
+  assert_true(d.checkpoint.every_seconds == 0);
+  assert_string_equal(d.checkpoint.store, "local:state/store");
+  assert_int_equal(d.checkpoint.keep_last, 5);
+  assert_int_equal(d.checkpoint.keep_every, 0);
+  assert_int_equal(d.checkpoint.chunk_mib, 4);
+  assert_string_equal(d.checkpoint.codec, "zstd:1");
+  assert_true(d.watchdog.heartbeat_timeout_s == 10);
+  assert_true(d.watchdog.collective_timeout_s == 30);
+  assert_int_equal(d.watchdog.spike_window, 50);
+  assert_true(d.watchdog.spike_zscore == 6.0);
+  assert_int_equal(d.watchdog.spike_min_steps, 20);
+  assert_string_equal(d.watchdog.xid_source, "/dev/kmsg");
+  assert_int_equal(d.recovery.max_restarts, 20);
+  assert_string_equal(d.recovery.on_loss_spike, "rollback_and_skip");
+  assert_int_equal(d.recovery.skip_batches, 200);
+  assert_string_equal(d.recovery.when_no_spares, "shrink");
+  char err[256];
+  assert_int_equal(ft_runfile_validate(&d, err, sizeof err), FT_OK);
+
+  /* A file with only comments gives exactly the defaults. */
+  ft_runfile *rf = load_ok("good_empty.yaml");
+  snprintf(d.path, sizeof d.path, "%.1000s", data_path("good_empty.yaml"));
+  assert_memory_equal(rf, &d, sizeof d);
+  free(rf);
+
+  /* A partial file changes only what it names. */
+  rf = load_ok("good_partial.yaml");
+  ft_runfile_defaults(&d);
+  snprintf(d.path, sizeof d.path, "%.1000s", data_path("good_partial.yaml"));
+  d.train.steps = 40;
+  d.checkpoint.keep_last = 2;
+  assert_memory_equal(rf, &d, sizeof d);
+  free(rf);
+}
+
+static void test_demo_example(void **state) {
+  /* The shipped example must load (it is someone else's file; read only). */
+  char path[2048], err[1024];
+  ft_runfile *rf = malloc(sizeof *rf);
+  snprintf(path, sizeof path, "%s/examples/demo.yaml", src_dir);
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    free(rf);
+    skip();
+  }
+  fclose(f);
+  int rc = ft_runfile_load(path, rf, err, sizeof err);
+  if (rc)
+    fail_msg("%s", err);
+  assert_string_equal(rf->run, "gpt2-tiny");
+  free(rf);
+}
+
+/* ---- bad files ---------------------------------------------------------------- */
+
+struct bad_case {
+  const char *file;
+  int line, col;
+  const char *key;
+  const char *problem;
+};
+
+static const struct bad_case BAD[] = {
+    {"bad_unknown_key.yaml", 5, 3, "train.micro_bacth", "unknown key, did you mean 'micro_batch'?"},
+    {"bad_unknown_misplaced.yaml", 2, 1, "steps", "unknown key, did you mean 'train.steps'?"},
+    {"bad_unknown_nosuggest.yaml", 3, 3, "model.flux_capacitor", "unknown key"},
+    {"bad_unknown_dotted.yaml", 2, 1, "train.steps",
+     "unknown key; dotted keys are not expanded, nest it instead"},
+    {"bad_type_string.yaml", 2, 10, "train.steps", "expected an integer, got a string ('lots')"},
+    {"bad_type_float.yaml", 1, 23, "train.global_batch", "expected an integer, got a float (1.5)"},
+    {"bad_type_mapping.yaml", 3, 7, "train.lr", "expected a number, got a mapping"},
+    {"bad_type_block_mapping.yaml", 3, 5, "data.train", "expected a string, got a mapping"},
+    {"bad_type_quoted.yaml", 2, 12, "model.n_layer", "expected an integer, got a string ('2')"},
+    {"bad_type_bool.yaml", 2, 14, "train.grad_clip", "expected a number, got a boolean (true)"},
+    {"bad_type_null.yaml", 2, 3, "train.steps", "expected an integer, got null"},
+    {"bad_section_scalar.yaml", 2, 11, "watchdog", "expected a mapping, got an integer (5)"},
+    {"bad_range_zero.yaml", 2, 16, "train.micro_batch", "must be >= 1, got 0"},
+    {"bad_range_negative.yaml", 1, 16, "nodes.count", "must be >= 1, got -1"},
+    {"bad_range_lr.yaml", 2, 7, "train.lr", "must be > 0, got 0"},
+    {"bad_range_zscore.yaml", 2, 36, "watchdog.loss_spike.zscore", "must be > 0, got 0"},
+    {"bad_word_schedule.yaml", 2, 13, "train.schedule",
+     "'step' is not one of cosine, linear, constant"},
+    {"bad_word_precision.yaml", 1, 20, "train.precision", "'fp16' is not one of fp32, bf16"},
+    {"bad_word_device.yaml", 2, 11, "nodes.device", "'tpu' is not one of cpu, cuda"},
+    {"bad_word_launcher.yaml", 2, 13, "nodes.launcher", "'slurm' is not one of local, command"},
+    {"bad_codec_level.yaml", 2, 10, "checkpoint.codec",
+     "'zstd:20' is not a known codec (expected zstd:LEVEL, LEVEL 1..19)"},
+    {"bad_codec_name.yaml", 2, 10, "checkpoint.codec",
+     "'lz4' is not a known codec (expected zstd:LEVEL, LEVEL 1..19)"},
+    {"bad_word_on_loss_spike.yaml", 2, 18, "recovery.on_loss_spike",
+     "'ignore' is not one of rollback, rollback_and_skip, warn"},
+    {"bad_word_when_no_spares.yaml", 2, 19, "recovery.when_no_spares",
+     "'panic' is not one of shrink, wait, fail"},
+    {"bad_store_scheme.yaml", 2, 10, "checkpoint.store",
+     "'gs://bucket/ckpt' has an unknown store scheme (expected local:DIR or s3://BUCKET/PREFIX)"},
+    {"bad_syntax.yaml", 3, 7, "syntax error", "plain scalar cannot start with '@'"},
+    {"bad_duplicate.yaml", 5, 3, "train.steps", "duplicate key (first at line 3, column 3)"},
+    {"bad_multidoc.yaml", 3, 1, "syntax error",
+     "a run file holds one YAML document, found a second"},
+    {"bad_toplevel.yaml", 1, 1, "(top level)", "expected a mapping of keys, got a sequence"},
+    {"bad_hosts_element.yaml", 2, 14, "nodes.hosts", "expected a host name, got a mapping"},
+    {"bad_hosts_type.yaml", 2, 10, "nodes.hosts",
+     "expected a sequence of host names, got a string ('node1')"},
+    {"bad_alias.yaml", 3, 11, "train.warmup", "aliases are not supported in a run file"},
+    {"bad_cross_micro.yaml", 4, 16, "train.micro_batch",
+     "12 does not divide train.global_batch (32)"},
+    {"bad_cross_global.yaml", 2, 17, "train.global_batch",
+     "20 is not a multiple of train.micro_batch (8)"},
+    {"bad_cross_heads.yaml", 1, 17, "model.n_head", "5 does not divide model.n_embd (64)"},
+    {"bad_cross_embd.yaml", 2, 11, "model.n_embd", "66 is not a multiple of model.n_head (4)"},
+    {"bad_cross_launcher.yaml", 1, 19, "nodes.launcher",
+     "'command' needs nodes.command with {argv} in it"},
+    {"bad_cross_command.yaml", 3, 12, "nodes.command",
+     "launcher 'command' needs a command containing {argv}, got 'ssh {host}'"},
+};
+
+static void test_bad_files(void **state) {
+  int failures = 0;
+  for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+    const struct bad_case *b = &BAD[i];
+    char want[4096], err[1024] = "";
+    ft_runfile *rf = malloc(sizeof *rf);
+    assert_non_null(rf);
+    const char *path = data_path(b->file);
+    snprintf(want, sizeof want, "%s:%d:%d: %s: %s", path, b->line, b->col, b->key, b->problem);
+    int rc = ft_runfile_load(path, rf, err, sizeof err);
+    if (rc != FT_ECONFIG || strcmp(err, want) != 0) {
+      print_error("%s: rc %d\n  got:  %s\n  want: %s\n", b->file, rc, err, want);
+      failures++;
+    }
+    /* the same text is the thread's error detail */
+    if (rc == FT_ECONFIG && strcmp(ft_err_detail(), err) != 0) {
+      print_error("%s: ft_err_detail differs: %s\n", b->file, ft_err_detail());
+      failures++;
+    }
+    free(rf);
+  }
+  assert_int_equal(failures, 0);
+}
+
+static void test_missing_file(void **state) {
+  char err[1024], want[4096];
+  ft_runfile *rf = malloc(sizeof *rf);
+  const char *path = data_path("does_not_exist.yaml");
+  assert_int_equal(ft_runfile_load(path, rf, err, sizeof err), FT_EIO);
+  snprintf(want, sizeof want, "%s: cannot open: No such file or directory", path);
+  assert_string_equal(err, want);
+  /* a directory is not a run file either */
+  assert_int_equal(ft_runfile_load(data_dir, rf, err, sizeof err), FT_EIO);
+  assert_non_null(strstr(err, "is a directory"));
+  free(rf);
+}
+
+static void test_err_buffer_small(void **state) {
+  /* a tiny or absent error buffer must not overflow or crash */
+  char err[8];
+  ft_runfile *rf = malloc(sizeof *rf);
+  assert_int_equal(ft_runfile_load(data_path("bad_unknown_key.yaml"), rf, err, sizeof err),
+                   FT_ECONFIG);
+  assert_int_equal(strlen(err), 7);
+  assert_int_equal(ft_runfile_load(data_path("bad_syntax.yaml"), rf, NULL, 0), FT_ECONFIG);
+  free(rf);
+}
+
+/* ---- validate ------------------------------------------------------------------ */
+
+static void test_validate(void **state) {
+  ft_runfile rf;
+  char err[512];
+  ft_runfile_defaults(&rf);
+  rf.model.n_head = 3;
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "model.n_head: 3 does not divide model.n_embd (64)");
+
+  ft_runfile_defaults(&rf);
+  rf.train.micro_batch = 5;
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "train.micro_batch: 5 does not divide train.global_batch (16)");
+
+  /* A warmup longer than the run is allowed: short smoke runs keep the
+   * file's warmup, and the lr simply is still ramping when they end. */
+  ft_runfile_defaults(&rf);
+  rf.train.warmup = 301;
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
+
+  ft_runfile_defaults(&rf);
+  strcpy(rf.nodes.launcher, "command");
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(
+      err, "nodes.command: launcher 'command' needs a command containing {argv}, got ''");
+  strcpy(rf.nodes.command, "srun -w {host} {argv}");
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
+
+  /* per-field rules apply to values written straight into the struct */
+  ft_runfile_defaults(&rf);
+  strcpy(rf.train.schedule, "step");
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "train.schedule: 'step' is not one of cosine, linear, constant");
+  ft_runfile_defaults(&rf);
+  strcpy(rf.checkpoint.store, "ftp://x");
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_non_null(strstr(err, "checkpoint.store: 'ftp://x' has an unknown store scheme"));
+  ft_runfile_defaults(&rf);
+  rf.watchdog.spike_zscore = -1;
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "watchdog.loss_spike.zscore: must be > 0, got -1");
+  ft_runfile_defaults(&rf);
+  rf.nodes.workers_per_node = 0;
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "nodes.workers_per_node: must be >= 1, got 0");
+}
+
+/* ---- set ----------------------------------------------------------------------- */
+
+static void set_ok(ft_runfile *rf, const char *k, const char *v) {
+  char err[512] = "";
+  int rc = ft_runfile_set(rf, k, v, err, sizeof err);
+  if (rc)
+    fail_msg("set %s=%s: %s", k, v, err);
+}
+
+static void set_bad(ft_runfile *rf, const char *k, const char *v, const char *want) {
+  char err[512] = "";
+  ft_runfile before = *rf;
+  int rc = ft_runfile_set(rf, k, v, err, sizeof err);
+  if (rc != FT_ECONFIG || strcmp(err, want) != 0)
+    fail_msg("set %s=%s: rc %d\n  got:  %s\n  want: %s", k, v, rc, err, want);
+  assert_memory_equal(&before, rf, sizeof before); /* unchanged on error */
+}
+
+static void test_set(void **state) {
+  ft_runfile rf;
+  char err[512];
+  ft_runfile_defaults(&rf);
+  set_ok(&rf, "train.steps", "40");
+  assert_int_equal(rf.train.steps, 40);
+  set_ok(&rf, "train.lr", "3e-4");
+  assert_true(rf.train.lr == 3e-4);
+  set_ok(&rf, "train.lr", "2");
+  assert_true(rf.train.lr == 2.0);
+  set_ok(&rf, "train.seed", "18446744073709551615");
+  assert_true(rf.train.seed == UINT64_MAX);
+  set_ok(&rf, "train.schedule", "linear");
+  assert_string_equal(rf.train.schedule, "linear");
+  set_ok(&rf, "nodes.hosts", "a, b ,c");
+  assert_int_equal(rf.nodes.nhosts, 3);
+  assert_string_equal(rf.nodes.hosts[0], "a");
+  assert_string_equal(rf.nodes.hosts[1], "b");
+  assert_string_equal(rf.nodes.hosts[2], "c");
+  set_ok(&rf, "nodes.hosts", "");
+  assert_int_equal(rf.nodes.nhosts, 0);
+  set_ok(&rf, "data.val", "");
+  assert_string_equal(rf.data.val, "");
+  set_ok(&rf, "checkpoint.store", "s3://bucket/prefix");
+  assert_string_equal(rf.checkpoint.store, "s3://bucket/prefix");
+  set_ok(&rf, "watchdog.loss_spike.window", "7");
+  assert_int_equal(rf.watchdog.spike_window, 7);
+  set_ok(&rf, "run", "my-run_2");
+  assert_string_equal(rf.run, "my-run_2");
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
+
+  ft_runfile_defaults(&rf);
+  set_bad(&rf, "train.steps", "forty", "train.steps: expected an integer, got a string ('forty')");
+  set_bad(&rf, "train.steps", "0", "train.steps: must be >= 1, got 0");
+  set_bad(&rf, "train.steps", "1e3", "train.steps: expected an integer, got a float (1e3)");
+  set_bad(&rf, "train.micro_batch", "2.5",
+          "train.micro_batch: expected an integer, got a float (2.5)");
+  set_bad(&rf, "model.n_layer", "99999999999",
+          "model.n_layer: must be <= 2147483647, got 99999999999");
+  set_bad(&rf, "train.stepz", "4", "train.stepz: unknown key, did you mean 'train.steps'?");
+  set_bad(&rf, "steps", "4", "steps: unknown key, did you mean 'train.steps'?");
+  set_bad(&rf, "bogus.thing", "4", "bogus.thing: unknown key");
+  set_bad(&rf, "train", "4", "train: is a section, not a value; set one of its keys");
+  set_bad(&rf, "checkpoint.codec", "zstd:0",
+          "checkpoint.codec: 'zstd:0' is not a known codec (expected zstd:LEVEL, LEVEL 1..19)");
+  set_bad(&rf, "train.seed", "-1", "train.seed: must be >= 0, got -1");
+  set_bad(&rf, "train.seed", "18446744073709551616",
+          "train.seed: 18446744073709551616 is out of range (at most 18446744073709551615)");
+  set_bad(&rf, "train.lr", "-0.1", "train.lr: must be > 0, got -0.1");
+  set_bad(&rf, "train.lr", "nan", "train.lr: expected a number, got a string ('nan')");
+  set_bad(&rf, "train.beta2", "1", "train.beta2: must be < 1, got 1");
+  set_bad(&rf, "data.train", "", "data.train: must not be empty");
+  set_bad(&rf, "nodes.device", "tpu", "nodes.device: 'tpu' is not one of cpu, cuda");
+  set_bad(&rf, "nodes.hosts", "a,,b", "nodes.hosts: a host name must not be empty");
+  set_bad(&rf, "nodes.hosts", "a,b c",
+          "nodes.hosts: host name 'b c' contains whitespace or a control character");
+  set_bad(&rf, "run", "a/b", "run: 'a/b' may hold only letters, digits, '.', '_' and '-'");
+  set_bad(&rf, "checkpoint.store",
+          "local:", "checkpoint.store: 'local:' names no directory (expected local:DIR)");
+}
+
+/* ---- config JSON ------------------------------------------------------------- */
+
+static const char *const JSON_KEYS[] = {
+    "model",        "n_layer",     "n_head", "n_embd", "vocab_size", "seq_len",  "train",
+    "global_batch", "micro_batch", "lr",     "warmup", "steps",      "schedule", "min_lr_frac",
+    "weight_decay", "grad_clip",   "beta1",  "beta2",  "eps",        "seed",     "precision",
+    "data",         "train",       "val",    NULL};
+
+static void collect_keys(const cJSON *o, const char **out, int *n) {
+  for (const cJSON *c = o->child; c; c = c->next) {
+    out[(*n)++] = c->string;
+    if (cJSON_IsObject(c))
+      collect_keys(c, out, n);
+  }
+}
+
+static void test_config_json(void **state) {
+  ft_runfile *rf = load_ok("good_full.yaml");
+  char *a = ft_runfile_config_json(rf), *b = ft_runfile_config_json(rf);
+  assert_non_null(a);
+  assert_string_equal(a, b); /* stable */
+  assert_null(strchr(a, ' '));
+  assert_null(strchr(a, '\n'));
+
+  cJSON *j = cJSON_Parse(a);
+  assert_non_null(j);
+  const char *keys[64];
+  int n = 0;
+  collect_keys(j, keys, &n);
+  for (int i = 0; JSON_KEYS[i]; i++) {
+    assert_true(i < n);
+    assert_string_equal(keys[i], JSON_KEYS[i]);
+  }
+  assert_int_equal(n, 24);
+  cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
+  cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "train");
+  cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "data");
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(m, "n_embd")->valueint, 128);
+  assert_true(cJSON_GetObjectItemCaseSensitive(t, "lr")->valuedouble == rf->train.lr);
+  assert_true(cJSON_GetObjectItemCaseSensitive(t, "beta2")->valuedouble == rf->train.beta2);
+  assert_true(cJSON_GetObjectItemCaseSensitive(t, "eps")->valuedouble == rf->train.eps);
+  assert_true(cJSON_GetObjectItemCaseSensitive(t, "min_lr_frac")->valuedouble ==
+              rf->train.min_lr_frac);
+  assert_int_equal(cJSON_GetObjectItemCaseSensitive(t, "steps")->valuedouble, 1000);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(t, "seed")->valuestring,
+                      "18446744073709551615");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(t, "schedule")->valuestring, "linear");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(t, "precision")->valuestring, "bf16");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(d, "train")->valuestring,
+                      "data/full_train_*.bin");
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(d, "val")->valuestring, "");
+  cJSON_Delete(j);
+
+  /* a value outside model/train/data does not change the JSON; one inside does */
+  rf->checkpoint.keep_last = 77;
+  char *c = ft_runfile_config_json(rf);
+  assert_string_equal(a, c);
+  rf->train.lr = nextafter(rf->train.lr, 1.0);
+  char *e = ft_runfile_config_json(rf);
+  assert_string_not_equal(a, e);
+  j = cJSON_Parse(e);
+  assert_true(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "train"), "lr")
+                  ->valuedouble == rf->train.lr);
+  cJSON_Delete(j);
+  free(a);
+  free(b);
+  free(c);
+  free(e);
+  free(rf);
+
+  /* golden text of the defaults: the config hash of every checkpoint depends on it */
+  ft_runfile def;
+  ft_runfile_defaults(&def);
+  char *g = ft_runfile_config_json(&def);
+  assert_string_equal(
+      g, "{\"model\":{\"n_layer\":2,\"n_head\":4,\"n_embd\":64,\"vocab_size\":256,\"seq_len\":64},"
+         "\"train\":{\"global_batch\":16,\"micro_batch\":8,\"lr\":0.001,\"warmup\":20,"
+         "\"steps\":300,\"schedule\":\"cosine\",\"min_lr_frac\":0.10000000000000001,"
+         "\"weight_decay\":0.10000000000000001,\"grad_clip\":1,\"beta1\":0.90000000000000002,"
+         "\"beta2\":0.94999999999999996,\"eps\":1e-08,\"seed\":\"1337\",\"precision\":\"fp32\"},"
+         "\"data\":{\"train\":\"data/synth_train_*.bin\",\"val\":\"data/synth_val_*.bin\"}}");
+  free(g);
+}
+
+int main(void) {
+  const char *src = getenv("FT_SRC");
+  if (!src) {
+    fprintf(stderr, "FT_SRC is not set (run through ctest)\n");
+    return 77;
+  }
+  snprintf(src_dir, sizeof src_dir, "%s", src);
+  snprintf(data_dir, sizeof data_dir, "%s/tests/data/runfiles", src_dir);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_full_file),
+      cmocka_unit_test(test_flow_style),
+      cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_demo_example),
+      cmocka_unit_test(test_bad_files),
+      cmocka_unit_test(test_missing_file),
+      cmocka_unit_test(test_err_buffer_small),
+      cmocka_unit_test(test_validate),
+      cmocka_unit_test(test_set),
+      cmocka_unit_test(test_config_json),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,145 @@
+/*
+ * comm: the backend-neutral half of the collectives interface (comm.h).
+ *
+ * Checks every call's arguments, keeps the sticky failure state, and
+ * dispatches to the backend's table (comm_int.h). Invariants:
+ *   - a backend is called only with valid arguments, on a comm that has not
+ *     failed;
+ *   - after the first backend failure, c->failed holds its code, the backend
+ *     has been aborted once, and every later collective returns FT_ECOMM
+ *     naming the first failure, without touching the network.
+ * Threading: none of its own; one thread per comm at a time.
+ */
+#include "comm_int.h"
+
+#include "ft_err.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int comm__wrap(const struct comm_ops *ops, void *impl, int rank, int world, comm **out) {
+  comm *c = calloc(1, sizeof *c);
+  if (!c)
+    return ft_err_set(FT_ENOMEM, "comm: out of memory");
+  c->ops = ops;
+  c->impl = impl;
+  c->rank = rank;
+  c->world = world;
+  *out = c;
+  return FT_OK;
+}
+
+void comm_free(comm *c) {
+  if (!c)
+    return;
+  c->ops->destroy(c->impl);
+  free(c);
+}
+
+int comm_rank(const comm *c) { return c->rank; }
+int comm_world(const comm *c) { return c->world; }
+const char *comm_backend(const comm *c) { return c->ops->name; }
+
+/* Refuses work on a failed comm. */
+static int check_healthy(comm *c, const char *op) {
+  if (!c)
+    return ft_err_set(FT_EINVAL, "comm_%s: NULL comm", op);
+  if (c->failed)
+    return ft_err_set(FT_ECOMM, "comm_%s: refused, the comm failed earlier in %s: %s", op,
+                      c->failed_op, c->failed_why);
+  return FT_OK;
+}
+
+/* Records a backend failure (rc != 0) and aborts the backend; returns rc. */
+static int after(comm *c, const char *op, int rc) {
+  if (rc == FT_OK)
+    return rc;
+  c->failed = rc;
+  snprintf(c->failed_op, sizeof c->failed_op, "%s", op);
+  snprintf(c->failed_why, sizeof c->failed_why, "%s", ft_err_detail());
+  c->ops->abort(c->impl);
+  /* abort may have overwritten the thread's detail: put ours back. */
+  ft_err_set(rc, "%s", c->failed_why);
+  return rc;
+}
+
+/* count * world * elem must fit a size_t. */
+static int check_size(comm *c, const char *op, size_t count, size_t mult, size_t elem) {
+  if (mult && count > SIZE_MAX / mult / elem)
+    return ft_err_set(FT_EINVAL, "comm_%s: count %zu too large", op, count);
+  return FT_OK;
+}
+
+int comm_allgather(comm *c, const float *send, float *recv, size_t count) {
+  int rc = check_healthy(c, "allgather");
+  if (rc)
+    return rc;
+  if ((rc = check_size(c, "allgather", count, (size_t)c->world, sizeof(float))))
+    return rc;
+  if (count == 0)
+    return FT_OK;
+  if (!send || !recv)
+    return ft_err_set(FT_EINVAL, "comm_allgather: NULL buffer");
+  return after(c, "allgather", c->ops->allgather(c->impl, send, recv, count));
+}
+
+int comm_reduce_scatter(comm *c, const float *send, float *recv, size_t count) {
+  int rc = check_healthy(c, "reduce_scatter");
+  if (rc)
+    return rc;
+  if ((rc = check_size(c, "reduce_scatter", count, (size_t)c->world, sizeof(float))))
+    return rc;
+  if (count == 0)
+    return FT_OK;
+  if (!send || !recv)
+    return ft_err_set(FT_EINVAL, "comm_reduce_scatter: NULL buffer");
+  return after(c, "reduce_scatter", c->ops->reduce_scatter(c->impl, send, recv, count));
+}
+
+int comm_allreduce(comm *c, float *buf, size_t n) {
+  int rc = check_healthy(c, "allreduce");
+  if (rc)
+    return rc;
+  if ((rc = check_size(c, "allreduce", n, 1, sizeof(float))))
+    return rc;
+  if (n == 0)
+    return FT_OK;
+  if (!buf)
+    return ft_err_set(FT_EINVAL, "comm_allreduce: NULL buffer");
+  return after(c, "allreduce", c->ops->allreduce_f32(c->impl, buf, n));
+}
+
+int comm_allreduce_f64(comm *c, double *buf, size_t n) {
+  int rc = check_healthy(c, "allreduce_f64");
+  if (rc)
+    return rc;
+  if ((rc = check_size(c, "allreduce_f64", n, 1, sizeof(double))))
+    return rc;
+  if (n == 0)
+    return FT_OK;
+  if (!buf)
+    return ft_err_set(FT_EINVAL, "comm_allreduce_f64: NULL buffer");
+  return after(c, "allreduce_f64", c->ops->allreduce_f64(c->impl, buf, n));
+}
+
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root) {
+  int rc = check_healthy(c, "broadcast");
+  if (rc)
+    return rc;
+  if (root < 0 || root >= c->world)
+    return ft_err_set(FT_EINVAL, "comm_broadcast: root %d not in [0, %d)", root, c->world);
+  if (bytes == 0)
+    return FT_OK;
+  if (!buf)
+    return ft_err_set(FT_EINVAL, "comm_broadcast: NULL buffer");
+  return after(c, "broadcast", c->ops->broadcast(c->impl, buf, bytes, root));
+}
+
+int comm_barrier(comm *c) {
+  int rc = check_healthy(c, "barrier");
+  if (rc)
+    return rc;
+  return after(c, "barrier", c->ops->barrier(c->impl));
+}

@@ -1,0 +1,318 @@
+/*
+ * snap: the trainer's checkpoints through ckptstore (see snap.h).
+ *
+ * Threads: the training thread calls snap_take/snap_drain/snap_restore; one
+ * committer thread waits for submitted shards to become durable and commits
+ * them in submission (= step) order. They share a FIFO of pending
+ * checkpoints under one mutex.
+ *
+ * Staging: one host buffer holds params, adam_m and adam_v back to back.
+ * It is in use from snap_take until the committer has seen the shard
+ * durable; a snap_take that finds it in use waits (back-pressure). With
+ * checkpoints K steps apart the previous one is long durable by then, so in
+ * practice training waits only for its own memcpy.
+ */
+#include "snap.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckptstore.h"
+#include "ft_err.h"
+
+typedef struct pending {
+  struct pending *next;
+  ckpt_job *job;
+  ckpt_meta meta; /* strings below are owned by this struct */
+  char *run, *config, *state, *metrics;
+} pending;
+
+struct snap {
+  ckpt_store *store;
+  char run[128];
+  float *staging;
+  size_t staging_n;
+  int staging_busy;
+
+  pthread_t committer;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pending *head, *tail;
+  int inflight; /* submitted, not yet committed or failed */
+  int stopping;
+  int first_err;
+};
+
+static const char *const kinds[3] = {"param", "adam_m", "adam_v"};
+
+static void pending_free(pending *p) {
+  if (!p)
+    return;
+  ckpt_job_free(p->job);
+  free(p->run);
+  free(p->config);
+  free(p->state);
+  free(p->metrics);
+  free(p);
+}
+
+static void *committer_main(void *arg) {
+  snap *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stopping)
+      pthread_cond_wait(&s->cv, &s->mu);
+    if (!s->head)
+      break;
+    pending *p = s->head;
+    pthread_mutex_unlock(&s->mu);
+
+    ckpt_shard *shard = NULL;
+    int rc = ckpt_job_wait(p->job, &shard);
+    pthread_mutex_lock(&s->mu);
+    s->staging_busy = 0; /* durable (or failed): the buffer is free */
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (rc == FT_OK)
+      rc = ckpt_store_commit(s->store, &p->meta, &shard, 1);
+    if (rc)
+      fprintf(stderr, "worker: checkpoint at step %" PRId64 " failed: %s: %s\n", p->meta.step,
+              ft_strerror(rc), ft_err_detail());
+    ckpt_shard_free(shard);
+
+    pthread_mutex_lock(&s->mu);
+    s->head = p->next;
+    if (!s->head)
+      s->tail = NULL;
+    s->inflight--;
+    if (rc && !s->first_err)
+      s->first_err = rc;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pending_free(p);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level, snap **out) {
+  *out = NULL;
+  snap *s = calloc(1, sizeof *s);
+  if (!s)
+    return ft_err_set(FT_ENOMEM, "snap: out of memory");
+  ckpt_store_opts o = {.chunk_mib = chunk_mib, .zstd_level = zstd_level};
+  int rc = ckpt_store_open(uri, &o, &s->store);
+  if (rc) {
+    free(s);
+    return rc;
+  }
+  snprintf(s->run, sizeof s->run, "%s", run);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  if (pthread_create(&s->committer, NULL, committer_main, s)) {
+    ckpt_store_free(s->store);
+    free(s);
+    return ft_err_set(FT_ENOMEM, "snap: cannot start the committer thread");
+  }
+  *out = s;
+  return FT_OK;
+}
+
+int snap_drain(snap *s) {
+  pthread_mutex_lock(&s->mu);
+  while (s->inflight > 0)
+    pthread_cond_wait(&s->cv, &s->mu);
+  int rc = s->first_err;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+void snap_free(snap *s) {
+  if (!s)
+    return;
+  snap_drain(s);
+  pthread_mutex_lock(&s->mu);
+  s->stopping = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->committer, NULL);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  ckpt_store_free(s->store);
+  free(s->staging);
+  free(s);
+}
+
+static char *state_to_json(const train_state *st) {
+  char seq[24], rng[24];
+  snprintf(seq, sizeof seq, "%" PRIu64, st->seq);
+  snprintf(rng, sizeof rng, "%" PRIu64, st->rng);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "version", 1);
+  cJSON_AddNumberToObject(o, "step", (double)st->step);
+  cJSON_AddStringToObject(o, "seq", seq);
+  cJSON_AddStringToObject(o, "rng", rng);
+  cJSON_AddStringToObject(o, "config_hash", st->config_hash);
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return txt;
+}
+
+static int state_from_json(const char *txt, train_state *st) {
+  cJSON *o = cJSON_Parse(txt);
+  int rc = FT_OK;
+  const cJSON *v = cJSON_GetObjectItem(o, "version"), *step = cJSON_GetObjectItem(o, "step");
+  const cJSON *seq = cJSON_GetObjectItem(o, "seq"), *rng = cJSON_GetObjectItem(o, "rng");
+  const cJSON *h = cJSON_GetObjectItem(o, "config_hash");
+  if (!o || !cJSON_IsNumber(v) || v->valueint != 1 || !cJSON_IsNumber(step) ||
+      !cJSON_IsString(seq) || !cJSON_IsString(rng) || !cJSON_IsString(h)) {
+    rc = ft_err_set(FT_EFORMAT, "checkpoint state is not a version-1 trainer state: %.200s",
+                    txt ? txt : "(none)");
+    goto out;
+  }
+  st->step = (int64_t)step->valuedouble;
+  st->seq = strtoull(seq->valuestring, NULL, 10);
+  st->rng = strtoull(rng->valuestring, NULL, 10);
+  snprintf(st->config_hash, sizeof st->config_hash, "%s", h->valuestring);
+out:
+  cJSON_Delete(o);
+  return rc;
+}
+
+static char *xstrdup(const char *x) { return x ? strdup(x) : NULL; }
+
+int snap_take(snap *s, const gpt2 *m, const train_state *st, const char *config_json, double loss,
+              const char *metrics_json) {
+  size_t n = m->nparams;
+  int rc = FT_OK;
+  if (!s->staging) {
+    s->staging = malloc(3 * n * sizeof(float));
+    if (!s->staging)
+      return ft_err_set(FT_ENOMEM, "snap: no memory for a %zu-byte staging buffer",
+                        3 * n * sizeof(float));
+    s->staging_n = n;
+  }
+  pthread_mutex_lock(&s->mu);
+  while (s->staging_busy)
+    pthread_cond_wait(&s->cv, &s->mu);
+  s->staging_busy = 1;
+  pthread_mutex_unlock(&s->mu);
+
+  /* The copy training waits for. */
+  memcpy(s->staging, m->params, n * sizeof(float));
+  memcpy(s->staging + n, m->m, n * sizeof(float));
+  memcpy(s->staging + 2 * n, m->v, n * sizeof(float));
+
+  int ng = ft_gpt2_ngroups(&m->d);
+  ckpt_part *parts = calloc((size_t)3 * ng, sizeof *parts);
+  char(*names)[64] = calloc((size_t)3 * ng, sizeof *names);
+  pending *p = calloc(1, sizeof *p);
+  if (!parts || !names || !p) {
+    rc = ft_err_set(FT_ENOMEM, "snap: out of memory");
+    goto fail;
+  }
+  for (int k = 0; k < 3; k++) {
+    for (int g = 0; g < ng; g++) {
+      char gname[32];
+      ckpt_part *pt = &parts[k * ng + g];
+      snprintf(names[k * ng + g], sizeof names[0], "%s/%s", kinds[k],
+               ft_gpt2_group_name(&m->d, g, gname, sizeof gname));
+      size_t numel = ft_gpt2_group_numel(&m->d, g);
+      pt->tensor = names[k * ng + g];
+      pt->dtype = "f32";
+      pt->ndim = 1;
+      pt->shape[0] = (int64_t)numel;
+      pt->offset = 0;
+      pt->len = numel * sizeof(float);
+      pt->data = s->staging + (size_t)k * n + ft_gpt2_group_offset(&m->d, g);
+    }
+  }
+  p->run = xstrdup(s->run);
+  p->config = xstrdup(config_json);
+  p->state = state_to_json(st);
+  p->metrics = xstrdup(metrics_json);
+  p->meta = (ckpt_meta){.run = p->run,
+                        .step = st->step,
+                        .parent_step = -1,
+                        .world = 1,
+                        .loss = loss,
+                        .config_json = p->config,
+                        .state_json = p->state,
+                        .metrics_json = p->metrics};
+  int64_t prev;
+  if (ckpt_store_latest(s->store, s->run, st->step - 1, &prev) == FT_OK)
+    p->meta.parent_step = prev;
+  rc = ckpt_store_submit(s->store, s->run, st->step, 0, 1, parts, 3 * ng, &p->job);
+  if (rc)
+    goto fail;
+  free(parts);
+  free(names);
+
+  pthread_mutex_lock(&s->mu);
+  if (s->tail)
+    s->tail->next = p;
+  else
+    s->head = p;
+  s->tail = p;
+  s->inflight++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return FT_OK;
+
+fail:
+  free(parts);
+  free(names);
+  pending_free(p);
+  pthread_mutex_lock(&s->mu);
+  s->staging_busy = 0;
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+int snap_latest(snap *s, int64_t *step) {
+  return ckpt_store_latest(s->store, s->run, INT64_MAX, step);
+}
+
+int snap_restore(snap *s, int64_t step, gpt2 *m, train_state *st, char **config_json) {
+  ckpt_manifest *man = NULL;
+  *config_json = NULL;
+  int rc = ckpt_store_load(s->store, s->run, step, &man);
+  if (rc)
+    return rc;
+  rc = state_from_json(ckpt_manifest_state_json(man), st);
+  if (rc)
+    goto out;
+  float *dst[3] = {m->params, m->m, m->v};
+  int ng = ft_gpt2_ngroups(&m->d);
+  for (int k = 0; k < 3; k++) {
+    for (int g = 0; g < ng; g++) {
+      char gname[32], name[64];
+      snprintf(name, sizeof name, "%s/%s", kinds[k],
+               ft_gpt2_group_name(&m->d, g, gname, sizeof gname));
+      size_t bytes = ft_gpt2_group_numel(&m->d, g) * sizeof(float);
+      int ti = ckpt_manifest_find(man, name);
+      ckpt_tensor_info info;
+      if (ti < 0 || ckpt_manifest_tensor(man, ti, &info) || info.nbytes != bytes) {
+        rc = ft_err_set(FT_EFORMAT,
+                        "checkpoint %s step %" PRId64
+                        " does not match this model: tensor %s missing or of another size",
+                        s->run, step, name);
+        goto out;
+      }
+      rc = ckpt_store_read(s->store, man, name, 0, bytes,
+                           dst[k] + ft_gpt2_group_offset(&m->d, g));
+      if (rc)
+        goto out;
+    }
+  }
+  *config_json = xstrdup(ckpt_manifest_config_json(man));
+out:
+  ckpt_manifest_free(man);
+  return rc;
+}

@@ -1,0 +1,56 @@
+/*
+ * snap: the trainer's checkpoints through ckptstore.
+ *
+ * The complete training state is exposed as named tensors plus metadata:
+ *   param/<group>, adam_m/<group>, adam_v/<group>   (fp32, 1-D, one per
+ *   ft_gpt2 group: wte, wpe, h.0 .. h.L-1, lnf)
+ *   state_json: {"version":1,"step":S,"seq":"N","rng":"N","config_hash":"hex"}
+ *   config_json: the run file's model/train/data config (ft_runfile_config_json)
+ *
+ * snap_take copies the state into a host staging buffer (the only part
+ * training waits for) and submits it; a committer thread waits for each
+ * shard to be durable and commits the checkpoint, in step order. Before a
+ * new snapshot reuses the staging buffer, snap_take waits until the store
+ * has released the previous one (back-pressure: at most one snapshot in
+ * flight per staging buffer).
+ */
+#ifndef SNAP_H
+#define SNAP_H
+
+#include <stdint.h>
+
+#include "gpt2.h"
+
+typedef struct snap snap;
+
+/* The scalar part of the training state. */
+typedef struct train_state {
+  int64_t step;         /* optimizer steps completed */
+  uint64_t seq;         /* next global sequence index of the data loader */
+  uint64_t rng;         /* generator state (after initialisation) */
+  char config_hash[65]; /* SHA-256 hex of the config JSON */
+} train_state;
+
+/* Opens the store at uri as its writer (the catalog lock) and starts the
+ * committer. *out owned by the caller (snap_free). */
+int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level, snap **out);
+/* Waits for every submitted checkpoint to commit, stops the committer and
+ * closes the store. NULL is a no-op. */
+void snap_free(snap *s);
+
+/* Snapshots the model and st as checkpoint st->step (world 1, rank 0) with
+ * the given config JSON, loss and metrics JSON; returns once the copy is
+ * taken and submitted. */
+int snap_take(snap *s, const gpt2 *m, const train_state *st, const char *config_json, double loss,
+              const char *metrics_json);
+/* Waits until every submitted checkpoint is committed; returns the first
+ * error of any commit (FT_OK if all committed). */
+int snap_drain(snap *s);
+
+/* Newest committed step of the run, or FT_ENOENT. */
+int snap_latest(snap *s, int64_t *step);
+/* Restores checkpoint `step` into m (parameters and moments) and st.
+ * *config_json gets the checkpoint's config JSON (malloc'd; caller frees). */
+int snap_restore(snap *s, int64_t step, gpt2 *m, train_state *st, char **config_json);
+
+#endif

@@ -1,0 +1,43 @@
+/*
+ * train: the standalone training loop (one process, world size 1).
+ *
+ * Reads the run file's model/train/data sections, initialises GPT-2 from
+ * the seed (or an llm.c model file), trains with AdamW, linear warmup and
+ * cosine (or linear/constant) decay, gradient accumulation from global and
+ * micro batch, and global-norm clipping; logs each step; checkpoints through
+ * snap; resumes exactly from the newest committed checkpoint.
+ */
+#ifndef TRAIN_H
+#define TRAIN_H
+
+#include <stdint.h>
+
+#include "ft_runfile.h"
+
+typedef struct train_opts {
+  const ft_runfile *rf;
+  const char *log_json;    /* one JSON object per step, or NULL */
+  const char *store_uri;   /* checkpoints go here; NULL: no checkpoints */
+  int64_t ckpt_every;      /* steps between checkpoints (with store_uri) */
+  int resume;              /* continue from the newest committed checkpoint */
+  const char *init_from;   /* llm.c model file to start from, or NULL */
+  const char *export_path; /* safetensors written at the end, or NULL */
+  int quiet;               /* no per-step human lines */
+} train_opts;
+
+/* Exit codes of the worker program (documented in worker --help). */
+enum {
+  TRAIN_EXIT_OK = 0,
+  TRAIN_EXIT_FAIL = 1,   /* training failed (non-finite loss, internal error) */
+  TRAIN_EXIT_USAGE = 2,  /* bad command line or run file */
+  TRAIN_EXIT_DATA = 3,   /* bad or missing data */
+  TRAIN_EXIT_STORE = 4,  /* checkpoint store error (locked, corrupt, full) */
+};
+
+/* lr for 0-based step index s of a run of `steps` steps. */
+double train_lr(const ft_train_cfg *t, int64_t s);
+
+/* Runs training; prints its own errors; returns a TRAIN_EXIT_* code. */
+int train_main(const train_opts *o);
+
+#endif
