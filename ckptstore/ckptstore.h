@@ -53,6 +53,9 @@ typedef struct ckpt_store_opts {
   const char *catalog_dir; /* RocksDB catalog; NULL: <local dir>/catalog */
   int read_only;           /* 1: open the catalog as a reader (works while a
                               writer holds it); writes fail with FT_ESTATE */
+  int shard_writer;        /* 1: write chunks (submit) but open the catalog
+                              as a reader: a gang's worker, whose shards the
+                              supervisor (the catalog's writer) commits */
   int threads;             /* background writer threads; 0: 2 */
   int chunk_mib;           /* max chunk size; 0: 4 */
   int zstd_level;          /* 0: 1 */
@@ -70,14 +73,14 @@ void ckpt_store_free(ckpt_store *s);
 
 /* One contiguous byte range of a logical tensor, as owned by one rank. */
 typedef struct ckpt_part {
-  const char *tensor;             /* logical tensor name, e.g. "param/wte" */
-  const char *dtype;              /* "f32", "bf16", "f16", "i32", "i64", "u8", "u64" */
-  int ndim;                       /* shape of the whole logical tensor */
+  const char *tensor; /* logical tensor name, e.g. "param/wte" */
+  const char *dtype;  /* "f32", "bf16", "f16", "i32", "i64", "u8", "u64" */
+  int ndim;           /* shape of the whole logical tensor */
   int64_t shape[CKPT_MAX_DIMS];
-  uint64_t offset;                /* byte offset of this range in the tensor */
-  uint64_t len;                   /* bytes in this range */
-  const void *data;               /* host buffer: borrowed until the job says
-                                     its buffers are released */
+  uint64_t offset;  /* byte offset of this range in the tensor */
+  uint64_t len;     /* bytes in this range */
+  const void *data; /* host buffer: borrowed until the job says
+                       its buffers are released */
 } ckpt_part;
 
 /* Submits one rank's shard of checkpoint (run, step). Returns at once with a
@@ -124,8 +127,7 @@ typedef struct ckpt_meta {
  * every tensor's bytes exactly once, and that every chunk is durable; writes
  * the manifest object; then records it in the catalog with one synced
  * WriteBatch (state CKPT_COMMITTED). Shards stay owned by the caller. */
-int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards,
-                      int nshards);
+int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards, int nshards);
 
 /* ---- reading ------------------------------------------------------------ */
 
@@ -134,13 +136,13 @@ typedef struct ckpt_info {
   int64_t step;
   int64_t parent_step;
   int world;
-  int state;               /* enum ckpt_state */
+  int state; /* enum ckpt_state */
   int pinned;
   double loss;
-  int64_t time_ms;         /* commit time, Unix ms */
-  uint64_t logical_bytes;  /* sum of tensor sizes */
-  uint64_t stored_bytes;   /* sum of stored (compressed) chunk sizes referenced */
-  uint64_t new_bytes;      /* stored bytes of chunks first referenced here */
+  int64_t time_ms;        /* commit time, Unix ms */
+  uint64_t logical_bytes; /* sum of tensor sizes */
+  uint64_t stored_bytes;  /* sum of stored (compressed) chunk sizes referenced */
+  uint64_t new_bytes;     /* stored bytes of chunks first referenced here */
   int ntensors;
   int nchunks;
 } ckpt_info;
@@ -211,6 +213,20 @@ typedef struct ckpt_gc_report {
  * chunks that no kept manifest references. Safe against a concurrent commit;
  * the protocol is documented in ckpt_gc.c. dry_run: report only. */
 int ckpt_store_gc(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc_report *rep);
+/* Added: GC leaves unreferenced chunks younger than this alone (default
+ * 3600 s), since they may belong to a checkpoint still being written by
+ * another process. 0 suits a store nobody else writes (tests, offline). */
+int ckpt_store_set_gc_grace(ckpt_store *s, int64_t seconds);
+
+/* ---- other components' records (ckpt_meta.c) ----------------------------- */
+
+/* Small text records of other components (the supervisor's run state) in the
+ * catalog, under the key "sup/<key>" (key: 1..512 bytes), apart from the
+ * checkpoints' own keys. put writes one synced batch (durable on return;
+ * FT_ESTATE on a read-only store). get: *value is malloc'd (caller frees),
+ * FT_ENOENT if the key was never put. */
+int ckpt_store_put_meta(ckpt_store *s, const char *key, const char *value);
+int ckpt_store_get_meta(ckpt_store *s, const char *key, char **value);
 
 #ifdef __cplusplus
 }

@@ -9,3 +9,5 @@ ft_add_script_test(NAME worker_modelfiles LABELS integration TIMEOUT 120
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_modelfiles.sh)
 ft_add_script_test(NAME worker_learns LABELS integration TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_learns.sh)
+ft_add_script_test(NAME fsdp_world4 LABELS integration TIMEOUT 300
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/fsdp_world4.sh)

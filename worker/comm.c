@@ -38,9 +38,15 @@ void comm_free(comm *c) {
   free(c);
 }
 
-int comm_rank(const comm *c) { return c->rank; }
-int comm_world(const comm *c) { return c->world; }
-const char *comm_backend(const comm *c) { return c->ops->name; }
+int comm_rank(const comm *c) {
+  return c->rank;
+}
+int comm_world(const comm *c) {
+  return c->world;
+}
+const char *comm_backend(const comm *c) {
+  return c->ops->name;
+}
 
 /* Refuses work on a failed comm. */
 static int check_healthy(comm *c, const char *op) {

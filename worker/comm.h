@@ -61,12 +61,12 @@ typedef struct comm_kv {
 } comm_kv;
 
 typedef struct comm_opts {
-  int rank, world;       /* 0 <= rank < world */
-  const char *bind_addr; /* address of this host's interface, e.g. "127.0.0.1";
-                            the listening port is chosen by the kernel */
-  const char *prefix;    /* key prefix, e.g. "gen3/"; NULL means "" */
-  int timeout_ms;        /* per collective (> 0): one older than this fails
-                            with FT_ETIMEDOUT */
+  int rank, world;        /* 0 <= rank < world */
+  const char *bind_addr;  /* address of this host's interface, e.g. "127.0.0.1";
+                             the listening port is chosen by the kernel */
+  const char *prefix;     /* key prefix, e.g. "gen3/"; NULL means "" */
+  int timeout_ms;         /* per collective (> 0): one older than this fails
+                             with FT_ETIMEDOUT */
   int connect_timeout_ms; /* rendezvous and connection setup; 0 means
                              max(timeout_ms, 60000) */
 } comm_opts;
@@ -76,7 +76,9 @@ typedef struct comm_opts {
  * have called it or connect_timeout_ms passes (FT_ETIMEDOUT). kv and the
  * strings in o are borrowed for the duration of the call only.
  * Errors: FT_EINVAL (bad options), FT_ENOMEM, FT_ETIMEDOUT, FT_ECOMM, or the
- * store's own error. On failure *out is NULL. */
+ * store's own error. On failure *out is NULL.
+ * Side effect: sets SIGPIPE to SIG_IGN for the process if it is SIG_DFL
+ * (Gloo's socket writes would otherwise kill the process when a peer dies). */
 int comm_gloo_new(const comm_opts *o, const comm_kv *kv, comm **out);
 
 /* Closes the connections and frees the comm. comm_free(NULL) is a no-op. */

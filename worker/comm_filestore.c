@@ -153,8 +153,7 @@ static int fs_get(void *ud, const char *key, void **val, size_t *len) {
     return ft_err_set(FT_ENOMEM, "filestore get: out of memory");
   f = fopen(path, "rbe");
   if (!f) {
-    rc = ft_err_set(ft_err_from_errno(errno), "filestore get: key '%s': %s", key,
-                    strerror(errno));
+    rc = ft_err_set(ft_err_from_errno(errno), "filestore get: key '%s': %s", key, strerror(errno));
     goto out;
   }
   if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {

@@ -27,6 +27,11 @@
  * After a failure comm.c calls gloo_abort(), which closes all connections so
  * that peers blocked on us fail at once rather than at their timeout.
  *
+ * SIGPIPE: Gloo writes its sockets with writev(2), which raises SIGPIPE when
+ * the peer has died; the default action would kill this process instead of
+ * letting the collective fail. comm_gloo_new therefore sets SIGPIPE to
+ * SIG_IGN if (and only if) its disposition is still SIG_DFL.
+ *
  * Threading: Gloo's TCP device runs its own event-loop thread; the comm
  * itself is driven by one caller thread at a time.
  */
@@ -47,6 +52,8 @@ extern "C" {
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
+
+#include <signal.h>
 
 #include <algorithm>
 #include <cctype>
@@ -172,7 +179,9 @@ template <typename F> int guard(const char *op, F &&body) {
   }
 }
 
-GlooComm *G(void *impl) { return static_cast<GlooComm *>(impl); }
+GlooComm *G(void *impl) {
+  return static_cast<GlooComm *>(impl);
+}
 
 void sum_f32(void *c, const void *a, const void *b, size_t n) {
   float *o = static_cast<float *>(c);
@@ -308,8 +317,15 @@ int gloo_barrier(void *impl) {
 }
 
 const struct comm_ops gloo_ops = {
-    "gloo",           gloo_destroy,       gloo_abort,     gloo_allgather, gloo_reduce_scatter,
-    gloo_allreduce_f32, gloo_allreduce_f64, gloo_broadcast, gloo_barrier,
+    "gloo",
+    gloo_destroy,
+    gloo_abort,
+    gloo_allgather,
+    gloo_reduce_scatter,
+    gloo_allreduce_f32,
+    gloo_allreduce_f64,
+    gloo_broadcast,
+    gloo_barrier,
 };
 
 } // namespace
@@ -327,6 +343,13 @@ extern "C" int comm_gloo_new(const comm_opts *o, const comm_kv *kv, comm **out) 
   if (o->timeout_ms <= 0 || o->connect_timeout_ms < 0)
     return ft_err_set(FT_EINVAL, "comm_gloo_new: timeout_ms %d / connect_timeout_ms %d",
                       o->timeout_ms, o->connect_timeout_ms);
+  struct sigaction sa;
+  if (sigaction(SIGPIPE, nullptr, &sa) == 0 && sa.sa_handler == SIG_DFL) {
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, nullptr);
+  }
   int connect_ms = o->connect_timeout_ms ? o->connect_timeout_ms : std::max(o->timeout_ms, 60000);
 
   GlooComm *g = nullptr;

@@ -34,8 +34,8 @@ struct comm {
   const struct comm_ops *ops;
   void *impl;
   int rank, world;
-  int failed;          /* 0, or the code of the first failure */
-  char failed_op[32];  /* the collective that failed */
+  int failed;           /* 0, or the code of the first failure */
+  char failed_op[32];   /* the collective that failed */
   char failed_why[256]; /* its detail */
 };
 

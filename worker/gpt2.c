@@ -185,6 +185,22 @@ static float *blk(const gpt2 *m, float *base, int l, int t) {
   return base + ft_gpt2_group_offset(&m->d, 2 + l) + ft_gpt2_block_offset(&m->d, t);
 }
 
+/* Hook wrappers: no-ops without hooks; the first failure sticks in m->err. */
+static int h_gather(gpt2 *m, int g) {
+  if (!m->hooks || m->err)
+    return m->err;
+  return m->err = m->hooks->gather(m->hooks->ud, m, g);
+}
+static void h_release(gpt2 *m, int g) {
+  if (m->hooks)
+    m->hooks->release(m->hooks->ud, m, g);
+}
+static int h_reduce(gpt2 *m, int g) {
+  if (!m->hooks || m->err)
+    return m->err;
+  return m->err = m->hooks->reduce(m->hooks->ud, m, g);
+}
+
 float gpt2_forward(gpt2 *m, const int32_t *inputs, const int32_t *targets) {
   const ft_gpt2_dims *d = &m->d;
   int B = m->B, T = m->T, C = d->channels, NH = d->n_head, L = d->n_layer;
@@ -195,10 +211,16 @@ float gpt2_forward(gpt2 *m, const int32_t *inputs, const int32_t *targets) {
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int32_t));
   memcpy(m->targets, targets, (size_t)N * sizeof(int32_t));
 
+  m->err = FT_OK;
   const float *wte = P + ft_gpt2_group_offset(d, 0), *wpe = P + ft_gpt2_group_offset(d, 1);
+  if (h_gather(m, 0) || h_gather(m, 1)) /* wte stays until the backward is done */
+    return NAN;
   k_encoder_fwd(a.encoded, inputs, wte, wpe, B, T, C);
+  h_release(m, 1);
   const float *x = a.encoded;
   for (int l = 0; l < L; l++) {
+    if (h_gather(m, 2 + l))
+      return NAN;
     float *ln1 = act(&a, A_LN1, l), *qkv = act(&a, A_QKV, l), *atty = act(&a, A_ATTY, l);
     float *attproj = act(&a, A_ATTPROJ, l), *res2 = act(&a, A_RES2, l), *ln2 = act(&a, A_LN2, l);
     float *fch = act(&a, A_FCH, l), *fchg = act(&a, A_FCHG, l), *fcproj = act(&a, A_FCPROJ, l);
@@ -215,10 +237,14 @@ float gpt2_forward(gpt2 *m, const int32_t *inputs, const int32_t *targets) {
     k_gelu_fwd(fchg, fch, (size_t)N * 4 * C);
     k_matmul_fwd(fcproj, fchg, blk(m, P, l, FT_B_FCPROJW), blk(m, P, l, FT_B_FCPROJB), N, 4 * C, C);
     k_residual_fwd(res3, res2, fcproj, (size_t)N * C);
+    h_release(m, 2 + l);
     x = res3;
   }
   const float *lnf = P + ft_gpt2_group_offset(d, 2 + L);
+  if (h_gather(m, 2 + L))
+    return NAN;
   k_layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf, lnf + C, N, C);
+  h_release(m, 2 + L);
   k_matmul_fwd(a.logits, a.lnf, wte, NULL, N, C, Vp);
   m->last_loss = k_crossentropy_fwd(a.probs, a.losses, a.logits, targets, N, V, Vp);
   return m->last_loss;
@@ -226,7 +252,7 @@ float gpt2_forward(gpt2 *m, const int32_t *inputs, const int32_t *targets) {
 
 void gpt2_zero_grad(gpt2 *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
 
-void gpt2_backward(gpt2 *m, float dloss_scale) {
+int gpt2_backward(gpt2 *m, float dloss_scale) {
   const ft_gpt2_dims *d = &m->d;
   int B = m->B, T = m->T, C = d->channels, NH = d->n_head, L = d->n_layer;
   int V = d->vocab_size, Vp = d->padded_vocab_size, N = B * T;
@@ -241,13 +267,22 @@ void gpt2_backward(gpt2 *m, float dloss_scale) {
   const float *lnf = P + ft_gpt2_group_offset(d, 2 + L);
   float *dlnf = G + ft_gpt2_group_offset(d, 2 + L);
 
+  if (m->err)
+    return m->err;
   k_crossentropy_bwd(g.logits, a.probs, m->targets, dloss_scale / (float)N, N, V, Vp);
   k_matmul_bwd(g.lnf, dwte, NULL, g.logits, a.lnf, wte, N, C, Vp);
+  if (h_gather(m, 2 + L))
+    return m->err;
   const float *xL = L > 0 ? act(&a, A_RES3, L - 1) : a.encoded;
   float *dxL = L > 0 ? act(&g, A_RES3, L - 1) : g.encoded;
   k_layernorm_bwd(dxL, dlnf, dlnf + C, g.lnf, xL, lnf, a.lnf_mean, a.lnf_rstd, N, C);
+  h_release(m, 2 + L);
+  if (h_reduce(m, 2 + L))
+    return m->err;
 
   for (int l = L - 1; l >= 0; l--) {
+    if (h_gather(m, 2 + l))
+      return m->err;
     const float *x = l > 0 ? act(&a, A_RES3, l - 1) : a.encoded;
     float *dx = l > 0 ? act(&g, A_RES3, l - 1) : g.encoded;
     float *dres3 = act(&g, A_RES3, l), *dres2 = act(&g, A_RES2, l);
@@ -271,30 +306,49 @@ void gpt2_backward(gpt2 *m, float dloss_scale) {
                  act(&g, A_QKV, l), act(&a, A_LN1, l), blk(m, P, l, FT_B_QKVW), N, C, 3 * C);
     k_layernorm_bwd(dx, blk(m, G, l, FT_B_LN1W), blk(m, G, l, FT_B_LN1B), act(&g, A_LN1, l), x,
                     blk(m, P, l, FT_B_LN1W), act(&a, A_LN1_MEAN, l), act(&a, A_LN1_RSTD, l), N, C);
+    h_release(m, 2 + l);
+    if (h_reduce(m, 2 + l))
+      return m->err;
   }
   k_encoder_bwd(dwte, dwpe, g.encoded, m->inputs, B, T, C);
+  h_release(m, 0);
+  if (h_reduce(m, 1) || h_reduce(m, 0))
+    return m->err;
+  return FT_OK;
 }
 
 float gpt2_grad_norm(const gpt2 *m) { return (float)sqrt(k_sumsq(m->grads, m->nparams)); }
 
-/* AdamW over [off, off+n) of the flat arrays. */
-static void adamw_range(gpt2 *m, size_t off, size_t n, float lr, float b1, float b2, float eps,
-                        float wd, int64_t t) {
-  k_adamw(m->params + off, m->grads + off, m->m + off, m->v + off, n, lr, b1, b2, eps, wd, t);
+void gpt2_group_segments(const ft_gpt2_dims *d, int g,
+                         void (*fn)(void *ud, size_t off, size_t n, int decays), void *ud) {
+  int L = d->n_layer;
+  if (g < 2) /* wte, wpe: decayed */
+    fn(ud, 0, ft_gpt2_group_numel(d, g), 1);
+  else if (g == 2 + L) /* lnf: LayerNorm, not decayed */
+    fn(ud, 0, ft_gpt2_group_numel(d, g), 0);
+  else
+    for (int k = 0; k < FT_B_COUNT; k++)
+      fn(ud, ft_gpt2_block_offset(d, k), ft_gpt2_block_numel(d, k), ft_gpt2_block_decays(k));
+}
+
+typedef struct adamw_args {
+  gpt2 *m;
+  size_t base;
+  float lr, b1, b2, eps, wd;
+  int64_t t;
+} adamw_args;
+
+static void adamw_segment(void *ud, size_t off, size_t n, int decays) {
+  adamw_args *a = ud;
+  size_t o = a->base + off;
+  k_adamw(a->m->params + o, a->m->grads + o, a->m->m + o, a->m->v + o, n, a->lr, a->b1, a->b2,
+          a->eps, decays ? a->wd : 0.0f, a->t);
 }
 
 void gpt2_adamw(gpt2 *m, float lr, float beta1, float beta2, float eps, float wd, int64_t t) {
-  const ft_gpt2_dims *d = &m->d;
-  int L = d->n_layer;
-  for (int g = 0; g < 2; g++) /* wte, wpe: decayed */
-    adamw_range(m, ft_gpt2_group_offset(d, g), ft_gpt2_group_numel(d, g), lr, beta1, beta2, eps,
-                wd, t);
-  for (int l = 0; l < L; l++) {
-    size_t base = ft_gpt2_group_offset(d, 2 + l);
-    for (int k = 0; k < FT_B_COUNT; k++)
-      adamw_range(m, base + ft_gpt2_block_offset(d, k), ft_gpt2_block_numel(d, k), lr, beta1,
-                  beta2, eps, ft_gpt2_block_decays(k) ? wd : 0.0f, t);
+  adamw_args a = {m, 0, lr, beta1, beta2, eps, wd, t};
+  for (int g = 0; g < ft_gpt2_ngroups(&m->d); g++) {
+    a.base = ft_gpt2_group_offset(&m->d, g);
+    gpt2_group_segments(&m->d, g, adamw_segment, &a);
   }
-  adamw_range(m, ft_gpt2_group_offset(d, 2 + L), ft_gpt2_group_numel(d, 2 + L), lr, beta1, beta2,
-              eps, 0.0f, t);
 }

@@ -18,7 +18,26 @@
 
 #include "ft_gpt2.h"
 
-typedef struct gpt2 {
+typedef struct gpt2 gpt2;
+
+/* Hooks through which FSDP (fsdp.c) sees the model's use of each parameter
+ * group during forward and backward. Without hooks every group is resident
+ * in params and gradients accumulate in grads. With hooks, params and grads
+ * are working buffers: a group's parameters are valid only between its
+ * gather and release, and its gradient is handed over by reduce (which
+ * leaves the working gradient zeroed). Order: forward gathers wte, wpe,
+ * then each block in turn, then lnf; backward gathers them again in reverse
+ * and reduces each group as soon as its gradient is complete (lnf, blocks
+ * L-1..0, wpe, wte). A hook returning non-zero stops the pass: the forward
+ * returns NaN and m->err holds the code. */
+typedef struct gpt2_hooks {
+  void *ud;
+  int (*gather)(void *ud, gpt2 *m, int g);
+  void (*release)(void *ud, gpt2 *m, int g);
+  int (*reduce)(void *ud, gpt2 *m, int g);
+} gpt2_hooks;
+
+struct gpt2 {
   ft_gpt2_dims d;
   int B, T;           /* micro-batch shape the activations are sized for */
   size_t nparams;
@@ -31,7 +50,9 @@ typedef struct gpt2 {
   int32_t *inputs;    /* (B,T) of the last forward */
   int32_t *targets;   /* (B,T) */
   float last_loss;    /* mean loss of the last forward */
-} gpt2;
+  const gpt2_hooks *hooks; /* NULL: all groups resident (world size 1) */
+  int err;            /* first hook error of the last pass, FT_OK if none */
+};
 
 /* Allocates a model for micro-batch (B, T); parameters are zero until
  * gpt2_init_weights or a restore. *out owned by the caller (gpt2_free). */
@@ -43,15 +64,20 @@ void gpt2_free(gpt2 *m);
  * weights 1. Padding rows of wte are 0. Moments are zeroed. */
 void gpt2_init_weights(gpt2 *m, uint64_t seed);
 
-/* Forward on tokens (B,T) and targets (B,T); returns the mean loss. */
+/* Forward on tokens (B,T) and targets (B,T); returns the mean loss (NaN
+ * with m->err set if a hook failed). */
 float gpt2_forward(gpt2 *m, const int32_t *inputs, const int32_t *targets);
 /* Backward of the last forward, accumulating into m->grads; dloss_scale
  * is the weight of this micro-batch's mean loss in the step's loss (1/accum). */
-void gpt2_backward(gpt2 *m, float dloss_scale);
+int gpt2_backward(gpt2 *m, float dloss_scale);
 void gpt2_zero_grad(gpt2 *m);
 
 /* Global L2 norm of the gradients (deterministic). */
 float gpt2_grad_norm(const gpt2 *m);
+/* Calls fn for each run of group g's elements that shares one weight-decay
+ * setting: (offset within the group, count, decays). */
+void gpt2_group_segments(const ft_gpt2_dims *d, int g,
+                         void (*fn)(void *ud, size_t off, size_t n, int decays), void *ud);
 /* AdamW on every parameter; weight decay on 2-D weights and embeddings
  * only. t is the 1-based optimizer step. */
 void gpt2_adamw(gpt2 *m, float lr, float beta1, float beta2, float eps, float wd, int64_t t);

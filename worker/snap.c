@@ -6,7 +6,8 @@
  * them in submission (= step) order. They share a FIFO of pending
  * checkpoints under one mutex.
  *
- * Staging: one host buffer holds params, adam_m and adam_v back to back.
+ * Staging: one host buffer holds this rank's shards of params, adam_m and
+ * adam_v back to back (fsdp_snapshot).
  * It is in use from snap_take until the committer has seen the shard
  * durable; a snap_take that finds it in use waits (back-pressure). With
  * checkpoints K steps apart the previous one is long durable by then, so in
@@ -35,6 +36,8 @@ typedef struct pending {
 struct snap {
   ckpt_store *store;
   char run[128];
+  snap_durable_fn on_durable; /* NULL: commit here */
+  void *ud;
   float *staging;
   size_t staging_n;
   int staging_busy;
@@ -47,8 +50,6 @@ struct snap {
   int stopping;
   int first_err;
 };
-
-static const char *const kinds[3] = {"param", "adam_m", "adam_v"};
 
 static void pending_free(pending *p) {
   if (!p)
@@ -79,7 +80,8 @@ static void *committer_main(void *arg) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (rc == FT_OK)
-      rc = ckpt_store_commit(s->store, &p->meta, &shard, 1);
+      rc = s->on_durable ? s->on_durable(s->ud, &p->meta, shard)
+                         : ckpt_store_commit(s->store, &p->meta, &shard, 1);
     if (rc)
       fprintf(stderr, "worker: checkpoint at step %" PRId64 " failed: %s: %s\n", p->meta.step,
               ft_strerror(rc), ft_err_detail());
@@ -101,12 +103,17 @@ static void *committer_main(void *arg) {
   return NULL;
 }
 
-int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level, snap **out) {
+int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level,
+              snap_durable_fn on_durable, void *ud, snap **out) {
   *out = NULL;
   snap *s = calloc(1, sizeof *s);
   if (!s)
     return ft_err_set(FT_ENOMEM, "snap: out of memory");
-  ckpt_store_opts o = {.chunk_mib = chunk_mib, .zstd_level = zstd_level};
+  s->on_durable = on_durable;
+  s->ud = ud;
+  /* A gang's worker only writes chunks; the supervisor owns the catalog. */
+  ckpt_store_opts o = {.chunk_mib = chunk_mib, .zstd_level = zstd_level,
+                       .shard_writer = on_durable != NULL};
   int rc = ckpt_store_open(uri, &o, &s->store);
   if (rc) {
     free(s);
@@ -149,7 +156,7 @@ void snap_free(snap *s) {
   free(s);
 }
 
-static char *state_to_json(const train_state *st) {
+char *snap_state_json(const train_state *st) {
   char seq[24], rng[24];
   snprintf(seq, sizeof seq, "%" PRIu64, st->seq);
   snprintf(rng, sizeof rng, "%" PRIu64, st->rng);
@@ -187,15 +194,15 @@ out:
 
 static char *xstrdup(const char *x) { return x ? strdup(x) : NULL; }
 
-int snap_take(snap *s, const gpt2 *m, const train_state *st, const char *config_json, double loss,
-              const char *metrics_json) {
-  size_t n = m->nparams;
-  int rc = FT_OK;
+int snap_take(snap *s, const fsdp *f, int rank, int world, const train_state *st,
+              const char *config_json, double loss, const char *metrics_json) {
+  size_t n = fsdp_staging_floats(f);
+  int rc = FT_OK, np = fsdp_nparts(f);
   if (!s->staging) {
-    s->staging = malloc(3 * n * sizeof(float));
+    s->staging = malloc(n * sizeof(float));
     if (!s->staging)
       return ft_err_set(FT_ENOMEM, "snap: no memory for a %zu-byte staging buffer",
-                        3 * n * sizeof(float));
+                        n * sizeof(float));
     s->staging_n = n;
   }
   pthread_mutex_lock(&s->mu);
@@ -204,51 +211,31 @@ int snap_take(snap *s, const gpt2 *m, const train_state *st, const char *config_
   s->staging_busy = 1;
   pthread_mutex_unlock(&s->mu);
 
-  /* The copy training waits for. */
-  memcpy(s->staging, m->params, n * sizeof(float));
-  memcpy(s->staging + n, m->m, n * sizeof(float));
-  memcpy(s->staging + 2 * n, m->v, n * sizeof(float));
-
-  int ng = ft_gpt2_ngroups(&m->d);
-  ckpt_part *parts = calloc((size_t)3 * ng, sizeof *parts);
-  char(*names)[64] = calloc((size_t)3 * ng, sizeof *names);
+  ckpt_part *parts = calloc((size_t)np, sizeof *parts);
+  char(*names)[64] = calloc((size_t)np, sizeof *names);
   pending *p = calloc(1, sizeof *p);
   if (!parts || !names || !p) {
     rc = ft_err_set(FT_ENOMEM, "snap: out of memory");
     goto fail;
   }
-  for (int k = 0; k < 3; k++) {
-    for (int g = 0; g < ng; g++) {
-      char gname[32];
-      ckpt_part *pt = &parts[k * ng + g];
-      snprintf(names[k * ng + g], sizeof names[0], "%s/%s", kinds[k],
-               ft_gpt2_group_name(&m->d, g, gname, sizeof gname));
-      size_t numel = ft_gpt2_group_numel(&m->d, g);
-      pt->tensor = names[k * ng + g];
-      pt->dtype = "f32";
-      pt->ndim = 1;
-      pt->shape[0] = (int64_t)numel;
-      pt->offset = 0;
-      pt->len = numel * sizeof(float);
-      pt->data = s->staging + (size_t)k * n + ft_gpt2_group_offset(&m->d, g);
-    }
-  }
+  /* The copy training waits for. */
+  np = fsdp_snapshot(f, s->staging, parts, names);
   p->run = xstrdup(s->run);
   p->config = xstrdup(config_json);
-  p->state = state_to_json(st);
+  p->state = snap_state_json(st);
   p->metrics = xstrdup(metrics_json);
   p->meta = (ckpt_meta){.run = p->run,
                         .step = st->step,
                         .parent_step = -1,
-                        .world = 1,
+                        .world = world,
                         .loss = loss,
                         .config_json = p->config,
                         .state_json = p->state,
                         .metrics_json = p->metrics};
-  int64_t prev;
+  int64_t prev; /* (a shard writer's catalog view may be older; the committer decides) */
   if (ckpt_store_latest(s->store, s->run, st->step - 1, &prev) == FT_OK)
     p->meta.parent_step = prev;
-  rc = ckpt_store_submit(s->store, s->run, st->step, 0, 1, parts, 3 * ng, &p->job);
+  rc = ckpt_store_submit(s->store, s->run, st->step, rank, world, parts, np, &p->job);
   if (rc)
     goto fail;
   free(parts);
@@ -279,40 +266,17 @@ int snap_latest(snap *s, int64_t *step) {
   return ckpt_store_latest(s->store, s->run, INT64_MAX, step);
 }
 
-int snap_restore(snap *s, int64_t step, gpt2 *m, train_state *st, char **config_json) {
+int snap_restore(snap *s, int64_t step, fsdp *f, train_state *st, char **config_json) {
   ckpt_manifest *man = NULL;
   *config_json = NULL;
   int rc = ckpt_store_load(s->store, s->run, step, &man);
   if (rc)
     return rc;
   rc = state_from_json(ckpt_manifest_state_json(man), st);
-  if (rc)
-    goto out;
-  float *dst[3] = {m->params, m->m, m->v};
-  int ng = ft_gpt2_ngroups(&m->d);
-  for (int k = 0; k < 3; k++) {
-    for (int g = 0; g < ng; g++) {
-      char gname[32], name[64];
-      snprintf(name, sizeof name, "%s/%s", kinds[k],
-               ft_gpt2_group_name(&m->d, g, gname, sizeof gname));
-      size_t bytes = ft_gpt2_group_numel(&m->d, g) * sizeof(float);
-      int ti = ckpt_manifest_find(man, name);
-      ckpt_tensor_info info;
-      if (ti < 0 || ckpt_manifest_tensor(man, ti, &info) || info.nbytes != bytes) {
-        rc = ft_err_set(FT_EFORMAT,
-                        "checkpoint %s step %" PRId64
-                        " does not match this model: tensor %s missing or of another size",
-                        s->run, step, name);
-        goto out;
-      }
-      rc = ckpt_store_read(s->store, man, name, 0, bytes,
-                           dst[k] + ft_gpt2_group_offset(&m->d, g));
-      if (rc)
-        goto out;
-    }
-  }
-  *config_json = xstrdup(ckpt_manifest_config_json(man));
-out:
+  if (rc == FT_OK)
+    rc = fsdp_restore(f, s->store, man);
+  if (rc == FT_OK)
+    *config_json = xstrdup(ckpt_manifest_config_json(man));
   ckpt_manifest_free(man);
   return rc;
 }

@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "gpt2.h"
+#include "fsdp.h"
 
 typedef struct snap snap;
 
@@ -31,26 +31,38 @@ typedef struct train_state {
   char config_hash[65]; /* SHA-256 hex of the config JSON */
 } train_state;
 
-/* Opens the store at uri as its writer (the catalog lock) and starts the
- * committer. *out owned by the caller (snap_free). */
-int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level, snap **out);
+/* Called from the committer thread when this rank's shard of a checkpoint
+ * is durable, instead of committing it (a gang's worker reports the shard
+ * to the supervisor, which commits once every rank has). The shard stays
+ * owned by snap. */
+typedef int (*snap_durable_fn)(void *ud, const ckpt_meta *meta, const ckpt_shard *shard);
+
+/* Opens the store at uri and starts the committer thread. With on_durable
+ * NULL the store is opened as the catalog's writer and snap commits each
+ * checkpoint itself (standalone, world 1); otherwise it only writes shards
+ * and calls on_durable. *out owned by the caller (snap_free). */
+int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level,
+              snap_durable_fn on_durable, void *ud, snap **out);
 /* Waits for every submitted checkpoint to commit, stops the committer and
  * closes the store. NULL is a no-op. */
 void snap_free(snap *s);
 
-/* Snapshots the model and st as checkpoint st->step (world 1, rank 0) with
+/* Snapshots this rank's shards (fsdp f) and st as checkpoint st->step with
  * the given config JSON, loss and metrics JSON; returns once the copy is
  * taken and submitted. */
-int snap_take(snap *s, const gpt2 *m, const train_state *st, const char *config_json, double loss,
-              const char *metrics_json);
+int snap_take(snap *s, const fsdp *f, int rank, int world, const train_state *st,
+              const char *config_json, double loss, const char *metrics_json);
 /* Waits until every submitted checkpoint is committed; returns the first
  * error of any commit (FT_OK if all committed). */
 int snap_drain(snap *s);
 
 /* Newest committed step of the run, or FT_ENOENT. */
 int snap_latest(snap *s, int64_t *step);
-/* Restores checkpoint `step` into m (parameters and moments) and st.
- * *config_json gets the checkpoint's config JSON (malloc'd; caller frees). */
-int snap_restore(snap *s, int64_t step, gpt2 *m, train_state *st, char **config_json);
+/* Restores this rank's shards of checkpoint `step` (written at any world
+ * size) into f, and st. *config_json gets the checkpoint's config JSON
+ * (malloc'd; caller frees). */
+int snap_restore(snap *s, int64_t step, fsdp *f, train_state *st, char **config_json);
+/* The state JSON of a checkpoint, for the supervisor's commit (malloc'd). */
+char *snap_state_json(const train_state *st);
 
 #endif

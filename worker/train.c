@@ -20,13 +20,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
+#include "comm_filestore.h"
+#include "ctl.h"
 #include "data.h"
+#include "ft_wire.h"
+#include "fsdp.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_failpoint.h"
 #include "ft_gpt2.h"
 #include "gpt2.h"
-#include "kernels.h"
 #include "snap.h"
 
 double train_lr(const ft_train_cfg *t, int64_t s) {
@@ -130,17 +135,65 @@ static int exit_for(int rc) {
   }
 }
 
+/* The gang's side of a durable shard: SHARD_SAVED with the envelope the
+ * supervisor commits from (the shard manifest as a string, kept verbatim
+ * because its checksum covers its exact text). */
+static int report_shard(void *ud, const ckpt_meta *meta, const ckpt_shard *shard) {
+  ctl *c = ud;
+  char *sj = ckpt_shard_to_json(shard);
+  cJSON *o = cJSON_CreateObject();
+  int rc = FT_ENOMEM;
+  if (sj && o) {
+    cJSON_AddStringToObject(o, "shard", sj);
+    cJSON_AddStringToObject(o, "state", meta->state_json ? meta->state_json : "{}");
+    cJSON_AddStringToObject(o, "config", meta->config_json ? meta->config_json : "{}");
+    cJSON_AddStringToObject(o, "metrics", meta->metrics_json ? meta->metrics_json : "{}");
+    cJSON_AddNumberToObject(o, "loss", meta->loss);
+    char *txt = cJSON_PrintUnformatted(o);
+    rc = txt ? ctl_send_shard(c, meta->step, ckpt_shard_rank(shard), txt) : FT_ENOMEM;
+    free(txt);
+  }
+  cJSON_Delete(o);
+  free(sj);
+  return rc;
+}
+
+/* A collective failed: tell the supervisor (the peer that died is the
+ * fault; this rank is healthy) and leave with TRAIN_EXIT_GANG. */
+static int gang_broken(const train_opts *o, int rc, int64_t step) {
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", ft_err_detail());
+  fprintf(stderr, "worker: collective failed at step %" PRId64 ": %s\n", step, detail);
+  if (o->ctl)
+    ctl_send_fault(o->ctl, rc == FT_ETIMEDOUT ? FT_FAULT_COLLECTIVE_TIMEOUT : FT_FAULT_OTHER, step,
+                   detail);
+  return TRAIN_EXIT_GANG;
+}
+
+/* Micro batch for world W: the largest b <= micro_batch with global_batch
+ * divisible by b*W (the global batch never changes), or 0 if none. */
+static int micro_for_world(const ft_train_cfg *tc, int world) {
+  for (int b = tc->micro_batch; b >= 1; b--)
+    if (tc->global_batch % (b * world) == 0)
+      return b;
+  return 0;
+}
+
 int train_main(const train_opts *o) {
   const ft_runfile *rf = o->rf;
   const ft_train_cfg *tc = &rf->train;
   int code = TRAIN_EXIT_FAIL, rc;
   data_loader *train = NULL, *val = NULL;
   gpt2 *m = NULL;
+  comm *cm = NULL;
+  fsdp *f = NULL;
   snap *sn = NULL;
   FILE *logf = NULL;
   char *config = NULL, *ck_config = NULL;
   int32_t *inp = NULL, *tgt = NULL;
   train_state st = {0};
+  int rank = 0, world = 1, level = 1;
+  int64_t restore_step = -1;
 
   ft_gpt2_dims d = {.max_seq_len = rf->model.seq_len,
                     .vocab_size = rf->model.vocab_size,
@@ -148,7 +201,9 @@ int train_main(const train_opts *o) {
                     .n_layer = rf->model.n_layer,
                     .n_head = rf->model.n_head,
                     .channels = rf->model.n_embd};
-  int B = tc->micro_batch, T = rf->model.seq_len, accum = tc->global_batch / tc->micro_batch;
+  int T = rf->model.seq_len;
+  if (sscanf(rf->checkpoint.codec, "zstd:%d", &level) != 1)
+    level = 1;
 
   rc = data_open(rf->data.train, rf->model.vocab_size, &train);
   if (rc) {
@@ -156,7 +211,7 @@ int train_main(const train_opts *o) {
     code = TRAIN_EXIT_DATA;
     goto out;
   }
-  if (rf->data.val[0] && data_open(rf->data.val, rf->model.vocab_size, &val)) {
+  if (!o->ctl && rf->data.val[0] && data_open(rf->data.val, rf->model.vocab_size, &val)) {
     fprintf(stderr, "worker: warning: data.val: %s (no validation loss)\n", ft_err_detail());
     val = NULL;
   }
@@ -166,15 +221,66 @@ int train_main(const train_opts *o) {
     code = TRAIN_EXIT_DATA;
     goto out;
   }
+  config = ft_runfile_config_json(rf);
+  sha256_hex(config, st.config_hash);
+  st.rng = tc->seed;
+
+  if (o->ctl) {
+    /* A warm worker (and a spare) waits here, data loaded, until assigned. */
+    ctl_assign a;
+    ctl_wait_assign(o->ctl, &a);
+    rank = a.rank;
+    world = a.world;
+    restore_step = a.restore_step;
+    comm_kv kv = ctl_kv(o->ctl);
+    comm_opts co = {.rank = rank,
+                    .world = world,
+                    .bind_addr = "127.0.0.1",
+                    .prefix = a.rdzv,
+                    .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
+    if (world > 1) {
+      rc = comm_gloo_new(&co, &kv, &cm);
+      if (rc) {
+        code = gang_broken(o, rc, restore_step);
+        goto out;
+      }
+    }
+    fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n",
+            o->node, o->slot, rank, world, a.gen, restore_step >= 0 ? ", restoring" : "");
+  } else if (o->world > 1) {
+    /* Several standalone processes meeting through a folder (tests, debugging). */
+    comm_kv kv;
+    rank = o->rank;
+    world = o->world;
+    comm_opts co = {.rank = rank,
+                    .world = world,
+                    .bind_addr = "127.0.0.1",
+                    .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
+    rc = comm_filestore_init(&kv, o->rdzv_dir);
+    if (rc == FT_OK) {
+      rc = comm_gloo_new(&co, &kv, &cm);
+      comm_filestore_release(&kv);
+    }
+    if (rc) {
+      fprintf(stderr, "worker: rank %d of %d: %s\n", rank, world, ft_err_detail());
+      code = TRAIN_EXIT_GANG;
+      goto out;
+    }
+  }
+  int B = micro_for_world(tc, world);
+  if (!B) {
+    fprintf(stderr, "worker: train.global_batch %d is not divisible by the world size %d\n",
+            tc->global_batch, world);
+    code = TRAIN_EXIT_USAGE;
+    goto out;
+  }
+  int accum = tc->global_batch / (B * world);
 
   rc = gpt2_new(&d, B, T, &m);
   if (rc) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
     goto out;
   }
-  config = ft_runfile_config_json(rf);
-  sha256_hex(config, st.config_hash);
-  st.rng = tc->seed;
   gpt2_init_weights(m, tc->seed);
   if (o->init_from) {
     rc = init_from_llmc(m, o->init_from);
@@ -184,19 +290,23 @@ int train_main(const train_opts *o) {
       goto out;
     }
   }
+  rc = fsdp_new(m, cm, rank, world, &f);
+  if (rc) {
+    fprintf(stderr, "worker: %s\n", ft_err_detail());
+    goto out;
+  }
+  fsdp_shard_from_model(f);
 
   if (o->store_uri) {
-    int level = 1;
-    if (sscanf(rf->checkpoint.codec, "zstd:%d", &level) != 1)
-      level = 1;
-    rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, level, &sn);
+    rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, level,
+                   o->ctl ? report_shard : NULL, o->ctl, &sn);
     if (rc) {
       fprintf(stderr, "worker: checkpoint store %s: %s\n", o->store_uri, ft_err_detail());
       code = TRAIN_EXIT_STORE;
       goto out;
     }
     int64_t last;
-    if (snap_latest(sn, &last) == FT_OK) {
+    if (!o->ctl && snap_latest(sn, &last) == FT_OK) {
       if (!o->resume) {
         fprintf(stderr,
                 "worker: store %s already holds checkpoints of run '%s' (newest: step %" PRId64
@@ -205,9 +315,16 @@ int train_main(const train_opts *o) {
         code = TRAIN_EXIT_USAGE;
         goto out;
       }
-      rc = snap_restore(sn, last, m, &st, &ck_config);
+      restore_step = last;
+    } else if (!o->ctl && o->resume) {
+      fprintf(stderr, "worker: no checkpoint of run '%s' in %s yet: starting from step 0\n",
+              rf->run, o->store_uri);
+    }
+    if (restore_step >= 0) {
+      rc = snap_restore(sn, restore_step, f, &st, &ck_config);
       if (rc) {
-        fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", last, ft_err_detail());
+        fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", restore_step,
+                ft_err_detail());
         code = TRAIN_EXIT_STORE;
         goto out;
       }
@@ -217,16 +334,14 @@ int train_main(const train_opts *o) {
         fprintf(stderr,
                 "worker: warning: the run file's config differs from checkpoint %" PRId64
                 "'s; the continued run will not match an uninterrupted one bit for bit\n",
-                last);
-      fprintf(stderr, "worker: resumed run '%s' from step %" PRId64 " (%s)\n", rf->run, st.step,
-              o->store_uri);
-    } else if (o->resume) {
-      fprintf(stderr, "worker: no checkpoint of run '%s' in %s yet: starting from step 0\n",
-              rf->run, o->store_uri);
+                restore_step);
+      if (rank == 0)
+        fprintf(stderr, "worker: resumed run '%s' from step %" PRId64 " (%s)\n", rf->run,
+                st.step, o->store_uri);
     }
   }
 
-  if (o->log_json) {
+  if (o->log_json && rank == 0) {
     logf = fopen(o->log_json, st.step > 0 ? "a" : "w");
     if (!logf) {
       fprintf(stderr, "worker: --log-json %s: cannot open for writing\n", o->log_json);
@@ -241,62 +356,83 @@ int train_main(const train_opts *o) {
     fprintf(stderr, "worker: out of memory\n");
     goto out;
   }
-  if (!o->quiet)
+  if (!o->quiet && rank == 0)
     fprintf(stderr,
             "worker: run '%s': %zu parameters, L=%d H=%d C=%d V=%d T=%d, global batch %d = "
-            "%d x micro %d, %" PRId64 " steps\n",
-            rf->run, ft_gpt2_num_params(&d) - (size_t)(d.padded_vocab_size - d.vocab_size) * d.channels,
-            d.n_layer, d.n_head, d.channels, d.vocab_size, T, tc->global_batch, accum, B,
+            "%d x micro %d x %d rank(s), %" PRId64 " steps\n",
+            rf->run,
+            ft_gpt2_num_params(&d) - (size_t)(d.padded_vocab_size - d.vocab_size) * d.channels,
+            d.n_layer, d.n_head, d.channels, d.vocab_size, T, tc->global_batch, accum, B, world,
             tc->steps);
 
   while (st.step < tc->steps) {
     uint64_t t0 = ft_now_ns();
     double lr = train_lr(tc, st.step), loss = 0;
-    gpt2_zero_grad(m);
+    fsdp_zero_grad(f);
     for (int mb = 0; mb < accum; mb++) {
-      rc = fill_batch(train, st.seq, mb, 0, 1, B, T, inp, tgt);
+      rc = fill_batch(train, st.seq, mb, rank, world, B, T, inp, tgt);
       if (rc) {
         fprintf(stderr, "worker: %s\n", ft_err_detail());
         code = TRAIN_EXIT_DATA;
         goto out;
       }
       loss += gpt2_forward(m, inp, tgt);
-      gpt2_backward(m, 1.0f / (float)accum);
+      rc = m->err ? m->err : gpt2_backward(m, 1.0f / (float)(accum * world));
+      if (rc) {
+        code = gang_broken(o, rc, st.step);
+        goto out;
+      }
     }
     loss /= accum;
-    float norm = gpt2_grad_norm(m);
+    rc = fsdp_allreduce_sum(f, &loss, 1);
+    loss /= world;
+    float norm = 0;
+    if (rc == FT_OK)
+      rc = fsdp_grad_norm(f, &norm);
+    if (rc) {
+      code = gang_broken(o, rc, st.step);
+      goto out;
+    }
     if (!isfinite(loss) || !isfinite(norm)) {
       fprintf(stderr, "worker: step %" PRId64 ": non-finite loss %g or gradient norm %g\n",
               st.step + 1, loss, norm);
+      if (o->ctl)
+        ctl_send_fault(o->ctl, FT_FAULT_NAN, st.step + 1, "non-finite loss or gradient norm");
       goto out;
     }
     if (tc->grad_clip > 0 && norm > tc->grad_clip)
-      k_scale(m->grads, (float)(tc->grad_clip / norm), m->nparams);
-    gpt2_adamw(m, (float)lr, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
+      fsdp_scale_grads(f, (float)(tc->grad_clip / norm));
+    fsdp_adamw(f, (float)lr, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
                (float)tc->weight_decay, st.step + 1);
     st.step++;
     st.seq += (uint64_t)tc->global_batch;
     double ms = (double)(ft_now_ns() - t0) * 1e-6;
     double tok_s = (double)tc->global_batch * T / (ms * 1e-3);
 
-    if (!o->quiet)
-      printf("step %5" PRId64 "/%" PRId64 " | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | %8.0f "
-             "tok/s\n",
-             st.step, tc->steps, loss, lr, norm, ms, tok_s);
-    if (logf) {
-      fprintf(logf,
-              "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-              "\"tok_s\":%.1f}\n",
-              st.step, loss, lr, norm, ms, tok_s);
-      fflush(logf);
+    if (rank == 0) {
+      if (!o->quiet)
+        printf("step %5" PRId64 "/%" PRId64 " | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | "
+               "%8.0f tok/s\n",
+               st.step, tc->steps, loss, lr, norm, ms, tok_s);
+      if (logf) {
+        fprintf(logf,
+                "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
+                "\"tok_s\":%.1f}\n",
+                st.step, loss, lr, norm, ms, tok_s);
+        fflush(logf);
+      }
+      fflush(stdout);
+      if (o->ctl)
+        ctl_send_step(o->ctl, st.step, loss, norm, tok_s, ms);
     }
-    fflush(stdout);
+    if (o->ctl)
+      ctl_set_step(o->ctl, st.step);
 
     if (sn && ((o->ckpt_every > 0 && st.step % o->ckpt_every == 0) || st.step == tc->steps)) {
       char metrics[160];
       snprintf(metrics, sizeof metrics, "{\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}", loss, lr,
                norm);
-      rc = snap_take(sn, m, &st, config, loss, metrics);
+      rc = snap_take(sn, f, rank, world, &st, config, loss, metrics);
       if (rc) {
         fprintf(stderr, "worker: checkpoint at step %" PRId64 ": %s\n", st.step, ft_err_detail());
         code = TRAIN_EXIT_STORE;
@@ -321,6 +457,15 @@ int train_main(const train_opts *o) {
       goto out;
     }
   }
+  if (o->ctl) {
+    fflush(NULL);
+    ctl_wait_stop(o->ctl); /* the supervisor ends the process once it has committed */
+  }
+  rc = fsdp_gather_all(f); /* the full model, for validation and export */
+  if (rc) {
+    fprintf(stderr, "worker: %s\n", ft_err_detail());
+    goto out;
+  }
   if (val) {
     double vl = val_loss(m, val, 8);
     if (!o->quiet && isfinite(vl))
@@ -343,6 +488,8 @@ out:
   if (logf)
     fclose(logf);
   snap_free(sn);
+  fsdp_free(f);
+  comm_free(cm);
   free(inp);
   free(tgt);
   free(config);

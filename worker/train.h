@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "ctl.h"
 #include "ft_runfile.h"
 
 typedef struct train_opts {
@@ -23,6 +24,10 @@ typedef struct train_opts {
   const char *init_from;   /* llm.c model file to start from, or NULL */
   const char *export_path; /* safetensors written at the end, or NULL */
   int quiet;               /* no per-step human lines */
+  ctl *ctl;                /* gang mode: the supervisor connection (NULL: standalone) */
+  uint32_t node, slot;     /* gang mode: this worker's place in the pool */
+  int rank, world;         /* --world W without a supervisor: rank of W ... */
+  const char *rdzv_dir;    /* ... meeting through this folder (no checkpoints) */
 } train_opts;
 
 /* Exit codes of the worker program (documented in worker --help). */
@@ -32,6 +37,8 @@ enum {
   TRAIN_EXIT_USAGE = 2,  /* bad command line or run file */
   TRAIN_EXIT_DATA = 3,   /* bad or missing data */
   TRAIN_EXIT_STORE = 4,  /* checkpoint store error (locked, corrupt, full) */
+  TRAIN_EXIT_GANG = 5,   /* a collective failed: a peer died or hung (not this rank's fault) */
+  /* 6: the supervisor was lost (ctl.h) */
 };
 
 /* lr for 0-based step index s of a run of `steps` steps. */

@@ -1,21 +1,27 @@
 /*
- * worker: the training process. For now it runs standalone (one process,
- * world size 1); the supervisor's gang mode joins it in a later change.
+ * worker: the training process. Standalone (one process, world size 1), or
+ * one rank of a gang launched by `supervise` (--connect).
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl.h"
 #include "ft_runfile.h"
+#include "ft_wire.h"
+#include "ft_err.h"
 #include "kernels.h"
 #include "train.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: worker --standalone RUN.yaml [options]\n"
+          "       worker --connect HOST:PORT --node N --slot S --runfile RUN.yaml [options]\n"
           "\n"
-          "Trains GPT-2 on the CPU from a run file, as one process.\n"
+          "Trains GPT-2 on the CPU from a run file: as one process (--standalone), or as\n"
+          "one rank of a gang that `supervise` launches (--connect; the run's token comes\n"
+          "in the environment variable FT_RUN_TOKEN, never on the command line).\n"
           "\n"
           "options:\n"
           "  --steps N           train until step N (overrides train.steps)\n"
@@ -33,6 +39,12 @@ static void usage(FILE *f) {
           "  --threads N         threads for the kernels (default: all cores)\n"
           "  --quiet             no per-step lines\n"
           "  -h, --help          this text\n"
+          "gang mode (set by supervise):\n"
+          "  --connect HOST:PORT the supervisor's control port\n"
+          "  --node N --slot S   this worker's node and slot in the pool\n"
+          "  --runfile PATH      the run file\n"
+          "several standalone ranks without a supervisor (tests, debugging; no checkpoints):\n"
+          "  --world W --rank R --rdzv DIR   rank R of W, meeting through folder DIR\n"
           "\n"
           "examples:\n"
           "  worker --standalone examples/demo.yaml --steps 40 --log-json /tmp/loss.jsonl\n"
@@ -40,8 +52,10 @@ static void usage(FILE *f) {
           "  worker --standalone examples/demo.yaml --store local:/tmp/st --resume\n"
           "\n"
           "exit codes:\n"
-          "  0 done   1 training failed (non-finite loss, internal error)   2 usage or\n"
-          "  run-file error   3 bad or missing data   4 checkpoint store error\n");
+          "  0 done (or stopped by the supervisor)   1 training failed (non-finite loss,\n"
+          "  internal error)   2 usage or run-file error   3 bad or missing data\n"
+          "  4 checkpoint store error   5 a collective failed (a peer died or hung)\n"
+          "  6 the supervisor was lost (no training without a supervisor)\n");
 }
 
 int main(int argc, char **argv) {
@@ -52,7 +66,13 @@ int main(int argc, char **argv) {
       {"resume", no_argument, 0, 'R'},           {"init-from", required_argument, 0, 'i'},
       {"export", required_argument, 0, 'e'},     {"threads", required_argument, 0, 't'},
       {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
+      {"connect", required_argument, 0, 'C'},    {"node", required_argument, 0, 'N'},
+      {"slot", required_argument, 0, 'L'},       {"runfile", required_argument, 0, 'F'},
+      {"world", required_argument, 0, 'W'},      {"rank", required_argument, 0, 'K'},
+      {"rdzv", required_argument, 0, 'Z'},
       {0, 0, 0, 0}};
+  const char *connect_to = NULL;
+  long node = -1, slot = -1;
   const char *runfile = NULL, *steps = NULL, *sets[32];
   int nsets = 0, threads = 0;
   train_opts o = {0};
@@ -105,6 +125,37 @@ int main(int argc, char **argv) {
     case 'q':
       o.quiet = 1;
       break;
+    case 'C':
+      connect_to = optarg;
+      break;
+    case 'N':
+    case 'L': {
+      long *dst = c == 'N' ? &node : &slot;
+      *dst = strtol(optarg, &end, 10);
+      if (*end || *dst < 0) {
+        fprintf(stderr, "worker: --%s wants a non-negative integer, got '%s'\n",
+                c == 'N' ? "node" : "slot", optarg);
+        return TRAIN_EXIT_USAGE;
+      }
+      break;
+    }
+    case 'F':
+      runfile = optarg;
+      break;
+    case 'W':
+    case 'K': {
+      int *dst = c == 'W' ? &o.world : &o.rank;
+      *dst = (int)strtol(optarg, &end, 10);
+      if (*end || *dst < 0) {
+        fprintf(stderr, "worker: --%s wants a non-negative integer, got '%s'\n",
+                c == 'W' ? "world" : "rank", optarg);
+        return TRAIN_EXIT_USAGE;
+      }
+      break;
+    }
+    case 'Z':
+      o.rdzv_dir = optarg;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -113,8 +164,11 @@ int main(int argc, char **argv) {
       return TRAIN_EXIT_USAGE;
     }
   }
-  if (!runfile || optind != argc) {
-    fprintf(stderr, "worker: %s\n\n", runfile ? "unexpected argument" : "--standalone RUN.yaml is required");
+  if (!runfile || optind != argc || (connect_to && (node < 0 || slot < 0))) {
+    fprintf(stderr, "worker: %s\n\n",
+            !runfile    ? "--standalone RUN.yaml (or --connect ... --runfile RUN.yaml) is required"
+            : connect_to ? "--connect needs --node and --slot"
+                         : "unexpected argument");
     usage(stderr);
     return TRAIN_EXIT_USAGE;
   }
@@ -158,8 +212,22 @@ int main(int argc, char **argv) {
             o.store_uri);
     return TRAIN_EXIT_USAGE;
   }
+  if (o.world > 1 && (!o.rdzv_dir || o.rank >= o.world || o.store_uri || connect_to)) {
+    fprintf(stderr, "worker: --world W needs --rank R < W and --rdzv DIR, and takes no store\n");
+    return TRAIN_EXIT_USAGE;
+  }
   if (threads)
     k_set_threads(threads);
   o.rf = &rf;
+  if (connect_to) {
+    o.node = (uint32_t)node;
+    o.slot = (uint32_t)slot;
+    if (ctl_connect(connect_to, rf.run, getenv(FT_WIRE_TOKEN_ENV), o.node, o.slot,
+                    rf.watchdog.heartbeat_timeout_s, &o.ctl)) {
+      fprintf(stderr, "worker: node %ld slot %ld: %s\n", node, slot, ft_err_detail());
+      return CTL_EXIT_LOST;
+    }
+    o.resume = 1; /* the supervisor decides what to restore (ASSIGN) */
+  }
   return train_main(&o);
 }

@@ -1,0 +1,278 @@
+/*
+ * ckpt_catalog: the RocksDB catalog and its writer lock.
+ *
+ * The only file that includes rocksdb/c.h; RocksDB's errptr strings are
+ * translated to FT_EDB (or FT_ENOENT / FT_EBUSY) here, with the text kept as
+ * the detail.
+ *
+ * One writer at a time. The writer first takes an advisory flock on
+ * "<catalog>.lock" (released by the kernel when the process dies, so a
+ * SIGKILLed writer never leaves a stale lock) and writes who it is into the
+ * file: a second writer fails at once with FT_EBUSY and that text. RocksDB's
+ * own LOCK would also stop it, but with a message nobody can act on.
+ * Readers open the database read-only (rocksdb_open_for_read_only), which
+ * takes no lock and works while a writer holds it; a reader sees the catalog
+ * as of its open (what was synced by then).
+ *
+ * Every write is a WriteBatch written with sync=true: after
+ * ckpt_catalog_write returns, the whole batch survives a crash, and a crash
+ * before leaves none of it.
+ *
+ * Threads: RocksDB handles are thread-safe; this module adds no state.
+ */
+#include "ckpt_int.h"
+
+#include "ft_err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <rocksdb/c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+struct ckpt_catalog {
+  rocksdb_t *db;
+  rocksdb_options_t *opts;
+  rocksdb_writeoptions_t *wopts;
+  rocksdb_readoptions_t *ropts;
+  int lock_fd;
+  char *dir;
+};
+
+struct ckpt_batch {
+  rocksdb_writebatch_t *wb;
+};
+
+void ckpt_key_info(char *buf, size_t n, const char *run, int64_t step) {
+  snprintf(buf, n, "ckpt/info/%s/%020" PRId64, run, step);
+}
+
+void ckpt_key_man(char *buf, size_t n, const char *run, int64_t step) {
+  snprintf(buf, n, "ckpt/man/%s/%020" PRId64, run, step);
+}
+
+void ckpt_key_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]) {
+  snprintf(buf, n, "ckpt/chunk/%s", hex);
+}
+
+static int take_lock(const char *dir, int *fd_out) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.lock", dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return ft_err_set(ft_err_from_errno(errno), "cannot open the catalog lock %s: %s", path,
+                      strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    char who[512] = "";
+    ssize_t r = pread(fd, who, sizeof who - 1, 0);
+    who[r > 0 ? r : 0] = 0;
+    char *nl = strchr(who, '\n');
+    if (nl)
+      *nl = 0;
+    close(fd);
+    if (e == EWOULDBLOCK)
+      return ft_err_set(FT_EBUSY,
+                        "the catalog %s is locked by another writer (%s); wait for it to "
+                        "finish, or open it read-only",
+                        dir, who[0] ? who : "holder unknown");
+    return ft_err_set(ft_err_from_errno(e), "cannot lock %s: %s", path, strerror(e));
+  }
+  char host[256] = "?", comm[64] = "?", when[64] = "?";
+  gethostname(host, sizeof host);
+  host[sizeof host - 1] = 0;
+  FILE *f = fopen("/proc/self/comm", "r");
+  if (f) {
+    if (fgets(comm, sizeof comm, f))
+      comm[strcspn(comm, "\n")] = 0;
+    fclose(f);
+  }
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+  char who[512];
+  int n = snprintf(who, sizeof who, "pid %d on %s, program %s, since %s\n", (int)getpid(), host,
+                   comm, when);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, who, (size_t)n, 0) != n) {
+    /* the lock holds without the text; only the message gets poorer */
+  }
+  *fd_out = fd;
+  return FT_OK;
+}
+
+static int db_err(char *err, const char *what, const char *dir) {
+  int code = FT_EDB;
+  if (strstr(err, "does not exist") || strstr(err, "No such file"))
+    code = FT_ENOENT;
+  else if (strstr(err, "lock") && strstr(err, "unavailable"))
+    code = FT_EBUSY;
+  ft_err_set(code, "catalog %s: %s: %s", dir, what, err);
+  rocksdb_free(err);
+  return code;
+}
+
+int ckpt_catalog_open(const char *dir, int read_only, ckpt_catalog **out) {
+  *out = NULL;
+  ckpt_catalog *c = calloc(1, sizeof *c);
+  if (!c || !(c->dir = strdup(dir))) {
+    free(c);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  c->lock_fd = -1;
+  int rc = FT_OK;
+  if (!read_only) {
+    rc = take_lock(dir, &c->lock_fd);
+    if (rc)
+      goto fail;
+  }
+  c->opts = rocksdb_options_create();
+  c->wopts = rocksdb_writeoptions_create();
+  c->ropts = rocksdb_readoptions_create();
+  rocksdb_writeoptions_set_sync(c->wopts, 1);
+  rocksdb_options_set_create_if_missing(c->opts, !read_only);
+  rocksdb_options_set_keep_log_file_num(c->opts, 2);
+  rocksdb_options_set_max_open_files(c->opts, 64);
+  char *err = NULL;
+  if (read_only)
+    c->db = rocksdb_open_for_read_only(c->opts, dir, 0, &err);
+  else
+    c->db = rocksdb_open(c->opts, dir, &err);
+  if (err) {
+    rc = db_err(err, read_only ? "open read-only" : "open", dir);
+    if (rc == FT_ENOENT)
+      ft_err_set(FT_ENOENT,
+                 "no catalog at %s (nothing has been written to this store yet; check "
+                 "--store / CKPT_STORE)",
+                 dir);
+    goto fail;
+  }
+  *out = c;
+  return FT_OK;
+fail:
+  ckpt_catalog_close(c);
+  return rc;
+}
+
+void ckpt_catalog_close(ckpt_catalog *c) {
+  if (!c)
+    return;
+  if (c->db)
+    rocksdb_close(c->db);
+  if (c->ropts)
+    rocksdb_readoptions_destroy(c->ropts);
+  if (c->wopts)
+    rocksdb_writeoptions_destroy(c->wopts);
+  if (c->opts)
+    rocksdb_options_destroy(c->opts);
+  if (c->lock_fd >= 0) {
+    if (ftruncate(c->lock_fd, 0) != 0) {
+      /* stale holder text is harmless: the flock is what counts */
+    }
+    close(c->lock_fd);
+  }
+  free(c->dir);
+  free(c);
+}
+
+int ckpt_catalog_get(ckpt_catalog *c, const char *key, char **val, size_t *len) {
+  char *err = NULL;
+  size_t n = 0;
+  *val = NULL;
+  char *v = rocksdb_get(c->db, c->ropts, key, strlen(key), &n, &err);
+  if (err)
+    return db_err(err, "get", c->dir);
+  if (!v)
+    return ft_err_set(FT_ENOENT, "catalog has no key %s", key);
+  char *copy = malloc(n + 1);
+  if (!copy) {
+    rocksdb_free(v);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  memcpy(copy, v, n);
+  copy[n] = 0;
+  rocksdb_free(v);
+  *val = copy;
+  if (len)
+    *len = n;
+  return FT_OK;
+}
+
+int ckpt_catalog_scan(ckpt_catalog *c, const char *prefix,
+                      int (*fn)(void *ud, const char *key, const char *val, size_t vlen),
+                      void *ud) {
+  rocksdb_iterator_t *it = rocksdb_create_iterator(c->db, c->ropts);
+  size_t plen = strlen(prefix);
+  int rc = FT_OK;
+  char *key = NULL, *val = NULL;
+  for (rocksdb_iter_seek(it, prefix, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+    size_t kl, vl;
+    const char *k = rocksdb_iter_key(it, &kl);
+    if (kl < plen || memcmp(k, prefix, plen) != 0)
+      break;
+    const char *v = rocksdb_iter_value(it, &vl);
+    free(key);
+    free(val);
+    key = malloc(kl + 1);
+    val = malloc(vl + 1);
+    if (!key || !val) {
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      break;
+    }
+    memcpy(key, k, kl);
+    key[kl] = 0;
+    memcpy(val, v, vl);
+    val[vl] = 0;
+    rc = fn(ud, key, val, vl);
+    if (rc)
+      break;
+  }
+  free(key);
+  free(val);
+  if (rc == FT_OK) {
+    char *err = NULL;
+    rocksdb_iter_get_error(it, &err);
+    if (err)
+      rc = db_err(err, "scan", c->dir);
+  }
+  rocksdb_iter_destroy(it);
+  return rc;
+}
+
+ckpt_batch *ckpt_batch_new(void) {
+  ckpt_batch *b = calloc(1, sizeof *b);
+  if (b)
+    b->wb = rocksdb_writebatch_create();
+  return b;
+}
+
+void ckpt_batch_put(ckpt_batch *b, const char *key, const char *val, size_t vlen) {
+  rocksdb_writebatch_put(b->wb, key, strlen(key), val, vlen);
+}
+
+void ckpt_batch_del(ckpt_batch *b, const char *key) {
+  rocksdb_writebatch_delete(b->wb, key, strlen(key));
+}
+
+void ckpt_batch_free(ckpt_batch *b) {
+  if (!b)
+    return;
+  rocksdb_writebatch_destroy(b->wb);
+  free(b);
+}
+
+int ckpt_catalog_write(ckpt_catalog *c, ckpt_batch *b) {
+  if (!b)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  char *err = NULL;
+  rocksdb_write(c->db, c->wopts, b->wb, &err);
+  ckpt_batch_free(b);
+  if (err)
+    return db_err(err, "write", c->dir);
+  return FT_OK;
+}

@@ -1,0 +1,713 @@
+/*
+ * ckpt_cli: the `ckpt` program, an operator's view of a checkpoint store.
+ *
+ *   ckpt [--store URI] [--run NAME] COMMAND [ARGS]
+ *
+ * Read-only commands (ls, show, restore, diff) open the catalog as a reader,
+ * so they work while a training run (the writer) holds it. verify opens it
+ * for writing, to mark damaged checkpoints bad, and falls back to reading
+ * (without marking) when a writer holds the lock. gc, pin and unpin need the
+ * lock and exit 5 when someone else holds it. Exit codes: see usage().
+ */
+#include "ckpt_cli.h"
+#include "ckpt_int.h"
+
+#include "ft_err.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *usage_text =
+    "usage: ckpt [--store URI] [--run NAME] COMMAND [ARGS]\n"
+    "\n"
+    "Inspect, restore, verify and clean up a checkpoint store written by the\n"
+    "trainer (or the supervisor). The store is --store URI, or $CKPT_STORE.\n"
+    "URIs: local:DIR (chunks, manifests and the catalog under DIR).\n"
+    "\n"
+    "Commands:\n"
+    "  ls                      list checkpoints: run, step, time, state, loss,\n"
+    "                          logical size, stored size, bytes new in that\n"
+    "                          checkpoint (not shared with an earlier one), ratio\n"
+    "  show STEP               a checkpoint's tensors: dtype, shape, chunks, sizes\n"
+    "  restore STEP --to PATH  write the model as Hugging Face GPT-2 safetensors;\n"
+    "         [--world N --rank R]  or rank R's raw FSDP shard of every tensor\n"
+    "                          (for a run of N ranks) as safetensors\n"
+    "  verify [STEP]           re-read and re-hash every chunk of one checkpoint\n"
+    "                          (or of all); damaged ones are marked bad\n"
+    "  gc [--dry-run] [--keep-last N] [--keep-every M] [--grace SECONDS]\n"
+    "                          keep the newest N restorable checkpoints of each\n"
+    "                          run, every M-th step and all pinned ones; delete\n"
+    "                          the rest and every chunk nothing kept references.\n"
+    "                          Chunks younger than --grace (default 3600 s) stay:\n"
+    "                          they may belong to a checkpoint being written.\n"
+    "  pin STEP / unpin STEP   protect a checkpoint from gc (or stop protecting it)\n"
+    "  diff A B                which tensors changed between steps A and B, and\n"
+    "                          by how many bytes (at chunk granularity)\n"
+    "\n"
+    "STEP is a step number or 'latest' (the newest committed or good one).\n"
+    "\n"
+    "Options:\n"
+    "  --store URI     the store (default: $CKPT_STORE)\n"
+    "  --run NAME      the run, when the store holds several (default: the only one)\n"
+    "  --json          machine-readable output (ls, show)\n"
+    "  -h, --help      this text\n"
+    "\n"
+    "Examples:\n"
+    "  export CKPT_STORE=local:state/store\n"
+    "  ckpt ls                              # what is there, and how big\n"
+    "  ckpt show latest                     # tensors of the newest checkpoint\n"
+    "  ckpt restore 300 --to model.safetensors\n"
+    "  ckpt restore 300 --to r1.safetensors --world 4 --rank 1\n"
+    "  ckpt verify && echo all good         # exit 1 if any chunk is damaged\n"
+    "  ckpt gc --dry-run --keep-last 5 --keep-every 1000\n"
+    "  ckpt --run gpt2-tiny pin 200\n"
+    "  ckpt diff 275 300\n"
+    "\n"
+    "Exit codes:\n"
+    "  0  success\n"
+    "  1  a problem was found: verify saw a corrupt or missing chunk, or restore\n"
+    "     met a damaged chunk (nothing was written)\n"
+    "  2  usage error (bad command, option or argument; ambiguous run)\n"
+    "  3  not found (no such store, run, checkpoint or tensor)\n"
+    "  4  store or catalog error (I/O, database, format)\n"
+    "  5  the catalog is locked by another writer (gc, pin, unpin); try later\n";
+
+typedef struct cli {
+  const char *store;
+  const char *run;
+  int json, dry_run, keep_last, keep_every, world, rank;
+  int64_t grace;
+  const char *to;
+  ckpt_store *s;
+  char runbuf[128];
+} cli;
+
+int ckpt_cli_exit_code(int rc) {
+  switch (rc) {
+  case FT_OK:
+    return CKPT_EXIT_OK;
+  case FT_ECORRUPT:
+    return CKPT_EXIT_PROBLEM;
+  case FT_EINVAL:
+    return CKPT_EXIT_USAGE;
+  case FT_ENOENT:
+    return CKPT_EXIT_NOTFOUND;
+  case FT_EBUSY:
+    return CKPT_EXIT_LOCKED;
+  default:
+    return CKPT_EXIT_STORE;
+  }
+}
+
+void ckpt_cli_progress(const char *what, uint64_t done, uint64_t total) {
+  static int tty = -1;
+  if (tty < 0)
+    tty = isatty(STDERR_FILENO);
+  if (!tty || total == 0)
+    return;
+  fprintf(stderr, "\r%s: %" PRIu64 "/%" PRIu64 " (%d%%)%s", what, done, total,
+          (int)(100 * done / total), done == total ? "\r\033[K" : "");
+  fflush(stderr);
+}
+
+static int fail(int rc, const char *what) {
+  const char *d = ft_err_detail();
+  fprintf(stderr, "ckpt: %s: %s\n", what, d[0] ? d : ft_strerror(rc));
+  if (rc == FT_EBUSY)
+    fprintf(stderr, "ckpt: this command changes the catalog; run it when the writer is done\n");
+  return ckpt_cli_exit_code(rc);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "ckpt: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nckpt: see 'ckpt --help'\n");
+  return CKPT_EXIT_USAGE;
+}
+
+static void human(uint64_t b, char *buf, size_t n) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 4) {
+    v /= 1024;
+    i++;
+  }
+  if (i == 0)
+    snprintf(buf, n, "%" PRIu64 " B", b);
+  else
+    snprintf(buf, n, "%.2f %s", v, u[i]);
+}
+
+static void fmt_time(int64_t ms, char *buf, size_t n) {
+  if (ms <= 0) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+static int open_store(cli *c, int writer) {
+  ckpt_store_opts o = {.read_only = 1};
+  /* A reader first: it fails (not found) where there is no store, where a
+   * writer would create an empty one at a mistyped path. */
+  int rc = ckpt_store_open(c->store, &o, &c->s);
+  if (rc || !writer)
+    return rc;
+  ckpt_store_free(c->s);
+  c->s = NULL;
+  o.read_only = 0;
+  return ckpt_store_open(c->store, &o, &c->s);
+}
+
+/* Picks the run: --run, or the only run in the store. */
+static int pick_run(cli *c) {
+  if (c->run)
+    return FT_OK;
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  int rc = ckpt_store_list(c->s, NULL, &v, &n);
+  if (rc)
+    return rc;
+  char list[1024] = "";
+  int nruns = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0 && strcmp(v[i].run, v[i - 1].run) == 0)
+      continue;
+    nruns++;
+    snprintf(c->runbuf, sizeof c->runbuf, "%s", v[i].run);
+    size_t l = strlen(list);
+    snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", v[i].run);
+  }
+  free(v);
+  if (nruns == 0)
+    return ft_err_set(FT_ENOENT, "the store %s has no checkpoints yet", c->store);
+  if (nruns > 1)
+    return ft_err_set(FT_EINVAL, "the store holds several runs (%s); choose one with --run NAME",
+                      list);
+  c->run = c->runbuf;
+  return FT_OK;
+}
+
+static int parse_step(cli *c, const char *arg, int64_t *step) {
+  if (!arg)
+    return ft_err_set(FT_EINVAL, "missing STEP (a step number or 'latest')");
+  int rc = pick_run(c);
+  if (rc)
+    return rc;
+  if (strcmp(arg, "latest") == 0)
+    return ckpt_store_latest(c->s, c->run, INT64_MAX, step);
+  char *end;
+  long long v = strtoll(arg, &end, 10);
+  if (*end || end == arg || v < 0)
+    return ft_err_set(FT_EINVAL, "'%s' is not a step (a number >= 0, or 'latest')", arg);
+  *step = v;
+  return FT_OK;
+}
+
+/* ---- ls ----------------------------------------------------------------------- */
+
+static int cmd_ls(cli *c) {
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  int rc = ckpt_store_list(c->s, c->run, &v, &n);
+  if (rc)
+    return fail(rc, "ls");
+  if (c->json) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "run", v[i].run);
+      cJSON_AddNumberToObject(o, "step", (double)v[i].step);
+      cJSON_AddNumberToObject(o, "parent", (double)v[i].parent_step);
+      cJSON_AddNumberToObject(o, "world", v[i].world);
+      cJSON_AddStringToObject(o, "state", ckpt_state_name(v[i].state));
+      cJSON_AddBoolToObject(o, "pinned", v[i].pinned);
+      cJSON_AddNumberToObject(o, "time_ms", (double)v[i].time_ms);
+      if (isfinite(v[i].loss))
+        cJSON_AddNumberToObject(o, "loss", v[i].loss);
+      else
+        cJSON_AddNullToObject(o, "loss");
+      cJSON_AddNumberToObject(o, "logical_bytes", (double)v[i].logical_bytes);
+      cJSON_AddNumberToObject(o, "stored_bytes", (double)v[i].stored_bytes);
+      cJSON_AddNumberToObject(o, "new_bytes", (double)v[i].new_bytes);
+      cJSON_AddNumberToObject(o, "ntensors", v[i].ntensors);
+      cJSON_AddNumberToObject(o, "nchunks", v[i].nchunks);
+      cJSON_AddItemToArray(arr, o);
+    }
+    char *s = cJSON_Print(arr);
+    printf("%s\n", s ? s : "[]");
+    free(s);
+    cJSON_Delete(arr);
+    free(v);
+    return 0;
+  }
+  if (n == 0) {
+    printf("no checkpoints%s%s\n", c->run ? " of run " : "", c->run ? c->run : "");
+    free(v);
+    return 0;
+  }
+  printf("%-16s %8s  %-19s  %-9s %9s %11s %11s %11s %6s\n", "RUN", "STEP", "TIME", "STATE", "LOSS",
+         "LOGICAL", "STORED", "NEW", "RATIO");
+  for (size_t i = 0; i < n; i++) {
+    char t[32], lg[32], st[32], nw[32], loss[32], state[16], ratio[16];
+    fmt_time(v[i].time_ms, t, sizeof t);
+    human(v[i].logical_bytes, lg, sizeof lg);
+    human(v[i].stored_bytes, st, sizeof st);
+    human(v[i].new_bytes, nw, sizeof nw);
+    if (isfinite(v[i].loss))
+      snprintf(loss, sizeof loss, "%.4f", v[i].loss);
+    else
+      snprintf(loss, sizeof loss, "-");
+    snprintf(state, sizeof state, "%s%s", ckpt_state_name(v[i].state), v[i].pinned ? "*" : "");
+    if (v[i].stored_bytes)
+      snprintf(ratio, sizeof ratio, "%.2fx",
+               (double)v[i].logical_bytes / (double)v[i].stored_bytes);
+    else
+      snprintf(ratio, sizeof ratio, "-");
+    printf("%-16s %8" PRId64 "  %-19s  %-9s %9s %11s %11s %11s %6s\n", v[i].run, v[i].step, t,
+           state, loss, lg, st, nw, ratio);
+  }
+  printf("(* pinned; NEW = stored bytes of chunks no earlier checkpoint had; "
+         "RATIO = logical / stored)\n");
+  free(v);
+  return 0;
+}
+
+/* ---- show ----------------------------------------------------------------------- */
+
+static void shape_str(const ckpt_tensor_info *t, char *buf, size_t n) {
+  size_t l = 0;
+  l += (size_t)snprintf(buf, n, "(");
+  for (int d = 0; d < t->ndim && l < n; d++)
+    l += (size_t)snprintf(buf + l, n - l, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+  if (l < n)
+    snprintf(buf + l, n - l, ")");
+}
+
+static int cmd_show(cli *c, const char *arg) {
+  int64_t step;
+  int rc = parse_step(c, arg, &step);
+  ckpt_manifest *m = NULL;
+  if (rc == FT_OK)
+    rc = ckpt_store_load(c->s, c->run, step, &m);
+  if (rc)
+    return fail(rc, "show");
+  const ckpt_info *i = ckpt_manifest_info(m);
+  int nt = ckpt_manifest_ntensors(m);
+  if (c->json) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "run", i->run);
+    cJSON_AddNumberToObject(o, "step", (double)i->step);
+    cJSON_AddNumberToObject(o, "parent", (double)i->parent_step);
+    cJSON_AddNumberToObject(o, "world", i->world);
+    cJSON_AddStringToObject(o, "state", ckpt_state_name(i->state));
+    cJSON_AddBoolToObject(o, "pinned", i->pinned);
+    cJSON_AddNumberToObject(o, "logical_bytes", (double)i->logical_bytes);
+    cJSON_AddNumberToObject(o, "stored_bytes", (double)i->stored_bytes);
+    cJSON_AddNumberToObject(o, "new_bytes", (double)i->new_bytes);
+    cJSON_AddItemToObject(o, "config", cJSON_Parse(ckpt_manifest_config_json(m)));
+    cJSON_AddItemToObject(o, "state_json", cJSON_Parse(ckpt_manifest_state_json(m)));
+    cJSON_AddItemToObject(o, "metrics", cJSON_Parse(ckpt_manifest_metrics_json(m)));
+    cJSON *ts = cJSON_AddArrayToObject(o, "tensors");
+    for (int k = 0; k < nt; k++) {
+      ckpt_tensor_info t;
+      ckpt_manifest_tensor(m, k, &t);
+      cJSON *x = cJSON_CreateObject();
+      cJSON_AddStringToObject(x, "name", t.name);
+      cJSON_AddStringToObject(x, "dtype", t.dtype);
+      cJSON *sh = cJSON_AddArrayToObject(x, "shape");
+      for (int d = 0; d < t.ndim; d++)
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t.shape[d]));
+      cJSON_AddNumberToObject(x, "nbytes", (double)t.nbytes);
+      cJSON_AddNumberToObject(x, "stored_bytes", (double)t.stored_bytes);
+      cJSON_AddNumberToObject(x, "nchunks", t.nchunks);
+      cJSON_AddItemToArray(ts, x);
+    }
+    char *s = cJSON_Print(o);
+    printf("%s\n", s ? s : "{}");
+    free(s);
+    cJSON_Delete(o);
+    ckpt_manifest_free(m);
+    return 0;
+  }
+  char t[32], lg[32], st[32], nw[32];
+  fmt_time(i->time_ms, t, sizeof t);
+  human(i->logical_bytes, lg, sizeof lg);
+  human(i->stored_bytes, st, sizeof st);
+  human(i->new_bytes, nw, sizeof nw);
+  printf("run %s  step %" PRId64 "  parent %" PRId64 "  world %d  state %s%s\n", i->run, i->step,
+         i->parent_step, i->world, ckpt_state_name(i->state), i->pinned ? " (pinned)" : "");
+  char loss[32] = "-";
+  if (isfinite(i->loss))
+    snprintf(loss, sizeof loss, "%.6f", i->loss);
+  printf("committed %s  loss %s\nlogical %s  stored %s  new %s  %d tensors  %d chunks\n", t, loss,
+         lg, st, nw, i->ntensors, i->nchunks);
+  printf("config  %s\nstate   %s\nmetrics %s\n\n", ckpt_manifest_config_json(m),
+         ckpt_manifest_state_json(m), ckpt_manifest_metrics_json(m));
+  printf("%-28s %-5s %-22s %7s %11s %11s\n", "TENSOR", "DTYPE", "SHAPE", "CHUNKS", "SIZE",
+         "STORED");
+  for (int k = 0; k < nt; k++) {
+    ckpt_tensor_info ti;
+    char sh[128], a[32], b[32];
+    ckpt_manifest_tensor(m, k, &ti);
+    shape_str(&ti, sh, sizeof sh);
+    human(ti.nbytes, a, sizeof a);
+    human(ti.stored_bytes, b, sizeof b);
+    printf("%-28s %-5s %-22s %7d %11s %11s\n", ti.name, ti.dtype, sh, ti.nchunks, a, b);
+  }
+  ckpt_manifest_free(m);
+  return 0;
+}
+
+/* ---- restore -------------------------------------------------------------------- */
+
+static int cmd_restore(cli *c, const char *arg) {
+  if (!c->to)
+    return usage_error("restore needs --to PATH%s", "");
+  if ((c->world > 0) != (c->rank >= 0))
+    return usage_error("--world N and --rank R go together%s", "");
+  if (c->world > 0 && c->rank >= c->world)
+    return usage_error("--rank must be below --world%s", "");
+  int64_t step;
+  int rc = parse_step(c, arg, &step);
+  ckpt_manifest *m = NULL;
+  if (rc == FT_OK)
+    rc = ckpt_store_load(c->s, c->run, step, &m);
+  if (rc)
+    return fail(rc, "restore");
+  const ckpt_info *i = ckpt_manifest_info(m);
+  if (i->state == CKPT_BAD)
+    fprintf(stderr,
+            "ckpt: warning: checkpoint %s step %" PRId64
+            " is marked bad; restoring it anyway as asked\n",
+            i->run, i->step);
+  rc = ckpt_cli_restore(c->s, m, c->to, c->world > 0 ? c->world : 0, c->rank);
+  if (rc) {
+    int code = fail(rc, "restore");
+    if (rc == FT_ECORRUPT)
+      fprintf(stderr,
+              "ckpt: nothing was written to %s; run 'ckpt verify %" PRId64
+              "' and restore an older checkpoint ('ckpt ls')\n",
+              c->to, i->step);
+    ckpt_manifest_free(m);
+    return code;
+  }
+  if (c->world > 0)
+    printf("restored %s step %" PRId64 " rank %d of %d to %s\n", i->run, i->step, c->rank, c->world,
+           c->to);
+  else
+    printf("restored %s step %" PRId64 " (GPT-2, safetensors) to %s\n", i->run, i->step, c->to);
+  ckpt_manifest_free(m);
+  return 0;
+}
+
+/* ---- verify ---------------------------------------------------------------------- */
+
+static void verify_progress(void *ud, uint64_t done, uint64_t total) {
+  ckpt_cli_progress(ud, done, total);
+}
+
+static int verify_one(cli *c, const char *run, int64_t step, int *problems) {
+  ckpt_verify_report rep;
+  char what[200];
+  snprintf(what, sizeof what, "verify %s %" PRId64, run, step);
+  int rc = ckpt_store_verify(c->s, run, step, &rep, verify_progress, what);
+  if (rc == FT_OK) {
+    printf("ok    %s step %" PRId64 " (%d chunks)\n", run, step, rep.chunks_checked);
+    return FT_OK;
+  }
+  if (rc == FT_ECORRUPT) {
+    (*problems)++;
+    printf("BAD   %s step %" PRId64 ": %d corrupt, %d missing of %d chunks\n      %s\n", run, step,
+           rep.chunks_corrupt, rep.chunks_missing, rep.chunks_checked, rep.first_problem);
+    return FT_OK;
+  }
+  return rc;
+}
+
+static int cmd_verify(cli *c, const char *arg, int marking) {
+  int problems = 0, rc = FT_OK, checked = 0;
+  if (arg) {
+    int64_t step;
+    rc = parse_step(c, arg, &step);
+    if (rc == FT_OK)
+      rc = verify_one(c, c->run, step, &problems);
+    checked = 1;
+  } else {
+    ckpt_info *v = NULL;
+    size_t n = 0;
+    rc = ckpt_store_list(c->s, c->run, &v, &n);
+    for (size_t i = 0; rc == FT_OK && i < n; i++) {
+      if (v[i].state == CKPT_PENDING)
+        continue;
+      rc = verify_one(c, v[i].run, v[i].step, &problems);
+      checked++;
+    }
+    free(v);
+  }
+  if (rc)
+    return fail(rc, "verify");
+  if (problems) {
+    printf("%d of %d checkpoints damaged%s\n", problems, checked,
+           marking ? "; marked bad (latest/restore will skip them)"
+                   : "; not marked bad: a writer holds the catalog");
+    return CKPT_EXIT_PROBLEM;
+  }
+  printf("%d checkpoint%s verified, no problems\n", checked, checked == 1 ? "" : "s");
+  return 0;
+}
+
+/* ---- gc, pin ---------------------------------------------------------------------- */
+
+static int cmd_gc(cli *c) {
+  ckpt_retention r = {.keep_last = c->keep_last, .keep_every = c->keep_every};
+  ckpt_gc_report rep;
+  if (c->grace >= 0)
+    ckpt_store_set_gc_grace(c->s, c->grace);
+  int rc = ckpt_store_gc(c->s, &r, c->dry_run, &rep);
+  if (rc)
+    return fail(rc, "gc");
+  char b[32];
+  human(rep.bytes_freed, b, sizeof b);
+  printf("%s%d checkpoint%s, %" PRIu64 " chunks, %s\n", c->dry_run ? "would delete " : "deleted ",
+         rep.checkpoints_deleted, rep.checkpoints_deleted == 1 ? "" : "s", rep.chunks_deleted, b);
+  return 0;
+}
+
+static int cmd_pin(cli *c, const char *arg, int pin) {
+  int64_t step;
+  int rc = parse_step(c, arg, &step);
+  if (rc == FT_OK)
+    rc = ckpt_store_pin(c->s, c->run, step, pin);
+  if (rc)
+    return fail(rc, pin ? "pin" : "unpin");
+  printf("%s %s step %" PRId64 "\n", pin ? "pinned" : "unpinned", c->run, step);
+  return 0;
+}
+
+/* ---- diff ------------------------------------------------------------------------- */
+
+/* Bytes of tensor t covered by chunks of a and b that differ. */
+static uint64_t changed_bytes(const ckpt_tensor *a, const ckpt_tensor *b) {
+  uint64_t changed = 0, at = 0, end = a->len < b->len ? a->len : b->len;
+  int i = 0, j = 0;
+  while (at < end && i < a->nchunks && j < b->nchunks) {
+    const ckpt_chunk_ref *x = &a->chunks[i], *y = &b->chunks[j];
+    uint64_t xe = x->offset + x->len, ye = y->offset + y->len;
+    uint64_t segend = xe < ye ? xe : ye;
+    int same =
+        x->offset == y->offset && x->len == y->len && memcmp(x->hash, y->hash, CKPT_HASH_LEN) == 0;
+    if (!same)
+      changed += segend - at;
+    at = segend;
+    if (xe == segend)
+      i++;
+    if (ye == segend)
+      j++;
+  }
+  return changed;
+}
+
+static int cmd_diff(cli *c, const char *a1, const char *a2) {
+  int64_t sa, sb;
+  ckpt_manifest *ma = NULL, *mb = NULL;
+  int rc = parse_step(c, a1, &sa);
+  if (rc == FT_OK)
+    rc = parse_step(c, a2, &sb);
+  if (rc == FT_OK)
+    rc = ckpt_store_load(c->s, c->run, sa, &ma);
+  if (rc == FT_OK)
+    rc = ckpt_store_load(c->s, c->run, sb, &mb);
+  if (rc) {
+    ckpt_manifest_free(ma);
+    return fail(rc, "diff");
+  }
+  printf("%s: step %" PRId64 " -> %" PRId64 "\n", c->run, sa, sb);
+  printf("%-28s %-10s %13s %13s %7s\n", "TENSOR", "CHANGE", "CHANGED", "SIZE", "%");
+  int i = 0, j = 0, nchanged = 0;
+  uint64_t total_changed = 0;
+  while (i < ma->ntensors || j < mb->ntensors) {
+    int cmp = i >= ma->ntensors   ? 1
+              : j >= mb->ntensors ? -1
+                                  : strcmp(ma->tensors[i].name, mb->tensors[j].name);
+    char x[32], y[32];
+    if (cmp < 0) {
+      human(ma->tensors[i].len, x, sizeof x);
+      printf("%-28s %-10s %13s %13s %7s\n", ma->tensors[i].name, "removed", "-", x, "-");
+      nchanged++;
+      i++;
+    } else if (cmp > 0) {
+      human(mb->tensors[j].len, x, sizeof x);
+      printf("%-28s %-10s %13s %13s %7s\n", mb->tensors[j].name, "added", "-", x, "-");
+      nchanged++;
+      j++;
+    } else {
+      const ckpt_tensor *ta = &ma->tensors[i], *tb = &mb->tensors[j];
+      int reshaped = strcmp(ta->dtype, tb->dtype) || ta->ndim != tb->ndim ||
+                     memcmp(ta->shape, tb->shape, sizeof ta->shape);
+      uint64_t ch = reshaped ? tb->len : changed_bytes(ta, tb);
+      if (ch || reshaped) {
+        char pct[16];
+        human(ch, x, sizeof x);
+        human(tb->len, y, sizeof y);
+        snprintf(pct, sizeof pct, "%.1f", tb->len ? 100.0 * (double)ch / (double)tb->len : 0.0);
+        printf("%-28s %-10s %13s %13s %7s\n", tb->name, reshaped ? "reshaped" : "changed", x, y,
+               pct);
+        nchanged++;
+        total_changed += ch;
+      }
+      i++;
+      j++;
+    }
+  }
+  char t[32];
+  human(total_changed, t, sizeof t);
+  printf("%d tensor%s differ; %s changed (a chunk with any changed byte counts whole)\n", nchanged,
+         nchanged == 1 ? "" : "s", t);
+  ckpt_manifest_free(ma);
+  ckpt_manifest_free(mb);
+  return 0;
+}
+
+/* ---- main -------------------------------------------------------------------------- */
+
+static int parse_int(const char *opt, const char *arg, int *v) {
+  char *end;
+  long x = strtol(arg, &end, 10);
+  if (*end || end == arg || x < 0 || x > 1000000000)
+    return usage_error(opt, arg);
+  *v = (int)x;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  cli c = {.rank = -1, .grace = -1};
+  c.store = getenv("CKPT_STORE");
+  enum { O_STORE = 256, O_RUN, O_JSON, O_DRY, O_KL, O_KE, O_TO, O_WORLD, O_RANK, O_GRACE };
+  static const struct option opts[] = {{"store", required_argument, 0, O_STORE},
+                                       {"run", required_argument, 0, O_RUN},
+                                       {"json", no_argument, 0, O_JSON},
+                                       {"dry-run", no_argument, 0, O_DRY},
+                                       {"keep-last", required_argument, 0, O_KL},
+                                       {"keep-every", required_argument, 0, O_KE},
+                                       {"to", required_argument, 0, O_TO},
+                                       {"world", required_argument, 0, O_WORLD},
+                                       {"rank", required_argument, 0, O_RANK},
+                                       {"grace", required_argument, 0, O_GRACE},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  int ch, grace = 0;
+  opterr = 0;
+  while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int e = 0;
+    switch (ch) {
+    case 'h':
+      fputs(usage_text, stdout);
+      return 0;
+    case O_STORE:
+      c.store = optarg;
+      break;
+    case O_RUN:
+      c.run = optarg;
+      break;
+    case O_JSON:
+      c.json = 1;
+      break;
+    case O_DRY:
+      c.dry_run = 1;
+      break;
+    case O_KL:
+      e = parse_int("--keep-last needs a number >= 0, not '%s'", optarg, &c.keep_last);
+      break;
+    case O_KE:
+      e = parse_int("--keep-every needs a number >= 0, not '%s'", optarg, &c.keep_every);
+      break;
+    case O_TO:
+      c.to = optarg;
+      break;
+    case O_WORLD:
+      e = parse_int("--world needs a number >= 1, not '%s'", optarg, &c.world);
+      if (!e && c.world < 1)
+        e = usage_error("--world needs a number >= 1, not '%s'", optarg);
+      break;
+    case O_RANK:
+      e = parse_int("--rank needs a number >= 0, not '%s'", optarg, &c.rank);
+      break;
+    case O_GRACE:
+      e = parse_int("--grace needs seconds >= 0, not '%s'", optarg, &grace);
+      c.grace = grace;
+      break;
+    default:
+      return usage_error("unknown or incomplete option '%s'", argv[optind - 1]);
+    }
+    if (e)
+      return e;
+  }
+  if (optind >= argc)
+    return usage_error("no command given%s", "");
+  const char *cmd = argv[optind];
+  const char *a1 = optind + 1 < argc ? argv[optind + 1] : NULL;
+  const char *a2 = optind + 2 < argc ? argv[optind + 2] : NULL;
+  int nargs = argc - optind - 1;
+  struct {
+    const char *name;
+    int min, max, writer;
+  } cmds[] = {{"ls", 0, 0, 0}, {"show", 1, 1, 0}, {"restore", 1, 1, 0}, {"verify", 0, 1, 1},
+              {"gc", 0, 0, 1}, {"pin", 1, 1, 1},  {"unpin", 1, 1, 1},   {"diff", 2, 2, 0}};
+  int k = -1;
+  for (int i = 0; i < (int)(sizeof cmds / sizeof cmds[0]); i++)
+    if (strcmp(cmd, cmds[i].name) == 0)
+      k = i;
+  if (k < 0)
+    return usage_error("unknown command '%s'", cmd);
+  if (nargs < cmds[k].min || nargs > cmds[k].max)
+    return usage_error("wrong number of arguments for '%s'", cmd);
+  if (!c.store || !c.store[0])
+    return usage_error("no store: pass --store URI or set CKPT_STORE (e.g. local:state/store)%s",
+                       "");
+  if (c.run && !ckpt_run_name_ok(c.run))
+    return usage_error("'%s' is not a valid run name", c.run);
+
+  int writer = cmds[k].writer, marking = writer;
+  int rc = open_store(&c, writer);
+  if (rc == FT_EBUSY && strcmp(cmd, "verify") == 0) {
+    fprintf(stderr,
+            "ckpt: note: %s\nckpt: verifying read-only; damaged checkpoints will be "
+            "reported but not marked bad\n",
+            ft_err_detail());
+    marking = 0;
+    rc = open_store(&c, 0);
+  }
+  if (rc)
+    return fail(rc, "cannot open the store");
+  int code;
+  if (!strcmp(cmd, "ls"))
+    code = cmd_ls(&c);
+  else if (!strcmp(cmd, "show"))
+    code = cmd_show(&c, a1);
+  else if (!strcmp(cmd, "restore"))
+    code = cmd_restore(&c, a1);
+  else if (!strcmp(cmd, "verify"))
+    code = cmd_verify(&c, a1, marking);
+  else if (!strcmp(cmd, "gc"))
+    code = cmd_gc(&c);
+  else if (!strcmp(cmd, "pin"))
+    code = cmd_pin(&c, a1, 1);
+  else if (!strcmp(cmd, "unpin"))
+    code = cmd_pin(&c, a1, 0);
+  else
+    code = cmd_diff(&c, a1, a2);
+  ckpt_store_free(c.s);
+  return code;
+}

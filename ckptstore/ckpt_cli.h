@@ -1,0 +1,29 @@
+/*
+ * ckpt_cli.h: what the `ckpt` program's files share (not a library API).
+ */
+#ifndef CKPT_CLI_H
+#define CKPT_CLI_H
+
+#include "ckptstore.h"
+
+/* Exit codes of `ckpt`, as documented in `ckpt --help`. */
+enum {
+  CKPT_EXIT_OK = 0,
+  CKPT_EXIT_PROBLEM = 1, /* verify found a problem, or restore met a bad chunk */
+  CKPT_EXIT_USAGE = 2,
+  CKPT_EXIT_NOTFOUND = 3,
+  CKPT_EXIT_STORE = 4,
+  CKPT_EXIT_LOCKED = 5,
+};
+
+/* Maps an FT_* code to an exit code. */
+int ckpt_cli_exit_code(int rc);
+
+/* Progress line on stderr when it is a terminal; no-op otherwise. */
+void ckpt_cli_progress(const char *what, uint64_t done, uint64_t total);
+
+/* `ckpt restore`: world == 0 writes the GPT-2 model as safetensors; world >
+ * 0 writes rank's raw FSDP shard of every tensor. Returns an FT_* code. */
+int ckpt_cli_restore(ckpt_store *s, const ckpt_manifest *m, const char *path, int world, int rank);
+
+#endif

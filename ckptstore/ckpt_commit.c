@@ -1,0 +1,173 @@
+/*
+ * ckpt_commit: the commit protocol. A checkpoint becomes visible in one
+ * synced RocksDB WriteBatch, after everything it needs is durable.
+ *
+ * States of one checkpoint (run, step), as the catalog records them:
+ *
+ *        (absent) ---set_state(PENDING)---> PENDING   (optional intent record)
+ *           |                                  |
+ *           +------------ commit ---------------+
+ *                            |
+ *                            v
+ *                        COMMITTED ---set_state---> GOOD <---> BAD
+ *                            +---------set_state / verify-----> BAD
+ *
+ * Steps of ckpt_store_commit (the function performing each in brackets):
+ *   C1 build the manifest from the shards: same (run, step), dtype and shape
+ *      agree, every byte of every tensor covered exactly once; refuse
+ *      otherwise [ckpt_manifest_build]. Nothing has been written yet.
+ *   C2 take meta_mu, which serialises commits with each other and with the
+ *      GC's decision phase (ckpt_gc.c) inside this process. Refuse if the
+ *      catalog already has (run, step) in a state other than PENDING.
+ *   C3 for every chunk the manifest references: check it exists in the tier
+ *      and freshen its timestamp [tier->exists(freshen=1)]. A missing chunk
+ *      refuses the commit. Freshening is the commit's half of the GC protocol:
+ *      a chunk freshened after a GC took its clock reading is never swept by
+ *      that GC.
+ *   C4 write the manifest object beside the chunks, crash-safely
+ *      [tier->put "manifests/<run>/<step>.json"].
+ *   C5 one WriteBatch, written with sync=true [ckpt_catalog_write]:
+ *      ckpt/info/<run>/<step> (state COMMITTED), ckpt/man/<run>/<step>, and a
+ *      ckpt/chunk/<hash> entry for every chunk seen for the first time (for
+ *      "new bytes"). This is the commit point.
+ *   C6 release meta_mu.
+ *
+ * Invariants:
+ *   I1 the catalog lists a checkpoint as COMMITTED/GOOD/BAD only if C5 ran,
+ *      hence only if every chunk it references existed at C3 and the manifest
+ *      passed C1. No partial checkpoint is ever listed.
+ *   I2 a crash before C5 leaves the catalog as it was; what remains is
+ *      content-addressed chunks and possibly a manifest object without a
+ *      catalog record, both harmless (a rebuild from the folder would find a
+ *      whole checkpoint; GC removes unreferenced chunks once old).
+ *   I3 a crash after C5 loses nothing: the batch was synced.
+ * Chunk files themselves are durable before any job reports done (temp file,
+ * fsync, rename, fsync of the folder: ckpt_tier_local.c).
+ */
+#include "ckpt_int.h"
+
+#include "ft_clock.h"
+#include "ft_err.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int ref_cmp(const void *a, const void *b) {
+  return memcmp(((const ckpt_chunk_ref *)a)->hash, ((const ckpt_chunk_ref *)b)->hash,
+                CKPT_HASH_LEN);
+}
+
+int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards,
+                      int nshards) {
+  if (s->read_only)
+    return ft_err_set(FT_ESTATE, "commit: the store is open read-only");
+  ckpt_manifest *m = NULL;
+  ckpt_chunk_ref *refs = NULL;
+  char *mjs = NULL, *ijs = NULL;
+  ckpt_batch *b = NULL;
+  char key[256], okey[256];
+  int rc = ckpt_manifest_build(meta, shards, nshards, &m); /* C1 */
+  if (rc)
+    return rc;
+
+  pthread_mutex_lock(&s->meta_mu); /* C2 */
+  ckpt_info old;
+  memset(&old, 0, sizeof old);
+  rc = ckpt_store_get_info(s, meta->run, meta->step, &old);
+  if (rc == FT_OK && old.state != CKPT_PENDING) {
+    rc = ft_err_set(FT_EEXIST, "checkpoint %s step %" PRId64 " is already %s", meta->run,
+                    meta->step, ckpt_state_name(old.state));
+    goto out;
+  }
+  if (rc != FT_OK && rc != FT_ENOENT)
+    goto out;
+  int was_pinned = rc == FT_OK && old.pinned; /* a pin set on the PENDING record */
+
+  int nrefs = m->info.nchunks;
+  refs = malloc((size_t)(nrefs ? nrefs : 1) * sizeof *refs);
+  if (!refs) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  int k = 0;
+  m->info.stored_bytes = 0;
+  for (int t = 0; t < m->ntensors; t++) {
+    ckpt_tensor *tt = &m->tensors[t];
+    for (int c = 0; c < tt->nchunks; c++) { /* C3 */
+      char hex[CKPT_HEX_LEN + 1];
+      ckpt_hex(tt->chunks[c].hash, hex);
+      snprintf(key, sizeof key, "chunks/%s", hex);
+      uint64_t size = 0;
+      rc = s->tier->exists(s->tier, key, 1, &size, NULL);
+      if (rc == FT_ENOENT) {
+        rc = ft_err_set(FT_ENOENT,
+                        "commit of %s step %" PRId64 " refused: chunk %s (%s bytes %" PRIu64
+                        "..%" PRIu64 ") is not in the store",
+                        meta->run, meta->step, hex, tt->name, tt->chunks[c].offset,
+                        tt->chunks[c].offset + tt->chunks[c].len);
+        goto out;
+      }
+      if (rc)
+        goto out;
+      tt->chunks[c].stored = size;
+      m->info.stored_bytes += size;
+      refs[k++] = tt->chunks[c];
+    }
+  }
+  m->info.time_ms = ft_wall_ms();
+  m->info.state = CKPT_COMMITTED;
+  m->info.pinned = was_pinned;
+
+  /* New bytes: chunks that no earlier commit recorded (each counted once). */
+  b = ckpt_batch_new();
+  if (!b) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  qsort(refs, (size_t)k, sizeof *refs, ref_cmp);
+  char first[200];
+  snprintf(first, sizeof first, "%s/%020" PRId64, meta->run, meta->step);
+  m->info.new_bytes = 0;
+  for (int i = 0; i < k; i++) {
+    if (i > 0 && memcmp(refs[i].hash, refs[i - 1].hash, CKPT_HASH_LEN) == 0)
+      continue;
+    char hex[CKPT_HEX_LEN + 1], *val = NULL;
+    ckpt_hex(refs[i].hash, hex);
+    ckpt_key_chunk(key, sizeof key, hex);
+    rc = ckpt_catalog_get(s->cat, key, &val, NULL);
+    free(val);
+    if (rc == FT_ENOENT) {
+      m->info.new_bytes += refs[i].stored;
+      ckpt_batch_put(b, key, first, strlen(first));
+    } else if (rc) {
+      goto out;
+    }
+  }
+
+  mjs = ckpt_manifest_to_json(m);
+  ijs = ckpt_info_to_json(&m->info);
+  if (!mjs || !ijs) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  snprintf(okey, sizeof okey, "manifests/%s/%020" PRId64 ".json", meta->run, meta->step);
+  rc = s->tier->put(s->tier, okey, mjs, strlen(mjs)); /* C4 */
+  if (rc)
+    goto out;
+  ckpt_key_info(key, sizeof key, meta->run, meta->step);
+  ckpt_batch_put(b, key, ijs, strlen(ijs));
+  ckpt_key_man(key, sizeof key, meta->run, meta->step);
+  ckpt_batch_put(b, key, mjs, strlen(mjs));
+  rc = ckpt_catalog_write(s->cat, b); /* C5: the commit point */
+  b = NULL;
+out:
+  pthread_mutex_unlock(&s->meta_mu); /* C6 */
+  ckpt_batch_free(b);
+  free(mjs);
+  free(ijs);
+  free(refs);
+  ckpt_manifest_free(m);
+  return rc;
+}

@@ -1,0 +1,275 @@
+/*
+ * ckpt_gc: retention and mark-and-sweep garbage collection of chunks.
+ *
+ * Retention (per run), applied only when keep_last > 0:
+ *   kept = pinned
+ *        + PENDING records (a commit may be under way)
+ *        + the newest keep_last restorable ones (COMMITTED or GOOD)
+ *        + every restorable one whose step is a multiple of keep_every
+ *   everything else is dropped, including BAD ones (pin a bad checkpoint to
+ *   keep it for a post-mortem). keep_last == 0 keeps every checkpoint and
+ *   only sweeps unreferenced chunks.
+ *
+ * The protocol. Actors: writer threads of any process (ckpt_writer.c) put or
+ * freshen chunks without touching the catalog; commit (ckpt_commit.c) and GC
+ * run in the one process holding the catalog lock.
+ *
+ * Chunk states in the tier:
+ *   ABSENT --put--> FRESH --time--> OLD --freshen (dedup or commit)--> FRESH
+ *   OLD and unreferenced --G5 del_if_older--> ABSENT
+ * where "referenced" = named by a manifest the catalog holds at G4.
+ *
+ * Steps of ckpt_store_gc (the function performing each in brackets):
+ *   G1 take meta_mu (no commit runs from here to G4); read the tier's clock
+ *      T0 [tier->now]; the sweep's cutoff is T0 - grace (grace: 1 h by
+ *      default, ckpt_store_set_gc_grace) so chunks written for a checkpoint
+ *      that is still being written (not yet committed) are left alone.
+ *   G2 decide retention from the catalog's info records [keep_set].
+ *   G3 drop: delete the manifest objects of dropped checkpoints, then one
+ *      synced batch deleting their catalog records [ckpt_catalog_write].
+ *   G4 mark: collect every chunk hash named by a manifest still in the
+ *      catalog [mark_cb]; release meta_mu.
+ *   G5 sweep: for every object under chunks/ not in the marked set (this
+ *      includes leftovers of interrupted writes), delete it if its timestamp
+ *      is older than the cutoff [tier->del_if_older: rename aside, re-check
+ *      the timestamp, then unlink or rename back].
+ *   G6 drop the "first seen" catalog entries of the deleted chunks.
+ *
+ * Invariants:
+ *   I1 a chunk named by a manifest in the catalog is never deleted. Manifests
+ *      present at G4 are in the marked set. A commit after G4 freshened all
+ *      its chunks at its step C3, after T0, so their timestamps are >= T0 >
+ *      cutoff; if G5 had already renamed one aside, C3's freshen fails and
+ *      the commit is refused (nothing partial is listed).
+ *   I2 a writer that reuses an existing chunk freshens it; if G5 renamed it
+ *      aside first, the freshen fails and the writer writes the chunk again.
+ *      del_if_older re-checks the timestamp after its rename, so a freshen
+ *      just before the rename is seen and the chunk put back.
+ *   I3 a crash at any step leaves every checkpoint still in the catalog
+ *      whole: chunks are deleted only at G5, after the catalog stopped
+ *      naming the dropped checkpoints (G3), and a crash between the manifest
+ *      objects' deletion and G3's batch leaves those checkpoints restorable
+ *      from the catalog (their chunks are untouched). A chunk renamed aside
+ *      by a crashed sweep was unreferenced; the next sweep deletes it.
+ * Dry run: G3, G5 and G6 only count.
+ */
+#include "ckpt_int.h"
+
+#include "ft_err.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct hashset {
+  uint8_t (*v)[CKPT_HASH_LEN];
+  size_t n, cap;
+} hashset;
+
+static int hs_add(hashset *h, const uint8_t *x) {
+  if (h->n == h->cap) {
+    size_t cap = h->cap ? 2 * h->cap : 1024;
+    void *n = realloc(h->v, cap * CKPT_HASH_LEN);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    h->v = n;
+    h->cap = cap;
+  }
+  memcpy(h->v[h->n++], x, CKPT_HASH_LEN);
+  return FT_OK;
+}
+
+static int hcmp(const void *a, const void *b) {
+  return memcmp(a, b, CKPT_HASH_LEN);
+}
+
+static int hs_has(const hashset *h, const uint8_t *x) {
+  return h->n && bsearch(x, h->v, h->n, CKPT_HASH_LEN, hcmp) != NULL;
+}
+
+typedef struct gc_ctx {
+  ckpt_store *s;
+  ckpt_info *dropped;
+  size_t ndropped;
+  hashset marked;
+  int64_t cutoff;
+  int dry_run;
+  ckpt_gc_report *rep;
+  ckpt_batch *idx; /* G6 */
+} gc_ctx;
+
+static int is_dropped(const gc_ctx *g, const char *run, int64_t step) {
+  for (size_t i = 0; i < g->ndropped; i++)
+    if (g->dropped[i].step == step && strcmp(g->dropped[i].run, run) == 0)
+      return 1;
+  return 0;
+}
+
+/* G2: marks v[i].state = -1 for the dropped ones. v is sorted by run, step. */
+static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
+  if (ret->keep_last <= 0)
+    return;
+  for (size_t a = 0; a < n;) {
+    size_t b = a;
+    while (b < n && strcmp(v[b].run, v[a].run) == 0)
+      b++;
+    int restorable_seen = 0;
+    for (size_t i = b; i-- > a;) {
+      ckpt_info *x = &v[i];
+      int restorable = x->state == CKPT_COMMITTED || x->state == CKPT_GOOD;
+      int keep = x->pinned || x->state == CKPT_PENDING;
+      if (restorable && restorable_seen < ret->keep_last)
+        keep = 1;
+      if (restorable && ret->keep_every > 0 && x->step % ret->keep_every == 0)
+        keep = 1;
+      if (restorable)
+        restorable_seen++;
+      if (!keep)
+        x->state = -1;
+    }
+    a = b;
+  }
+}
+
+/* G4: every chunk of every manifest the catalog still holds. */
+static int mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
+  gc_ctx *g = ud;
+  ckpt_manifest *m = NULL;
+  int rc = ckpt_manifest_from_json(val, &m);
+  if (rc)
+    return ckpt_err_wrap(rc, "gc stopped, nothing swept: catalog manifest %s is unreadable", key);
+  if (!is_dropped(g, m->info.run, m->info.step))
+    for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
+      for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++)
+        rc = hs_add(&g->marked, m->tensors[t].chunks[c].hash);
+  ckpt_manifest_free(m);
+  return rc;
+}
+
+/* G5 for one object. */
+static int sweep_cb(void *ud, const char *key) {
+  gc_ctx *g = ud;
+  const char *name = key + strlen("chunks/");
+  uint8_t h[CKPT_HASH_LEN];
+  int valid = ckpt_unhex(name, h) == FT_OK;
+  if (valid && hs_has(&g->marked, h))
+    return FT_OK;
+  uint64_t size = 0;
+  int64_t mtime = 0;
+  int rc;
+  if (g->dry_run) {
+    rc = g->s->tier->exists(g->s->tier, key, 0, &size, &mtime);
+    if (rc == FT_OK && mtime < g->cutoff) {
+      g->rep->chunks_deleted++;
+      g->rep->bytes_freed += size;
+    }
+    return rc == FT_ENOENT ? FT_OK : rc;
+  }
+  rc = g->s->tier->del_if_older(g->s->tier, key, g->cutoff, &size);
+  if (rc == FT_EEXIST || rc == FT_ENOENT)
+    return FT_OK;
+  if (rc)
+    return rc;
+  g->rep->chunks_deleted++;
+  g->rep->bytes_freed += size;
+  if (valid) {
+    char k[128];
+    snprintf(k, sizeof k, "ckpt/chunk/%s", name);
+    ckpt_batch_del(g->idx, k);
+  }
+  return FT_OK;
+}
+
+int ckpt_store_gc(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc_report *rep) {
+  ckpt_gc_report local = {0};
+  ckpt_retention r0 = {0};
+  if (!rep)
+    rep = &local;
+  memset(rep, 0, sizeof *rep);
+  if (!ret)
+    ret = &r0;
+  if (s->read_only && !dry_run)
+    return ft_err_set(FT_ESTATE, "gc needs the store opened for writing (it is read-only)");
+  if (ret->keep_last < 0 || ret->keep_every < 0)
+    return ft_err_set(FT_EINVAL, "gc: keep_last and keep_every must be >= 0");
+  gc_ctx g = {.s = s, .dry_run = dry_run, .rep = rep};
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  int64_t t0 = 0;
+  char key[256];
+
+  pthread_mutex_lock(&s->meta_mu); /* G1 */
+  int rc = s->read_only ? FT_OK : s->tier->now(s->tier, &t0);
+  if (s->read_only) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t0 = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+  }
+  if (rc)
+    goto unlock;
+  g.cutoff = t0 - s->gc_grace_s * 1000000000LL;
+  rc = ckpt_store_list(s, NULL, &v, &n); /* G2 */
+  if (rc)
+    goto unlock;
+  keep_set(v, n, ret);
+  g.dropped = calloc(n ? n : 1, sizeof *g.dropped);
+  if (!g.dropped) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto unlock;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (v[i].state == -1)
+      g.dropped[g.ndropped++] = v[i];
+  rep->checkpoints_deleted = (int)g.ndropped;
+  if (!dry_run && g.ndropped > 0) { /* G3 */
+    ckpt_batch *b = ckpt_batch_new();
+    if (!b) {
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      goto unlock;
+    }
+    for (size_t i = 0; i < g.ndropped; i++) {
+      snprintf(key, sizeof key, "manifests/%s/%020" PRId64 ".json", g.dropped[i].run,
+               g.dropped[i].step);
+      rc = s->tier->del(s->tier, key);
+      if (rc && rc != FT_ENOENT) {
+        ckpt_batch_free(b);
+        goto unlock;
+      }
+      ckpt_key_info(key, sizeof key, g.dropped[i].run, g.dropped[i].step);
+      ckpt_batch_del(b, key);
+      ckpt_key_man(key, sizeof key, g.dropped[i].run, g.dropped[i].step);
+      ckpt_batch_del(b, key);
+    }
+    rc = ckpt_catalog_write(s->cat, b);
+    if (rc)
+      goto unlock;
+  }
+  rc = ckpt_catalog_scan(s->cat, "ckpt/man/", mark_cb, &g); /* G4 */
+unlock:
+  pthread_mutex_unlock(&s->meta_mu);
+  if (rc)
+    goto out;
+  if (g.marked.n > 1)
+    qsort(g.marked.v, g.marked.n, CKPT_HASH_LEN, hcmp);
+  g.idx = ckpt_batch_new();
+  if (!g.idx) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  rc = s->tier->list(s->tier, "chunks/", sweep_cb, &g); /* G5 */
+  if (!dry_run) {
+    int rc2 = ckpt_catalog_write(s->cat, g.idx); /* G6 */
+    if (rc == FT_OK)
+      rc = rc2;
+  } else {
+    ckpt_batch_free(g.idx);
+  }
+  g.idx = NULL;
+out:
+  free(g.marked.v);
+  free(g.dropped);
+  free(v);
+  return rc;
+}

@@ -1,0 +1,189 @@
+/*
+ * ckpt_int.h: the store's internal structures, shared by its modules.
+ *
+ * Modules (one per file):
+ *   ckpt_tier_local.c  the "local:DIR" tier (layout documented there)
+ *   ckpt_chunk.c       SHA-256, byte shuffle, zstd: raw bytes <-> chunk object
+ *   ckpt_catalog.c     RocksDB (the only file that sees rocksdb/c.h) + the
+ *                      writer lock
+ *   ckpt_manifest.c    shard and checkpoint manifests, JSON with checksums
+ *   ckpt_store.c       open/close, list/latest/load/read, states and pins
+ *   ckpt_writer.c      the asynchronous writer (submit, jobs, threads)
+ *   ckpt_commit.c      the commit protocol
+ *   ckpt_gc.c          retention and garbage collection
+ *   ckpt_verify.c      re-hash every chunk of a checkpoint
+ *
+ * Not a public header: tests may include it to reach the pieces directly.
+ */
+#ifndef CKPT_INT_H
+#define CKPT_INT_H
+
+#include "ckpt_tier_int.h"
+#include "ckptstore.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define CKPT_HASH_LEN 32
+#define CKPT_HEX_LEN 64
+
+/* ---- chunks (ckpt_chunk.c) ------------------------------------------------ */
+
+/* SHA-256 of len bytes (OpenSSL EVP). */
+int ckpt_sha256(const void *data, size_t len, uint8_t out[CKPT_HASH_LEN]);
+void ckpt_hex(const uint8_t h[CKPT_HASH_LEN], char out[CKPT_HEX_LEN + 1]);
+/* Parses 64 lowercase hex digits; FT_EFORMAT otherwise. */
+int ckpt_unhex(const char *hex, uint8_t out[CKPT_HASH_LEN]);
+/* Element size of a dtype name ("f32" -> 4), 0 if unknown. */
+int ckpt_dtype_size(const char *dtype);
+/* 1 for the floating dtypes the shuffle filter is tried on. */
+int ckpt_dtype_is_float(const char *dtype);
+
+/* Byte shuffle: byte k of element i goes to position k*n + i. len must be a
+ * multiple of esize. dst and src must not overlap. */
+void ckpt_shuffle(uint8_t *dst, const uint8_t *src, size_t len, int esize);
+void ckpt_unshuffle(uint8_t *dst, const uint8_t *src, size_t len, int esize);
+
+/* Encodes raw bytes into a chunk object (header + payload), trying the
+ * shuffle filter when esize > 1 and keeping it only when it shrinks the
+ * data. *obj is malloc'd, caller frees. */
+int ckpt_chunk_encode(const void *raw, size_t len, int esize, int zstd_level, uint8_t **obj,
+                      size_t *objlen);
+/* Decodes a chunk object into dst (exactly expect_len bytes) and checks its
+ * SHA-256 against hash: FT_ECORRUPT (naming the chunk) if it does not match
+ * or the object is damaged. */
+int ckpt_chunk_decode(const uint8_t *obj, size_t objlen, const uint8_t hash[CKPT_HASH_LEN],
+                      void *dst, size_t expect_len);
+
+/* ---- manifests (ckpt_manifest.c) ----------------------------------------- */
+
+typedef struct ckpt_chunk_ref {
+  uint64_t offset; /* byte offset in the logical tensor */
+  uint64_t len;    /* raw bytes */
+  uint64_t stored; /* bytes of the stored object */
+  uint8_t hash[CKPT_HASH_LEN];
+} ckpt_chunk_ref;
+
+/* One tensor (in a checkpoint) or one part (in a shard). */
+typedef struct ckpt_tensor {
+  char *name;
+  char dtype[8];
+  int ndim;
+  int64_t shape[CKPT_MAX_DIMS];
+  uint64_t offset; /* shard parts: first byte; checkpoint tensors: 0 */
+  uint64_t len;    /* shard parts: bytes; checkpoint tensors: nbytes */
+  ckpt_chunk_ref *chunks;
+  int nchunks;
+  int cap;
+} ckpt_tensor;
+
+struct ckpt_shard {
+  char *run;
+  int64_t step;
+  int rank, world;
+  ckpt_tensor *parts;
+  int nparts;
+};
+
+struct ckpt_manifest {
+  ckpt_info info;
+  char *config, *state, *metrics;
+  ckpt_tensor *tensors; /* sorted by name */
+  int ntensors;
+};
+
+/* Logical bytes of a tensor from dtype and shape; 0 if the dtype is unknown
+ * or the shape invalid. */
+uint64_t ckpt_tensor_nbytes(const char *dtype, int ndim, const int64_t *shape);
+int ckpt_tensor_add_chunk(ckpt_tensor *t, const ckpt_chunk_ref *c);
+void ckpt_tensor_release(ckpt_tensor *t);
+
+/* Builds the checkpoint manifest from shards: same (run, step), consistent
+ * dtype/shape per tensor, every byte covered exactly once (FT_EINVAL naming
+ * the first gap or overlap otherwise). info.state/time are left to the caller. */
+int ckpt_manifest_build(const ckpt_meta *meta, ckpt_shard *const *shards, int nshards,
+                        ckpt_manifest **out);
+/* Manifest <-> JSON text (versioned; last member "checksum" = SHA-256 of the
+ * text before it). from_json returns FT_ECORRUPT on a checksum mismatch. */
+char *ckpt_manifest_to_json(const ckpt_manifest *m);
+int ckpt_manifest_from_json(const char *json, ckpt_manifest **out);
+/* Small per-checkpoint record kept in the catalog beside the manifest. */
+char *ckpt_info_to_json(const ckpt_info *i);
+int ckpt_info_from_json(const char *json, ckpt_info *i);
+/* Valid run name: 1..127 of [A-Za-z0-9._-], not starting with '.'. */
+int ckpt_run_name_ok(const char *run);
+
+/* ---- catalog (ckpt_catalog.c) ---------------------------------------------- */
+
+typedef struct ckpt_catalog ckpt_catalog;
+typedef struct ckpt_batch ckpt_batch;
+
+/* Writer: takes <dir>.lock (FT_EBUSY naming the holder), then opens/creates
+ * the database. Reader: opens read-only (works while a writer holds it);
+ * FT_ENOENT if no catalog exists. */
+int ckpt_catalog_open(const char *dir, int read_only, ckpt_catalog **out);
+void ckpt_catalog_close(ckpt_catalog *c);
+/* *val malloc'd (NUL-terminated), FT_ENOENT if absent. */
+int ckpt_catalog_get(ckpt_catalog *c, const char *key, char **val, size_t *len);
+/* Calls fn for every key starting with prefix, in key order; a non-zero
+ * return from fn stops the scan and is returned. */
+int ckpt_catalog_scan(ckpt_catalog *c, const char *prefix,
+                      int (*fn)(void *ud, const char *key, const char *val, size_t vlen), void *ud);
+ckpt_batch *ckpt_batch_new(void);
+void ckpt_batch_put(ckpt_batch *b, const char *key, const char *val, size_t vlen);
+void ckpt_batch_del(ckpt_batch *b, const char *key);
+/* Writes the batch atomically with sync=true. Frees the batch either way. */
+int ckpt_catalog_write(ckpt_catalog *c, ckpt_batch *b);
+void ckpt_batch_free(ckpt_batch *b);
+
+/* Catalog keys, all under "ckpt/" so other components can add theirs:
+ *   ckpt/info/<run>/<step %020lld>  ckpt_info JSON (state, pin, sizes)
+ *   ckpt/man/<run>/<step %020lld>   checkpoint manifest JSON (immutable)
+ *   ckpt/chunk/<hex>                first checkpoint that referenced a chunk
+ *                                   ("<run>/<step>"), for "new bytes" */
+void ckpt_key_info(char *buf, size_t n, const char *run, int64_t step);
+void ckpt_key_man(char *buf, size_t n, const char *run, int64_t step);
+void ckpt_key_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]);
+
+/* ---- the store (ckpt_store.c) --------------------------------------------- */
+
+/* Sets the detail to "<fmt...>: <the current detail>" and returns rc.
+ * (ft_err_set must not be handed its own buffer, so this copies it first.) */
+int ckpt_err_wrap(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+typedef struct ckpt_task ckpt_task;
+
+struct ckpt_store {
+  char *uri;
+  ckpt_tier *tier;
+  ckpt_catalog *cat;
+  int read_only;    /* the catalog is read-only (also for a shard writer) */
+  int shard_writer; /* chunks may be written (submit), the catalog not */
+  int threads, chunk_mib, zstd_level;
+  size_t queue_bytes;
+  int64_t gc_grace_s;
+
+  /* Commit and the GC decision are serialised by this mutex (ckpt_gc.c). */
+  pthread_mutex_t meta_mu;
+
+  /* Writer pool (ckpt_writer.c). */
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work;  /* tasks queued, or stopping */
+  pthread_cond_t cv_space; /* inflight_bytes went down */
+  ckpt_task *head, *tail;
+  size_t inflight_bytes;
+  int stopping;
+  int nthreads_started;
+  pthread_t *pool;
+  int njobs_live;
+  pthread_cond_t cv_jobs;
+};
+
+int ckpt_writer_start(ckpt_store *s);
+void ckpt_writer_stop(ckpt_store *s);
+
+/* Reads a checkpoint's info record; FT_ENOENT if the catalog has none. */
+int ckpt_store_get_info(ckpt_store *s, const char *run, int64_t step, ckpt_info *info);
+int ckpt_store_put_info(ckpt_store *s, const ckpt_info *info);
+
+#endif

@@ -1,0 +1,690 @@
+/*
+ * ckpt_manifest: shard and checkpoint manifests, and their JSON forms.
+ *
+ * A shard manifest lists, for one rank, the byte ranges (parts) it wrote and
+ * the chunks of each: (offset, raw length, SHA-256, stored size), offsets
+ * absolute in the logical tensor. A checkpoint manifest is the union of its
+ * shards, one entry per tensor with its chunks sorted by offset, plus the
+ * metadata of ckpt_meta.
+ *
+ * JSON, versioned ("format" and "version") and checksummed: the last member
+ * is "checksum", the SHA-256 (hex) of the text before it (up to, not
+ * including, the comma that precedes the member). A reader recomputes it and
+ * refuses a mismatch with FT_ECORRUPT, so a damaged manifest is never
+ * mistaken for a smaller checkpoint. config/state/metrics are kept as JSON
+ * *strings*, byte for byte as given: the store never re-parses them (a
+ * uint64 RNG state would not survive a double).
+ *
+ * Invariants of a built checkpoint manifest (ckpt_manifest_build):
+ *   every tensor's bytes [0, nbytes) are covered by its chunks exactly once;
+ *   chunks are sorted by offset; dtype and shape agree across shards.
+ * Pure data code; thread-safe as long as objects are not shared mutably.
+ */
+#include "ckpt_int.h"
+
+#include "ft_err.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARD_FORMAT "ftckpt-shard"
+#define MAN_FORMAT "ftckpt-manifest"
+#define INFO_FORMAT "ftckpt-info"
+#define FORMAT_VERSION 1
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+int ckpt_run_name_ok(const char *run) {
+  if (!run || !run[0] || run[0] == '.' || strlen(run) > 127)
+    return 0;
+  for (const char *p = run; *p; p++)
+    if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-')
+      return 0;
+  return 1;
+}
+
+uint64_t ckpt_tensor_nbytes(const char *dtype, int ndim, const int64_t *shape) {
+  int es = ckpt_dtype_size(dtype);
+  if (!es || ndim < 0 || ndim > CKPT_MAX_DIMS)
+    return 0;
+  uint64_t n = (uint64_t)es;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0)
+      return 0;
+    n *= (uint64_t)shape[i];
+  }
+  return n;
+}
+
+int ckpt_tensor_add_chunk(ckpt_tensor *t, const ckpt_chunk_ref *c) {
+  if (t->nchunks == t->cap) {
+    int cap = t->cap ? 2 * t->cap : 8;
+    ckpt_chunk_ref *n = realloc(t->chunks, (size_t)cap * sizeof *n);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    t->chunks = n;
+    t->cap = cap;
+  }
+  t->chunks[t->nchunks++] = *c;
+  return FT_OK;
+}
+
+void ckpt_tensor_release(ckpt_tensor *t) {
+  free(t->name);
+  free(t->chunks);
+  memset(t, 0, sizeof *t);
+}
+
+static char *xstrdup(const char *s) {
+  return strdup(s ? s : "{}");
+}
+
+/* Serialises root and appends the checksum member. */
+static char *seal(cJSON *root, int formatted) {
+  char *body = formatted ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
+  if (!body)
+    return NULL;
+  size_t n = strlen(body);
+  while (n > 0 && (body[n - 1] == '}' || isspace((unsigned char)body[n - 1])))
+    if (body[--n] == '}')
+      break;
+  while (n > 0 && isspace((unsigned char)body[n - 1]))
+    n--;
+  uint8_t h[CKPT_HASH_LEN];
+  char hex[CKPT_HEX_LEN + 1];
+  char *out = malloc(n + 128);
+  if (!out || ckpt_sha256(body, n, h)) {
+    free(out);
+    free(body);
+    return NULL;
+  }
+  ckpt_hex(h, hex);
+  memcpy(out, body, n);
+  snprintf(out + n, 128, formatted ? ",\n\t\"checksum\":\t\"%s\"\n}\n" : ",\"checksum\":\"%s\"}",
+           hex);
+  free(body);
+  return out;
+}
+
+/* Checks the checksum member; FT_ECORRUPT if absent or wrong. */
+static int check_seal(const char *text, const char *what) {
+  const char *p = NULL, *q = text;
+  while ((q = strstr(q, "\"checksum\"")) != NULL)
+    p = q++;
+  if (!p)
+    return ft_err_set(FT_ECORRUPT, "%s: no checksum (truncated or not a manifest)", what);
+  const char *comma = p;
+  while (comma > text && comma[-1] != ',')
+    comma--;
+  if (comma == text)
+    return ft_err_set(FT_ECORRUPT, "%s: malformed checksum member", what);
+  comma--;
+  const char *v = strchr(p + 10, '"');
+  char want[CKPT_HEX_LEN + 1];
+  if (!v || strlen(v + 1) < CKPT_HEX_LEN)
+    return ft_err_set(FT_ECORRUPT, "%s: malformed checksum member", what);
+  memcpy(want, v + 1, CKPT_HEX_LEN);
+  want[CKPT_HEX_LEN] = 0;
+  uint8_t h[CKPT_HASH_LEN];
+  char hex[CKPT_HEX_LEN + 1];
+  int rc = ckpt_sha256(text, (size_t)(comma - text), h);
+  if (rc)
+    return rc;
+  ckpt_hex(h, hex);
+  if (strcmp(hex, want) != 0)
+    return ft_err_set(FT_ECORRUPT,
+                      "%s: checksum mismatch (stored %.12s..., computed %.12s...): the "
+                      "manifest was damaged or edited",
+                      what, want, hex);
+  return FT_OK;
+}
+
+static int get_num(const cJSON *o, const char *k, double *v) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+  if (cJSON_IsNumber(x)) {
+    *v = x->valuedouble;
+    return FT_OK;
+  }
+  if (cJSON_IsNull(x)) {
+    *v = NAN;
+    return FT_OK;
+  }
+  return ft_err_set(FT_EFORMAT, "manifest: missing or non-numeric \"%s\"", k);
+}
+
+static const char *get_str(const cJSON *o, const char *k) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+static int check_header(const cJSON *root, const char *format, const char *what) {
+  const char *f = get_str(root, "format");
+  double v = 0;
+  if (!f || strcmp(f, format) != 0)
+    return ft_err_set(FT_EFORMAT, "%s: not a %s document", what, format);
+  if (get_num(root, "version", &v) || v != FORMAT_VERSION)
+    return ft_err_set(FT_EFORMAT, "%s: version %g is not supported (this build reads %d)", what, v,
+                      FORMAT_VERSION);
+  return FT_OK;
+}
+
+/* ---- tensors <-> JSON --------------------------------------------------------- */
+
+static cJSON *tensor_to_json(const ckpt_tensor *t, int with_range) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "name", t->name);
+  cJSON_AddStringToObject(o, "dtype", t->dtype);
+  cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+  for (int i = 0; i < t->ndim; i++)
+    cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[i]));
+  if (with_range) {
+    cJSON_AddNumberToObject(o, "offset", (double)t->offset);
+    cJSON_AddNumberToObject(o, "len", (double)t->len);
+  } else {
+    cJSON_AddNumberToObject(o, "nbytes", (double)t->len);
+  }
+  cJSON *ch = cJSON_AddArrayToObject(o, "chunks");
+  for (int i = 0; i < t->nchunks; i++) {
+    const ckpt_chunk_ref *c = &t->chunks[i];
+    char hex[CKPT_HEX_LEN + 1];
+    ckpt_hex(c->hash, hex);
+    cJSON *a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)c->offset));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)c->len));
+    cJSON_AddItemToArray(a, cJSON_CreateString(hex));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)c->stored));
+    cJSON_AddItemToArray(ch, a);
+  }
+  return o;
+}
+
+static int tensor_from_json(const cJSON *o, ckpt_tensor *t, int with_range) {
+  memset(t, 0, sizeof *t);
+  const char *name = get_str(o, "name"), *dtype = get_str(o, "dtype");
+  const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
+  const cJSON *ch = cJSON_GetObjectItemCaseSensitive(o, "chunks");
+  if (!name || !dtype || strlen(dtype) >= sizeof t->dtype || !cJSON_IsArray(sh) ||
+      !cJSON_IsArray(ch) || cJSON_GetArraySize(sh) > CKPT_MAX_DIMS)
+    return ft_err_set(FT_EFORMAT, "manifest: malformed tensor entry");
+  if (!(t->name = strdup(name)))
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
+  const cJSON *x;
+  cJSON_ArrayForEach(x, sh) {
+    if (!cJSON_IsNumber(x))
+      return ft_err_set(FT_EFORMAT, "manifest: tensor %s: bad shape", name);
+    t->shape[t->ndim++] = (int64_t)x->valuedouble;
+  }
+  double a = 0, b = 0;
+  int rc = with_range ? (get_num(o, "offset", &a) ? FT_EFORMAT : get_num(o, "len", &b))
+                      : get_num(o, "nbytes", &b);
+  if (rc)
+    return rc;
+  t->offset = (uint64_t)a;
+  t->len = (uint64_t)b;
+  cJSON_ArrayForEach(x, ch) {
+    ckpt_chunk_ref c;
+    const cJSON *e0 = cJSON_GetArrayItem(x, 0), *e1 = cJSON_GetArrayItem(x, 1),
+                *e2 = cJSON_GetArrayItem(x, 2), *e3 = cJSON_GetArrayItem(x, 3);
+    if (!cJSON_IsNumber(e0) || !cJSON_IsNumber(e1) || !cJSON_IsString(e2) || !cJSON_IsNumber(e3) ||
+        ckpt_unhex(e2->valuestring, c.hash))
+      return ft_err_set(FT_EFORMAT, "manifest: tensor %s: malformed chunk entry", name);
+    c.offset = (uint64_t)e0->valuedouble;
+    c.len = (uint64_t)e1->valuedouble;
+    c.stored = (uint64_t)e3->valuedouble;
+    rc = ckpt_tensor_add_chunk(t, &c);
+    if (rc)
+      return rc;
+  }
+  return FT_OK;
+}
+
+/* ---- shards ------------------------------------------------------------------ */
+
+char *ckpt_shard_to_json(const ckpt_shard *sh) {
+  cJSON *root = cJSON_CreateObject();
+  if (!root)
+    return NULL;
+  cJSON_AddStringToObject(root, "format", SHARD_FORMAT);
+  cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
+  cJSON_AddStringToObject(root, "run", sh->run);
+  cJSON_AddNumberToObject(root, "step", (double)sh->step);
+  cJSON_AddNumberToObject(root, "rank", sh->rank);
+  cJSON_AddNumberToObject(root, "world", sh->world);
+  cJSON *parts = cJSON_AddArrayToObject(root, "parts");
+  for (int i = 0; i < sh->nparts; i++)
+    cJSON_AddItemToArray(parts, tensor_to_json(&sh->parts[i], 1));
+  char *s = seal(root, 0);
+  cJSON_Delete(root);
+  return s;
+}
+
+void ckpt_shard_free(ckpt_shard *sh) {
+  if (!sh)
+    return;
+  for (int i = 0; i < sh->nparts; i++)
+    ckpt_tensor_release(&sh->parts[i]);
+  free(sh->parts);
+  free(sh->run);
+  free(sh);
+}
+
+int ckpt_shard_from_json(const char *json, ckpt_shard **out) {
+  *out = NULL;
+  if (!json)
+    return ft_err_set(FT_EINVAL, "shard manifest: NULL text");
+  int rc = check_seal(json, "shard manifest");
+  if (rc)
+    return rc;
+  cJSON *root = cJSON_Parse(json);
+  if (!root)
+    return ft_err_set(FT_EFORMAT, "shard manifest: not valid JSON");
+  ckpt_shard *sh = calloc(1, sizeof *sh);
+  double step = 0, rank = 0, world = 0;
+  const cJSON *parts = cJSON_GetObjectItemCaseSensitive(root, "parts");
+  const char *run = get_str(root, "run");
+  if (!sh) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  if ((rc = check_header(root, SHARD_FORMAT, "shard manifest")))
+    goto out;
+  if (!run || !cJSON_IsArray(parts) || get_num(root, "step", &step) ||
+      get_num(root, "rank", &rank) || get_num(root, "world", &world)) {
+    rc = ft_err_set(FT_EFORMAT, "shard manifest: missing run, step, rank, world or parts");
+    goto out;
+  }
+  sh->run = strdup(run);
+  sh->step = (int64_t)step;
+  sh->rank = (int)rank;
+  sh->world = (int)world;
+  int n = cJSON_GetArraySize(parts);
+  sh->parts = calloc((size_t)(n ? n : 1), sizeof *sh->parts);
+  if (!sh->run || !sh->parts) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  const cJSON *p;
+  cJSON_ArrayForEach(p, parts) {
+    rc = tensor_from_json(p, &sh->parts[sh->nparts++], 1);
+    if (rc)
+      goto out;
+  }
+  *out = sh;
+  sh = NULL;
+out:
+  ckpt_shard_free(sh);
+  cJSON_Delete(root);
+  return rc;
+}
+
+int ckpt_shard_rank(const ckpt_shard *sh) {
+  return sh->rank;
+}
+int64_t ckpt_shard_step(const ckpt_shard *sh) {
+  return sh->step;
+}
+
+/* ---- building a checkpoint manifest ------------------------------------------- */
+
+static int part_cmp(const void *a, const void *b) {
+  const ckpt_tensor *x = *(const ckpt_tensor *const *)a, *y = *(const ckpt_tensor *const *)b;
+  int c = strcmp(x->name, y->name);
+  if (c)
+    return c;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+void ckpt_manifest_free(ckpt_manifest *m) {
+  if (!m)
+    return;
+  for (int i = 0; i < m->ntensors; i++)
+    ckpt_tensor_release(&m->tensors[i]);
+  free(m->tensors);
+  free(m->config);
+  free(m->state);
+  free(m->metrics);
+  free(m);
+}
+
+/* Checks one part: its chunks must tile [offset, offset+len) in order. */
+static int check_part(const ckpt_tensor *p) {
+  uint64_t at = p->offset;
+  for (int i = 0; i < p->nchunks; i++) {
+    if (p->chunks[i].offset != at || p->chunks[i].len == 0)
+      return ft_err_set(FT_EINVAL,
+                        "shard part of %s at byte %" PRIu64 ": its chunks do not tile it", p->name,
+                        p->offset);
+    at += p->chunks[i].len;
+  }
+  if (at != p->offset + p->len)
+    return ft_err_set(FT_EINVAL,
+                      "shard part of %s at byte %" PRIu64 ": chunks cover %" PRIu64 " of %" PRIu64
+                      " bytes",
+                      p->name, p->offset, at - p->offset, p->len);
+  return FT_OK;
+}
+
+int ckpt_manifest_build(const ckpt_meta *meta, ckpt_shard *const *shards, int nshards,
+                        ckpt_manifest **out) {
+  *out = NULL;
+  int rc = FT_OK, nparts = 0;
+  if (!meta || !meta->run || !ckpt_run_name_ok(meta->run))
+    return ft_err_set(FT_EINVAL, "commit: bad run name '%s' (use letters, digits, . _ -)",
+                      meta && meta->run ? meta->run : "(null)");
+  if (nshards <= 0)
+    return ft_err_set(FT_EINVAL, "commit of %s step %" PRId64 ": no shards", meta->run, meta->step);
+  for (int s = 0; s < nshards; s++) {
+    if (!shards[s])
+      return ft_err_set(FT_EINVAL, "commit: shard %d is NULL", s);
+    if (strcmp(shards[s]->run, meta->run) != 0 || shards[s]->step != meta->step)
+      return ft_err_set(FT_EINVAL,
+                        "commit of %s step %" PRId64 ": shard of rank %d is of %s step %" PRId64,
+                        meta->run, meta->step, shards[s]->rank, shards[s]->run, shards[s]->step);
+    nparts += shards[s]->nparts;
+  }
+  ckpt_manifest *m = calloc(1, sizeof *m);
+  const ckpt_tensor **all = calloc((size_t)(nparts ? nparts : 1), sizeof *all);
+  if (!m || !all) {
+    free(all);
+    free(m);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  int k = 0;
+  for (int s = 0; s < nshards; s++)
+    for (int i = 0; i < shards[s]->nparts; i++) {
+      rc = check_part(&shards[s]->parts[i]);
+      if (rc)
+        goto out;
+      all[k++] = &shards[s]->parts[i];
+    }
+  qsort(all, (size_t)nparts, sizeof *all, part_cmp);
+  m->tensors = calloc((size_t)(nparts ? nparts : 1), sizeof *m->tensors);
+  m->config = xstrdup(meta->config_json);
+  m->state = xstrdup(meta->state_json);
+  m->metrics = xstrdup(meta->metrics_json);
+  if (!m->tensors || !m->config || !m->state || !m->metrics) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  for (int i = 0; i < nparts;) {
+    const ckpt_tensor *p0 = all[i];
+    ckpt_tensor *t = &m->tensors[m->ntensors++];
+    uint64_t nbytes = ckpt_tensor_nbytes(p0->dtype, p0->ndim, p0->shape);
+    if (!(t->name = strdup(p0->name))) {
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      goto out;
+    }
+    memcpy(t->dtype, p0->dtype, sizeof t->dtype);
+    t->ndim = p0->ndim;
+    memcpy(t->shape, p0->shape, sizeof t->shape);
+    t->len = nbytes;
+    if (nbytes == 0 && p0->ndim > 0) {
+      rc = ft_err_set(FT_EINVAL, "commit: tensor %s has an unknown dtype '%s' or a bad shape",
+                      p0->name, p0->dtype);
+      goto out;
+    }
+    uint64_t at = 0;
+    for (; i < nparts && strcmp(all[i]->name, t->name) == 0; i++) {
+      const ckpt_tensor *p = all[i];
+      if (strcmp(p->dtype, t->dtype) != 0 || p->ndim != t->ndim ||
+          memcmp(p->shape, t->shape, sizeof t->shape) != 0) {
+        rc = ft_err_set(FT_EINVAL, "commit: shards disagree on the dtype or shape of %s", t->name);
+        goto out;
+      }
+      if (p->offset > at) {
+        rc = ft_err_set(FT_EINVAL,
+                        "commit refused: bytes [%" PRIu64 ", %" PRIu64 ") of %s are in no shard",
+                        at, p->offset, t->name);
+        goto out;
+      }
+      if (p->offset < at) {
+        rc = ft_err_set(FT_EINVAL,
+                        "commit refused: bytes [%" PRIu64 ", %" PRIu64 ") of %s are in two shards",
+                        p->offset, at, t->name);
+        goto out;
+      }
+      for (int c = 0; c < p->nchunks; c++) {
+        rc = ckpt_tensor_add_chunk(t, &p->chunks[c]);
+        if (rc)
+          goto out;
+        t->chunks[t->nchunks - 1].offset = p->chunks[c].offset;
+      }
+      at = p->offset + p->len;
+    }
+    if (at != nbytes) {
+      rc = ft_err_set(FT_EINVAL,
+                      "commit refused: bytes [%" PRIu64 ", %" PRIu64 ") of %s are in no shard%s",
+                      at < nbytes ? at : nbytes, at < nbytes ? nbytes : at, t->name,
+                      at > nbytes ? " (shards go past the end of the tensor)" : "");
+      goto out;
+    }
+    m->info.logical_bytes += nbytes;
+    for (int c = 0; c < t->nchunks; c++)
+      m->info.stored_bytes += t->chunks[c].stored;
+    m->info.nchunks += t->nchunks;
+  }
+  snprintf(m->info.run, sizeof m->info.run, "%s", meta->run);
+  m->info.step = meta->step;
+  m->info.parent_step = meta->parent_step;
+  m->info.world = meta->world > 0 ? meta->world : shards[0]->world;
+  m->info.loss = meta->loss;
+  m->info.ntensors = m->ntensors;
+  m->info.state = CKPT_COMMITTED;
+  *out = m;
+  m = NULL;
+out:
+  free(all);
+  ckpt_manifest_free(m);
+  return rc;
+}
+
+/* ---- checkpoint manifest <-> JSON ------------------------------------------------ */
+
+char *ckpt_manifest_to_json(const ckpt_manifest *m) {
+  cJSON *root = cJSON_CreateObject();
+  if (!root)
+    return NULL;
+  const ckpt_info *i = &m->info;
+  cJSON_AddStringToObject(root, "format", MAN_FORMAT);
+  cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
+  cJSON_AddStringToObject(root, "run", i->run);
+  cJSON_AddNumberToObject(root, "step", (double)i->step);
+  cJSON_AddNumberToObject(root, "parent", (double)i->parent_step);
+  cJSON_AddNumberToObject(root, "world", i->world);
+  cJSON_AddNumberToObject(root, "time_ms", (double)i->time_ms);
+  if (isfinite(i->loss))
+    cJSON_AddNumberToObject(root, "loss", i->loss);
+  else
+    cJSON_AddNullToObject(root, "loss");
+  cJSON_AddStringToObject(root, "config", m->config);
+  cJSON_AddStringToObject(root, "state", m->state);
+  cJSON_AddStringToObject(root, "metrics", m->metrics);
+  cJSON *ts = cJSON_AddArrayToObject(root, "tensors");
+  for (int k = 0; k < m->ntensors; k++)
+    cJSON_AddItemToArray(ts, tensor_to_json(&m->tensors[k], 0));
+  char *s = seal(root, 1);
+  cJSON_Delete(root);
+  return s;
+}
+
+int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
+  *out = NULL;
+  int rc = check_seal(json, "checkpoint manifest");
+  if (rc)
+    return rc;
+  cJSON *root = cJSON_Parse(json);
+  if (!root)
+    return ft_err_set(FT_EFORMAT, "checkpoint manifest: not valid JSON");
+  ckpt_manifest *m = calloc(1, sizeof *m);
+  const cJSON *ts = cJSON_GetObjectItemCaseSensitive(root, "tensors");
+  const char *run = get_str(root, "run"), *cfg = get_str(root, "config"),
+             *st = get_str(root, "state"), *me = get_str(root, "metrics");
+  double step = 0, parent = 0, world = 0, tms = 0, loss = 0;
+  if (!m) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  if ((rc = check_header(root, MAN_FORMAT, "checkpoint manifest")))
+    goto out;
+  if (!run || !cfg || !st || !me || !cJSON_IsArray(ts) || get_num(root, "step", &step) ||
+      get_num(root, "parent", &parent) || get_num(root, "world", &world) ||
+      get_num(root, "time_ms", &tms) || get_num(root, "loss", &loss)) {
+    rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: missing fields");
+    goto out;
+  }
+  snprintf(m->info.run, sizeof m->info.run, "%s", run);
+  m->info.step = (int64_t)step;
+  m->info.parent_step = (int64_t)parent;
+  m->info.world = (int)world;
+  m->info.time_ms = (int64_t)tms;
+  m->info.loss = loss;
+  m->info.state = CKPT_COMMITTED;
+  m->config = strdup(cfg);
+  m->state = strdup(st);
+  m->metrics = strdup(me);
+  int n = cJSON_GetArraySize(ts);
+  m->tensors = calloc((size_t)(n ? n : 1), sizeof *m->tensors);
+  if (!m->config || !m->state || !m->metrics || !m->tensors) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  const cJSON *t;
+  cJSON_ArrayForEach(t, ts) {
+    ckpt_tensor *x = &m->tensors[m->ntensors++];
+    rc = tensor_from_json(t, x, 0);
+    if (rc)
+      goto out;
+    m->info.logical_bytes += x->len;
+    m->info.nchunks += x->nchunks;
+    for (int c = 0; c < x->nchunks; c++)
+      m->info.stored_bytes += x->chunks[c].stored;
+  }
+  m->info.ntensors = m->ntensors;
+  *out = m;
+  m = NULL;
+out:
+  ckpt_manifest_free(m);
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* ---- info record ------------------------------------------------------------------ */
+
+char *ckpt_info_to_json(const ckpt_info *i) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o)
+    return NULL;
+  cJSON_AddStringToObject(o, "format", INFO_FORMAT);
+  cJSON_AddNumberToObject(o, "version", FORMAT_VERSION);
+  cJSON_AddStringToObject(o, "run", i->run);
+  cJSON_AddNumberToObject(o, "step", (double)i->step);
+  cJSON_AddNumberToObject(o, "parent", (double)i->parent_step);
+  cJSON_AddNumberToObject(o, "world", i->world);
+  cJSON_AddNumberToObject(o, "state", i->state);
+  cJSON_AddNumberToObject(o, "pinned", i->pinned);
+  if (isfinite(i->loss))
+    cJSON_AddNumberToObject(o, "loss", i->loss);
+  else
+    cJSON_AddNullToObject(o, "loss");
+  cJSON_AddNumberToObject(o, "time_ms", (double)i->time_ms);
+  cJSON_AddNumberToObject(o, "logical", (double)i->logical_bytes);
+  cJSON_AddNumberToObject(o, "stored", (double)i->stored_bytes);
+  cJSON_AddNumberToObject(o, "new", (double)i->new_bytes);
+  cJSON_AddNumberToObject(o, "ntensors", i->ntensors);
+  cJSON_AddNumberToObject(o, "nchunks", i->nchunks);
+  char *s = seal(o, 0);
+  cJSON_Delete(o);
+  return s;
+}
+
+int ckpt_info_from_json(const char *json, ckpt_info *i) {
+  memset(i, 0, sizeof *i);
+  int rc = check_seal(json, "checkpoint record");
+  if (rc)
+    return rc;
+  cJSON *o = cJSON_Parse(json);
+  if (!o)
+    return ft_err_set(FT_EFORMAT, "checkpoint record: not valid JSON");
+  double v[12];
+  const char *keys[] = {"step",    "parent",  "world",  "state", "pinned",   "loss",
+                        "time_ms", "logical", "stored", "new",   "ntensors", "nchunks"};
+  const char *run = get_str(o, "run");
+  rc = check_header(o, INFO_FORMAT, "checkpoint record");
+  for (int k = 0; rc == FT_OK && k < 12; k++)
+    rc = get_num(o, keys[k], &v[k]);
+  if (rc == FT_OK && !run)
+    rc = ft_err_set(FT_EFORMAT, "checkpoint record: no run");
+  if (rc == FT_OK) {
+    snprintf(i->run, sizeof i->run, "%s", run);
+    i->step = (int64_t)v[0];
+    i->parent_step = (int64_t)v[1];
+    i->world = (int)v[2];
+    i->state = (int)v[3];
+    i->pinned = (int)v[4];
+    i->loss = v[5];
+    i->time_ms = (int64_t)v[6];
+    i->logical_bytes = (uint64_t)v[7];
+    i->stored_bytes = (uint64_t)v[8];
+    i->new_bytes = (uint64_t)v[9];
+    i->ntensors = (int)v[10];
+    i->nchunks = (int)v[11];
+  }
+  cJSON_Delete(o);
+  return rc;
+}
+
+/* ---- accessors ---------------------------------------------------------------------- */
+
+const ckpt_info *ckpt_manifest_info(const ckpt_manifest *m) {
+  return &m->info;
+}
+const char *ckpt_manifest_config_json(const ckpt_manifest *m) {
+  return m->config;
+}
+const char *ckpt_manifest_state_json(const ckpt_manifest *m) {
+  return m->state;
+}
+const char *ckpt_manifest_metrics_json(const ckpt_manifest *m) {
+  return m->metrics;
+}
+int ckpt_manifest_ntensors(const ckpt_manifest *m) {
+  return m->ntensors;
+}
+
+int ckpt_manifest_tensor(const ckpt_manifest *m, int i, ckpt_tensor_info *ti) {
+  if (!m || i < 0 || i >= m->ntensors)
+    return ft_err_set(FT_EINVAL, "tensor index %d out of range (0..%d)", i,
+                      m ? m->ntensors - 1 : -1);
+  const ckpt_tensor *t = &m->tensors[i];
+  memset(ti, 0, sizeof *ti);
+  ti->name = t->name;
+  ti->dtype = t->dtype;
+  ti->ndim = t->ndim;
+  memcpy(ti->shape, t->shape, sizeof ti->shape);
+  ti->nbytes = t->len;
+  ti->nchunks = t->nchunks;
+  for (int c = 0; c < t->nchunks; c++)
+    ti->stored_bytes += t->chunks[c].stored;
+  return FT_OK;
+}
+
+int ckpt_manifest_find(const ckpt_manifest *m, const char *name) {
+  int lo = 0, hi = m->ntensors - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    int c = strcmp(m->tensors[mid].name, name);
+    if (c == 0)
+      return mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}

@@ -1,0 +1,487 @@
+/*
+ * ckpt_store: opening a store; listing, loading and reading checkpoints;
+ * states and pins.
+ *
+ * A store is a tier (where chunks and manifest objects live) plus a catalog
+ * (which checkpoints exist and their state). A writer holds the catalog's
+ * lock and runs the background writer threads (ckpt_writer.c); a reader
+ * (opts->read_only) only reads, and works while a writer is active.
+ *
+ * Reads trust nothing: every chunk is decoded into private memory and its
+ * SHA-256 compared with its name before any byte reaches the caller; a
+ * missing or damaged chunk is FT_ECORRUPT naming the chunk and the tensor.
+ * Large reads decode chunks on up to opts->threads threads.
+ *
+ * State transitions done here (commit is in ckpt_commit.c, deletion in
+ * ckpt_gc.c), by ckpt_store_set_state:
+ *   (none)    -> PENDING     intent record (no manifest yet)
+ *   COMMITTED -> GOOD | BAD; GOOD -> BAD; BAD -> GOOD (an operator's call)
+ * PENDING -> COMMITTED only through ckpt_store_commit.
+ */
+#include "ckpt_int.h"
+
+#include <limits.h>
+#include <unistd.h>
+
+#include "ft_err.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *ckpt_state_name(int state) {
+  switch (state) {
+  case CKPT_PENDING:
+    return "pending";
+  case CKPT_COMMITTED:
+    return "committed";
+  case CKPT_GOOD:
+    return "good";
+  case CKPT_BAD:
+    return "bad";
+  }
+  return "unknown";
+}
+
+int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **out) {
+  ckpt_store_opts o = {0};
+  if (opts)
+    o = *opts;
+  *out = NULL;
+  if (!uri || !uri[0])
+    return ft_err_set(FT_EINVAL, "no store given (a URI like local:/path/to/store)");
+  const char *dir = NULL;
+  if (strncmp(uri, "local:", 6) == 0)
+    dir = uri + 6;
+  else if (uri[0] == '/' || uri[0] == '.')
+    dir = uri;
+  else
+    return ft_err_set(FT_EINVAL,
+                      "store URI '%s' is not supported: use local:DIR (S3 is not built yet)", uri);
+  if (!dir[0])
+    return ft_err_set(FT_EINVAL, "store URI '%s' names no folder (local:DIR)", uri);
+  /* A relative folder is taken from the current directory, made absolute
+   * once here so every path below has a parent to fsync. */
+  char absdir[PATH_MAX];
+  if (dir[0] != '/') {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd) ||
+        snprintf(absdir, sizeof absdir, "%s/%s", cwd, dir) >= (int)sizeof absdir)
+      return ft_err_set(FT_EINVAL, "store folder '%s': path too long", dir);
+    dir = absdir;
+  }
+  if (o.threads < 0 || o.chunk_mib < 0 || o.chunk_mib > 1024 || o.zstd_level < 0 ||
+      o.zstd_level > 22)
+    return ft_err_set(FT_EINVAL,
+                      "store options out of range (threads %d, chunk_mib %d, "
+                      "zstd_level %d)",
+                      o.threads, o.chunk_mib, o.zstd_level);
+  ckpt_store *s = calloc(1, sizeof *s);
+  if (!s || !(s->uri = strdup(uri))) {
+    free(s);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  s->read_only = o.read_only || o.shard_writer;
+  s->shard_writer = o.shard_writer;
+  s->threads = o.threads ? o.threads : 2;
+  s->chunk_mib = o.chunk_mib ? o.chunk_mib : 4;
+  s->zstd_level = o.zstd_level ? o.zstd_level : 1;
+  s->queue_bytes = o.queue_bytes ? o.queue_bytes : (size_t)1 << 30;
+  s->gc_grace_s = 3600;
+  pthread_mutex_init(&s->meta_mu, NULL);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv_work, NULL);
+  pthread_cond_init(&s->cv_space, NULL);
+  pthread_cond_init(&s->cv_jobs, NULL);
+
+  char catdir[PATH_MAX + 16];
+  int rc = ckpt_tier_local_open(dir, !o.read_only, &s->tier);
+  if (rc) {
+    if (rc == FT_ENOENT)
+      ft_err_set(FT_ENOENT, "no store at %s (check --store / CKPT_STORE)", dir);
+    goto fail;
+  }
+  if (o.catalog_dir)
+    snprintf(catdir, sizeof catdir, "%s", o.catalog_dir);
+  else
+    snprintf(catdir, sizeof catdir, "%s/catalog", dir);
+  rc = ckpt_catalog_open(catdir, s->read_only, &s->cat);
+  if (rc)
+    goto fail;
+  if (!o.read_only) {
+    rc = ckpt_writer_start(s);
+    if (rc)
+      goto fail;
+  }
+  *out = s;
+  return FT_OK;
+fail:
+  ckpt_store_free(s);
+  return rc;
+}
+
+void ckpt_store_free(ckpt_store *s) {
+  if (!s)
+    return;
+  ckpt_writer_stop(s);
+  ckpt_catalog_close(s->cat);
+  if (s->tier)
+    s->tier->free(s->tier);
+  pthread_mutex_destroy(&s->meta_mu);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv_work);
+  pthread_cond_destroy(&s->cv_space);
+  pthread_cond_destroy(&s->cv_jobs);
+  free(s->pool);
+  free(s->uri);
+  free(s);
+}
+
+int ckpt_store_set_gc_grace(ckpt_store *s, int64_t seconds) {
+  if (seconds < 0)
+    return ft_err_set(FT_EINVAL, "gc grace period must be >= 0 seconds");
+  s->gc_grace_s = seconds;
+  return FT_OK;
+}
+
+int ckpt_err_wrap(int rc, const char *fmt, ...) {
+  char saved[1024], ctx[512];
+  snprintf(saved, sizeof saved, "%s", ft_err_detail());
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx, sizeof ctx, fmt, ap);
+  va_end(ap);
+  return ft_err_set(rc, "%s: %s", ctx, saved);
+}
+
+/* ---- info records ------------------------------------------------------------ */
+
+int ckpt_store_get_info(ckpt_store *s, const char *run, int64_t step, ckpt_info *info) {
+  char key[256], *val = NULL;
+  ckpt_key_info(key, sizeof key, run, step);
+  int rc = ckpt_catalog_get(s->cat, key, &val, NULL);
+  if (rc == FT_ENOENT)
+    return ft_err_set(
+        FT_ENOENT, "no checkpoint of run '%s' at step %" PRId64 " (ckpt ls lists the checkpoints)",
+        run, step);
+  if (rc)
+    return rc;
+  rc = ckpt_info_from_json(val, info);
+  free(val);
+  return rc;
+}
+
+int ckpt_store_put_info(ckpt_store *s, const ckpt_info *info) {
+  char key[256];
+  char *js = ckpt_info_to_json(info);
+  if (!js)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  ckpt_key_info(key, sizeof key, info->run, info->step);
+  ckpt_batch *b = ckpt_batch_new();
+  if (b)
+    ckpt_batch_put(b, key, js, strlen(js));
+  free(js);
+  return ckpt_catalog_write(s->cat, b);
+}
+
+static int writable(ckpt_store *s, const char *what) {
+  if (s->read_only)
+    return ft_err_set(FT_ESTATE, "%s needs the store opened for writing (it is read-only)", what);
+  return FT_OK;
+}
+
+/* ---- listing --------------------------------------------------------------------- */
+
+typedef struct list_acc {
+  ckpt_info *v;
+  size_t n, cap;
+} list_acc;
+
+static int list_cb(void *ud, const char *key, const char *val, size_t vlen) {
+  list_acc *a = ud;
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? 2 * a->cap : 16;
+    ckpt_info *n = realloc(a->v, cap * sizeof *n);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    a->v = n;
+    a->cap = cap;
+  }
+  int rc = ckpt_info_from_json(val, &a->v[a->n]);
+  if (rc)
+    return ckpt_err_wrap(rc, "catalog record %s", key);
+  a->n++;
+  return FT_OK;
+}
+
+static int info_cmp(const void *a, const void *b) {
+  const ckpt_info *x = a, *y = b;
+  int c = strcmp(x->run, y->run);
+  if (c)
+    return c;
+  return x->step < y->step ? -1 : x->step > y->step;
+}
+
+int ckpt_store_list(ckpt_store *s, const char *run, ckpt_info **out, size_t *n) {
+  char prefix[256];
+  list_acc a = {0};
+  *out = NULL;
+  *n = 0;
+  if (run)
+    snprintf(prefix, sizeof prefix, "ckpt/info/%s/", run);
+  else
+    snprintf(prefix, sizeof prefix, "ckpt/info/");
+  int rc = ckpt_catalog_scan(s->cat, prefix, list_cb, &a);
+  if (rc) {
+    free(a.v);
+    return rc;
+  }
+  if (a.n > 1)
+    qsort(a.v, a.n, sizeof *a.v, info_cmp);
+  *out = a.v;
+  *n = a.n;
+  return FT_OK;
+}
+
+int ckpt_store_latest(ckpt_store *s, const char *run, int64_t max_step, int64_t *step) {
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  int rc = ckpt_store_list(s, run, &v, &n);
+  if (rc)
+    return rc;
+  rc = ft_err_set(FT_ENOENT,
+                  "run '%s' has no committed or good checkpoint at or before step %" PRId64, run,
+                  max_step);
+  for (size_t i = n; i-- > 0;) {
+    if (v[i].step <= max_step && (v[i].state == CKPT_COMMITTED || v[i].state == CKPT_GOOD)) {
+      *step = v[i].step;
+      rc = FT_OK;
+      break;
+    }
+  }
+  free(v);
+  return rc;
+}
+
+/* ---- loading --------------------------------------------------------------------- */
+
+int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out) {
+  *out = NULL;
+  ckpt_info info;
+  int rc = ckpt_store_get_info(s, run, step, &info);
+  if (rc)
+    return rc;
+  if (info.state == CKPT_PENDING)
+    return ft_err_set(FT_ENOENT, "checkpoint %s step %" PRId64 " is pending (not committed)", run,
+                      step);
+  char key[256], *val = NULL;
+  ckpt_key_man(key, sizeof key, run, step);
+  rc = ckpt_catalog_get(s->cat, key, &val, NULL);
+  if (rc == FT_ENOENT)
+    return ft_err_set(FT_ECORRUPT, "catalog: checkpoint %s step %" PRId64 " has no manifest", run,
+                      step);
+  if (rc)
+    return rc;
+  ckpt_manifest *m = NULL;
+  rc = ckpt_manifest_from_json(val, &m);
+  free(val);
+  if (rc)
+    return ckpt_err_wrap(rc, "checkpoint %s step %" PRId64, run, step);
+  m->info.state = info.state;
+  m->info.pinned = info.pinned;
+  m->info.new_bytes = info.new_bytes;
+  m->info.time_ms = info.time_ms;
+  *out = m;
+  return FT_OK;
+}
+
+/* ---- reading ranges ------------------------------------------------------------------ */
+
+typedef struct read_job {
+  ckpt_store *s;
+  const ckpt_tensor *t;
+  int first, last; /* chunk indices, inclusive */
+  uint64_t offset, len;
+  uint8_t *dst;
+  int next; /* atomic */
+  int rc;   /* first error (under mu) */
+  char err[512];
+  pthread_mutex_t mu;
+} read_job;
+
+static int read_one(read_job *j, int ci, uint8_t **buf, size_t *cap) {
+  const ckpt_chunk_ref *c = &j->t->chunks[ci];
+  char hex[CKPT_HEX_LEN + 1], key[128];
+  ckpt_hex(c->hash, hex);
+  snprintf(key, sizeof key, "chunks/%s", hex);
+  if (*cap < c->len) {
+    free(*buf);
+    *buf = malloc(c->len);
+    *cap = *buf ? c->len : 0;
+    if (!*buf)
+      return ft_err_set(FT_ENOMEM, "out of memory reading a chunk");
+  }
+  uint8_t *obj = NULL;
+  size_t objlen = 0;
+  int rc = j->s->tier->get(j->s->tier, key, &obj, &objlen);
+  if (rc == FT_ENOENT)
+    return ft_err_set(FT_ECORRUPT,
+                      "chunk %s of %s (bytes %" PRIu64 "..%" PRIu64 ") is missing from the store",
+                      hex, j->t->name, c->offset, c->offset + c->len);
+  if (rc)
+    return rc;
+  rc = ckpt_chunk_decode(obj, objlen, c->hash, *buf, c->len);
+  free(obj);
+  if (rc)
+    return ckpt_err_wrap(rc, "refusing to use a chunk of %s (bytes %" PRIu64 "..%" PRIu64 ")",
+                         j->t->name, c->offset, c->offset + c->len);
+  uint64_t a = c->offset > j->offset ? c->offset : j->offset;
+  uint64_t b = c->offset + c->len < j->offset + j->len ? c->offset + c->len : j->offset + j->len;
+  memcpy(j->dst + (a - j->offset), *buf + (a - c->offset), b - a);
+  return FT_OK;
+}
+
+static void *read_worker(void *arg) {
+  read_job *j = arg;
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  for (;;) {
+    int ci = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+    if (ci > j->last)
+      break;
+    pthread_mutex_lock(&j->mu);
+    int failed = j->rc != 0;
+    pthread_mutex_unlock(&j->mu);
+    if (failed)
+      break;
+    int rc = read_one(j, ci, &buf, &cap);
+    if (rc) {
+      pthread_mutex_lock(&j->mu);
+      if (!j->rc) {
+        j->rc = rc;
+        snprintf(j->err, sizeof j->err, "%s", ft_err_detail());
+      }
+      pthread_mutex_unlock(&j->mu);
+      break;
+    }
+  }
+  free(buf);
+  return NULL;
+}
+
+int ckpt_store_read(ckpt_store *s, const ckpt_manifest *m, const char *tensor, uint64_t offset,
+                    uint64_t len, void *dst) {
+  int ti = ckpt_manifest_find(m, tensor);
+  if (ti < 0)
+    return ft_err_set(FT_ENOENT, "checkpoint %s step %" PRId64 " has no tensor '%s'", m->info.run,
+                      m->info.step, tensor);
+  const ckpt_tensor *t = &m->tensors[ti];
+  if (offset > t->len || len > t->len - offset)
+    return ft_err_set(FT_EINVAL,
+                      "read of %s: bytes [%" PRIu64 ", %" PRIu64 ") are outside [0, %" PRIu64 ")",
+                      tensor, offset, offset + len, t->len);
+  if (len == 0)
+    return FT_OK;
+  /* first chunk whose end is past offset */
+  int lo = 0, hi = t->nchunks - 1, first = t->nchunks;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (t->chunks[mid].offset + t->chunks[mid].len > offset) {
+      first = mid;
+      hi = mid - 1;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  int last = first;
+  while (last + 1 < t->nchunks && t->chunks[last + 1].offset < offset + len)
+    last++;
+  if (first >= t->nchunks)
+    return ft_err_set(FT_ECORRUPT, "manifest of %s has no chunk at byte %" PRIu64, tensor, offset);
+  read_job j = {.s = s,
+                .t = t,
+                .first = first,
+                .last = last,
+                .offset = offset,
+                .len = len,
+                .dst = dst,
+                .next = first};
+  pthread_mutex_init(&j.mu, NULL);
+  int nth = s->threads;
+  if (nth > last - first + 1)
+    nth = last - first + 1;
+  if (nth > 16)
+    nth = 16;
+  pthread_t th[16];
+  int started = 0;
+  for (int i = 1; i < nth; i++) {
+    if (pthread_create(&th[started], NULL, read_worker, &j) != 0)
+      break;
+    started++;
+  }
+  read_worker(&j);
+  for (int i = 0; i < started; i++)
+    pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&j.mu);
+  if (j.rc)
+    return ft_err_set(j.rc, "%s", j.err);
+  return FT_OK;
+}
+
+/* ---- states and pins -------------------------------------------------------------------- */
+
+int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state) {
+  int rc = writable(s, "changing a checkpoint's state");
+  if (rc)
+    return rc;
+  if (state < CKPT_PENDING || state > CKPT_BAD || !ckpt_run_name_ok(run))
+    return ft_err_set(FT_EINVAL, "set_state: bad state %d or run name '%s'", state,
+                      run ? run : "(null)");
+  pthread_mutex_lock(&s->meta_mu);
+  ckpt_info info;
+  rc = ckpt_store_get_info(s, run, step, &info);
+  if (rc == FT_ENOENT && state == CKPT_PENDING) {
+    memset(&info, 0, sizeof info);
+    snprintf(info.run, sizeof info.run, "%s", run);
+    info.step = step;
+    info.parent_step = -1;
+    info.loss = NAN;
+    info.state = CKPT_PENDING;
+    info.time_ms = 0;
+    rc = ckpt_store_put_info(s, &info);
+    goto out;
+  }
+  if (rc)
+    goto out;
+  if (info.state == state)
+    goto out;
+  if (state == CKPT_PENDING || info.state == CKPT_PENDING || state == CKPT_COMMITTED) {
+    rc = ft_err_set(FT_ESTATE, "checkpoint %s step %" PRId64 " is %s; it cannot become %s%s", run,
+                    step, ckpt_state_name(info.state), ckpt_state_name(state),
+                    info.state == CKPT_PENDING ? " except by a commit" : "");
+    goto out;
+  }
+  info.state = state;
+  rc = ckpt_store_put_info(s, &info);
+out:
+  pthread_mutex_unlock(&s->meta_mu);
+  return rc;
+}
+
+int ckpt_store_pin(ckpt_store *s, const char *run, int64_t step, int pinned) {
+  int rc = writable(s, "pinning");
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&s->meta_mu);
+  ckpt_info info;
+  rc = ckpt_store_get_info(s, run, step, &info);
+  if (rc == FT_OK && info.pinned != !!pinned) {
+    info.pinned = !!pinned;
+    rc = ckpt_store_put_info(s, &info);
+  }
+  pthread_mutex_unlock(&s->meta_mu);
+  return rc;
+}

@@ -1,0 +1,339 @@
+/*
+ * ckpt_writer: the asynchronous writer (ckpt_store_submit and ckpt_job_*).
+ *
+ * submit cuts every part into tasks of at most chunk_mib bytes and queues
+ * them (FIFO) for a pool of opts->threads threads; it returns once every task
+ * is queued. A thread takes a task and:
+ *   1. hashes the raw bytes (SHA-256) -> the chunk's name;
+ *   2. if the tier already has that chunk, freshens its timestamp (the GC
+ *      protocol in ckpt_gc.c relies on it) and is done with the bytes;
+ *      otherwise compresses them into its own memory;
+ *   3. counts the task as "released": the caller's buffer is no longer read;
+ *   4. writes the chunk object crash-safely (tier put), then counts the task
+ *      as durable and records (offset, len, hash, stored size) in the job's
+ *      shard manifest.
+ * A job is released when all its tasks passed 3, done when all passed 4.
+ *
+ * Back-pressure policy: the store bounds the raw bytes queued or being
+ * processed (queue_bytes, default 1 GiB). submit blocks, before queueing a
+ * task, while the bound would be exceeded and something is in flight (a task
+ * larger than the bound still goes through alone). Nothing is dropped or
+ * reordered; the caller of submit is the one who waits, so a trainer that
+ * checkpoints faster than the disk can write slows down instead of growing
+ * memory. Only step 4's completion frees space, so the bound also bounds the
+ * compressed copies held by threads.
+ *
+ * Failure: the first error of a job is kept (with its detail text) and
+ * reported by ckpt_job_wait; the job's remaining tasks are skipped (they
+ * still release their bytes). Chunks already written stay: they are valid
+ * and content-addressed, and GC removes them if nothing references them.
+ *
+ * Threads: s->mu guards the queue and the byte count; each job has its own
+ * mutex for its counters; the shard's chunk slots are preallocated, each
+ * written by exactly one task, and read only after the job is done.
+ */
+#include "ckpt_int.h"
+
+#include "ft_err.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ckpt_task {
+  ckpt_job *job;
+  int part, idx;
+  const uint8_t *data;
+  uint64_t offset, len;
+  int esize;
+  ckpt_task *next;
+};
+
+struct ckpt_job {
+  ckpt_store *s;
+  ckpt_shard *shard;
+  int unreleased, pending;
+  int rc;
+  char err[512];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int taken; /* shard handed out by ckpt_job_wait */
+};
+
+static void job_fail(ckpt_job *j, int rc) {
+  pthread_mutex_lock(&j->mu);
+  if (!j->rc) {
+    j->rc = rc;
+    snprintf(j->err, sizeof j->err, "%s", ft_err_detail());
+  }
+  pthread_mutex_unlock(&j->mu);
+}
+
+static void job_release(ckpt_job *j) {
+  pthread_mutex_lock(&j->mu);
+  j->unreleased--;
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+}
+
+static void run_task(ckpt_store *s, ckpt_task *t) {
+  ckpt_job *j = t->job;
+  ckpt_chunk_ref ref = {.offset = t->offset, .len = t->len};
+  uint8_t *obj = NULL;
+  size_t objlen = 0;
+  int released = 0, rc;
+  pthread_mutex_lock(&j->mu);
+  int failed = j->rc != 0;
+  pthread_mutex_unlock(&j->mu);
+  if (failed)
+    goto out;
+  rc = ckpt_sha256(t->data, t->len, ref.hash);
+  if (rc)
+    goto fail;
+  char hex[CKPT_HEX_LEN + 1], key[128];
+  ckpt_hex(ref.hash, hex);
+  snprintf(key, sizeof key, "chunks/%s", hex);
+  uint64_t size = 0;
+  rc = s->tier->exists(s->tier, key, 1, &size, NULL);
+  if (rc == FT_OK) { /* idempotent: the same bytes are already stored */
+    ref.stored = size;
+    job_release(j);
+    released = 1;
+  } else if (rc == FT_ENOENT) {
+    rc = ckpt_chunk_encode(t->data, t->len, t->esize, s->zstd_level, &obj, &objlen);
+    job_release(j);
+    released = 1;
+    if (rc)
+      goto fail;
+    rc = s->tier->put(s->tier, key, obj, objlen);
+    if (rc)
+      goto fail;
+    ref.stored = objlen;
+  } else {
+    goto fail;
+  }
+  j->shard->parts[t->part].chunks[t->idx] = ref;
+  goto out;
+fail:
+  job_fail(j, ckpt_err_wrap(rc, "writing %s bytes %" PRIu64 "..%" PRIu64 " (rank %d)",
+                            j->shard->parts[t->part].name, t->offset, t->offset + t->len,
+                            j->shard->rank));
+out:
+  free(obj);
+  if (!released)
+    job_release(j);
+  pthread_mutex_lock(&j->mu);
+  j->pending--;
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+}
+
+static void *pool_main(void *arg) {
+  ckpt_store *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stopping)
+      pthread_cond_wait(&s->cv_work, &s->mu);
+    if (!s->head)
+      break;
+    ckpt_task *t = s->head;
+    s->head = t->next;
+    if (!s->head)
+      s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    uint64_t len = t->len;
+    run_task(s, t);
+    free(t);
+    pthread_mutex_lock(&s->mu);
+    s->inflight_bytes -= len;
+    pthread_cond_broadcast(&s->cv_space);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+int ckpt_writer_start(ckpt_store *s) {
+  s->pool = calloc((size_t)s->threads, sizeof *s->pool);
+  if (!s->pool)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  for (int i = 0; i < s->threads; i++) {
+    if (pthread_create(&s->pool[i], NULL, pool_main, s) != 0) {
+      ckpt_writer_stop(s);
+      return ft_err_set(FT_ENOMEM, "cannot start writer thread %d", i);
+    }
+    s->nthreads_started++;
+  }
+  return FT_OK;
+}
+
+void ckpt_writer_stop(ckpt_store *s) {
+  pthread_mutex_lock(&s->mu);
+  s->stopping = 1;
+  pthread_cond_broadcast(&s->cv_work);
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; i < s->nthreads_started; i++)
+    pthread_join(s->pool[i], NULL);
+  s->nthreads_started = 0;
+}
+
+static void job_destroy(ckpt_job *j) {
+  ckpt_shard_free(j->shard);
+  pthread_mutex_destroy(&j->mu);
+  pthread_cond_destroy(&j->cv);
+  free(j);
+}
+
+int ckpt_store_submit(ckpt_store *s, const char *run, int64_t step, int rank, int world,
+                      const ckpt_part *parts, int nparts, ckpt_job **out) {
+  *out = NULL;
+  if (s->read_only && !s->shard_writer)
+    return ft_err_set(FT_ESTATE, "submit: the store is open read-only");
+  if (!ckpt_run_name_ok(run))
+    return ft_err_set(FT_EINVAL, "submit: bad run name '%s' (1-127 of letters, digits, . _ -)",
+                      run ? run : "(null)");
+  if (world < 1 || rank < 0 || rank >= world || nparts < 0 || (nparts > 0 && !parts))
+    return ft_err_set(FT_EINVAL, "submit: bad rank %d / world %d / %d parts", rank, world, nparts);
+  uint64_t chunk = (uint64_t)s->chunk_mib << 20;
+  int ntasks = 0;
+  for (int i = 0; i < nparts; i++) {
+    const ckpt_part *p = &parts[i];
+    uint64_t nb = p->tensor ? ckpt_tensor_nbytes(p->dtype, p->ndim, p->shape) : 0;
+    if (!p->tensor || !p->tensor[0] || !ckpt_dtype_size(p->dtype) || p->ndim < 0 ||
+        p->ndim > CKPT_MAX_DIMS)
+      return ft_err_set(FT_EINVAL, "submit: part %d: missing name, unknown dtype '%s' or bad ndim",
+                        i, p->dtype ? p->dtype : "(null)");
+    if (p->offset > nb || p->len > nb - p->offset || (p->len && !p->data))
+      return ft_err_set(FT_EINVAL,
+                        "submit: part %d (%s): bytes [%" PRIu64 ", %" PRIu64
+                        ") do not fit the tensor's %" PRIu64 " bytes",
+                        i, p->tensor, p->offset, p->offset + p->len, nb);
+    ntasks += (int)((p->len + chunk - 1) / chunk);
+  }
+  ckpt_job *j = calloc(1, sizeof *j);
+  ckpt_shard *sh = calloc(1, sizeof *sh);
+  if (!j || !sh) {
+    free(j);
+    free(sh);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  pthread_mutex_init(&j->mu, NULL);
+  pthread_cond_init(&j->cv, NULL);
+  j->s = s;
+  j->shard = sh;
+  sh->run = strdup(run);
+  sh->step = step;
+  sh->rank = rank;
+  sh->world = world;
+  sh->parts = calloc((size_t)(nparts ? nparts : 1), sizeof *sh->parts);
+  if (!sh->run || !sh->parts)
+    goto nomem;
+  for (int i = 0; i < nparts; i++) {
+    const ckpt_part *p = &parts[i];
+    ckpt_tensor *t = &sh->parts[sh->nparts++];
+    int n = (int)((p->len + chunk - 1) / chunk);
+    if (!(t->name = strdup(p->tensor)))
+      goto nomem;
+    snprintf(t->dtype, sizeof t->dtype, "%s", p->dtype);
+    t->ndim = p->ndim;
+    memcpy(t->shape, p->shape, sizeof t->shape);
+    t->offset = p->offset;
+    t->len = p->len;
+    t->chunks = calloc((size_t)(n ? n : 1), sizeof *t->chunks);
+    if (!t->chunks)
+      goto nomem;
+    t->nchunks = t->cap = n;
+  }
+  j->unreleased = j->pending = ntasks;
+  for (int i = 0; i < nparts; i++) {
+    const ckpt_part *p = &parts[i];
+    int esize = ckpt_dtype_is_float(p->dtype) ? ckpt_dtype_size(p->dtype) : 1;
+    for (uint64_t off = 0, k = 0; off < p->len; off += chunk, k++) {
+      ckpt_task *t = calloc(1, sizeof *t);
+      if (!t) {
+        /* the tasks not queued count as failed, so the job still finishes */
+        job_fail(j, ft_err_set(FT_ENOMEM, "out of memory queueing a checkpoint"));
+        int left = 0;
+        for (int a = i; a < nparts; a++)
+          for (uint64_t o = (a == i ? off : 0); o < parts[a].len; o += chunk)
+            left++;
+        pthread_mutex_lock(&j->mu);
+        j->unreleased -= left;
+        j->pending -= left;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        *out = j;
+        return FT_OK;
+      }
+      t->job = j;
+      t->part = i;
+      t->idx = (int)k;
+      t->offset = p->offset + off;
+      t->len = p->len - off < chunk ? p->len - off : chunk;
+      t->data = (const uint8_t *)p->data + off;
+      t->esize = esize;
+      pthread_mutex_lock(&s->mu);
+      while (s->inflight_bytes > 0 && s->inflight_bytes + t->len > s->queue_bytes)
+        pthread_cond_wait(&s->cv_space, &s->mu);
+      s->inflight_bytes += t->len;
+      if (s->tail)
+        s->tail->next = t;
+      else
+        s->head = t;
+      s->tail = t;
+      pthread_cond_signal(&s->cv_work);
+      pthread_mutex_unlock(&s->mu);
+    }
+  }
+  *out = j;
+  return FT_OK;
+nomem:
+  job_destroy(j);
+  return ft_err_set(FT_ENOMEM, "out of memory");
+}
+
+int ckpt_job_released(ckpt_job *j, int wait) {
+  pthread_mutex_lock(&j->mu);
+  while (wait && j->unreleased > 0)
+    pthread_cond_wait(&j->cv, &j->mu);
+  int r = j->unreleased <= 0;
+  pthread_mutex_unlock(&j->mu);
+  return r;
+}
+
+int ckpt_job_done(ckpt_job *j) {
+  pthread_mutex_lock(&j->mu);
+  int r = j->pending <= 0;
+  pthread_mutex_unlock(&j->mu);
+  return r;
+}
+
+int ckpt_job_wait(ckpt_job *j, ckpt_shard **shard) {
+  if (shard)
+    *shard = NULL;
+  pthread_mutex_lock(&j->mu);
+  while (j->pending > 0)
+    pthread_cond_wait(&j->cv, &j->mu);
+  int rc = j->rc;
+  pthread_mutex_unlock(&j->mu);
+  if (rc)
+    return ft_err_set(rc, "%s", j->err);
+  if (shard) {
+    if (j->taken)
+      return ft_err_set(FT_ESTATE, "ckpt_job_wait: the shard was already handed out");
+    *shard = j->shard;
+    j->shard = NULL;
+    j->taken = 1;
+  }
+  return FT_OK;
+}
+
+void ckpt_job_free(ckpt_job *j) {
+  if (!j)
+    return;
+  pthread_mutex_lock(&j->mu);
+  while (j->pending > 0)
+    pthread_cond_wait(&j->cv, &j->mu);
+  pthread_mutex_unlock(&j->mu);
+  job_destroy(j);
+}

@@ -1,0 +1,22 @@
+# Tests of the checkpoint store (ckptstore/): unit tests of the library
+# against a real RocksDB and real files, and integration tests that drive the
+# real `ckpt` program and a real writer process (crash and corruption tests).
+if(TARGET ftckpt AND TARGET ckpt)
+  add_executable(ckpt_testwriter ${CMAKE_CURRENT_SOURCE_DIR}/integration/ckpt_testwriter.c)
+  target_link_libraries(ckpt_testwriter PRIVATE ftckpt m)
+  set_target_properties(ckpt_testwriter PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
+  foreach(t test_ckpt_chunk test_ckpt_manifest test_ckpt_read test_ckpt_catalog test_ckpt_gc)
+    if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c)
+      ft_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c
+                  LIBS ftckpt LABELS unit TIMEOUT 120)
+    endif()
+  endforeach()
+
+  foreach(t ckpt_cli ckpt_crash ckpt_corrupt)
+    if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh)
+      ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
+                         LABELS integration TIMEOUT 240)
+    endif()
+  endforeach()
+endif()

@@ -1,0 +1,195 @@
+/*
+ * test_ckpt_gc: retention (keep_last, keep_every, pinned) and the sweep:
+ * a chunk shared with a kept checkpoint survives, unreferenced ones go,
+ * young unreferenced ones stay within the grace period, a dry run deletes
+ * nothing, and a commit whose chunks a GC swept is refused, not listed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "test_ckpt_util.h"
+
+#define NV 5000
+#define NS 3000
+
+typedef struct fx {
+  char *dir, *uri;
+  ckpt_store *s;
+  float shared[NS], varying[11][NV];
+} fx;
+
+/* Steps 1..10: "param/shared" is the same bytes every step, "param/var"
+ * differs; step 2 is pinned. */
+static int setup(void **st) {
+  fx *f = calloc(1, sizeof *f);
+  f->dir = tu_tmpdir();
+  f->uri = tu_uri(f->dir);
+  if (ckpt_store_open(f->uri, NULL, &f->s))
+    return -1;
+  ckpt_store_set_gc_grace(f->s, 0);
+  tu_fill(f->shared, NS, 1000);
+  for (int step = 1; step <= 10; step++) {
+    tu_fill(f->varying[step], NV, (uint64_t)step);
+    ckpt_part p[2] = {tu_part("param/shared", f->shared, NS, 0, NS),
+                      tu_part("param/var", f->varying[step], NV, 0, NV)};
+    if (tu_commit(f->s, "run", step, p, 2))
+      return -1;
+  }
+  if (ckpt_store_pin(f->s, "run", 2, 1))
+    return -1;
+  usleep(30000); /* file timestamps are coarse: be clearly older than the GC */
+  *st = f;
+  return 0;
+}
+
+static int teardown(void **st) {
+  fx *f = *st;
+  ckpt_store_free(f->s);
+  tu_rmrf(f->dir);
+  free(f->dir);
+  free(f->uri);
+  free(f);
+  return 0;
+}
+
+static void var_chunk_path(fx *f, int step, char *path, size_t n) {
+  uint8_t h[CKPT_HASH_LEN];
+  ckpt_sha256(f->varying[step], NV * 4, h);
+  tu_chunk_path(f->dir, h, path, n);
+}
+
+static void test_retention(void **st) {
+  fx *f = *st;
+  assert_int_equal(tu_count_chunks(f->dir), 11); /* 10 varying + 1 shared */
+  ckpt_retention r = {.keep_last = 3, .keep_every = 4};
+  ckpt_gc_report rep;
+  /* dry run: the same verdict, nothing deleted */
+  assert_int_equal(ckpt_store_gc(f->s, &r, 1, &rep), FT_OK);
+  assert_int_equal(rep.checkpoints_deleted, 5);
+  assert_int_equal(rep.chunks_deleted, 5);
+  assert_int_equal(tu_count_chunks(f->dir), 11);
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  assert_int_equal(ckpt_store_list(f->s, "run", &v, &n), FT_OK);
+  assert_int_equal(n, 10);
+  free(v);
+
+  assert_int_equal(ckpt_store_gc(f->s, &r, 0, &rep), FT_OK);
+  assert_int_equal(rep.checkpoints_deleted, 5);
+  assert_int_equal(rep.chunks_deleted, 5);
+  assert_true(rep.bytes_freed > 0);
+  /* kept: 2 (pinned), 4 and 8 (every 4th), 8, 9, 10 (last 3) */
+  int64_t want[] = {2, 4, 8, 9, 10};
+  assert_int_equal(ckpt_store_list(f->s, "run", &v, &n), FT_OK);
+  assert_int_equal(n, 5);
+  for (size_t i = 0; i < n; i++)
+    assert_int_equal(v[i].step, want[i]);
+  free(v);
+  assert_int_equal(tu_count_chunks(f->dir), 6);
+  char path[4300];
+  for (int step = 1; step <= 10; step++) {
+    var_chunk_path(f, step, path, sizeof path);
+    int kept = step == 2 || step == 4 || step >= 8;
+    assert_int_equal(tu_exists(path), kept);
+    snprintf(path, sizeof path, "%s/store/manifests/run/%020d.json", f->dir, step);
+    assert_int_equal(tu_exists(path), kept);
+  }
+  /* the shared chunk survived, and every kept checkpoint is whole */
+  for (size_t i = 0; i < 5; i++) {
+    ckpt_verify_report vr;
+    assert_int_equal(ckpt_store_verify(f->s, "run", want[i], &vr, NULL, NULL), FT_OK);
+    assert_int_equal(vr.chunks_checked, 2);
+  }
+  ckpt_manifest *m = NULL;
+  float out[NS];
+  assert_int_equal(ckpt_store_load(f->s, "run", 2, &m), FT_OK);
+  assert_int_equal(ckpt_store_read(f->s, m, "param/shared", 0, sizeof out, out), FT_OK);
+  assert_memory_equal(out, f->shared, sizeof out);
+  ckpt_manifest_free(m);
+  /* a second pass finds nothing more */
+  assert_int_equal(ckpt_store_gc(f->s, &r, 0, &rep), FT_OK);
+  assert_int_equal(rep.checkpoints_deleted, 0);
+  assert_int_equal(rep.chunks_deleted, 0);
+  /* unpinning 2 lets it go */
+  assert_int_equal(ckpt_store_pin(f->s, "run", 2, 0), FT_OK);
+  assert_int_equal(ckpt_store_gc(f->s, &r, 0, &rep), FT_OK);
+  assert_int_equal(rep.checkpoints_deleted, 1);
+}
+
+static void test_bad_ones_go_and_keep_all(void **st) {
+  fx *f = *st;
+  assert_int_equal(ckpt_store_set_state(f->s, "run", 9, CKPT_BAD), FT_OK);
+  ckpt_gc_report rep;
+  ckpt_retention all = {0};
+  assert_int_equal(ckpt_store_gc(f->s, &all, 0, &rep), FT_OK); /* keep_last 0: keep all */
+  assert_int_equal(rep.checkpoints_deleted, 0);
+  assert_int_equal(rep.chunks_deleted, 0);
+  ckpt_retention r = {.keep_last = 2};
+  assert_int_equal(ckpt_store_gc(f->s, &r, 0, &rep), FT_OK);
+  /* kept: 10 and 8 (the last 2 restorable; 9 is bad), 2 (pinned) */
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  assert_int_equal(ckpt_store_list(f->s, "run", &v, &n), FT_OK);
+  assert_int_equal(n, 3);
+  assert_int_equal(v[0].step, 2);
+  assert_int_equal(v[1].step, 8);
+  assert_int_equal(v[2].step, 10);
+  free(v);
+}
+
+static void test_unreferenced_and_grace(void **st) {
+  fx *f = *st;
+  float orphan[NV];
+  tu_fill(orphan, NV, 777);
+  ckpt_part p = tu_part("param/var", orphan, NV, 0, NV);
+  ckpt_job *j = NULL;
+  ckpt_shard *sh = NULL;
+  assert_int_equal(ckpt_store_submit(f->s, "run", 11, 0, 1, &p, 1, &j), FT_OK);
+  assert_int_equal(ckpt_job_wait(j, &sh), FT_OK);
+  ckpt_job_free(j);
+  uint8_t h[CKPT_HASH_LEN];
+  char path[4300];
+  ckpt_sha256(orphan, sizeof orphan, h);
+  tu_chunk_path(f->dir, h, path, sizeof path);
+  assert_true(tu_exists(path));
+  /* a leftover temp file of an interrupted write */
+  char tmp[4400];
+  snprintf(tmp, sizeof tmp, "%s.tmp.1.2.3", path);
+  FILE *t = fopen(tmp, "w");
+  fputs("partial", t);
+  fclose(t);
+  ckpt_gc_report rep;
+  ckpt_retention r = {0};
+  /* young: within the grace period, left alone (it may be mid-checkpoint) */
+  ckpt_store_set_gc_grace(f->s, 3600);
+  assert_int_equal(ckpt_store_gc(f->s, &r, 0, &rep), FT_OK);
+  assert_int_equal(rep.chunks_deleted, 0);
+  assert_true(tu_exists(path));
+  /* with no grace: the unreferenced chunk and the temp file go */
+  usleep(30000);
+  ckpt_store_set_gc_grace(f->s, 0);
+  assert_int_equal(ckpt_store_gc(f->s, &r, 0, &rep), FT_OK);
+  assert_int_equal(rep.chunks_deleted, 2);
+  assert_false(tu_exists(path));
+  assert_false(tu_exists(tmp));
+  assert_int_equal(tu_count_chunks(f->dir), 11);
+  /* committing the swept shard now is refused, and nothing is listed */
+  ckpt_meta m = {.run = "run", .step = 11, .parent_step = 10, .world = 1, .loss = 0.5};
+  assert_int_equal(ckpt_store_commit(f->s, &m, &sh, 1), FT_ENOENT);
+  assert_non_null(strstr(ft_err_detail(), "not in the store"));
+  ckpt_info info;
+  assert_int_equal(ckpt_store_get_info(f->s, "run", 11, &info), FT_ENOENT);
+  ckpt_shard_free(sh);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_ones_go_and_keep_all, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unreferenced_and_grace, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

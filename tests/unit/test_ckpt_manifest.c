@@ -1,0 +1,176 @@
+/*
+ * test_ckpt_manifest: shard and checkpoint manifests: JSON round trips, the
+ * checksum catching a changed byte, and the commit's coverage check (a
+ * missing or doubly covered range is refused and nothing is listed).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "test_ckpt_util.h"
+
+typedef struct fx {
+  char *dir, *uri;
+  ckpt_store *s;
+  float *w;
+} fx;
+
+#define N 3000
+
+static int setup(void **st) {
+  fx *f = calloc(1, sizeof *f);
+  f->dir = tu_tmpdir();
+  f->uri = tu_uri(f->dir);
+  ckpt_store_opts o = {.chunk_mib = 1};
+  if (ckpt_store_open(f->uri, &o, &f->s))
+    return -1;
+  f->w = malloc(N * 4);
+  tu_fill(f->w, N, 9);
+  *st = f;
+  return 0;
+}
+
+static int teardown(void **st) {
+  fx *f = *st;
+  ckpt_store_free(f->s);
+  tu_rmrf(f->dir);
+  free(f->dir);
+  free(f->uri);
+  free(f->w);
+  free(f);
+  return 0;
+}
+
+/* Rank r of world writes elements [a, b) of tensor "t". */
+static ckpt_shard *shard_of(fx *f, int64_t step, int rank, int world, size_t a, size_t b) {
+  ckpt_part p = tu_part("param/t", f->w, N, a, b - a);
+  ckpt_job *j = NULL;
+  ckpt_shard *sh = NULL;
+  assert_int_equal(ckpt_store_submit(f->s, "run", step, rank, world, &p, 1, &j), FT_OK);
+  assert_int_equal(ckpt_job_wait(j, &sh), FT_OK);
+  ckpt_job_free(j);
+  return sh;
+}
+
+static void test_shard_json_checksum(void **st) {
+  fx *f = *st;
+  ckpt_shard *sh = shard_of(f, 5, 1, 2, 1000, 3000);
+  char *js = ckpt_shard_to_json(sh);
+  assert_non_null(strstr(js, "\"checksum\""));
+  ckpt_shard *back = NULL;
+  assert_int_equal(ckpt_shard_from_json(js, &back), FT_OK);
+  assert_int_equal(ckpt_shard_rank(back), 1);
+  assert_int_equal(ckpt_shard_step(back), 5);
+  assert_int_equal(back->parts[0].offset, 4000);
+  assert_int_equal(back->parts[0].len, 8000);
+  ckpt_shard_free(back);
+  /* one changed digit (the offset 4000 -> 5000) is caught */
+  char *p = strstr(js, "4000");
+  assert_non_null(p);
+  p[0] = '5';
+  assert_int_equal(ckpt_shard_from_json(js, &back), FT_ECORRUPT);
+  assert_null(back);
+  assert_non_null(strstr(ft_err_detail(), "checksum"));
+  /* truncation too */
+  p[0] = '4';
+  js[strlen(js) / 2] = 0;
+  assert_int_not_equal(ckpt_shard_from_json(js, &back), FT_OK);
+  free(js);
+  ckpt_shard_free(sh);
+}
+
+static void test_manifest_json_checksum(void **st) {
+  fx *f = *st;
+  ckpt_shard *a = shard_of(f, 7, 0, 2, 0, 1500), *b = shard_of(f, 7, 1, 2, 1500, 3000);
+  ckpt_shard *both[2] = {b, a}; /* order does not matter */
+  const char *cfg = "{\"model\":{\"n_layer\":2},  \"seed\": 18446744073709551557}";
+  ckpt_meta m = {.run = "run",
+                 .step = 7,
+                 .parent_step = 3,
+                 .world = 2,
+                 .loss = 2.5,
+                 .config_json = cfg,
+                 .state_json = "{\"pos\":12}"};
+  ckpt_manifest *man = NULL;
+  assert_int_equal(ckpt_manifest_build(&m, both, 2, &man), FT_OK);
+  char *js = ckpt_manifest_to_json(man);
+  ckpt_manifest *back = NULL;
+  assert_int_equal(ckpt_manifest_from_json(js, &back), FT_OK);
+  assert_string_equal(ckpt_manifest_config_json(back), cfg); /* byte for byte */
+  assert_string_equal(ckpt_manifest_state_json(back), "{\"pos\":12}");
+  assert_string_equal(ckpt_manifest_metrics_json(back), "{}");
+  const ckpt_info *i = ckpt_manifest_info(back);
+  assert_int_equal(i->step, 7);
+  assert_int_equal(i->parent_step, 3);
+  assert_int_equal(i->world, 2);
+  assert_int_equal(i->logical_bytes, N * 4);
+  ckpt_tensor_info ti;
+  assert_int_equal(ckpt_manifest_tensor(back, 0, &ti), FT_OK);
+  assert_string_equal(ti.name, "param/t");
+  assert_int_equal(ti.nbytes, N * 4);
+  assert_int_equal(ti.shape[0], N);
+  assert_int_equal(ckpt_manifest_tensor(back, 1, &ti), FT_EINVAL);
+  assert_int_equal(ckpt_manifest_find(back, "param/t"), 0);
+  assert_int_equal(ckpt_manifest_find(back, "param/x"), -1);
+  ckpt_manifest_free(back);
+  char *p = strstr(js, "\"world\"");
+  assert_non_null(p);
+  p[1] = 'W';
+  assert_int_equal(ckpt_manifest_from_json(js, &back), FT_ECORRUPT);
+  free(js);
+  ckpt_manifest_free(man);
+  ckpt_shard_free(a);
+  ckpt_shard_free(b);
+}
+
+static void test_commit_coverage(void **st) {
+  fx *f = *st;
+  ckpt_meta m = {.run = "run", .step = 9, .parent_step = -1, .world = 3, .loss = 1};
+  ckpt_shard *a = shard_of(f, 9, 0, 3, 0, 1000), *b = shard_of(f, 9, 1, 3, 1000, 2000),
+             *c = shard_of(f, 9, 2, 3, 2000, 3000), *over = shard_of(f, 9, 2, 3, 1500, 3000);
+  /* a missing rank: bytes [8000, 12000) are in no shard */
+  ckpt_shard *two[2] = {a, b};
+  assert_int_equal(ckpt_store_commit(f->s, &m, two, 2), FT_EINVAL);
+  assert_non_null(strstr(ft_err_detail(), "in no shard"));
+  /* a hole at the start */
+  ckpt_shard *hole[2] = {b, c};
+  assert_int_equal(ckpt_store_commit(f->s, &m, hole, 2), FT_EINVAL);
+  /* an overlap */
+  ckpt_shard *ov[3] = {a, b, over};
+  assert_int_equal(ckpt_store_commit(f->s, &m, ov, 3), FT_EINVAL);
+  assert_non_null(strstr(ft_err_detail(), "two shards"));
+  /* a shard of another step */
+  ckpt_shard *other = shard_of(f, 8, 2, 3, 2000, 3000);
+  ckpt_shard *mixed[3] = {a, b, other};
+  assert_int_equal(ckpt_store_commit(f->s, &m, mixed, 3), FT_EINVAL);
+  ckpt_info *v = NULL;
+  size_t n = 9;
+  assert_int_equal(ckpt_store_list(f->s, NULL, &v, &n), FT_OK);
+  assert_int_equal(n, 0); /* nothing refused became visible */
+  free(v);
+  /* the whole set commits, once */
+  ckpt_shard *all[3] = {a, b, c};
+  assert_int_equal(ckpt_store_commit(f->s, &m, all, 3), FT_OK);
+  assert_int_equal(ckpt_store_commit(f->s, &m, all, 3), FT_EEXIST);
+  assert_int_equal(ckpt_store_list(f->s, "run", &v, &n), FT_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(v[0].state, CKPT_COMMITTED);
+  assert_int_equal(v[0].world, 3);
+  assert_int_equal(v[0].logical_bytes, N * 4);
+  assert_true(v[0].new_bytes > 0);
+  free(v);
+  ckpt_shard *shards[] = {a, b, c, over, other};
+  for (int i = 0; i < 5; i++)
+    ckpt_shard_free(shards[i]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_shard_json_checksum, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_manifest_json_checksum, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_commit_coverage, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

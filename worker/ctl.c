@@ -1,0 +1,456 @@
+/*
+ * ctl: the worker's control client (see ctl.h).
+ *
+ * Threads and locks: `mu` guards everything below it in struct ctl; `send_mu`
+ * serialises writes to the socket (a frame is written whole). The reader
+ * thread owns the receive buffer. Waiters (ASSIGN, KV replies) sleep on cv.
+ *
+ * Failure model: the supervisor is the only authority. Anything that makes
+ * the connection unusable (EOF, a read error, a malformed frame, silence
+ * longer than the heartbeat timeout) ends the process with CTL_EXIT_LOST;
+ * a STOP ends it with CTL_EXIT_STOPPED. Exits use _exit after flushing
+ * stdio, so no atexit handler races the training thread.
+ */
+#include "ctl.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ft_clock.h"
+#include "ft_err.h"
+#include "ft_wire.h"
+
+typedef struct kv_entry {
+  struct kv_entry *next;
+  char *key;
+  void *val;
+  size_t len;
+} kv_entry;
+
+struct ctl {
+  int fd;
+  char run[FT_WIRE_MAX_RUN + 1];
+  uint32_t node, slot;
+  double hb_timeout_s;
+  uint32_t heartbeat_ms;
+  pthread_t reader, beater;
+  pthread_mutex_t send_mu;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t gen;
+  int have_assign;
+  ctl_assign assign;
+  int64_t step;
+  uint64_t last_rx_ns;
+  uint32_t next_req;
+  uint32_t reply_req; /* req of the KV_VALUE in reply_* (0: none) */
+  int reply_status;
+  ft_msg reply; /* the last KV_VALUE, owned */
+  kv_entry *cache;
+};
+
+static void die_lost(const char *why) {
+  fprintf(stderr, "worker: supervisor lost (%s): exiting\n", why);
+  fflush(NULL);
+  _exit(CTL_EXIT_LOST);
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n) {
+  while (n) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return ft_err_set(FT_ENET, "send to supervisor: %s", strerror(errno));
+    p += w;
+    n -= (size_t)w;
+  }
+  return FT_OK;
+}
+
+static int send_msg(ctl *c, ft_msg *m) {
+  ft_buf b;
+  ft_buf_init(&b);
+  snprintf(m->run, sizeof m->run, "%s", c->run);
+  int rc = ft_wire_encode(m, &b);
+  if (rc == FT_OK) {
+    pthread_mutex_lock(&c->send_mu);
+    rc = write_all(c->fd, b.data, b.len);
+    pthread_mutex_unlock(&c->send_mu);
+  }
+  ft_buf_release(&b);
+  return rc;
+}
+
+/* Reads one whole frame into b (which may hold leftover bytes) and decodes
+ * it. Returns FT_OK, FT_EPROTO or FT_ENET (closed). */
+static int read_msg(int fd, ft_buf *b, size_t max_len, ft_msg *m) {
+  for (;;) {
+    size_t flen;
+    int r = ft_wire_frame_len_max(b->data, b->len, max_len, &flen);
+    if (r < 0)
+      return r;
+    if (r == 1) {
+      r = ft_wire_decode(b->data, flen, m);
+      ft_buf_consume(b, flen);
+      return r;
+    }
+    if (ft_buf_reserve(b, 65536))
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    ssize_t n = recv(fd, b->data + b->len, b->cap - b->len, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return ft_err_set(FT_ENET, "%s", n == 0 ? "connection closed" : strerror(errno));
+    b->len += (size_t)n;
+  }
+}
+
+static void cache_put(ctl *c, const char *key, const void *val, size_t len) {
+  kv_entry *e = calloc(1, sizeof *e);
+  if (!e)
+    return;
+  e->key = strdup(key);
+  e->val = malloc(len ? len : 1);
+  if (!e->key || !e->val) {
+    free(e->key);
+    free(e->val);
+    free(e);
+    return;
+  }
+  memcpy(e->val, val, len);
+  e->len = len;
+  e->next = c->cache;
+  c->cache = e;
+}
+
+static void *reader_main(void *arg) {
+  ctl *c = arg;
+  ft_buf b;
+  ft_buf_init(&b);
+  for (;;) {
+    ft_msg m;
+    int rc = read_msg(c->fd, &b, FT_WIRE_MAX_FRAME, &m);
+    if (rc)
+      die_lost(ft_err_detail());
+    pthread_mutex_lock(&c->mu);
+    c->last_rx_ns = ft_now_ns();
+    switch (m.type) {
+    case FT_MSG_ASSIGN:
+      if (!c->have_assign) {
+        c->have_assign = 1;
+        c->gen = m.gen;
+        c->assign.gen = m.gen;
+        c->assign.rank = (int)m.assign.rank;
+        c->assign.world = (int)m.assign.world;
+        c->assign.restore_step = m.assign.restore_step;
+        size_t n = m.assign.rdzv_len < sizeof c->assign.rdzv - 1 ? m.assign.rdzv_len
+                                                                 : sizeof c->assign.rdzv - 1;
+        memcpy(c->assign.rdzv, m.assign.rdzv, n);
+        c->assign.rdzv[n] = 0;
+        pthread_cond_broadcast(&c->cv);
+      }
+      break;
+    case FT_MSG_KV_VALUE:
+      ft_msg_release(&c->reply);
+      c->reply = m; /* ownership moves to c->reply */
+      c->reply_req = m.kv_value.req;
+      c->reply_status = m.kv_value.status;
+      memset(&m, 0, sizeof m);
+      pthread_cond_broadcast(&c->cv);
+      break;
+    case FT_MSG_STOP:
+      fprintf(stderr, "worker: node %u slot %u: STOP (%s%s%s): exiting\n", c->node, c->slot,
+              ft_stop_reason_name(m.stop.reason), m.stop.detail && *m.stop.detail ? ": " : "",
+              m.stop.detail ? m.stop.detail : "");
+      fflush(NULL);
+      _exit(CTL_EXIT_STOPPED);
+    default: /* HEARTBEAT echoes and COMMITTED only prove the supervisor lives */
+      break;
+    }
+    pthread_mutex_unlock(&c->mu);
+    ft_msg_release(&m);
+  }
+  return NULL;
+}
+
+static void *beater_main(void *arg) {
+  ctl *c = arg;
+  for (;;) {
+    usleep(c->heartbeat_ms * 1000u);
+    pthread_mutex_lock(&c->mu);
+    double silent = (double)(ft_now_ns() - c->last_rx_ns) * 1e-9;
+    ft_msg m;
+    ft_msg_init(&m, FT_MSG_HEARTBEAT);
+    m.gen = c->gen;
+    m.heartbeat.step = c->step;
+    pthread_mutex_unlock(&c->mu);
+    if (silent > c->hb_timeout_s) {
+      char why[96];
+      snprintf(why, sizeof why, "nothing heard for %.1f s", silent);
+      die_lost(why);
+    }
+    if (send_msg(c, &m))
+      die_lost(ft_err_detail());
+  }
+  return NULL;
+}
+
+static int tcp_connect(const char *addr, int *fd_out) {
+  char host[256];
+  const char *colon = strrchr(addr, ':');
+  if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host)
+    return ft_err_set(FT_EINVAL, "--connect wants HOST:PORT, got '%s'", addr);
+  memcpy(host, addr, (size_t)(colon - addr));
+  host[colon - addr] = 0;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int e = getaddrinfo(host, colon + 1, &hints, &res);
+  if (e)
+    return ft_err_set(FT_ENET, "resolve %s: %s", addr, gai_strerror(e));
+  int fd = -1, rc = FT_ENET;
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0)
+      continue;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      rc = FT_OK;
+      break;
+    }
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (rc)
+    return ft_err_set(FT_ENET, "connect to supervisor at %s: %s", addr, strerror(errno));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  *fd_out = fd;
+  return FT_OK;
+}
+
+int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node,
+                uint32_t slot, double hb_timeout_s, ctl **out) {
+  *out = NULL;
+  if (!token || ft_wire_token_check(token))
+    return ft_err_set(FT_EINVAL, "the run token (%s) is missing or malformed", FT_WIRE_TOKEN_ENV);
+  ctl *c = calloc(1, sizeof *c);
+  if (!c)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  c->fd = -1;
+  snprintf(c->run, sizeof c->run, "%s", run);
+  c->node = node;
+  c->slot = slot;
+  c->hb_timeout_s = hb_timeout_s;
+  c->step = -1;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_mutex_init(&c->send_mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  ft_buf b;
+  ft_buf_init(&b);
+  ft_msg m;
+  memset(&m, 0, sizeof m);
+  int rc = tcp_connect(addr, &c->fd);
+  if (rc)
+    goto fail;
+  rc = read_msg(c->fd, &b, FT_WIRE_PREAUTH_MAX_FRAME, &m);
+  if (rc)
+    goto fail;
+  if (m.type != FT_MSG_CHALLENGE || strcmp(m.run, run) != 0) {
+    rc = ft_err_set(FT_EPROTO, "expected CHALLENGE for run '%s', got %s for run '%s'", run,
+                    ft_msg_type_name(m.type), m.run);
+    goto fail;
+  }
+  uint8_t nonce[FT_WIRE_NONCE_LEN];
+  memcpy(nonce, m.challenge.nonce, sizeof nonce);
+  ft_msg_release(&m);
+  ft_msg_init(&m, FT_MSG_HELLO);
+  snprintf(m.run, sizeof m.run, "%s", run);
+  m.gen = 0;
+  m.hello.node = node;
+  m.hello.slot = slot;
+  m.hello.pid = (uint32_t)getpid();
+  rc = ft_wire_hello_sign(&m, token, nonce);
+  if (rc == FT_OK)
+    rc = send_msg(c, &m);
+  if (rc)
+    goto fail;
+  rc = read_msg(c->fd, &b, FT_WIRE_MAX_FRAME, &m);
+  if (rc)
+    goto fail;
+  if (m.type == FT_MSG_STOP) {
+    rc = ft_err_set(FT_EPROTO, "the supervisor refused this worker: %s",
+                    ft_stop_reason_name(m.stop.reason));
+    goto fail;
+  }
+  if (m.type != FT_MSG_WELCOME) {
+    rc = ft_err_set(FT_EPROTO, "expected WELCOME, got %s", ft_msg_type_name(m.type));
+    goto fail;
+  }
+  c->heartbeat_ms = m.welcome.heartbeat_ms ? m.welcome.heartbeat_ms : 1000;
+  ft_msg_release(&m);
+  ft_buf_release(&b); /* the handshake is strictly request/reply: nothing left over */
+  c->last_rx_ns = ft_now_ns();
+  if (pthread_create(&c->reader, NULL, reader_main, c) ||
+      pthread_create(&c->beater, NULL, beater_main, c)) {
+    rc = ft_err_set(FT_ENOMEM, "cannot start the control threads");
+    goto fail;
+  }
+  *out = c;
+  return FT_OK;
+fail:
+  ft_msg_release(&m);
+  ft_buf_release(&b);
+  if (c->fd >= 0)
+    close(c->fd);
+  free(c);
+  return rc;
+}
+
+int ctl_wait_assign(ctl *c, ctl_assign *a) {
+  pthread_mutex_lock(&c->mu);
+  while (!c->have_assign)
+    pthread_cond_wait(&c->cv, &c->mu);
+  *a = c->assign;
+  pthread_mutex_unlock(&c->mu);
+  return FT_OK;
+}
+
+void ctl_set_step(ctl *c, int64_t step) {
+  pthread_mutex_lock(&c->mu);
+  c->step = step;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static uint64_t cur_gen(ctl *c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t g = c->gen;
+  pthread_mutex_unlock(&c->mu);
+  return g;
+}
+
+int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double tok_s, double ms) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_STEP);
+  m.gen = cur_gen(c);
+  m.step.step = step;
+  m.step.loss = loss;
+  m.step.grad_norm = grad_norm;
+  m.step.tokens_per_s = tok_s;
+  m.step.step_ms = ms;
+  return send_msg(c, &m);
+}
+
+int ctl_send_shard(ctl *c, int64_t step, int rank, const char *manifest_json) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_SHARD_SAVED);
+  m.gen = cur_gen(c);
+  m.shard_saved.step = step;
+  m.shard_saved.rank = (uint32_t)rank;
+  m.shard_saved.manifest = manifest_json;
+  return send_msg(c, &m);
+}
+
+int ctl_send_fault(ctl *c, int kind, int64_t step, const char *detail) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_FAULT);
+  m.gen = cur_gen(c);
+  m.fault.kind = (ft_fault_kind)kind;
+  m.fault.step = step;
+  m.fault.detail = detail;
+  return send_msg(c, &m);
+}
+
+/* ---- the rendezvous store over the control connection ------------------ */
+
+static int kv_set(void *ud, const char *key, const void *val, size_t len) {
+  ctl *c = ud;
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_KV_SET);
+  m.gen = cur_gen(c);
+  m.kv_set.key = key;
+  m.kv_set.value = val;
+  m.kv_set.value_len = (uint32_t)len;
+  return send_msg(c, &m);
+}
+
+/* Sends KV_GET for keys and waits for its KV_VALUE; caches the values. */
+static int kv_query(ctl *c, const char *const *keys, int nkeys, uint32_t timeout_ms) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_KV_GET);
+  pthread_mutex_lock(&c->mu);
+  uint32_t req = ++c->next_req;
+  m.gen = c->gen;
+  pthread_mutex_unlock(&c->mu);
+  m.kv_get.req = req;
+  m.kv_get.timeout_ms = timeout_ms;
+  m.kv_get.keys = keys;
+  m.kv_get.nkeys = (uint32_t)nkeys;
+  int rc = send_msg(c, &m);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&c->mu);
+  while (c->reply_req != req)
+    pthread_cond_wait(&c->cv, &c->mu);
+  if (c->reply_status != FT_KV_OK) {
+    rc = ft_err_set(FT_ETIMEDOUT, "rendezvous: key '%s'%s not published within %u ms", keys[0],
+                    nkeys > 1 ? " (and others)" : "", timeout_ms);
+  } else {
+    for (uint32_t i = 0; i < c->reply.kv_value.nvals && i < (uint32_t)nkeys; i++)
+      cache_put(c, keys[i], c->reply.kv_value.vals[i].data, c->reply.kv_value.vals[i].len);
+  }
+  c->reply_req = 0;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+static int kv_wait(void *ud, const char *const *keys, int nkeys, int timeout_ms) {
+  ctl *c = ud;
+  uint32_t t = timeout_ms < 0 ? FT_WIRE_MAX_KV_TIMEOUT_MS : (uint32_t)timeout_ms;
+  for (int i = 0; i < nkeys; i += (int)FT_WIRE_MAX_KEYS) {
+    int n = nkeys - i < (int)FT_WIRE_MAX_KEYS ? nkeys - i : (int)FT_WIRE_MAX_KEYS;
+    int rc = kv_query(c, keys + i, n, t);
+    if (rc)
+      return rc;
+  }
+  return FT_OK;
+}
+
+static int kv_get(void *ud, const char *key, void **val, size_t *len) {
+  ctl *c = ud;
+  for (int pass = 0; pass < 2; pass++) {
+    pthread_mutex_lock(&c->mu);
+    for (kv_entry *e = c->cache; e; e = e->next) {
+      if (strcmp(e->key, key) == 0) {
+        *val = malloc(e->len ? e->len : 1);
+        if (*val)
+          memcpy(*val, e->val, e->len);
+        *len = e->len;
+        pthread_mutex_unlock(&c->mu);
+        return *val ? FT_OK : ft_err_set(FT_ENOMEM, "out of memory");
+      }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (pass == 0 && kv_query(c, &key, 1, 0) != FT_OK)
+      break;
+  }
+  return ft_err_set(FT_ENOENT, "rendezvous: no key '%s'", key);
+}
+
+comm_kv ctl_kv(ctl *c) {
+  return (comm_kv){.ud = c, .set = kv_set, .wait = kv_wait, .get = kv_get};
+}
+
+void ctl_wait_stop(ctl *c) {
+  (void)c;
+  for (;;)
+    pause(); /* the reader thread exits the process on STOP or loss */
+}

@@ -1,0 +1,73 @@
+/*
+ * fsdp: fully sharded data parallelism over a comm (DESIGN section 6).
+ *
+ * Each parameter group of the model (wte, wpe, each block, lnf: one flat
+ * fp32 buffer each) is padded to a multiple of the world size W and split
+ * evenly: rank r owns elements [r*S, (r+1)*S) of the padded group, S =
+ * ceil(n/W). The owner alone holds the fp32 master weights, the gradient
+ * and the AdamW moments of its shard. Forward and backward see the model
+ * through gpt2_hooks: a group is all-gathered just before use and released
+ * after; its gradient is reduce-scattered into the shards as soon as the
+ * backward has completed it. The optimizer, the gradient norm (a local sum
+ * of squares plus one all-reduce) and the checkpoint (each rank writes the
+ * byte ranges of the logical tensors it owns) work on shards only, so a
+ * checkpoint written at world W restores at any other world size.
+ *
+ * Without a comm (world 1) the collectives degenerate to copies and the
+ * same code path trains the standalone worker.
+ *
+ * Memory on the CPU path: the model's full-size params/grads arrays serve
+ * as the gather and gradient working buffers; "release" marks a group as no
+ * longer valid rather than returning memory. The communication pattern and
+ * the ownership of optimizer state are FSDP's; the activation-sized memory
+ * saving is left to the CUDA path.
+ */
+#ifndef FSDP_H
+#define FSDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckptstore.h"
+#include "comm.h"
+#include "gpt2.h"
+
+typedef struct fsdp fsdp;
+
+/* Wraps model m (borrowed, must outlive the fsdp) for rank `rank` of `world`
+ * over comm c (borrowed; NULL only when world == 1). Installs the hooks on
+ * m. Shards start zeroed: call fsdp_shard_from_model or fsdp_restore. */
+int fsdp_new(gpt2 *m, comm *c, int rank, int world, fsdp **out);
+void fsdp_free(fsdp *f);
+
+/* Takes this rank's shards of m's current parameters (every rank holds the
+ * same full initialisation, e.g. from the seed) and zeroes the moments. */
+void fsdp_shard_from_model(fsdp *f);
+/* Zeroes the shard gradients (start of an optimizer step). */
+void fsdp_zero_grad(fsdp *f);
+/* Global gradient L2 norm across ranks. */
+int fsdp_grad_norm(fsdp *f, float *norm);
+/* Multiplies the shard gradients by s (clipping). */
+void fsdp_scale_grads(fsdp *f, float s);
+/* AdamW on the shards; weight decay only where gpt2_group_segments says. */
+void fsdp_adamw(fsdp *f, float lr, float beta1, float beta2, float eps, float wd, int64_t t);
+/* Sum of x over ranks (losses). */
+int fsdp_allreduce_sum(fsdp *f, double *x, int n);
+
+/* Number of checkpoint parts this rank writes (3 kinds x groups it owns a
+ * non-empty range of). */
+int fsdp_nparts(const fsdp *f);
+/* Copies this rank's shards (params, adam_m, adam_v) into staging (at least
+ * fsdp_staging_floats floats) and describes them as ckpt parts named
+ * "param/<group>", "adam_m/<group>", "adam_v/<group>" with their byte
+ * offsets in the logical tensors. names: storage for the tensor names
+ * (fsdp_nparts entries). Returns the number of parts filled. */
+size_t fsdp_staging_floats(const fsdp *f);
+int fsdp_snapshot(const fsdp *f, float *staging, ckpt_part *parts, char (*names)[64]);
+/* Reads this rank's shards from checkpoint manifest man (any world size
+ * wrote it). */
+int fsdp_restore(fsdp *f, ckpt_store *s, const ckpt_manifest *man);
+/* Gathers the full parameters into m->params (for export), collective. */
+int fsdp_gather_all(fsdp *f);
+
+#endif
