@@ -133,6 +133,7 @@ static const struct field FIELDS[] = {
     F_WORD("recovery.on_loss_spike", recovery.on_loss_spike, W_ON_SPIKE),
     F_I64("recovery.skip_batches", recovery.skip_batches, 0),
     F_WORD("recovery.when_no_spares", recovery.when_no_spares, W_NO_SPARES),
+    F_I64("chaos.kill_node_at_step", chaos.kill_node_at_step, 0),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 

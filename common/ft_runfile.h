@@ -79,6 +79,12 @@ typedef struct ft_recovery_cfg {
   char when_no_spares[16]; /* shrink | wait | fail */
 } ft_recovery_cfg;
 
+/* Faults a run asks for on purpose (demos, drills); all off by default. */
+typedef struct ft_chaos_cfg {
+  int64_t kill_node_at_step; /* supervisor SIGKILLs the gang's last node when
+                                rank 0 first reports this step; 0: off */
+} ft_chaos_cfg;
+
 typedef struct ft_runfile {
   char path[1024]; /* the file it came from ("" for defaults) */
   char run[128];
@@ -89,6 +95,7 @@ typedef struct ft_runfile {
   ft_ckpt_cfg checkpoint;
   ft_watchdog_cfg watchdog;
   ft_recovery_cfg recovery;
+  ft_chaos_cfg chaos;
 } ft_runfile;
 
 /* Fills rf with the embedded defaults (a small GPT that learns visibly on

@@ -9,8 +9,11 @@ scripts/build.sh
 echo "== writing the synthetic corpus (data/synth_*)"
 build/bin/ftdata synth --out data/synth
 build/bin/ftdata stats 'data/synth_train_*.bin'
-echo "== training examples/demo.yaml (standalone, CPU), checkpoints in state/demo-store"
-rm -rf state/demo-store
-build/bin/worker --standalone examples/demo.yaml --store local:state/demo-store --ckpt-every 50 "$@"
-echo "== the checkpoints it wrote"
-build/bin/ckpt --store local:state/demo-store ls
+echo "== supervise --spares 2 examples/demo.yaml (CPU: 2 nodes + 2 warm spares; the demo"
+echo "   kills a node at step 150 on purpose; state, events and checkpoints in state/demo)"
+rm -rf state/demo
+build/bin/supervise --spares 2 --state state/demo examples/demo.yaml "$@"
+echo "== the checkpoints it wrote (ckpt --store local:state/demo/store ls)"
+build/bin/ckpt --store local:state/demo/store ls
+echo "== what happened (state/demo/events.jsonl)"
+grep -E '"(fault_detected|gang_stopped|node_quarantined|spare_promoted|recovered|run_done)"' state/demo/events.jsonl

@@ -43,6 +43,7 @@ struct ctl {
   uint32_t heartbeat_ms;
   pthread_t reader, beater;
   pthread_mutex_t send_mu;
+  ft_buf rx; /* receive buffer: the handshake's leftovers, then the reader's */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -135,11 +136,9 @@ static void cache_put(ctl *c, const char *key, const void *val, size_t len) {
 
 static void *reader_main(void *arg) {
   ctl *c = arg;
-  ft_buf b;
-  ft_buf_init(&b);
   for (;;) {
     ft_msg m;
-    int rc = read_msg(c->fd, &b, FT_WIRE_MAX_FRAME, &m);
+    int rc = read_msg(c->fd, &c->rx, FT_WIRE_MAX_FRAME, &m);
     if (rc)
       die_lost(ft_err_detail());
     pthread_mutex_lock(&c->mu);
@@ -254,14 +253,14 @@ int ctl_connect(const char *addr, const char *run, const char *token, uint32_t n
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->send_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
-  ft_buf b;
-  ft_buf_init(&b);
+  ft_buf *b = &c->rx;
+  ft_buf_init(b);
   ft_msg m;
   memset(&m, 0, sizeof m);
   int rc = tcp_connect(addr, &c->fd);
   if (rc)
     goto fail;
-  rc = read_msg(c->fd, &b, FT_WIRE_PREAUTH_MAX_FRAME, &m);
+  rc = read_msg(c->fd, b, FT_WIRE_PREAUTH_MAX_FRAME, &m);
   if (rc)
     goto fail;
   if (m.type != FT_MSG_CHALLENGE || strcmp(m.run, run) != 0) {
@@ -283,7 +282,7 @@ int ctl_connect(const char *addr, const char *run, const char *token, uint32_t n
     rc = send_msg(c, &m);
   if (rc)
     goto fail;
-  rc = read_msg(c->fd, &b, FT_WIRE_MAX_FRAME, &m);
+  rc = read_msg(c->fd, b, FT_WIRE_MAX_FRAME, &m);
   if (rc)
     goto fail;
   if (m.type == FT_MSG_STOP) {
@@ -297,7 +296,8 @@ int ctl_connect(const char *addr, const char *run, const char *token, uint32_t n
   }
   c->heartbeat_ms = m.welcome.heartbeat_ms ? m.welcome.heartbeat_ms : 1000;
   ft_msg_release(&m);
-  ft_buf_release(&b); /* the handshake is strictly request/reply: nothing left over */
+  /* b may already hold the next frames (ASSIGN often follows WELCOME at
+   * once): the reader thread goes on from them. */
   c->last_rx_ns = ft_now_ns();
   if (pthread_create(&c->reader, NULL, reader_main, c) ||
       pthread_create(&c->beater, NULL, beater_main, c)) {
@@ -308,7 +308,7 @@ int ctl_connect(const char *addr, const char *run, const char *token, uint32_t n
   return FT_OK;
 fail:
   ft_msg_release(&m);
-  ft_buf_release(&b);
+  ft_buf_release(b);
   if (c->fd >= 0)
     close(c->fd);
   free(c);

@@ -343,6 +343,87 @@ static void test_attention_bwd(void **state) {
   free(dqkv), free(dqkv0), free(dpre), free(datt);
 }
 
+/* Long sequences: the kernel takes the causal structure in row blocks, so
+ * T = 150 spans several blocks and ends in a partial one (and B*NH is not a
+ * multiple of any thread count used). Finite differences would be too
+ * noisy at this length (the loss sums 2400 products), so forward AND
+ * backward are checked against a double-precision reference of the same
+ * formulas, whose correctness the small finite-difference test above pins
+ * down: s = q.k / sqrt(hs), a = softmax over u <= t, out = sum a v;
+ * datt = dout.v, ds = a (datt - sum a datt), dq = sum ds k / sqrt(hs),
+ * dk = sum ds q / sqrt(hs), dv = sum a dout. An index or block-edge slip
+ * gives errors of order 0.1 here, far above the 1e-4 tolerance. */
+enum { LB = 1, LT = 150, LC = 16, LNH = 2, LN = LB * LT };
+
+static void test_attention_long(void **state) {
+  rng_seed(10);
+  int hs = LC / LNH;
+  double sc = 1.0 / sqrt((double)hs);
+  size_t nat = (size_t)LB * LNH * LT * LT, nq = (size_t)LN * 3 * LC, no = (size_t)LN * LC;
+  float *qkv = randv(nq, 1.5f), *out = randv(no, 1), *dout = randv(no, 1);
+  float *preatt = randv(nat, 1), *att = randv(nat, 1), *dpre = randv(nat, 1);
+  float *datt = randv(nat, 1), *dqkv = randv(nq, 1), *dqkv0 = copyv(dqkv, nq);
+  double *want = calloc(no, sizeof *want), *dwant = calloc(nq, sizeof *dwant);
+  double *a = malloc(LT * sizeof *a), *ds = malloc(LT * sizeof *ds);
+  assert_non_null(want), assert_non_null(dwant), assert_non_null(a), assert_non_null(ds);
+  k_attention_fwd(out, preatt, att, qkv, LB, LT, LC, LNH);
+  k_attention_bwd(dqkv, dpre, datt, dout, qkv, att, LB, LT, LC, LNH);
+#define Q(b, t, i) qkv[((size_t)(b)*LT + (t)) * 3 * LC + (i)]
+  for (int b = 0; b < LB; b++)
+    for (int h = 0; h < LNH; h++)
+      for (int t = 0; t < LT; t++) {
+        size_t row = (((size_t)b * LNH + h) * LT + t) * LT;
+        double mx = -INFINITY, sum = 0, dot = 0;
+        for (int u = 0; u <= t; u++) {
+          double s = 0;
+          for (int i = 0; i < hs; i++)
+            s += (double)Q(b, t, h * hs + i) * Q(b, u, LC + h * hs + i);
+          a[u] = s * sc;
+          assert_true(fabs(preatt[row + u] - a[u]) <= 1e-5 + 1e-5 * fabs(a[u]));
+          mx = fmax(mx, a[u]);
+        }
+        for (int u = 0; u <= t; u++)
+          sum += (a[u] = exp(a[u] - mx));
+        for (int u = 0; u < LT; u++) {
+          if (u > t) { /* causal: nothing above the diagonal */
+            assert_true(att[row + u] == 0.0f && preatt[row + u] == 0.0f);
+            assert_true(datt[row + u] == 0.0f && dpre[row + u] == 0.0f);
+            continue;
+          }
+          a[u] /= sum;
+          assert_true(fabs(att[row + u] - a[u]) <= 1e-6);
+        }
+        for (int u = 0; u <= t; u++) {
+          double da = 0;
+          for (int i = 0; i < hs; i++) {
+            want[((size_t)b * LT + t) * LC + h * hs + i] += a[u] * Q(b, u, 2 * LC + h * hs + i);
+            da +=
+                (double)dout[((size_t)b * LT + t) * LC + h * hs + i] * Q(b, u, 2 * LC + h * hs + i);
+          }
+          ds[u] = da;
+          dot += a[u] * da;
+        }
+        for (int u = 0; u <= t; u++) {
+          ds[u] = a[u] * (ds[u] - dot);
+          for (int i = 0; i < hs; i++) {
+            double d = dout[((size_t)b * LT + t) * LC + h * hs + i];
+            dwant[((size_t)b * LT + t) * 3 * LC + h * hs + i] +=
+                ds[u] * sc * Q(b, u, LC + h * hs + i);
+            dwant[((size_t)b * LT + u) * 3 * LC + LC + h * hs + i] +=
+                ds[u] * sc * Q(b, t, h * hs + i);
+            dwant[((size_t)b * LT + u) * 3 * LC + 2 * LC + h * hs + i] += a[u] * d;
+          }
+        }
+      }
+#undef Q
+  assert_close("long attention out", out, want, no, 1e-4, 1e-5);
+  for (size_t i = 0; i < nq; i++)
+    dwant[i] += dqkv0[i]; /* the kernel accumulates */
+  assert_close("long attention dqkv", dqkv, dwant, nq, 1e-4, 1e-5);
+  free(qkv), free(out), free(dout), free(preatt), free(att), free(dpre), free(datt);
+  free(dqkv), free(dqkv0), free(want), free(dwant), free(a), free(ds);
+}
+
 /* ---- gelu, residual ----------------------------------------------------- */
 
 struct ew_ctx {
@@ -541,6 +622,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_bwd),
       cmocka_unit_test(test_attention_fwd),
       cmocka_unit_test(test_attention_bwd),
+      cmocka_unit_test(test_attention_long),
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_residual),
       cmocka_unit_test(test_crossentropy_fwd),

@@ -127,6 +127,32 @@ static void test_attention(void **state) {
   free_case(&c);
 }
 
+/* ---- attention over several causal row blocks and a partial one:
+ * B=3, T=150, C=96, NH=3 (9 (b,h) pairs: uneven over 2 and 3 threads) --- */
+enum { LAB = 3, LAT = 150, LAC = 96, LANH = 3 };
+
+static void run_attention_long(struct dcase *c) {
+  float *out = c->p[0], *preatt = c->p[1], *att = c->p[2], *dqkv = c->p[3];
+  float *dpre = c->p[4], *datt = c->p[5], *qkv = c->p[6], *dout = c->p[7], *dqkv0 = c->p[8];
+  memcpy(dqkv, dqkv0, c->nbytes[3]);
+  k_attention_fwd(out, preatt, att, qkv, LAB, LAT, LAC, LANH);
+  k_attention_bwd(dqkv, dpre, datt, dout, qkv, att, LAB, LAT, LAC, LANH);
+}
+
+static void test_attention_long(void **state) {
+  rng_seed(7);
+  struct dcase c = {.run = run_attention_long, .nout = 6};
+  size_t nat = (size_t)LAB * LANH * LAT * LAT, nq = (size_t)LAB * LAT * 3 * LAC,
+         no = LAB * LAT * LAC;
+  size_t n[9] = {no, nat, nat, nq, nat, nat, nq, no, nq};
+  for (int i = 0; i < 9; i++)
+    c.p[i] = randv(n[i]);
+  for (int i = 0; i < 6; i++)
+    c.nbytes[i] = n[i] * sizeof(float);
+  check_case(&c);
+  free_case(&c);
+}
+
 /* ---- layernorm: N = 256, C = 200 (not a multiple of the channel block) --- */
 enum { LN = 256, LC = 200 };
 
@@ -249,9 +275,10 @@ static void test_optim(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_matmul),      cmocka_unit_test(test_attention),
-      cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_encoder),
-      cmocka_unit_test(test_elementwise), cmocka_unit_test(test_optim),
+      cmocka_unit_test(test_matmul),         cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_attention_long), cmocka_unit_test(test_layernorm),
+      cmocka_unit_test(test_encoder),        cmocka_unit_test(test_elementwise),
+      cmocka_unit_test(test_optim),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

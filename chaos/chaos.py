@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""chaos: fault-injection suites that run the real binaries (DESIGN section 10).
+
+Each case starts `supervise` on a tiny run, injects a real fault with a real
+signal at a known point (after a checkpoint is committed), and asserts what an
+operator would check:
+  - the run reaches its last step (a run_done event, exit code 0);
+  - `ckpt verify` passes on every committed checkpoint;
+  - the final weights equal a fault-free reference run's bit for bit (same
+    world size), or, after a shrink, the final loss is within tolerance.
+It prints a table: fault, time to detect, time to recover (fault to the first
+step of the new generation), steps lost.
+
+usage: chaos.py --bin BUILD/bin --work DIR [--suite node-loss] [CASE ...]
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+RUN_YAML = """\
+run: chaos
+model: {{n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 256, seq_len: 64}}
+train: {{steps: {steps}, global_batch: 16, micro_batch: 4, lr: 3.0e-3, warmup: 10, seed: 7}}
+data: {{train: "{data}/synth_train_*.bin", val: "{data}/synth_val_*.bin"}}
+nodes: {{count: 2, workers_per_node: 2, device: cpu, launcher: local}}
+checkpoint: {{every_steps: {every}, keep_last: 20}}
+watchdog: {{heartbeat_timeout_s: {hb}, collective_timeout_s: {coll}}}
+recovery: {{max_restarts: 5, when_no_spares: shrink}}
+"""
+
+STEPS, EVERY, HB, COLL = 60, 10, 4, 8
+
+
+class Fail(Exception):
+    pass
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Run:
+    """One supervise process and its state directory."""
+
+    def __init__(self, args, name, spares, env=None):
+        self.args, self.name, self.spares = args, name, spares
+        self.state = os.path.join(args.work, name)
+        self.store = "local:" + os.path.join(self.state, "store")
+        self.proc = None
+        self.env = dict(os.environ, **(env or {}))
+
+    def start(self):
+        cmd = [os.path.join(self.args.bin, "supervise"), "--spares", str(self.spares),
+               "--state", self.state, self.args.runfile]
+        os.makedirs(self.state, exist_ok=True)
+        out = open(os.path.join(self.state, "supervise.out"), "ab")
+        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        return self
+
+    def events(self):
+        path = os.path.join(self.state, "events.jsonl")
+        if not os.path.exists(path):
+            return []
+        evs = []
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        evs.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass  # a line being written
+        return evs
+
+    def wait_event(self, pred, timeout, what):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            for e in self.events():
+                if pred(e):
+                    return e
+            if self.proc and self.proc.poll() is not None:
+                for e in self.events():
+                    if pred(e):
+                        return e
+                raise Fail(f"{self.name}: supervise exited ({self.proc.returncode}) before {what}"
+                           f"; see {self.state}/supervise.out")
+            time.sleep(0.05)
+        raise Fail(f"{self.name}: no {what} within {timeout} s")
+
+    def wait_exit(self, timeout):
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise Fail(f"{self.name}: supervise did not finish within {timeout} s")
+        if rc != 0:
+            raise Fail(f"{self.name}: supervise exited with {rc}; see {self.state}/supervise.out")
+
+    def gang_nodes(self):
+        gens = [e for e in self.events() if e["event"] == "generation_started"]
+        return gens[-1]["nodes"] if gens else []
+
+    def pid_of(self, node, slot):
+        pids = [e["pid"] for e in self.events()
+                if e["event"] == "worker_launched" and e["node"] == node and e["slot"] == slot]
+        if not pids:
+            raise Fail(f"{self.name}: no worker_launched for node {node} slot {slot}")
+        return pids[-1]
+
+    def ckpt(self, *a, check=True):
+        r = subprocess.run([os.path.join(self.args.bin, "ckpt"), "--store", self.store, *a],
+                           capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise Fail(f"{self.name}: ckpt {' '.join(a)} exited {r.returncode}: {r.stderr.strip()}")
+        return r
+
+    def final(self):
+        """Final step's loss, and the final weights as a safetensors file."""
+        ls = json.loads(self.ckpt("ls", "--json").stdout)
+        last = [c for c in ls if c["step"] == STEPS]
+        if not last:
+            raise Fail(f"{self.name}: no checkpoint of the last step {STEPS}")
+        out = os.path.join(self.state, "final.safetensors")
+        self.ckpt("restore", str(STEPS), "--to", out)
+        return last[0]["loss"], out
+
+
+def committed(step):
+    return lambda e: e["event"] == "checkpoint_committed" and e.get("step") == step
+
+
+def after_checkpoint(run, step):
+    """Waits for checkpoint `step`, then a little longer, so the fault lands
+    between checkpoints (some steps are lost, as in real life)."""
+    run.wait_event(committed(step), 120, f"checkpoint {step}")
+    time.sleep(0.4)
+
+
+def finish(run, kill_t, fault, ref, exact=True):
+    """Waits for the run to end and checks it; returns a table row."""
+    run.wait_exit(240)
+    evs = run.events()
+    if not any(e["event"] == "run_done" for e in evs):
+        raise Fail(f"{run.name}: no run_done event")
+    run.ckpt("verify")
+    loss, weights = run.final()
+    ref_loss, ref_weights = ref
+    if exact:
+        if open(weights, "rb").read() != open(ref_weights, "rb").read():
+            raise Fail(f"{run.name}: final weights differ from the fault-free run's")
+        check = "weights bit-identical"
+    else:
+        rel = abs(loss - ref_loss) / abs(ref_loss)
+        if rel > 1e-3:
+            raise Fail(f"{run.name}: final loss {loss} vs {ref_loss} (rel {rel:.2e} > 1e-3)")
+        check = f"loss within {rel:.1e}"
+    det = [e for e in evs if e["event"] == "fault_detected" and e["ts"] >= kill_t - 1]
+    rec = [e for e in evs if e["event"] == "recovered" and e["ts"] >= kill_t - 1]
+    detect = det[0]["ts"] - kill_t if det and kill_t else float("nan")
+    recover = rec[0]["ts"] - kill_t if rec and kill_t else float("nan")
+    lost = sum(e.get("steps_lost", 0) for e in rec)
+    return (fault, detect, recover, lost, check)
+
+
+def case_kill_worker(args, ref):
+    run = Run(args, "kill-worker", spares=2).start()
+    after_checkpoint(run, 20)
+    node = run.gang_nodes()[-1]
+    pid = run.pid_of(node, 1)
+    t = time.time()
+    os.kill(pid, signal.SIGKILL)
+    log(f"  kill -9 worker pid {pid} (node {node} slot 1)")
+    return finish(run, t, "kill -9 one worker", ref)
+
+
+def kill_node(run, node):
+    pid = run.pid_of(node, 0)
+    pgid = os.getpgid(pid)
+    t = time.time()
+    os.killpg(pgid, signal.SIGKILL)
+    log(f"  kill -9 node {node} (process group {pgid})")
+    return t
+
+
+def case_kill_node(args, ref):
+    run = Run(args, "kill-node", spares=2).start()
+    after_checkpoint(run, 20)
+    t = kill_node(run, run.gang_nodes()[-1])
+    return finish(run, t, "kill a whole node", ref)
+
+
+def case_two_nodes(args, ref):
+    run = Run(args, "two-nodes", spares=2).start()
+    after_checkpoint(run, 20)
+    t1 = kill_node(run, run.gang_nodes()[-1])
+    run.wait_event(lambda e: e["event"] == "recovered" and e["ts"] >= t1, 120, "first recovery")
+    after_checkpoint(run, 40)
+    t2 = kill_node(run, run.gang_nodes()[0])
+    row = finish(run, t2, "two node kills (both spares)", ref)
+    promoted = [e for e in run.events() if e["event"] == "spare_promoted"]
+    if len(promoted) != 2:
+        raise Fail(f"two-nodes: {len(promoted)} spare_promoted events, expected 2")
+    return row
+
+
+def case_shrink(args, ref):
+    run = Run(args, "shrink", spares=0).start()
+    after_checkpoint(run, 20)
+    t = kill_node(run, run.gang_nodes()[-1])
+    row = finish(run, t, "node kill, no spare (shrink)", ref, exact=False)
+    if not any(e["event"] == "gang_shrunk" for e in run.events()):
+        raise Fail("shrink: no gang_shrunk event")
+    return row
+
+
+def case_kill_supervisor(args, ref):
+    run = Run(args, "kill-supervisor", spares=1).start()
+    after_checkpoint(run, 20)
+    pids = [e["pid"] for e in run.events() if e["event"] == "worker_launched"]
+    t = time.time()
+    run.proc.kill()
+    run.proc.wait()
+    log(f"  kill -9 supervise (pid {run.proc.pid})")
+    deadline = t + HB + 5
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    left = [p for p in pids if alive(p)]
+    if left:
+        raise Fail(f"kill-supervisor: workers {left} still alive {HB + 5} s after the supervisor died")
+    orphan_s = time.time() - t
+    log(f"  all {len(pids)} workers gone {orphan_s:.2f} s after the supervisor")
+    run.start()  # the same command, the same state directory
+    row = finish(run, None, "kill -9 the supervisor", ref)
+    starts = [e for e in run.events() if e["event"] == "generation_started"]
+    restored = starts[-1].get("restore_step", -1)
+    if restored < 20:
+        raise Fail(f"kill-supervisor: the restarted run restored step {restored}, expected >= 20")
+    first = [e for e in run.events() if e["event"] == "step" and e["ts"] > t]
+    return (row[0], orphan_s, (first[0]["ts"] - t) if first else float("nan"),
+            max(0, 20 - restored) if restored >= 0 else STEPS, row[4] + ", resumed from " + str(restored))
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+CASES = {
+    "kill-worker": case_kill_worker,
+    "kill-node": case_kill_node,
+    "two-nodes": case_two_nodes,
+    "shrink": case_shrink,
+    "kill-supervisor": case_kill_supervisor,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("cases", nargs="*", default=list(CASES))
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    data = os.path.join(args.work, "data")
+    subprocess.run([os.path.join(args.bin, "ftdata"), "synth", "--out", data + "/synth",
+                    "--tokens", "300000"], check=True, capture_output=True)
+    args.runfile = os.path.join(args.work, "chaos.yaml")
+    with open(args.runfile, "w") as f:
+        f.write(RUN_YAML.format(steps=STEPS, every=EVERY, hb=HB, coll=COLL, data=data))
+
+    log("== reference: the same run without faults (2 nodes x 2 workers)")
+    ref_run = Run(args, "reference", spares=0).start()
+    ref_run.wait_exit(240)
+    ref = ref_run.final()
+    log(f"   final loss {ref[0]:.6f}")
+
+    rows, failed = [], []
+    for name in args.cases:
+        log(f"== {name}")
+        try:
+            rows.append(CASES[name](args, ref))
+            log(f"   ok: {rows[-1][4]}")
+        except Fail as e:
+            failed.append(name)
+            log(f"   FAIL: {e}")
+    log("")
+    log(f"{'fault':<32} {'detect s':>9} {'recover s':>10} {'steps lost':>11}  check")
+    for fault, det, rec, lost, check in rows:
+        log(f"{fault:<32} {det:>9.3f} {rec:>10.3f} {lost:>11}  {check}")
+    log("(kill -9 the supervisor: 'detect' is how long its orphaned workers took to stop,"
+        " 'recover' the time from the kill to the first step after the restart)")
+    log(f"{len(rows)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+/*
+ * sup_conn: control connections (see sup_conn.h).
+ *
+ * Framing: bufferevent input is linearised only up to one frame at a time
+ * (evbuffer_pullup of the frame's length), which ft_wire_frame_len_max has
+ * bounded first: 4 KiB before HELLO, 16 MiB after.
+ * All connections are on one intrusive list so shutdown can free the ones
+ * still open.
+ */
+#include "sup_conn.h"
+
+#include "ft_err.h"
+
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct sup_conn {
+  struct sup_conn *next, *prev;
+  struct bufferevent *bev;
+  struct event *reaper; /* deferred free */
+  uint64_t id;
+  const char *run, *token;
+  uint8_t nonce[FT_WIRE_NONCE_LEN];
+  int authed;
+  int closing;
+  const sup_conn_ops *ops;
+  void *ud, *user;
+  char peer[64];
+};
+
+static sup_conn *g_conns;
+static uint64_t g_next_id = 1;
+
+static void conn_unlink_free(sup_conn *c) {
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    g_conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  if (c->bev)
+    bufferevent_free(c->bev);
+  if (c->reaper)
+    event_free(c->reaper);
+  free(c);
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg) {
+  conn_unlink_free(arg);
+}
+
+void sup_conn_free_all(void) {
+  while (g_conns)
+    conn_unlink_free(g_conns);
+}
+
+uint64_t sup_conn_id(const sup_conn *c) {
+  return c->id;
+}
+void sup_conn_set_user(sup_conn *c, void *user) {
+  c->user = user;
+}
+void *sup_conn_user(const sup_conn *c) {
+  return c->user;
+}
+const char *sup_conn_peer(const sup_conn *c) {
+  return c->peer;
+}
+
+static void close_impl(sup_conn *c, const char *reason, int flush, int is_error) {
+  if (c->closing)
+    return;
+  c->closing = 1;
+  if (c->ops->on_close)
+    c->ops->on_close(c->ud, c, reason ? reason : "", is_error);
+  bufferevent_disable(c->bev, EV_READ);
+  struct timeval tv = {0, 0};
+  if (flush && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
+    /* the write callback frees once the output is drained; the reaper is
+     * the bound on how long that may take */
+    tv.tv_sec = 2;
+  }
+  event_add(c->reaper, &tv);
+}
+
+void sup_conn_close(sup_conn *c, const char *reason, int flush) {
+  close_impl(c, reason, flush, reason && reason[0]);
+}
+
+int sup_conn_send(sup_conn *c, const ft_msg *m) {
+  if (c->closing && !(m->type == FT_MSG_STOP))
+    return FT_OK;
+  ft_buf b;
+  ft_buf_init(&b);
+  int rc = ft_wire_encode(m, &b);
+  if (!rc && bufferevent_write(c->bev, b.data, b.len) != 0)
+    rc = ft_err_set(FT_ENOMEM, "bufferevent_write failed");
+  ft_buf_release(&b);
+  return rc;
+}
+
+static void fail(sup_conn *c, const char *what) {
+  char reason[512];
+  snprintf(reason, sizeof reason, "%s", what);
+  close_impl(c, reason, 1, 1);
+}
+
+static void handle_frame(sup_conn *c, const uint8_t *frame, size_t len) {
+  ft_msg m;
+  char reason[512];
+  int rc = ft_wire_decode(frame, len, &m);
+  if (rc) {
+    snprintf(reason, sizeof reason, "bad frame: %s", ft_err_detail());
+    fail(c, reason);
+    return;
+  }
+  if (!(ft_wire_sender(m.type) & FT_WIRE_FROM_WORKER)) {
+    snprintf(reason, sizeof reason, "a worker may not send %s", ft_msg_type_name(m.type));
+    fail(c, reason);
+    goto out;
+  }
+  if (!c->authed) {
+    if (m.type != FT_MSG_HELLO) {
+      snprintf(reason, sizeof reason, "expected HELLO, got %s", ft_msg_type_name(m.type));
+      fail(c, reason);
+      goto out;
+    }
+    if (strcmp(m.run, c->run) != 0) {
+      snprintf(reason, sizeof reason, "HELLO for another run");
+      fail(c, reason);
+      goto out;
+    }
+    rc = ft_wire_hello_verify(&m, c->token, c->nonce);
+    if (rc) {
+      snprintf(reason, sizeof reason, "HELLO rejected: %s", ft_err_detail());
+      fail(c, reason);
+      goto out;
+    }
+    reason[0] = 0;
+    if (c->ops->on_hello(c->ud, c, &m, reason, sizeof reason)) {
+      fail(c, reason[0] ? reason : "HELLO refused");
+      goto out;
+    }
+    c->authed = 1;
+    goto out;
+  }
+  if (m.type == FT_MSG_HELLO) {
+    fail(c, "second HELLO");
+    goto out;
+  }
+  c->ops->on_msg(c->ud, c, &m);
+out:
+  ft_msg_release(&m);
+}
+
+static void read_cb(struct bufferevent *bev, void *arg) {
+  sup_conn *c = arg;
+  struct evbuffer *in = bufferevent_get_input(bev);
+  while (!c->closing) {
+    size_t avail = evbuffer_get_length(in), flen = 0;
+    uint8_t hdr[FT_WIRE_HDR_LEN];
+    size_t hn = avail < sizeof hdr ? avail : sizeof hdr;
+    if (hn == 0)
+      return;
+    evbuffer_copyout(in, hdr, hn);
+    size_t max = c->authed ? FT_WIRE_MAX_FRAME : FT_WIRE_PREAUTH_MAX_FRAME;
+    /* reads only hdr[0 .. min(avail, 5)); avail tells it whether the whole
+     * frame is there */
+    int r = ft_wire_frame_len_max(hdr, avail, max, &flen);
+    if (r < 0) {
+      char reason[512];
+      snprintf(reason, sizeof reason, "bad frame header: %s", ft_err_detail());
+      fail(c, reason);
+      return;
+    }
+    if (r == 0) {
+      /* wait for more bytes */
+      return;
+    }
+    if (avail < flen)
+      return;
+    uint8_t *frame = evbuffer_pullup(in, (ev_ssize_t)flen);
+    if (!frame) {
+      fail(c, "out of memory");
+      return;
+    }
+    handle_frame(c, frame, flen);
+    evbuffer_drain(in, flen);
+  }
+}
+
+static void write_cb(struct bufferevent *bev, void *arg) {
+  sup_conn *c = arg;
+  if (c->closing) {
+    /* drained: free now instead of waiting for the reaper's bound */
+    struct timeval tv = {0, 0};
+    event_add(c->reaper, &tv);
+  }
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg) {
+  sup_conn *c = arg;
+  if (what & BEV_EVENT_EOF)
+    close_impl(c, c->authed ? "peer closed the connection" : "peer closed before HELLO", 0,
+               !c->authed);
+  else if (what & BEV_EVENT_ERROR)
+    close_impl(c, "socket error", 0, !c->authed);
+  if (c->closing) {
+    struct timeval tv = {0, 0};
+    event_add(c->reaper, &tv);
+  }
+}
+
+int sup_conn_new(struct event_base *base, int fd, const char *run, const char *token,
+                 const sup_conn_ops *ops, void *ud, sup_conn **out) {
+  int rc = FT_OK;
+  sup_conn *c = calloc(1, sizeof *c);
+  if (!c) {
+    close(fd);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  c->id = g_next_id++;
+  c->run = run;
+  c->token = token;
+  c->ops = ops;
+  c->ud = ud;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  snprintf(c->peer, sizeof c->peer, "?");
+  if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET) {
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+    char a[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &sin->sin_addr, a, sizeof a);
+    snprintf(c->peer, sizeof c->peer, "%s:%u", a, ntohs(sin->sin_port));
+  }
+  evutil_make_socket_nonblocking(fd);
+  evutil_make_socket_closeonexec(fd);
+  c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+  c->reaper = evtimer_new(base, reap_cb, c);
+  if (!c->bev || !c->reaper) {
+    if (!c->bev)
+      close(fd);
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto fail;
+  }
+  c->next = g_conns;
+  if (g_conns)
+    g_conns->prev = c;
+  g_conns = c;
+  bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
+  bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+  rc = ft_wire_nonce_new(c->nonce);
+  if (!rc) {
+    ft_msg ch;
+    ft_msg_init(&ch, FT_MSG_CHALLENGE);
+    snprintf(ch.run, sizeof ch.run, "%s", run);
+    ch.gen = 0;
+    memcpy(ch.challenge.nonce, c->nonce, FT_WIRE_NONCE_LEN);
+    rc = sup_conn_send(c, &ch);
+  }
+  if (rc) {
+    conn_unlink_free(c);
+    return rc;
+  }
+  *out = c;
+  return FT_OK;
+fail:
+  if (c->bev)
+    bufferevent_free(c->bev);
+  if (c->reaper)
+    event_free(c->reaper);
+  free(c);
+  return rc;
+}

@@ -1,0 +1,63 @@
+/*
+ * sup_conn: one control connection (a worker) on the supervisor's libevent
+ * loop: framing and decoding with ft_wire, the HELLO handshake, sends.
+ *
+ * Life of a connection:
+ *   accepted -> CHALLENGE sent (fresh nonce); frames capped at
+ *   FT_WIRE_PREAUTH_MAX_FRAME -> exactly one frame, a HELLO whose run and
+ *   MAC (ft_wire_hello_verify) are right -> ops.on_hello decides (identity,
+ *   generation); on accept it sends WELCOME -> authenticated: frames up to
+ *   FT_WIRE_MAX_FRAME, each decoded and handed to ops.on_msg.
+ * Any decode error, a type a worker may not send, a bad MAC or a wrong run
+ * closes THIS connection only, with the reason handed to ops.on_close
+ * (which logs it); nothing a peer sends can stop the supervisor.
+ *
+ * Freeing is deferred to the loop (a zero timeout), so a handler may close
+ * the connection it is handling; after sup_conn_close no callback of that
+ * connection fires again.
+ * Threads: the loop's thread only.
+ */
+#ifndef SUP_CONN_H
+#define SUP_CONN_H
+
+#include "ft_wire.h"
+
+#include <event2/event.h>
+#include <stdint.h>
+
+typedef struct sup_conn sup_conn;
+
+typedef struct sup_conn_ops {
+  /* A verified HELLO (run and MAC right). Return 0 to accept (the handler
+   * sends WELCOME), or non-zero: the connection is closed with `reason`
+   * (filled by the handler). m is borrowed for the call. */
+  int (*on_hello)(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t rlen);
+  /* Every later message (sender type already checked). Borrowed. */
+  void (*on_msg)(void *ud, sup_conn *c, const ft_msg *m);
+  /* The connection is closing; called once, the user pointer still set.
+   * is_error: 1 when the peer broke the protocol (or the handler closed
+   * it with a reason), 0 for an orderly end (the peer closed, or we did
+   * without a reason). */
+  void (*on_close)(void *ud, sup_conn *c, const char *reason, int is_error);
+} sup_conn_ops;
+
+/* Takes ownership of fd (closed on failure too). run/token are borrowed
+ * and must outlive the connection. */
+int sup_conn_new(struct event_base *base, int fd, const char *run, const char *token,
+                 const sup_conn_ops *ops, void *ud, sup_conn **out);
+/* Encodes and queues m (gen/run filled by the caller). FT_EINVAL on a bad
+ * message; sends on a closing connection are dropped (0). */
+int sup_conn_send(sup_conn *c, const ft_msg *m);
+/* Closes: the reason goes to on_close (non-empty reason = an error); with
+ * flush, queued output (a STOP) is written first (bounded by 2 s).
+ * Idempotent. */
+void sup_conn_close(sup_conn *c, const char *reason, int flush);
+/* Frees every connection still open at shutdown (no callbacks). */
+void sup_conn_free_all(void);
+
+uint64_t sup_conn_id(const sup_conn *c);
+void sup_conn_set_user(sup_conn *c, void *user);
+void *sup_conn_user(const sup_conn *c);
+const char *sup_conn_peer(const sup_conn *c);
+
+#endif

@@ -1,0 +1,128 @@
+/*
+ * sup_events: the run's event log (see sup_events.h for the format).
+ *
+ * Why write(2) + fsync per event and not stdio: a line must reach the file
+ * whole or not at all as far as readers (tests, a tailing dashboard) can see,
+ * and it must be on disk before the supervisor acts on what it says (e.g.
+ * "checkpoint_committed" is logged after the catalog's synced batch).
+ */
+#include "sup_events.h"
+
+#include "ft_clock.h"
+#include "ft_err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct sup_events {
+  int fd;
+  FILE *human;
+  double t0; /* ft_now_s at open */
+  int write_failed;
+};
+
+int sup_events_open(const char *path, FILE *human, sup_events **out) {
+  *out = NULL;
+  sup_events *ev = calloc(1, sizeof *ev);
+  if (!ev)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  ev->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (ev->fd < 0) {
+    int e = errno;
+    free(ev);
+    return ft_err_set(ft_err_from_errno(e), "open %s: %s", path, strerror(e));
+  }
+  ev->human = human;
+  ev->t0 = ft_now_s();
+  *out = ev;
+  return FT_OK;
+}
+
+void sup_events_free(sup_events *ev) {
+  if (!ev)
+    return;
+  close(ev->fd);
+  free(ev);
+}
+
+char *sup_events_format(double ts, const char *name, const cJSON *fields) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o)
+    return NULL;
+  /* the ts with exactly millisecond precision */
+  double ms = (double)(long long)(ts * 1000.0 + 0.5);
+  cJSON_AddNumberToObject(o, "ts", ms / 1000.0);
+  cJSON_AddStringToObject(o, "event", name);
+  if (fields)
+    for (const cJSON *f = fields->child; f; f = f->next)
+      if (f->string && strcmp(f->string, "ts") && strcmp(f->string, "event"))
+        cJSON_AddItemToObject(o, f->string, cJSON_Duplicate(f, 1));
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!txt)
+    return NULL;
+  size_t n = strlen(txt);
+  char *line = malloc(n + 2);
+  if (line) {
+    memcpy(line, txt, n);
+    line[n] = '\n';
+    line[n + 1] = 0;
+  }
+  free(txt);
+  return line;
+}
+
+int sup_events_emit(sup_events *ev, const char *name, cJSON *fields, const char *human_fmt, ...) {
+  int rc = FT_OK;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  char *line = sup_events_format(now, name, fields);
+  if (!line) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  size_t n = strlen(line), off = 0;
+  while (off < n) {
+    ssize_t w = write(ev->fd, line + off, n - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      rc = ft_err_set(ft_err_from_errno(errno), "events.jsonl: %s", strerror(errno));
+      break;
+    }
+    off += (size_t)w;
+  }
+  if (!rc && fsync(ev->fd) != 0)
+    rc = ft_err_set(ft_err_from_errno(errno), "events.jsonl fsync: %s", strerror(errno));
+  if (rc && !ev->write_failed && ev->human) {
+    ev->write_failed = 1;
+    fprintf(ev->human, "supervise: cannot write the event log (%s); going on without it\n",
+            ft_err_detail());
+  }
+  if (ev->human) {
+    fprintf(ev->human, "[%8.3fs] %s: ", ft_now_s() - ev->t0, name);
+    if (human_fmt) {
+      va_list ap;
+      va_start(ap, human_fmt);
+      vfprintf(ev->human, human_fmt, ap);
+      va_end(ap);
+    } else {
+      /* the fields without ts/event */
+      char *j = fields ? cJSON_PrintUnformatted(fields) : NULL;
+      fputs(j ? j : "", ev->human);
+      free(j);
+    }
+    fputc('\n', ev->human);
+    fflush(ev->human);
+  }
+out:
+  free(line);
+  cJSON_Delete(fields);
+  return rc;
+}

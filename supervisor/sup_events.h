@@ -1,0 +1,38 @@
+/*
+ * sup_events: the run's event log, DIR/events.jsonl (DESIGN section 11).
+ *
+ * One JSON object per line: {"ts": unix seconds (ms precision), "event":
+ * NAME, ...fields}. Each line is written with one write(2) on an O_APPEND
+ * descriptor and fsync'ed: events are few (faults, checkpoints, every
+ * every_steps-th step) and each must survive a crash of the supervisor.
+ * Each event also prints one human line on a stream (stderr in supervise):
+ * "[  12.345s] NAME: text", time since sup_events_open.
+ *
+ * Failure model: a failed write is reported once on the human stream and
+ * then ignored: losing the log must never stop a training run.
+ * Threads: single-threaded (the supervisor's loop).
+ */
+#ifndef SUP_EVENTS_H
+#define SUP_EVENTS_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+typedef struct sup_events sup_events;
+
+/* Opens (creating, appending) path. human: where the human lines go (may be
+ * NULL: none; borrowed, must outlive the log). */
+int sup_events_open(const char *path, FILE *human, sup_events **out);
+void sup_events_free(sup_events *ev); /* NULL is a no-op */
+
+/* Appends one event. fields: a JSON object of the event's fields, or NULL;
+ * OWNED: taken (and freed) even on failure. "ts" and "event" are put first.
+ * human_fmt: printf text for the human line (NULL: the fields as JSON). */
+int sup_events_emit(sup_events *ev, const char *name, cJSON *fields, const char *human_fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The same line as emit would write, without writing it (for tests):
+ * malloc'd, caller frees; NULL on allocation failure. fields is borrowed. */
+char *sup_events_format(double ts, const char *name, const cJSON *fields);
+
+#endif

@@ -1,0 +1,651 @@
+/*
+ * sup_recovery: the supervisor's state machine: launching the gang,
+ * detecting faults (process exits, hangs), stopping the gang, swapping in
+ * spares and starting the next generation; finishing and failing.
+ *
+ * STATES (sup->state, and sup->rphase inside RECOVERING)
+ *
+ *      STARTING --all HELLO, ASSIGN--> RUNNING --final ckpt committed--> FINISHING --> DONE
+ *         |                             |   ^                               ^
+ *         | fault                 fault |   | first STEP of the new gen     |
+ *         v                             v   |                               |
+ *      RECOVERING: STOPPING --all reaped--> (plan) --> FORMING --all HELLO--> ASSIGNED
+ *                      |                      |  \--WAIT--> WAITING (re-plan every 1 s)
+ *                      |                      \--FAIL--> FINISHING (exit 1) --> FAILED
+ *      any state --SIGINT/SIGTERM--> FINISHING (exit 130)
+ *
+ * INVARIANTS
+ *  1. gen only grows, and is persisted (sup_persist) before any message
+ *     carries it: a restarted supervisor never reuses one.
+ *  2. Only the current gen's gang may STEP, SHARD_SAVED or KV (sup_run.c
+ *     fences everything else), so no old worker commits into a new gen.
+ *  3. One recovery at a time. A fault while STOPPING/WAITING is recorded
+ *     (event, node marked faulty) and joins the recovery in progress; a
+ *     fault while FORMING/ASSIGNED (a relaunched worker died before the
+ *     new gen trained) starts a new round (gen++, restarts++).
+ *  4. A quarantined node is never launched or assigned again in this run
+ *     (its role is persisted with the run state).
+ *  5. Every process we launched is reaped before the loop ends.
+ *  6. Blame: an exit is blamed on its node only if it is a signal we did
+ *     not send or an exit code other than 0, 5 (collective failure: the
+ *     peer is at fault) and, while stopping, 6 (lost the supervisor).
+ *
+ * TRANSITIONS (function performing each)
+ *  launch + STARTING ........................ sup_recovery_start
+ *  STARTING/FORMING -> RUNNING/ASSIGNED ..... sup_recovery_hello -> assign
+ *  ASSIGNED -> RUNNING ("recovered") ........ sup_recovery_first_step
+ *  RUNNING/... -> RECOVERING.STOPPING ....... sup_recovery_fault
+ *  STOPPING -> plan -> FORMING|WAITING|fail . check_stopped -> plan_and_launch
+ *  RUNNING -> FINISHING (done) .............. sup_recovery_done
+ *  any -> FINISHING (failed) ................ sup_recovery_fail
+ *  FINISHING -> DONE/FAILED (loop ends) ..... maybe_finished
+ *
+ * when_no_spares: wait re-plans every second; on one machine no new spare
+ * ever appears (spares are launched only at start), so a run in WAITING
+ * waits until it is interrupted. That is the honest behaviour of "wait"
+ * here; on a cluster a restarted supervisor with more nodes would resume.
+ */
+#include "sup_int.h"
+
+#include "ft_clock.h"
+#include "ft_err.h"
+#include "sup_launch.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static cJSON *int_array(const int *v, int n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < n; i++)
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+  return a;
+}
+
+/* ---- launching ------------------------------------------------------------ */
+
+/* Kernel threads per worker under the local launcher: the machine's cores
+ * shared by the gang's workers (spares idle, so they don't count). Each
+ * worker spinning its own full-size OpenMP team on shared cores would make
+ * every step many times slower. 0 (the worker decides) for remote hosts. */
+static int local_threads(const sup *s) {
+  if (s->command_launcher)
+    return 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int active = s->rf.nodes.count * s->G;
+  int t = active > 0 ? (int)(cores / active) : 1;
+  return t > 0 ? t : 1;
+}
+
+static int launch_node(sup *s, int n, const char *role) {
+  sup_node *nd = &s->nodes[n];
+  nd->pgid = 0;
+  nd->term_sent = nd->kill_sent = 0;
+  nd->faulty = 0;
+  for (int j = 0; j < s->G; j++) {
+    sup_worker *w = &nd->w[j];
+    if (w->conn)
+      sup_conn_close(w->conn, "", 0);
+    sup_worker_args a = {.worker = s->worker_path,
+                         .connect = s->connect_addr,
+                         .node = n,
+                         .slot = j,
+                         .store = s->store_uri,
+                         .runfile = s->runfile_path,
+                         .steps = s->steps_override,
+                         .sets = s->sets,
+                         .nsets = s->nsets,
+                         .threads = local_threads(s)};
+    char **argv = sup_worker_argv(&a), *cmd = NULL;
+    char log[4200];
+    snprintf(log, sizeof log, "%s/logs/node%d.slot%d.log", s->state_dir, n, j);
+    if (!argv)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    int rc = FT_OK;
+    if (s->command_launcher) {
+      char *text = sup_shell_join(argv);
+      const char *host = n < s->rf.nodes.nhosts ? s->rf.nodes.hosts[n] : "localhost";
+      cmd = text ? sup_template_expand(s->rf.nodes.command, host, text) : NULL;
+      free(text);
+      if (!cmd)
+        rc = ft_err_set(FT_ENOMEM, "out of memory");
+    }
+    pid_t pid = 0;
+    if (!rc) {
+      sup_spawn sp = {
+          .argv = argv, .cmd = cmd, .token = s->token, .log_path = log, .pgid = nd->pgid};
+      rc = sup_launch_spawn(&sp, &pid);
+    }
+    sup_argv_free(argv);
+    free(cmd);
+    if (rc)
+      return rc;
+    if (j == 0)
+      nd->pgid = pid;
+    w->pid = pid;
+    w->alive = 1;
+    w->hello = 0;
+    w->rank = -1;
+    w->gen = 0;
+    w->last_msg_s = ft_now_s();
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "node", n);
+    cJSON_AddNumberToObject(f, "slot", j);
+    cJSON_AddNumberToObject(f, "pid", pid);
+    cJSON_AddStringToObject(f, "role", role);
+    sup_events_emit(s->ev, "worker_launched", f, "node %d slot %d pid %d (%s)", n, j, (int)pid,
+                    role);
+  }
+  return FT_OK;
+}
+
+static int node_alive(const sup *s, int n) {
+  for (int j = 0; j < s->G; j++)
+    if (s->nodes[n].w[j].alive)
+      return 1;
+  return 0;
+}
+
+static int any_alive(const sup *s) {
+  for (int n = 0; n < s->nnodes; n++)
+    if (node_alive(s, n))
+      return 1;
+  return 0;
+}
+
+static void signal_node(sup *s, int n, int sig) {
+  sup_node *nd = &s->nodes[n];
+  if (!node_alive(s, n))
+    return;
+  if (sig == SIGTERM)
+    nd->term_sent = 1;
+  if (sig == SIGKILL)
+    nd->kill_sent = 1;
+  if (nd->pgid > 0)
+    kill(-nd->pgid, sig);
+  for (int j = 0; j < s->G; j++)
+    if (nd->w[j].alive && nd->w[j].pid > 0)
+      kill(nd->w[j].pid, sig);
+}
+
+/* ---- finishing ------------------------------------------------------------ */
+
+static void maybe_finished(sup *s) {
+  if (s->state != SUP_FINISHING || any_alive(s))
+    return;
+  if (s->exit_code == SUP_EXIT_DONE) {
+    cJSON *f = cJSON_CreateObject();
+    double wall = ft_now_s() - s->t_start_s;
+    cJSON_AddNumberToObject(f, "steps", (double)s->final_step);
+    cJSON_AddNumberToObject(f, "restarts", s->restarts);
+    cJSON_AddNumberToObject(f, "wall_s", (double)(long long)(wall * 1000) / 1000);
+    cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+    sup_events_emit(s->ev, "run_done", f, "%" PRId64 " steps, %d restart(s), %.1f s", s->final_step,
+                    s->restarts, wall);
+    if (sup_persist(s, "done"))
+      fprintf(stderr, "supervise: cannot persist the run's status: %s\n", ft_err_detail());
+    s->state = SUP_DONE;
+  } else if (s->exit_code == SUP_EXIT_FAILED) {
+    s->state = SUP_FAILED;
+  }
+  event_base_loopbreak(s->base);
+}
+
+/* Stops every process: STOP(why) to the connected, SIGTERM to all, SIGKILL
+ * after grace_s. */
+static void stop_everyone(sup *s, ft_stop_reason why, const char *detail, double grace_s) {
+  s->state = SUP_FINISHING;
+  s->rphase = SUP_RP_NONE;
+  if (s->waitpoll)
+    event_del(s->waitpoll);
+  for (int n = 0; n < s->nnodes; n++) {
+    for (int j = 0; j < s->G; j++)
+      sup_stop_worker(s, &s->nodes[n].w[j], why, detail);
+    /* done: a STOP'ed worker exits 0 by itself; SIGTERM only the unconnected.
+     * Otherwise SIGTERM at once. */
+    if (why != FT_STOP_DONE)
+      signal_node(s, n, SIGTERM);
+  }
+  struct timeval tv = {(long)grace_s, (long)((grace_s - (long)grace_s) * 1e6)};
+  evtimer_add(s->grace, &tv);
+  maybe_finished(s);
+}
+
+void sup_recovery_done(sup *s) {
+  if (s->state >= SUP_FINISHING)
+    return;
+  s->exit_code = SUP_EXIT_DONE;
+  stop_everyone(s, FT_STOP_DONE, "run done", 5.0);
+  /* workers that never connected get no STOP: terminate them */
+  for (int n = 0; n < s->nnodes; n++)
+    for (int j = 0; j < s->G; j++)
+      if (s->nodes[n].w[j].alive && !s->nodes[n].w[j].hello)
+        signal_node(s, n, SIGTERM);
+}
+
+void sup_recovery_fail(sup *s, const char *reason) {
+  if (s->state >= SUP_FINISHING)
+    return;
+  snprintf(s->fail_reason, sizeof s->fail_reason, "%s", reason);
+  s->exit_code = SUP_EXIT_FAILED;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(f, "reason", reason);
+  cJSON_AddNumberToObject(f, "restarts", s->restarts);
+  cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
+  sup_events_emit(s->ev, "run_failed", f, "%s", reason);
+  if (sup_persist(s, "failed"))
+    fprintf(stderr, "supervise: cannot persist the run's status: %s\n", ft_err_detail());
+  stop_everyone(s, FT_STOP_SHUTDOWN, reason, 2.0);
+}
+
+/* ---- forming a gang ------------------------------------------------------- */
+
+static void assign(sup *s) {
+  int64_t restore = -1;
+  if (ckpt_store_latest(s->store, s->rf.run, INT64_MAX, &restore) != 0)
+    restore = -1;
+  s->restore_step = restore;
+  int world = s->ngang * s->G;
+  char rdzv[64];
+  int rl = snprintf(rdzv, sizeof rdzv, "g%" PRIu64 "/", s->gen);
+  sup_pending_clear(s);
+  for (int p = 0; p < s->ngang; p++)
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      w->rank = sup_gang_rank(p, j, s->G);
+      w->gen = s->gen;
+      w->last_msg_s = ft_now_s();
+      ft_msg m;
+      ft_msg_init(&m, FT_MSG_ASSIGN);
+      m.assign.rank = (uint32_t)w->rank;
+      m.assign.world = (uint32_t)world;
+      m.assign.restore_step = restore;
+      m.assign.rdzv = (const uint8_t *)rdzv;
+      m.assign.rdzv_len = (uint32_t)rl;
+      if (w->conn)
+        sup_send(s, w->conn, &m, s->gen);
+    }
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  cJSON_AddNumberToObject(f, "world", world);
+  cJSON_AddItemToObject(f, "nodes", int_array(s->gang, s->ngang));
+  cJSON_AddNumberToObject(f, "restore_step", (double)restore);
+  sup_events_emit(s->ev, "generation_started", f,
+                  "gen %" PRIu64 ": world %d, restore step %" PRId64, s->gen, world, restore);
+  if (s->state == SUP_STARTING) {
+    s->state = SUP_RUNNING;
+    s->rphase = SUP_RP_NONE;
+  } else {
+    s->rphase = SUP_RP_ASSIGNED;
+  }
+}
+
+static int gang_ready(const sup *s) {
+  for (int p = 0; p < s->ngang; p++)
+    for (int j = 0; j < s->G; j++) {
+      const sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      if (!w->alive || !w->hello || !w->conn)
+        return 0;
+    }
+  return 1;
+}
+
+void sup_recovery_hello(sup *s, sup_worker *w) {
+  int forming =
+      s->state == SUP_STARTING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_FORMING);
+  if (forming && gang_ready(s))
+    assign(s);
+}
+
+void sup_recovery_first_step(sup *s, int64_t step) {
+  double now = ft_now_s();
+  int64_t lost = s->fault_last_step - (s->restore_step < 0 ? 0 : s->restore_step);
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  cJSON_AddNumberToObject(f, "detect_to_stopped_ms",
+                          (double)(long long)((s->t_stopped_s - s->t_detect_s) * 1e3));
+  cJSON_AddNumberToObject(f, "detect_to_first_step_ms",
+                          (double)(long long)((now - s->t_detect_s) * 1e3));
+  cJSON_AddNumberToObject(f, "steps_lost", (double)(lost < 0 ? 0 : lost));
+  cJSON_AddNumberToObject(f, "restore_step", (double)s->restore_step);
+  cJSON_AddNumberToObject(f, "first_step", (double)step);
+  sup_events_emit(s->ev, "recovered", f,
+                  "gen %" PRIu64 " trains again at step %" PRId64
+                  " (%.0f ms after detection, %" PRId64 " step(s) lost)",
+                  s->gen, step, (now - s->t_detect_s) * 1e3, lost < 0 ? 0 : lost);
+  s->state = SUP_RUNNING;
+  s->rphase = SUP_RP_NONE;
+}
+
+/* ---- recovery -------------------------------------------------------------- */
+
+static void plan_and_launch(sup *s);
+
+void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  if (s->state == SUP_RECOVERING && s->rphase == SUP_RP_WAITING)
+    plan_and_launch(s);
+}
+
+static void plan_and_launch(sup *s) {
+  int faulty[SUP_MAX_NODES] = {0}, spares[SUP_MAX_NODES], nsp = 0;
+  for (int n = 0; n < s->nnodes; n++)
+    faulty[n] = s->nodes[n].faulty;
+  /* connected spares first, then spares still starting */
+  for (int pass = 0; pass < 2; pass++)
+    for (int n = 0; n < s->nnodes; n++) {
+      if (s->nodes[n].role != SUP_ROLE_SPARE)
+        continue;
+      int alive = 1, conn = 1;
+      for (int j = 0; j < s->G; j++) {
+        alive &= s->nodes[n].w[j].alive;
+        conn &= s->nodes[n].w[j].conn != NULL;
+      }
+      if (alive && (pass == 0 ? conn : !conn))
+        spares[nsp++] = n;
+    }
+  sup_plan plan;
+  sup_gang_plan(s->gang, s->ngang, faulty, spares, nsp, s->G, s->rf.train.global_batch,
+                s->no_spares, &plan);
+  if (plan.verdict == SUP_PLAN_FAIL) {
+    for (int i = 0; i < plan.nquarantine; i++)
+      s->nodes[plan.quarantine[i]].role = SUP_ROLE_QUARANTINED;
+    sup_recovery_fail(s, plan.reason);
+    return;
+  }
+  if (plan.verdict == SUP_PLAN_WAIT) {
+    if (s->rphase != SUP_RP_WAITING) {
+      cJSON *f = cJSON_CreateObject();
+      cJSON_AddStringToObject(f, "reason", plan.reason);
+      sup_events_emit(s->ev, "waiting_for_spare", f, "%s", plan.reason);
+    }
+    s->rphase = SUP_RP_WAITING;
+    struct timeval tv = {1, 0};
+    evtimer_add(s->waitpoll, &tv);
+    return;
+  }
+  for (int i = 0; i < plan.nquarantine; i++) {
+    int n = plan.quarantine[i];
+    s->nodes[n].role = SUP_ROLE_QUARANTINED;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "node", n);
+    sup_events_emit(s->ev, "node_quarantined", f, "node %d is not used again in this run", n);
+  }
+  for (int i = 0; i < plan.npromote; i++) {
+    int sp = plan.promote_spare[i];
+    s->nodes[sp].role = SUP_ROLE_ACTIVE;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "spare_node", sp);
+    cJSON_AddNumberToObject(f, "replaces", plan.promote_for[i]);
+    sup_events_emit(s->ev, "spare_promoted", f, "node %d replaces node %d", sp,
+                    plan.promote_for[i]);
+  }
+  if (plan.shrunk) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "world_before", plan.world_before);
+    cJSON_AddNumberToObject(f, "world_after", plan.world_after);
+    sup_events_emit(s->ev, "gang_shrunk", f, "world %d -> %d (no spare left)", plan.world_before,
+                    plan.world_after);
+  }
+  memcpy(s->gang, plan.gang, sizeof(int) * (size_t)plan.ngang);
+  s->ngang = plan.ngang;
+  for (int n = 0; n < s->nnodes; n++)
+    s->nodes[n].faulty = 0;
+  if (sup_persist(s, "running"))
+    fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
+  s->rphase = SUP_RP_FORMING;
+  for (int i = 0; i < plan.nrestart; i++) {
+    int rc = launch_node(s, plan.restart[i], "active");
+    if (rc) {
+      char why[512];
+      snprintf(why, sizeof why, "cannot launch node %d: %s", plan.restart[i], ft_err_detail());
+      sup_recovery_fail(s, why);
+      return;
+    }
+  }
+  if (gang_ready(s))
+    assign(s);
+}
+
+static void check_stopped(sup *s) {
+  if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
+    return;
+  for (int p = 0; p < s->ngang; p++)
+    if (node_alive(s, s->gang[p]))
+      return;
+  evtimer_del(s->grace);
+  s->t_stopped_s = ft_now_s();
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  cJSON_AddNumberToObject(f, "ms", (double)(long long)((s->t_stopped_s - s->t_detect_s) * 1e3));
+  sup_events_emit(s->ev, "gang_stopped", f, "%.0f ms after detection",
+                  (s->t_stopped_s - s->t_detect_s) * 1e3);
+  plan_and_launch(s);
+}
+
+void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
+                        int blame) {
+  if (s->state >= SUP_FINISHING)
+    return;
+  int joining =
+      s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
+  if (blame && node >= 0)
+    s->nodes[node].faulty = 1;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(f, "kind", kind);
+  cJSON_AddNumberToObject(f, "node", node);
+  cJSON_AddNumberToObject(f, "slot", slot);
+  cJSON_AddNumberToObject(f, "pid", pid);
+  cJSON_AddNumberToObject(f, "step", (double)s->last_step);
+  cJSON_AddStringToObject(f, "detail", detail);
+  cJSON_AddNumberToObject(f, "detected_at", (double)(long long)(wall_s() * 1000) / 1000);
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  cJSON_AddBoolToObject(f, "blamed", blame && node >= 0);
+  cJSON_AddBoolToObject(f, "during_recovery", joining);
+  sup_events_emit(s->ev, "fault_detected", f, "node %d %s (%s) at step %" PRId64 "%s", node, kind,
+                  detail, s->last_step, joining ? " [joins the recovery in progress]" : "");
+  if (joining)
+    return;
+
+  s->restarts++;
+  if (s->restarts > s->rf.recovery.max_restarts) {
+    char why[256];
+    snprintf(why, sizeof why, "recovery.max_restarts (%d) exceeded", s->rf.recovery.max_restarts);
+    if (blame && node >= 0)
+      s->nodes[node].role = SUP_ROLE_QUARANTINED;
+    sup_recovery_fail(s, why);
+    return;
+  }
+  s->t_detect_s = ft_now_s();
+  s->fault_last_step = s->last_step;
+  s->gen++; /* fence the old gang; persisted before anyone sees it */
+  if (sup_persist(s, "running"))
+    fprintf(stderr, "supervise: cannot persist generation %" PRIu64 ": %s\n", s->gen,
+            ft_err_detail());
+  s->state = SUP_RECOVERING;
+  s->rphase = SUP_RP_STOPPING;
+  sup_pending_clear(s);
+  for (int p = 0; p < s->ngang; p++) {
+    int n = s->gang[p];
+    for (int j = 0; j < s->G; j++)
+      sup_stop_worker(s, &s->nodes[n].w[j], FT_STOP_RECOVERING, "gang stopped for recovery");
+    signal_node(s, n, SIGTERM);
+  }
+  struct timeval tv = {2, 0};
+  evtimer_add(s->grace, &tv);
+  check_stopped(s);
+}
+
+int sup_recovery_start(sup *s) {
+  sup_plan plan;
+  int roles[SUP_MAX_NODES];
+  for (int n = 0; n < s->nnodes; n++)
+    roles[n] = s->nodes[n].role;
+  sup_gang_initial(roles, s->nnodes, s->N, s->G, s->rf.train.global_batch, s->no_spares, &plan);
+  for (int n = 0; n < s->nnodes; n++)
+    s->nodes[n].role = roles[n];
+  if (plan.verdict != SUP_PLAN_OK) {
+    sup_recovery_fail(s, plan.reason);
+    return FT_OK;
+  }
+  memcpy(s->gang, plan.gang, sizeof(int) * (size_t)plan.ngang);
+  s->ngang = plan.ngang;
+  if (plan.shrunk) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "world_before", plan.world_before);
+    cJSON_AddNumberToObject(f, "world_after", plan.world_after);
+    sup_events_emit(s->ev, "gang_shrunk", f, "world %d -> %d (quarantined nodes)",
+                    plan.world_before, plan.world_after);
+  }
+  s->state = SUP_STARTING;
+  s->rphase = SUP_RP_FORMING;
+  for (int n = 0; n < s->nnodes; n++) {
+    int role = s->nodes[n].role;
+    if (role != SUP_ROLE_ACTIVE && role != SUP_ROLE_SPARE)
+      continue;
+    int rc = launch_node(s, n, role == SUP_ROLE_ACTIVE ? "active" : "spare");
+    if (rc)
+      return rc;
+  }
+  return FT_OK;
+}
+
+/* ---- detection ------------------------------------------------------------- */
+
+static sup_worker *worker_by_pid(sup *s, pid_t pid) {
+  for (int n = 0; n < s->nnodes; n++)
+    for (int j = 0; j < s->G; j++)
+      if (s->nodes[n].w[j].alive && s->nodes[n].w[j].pid == pid)
+        return &s->nodes[n].w[j];
+  return NULL;
+}
+
+static void on_exit_status(sup *s, sup_worker *w, int status) {
+  sup_node *nd = &s->nodes[w->node];
+  char detail[128];
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (sig)
+    snprintf(detail, sizeof detail, "signal %d", sig);
+  else
+    snprintf(detail, sizeof detail, "exit code %d", code);
+  w->alive = 0;
+  if (w->conn)
+    sup_conn_close(w->conn, "", 0);
+  if (s->state >= SUP_FINISHING)
+    return;
+  if (nd->role == SUP_ROLE_SPARE) {
+    nd->role = SUP_ROLE_LOST;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "node", w->node);
+    cJSON_AddNumberToObject(f, "slot", w->slot);
+    cJSON_AddNumberToObject(f, "pid", w->pid);
+    cJSON_AddStringToObject(f, "detail", detail);
+    sup_events_emit(s->ev, "spare_lost", f, "spare node %d (slot %d %s) leaves the pool", w->node,
+                    w->slot, detail);
+    signal_node(s, w->node, SIGKILL);
+    return;
+  }
+  if (!sup_in_gang(s, w->node))
+    return;
+  int ours = (sig == SIGTERM && nd->term_sent) || (sig == SIGKILL && nd->kill_sent);
+  int stopping =
+      s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
+  if (stopping) {
+    if (!(ours || code == 0 || code == 5 || code == 6))
+      sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, 1);
+    check_stopped(s);
+    return;
+  }
+  if (code == 0 || ours)
+    return; /* orderly (or ours: the fault that caused it is already known) */
+  if (code == 5)
+    sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, 0);
+  else
+    sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, 1);
+}
+
+void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0)
+      break;
+    sup_worker *w = worker_by_pid(s, pid);
+    if (w)
+      on_exit_status(s, w, status);
+  }
+  if (s->state == SUP_RECOVERING)
+    check_stopped(s);
+  maybe_finished(s);
+}
+
+void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  if (s->state != SUP_STARTING && s->state != SUP_RUNNING &&
+      !(s->state == SUP_RECOVERING &&
+        (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))
+    return;
+  double now = ft_now_s(), limit = s->rf.watchdog.heartbeat_timeout_s;
+  for (int p = 0; p < s->ngang; p++) {
+    int n = s->gang[p];
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[n].w[j];
+      if (!w->alive || now - w->last_msg_s <= limit)
+        continue;
+      char detail[128];
+      snprintf(detail, sizeof detail, "no message for %.1f s (heartbeat_timeout_s %.1f)",
+               now - w->last_msg_s, limit);
+      signal_node(s, n, SIGKILL);
+      sup_recovery_fault(s, "hang", n, j, w->pid, detail, 1);
+      return; /* the state changed; the next tick looks again */
+    }
+  }
+}
+
+/* grace timer: SIGKILL whatever was asked to stop and is still there */
+void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  int stopping = s->state == SUP_RECOVERING && s->rphase == SUP_RP_STOPPING;
+  for (int n = 0; n < s->nnodes; n++)
+    if (s->state == SUP_FINISHING || (stopping && sup_in_gang(s, n)))
+      signal_node(s, n, SIGKILL);
+}
+
+void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  int sig = (int)fd;
+  if (s->interrupted) {
+    /* second signal: no more patience */
+    for (int n = 0; n < s->nnodes; n++)
+      signal_node(s, n, SIGKILL);
+    return;
+  }
+  s->interrupted = 1;
+  if (s->state >= SUP_FINISHING) {
+    s->exit_code = SUP_EXIT_INTERRUPTED;
+    return;
+  }
+  s->exit_code = SUP_EXIT_INTERRUPTED;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "signal", sig);
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
+  sup_events_emit(s->ev, "run_interrupted", f, "signal %d: stopping the gang; run again to resume",
+                  sig);
+  stop_everyone(s, FT_STOP_SHUTDOWN, "supervisor interrupted", 2.0);
+}

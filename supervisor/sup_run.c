@@ -1,0 +1,549 @@
+/*
+ * sup_run: what the supervisor does with each control message, and the
+ * run state it persists in the catalog.
+ *
+ * Per message (after sup_conn verified framing, sender type and HELLO):
+ *   HELLO       identity = a (node, slot) we launched (pid checked for the
+ *               local launcher), not quarantined, not already connected;
+ *               WELCOME(heartbeat_ms = heartbeat_timeout_s*1000/4)
+ *   any         fenced with ft_wire_check_gen against the current gen:
+ *               stale -> STOP(stale_generation) + close
+ *   HEARTBEAT   echoed (same gen and step) so the worker sees we are alive
+ *   STEP        rank 0 of the current gen only; "step" event every
+ *               checkpoint.every_steps; completes a recovery's first step;
+ *               the kill_node_at_step failpoint (or chaos.kill_node_at_step)
+ *   SHARD_SAVED collected per step; when ranks 0..world-1 all reported:
+ *               commit, COMMITTED(step) to the gang, retention GC
+ *   FAULT       "worker_fault" event (the worker exits 5 next)
+ *   KV_SET/GET  the rendezvous store, current gen only
+ *
+ * The commit is synchronous on the loop (one synced RocksDB WriteBatch and
+ * a manifest object; milliseconds): acceptable, since the loop has nothing
+ * more urgent than the checkpoint it is committing, and heartbeats that
+ * queue meanwhile are read right after. GC after a commit likewise.
+ *
+ * Persisted state (catalog key "sup/<run>/state", one synced JSON record):
+ * {"gen": G, "status": "running|done|failed", "quarantined": [...],
+ *  "restarts": R}. gen is written BEFORE it is used (sup_persist first,
+ * then ASSIGN), so a restarted supervisor never reuses a generation.
+ */
+#include "sup_int.h"
+
+#include "ft_clock.h"
+#include "ft_err.h"
+#include "ft_failpoint.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- persisted state ------------------------------------------------------ */
+
+int sup_persist(sup *s, const char *status) {
+  char key[256];
+  snprintf(key, sizeof key, "%s/state", s->rf.run);
+  cJSON *o = cJSON_CreateObject();
+  if (!o)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  cJSON_AddNumberToObject(o, "gen", (double)s->gen);
+  cJSON_AddStringToObject(o, "status", status);
+  cJSON *q = cJSON_AddArrayToObject(o, "quarantined");
+  for (int n = 0; n < s->nnodes; n++)
+    if (s->nodes[n].role == SUP_ROLE_QUARANTINED)
+      cJSON_AddItemToArray(q, cJSON_CreateNumber(n));
+  cJSON_AddNumberToObject(o, "restarts", s->restarts);
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!txt)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  int rc = ckpt_store_put_meta(s->store, key, txt);
+  free(txt);
+  return rc;
+}
+
+int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts) {
+  char key[256], *txt = NULL;
+  snprintf(key, sizeof key, "%s/state", s->rf.run);
+  *status = NULL;
+  int rc = ckpt_store_get_meta(s->store, key, &txt);
+  if (rc)
+    return rc;
+  cJSON *o = cJSON_Parse(txt);
+  free(txt);
+  if (!o)
+    return ft_err_set(FT_EFORMAT, "catalog key sup/%s is not JSON", key);
+  cJSON *g = cJSON_GetObjectItem(o, "gen"), *st = cJSON_GetObjectItem(o, "status");
+  cJSON *r = cJSON_GetObjectItem(o, "restarts"), *q = cJSON_GetObjectItem(o, "quarantined");
+  if (!cJSON_IsNumber(g) || !cJSON_IsString(st) || !cJSON_IsNumber(r)) {
+    cJSON_Delete(o);
+    return ft_err_set(FT_EFORMAT, "catalog key sup/%s lacks gen/status/restarts", key);
+  }
+  *gen = (uint64_t)g->valuedouble;
+  *restarts = (int)r->valuedouble;
+  *status = strdup(st->valuestring);
+  cJSON *it;
+  cJSON_ArrayForEach(it, q) {
+    int n = cJSON_IsNumber(it) ? (int)it->valuedouble : -1;
+    if (n >= 0 && n < s->nnodes)
+      s->nodes[n].role = SUP_ROLE_QUARANTINED;
+  }
+  cJSON_Delete(o);
+  return *status ? FT_OK : ft_err_set(FT_ENOMEM, "out of memory");
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+int sup_send(sup *s, sup_conn *c, ft_msg *m, uint64_t gen) {
+  snprintf(m->run, sizeof m->run, "%s", s->rf.run);
+  m->gen = gen;
+  int rc = sup_conn_send(c, m);
+  if (rc)
+    fprintf(stderr, "supervise: cannot encode %s: %s\n", ft_msg_type_name(m->type),
+            ft_err_detail());
+  return rc;
+}
+
+void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *detail) {
+  if (!w->conn)
+    return;
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_STOP);
+  m.stop.reason = why;
+  m.stop.detail = detail;
+  sup_send(s, w->conn, &m, w->gen);
+  sup_conn *c = w->conn;
+  sup_conn_close(c, "", 1); /* orderly: on_close clears w->conn */
+}
+
+/* ---- KV replies ---------------------------------------------------------- */
+
+typedef struct kv_wait {
+  sup *s;
+  struct event *timer;
+  uint64_t owner;
+} kv_wait;
+
+static sup_worker *worker_by_conn_id(sup *s, uint64_t id) {
+  for (int n = 0; n < s->nnodes; n++)
+    for (int j = 0; j < s->G; j++)
+      if (s->nodes[n].w[j].conn && sup_conn_id(s->nodes[n].w[j].conn) == id)
+        return &s->nodes[n].w[j];
+  return NULL;
+}
+
+static void kv_reply(void *ud, void *tag, uint64_t owner, uint32_t req, int status,
+                     const ft_wire_blob *vals, uint32_t nvals) {
+  sup *s = ud;
+  kv_wait *kw = tag;
+  if (status >= 0) {
+    sup_worker *w = worker_by_conn_id(s, owner);
+    if (w && w->conn) {
+      ft_msg m;
+      ft_msg_init(&m, FT_MSG_KV_VALUE);
+      m.kv_value.req = req;
+      m.kv_value.status = (ft_kv_status)status;
+      m.kv_value.vals = vals;
+      m.kv_value.nvals = nvals;
+      sup_send(s, w->conn, &m, s->gen);
+    }
+  }
+  if (kw) {
+    if (kw->timer)
+      event_free(kw->timer);
+    free(kw);
+  }
+}
+
+static void kv_timer_cb(evutil_socket_t fd, short what, void *arg) {
+  kv_wait *kw = arg;
+  sup_kv_timeout(kw->s->kv, kw); /* replies TIMEOUT and frees kw */
+}
+
+int sup_kv_reply_init(sup *s) {
+  return sup_kv_new(kv_reply, s, &s->kv);
+}
+
+static void on_kv_get(sup *s, sup_worker *w, const ft_msg *m) {
+  kv_wait *kw = calloc(1, sizeof *kw);
+  if (!kw)
+    return;
+  kw->s = s;
+  kw->owner = sup_conn_id(w->conn);
+  kw->timer = evtimer_new(s->base, kv_timer_cb, kw);
+  int r = sup_kv_get(s->kv, kw->owner, m->kv_get.req, m->kv_get.keys, m->kv_get.nkeys, kw);
+  if (r == 0) {
+    struct timeval tv = {m->kv_get.timeout_ms / 1000, (m->kv_get.timeout_ms % 1000) * 1000};
+    if (kw->timer)
+      evtimer_add(kw->timer, &tv);
+  } else if (r < 0) {
+    if (kw->timer)
+      event_free(kw->timer);
+    free(kw);
+  }
+}
+
+/* ---- checkpoints --------------------------------------------------------- */
+
+static void pending_free(sup_pending_ckpt *p) {
+  for (int r = 0; r < p->world; r++)
+    ckpt_shard_free(p->shards[r]);
+  free(p->shards);
+  free(p->state);
+  free(p->config);
+  free(p->metrics);
+  free(p);
+}
+
+void sup_pending_clear(sup *s) {
+  while (s->pending) {
+    sup_pending_ckpt *p = s->pending;
+    s->pending = p->next;
+    pending_free(p);
+  }
+}
+
+static void commit(sup *s, sup_pending_ckpt *p) {
+  int64_t parent = -1;
+  if (p->step > 0 && ckpt_store_latest(s->store, s->rf.run, p->step - 1, &parent) != 0)
+    parent = -1;
+  ckpt_meta meta = {.run = s->rf.run,
+                    .step = p->step,
+                    .parent_step = parent,
+                    .world = p->world,
+                    .loss = p->loss,
+                    .config_json = p->config,
+                    .state_json = p->state,
+                    .metrics_json = p->metrics};
+  double t0 = ft_now_s();
+  int rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
+  double ms = (ft_now_s() - t0) * 1e3;
+  if (rc) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "step", (double)p->step);
+    cJSON_AddStringToObject(f, "reason", ft_err_detail());
+    sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 ": %s (training goes on)",
+                    p->step, ft_err_detail());
+    return;
+  }
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "step", (double)p->step);
+  cJSON_AddNumberToObject(f, "world", p->world);
+  cJSON_AddNumberToObject(f, "commit_ms", round(ms * 1000) / 1000);
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d) in %.1f ms",
+                  p->step, p->world, ms);
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_COMMITTED);
+  m.committed.step = p->step;
+  for (int i = 0; i < s->ngang; i++)
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[s->gang[i]].w[j];
+      if (w->conn && w->gen == s->gen)
+        sup_send(s, w->conn, &m, s->gen);
+    }
+  ckpt_retention ret = {.keep_last = s->rf.checkpoint.keep_last,
+                        .keep_every = s->rf.checkpoint.keep_every};
+  if (ret.keep_last > 0 || ret.keep_every > 0) {
+    ckpt_gc_report rep;
+    rc = ckpt_store_gc(s->store, &ret, 0, &rep);
+    if (rc)
+      fprintf(stderr, "supervise: retention GC failed (the run goes on): %s\n", ft_err_detail());
+  }
+  if (p->step >= s->final_step)
+    sup_recovery_done(s);
+}
+
+static char *json_str_dup(cJSON *o, const char *name) {
+  cJSON *v = cJSON_GetObjectItem(o, name);
+  if (cJSON_IsString(v))
+    return strdup(v->valuestring);
+  if (v && !cJSON_IsNull(v))
+    return cJSON_PrintUnformatted(v);
+  return NULL;
+}
+
+static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
+  int world = s->ngang * s->G;
+  int64_t step = m->shard_saved.step;
+  int rank = (int)m->shard_saved.rank;
+  char why[512] = "";
+  ckpt_shard *sh = NULL;
+  cJSON *env = NULL;
+  if (rank != w->rank) {
+    snprintf(why, sizeof why, "SHARD_SAVED for rank %d from rank %d", rank, w->rank);
+    goto bad;
+  }
+  env = cJSON_Parse(m->shard_saved.manifest);
+  cJSON *shj = env ? cJSON_GetObjectItem(env, "shard") : NULL;
+  char *shtxt =
+      shj ? (cJSON_IsString(shj) ? strdup(shj->valuestring) : cJSON_PrintUnformatted(shj)) : NULL;
+  if (!shtxt) {
+    snprintf(why, sizeof why, "SHARD_SAVED envelope without a \"shard\"");
+    goto bad;
+  }
+  int rc = ckpt_shard_from_json(shtxt, &sh);
+  free(shtxt);
+  if (rc) {
+    snprintf(why, sizeof why, "bad shard manifest: %s", ft_err_detail());
+    goto bad;
+  }
+  if (ckpt_shard_step(sh) != step || ckpt_shard_rank(sh) != rank) {
+    snprintf(why, sizeof why, "shard manifest is of step %" PRId64 " rank %d", ckpt_shard_step(sh),
+             ckpt_shard_rank(sh));
+    goto bad;
+  }
+  sup_pending_ckpt *p = s->pending;
+  while (p && p->step != step)
+    p = p->next;
+  if (!p) {
+    p = calloc(1, sizeof *p);
+    if (!p || !(p->shards = calloc((size_t)world, sizeof *p->shards))) {
+      free(p);
+      goto out;
+    }
+    p->step = step;
+    p->world = world;
+    p->loss = NAN;
+    p->next = s->pending;
+    s->pending = p;
+  }
+  if (p->shards[rank]) {
+    ckpt_shard_free(p->shards[rank]); /* a repeat: keep the newest */
+    p->nhave--;
+  }
+  p->shards[rank] = sh;
+  sh = NULL;
+  p->nhave++;
+  if (rank == 0) {
+    p->state = json_str_dup(env, "state");
+    p->config = json_str_dup(env, "config");
+    p->metrics = json_str_dup(env, "metrics");
+    cJSON *l = cJSON_GetObjectItem(env, "loss");
+    if (cJSON_IsNumber(l))
+      p->loss = l->valuedouble;
+  }
+  if (p->nhave == p->world) {
+    /* unlink, commit, free */
+    sup_pending_ckpt **pp = &s->pending;
+    while (*pp != p)
+      pp = &(*pp)->next;
+    *pp = p->next;
+    commit(s, p);
+    pending_free(p);
+  }
+  goto out;
+bad : {
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "step", (double)step);
+  cJSON_AddNumberToObject(f, "rank", rank);
+  cJSON_AddStringToObject(f, "reason", why);
+  sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 " rank %d: %s", step, rank, why);
+}
+out:
+  ckpt_shard_free(sh);
+  cJSON_Delete(env);
+}
+
+/* ---- STEP ------------------------------------------------------------------ */
+
+static void on_step(sup *s, const ft_msg *m) {
+  int64_t step = m->step.step;
+  s->last_step = step;
+  s->last_loss = m->step.loss;
+  s->last_tps = m->step.tokens_per_s;
+  int64_t every = s->rf.checkpoint.every_steps;
+  if (every > 0 && step % every == 0) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "step", (double)step);
+    if (isfinite(m->step.loss))
+      cJSON_AddNumberToObject(f, "loss", m->step.loss);
+    else
+      cJSON_AddNullToObject(f, "loss");
+    cJSON_AddNumberToObject(f, "tokens_per_s", isfinite(s->last_tps) ? s->last_tps : 0);
+    cJSON_AddNumberToObject(f, "step_ms", isfinite(m->step.step_ms) ? m->step.step_ms : 0);
+    cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+    sup_events_emit(s->ev, "step", f, "step %" PRId64 " loss %.4f (%.0f tok/s)", step, m->step.loss,
+                    s->last_tps);
+  }
+  if (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)
+    sup_recovery_first_step(s, step);
+  /* A fault asked for on purpose: the run file's chaos.kill_node_at_step
+   * (the demo's) or the kill_node_at_step failpoint (tests). */
+  int64_t at = s->rf.chaos.kill_node_at_step;
+  int armed = ft_failpoint("kill_node_at_step", &at) || at > 0; /* the failpoint wins */
+  if (!s->chaos_done && s->state == SUP_RUNNING && armed && step >= at && s->ngang > 0) {
+    s->chaos_done = 1;
+    sup_node *nd = &s->nodes[s->gang[s->ngang - 1]];
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "node", s->gang[s->ngang - 1]);
+    cJSON_AddNumberToObject(f, "step", (double)step);
+    sup_events_emit(s->ev, "chaos_kill", f, "SIGKILL node %d at step %" PRId64,
+                    s->gang[s->ngang - 1], step);
+    if (nd->pgid > 0)
+      kill(-nd->pgid, SIGKILL);
+    for (int j = 0; j < s->G; j++)
+      if (nd->w[j].alive)
+        kill(nd->w[j].pid, SIGKILL);
+  }
+}
+
+/* ---- connection callbacks ------------------------------------------------ */
+
+static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t rlen) {
+  sup *s = ud;
+  int g = ft_wire_check_gen(m, s->gen);
+  if (g == 1) {
+    ft_msg st;
+    ft_msg_init(&st, FT_MSG_STOP);
+    st.stop.reason = FT_STOP_STALE_GENERATION;
+    st.stop.detail = "stale generation";
+    sup_send(s, c, &st, m->gen);
+    snprintf(reason, rlen, "HELLO of stale generation %" PRIu64 " (current %" PRIu64 ")", m->gen,
+             s->gen);
+    return 1;
+  }
+  if (g < 0) {
+    snprintf(reason, rlen, "HELLO: %s", ft_err_detail());
+    return 1;
+  }
+  uint32_t node = m->hello.node, slot = m->hello.slot;
+  if (node >= (uint32_t)s->nnodes || slot >= (uint32_t)s->G) {
+    snprintf(reason, rlen, "HELLO from node %u slot %u: no such worker (%d nodes x %d)", node, slot,
+             s->nnodes, s->G);
+    return 1;
+  }
+  sup_node *nd = &s->nodes[node];
+  sup_worker *w = &nd->w[slot];
+  if (s->state >= SUP_FINISHING) {
+    snprintf(reason, rlen, "the run is finishing");
+    return 1;
+  }
+  if (nd->role == SUP_ROLE_QUARANTINED || nd->role == SUP_ROLE_LOST) {
+    ft_msg st;
+    ft_msg_init(&st, FT_MSG_STOP);
+    st.stop.reason = FT_STOP_EVICTED;
+    st.stop.detail = "node is out of the pool";
+    sup_send(s, c, &st, m->gen);
+    snprintf(reason, rlen, "HELLO from node %u, which is %s", node, sup_role_name(nd->role));
+    return 1;
+  }
+  if (!w->alive || (!s->command_launcher && (pid_t)m->hello.pid != w->pid)) {
+    snprintf(reason, rlen, "HELLO from node %u slot %u pid %u: not a process we launched", node,
+             slot, m->hello.pid);
+    return 1;
+  }
+  if (w->conn) {
+    snprintf(reason, rlen, "HELLO from node %u slot %u: already connected", node, slot);
+    return 1;
+  }
+  w->conn = c;
+  w->hello = 1;
+  w->last_msg_s = ft_now_s();
+  sup_conn_set_user(c, w);
+  ft_msg wm;
+  ft_msg_init(&wm, FT_MSG_WELCOME);
+  double hb = s->rf.watchdog.heartbeat_timeout_s * 1000.0 / 4.0;
+  wm.welcome.heartbeat_ms = hb < 1                          ? 1
+                            : hb > FT_WIRE_MAX_HEARTBEAT_MS ? FT_WIRE_MAX_HEARTBEAT_MS
+                                                            : (uint32_t)hb;
+  sup_send(s, c, &wm, m->gen);
+  sup_recovery_hello(s, w);
+  return 0;
+}
+
+static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
+  sup *s = ud;
+  sup_worker *w = sup_conn_user(c);
+  char reason[256];
+  if (!w)
+    return;
+  w->last_msg_s = ft_now_s();
+  int g = ft_wire_check_gen(m, s->gen);
+  if (g == 1) {
+    snprintf(reason, sizeof reason, "stale generation %" PRIu64 " (current %" PRIu64 ")", m->gen,
+             s->gen);
+    ft_msg st;
+    ft_msg_init(&st, FT_MSG_STOP);
+    st.stop.reason = FT_STOP_STALE_GENERATION;
+    st.stop.detail = reason;
+    sup_send(s, c, &st, m->gen);
+    sup_conn_close(c, reason, 1);
+    return;
+  }
+  if (g < 0 || (m->gen != 0 && m->gen != w->gen)) {
+    snprintf(reason, sizeof reason,
+             "%s with generation %" PRIu64 ", but node %d slot %d has %" PRIu64,
+             ft_msg_type_name(m->type), m->gen, w->node, w->slot, w->gen);
+    sup_conn_close(c, reason, 1);
+    return;
+  }
+  int current = m->gen == s->gen && w->rank >= 0;
+  switch (m->type) {
+  case FT_MSG_HEARTBEAT: {
+    ft_msg hb;
+    ft_msg_init(&hb, FT_MSG_HEARTBEAT);
+    hb.heartbeat.step = m->heartbeat.step;
+    sup_send(s, c, &hb, m->gen);
+    break;
+  }
+  case FT_MSG_STEP:
+    if (current && w->rank == 0)
+      on_step(s, m);
+    break;
+  case FT_MSG_SHARD_SAVED:
+    if (current)
+      on_shard_saved(s, w, m);
+    break;
+  case FT_MSG_FAULT: {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "node", w->node);
+    cJSON_AddNumberToObject(f, "slot", w->slot);
+    cJSON_AddNumberToObject(f, "rank", w->rank);
+    cJSON_AddStringToObject(f, "kind", ft_fault_kind_name(m->fault.kind));
+    cJSON_AddNumberToObject(f, "step", (double)m->fault.step);
+    cJSON_AddStringToObject(f, "detail", m->fault.detail ? m->fault.detail : "");
+    sup_events_emit(s->ev, "worker_fault", f, "node %d slot %d %s at step %" PRId64 ": %s", w->node,
+                    w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step,
+                    m->fault.detail ? m->fault.detail : "");
+    break;
+  }
+  case FT_MSG_KV_SET:
+    if (current)
+      sup_kv_set(s->kv, m->kv_set.key, m->kv_set.value, m->kv_set.value_len);
+    break;
+  case FT_MSG_KV_GET:
+    if (current)
+      on_kv_get(s, w, m);
+    break;
+  default:
+    break;
+  }
+}
+
+static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
+  sup *s = ud;
+  sup_worker *w = sup_conn_user(c);
+  if (w) {
+    sup_kv_drop_owner(s->kv, sup_conn_id(c));
+    w->conn = NULL;
+  }
+  if (is_error) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "reason", reason);
+    cJSON_AddStringToObject(f, "peer", sup_conn_peer(c));
+    cJSON_AddNumberToObject(f, "node", w ? w->node : -1);
+    cJSON_AddNumberToObject(f, "slot", w ? w->slot : -1);
+    if (w)
+      sup_events_emit(s->ev, "connection_closed", f, "node %d slot %d: %s", w->node, w->slot,
+                      reason);
+    else
+      sup_events_emit(s->ev, "connection_closed", f, "%s: %s", sup_conn_peer(c), reason);
+  }
+}
+
+const sup_conn_ops sup_run_conn_ops = {
+    .on_hello = on_hello, .on_msg = on_msg, .on_close = on_close};

@@ -1,0 +1,6 @@
+# chaos/: fault-injection suites against the real binaries (label chaos).
+find_program(FT_PYTHON3 python3)
+if(FT_PYTHON3 AND TARGET supervise)
+  ft_add_script_test(NAME chaos_node_loss LABELS chaos TIMEOUT 900
+                     COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/run_chaos.sh node-loss)
+endif()

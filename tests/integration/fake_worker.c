@@ -1,0 +1,399 @@
+/*
+ * fake_worker: a stand-in for the real worker, built only for tests: it
+ * speaks the control protocol exactly as common/ft_wire.h describes, so it
+ * doubles as the supervisor's protocol conformance test, without training.
+ *
+ *   fake_worker --connect HOST:PORT --node I --slot J --store URI
+ *               --runfile PATH [--steps N] [--set KEY=VALUE]... [--threads T]
+ *
+ * (the real worker's supervised command line). Behaviour: CHALLENGE ->
+ * HELLO(gen 0, signed with $FT_RUN_TOKEN) -> WELCOME; heartbeats every
+ * heartbeat_ms; waits for ASSIGN; a KV rendezvous (KV_SET "<rdzv>rank<r>",
+ * KV_GET of every rank's key); steps restore_step+1 .. train.steps, rank 0
+ * sending STEP; every checkpoint.every_steps steps and at the last one a real
+ * shard (tensor "param/fake", f32, world x 16 elements, this rank's 16)
+ * written with ckpt_store_submit (shard_writer) and reported by SHARD_SAVED
+ * with the worker's envelope; then waits for STOP.
+ *
+ * Environment knobs (tests only):
+ *   FAKE_STEP_MS=N        sleep per step (default 20)
+ *   FAKE_DIE_NODE=I, FAKE_DIE_STEP=S [, FAKE_DIE_SIGNAL=SIG (default 9)]
+ *                         node I's workers kill themselves at step S
+ *   FAKE_HANG_NODE=I, FAKE_HANG_STEP=S
+ *                         node I's workers stop sending anything at step S
+ *
+ * Exit: 0 on STOP; 5 if the rendezvous times out (after FAULT); 6 when the
+ * supervisor is lost (closed, or silent for heartbeat_timeout_s); 2 usage;
+ * 1 other errors.
+ */
+#include "ckptstore.h"
+#include "ft_clock.h"
+#include "ft_err.h"
+#include "ft_runfile.h"
+#include "ft_wire.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_fd = -1;
+static ft_buf g_in;
+static char g_run[128];
+static uint64_t g_gen;
+static double g_last_rx, g_last_hb, g_hb_s = 1.0, g_timeout_s = 10;
+static int64_t g_last_step = -1;
+static int g_hung;
+
+static void die(int code, const char *what) {
+  fprintf(stderr, "fake_worker: %s\n", what);
+  exit(code);
+}
+
+static void send_msg(ft_msg *m) {
+  if (g_hung)
+    return;
+  ft_buf b;
+  ft_buf_init(&b);
+  snprintf(m->run, sizeof m->run, "%s", g_run);
+  if (m->type != FT_MSG_HELLO)
+    m->gen = g_gen; /* 0 until ASSIGN: an idle spare */
+  if (ft_wire_encode(m, &b))
+    die(1, ft_err_detail());
+  size_t off = 0;
+  while (off < b.len) {
+    ssize_t w = send(g_fd, b.data + off, b.len - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      die(6, "supervisor lost (send)");
+    off += (size_t)w;
+  }
+  ft_buf_release(&b);
+}
+
+/* Reads one message, waiting at most timeout_s; 1 got one, 0 none. Sends
+ * heartbeats while waiting. */
+static int recv_msg(ft_msg *m, double timeout_s) {
+  double until = ft_now_s() + timeout_s;
+  for (;;) {
+    size_t flen;
+    int r = ft_wire_frame_len(g_in.data, g_in.len, &flen);
+    if (r < 0)
+      die(1, "bad frame from the supervisor");
+    if (r == 1 && g_in.len >= flen) {
+      if (ft_wire_decode(g_in.data, flen, m))
+        die(1, ft_err_detail());
+      ft_buf_consume(&g_in, flen);
+      g_last_rx = ft_now_s();
+      return 1;
+    }
+    double now = ft_now_s();
+    if (!g_hung && now - g_last_hb >= g_hb_s && g_last_rx > 0) {
+      ft_msg hb;
+      ft_msg_init(&hb, FT_MSG_HEARTBEAT);
+      hb.heartbeat.step = g_last_step;
+      send_msg(&hb);
+      g_last_hb = now;
+    }
+    if (now - g_last_rx > g_timeout_s && g_last_rx > 0 && !g_hung)
+      die(6, "supervisor silent for heartbeat_timeout_s");
+    if (now >= until)
+      return 0;
+    double wait = until - now;
+    if (wait > 0.05)
+      wait = 0.05;
+    struct pollfd p = {.fd = g_fd, .events = POLLIN};
+    int pr = poll(&p, 1, (int)(wait * 1000) + 1);
+    if (pr > 0) {
+      if (ft_buf_reserve(&g_in, 65536))
+        die(1, "out of memory");
+      ssize_t n = recv(g_fd, g_in.data + g_in.len, 65536, 0);
+      if (n == 0)
+        die(6, "supervisor closed the connection");
+      if (n < 0 && errno != EINTR && errno != EAGAIN)
+        die(6, "supervisor lost (recv)");
+      if (n > 0)
+        g_in.len += (size_t)n;
+    }
+  }
+}
+
+/* Handles a message that may come at any time; returns 1 if it was one. */
+static int common_msg(const ft_msg *m) {
+  if (m->type == FT_MSG_STOP) {
+    fprintf(stderr, "fake_worker: STOP (%s)\n", ft_stop_reason_name(m->stop.reason));
+    exit(0);
+  }
+  return m->type == FT_MSG_HEARTBEAT || m->type == FT_MSG_COMMITTED;
+}
+
+static int env_int(const char *name, int dflt) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : dflt;
+}
+
+static void save_shard(ckpt_store *st, int64_t step, int rank, int world, double loss) {
+  float data[16];
+  for (int i = 0; i < 16; i++)
+    data[i] = (float)step + (float)(rank * 16 + i) * 0.001f;
+  ckpt_part part = {.tensor = "param/fake",
+                    .dtype = "f32",
+                    .ndim = 1,
+                    .shape = {(int64_t)world * 16},
+                    .offset = (uint64_t)rank * 64,
+                    .len = 64,
+                    .data = data};
+  ckpt_job *job = NULL;
+  ckpt_shard *sh = NULL;
+  if (ckpt_store_submit(st, g_run, step, rank, world, &part, 1, &job) || ckpt_job_wait(job, &sh))
+    die(1, ft_err_detail());
+  ckpt_job_free(job);
+  char *sj = ckpt_shard_to_json(sh);
+  char state[128];
+  snprintf(state, sizeof state, "{\"step\":%" PRId64 ",\"fake\":true}", step);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "shard", sj);
+  cJSON_AddStringToObject(o, "state", state);
+  cJSON_AddStringToObject(o, "config", "{\"fake\":true}");
+  cJSON_AddStringToObject(o, "metrics", "{}");
+  cJSON_AddNumberToObject(o, "loss", loss);
+  char *txt = cJSON_PrintUnformatted(o);
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_SHARD_SAVED);
+  m.shard_saved.step = step;
+  m.shard_saved.rank = (uint32_t)rank;
+  m.shard_saved.manifest = txt;
+  send_msg(&m);
+  free(txt);
+  cJSON_Delete(o);
+  free(sj);
+  ckpt_shard_free(sh);
+}
+
+int main(int argc, char **argv) {
+  const char *connect_to = NULL, *store = NULL, *runfile = NULL, *steps = NULL;
+  const char *sets[64];
+  int nsets = 0, node = -1, slot = -1;
+  static const struct option opts[] = {
+      {"connect", 1, 0, 'c'}, {"node", 1, 0, 'n'},  {"slot", 1, 0, 's'}, {"store", 1, 0, 'S'},
+      {"runfile", 1, 0, 'r'}, {"steps", 1, 0, 't'}, {"set", 1, 0, 'e'},  {"threads", 1, 0, 'T'},
+      {0, 0, 0, 0}};
+  int ch;
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'c':
+      connect_to = optarg;
+      break;
+    case 'n':
+      node = atoi(optarg);
+      break;
+    case 's':
+      slot = atoi(optarg);
+      break;
+    case 'S':
+      store = optarg;
+      break;
+    case 'r':
+      runfile = optarg;
+      break;
+    case 't':
+      steps = optarg;
+      break;
+    case 'e':
+      if (nsets < 64)
+        sets[nsets++] = optarg;
+      break;
+    case 'T': /* kernel threads: the fake worker computes nothing */
+      break;
+    default:
+      return 2;
+    }
+  }
+  if (!connect_to || !store || !runfile || node < 0 || slot < 0)
+    die(2, "usage: fake_worker --connect H:P --node I --slot J --store URI --runfile PATH");
+  ft_runfile rf;
+  char err[1024];
+  if (ft_runfile_load(runfile, &rf, err, sizeof err))
+    die(2, err);
+  if (steps && ft_runfile_set(&rf, "train.steps", steps, err, sizeof err))
+    die(2, err);
+  for (int i = 0; i < nsets; i++) {
+    char key[256];
+    const char *eq = strchr(sets[i], '=');
+    if (!eq)
+      die(2, "--set KEY=VALUE");
+    snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
+    if (ft_runfile_set(&rf, key, eq + 1, err, sizeof err))
+      die(2, err);
+  }
+  snprintf(g_run, sizeof g_run, "%s", rf.run);
+  g_timeout_s = rf.watchdog.heartbeat_timeout_s;
+  const char *token = getenv(FT_WIRE_TOKEN_ENV);
+  if (!token || ft_wire_token_check(token))
+    die(2, "no valid " FT_WIRE_TOKEN_ENV " in the environment");
+  int step_ms = env_int("FAKE_STEP_MS", 20);
+  int die_node = env_int("FAKE_DIE_NODE", -1), die_step = env_int("FAKE_DIE_STEP", -1);
+  int die_sig = env_int("FAKE_DIE_SIGNAL", SIGKILL);
+  int hang_node = env_int("FAKE_HANG_NODE", -1), hang_step = env_int("FAKE_HANG_STEP", -1);
+
+  /* connect */
+  char host[64];
+  const char *colon = strrchr(connect_to, ':');
+  if (!colon)
+    die(2, "--connect HOST:PORT");
+  snprintf(host, sizeof host, "%.*s", (int)(colon - connect_to), connect_to);
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  if (inet_pton(AF_INET, host, &sin.sin_addr) != 1)
+    die(2, "--connect wants an IPv4 address");
+  g_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (g_fd < 0 || connect(g_fd, (struct sockaddr *)&sin, sizeof sin) != 0)
+    die(6, "cannot connect to the supervisor");
+  ft_buf_init(&g_in);
+
+  /* handshake */
+  ft_msg m;
+  g_gen = 0;
+  if (!recv_msg(&m, 10) || m.type != FT_MSG_CHALLENGE || strcmp(m.run, g_run) != 0)
+    die(1, "expected CHALLENGE of our run");
+  uint8_t nonce[FT_WIRE_NONCE_LEN];
+  memcpy(nonce, m.challenge.nonce, sizeof nonce);
+  ft_msg_release(&m);
+  ft_msg hello;
+  ft_msg_init(&hello, FT_MSG_HELLO);
+  snprintf(hello.run, sizeof hello.run, "%s", g_run);
+  hello.gen = 0;
+  hello.hello.node = (uint32_t)node;
+  hello.hello.slot = (uint32_t)slot;
+  hello.hello.pid = (uint32_t)getpid();
+  if (ft_wire_hello_sign(&hello, token, nonce))
+    die(1, ft_err_detail());
+  send_msg(&hello);
+  for (;;) {
+    if (!recv_msg(&m, 10))
+      die(6, "no WELCOME");
+    if (m.type == FT_MSG_WELCOME)
+      break;
+    common_msg(&m);
+    die(1, "expected WELCOME");
+  }
+  g_hb_s = m.welcome.heartbeat_ms / 1000.0;
+  ft_msg_release(&m);
+
+  /* wait for ASSIGN (heartbeating at gen 0) */
+  for (;;) {
+    if (!recv_msg(&m, 1))
+      continue;
+    if (m.type == FT_MSG_ASSIGN)
+      break;
+    common_msg(&m);
+    ft_msg_release(&m);
+  }
+  g_gen = m.gen;
+  int rank = (int)m.assign.rank, world = (int)m.assign.world;
+  int64_t restore = m.assign.restore_step;
+  char rdzv[256];
+  snprintf(rdzv, sizeof rdzv, "%.*s", (int)m.assign.rdzv_len, (const char *)m.assign.rdzv);
+  ft_msg_release(&m);
+  fprintf(stderr, "fake_worker: node %d slot %d: gen %" PRIu64 " rank %d/%d restore %" PRId64 "\n",
+          node, slot, g_gen, rank, world, restore);
+
+  /* rendezvous through the KV store */
+  char key[300], val[64];
+  snprintf(key, sizeof key, "%srank%d", rdzv, rank);
+  snprintf(val, sizeof val, "node%d.slot%d", node, slot);
+  ft_msg kv;
+  ft_msg_init(&kv, FT_MSG_KV_SET);
+  kv.kv_set.key = key;
+  kv.kv_set.value = (const uint8_t *)val;
+  kv.kv_set.value_len = (uint32_t)strlen(val);
+  send_msg(&kv);
+  int nk = world < 64 ? world : 64;
+  char(*keys)[300] = calloc((size_t)nk, sizeof *keys);
+  const char **kp = calloc((size_t)nk, sizeof *kp);
+  for (int r = 0; r < nk; r++) {
+    snprintf(keys[r], sizeof keys[r], "%srank%d", rdzv, r);
+    kp[r] = keys[r];
+  }
+  ft_msg_init(&kv, FT_MSG_KV_GET);
+  kv.kv_get.req = 7;
+  kv.kv_get.timeout_ms = 10000;
+  kv.kv_get.keys = kp;
+  kv.kv_get.nkeys = (uint32_t)nk;
+  send_msg(&kv);
+  for (;;) {
+    if (!recv_msg(&m, 1))
+      continue;
+    if (m.type == FT_MSG_KV_VALUE)
+      break;
+    common_msg(&m);
+    ft_msg_release(&m);
+  }
+  if (m.kv_value.req != 7 || m.kv_value.status != FT_KV_OK || m.kv_value.nvals != (uint32_t)nk) {
+    ft_msg f;
+    ft_msg_init(&f, FT_MSG_FAULT);
+    f.fault.kind = FT_FAULT_COLLECTIVE_TIMEOUT;
+    f.fault.step = restore;
+    f.fault.detail = "rendezvous timed out";
+    send_msg(&f);
+    die(5, "rendezvous failed");
+  }
+  ft_msg_release(&m);
+  free(keys);
+  free(kp);
+
+  /* train */
+  ckpt_store *st = NULL;
+  ckpt_store_opts so = {.shard_writer = 1, .threads = 1};
+  if (ckpt_store_open(store, &so, &st))
+    die(1, ft_err_detail());
+  int64_t every = rf.checkpoint.every_steps, last = rf.train.steps;
+  for (int64_t step = restore < 0 ? 1 : restore + 1; step <= last; step++) {
+    if (node == die_node && step == die_step) {
+      fprintf(stderr, "fake_worker: dying with signal %d at step %" PRId64 "\n", die_sig, step);
+      raise(die_sig);
+    }
+    if (node == hang_node && step == hang_step) {
+      fprintf(stderr, "fake_worker: hanging at step %" PRId64 "\n", step);
+      g_hung = 1;
+      for (;;)
+        pause();
+    }
+    double until = ft_now_s() + step_ms / 1000.0;
+    while (recv_msg(&m, until - ft_now_s() > 0 ? until - ft_now_s() : 0)) {
+      common_msg(&m);
+      ft_msg_release(&m);
+    }
+    double loss = 5.0 / (1.0 + 0.01 * (double)step);
+    g_last_step = step;
+    if (rank == 0) {
+      ft_msg sm;
+      ft_msg_init(&sm, FT_MSG_STEP);
+      sm.step.step = step;
+      sm.step.loss = loss;
+      sm.step.grad_norm = 1.0;
+      sm.step.tokens_per_s = 1000.0;
+      sm.step.step_ms = step_ms;
+      send_msg(&sm);
+    }
+    if ((every > 0 && step % every == 0) || step == last)
+      save_shard(st, step, rank, world, loss);
+  }
+  /* wait for STOP */
+  for (;;) {
+    if (recv_msg(&m, 1)) {
+      common_msg(&m);
+      ft_msg_release(&m);
+    }
+  }
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# supervise runs a fault-free run to the end with the protocol-conformant
+# fake worker: every checkpoint is committed in the store under --state, the
+# event log tells the story, and a second supervise on the done run exits 0.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+ST=$TMP/state
+
+sup_run "$ST" --spares 1 || { cat "$ST.out"; fail "supervise exited $?"; }
+in_order "$ST" run_started worker_launched generation_started checkpoint_committed run_done ||
+  fail "events out of order: $(events "$ST" | tr '\n' ' ')"
+has_event "$ST" run_started 'e["world"] == 2 and e["spares"] == 1 and e["gen"] == 1' ||
+  fail "run_started fields"
+has_event "$ST" worker_launched 'e["role"] == "spare" and e["node"] == 2' || fail "no spare launched"
+has_event "$ST" generation_started 'e["gen"] == 1 and e["world"] == 2 and e["restore_step"] == -1' ||
+  fail "generation_started fields"
+for s in 5 10 15 20 25 30; do
+  has_event "$ST" checkpoint_committed "e['step'] == $s and e['world'] == 2" ||
+    fail "no checkpoint_committed for step $s"
+done
+has_event "$ST" run_done 'e["steps"] == 30 and e["restarts"] == 0' || fail "run_done fields"
+! has_event "$ST" fault_detected || fail "a fault in a fault-free run"
+[ -s "$ST/control.port" ] || fail "no control.port"
+[ -d "$ST/store/catalog" ] || fail "the catalog is not under --state"
+if [ -x "$FT_BIN/ckpt" ]; then
+  has_checkpoint "local:$ST/store" 30 || fail "ckpt does not list step 30 as committed"
+fi
+pass "fault-free run done, checkpoints committed"
+
+sup_run "$ST" --spares 1 || fail "a second supervise on a done run exited $?"
+grep -q "already done" "$ST.out" || fail "second run did not say it is done"
+pass "a done run stays done"
+
+# errors: a bad flag value and an s3 store are usage errors (2)
+set +e
+"$FT_BIN/supervise" --spares x "$FT_SRC/examples/demo.yaml" 2>/dev/null
+[ $? -eq 2 ] || fail "--spares x should exit 2"
+"$FT_BIN/supervise" --state "$TMP/s3" --store s3://b/p "$FT_SRC/examples/demo.yaml" 2>"$TMP/s3.err"
+[ $? -eq 2 ] || fail "s3 store should exit 2"
+grep -q "not supported yet" "$TMP/s3.err" || fail "s3 message"
+"$FT_BIN/supervise" --help | grep -q "exit codes" || fail "--help lacks exit codes"
+set -e
+pass "usage errors"
+
+# the command launcher: sh -c "env {argv}" with the token in sh's environment
+ST2=$TMP/state_cmd
+sup_run "$ST2" --spares 1 --set nodes.launcher=command --set 'nodes.command=env {argv}' ||
+  { cat "$ST2.out"; fail "command launcher run exited $?"; }
+has_event "$ST2" run_done || fail "command launcher run not done"
+pass "command launcher"

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Garbage, oversized frames, a HELLO with a bad MAC, a HELLO for another run
+# and a message before HELLO, all sent to the control port during a run:
+# each closes only its own connection (event connection_closed with a
+# reason), and the run still finishes.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+ST=$TMP/state
+mkdir -p "$ST"
+
+FAKE_STEP_MS=100 sup_bg "$ST" --spares 0
+for _ in $(seq 100); do [ -s "$ST/control.port" ] && break; sleep 0.1; done
+[ -s "$ST/control.port" ] || fail "no control.port"
+PORT=$(cat "$ST/control.port")
+
+python3 - "$PORT" <<'PY'
+import os, socket, struct, sys, time
+port = int(sys.argv[1])
+
+def conn():
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    hdr = s.recv(4)
+    (n,) = struct.unpack(">I", hdr)
+    body = b""
+    while len(body) < n:
+        body += s.recv(n - len(body))
+    assert body[0] == 1 and body[1] == 1, "first frame must be a CHALLENGE"
+    return s
+
+def wstr(b):
+    return struct.pack(">I", len(b)) + b
+
+def frame(t, payload):
+    return struct.pack(">IBB", len(payload) + 2, 1, t) + payload
+
+def closed(s):
+    s.settimeout(5)
+    try:
+        while True:
+            d = s.recv(4096)
+            if not d:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+cases = {
+    "garbage": os.urandom(64) + b"\xff" * 8,
+    "huge frame before HELLO": struct.pack(">IBB", 1 << 20, 1, 2) + b"x" * 100,
+    "bad version": struct.pack(">IBB", 10, 9, 2) + b"x" * 8,
+    "bad MAC": frame(2, wstr(b"gpt2-tiny") + struct.pack(">QIII", 0, 0, 0, 1234) + b"\0" * 32),
+    "another run": frame(2, wstr(b"other-run") + struct.pack(">QIII", 0, 0, 0, 1234) + b"\1" * 32),
+    "STEP before HELLO": frame(6, wstr(b"gpt2-tiny") + struct.pack(">Qq", 1, 5) + b"\0" * 32),
+    "truncated HELLO": frame(2, wstr(b"gpt2-tiny") + b"\0\0"),
+}
+for name, data in cases.items():
+    s = conn()
+    try:
+        s.sendall(data)
+    except BrokenPipeError:
+        pass
+    if not closed(s):
+        print("FAIL: supervisor kept the connection after:", name)
+        sys.exit(1)
+    s.close()
+# a client that connects and vanishes
+s = conn(); s.close()
+print("hostile: %d cases closed" % len(cases))
+PY
+wait $SUP || { cat "$ST.out"; fail "supervise exited $? after hostile clients"; }
+has_event "$ST" run_done || fail "run not done"
+n=$(events "$ST" | grep -c connection_closed || true)
+[ "$n" -ge 7 ] || fail "expected >= 7 connection_closed events, got $n"
+has_event "$ST" connection_closed '"MAC" in e["reason"]' || fail "no bad-MAC reason logged"
+has_event "$ST" connection_closed '"another run" in e["reason"]' || fail "no wrong-run reason"
+grep -q "$(printf '%s' FT_RUN_TOKEN)=" "$ST.out" && fail "token leaked into the log"
+pass "hostile clients closed; run finished"

@@ -1,0 +1,65 @@
+# Helpers for the supervisor's integration tests. Source after lib.sh.
+# FT_BUILD (the build root) comes from CTest; the fake worker is built there.
+: "${FT_BUILD:=$(dirname "$FT_BIN")}"
+FAKE="$FT_BUILD/tests/fake_worker"
+[ -x "$FAKE" ] || fail "fake worker not built at $FAKE"
+[ -x "$FT_BIN/supervise" ] || fail "supervise not built in $FT_BIN"
+
+# sup_run STATE [args...]: supervise with the fake worker on the demo run
+# file, small and fast; stdout+stderr to STATE.out; returns its exit code.
+sup_run() {
+  local st=$1
+  shift
+  "$FT_BIN/supervise" --state "$st" --worker "$FAKE" --steps 30 \
+    --set checkpoint.every_steps=5 --set watchdog.heartbeat_timeout_s=3 \
+    "$@" "$FT_SRC/examples/demo.yaml" >"$st.out" 2>&1
+}
+
+# events STATE: the event names of STATE/events.jsonl, one per line.
+events() {
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    print(json.loads(line)["event"])
+' "$1/events.jsonl"
+}
+
+# has_event STATE NAME [PY_CONDITION on e]: true if some event NAME matches.
+has_event() {
+  python3 -c '
+import json, sys
+name, cond = sys.argv[2], (sys.argv[3] if len(sys.argv) > 3 else "True")
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["event"] == name and eval(cond):
+        sys.exit(0)
+sys.exit(1)
+' "$1/events.jsonl" "$2" "${3:-True}"
+}
+
+# in_order STATE NAME...: the events appear in this order (others between).
+in_order() {
+  local st=$1
+  shift
+  events "$st" | python3 -c '
+import sys
+want = sys.argv[1:]
+got = [l.strip() for l in sys.stdin]
+i = 0
+for g in got:
+    if i < len(want) and g == want[i]:
+        i += 1
+sys.exit(0 if i == len(want) else 1)
+' "$@"
+}
+
+# sup_bg STATE [args...]: like sup_run, in the background; SUP = supervise's
+# own pid (not a subshell's), so tests can signal it.
+sup_bg() {
+  local st=$1
+  shift
+  "$FT_BIN/supervise" --state "$st" --worker "$FAKE" --steps 30 \
+    --set checkpoint.every_steps=5 --set watchdog.heartbeat_timeout_s=3 \
+    "$@" "$FT_SRC/examples/demo.yaml" >"$st.out" 2>&1 &
+  SUP=$!
+}
