@@ -11,7 +11,7 @@ operator would check:
 It prints a table: fault, time to detect, time to recover (fault to the first
 step of the new generation), steps lost.
 
-usage: chaos.py --bin BUILD/bin --work DIR [--suite node-loss] [CASE ...]
+usage: chaos.py --bin BUILD/bin --work DIR [--suite node-loss|watchdog] [CASE ...]
 """
 import argparse
 import json
@@ -28,8 +28,9 @@ train: {{steps: {steps}, global_batch: 16, micro_batch: 4, lr: 3.0e-3, warmup: 1
 data: {{train: "{data}/synth_train_*.bin", val: "{data}/synth_val_*.bin"}}
 nodes: {{count: 2, workers_per_node: 2, device: cpu, launcher: local}}
 checkpoint: {{every_steps: {every}, keep_last: 20}}
-watchdog: {{heartbeat_timeout_s: {hb}, collective_timeout_s: {coll}}}
-recovery: {{max_restarts: 5, when_no_spares: shrink}}
+watchdog: {{heartbeat_timeout_s: {hb}, collective_timeout_s: {coll}, xid_source: "{xid}",
+           loss_spike: {{window: 20, zscore: 6.0, min_steps: 10}}}}
+recovery: {{max_restarts: 5, when_no_spares: shrink, skip_batches: 5}}
 """
 
 STEPS, EVERY, HB, COLL = 60, 10, 4, 8
@@ -244,6 +245,135 @@ def case_kill_supervisor(args, ref):
             max(0, 20 - restored) if restored >= 0 else STEPS, row[4] + ", resumed from " + str(restored))
 
 
+# ---- the watchdog suite ---------------------------------------------------
+
+
+def first_event(run, name, since):
+    for e in run.events():
+        if e["event"] == name and e["ts"] >= since:
+            return e
+    return None
+
+
+def case_sigstop(args, ref):
+    run = Run(args, "sigstop", spares=2).start()
+    after_checkpoint(run, 20)
+    node = run.gang_nodes()[-1]
+    pid = run.pid_of(node, 0)
+    t = time.time()
+    os.kill(pid, signal.SIGSTOP)  # a hang: the process holds its sockets, says nothing
+    log(f"  SIGSTOP worker pid {pid} (node {node} slot 0)")
+    row = finish(run, t, "SIGSTOP a worker (hang)", ref)
+    q = [e for e in run.events() if e["event"] == "node_quarantined" and e["ts"] >= t]
+    if not q or q[0]["node"] != node:
+        raise Fail(f"sigstop: node {node} was not quarantined ({q})")
+    det = row[1]
+    if det > max(HB, COLL) + 2:
+        raise Fail(f"sigstop: detected after {det:.1f} s, more than the timeouts ({HB}/{COLL} s) allow")
+    return row
+
+
+def xid_line(node, slot, xid):
+    return (f"[ 1234.567890] NVRM: Xid (PCI:0000:{node:02x}:{slot:02x}): {xid}, pid=4242, "
+            f"name=worker, chaos drill\n")
+
+
+def case_xid_fatal(args, ref):
+    run = Run(args, "xid-79", spares=2).start()
+    after_checkpoint(run, 20)
+    node = run.gang_nodes()[-1]
+    t = time.time()
+    with open(os.path.join(args.work, "kern.log"), "a") as f:
+        f.write(xid_line(node, 0, 79))
+    log(f"  wrote an Xid 79 line for node {node}'s GPU")
+    promoted = run.wait_event(lambda e: e["event"] == "spare_promoted" and e["ts"] >= t, 30,
+                              "spare_promoted after the Xid")
+    if promoted["replaces"] != node:
+        raise Fail(f"xid-79: the spare replaced node {promoted['replaces']}, not {node}")
+    if promoted["ts"] - t > 2.0:
+        raise Fail(f"xid-79: spare promoted {promoted['ts'] - t:.2f} s after the line (> 2 s)")
+    return finish(run, t, "Xid 79 (fatal) on one GPU", ref)
+
+
+def case_xid_app(args, ref):
+    run = Run(args, "xid-13", spares=2).start()
+    after_checkpoint(run, 20)
+    node = run.gang_nodes()[-1]
+    t = time.time()
+    with open(os.path.join(args.work, "kern.log"), "a") as f:
+        f.write(xid_line(node, 1, 13))
+    log(f"  wrote an Xid 13 line for node {node} slot 1's GPU")
+    run.wait_event(lambda e: e["event"] == "recovered" and e["ts"] >= t, 60, "recovery after Xid 13")
+    row = finish(run, t, "Xid 13 (application)", ref)
+    if any(e["event"] == "node_quarantined" and e["ts"] >= t for e in run.events()):
+        raise Fail("xid-13: a node was quarantined for an application Xid")
+    return row
+
+
+def spike_lines(run):
+    """(step, loss) of every step line rank 0's processes printed."""
+    out = []
+    logs = os.path.join(run.state, "logs")
+    for name in sorted(os.listdir(logs)):
+        for line in open(os.path.join(logs, name), errors="replace"):
+            if line.startswith("step ") and "| loss " in line:
+                step = int(line.split()[1].split("/")[0])
+                out.append((step, float(line.split("| loss ")[1].split()[0])))
+    return out
+
+
+def case_loss_fault(args, ref, name, failpoint, label):
+    batch = 34
+    run = Run(args, name, spares=0, env={"FT_FAILPOINTS": f"{failpoint}={batch}"}).start()
+    t = time.time()
+    run.wait_exit(240)
+    evs = run.events()
+    if not any(e["event"] == "run_done" for e in evs):
+        raise Fail(f"{name}: no run_done event")
+    run.ckpt("verify")
+    rb = [e for e in evs if e["event"] == "rollback"]
+    if len(rb) != 1:
+        raise Fail(f"{name}: {len(rb)} rollback events, expected 1")
+    if rb[0].get("skip_first") is None or not (rb[0]["skip_first"] <= batch < rb[0]["skip_end"]):
+        raise Fail(f"{name}: the skip range {rb[0].get('skip_first')}..{rb[0].get('skip_end')} "
+                   f"does not cover batch {batch}")
+    losses = spike_lines(run)
+    bad = [(s_, l) for s_, l in losses if not (l == l) or l > 5.0]
+    if failpoint == "poison_batch" and len(bad) != 1:
+        raise Fail(f"{name}: {len(bad)} spiking steps in the logs, expected exactly 1: {bad}")
+    if failpoint == "nan_batch" and bad:
+        raise Fail(f"{name}: a non-finite or spiking loss was logged after the rollback: {bad}")
+    det = [e for e in evs if e["event"] in ("loss_spike", "fault_detected")]
+    spike = [e for e in evs if e["event"] == "loss_spike"]
+    rec = [e for e in evs if e["event"] == "recovered"]
+    detect_steps = (spike[0]["step"] - (batch + 1)) if spike else float("nan")
+    return (label, detect_steps, (rec[0]["ts"] - spike[0]["ts"]) if rec and spike else float("nan"),
+            sum(e.get("steps_lost", 0) for e in rec),
+            f"rolled back to {rb[0]['restore_step']}, skipped [{rb[0]['skip_first']}, {rb[0]['skip_end']})")
+
+
+def case_loss_spike(args, ref):
+    return case_loss_fault(args, ref, "loss-spike", "poison_batch", "loss spike (poisoned batch)")
+
+
+def case_nan(args, ref):
+    return case_loss_fault(args, ref, "nan", "nan_batch", "NaN loss")
+
+
+def case_straggler(args, ref):
+    run = Run(args, "straggler", spares=0, env={"FT_FAILPOINTS": "slow_rank=2"}).start()
+    t = time.time()
+    run.wait_exit(300)
+    ev = first_event(run, "straggler", t)
+    if not ev:
+        raise Fail("straggler: no straggler event for the slowed rank 2")
+    if ev.get("rank") != 2:
+        raise Fail(f"straggler: rank {ev.get('rank')} reported, expected 2")
+    run.ckpt("verify")
+    return ("straggler (rank 2 3x slower)", float("nan"), float("nan"), 0,
+            f"reported at step {ev.get('step')}, ratio {ev.get('ratio', float('nan')):.1f}")
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -256,12 +386,22 @@ def alive(pid):
         return False
 
 
-CASES = {
-    "kill-worker": case_kill_worker,
-    "kill-node": case_kill_node,
-    "two-nodes": case_two_nodes,
-    "shrink": case_shrink,
-    "kill-supervisor": case_kill_supervisor,
+SUITES = {
+    "node-loss": {
+        "kill-worker": case_kill_worker,
+        "kill-node": case_kill_node,
+        "two-nodes": case_two_nodes,
+        "shrink": case_shrink,
+        "kill-supervisor": case_kill_supervisor,
+    },
+    "watchdog": {
+        "sigstop": case_sigstop,
+        "xid-79": case_xid_fatal,
+        "xid-13": case_xid_app,
+        "loss-spike": case_loss_spike,
+        "nan": case_nan,
+        "straggler": case_straggler,
+    },
 }
 
 
@@ -269,15 +409,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("cases", nargs="*", default=list(CASES))
+    ap.add_argument("--suite", default="node-loss", choices=sorted(SUITES))
+    ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
+    CASES = SUITES[args.suite]
+    args.cases = args.cases or list(CASES)
     os.makedirs(args.work, exist_ok=True)
     data = os.path.join(args.work, "data")
     subprocess.run([os.path.join(args.bin, "ftdata"), "synth", "--out", data + "/synth",
                     "--tokens", "300000"], check=True, capture_output=True)
     args.runfile = os.path.join(args.work, "chaos.yaml")
     with open(args.runfile, "w") as f:
-        f.write(RUN_YAML.format(steps=STEPS, every=EVERY, hb=HB, coll=COLL, data=data))
+        f.write(RUN_YAML.format(steps=STEPS, every=EVERY, hb=HB, coll=COLL, data=data,
+                                xid=os.path.join(args.work, "kern.log")))
+    open(os.path.join(args.work, "kern.log"), "a").close()
 
     log("== reference: the same run without faults (2 nodes x 2 workers)")
     ref_run = Run(args, "reference", spares=0).start()
@@ -298,6 +443,9 @@ def main():
     log(f"{'fault':<32} {'detect s':>9} {'recover s':>10} {'steps lost':>11}  check")
     for fault, det, rec, lost, check in rows:
         log(f"{fault:<32} {det:>9.3f} {rec:>10.3f} {lost:>11}  {check}")
+    if args.suite == "watchdog":
+        log("(loss spike / NaN: 'detect' is in steps after the poisoned batch was trained on,"
+            " 'recover' the seconds from the detection to the first step after the rollback)")
     log("(kill -9 the supervisor: 'detect' is how long its orphaned workers took to stop,"
         " 'recover' the time from the kill to the first step after the restart)")
     log(f"{len(rows)} passed, {len(failed)} failed")

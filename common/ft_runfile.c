@@ -129,6 +129,7 @@ static const struct field FIELDS[] = {
     F_DBL("watchdog.loss_spike.zscore", watchdog.spike_zscore, 0, INFINITY, LO_OPEN),
     F_INT("watchdog.loss_spike.min_steps", watchdog.spike_min_steps, 0, INT_MAX),
     F_STR("watchdog.xid_source", watchdog.xid_source, EMPTY_OK, C_NONE, NULL),
+    F_STR("watchdog.xid_actions", watchdog.xid_actions, EMPTY_OK, C_NONE, NULL),
     F_INT("recovery.max_restarts", recovery.max_restarts, 0, INT_MAX),
     F_WORD("recovery.on_loss_spike", recovery.on_loss_spike, W_ON_SPIKE),
     F_I64("recovery.skip_batches", recovery.skip_batches, 0),

@@ -70,6 +70,7 @@ typedef struct ft_watchdog_cfg {
   double spike_zscore;
   int spike_min_steps;
   char xid_source[512];
+  char xid_actions[512]; /* overrides of the Xid table, "79:quarantine,13:restart" */
 } ft_watchdog_cfg;
 
 typedef struct ft_recovery_cfg {

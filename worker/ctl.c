@@ -156,6 +156,13 @@ static void *reader_main(void *arg) {
                                                                  : sizeof c->assign.rdzv - 1;
         memcpy(c->assign.rdzv, m.assign.rdzv, n);
         c->assign.rdzv[n] = 0;
+        c->assign.nskips = 0;
+        c->assign.skips = m.assign.nskips ? calloc(m.assign.nskips, sizeof *c->assign.skips) : NULL;
+        for (uint32_t i = 0; c->assign.skips && i < m.assign.nskips; i++) {
+          c->assign.skips[i][0] = m.assign.skips[i].first;
+          c->assign.skips[i][1] = m.assign.skips[i].end;
+          c->assign.nskips++;
+        }
         pthread_cond_broadcast(&c->cv);
       }
       break;

@@ -30,6 +30,8 @@ typedef struct ctl_assign {
   int rank, world;
   int64_t restore_step; /* -1: fresh start */
   char rdzv[256];       /* key prefix for the collectives' rendezvous */
+  int nskips;           /* global batch-index ranges never to train on */
+  int64_t (*skips)[2];  /* [first, end); valid for the process's lifetime */
 } ctl_assign;
 
 /* Connects to addr ("HOST:PORT") and completes the handshake as (node,

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ft_clock.h"
 #include "ft_err.h"
 #include "kernels.h"
 
@@ -32,6 +33,7 @@ struct fsdp {
   float *p, *g, *mo, *v; /* shard arrays */
   float *scratch;  /* W * max S_g */
   gpt2_hooks hooks;
+  uint64_t comm_ns; /* time inside collectives */
 };
 
 /* Real (unpadded) elements this rank owns in group g, and the first one. */
@@ -53,7 +55,9 @@ static int hook_gather(void *ud, gpt2 *m, int g) {
     memcpy(dst, f->p + f->shoff[g], f->numel[g] * sizeof(float));
     return FT_OK;
   }
+  uint64_t t0 = ft_now_ns();
   int rc = comm_allgather(f->c, f->p + f->shoff[g], f->scratch, f->S[g]);
+  f->comm_ns += ft_now_ns() - t0;
   if (rc)
     return rc;
   memcpy(dst, f->scratch, f->numel[g] * sizeof(float));
@@ -79,7 +83,9 @@ static int hook_reduce(void *ud, gpt2 *m, int g) {
     memcpy(f->scratch, src, n * sizeof(float));
     memset(f->scratch + n, 0, (padded - n) * sizeof(float));
     float *recv = f->scratch + padded; /* scratch is W*maxS + maxS floats */
+    uint64_t t0 = ft_now_ns();
     int rc = comm_reduce_scatter(f->c, f->scratch, recv, f->S[g]);
+    f->comm_ns += ft_now_ns() - t0;
     if (rc)
       return rc;
     for (size_t i = 0; i < f->S[g]; i++)
@@ -159,8 +165,15 @@ void fsdp_shard_from_model(fsdp *f) {
 void fsdp_zero_grad(fsdp *f) { memset(f->g, 0, f->shard_n * sizeof(float)); }
 
 int fsdp_allreduce_sum(fsdp *f, double *x, int n) {
-  return f->c ? comm_allreduce_f64(f->c, x, (size_t)n) : FT_OK;
+  if (!f->c)
+    return FT_OK;
+  uint64_t t0 = ft_now_ns();
+  int rc = comm_allreduce_f64(f->c, x, (size_t)n);
+  f->comm_ns += ft_now_ns() - t0;
+  return rc;
 }
+
+double fsdp_comm_seconds(const fsdp *f) { return (double)f->comm_ns * 1e-9; }
 
 int fsdp_grad_norm(fsdp *f, float *norm) {
   double ss = k_sumsq(f->g, f->shard_n); /* padding slots are zero */

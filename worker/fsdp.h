@@ -67,6 +67,9 @@ int fsdp_snapshot(const fsdp *f, float *staging, ckpt_part *parts, char (*names)
 /* Reads this rank's shards from checkpoint manifest man (any world size
  * wrote it). */
 int fsdp_restore(fsdp *f, ckpt_store *s, const ckpt_manifest *man);
+/* Seconds spent inside collectives since fsdp_new (blocked on peers
+ * included): step time minus this is the rank's own compute time. */
+double fsdp_comm_seconds(const fsdp *f);
 /* Gathers the full parameters into m->params (for export), collective. */
 int fsdp_gather_all(fsdp *f);
 

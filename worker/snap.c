@@ -166,6 +166,13 @@ char *snap_state_json(const train_state *st) {
   cJSON_AddStringToObject(o, "seq", seq);
   cJSON_AddStringToObject(o, "rng", rng);
   cJSON_AddStringToObject(o, "config_hash", st->config_hash);
+  cJSON *sk = cJSON_AddArrayToObject(o, "skips");
+  for (int i = 0; i < st->nskips; i++) {
+    cJSON *r = cJSON_CreateArray();
+    cJSON_AddItemToArray(r, cJSON_CreateNumber((double)st->skips[i][0]));
+    cJSON_AddItemToArray(r, cJSON_CreateNumber((double)st->skips[i][1]));
+    cJSON_AddItemToArray(sk, r);
+  }
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return txt;
@@ -185,6 +192,19 @@ static int state_from_json(const char *txt, train_state *st) {
   }
   st->step = (int64_t)step->valuedouble;
   st->seq = strtoull(seq->valuestring, NULL, 10);
+  const cJSON *sk = cJSON_GetObjectItem(o, "skips"); /* absent in older states */
+  int n = cJSON_IsArray(sk) ? cJSON_GetArraySize(sk) : 0;
+  free(st->skips);
+  st->skips = n ? calloc((size_t)n, sizeof *st->skips) : NULL;
+  st->nskips = 0;
+  for (int i = 0; i < n && st->skips; i++) {
+    const cJSON *r = cJSON_GetArrayItem(sk, i);
+    if (cJSON_GetArraySize(r) != 2)
+      continue;
+    st->skips[st->nskips][0] = (int64_t)cJSON_GetArrayItem(r, 0)->valuedouble;
+    st->skips[st->nskips][1] = (int64_t)cJSON_GetArrayItem(r, 1)->valuedouble;
+    st->nskips++;
+  }
   st->rng = strtoull(rng->valuestring, NULL, 10);
   snprintf(st->config_hash, sizeof st->config_hash, "%s", h->valuestring);
 out:

@@ -29,6 +29,8 @@ typedef struct train_state {
   uint64_t seq;         /* next global sequence index of the data loader */
   uint64_t rng;         /* generator state (after initialisation) */
   char config_hash[65]; /* SHA-256 hex of the config JSON */
+  int nskips;           /* global batch-index ranges [first, end) never */
+  int64_t (*skips)[2];  /* trained on (loss-spike recovery); malloc'd */
 } train_state;
 
 /* Called from the committer thread when this rank's shard of a checkpoint
@@ -62,7 +64,8 @@ int snap_latest(snap *s, int64_t *step);
  * size) into f, and st. *config_json gets the checkpoint's config JSON
  * (malloc'd; caller frees). */
 int snap_restore(snap *s, int64_t step, fsdp *f, train_state *st, char **config_json);
-/* The state JSON of a checkpoint, for the supervisor's commit (malloc'd). */
+/* The state JSON of a checkpoint (malloc'd):
+ * {"version":1,"step":S,"seq":"N","rng":"N","config_hash":"hex","skips":[[f,e],...]} */
 char *snap_state_json(const train_state *st);
 
 #endif

@@ -33,6 +33,7 @@
 #include "ft_gpt2.h"
 #include "gpt2.h"
 #include "snap.h"
+#include "wdog.h"
 
 double train_lr(const ft_train_cfg *t, int64_t s) {
   double lr = t->lr, min_lr = t->lr * t->min_lr_frac;
@@ -179,6 +180,31 @@ static int micro_for_world(const ft_train_cfg *tc, int world) {
   return 0;
 }
 
+/* The data position for the next step: the global batch index b = seq /
+ * global_batch moves past every skip range [first, end) it lies in (the
+ * rule the supervisor simulates to place new ranges). */
+static uint64_t apply_skips(const train_state *st, uint64_t seq, int global_batch) {
+  uint64_t b = seq / (uint64_t)global_batch;
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (int i = 0; i < st->nskips; i++) {
+      if ((int64_t)b >= st->skips[i][0] && (int64_t)b < st->skips[i][1]) {
+        b = (uint64_t)st->skips[i][1];
+        moved = 1;
+      }
+    }
+  }
+  return b * (uint64_t)global_batch;
+}
+
+/* Failpoint poison_batch: the targets of one batch replaced by a fixed
+ * scramble of themselves, so the model meets data unlike the corpus: a
+ * real loss spike that comes from the data, as in the field. */
+static void poison_targets(int32_t *tgt, size_t n, int V) {
+  for (size_t i = 0; i < n; i++)
+    tgt[i] = (int32_t)(((uint32_t)tgt[i] * 2654435761u + 97u * (uint32_t)i) % (uint32_t)V);
+}
+
 int train_main(const train_opts *o) {
   const ft_runfile *rf = o->rf;
   const ft_train_cfg *tc = &rf->train;
@@ -188,6 +214,7 @@ int train_main(const train_opts *o) {
   comm *cm = NULL;
   fsdp *f = NULL;
   snap *sn = NULL;
+  wdog *wd = NULL;
   FILE *logf = NULL;
   char *config = NULL, *ck_config = NULL;
   int32_t *inp = NULL, *tgt = NULL;
@@ -225,9 +252,15 @@ int train_main(const train_opts *o) {
   sha256_hex(config, st.config_hash);
   st.rng = tc->seed;
 
+  ctl_assign a = {0};
   if (o->ctl) {
+    rc = wdog_start(rf, o->ctl, o->node, o->slot, &wd);
+    if (rc) {
+      fprintf(stderr, "worker: watchdog.xid_actions: %s\n", ft_err_detail());
+      code = TRAIN_EXIT_USAGE;
+      goto out;
+    }
     /* A warm worker (and a spare) waits here, data loaded, until assigned. */
-    ctl_assign a;
     ctl_wait_assign(o->ctl, &a);
     rank = a.rank;
     world = a.world;
@@ -340,6 +373,13 @@ int train_main(const train_opts *o) {
                 st.step, o->store_uri);
     }
   }
+  if (o->ctl) { /* the supervisor's skip list is the whole history: it wins */
+    free(st.skips);
+    st.skips = a.nskips ? calloc((size_t)a.nskips, sizeof *st.skips) : NULL;
+    st.nskips = st.skips ? a.nskips : 0;
+    if (st.nskips)
+      memcpy(st.skips, a.skips, (size_t)a.nskips * sizeof *st.skips);
+  }
 
   if (o->log_json && rank == 0) {
     logf = fopen(o->log_json, st.step > 0 ? "a" : "w");
@@ -365,9 +405,15 @@ int train_main(const train_opts *o) {
             d.n_layer, d.n_head, d.channels, d.vocab_size, T, tc->global_batch, accum, B, world,
             tc->steps);
 
+  int64_t slow_rank = -1;
+  if (!ft_failpoint("slow_rank", &slow_rank))
+    slow_rank = -1;
   while (st.step < tc->steps) {
     uint64_t t0 = ft_now_ns();
+    double comm0 = fsdp_comm_seconds(f);
     double lr = train_lr(tc, st.step), loss = 0;
+    st.seq = apply_skips(&st, st.seq, tc->global_batch);
+    int64_t batch = (int64_t)(st.seq / (uint64_t)tc->global_batch);
     fsdp_zero_grad(f);
     for (int mb = 0; mb < accum; mb++) {
       rc = fill_batch(train, st.seq, mb, rank, world, B, T, inp, tgt);
@@ -376,6 +422,10 @@ int train_main(const train_opts *o) {
         code = TRAIN_EXIT_DATA;
         goto out;
       }
+      if (ft_failpoint_at("poison_batch", batch))
+        poison_targets(tgt, (size_t)B * T, rf->model.vocab_size);
+      if (ft_failpoint_at("nan_batch", batch))
+        loss += NAN;
       loss += gpt2_forward(m, inp, tgt);
       rc = m->err ? m->err : gpt2_backward(m, 1.0f / (float)(accum * world));
       if (rc) {
@@ -384,6 +434,10 @@ int train_main(const train_opts *o) {
       }
     }
     loss /= accum;
+    if (slow_rank == rank) { /* failpoint: this rank computes 3x slower */
+      double own = (double)(ft_now_ns() - t0) * 1e-9 - (fsdp_comm_seconds(f) - comm0);
+      usleep((useconds_t)(2e6 * own));
+    }
     rc = fsdp_allreduce_sum(f, &loss, 1);
     loss /= world;
     float norm = 0;
@@ -396,8 +450,11 @@ int train_main(const train_opts *o) {
     if (!isfinite(loss) || !isfinite(norm)) {
       fprintf(stderr, "worker: step %" PRId64 ": non-finite loss %g or gradient norm %g\n",
               st.step + 1, loss, norm);
-      if (o->ctl)
+      if (o->ctl) { /* the update is not applied; the supervisor rolls back */
         ctl_send_fault(o->ctl, FT_FAULT_NAN, st.step + 1, "non-finite loss or gradient norm");
+        fflush(NULL);
+        ctl_wait_stop(o->ctl);
+      }
       goto out;
     }
     if (tc->grad_clip > 0 && norm > tc->grad_clip)
@@ -422,11 +479,12 @@ int train_main(const train_opts *o) {
         fflush(logf);
       }
       fflush(stdout);
-      if (o->ctl)
-        ctl_send_step(o->ctl, st.step, loss, norm, tok_s, ms);
     }
-    if (o->ctl)
+    if (o->ctl) { /* every rank: its own compute time feeds straggler detection */
+      double own_ms = ms - (fsdp_comm_seconds(f) - comm0) * 1e3;
+      ctl_send_step(o->ctl, st.step, rank == 0 ? loss : NAN, norm, tok_s, own_ms);
       ctl_set_step(o->ctl, st.step);
+    }
 
     if (sn && ((o->ckpt_every > 0 && st.step % o->ckpt_every == 0) || st.step == tc->steps)) {
       char metrics[160];
@@ -487,6 +545,7 @@ int train_main(const train_opts *o) {
 out:
   if (logf)
     fclose(logf);
+  wdog_stop(wd);
   snap_free(sn);
   fsdp_free(f);
   comm_free(cm);
@@ -497,5 +556,6 @@ out:
   gpt2_free(m);
   data_free(train);
   data_free(val);
+  free(st.skips);
   return code;
 }

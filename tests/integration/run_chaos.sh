@@ -4,7 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 suite=$1
 shift
-if python3 "$FT_SRC/chaos/chaos.py" --bin "$FT_BIN" --work "$TMP/w" "$@"; then
+if python3 "$FT_SRC/chaos/chaos.py" --bin "$FT_BIN" --work "$TMP/w" --suite "$suite" "$@"; then
   exit 0
 fi
 keep="${FT_BUILD:-$TMP/..}/chaos-$suite"

@@ -1,0 +1,33 @@
+/*
+ * wdog: the worker's watchdog thread for GPU Xid errors (DESIGN section 8).
+ *
+ * Follows the node's kernel log (watchdog.xid_source: /dev/kmsg, or a file
+ * for drills and tests) from its end, parses each line with wd_xid, keeps
+ * the lines about this worker's GPU, classifies the Xid with the run file's
+ * table (watchdog.xid_actions over the defaults) and reports it to the
+ * supervisor as FAULT(xid, "xid=N action=A pci=P: message"). The supervisor
+ * decides (quarantine the node, restart in place, or just record it).
+ *
+ * This worker's GPU: its PCI bus id. On the CPU backend there is no GPU;
+ * for drills, worker (node N, slot S) answers to the synthetic bus id
+ * 0000:NN:SS (two hex digits each).
+ *
+ * A log that can't be opened (no permission on /dev/kmsg) is one clear
+ * warning on stderr, and the thread does nothing: never a crash.
+ */
+#ifndef WDOG_H
+#define WDOG_H
+
+#include <stdint.h>
+
+#include "ctl.h"
+#include "ft_runfile.h"
+
+typedef struct wdog wdog;
+
+/* Starts the thread; *out is NULL (and FT_OK returned) when there is no
+ * source to follow. c is borrowed and must outlive the wdog. */
+int wdog_start(const ft_runfile *rf, ctl *c, uint32_t node, uint32_t slot, wdog **out);
+void wdog_stop(wdog *w); /* NULL: no-op */
+
+#endif
