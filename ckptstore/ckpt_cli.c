@@ -29,7 +29,9 @@ static const char *usage_text =
     "\n"
     "Inspect, restore, verify and clean up a checkpoint store written by the\n"
     "trainer (or the supervisor). The store is --store URI, or $CKPT_STORE.\n"
-    "URIs: local:DIR (chunks, manifests and the catalog under DIR).\n"
+    "URIs: local:DIR (chunks, manifests and the catalog under DIR), or\n"
+    "s3://BUCKET/PREFIX (chunks and manifests in the bucket, a local cache\n"
+    "directory in front of it that also holds the catalog; see Environment).\n"
     "\n"
     "Commands:\n"
     "  ls                      list checkpoints: run, step, time, state, loss,\n"
@@ -50,6 +52,12 @@ static const char *usage_text =
     "  pin STEP / unpin STEP   protect a checkpoint from gc (or stop protecting it)\n"
     "  diff A B                which tensors changed between steps A and B, and\n"
     "                          by how many bytes (at chunk granularity)\n"
+    "  rebuild-catalog [URI]   record in the catalog every checkpoint whose\n"
+    "                          manifest is in the store (for s3://, the bucket):\n"
+    "                          what a lost cache or supervisor disk needs. An\n"
+    "                          s3:// cache without a catalog is rebuilt anyway\n"
+    "                          on first use. Good/bad marks and pins are not in\n"
+    "                          the bucket: rebuilt checkpoints are 'committed'.\n"
     "\n"
     "STEP is a step number or 'latest' (the newest committed or good one).\n"
     "\n"
@@ -58,6 +66,22 @@ static const char *usage_text =
     "  --run NAME      the run, when the store holds several (default: the only one)\n"
     "  --json          machine-readable output (ls, show)\n"
     "  -h, --help      this text\n"
+    "\n"
+    "For s3:// stores, verify also checks the bucket's copy of every chunk and\n"
+    "repairs whichever copy (cache or bucket) is missing or damaged from the\n"
+    "other; restore reads the cache first and the bucket second.\n"
+    "\n"
+    "Environment (s3:// stores):\n"
+    "  FT_S3_ENDPOINT     e.g. http://127.0.0.1:9000 (default AWS:\n"
+    "                     https://s3.REGION.amazonaws.com)\n"
+    "  AWS_REGION         or AWS_DEFAULT_REGION (default us-east-1)\n"
+    "  FT_S3_ADDRESSING   path | virtual (default: path with an endpoint)\n"
+    "  FT_S3_CACHE        cache directory (default ~/.cache/ftsup/BUCKET/PREFIX)\n"
+    "  FT_S3_REQUIRE      both | local: where a commit must be durable\n"
+    "  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, or the\n"
+    "  shared credentials file (AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE)\n"
+    "  FT_S3_TIMEOUT_S, FT_S3_RETRIES, FT_S3_RETRY_BUDGET_S, FT_S3_MULTIPART_MIB,\n"
+    "  FT_S3_PART_MIB, FT_S3_UPLOAD_THREADS, FT_S3_DRAIN_S: tuning\n"
     "\n"
     "Examples:\n"
     "  export CKPT_STORE=local:state/store\n"
@@ -69,6 +93,7 @@ static const char *usage_text =
     "  ckpt gc --dry-run --keep-last 5 --keep-every 1000\n"
     "  ckpt --run gpt2-tiny pin 200\n"
     "  ckpt diff 275 300\n"
+    "  FT_S3_CACHE=/tmp/c ckpt rebuild-catalog s3://ckpts/run1\n"
     "\n"
     "Exit codes:\n"
     "  0  success\n"
@@ -438,6 +463,7 @@ static int verify_one(cli *c, const char *run, int64_t step, int *problems) {
 
 static int cmd_verify(cli *c, const char *arg, int marking) {
   int problems = 0, rc = FT_OK, checked = 0;
+  ckpt_store_set_scrub(c->s, 1); /* s3://: check and repair both copies */
   if (arg) {
     int64_t step;
     rc = parse_step(c, arg, &step);
@@ -458,6 +484,12 @@ static int cmd_verify(cli *c, const char *arg, int marking) {
   }
   if (rc)
     return fail(rc, "verify");
+  ckpt_tier_stats ts;
+  ckpt_store_tier_stats(c->s, &ts);
+  if (ts.has_remote && (ts.repaired_local || ts.repaired_remote))
+    printf("repaired %" PRIu64 " chunk%s in the cache from the bucket and %" PRIu64
+           " in the bucket from the cache\n",
+           ts.repaired_local, ts.repaired_local == 1 ? "" : "s", ts.repaired_remote);
   if (problems) {
     printf("%d of %d checkpoints damaged%s\n", problems, checked,
            marking ? "; marked bad (latest/restore will skip them)"
@@ -493,6 +525,18 @@ static int cmd_pin(cli *c, const char *arg, int pin) {
   if (rc)
     return fail(rc, pin ? "pin" : "unpin");
   printf("%s %s step %" PRId64 "\n", pin ? "pinned" : "unpinned", c->run, step);
+  return 0;
+}
+
+/* ---- rebuild-catalog ---------------------------------------------------------------- */
+
+static int cmd_rebuild(cli *c) {
+  int found = 0, added = 0;
+  int rc = ckpt_store_rebuild_catalog(c->s, &found, &added);
+  if (rc)
+    return fail(rc, "rebuild-catalog");
+  printf("%d manifest%s in the store; %d checkpoint%s added to the catalog\n", found,
+         found == 1 ? "" : "s", added, added == 1 ? "" : "s");
   return 0;
 }
 
@@ -663,8 +707,9 @@ int main(int argc, char **argv) {
   struct {
     const char *name;
     int min, max, writer;
-  } cmds[] = {{"ls", 0, 0, 0}, {"show", 1, 1, 0}, {"restore", 1, 1, 0}, {"verify", 0, 1, 1},
-              {"gc", 0, 0, 1}, {"pin", 1, 1, 1},  {"unpin", 1, 1, 1},   {"diff", 2, 2, 0}};
+  } cmds[] = {{"ls", 0, 0, 0},     {"show", 1, 1, 0}, {"restore", 1, 1, 0},
+              {"verify", 0, 1, 1}, {"gc", 0, 0, 1},   {"pin", 1, 1, 1},
+              {"unpin", 1, 1, 1},  {"diff", 2, 2, 0}, {"rebuild-catalog", 0, 1, 1}};
   int k = -1;
   for (int i = 0; i < (int)(sizeof cmds / sizeof cmds[0]); i++)
     if (strcmp(cmd, cmds[i].name) == 0)
@@ -673,6 +718,8 @@ int main(int argc, char **argv) {
     return usage_error("unknown command '%s'", cmd);
   if (nargs < cmds[k].min || nargs > cmds[k].max)
     return usage_error("wrong number of arguments for '%s'", cmd);
+  if (!strcmp(cmd, "rebuild-catalog") && a1)
+    c.store = a1;
   if (!c.store || !c.store[0])
     return usage_error("no store: pass --store URI or set CKPT_STORE (e.g. local:state/store)%s",
                        "");
@@ -706,6 +753,8 @@ int main(int argc, char **argv) {
     code = cmd_pin(&c, a1, 1);
   else if (!strcmp(cmd, "unpin"))
     code = cmd_pin(&c, a1, 0);
+  else if (!strcmp(cmd, "rebuild-catalog"))
+    code = cmd_rebuild(&c);
   else
     code = cmd_diff(&c, a1, a2);
   ckpt_store_free(c.s);

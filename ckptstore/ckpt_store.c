@@ -17,10 +17,19 @@
  *   (none)    -> PENDING     intent record (no manifest yet)
  *   COMMITTED -> GOOD | BAD; GOOD -> BAD; BAD -> GOOD (an operator's call)
  * PENDING -> COMMITTED only through ckpt_store_commit.
+ *
+ * URIs: "local:DIR" (the local tier) or "s3://bucket/prefix" (the tiered
+ * tier of ckpt_s3_tiered.c: a cache directory in front of the bucket; the
+ * catalog lives in the cache, <cache>/catalog). An s3:// store whose cache
+ * has no catalog yet gets one rebuilt from the bucket's manifests at open
+ * (ckpt_store_rebuild_catalog), so a new machine with an empty cache sees
+ * every checkpoint the bucket holds.
  */
 #include "ckpt_int.h"
+#include "ckpt_s3.h"
 
 #include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ft_err.h"
@@ -31,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, int *found, int *added);
 
 const char *ckpt_state_name(int state) {
   switch (state) {
@@ -54,13 +65,25 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
   if (!uri || !uri[0])
     return ft_err_set(FT_EINVAL, "no store given (a URI like local:/path/to/store)");
   const char *dir = NULL;
-  if (strncmp(uri, "local:", 6) == 0)
+  ckpt_s3_config *s3 = NULL;
+  if (strncmp(uri, "local:", 6) == 0) {
     dir = uri + 6;
-  else if (uri[0] == '/' || uri[0] == '.')
+  } else if (uri[0] == '/' || uri[0] == '.') {
     dir = uri;
-  else
+  } else if (strncmp(uri, "s3://", 5) == 0) {
+    if (!(s3 = calloc(1, sizeof *s3)))
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    int rc = ckpt_s3_config_from_uri(uri, s3);
+    if (rc) {
+      ckpt_s3_config_wipe(s3);
+      free(s3);
+      return rc;
+    }
+    dir = s3->cache_dir;
+  } else {
     return ft_err_set(FT_EINVAL,
-                      "store URI '%s' is not supported: use local:DIR (S3 is not built yet)", uri);
+                      "store URI '%s' is not supported: use local:DIR or s3://bucket/prefix", uri);
+  }
   if (!dir[0])
     return ft_err_set(FT_EINVAL, "store URI '%s' names no folder (local:DIR)", uri);
   /* A relative folder is taken from the current directory, made absolute
@@ -69,19 +92,30 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
   if (dir[0] != '/') {
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd) ||
-        snprintf(absdir, sizeof absdir, "%s/%s", cwd, dir) >= (int)sizeof absdir)
+        snprintf(absdir, sizeof absdir, "%s/%s", cwd, dir) >= (int)sizeof absdir) {
+      if (s3)
+        ckpt_s3_config_wipe(s3);
+      free(s3);
       return ft_err_set(FT_EINVAL, "store folder '%s': path too long", dir);
+    }
     dir = absdir;
   }
   if (o.threads < 0 || o.chunk_mib < 0 || o.chunk_mib > 1024 || o.zstd_level < 0 ||
-      o.zstd_level > 22)
+      o.zstd_level > 22) {
+    if (s3)
+      ckpt_s3_config_wipe(s3);
+    free(s3);
     return ft_err_set(FT_EINVAL,
                       "store options out of range (threads %d, chunk_mib %d, "
                       "zstd_level %d)",
                       o.threads, o.chunk_mib, o.zstd_level);
+  }
   ckpt_store *s = calloc(1, sizeof *s);
   if (!s || !(s->uri = strdup(uri))) {
     free(s);
+    if (s3)
+      ckpt_s3_config_wipe(s3);
+    free(s3);
     return ft_err_set(FT_ENOMEM, "out of memory");
   }
   s->read_only = o.read_only || o.shard_writer;
@@ -98,16 +132,46 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
   pthread_cond_init(&s->cv_jobs, NULL);
 
   char catdir[PATH_MAX + 16];
-  int rc = ckpt_tier_local_open(dir, !o.read_only, &s->tier);
-  if (rc) {
-    if (rc == FT_ENOENT)
-      ft_err_set(FT_ENOENT, "no store at %s (check --store / CKPT_STORE)", dir);
-    goto fail;
+  int rc;
+  if (s3) {
+    if (dir != s3->cache_dir)
+      snprintf(s3->cache_dir, sizeof s3->cache_dir, "%s", dir);
+    dir = s3->cache_dir;
+    rc = ckpt_s3_tiered_open(s3, !o.read_only, &s->tier);
+    if (rc)
+      goto fail;
+  } else {
+    rc = ckpt_tier_local_open(dir, !o.read_only, &s->tier);
+    if (rc) {
+      if (rc == FT_ENOENT)
+        ft_err_set(FT_ENOENT, "no store at %s (check --store / CKPT_STORE)", dir);
+      goto fail;
+    }
   }
   if (o.catalog_dir)
     snprintf(catdir, sizeof catdir, "%s", o.catalog_dir);
   else
     snprintf(catdir, sizeof catdir, "%s/catalog", dir);
+  if (s3) {
+    /* a cache without a catalog: rebuild it from the bucket first */
+    char cur[PATH_MAX + 32];
+    struct stat st;
+    snprintf(cur, sizeof cur, "%s/CURRENT", catdir);
+    if (stat(cur, &st) != 0) {
+      ckpt_catalog *cat = NULL;
+      rc = ckpt_catalog_open(catdir, 0, &cat);
+      if (rc == FT_OK) {
+        rc = ckpt_store_rebuild_into(s->tier, cat, NULL, NULL);
+        ckpt_catalog_close(cat);
+        if (rc) {
+          ckpt_err_wrap(rc, "rebuilding the catalog %s from the bucket", catdir);
+          goto fail;
+        }
+      } else if (rc != FT_EBUSY) { /* busy: its writer creates it */
+        goto fail;
+      }
+    }
+  }
   rc = ckpt_catalog_open(catdir, s->read_only, &s->cat);
   if (rc)
     goto fail;
@@ -116,9 +180,17 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
     if (rc)
       goto fail;
   }
+  if (s3) {
+    ckpt_s3_config_wipe(s3);
+    free(s3);
+  }
   *out = s;
   return FT_OK;
 fail:
+  if (s3) {
+    ckpt_s3_config_wipe(s3);
+    free(s3);
+  }
   ckpt_store_free(s);
   return rc;
 }
@@ -484,4 +556,197 @@ int ckpt_store_pin(ckpt_store *s, const char *run, int64_t step, int pinned) {
   }
   pthread_mutex_unlock(&s->meta_mu);
   return rc;
+}
+
+/* ---- tiers: rebuild, flush, stats, scrub -------------------------------------------------- */
+
+typedef struct mkeys {
+  char **v;
+  size_t n, cap;
+} mkeys;
+
+static int mkeys_cb(void *ud, const char *key) {
+  mkeys *k = ud;
+  if (k->n == k->cap) {
+    size_t cap = k->cap ? 2 * k->cap : 64;
+    char **n = realloc(k->v, cap * sizeof *n);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    k->v = n;
+    k->cap = cap;
+  }
+  if (!(k->v[k->n] = strdup(key)))
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  k->n++;
+  return FT_OK;
+}
+
+static int str_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* Records one manifest object in the catalog unless it is there already.
+ * The record is what the commit wrote (state COMMITTED; pins and good/bad
+ * marks are catalog-only and not in the manifest object). */
+static int rebuild_one(ckpt_catalog *cat, const char *json, int *added) {
+  ckpt_manifest *m = NULL;
+  int rc = ckpt_manifest_from_json(json, &m);
+  if (rc)
+    return rc;
+  char key[256], *val = NULL, first[200];
+  ckpt_key_info(key, sizeof key, m->info.run, m->info.step);
+  rc = ckpt_catalog_get(cat, key, &val, NULL);
+  free(val);
+  if (rc != FT_ENOENT) {
+    ckpt_manifest_free(m);
+    return rc;
+  }
+  ckpt_batch *b = ckpt_batch_new();
+  if (!b) {
+    ckpt_manifest_free(m);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  snprintf(first, sizeof first, "%s/%020" PRId64, m->info.run, m->info.step);
+  m->info.state = CKPT_COMMITTED;
+  m->info.pinned = 0;
+  m->info.new_bytes = 0;
+  for (int t = 0; t < m->ntensors && rc != FT_ENOMEM; t++)
+    for (int c = 0; c < m->tensors[t].nchunks; c++) {
+      char hex[CKPT_HEX_LEN + 1];
+      ckpt_hex(m->tensors[t].chunks[c].hash, hex);
+      ckpt_key_chunk(key, sizeof key, hex);
+      rc = ckpt_catalog_get(cat, key, &val, NULL);
+      free(val);
+      val = NULL;
+      if (rc == FT_ENOENT) {
+        m->info.new_bytes += m->tensors[t].chunks[c].stored;
+        ckpt_batch_put(b, key, first, strlen(first));
+      }
+    }
+  char *ijs = ckpt_info_to_json(&m->info);
+  if (!ijs) {
+    ckpt_batch_free(b);
+    ckpt_manifest_free(m);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  ckpt_key_info(key, sizeof key, m->info.run, m->info.step);
+  ckpt_batch_put(b, key, ijs, strlen(ijs));
+  ckpt_key_man(key, sizeof key, m->info.run, m->info.step);
+  ckpt_batch_put(b, key, json, strlen(json));
+  free(ijs);
+  ckpt_manifest_free(m);
+  rc = ckpt_catalog_write(cat, b);
+  if (rc == FT_OK && added)
+    (*added)++;
+  return rc;
+}
+
+/* Lists manifests/ of the tier (the local tier lists run folders, the
+ * bucket whole keys: both are handled) and records each in cat. A manifest
+ * that does not parse is skipped (counted in found, not in added). */
+static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, int *found, int *added) {
+  mkeys k = {0}, all = {0};
+  int rc = tier->list(tier, "manifests/", mkeys_cb, &k);
+  for (size_t i = 0; rc == FT_OK && i < k.n; i++) {
+    if (ends_with(k.v[i], ".json")) {
+      rc = mkeys_cb(&all, k.v[i]);
+    } else if (!strstr(k.v[i], ".tmp.")) {
+      char sub[600];
+      snprintf(sub, sizeof sub, "%s/", k.v[i]);
+      mkeys inner = {0};
+      rc = tier->list(tier, sub, mkeys_cb, &inner);
+      for (size_t j = 0; j < inner.n; j++) {
+        if (rc == FT_OK && ends_with(inner.v[j], ".json"))
+          rc = mkeys_cb(&all, inner.v[j]);
+        free(inner.v[j]);
+      }
+      free(inner.v);
+    }
+  }
+  if (all.n > 1)
+    qsort(all.v, all.n, sizeof *all.v, str_cmp);
+  int nfound = 0, nadded = 0;
+  for (size_t i = 0; rc == FT_OK && i < all.n; i++) {
+    if (i > 0 && strcmp(all.v[i], all.v[i - 1]) == 0)
+      continue;
+    nfound++;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    rc = tier->get(tier, all.v[i], &data, &len);
+    if (rc == FT_ENOENT) { /* deleted meanwhile (gc) */
+      rc = FT_OK;
+      continue;
+    }
+    if (rc)
+      break;
+    char *js = malloc(len + 1);
+    if (!js) {
+      free(data);
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      break;
+    }
+    memcpy(js, data, len);
+    js[len] = 0;
+    free(data);
+    rc = rebuild_one(cat, js, &nadded);
+    free(js);
+    if (rc == FT_ECORRUPT || rc == FT_EFORMAT || rc == FT_EINVAL)
+      rc = FT_OK; /* a damaged manifest object: not a checkpoint we can list */
+  }
+  for (size_t i = 0; i < k.n; i++)
+    free(k.v[i]);
+  for (size_t i = 0; i < all.n; i++)
+    free(all.v[i]);
+  free(k.v);
+  free(all.v);
+  if (found)
+    *found = nfound;
+  if (added)
+    *added = nadded;
+  return rc;
+}
+
+int ckpt_store_rebuild_catalog(ckpt_store *s, int *found, int *added) {
+  int rc = writable(s, "rebuild-catalog");
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&s->meta_mu);
+  rc = ckpt_store_rebuild_into(s->tier, s->cat, found, added);
+  pthread_mutex_unlock(&s->meta_mu);
+  return rc;
+}
+
+int ckpt_store_flush(ckpt_store *s, int timeout_s) {
+  if (!ckpt_s3_tiered_is(s->tier))
+    return FT_OK;
+  return ckpt_s3_tiered_flush(s->tier, timeout_s);
+}
+
+void ckpt_store_set_scrub(ckpt_store *s, int on) {
+  if (ckpt_s3_tiered_is(s->tier))
+    ckpt_s3_tiered_set_scrub(s->tier, on);
+}
+
+int ckpt_store_tier_stats(ckpt_store *s, ckpt_tier_stats *st) {
+  memset(st, 0, sizeof *st);
+  if (!ckpt_s3_tiered_is(s->tier))
+    return FT_OK;
+  ckpt_s3_tiered_stats ts;
+  ckpt_s3_tiered_stats_get(s->tier, &ts);
+  st->has_remote = 1;
+  st->requests = ts.http.requests;
+  st->retries = ts.http.retries;
+  st->bytes_up = ts.http.bytes_up;
+  st->bytes_down = ts.http.bytes_down;
+  st->uploads_done = ts.uploads_done;
+  st->uploads_failed = ts.uploads_failed;
+  st->uploads_pending = ts.uploads_pending;
+  st->repaired_local = ts.repaired_local;
+  st->repaired_remote = ts.repaired_remote;
+  return FT_OK;
 }

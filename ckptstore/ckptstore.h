@@ -228,6 +228,39 @@ int ckpt_store_set_gc_grace(ckpt_store *s, int64_t seconds);
 int ckpt_store_put_meta(ckpt_store *s, const char *key, const char *value);
 int ckpt_store_get_meta(ckpt_store *s, const char *key, char **value);
 
+/* ---- tiers: the S3 bucket behind a local cache (ckpt_store.c, ckpt_s3_*.c) --
+ *
+ * "s3://bucket/prefix" stores keep chunks in a cache directory (FT_S3_CACHE)
+ * and upload them in the background; see ckpt_s3_tiered.c. The functions
+ * below are no-ops (FT_OK, zero stats) on a local: store. */
+
+typedef struct ckpt_tier_stats {
+  int has_remote;           /* 1 for an s3:// store */
+  uint64_t requests;        /* HTTP requests sent, retries included */
+  uint64_t retries;         /* attempts after a first one failed */
+  uint64_t bytes_up;        /* request bodies sent */
+  uint64_t bytes_down;      /* response bodies received */
+  uint64_t uploads_done;    /* objects made durable in the bucket */
+  uint64_t uploads_failed;  /* background uploads that failed (retried) */
+  uint64_t uploads_pending; /* queued or in flight now */
+  uint64_t repaired_local;  /* cache copies replaced from the bucket */
+  uint64_t repaired_remote; /* bucket copies replaced from the cache */
+} ckpt_tier_stats;
+/* Counters since the store was opened. */
+int ckpt_store_tier_stats(ckpt_store *s, ckpt_tier_stats *st);
+/* Waits until every background upload is done: FT_ETIMEDOUT (naming the
+ * last error) when some are still pending after timeout_s (< 0: forever). */
+int ckpt_store_flush(ckpt_store *s, int timeout_s);
+/* on = 1: reads (and so ckpt_store_verify) also check the bucket's copy of
+ * each chunk, re-uploading it from a good cache copy when it is missing or
+ * damaged. Off by default (it doubles the traffic of a read). */
+void ckpt_store_set_scrub(ckpt_store *s, int on);
+/* Records in the catalog every checkpoint whose manifest object is in the
+ * store's tiers (for s3://: the bucket and the cache) and that the catalog
+ * lacks, as COMMITTED. Needs a writable store. *found: manifest objects
+ * seen; *added: checkpoints recorded (either may be NULL). */
+int ckpt_store_rebuild_catalog(ckpt_store *s, int *found, int *added);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,147 @@
+/*
+ * ckpt_s3.h: the S3 tier's private pieces (not a public header).
+ *
+ *   ckpt_s3_config.c  "s3://bucket/prefix" + environment -> ckpt_s3_config;
+ *                     credentials from AWS_* variables or the shared file
+ *   ckpt_s3_client.c  the ONLY file that sees libcurl: signed requests
+ *                     (SigV4), retries, multipart upload, listing; every
+ *                     CURLcode and HTTP status becomes an FT_E* there
+ *   ckpt_tier_s3.c    a ckpt_tier over the client (bucket layout = the local
+ *                     tier's: chunks/ab/<sha>, manifests/<run>/<step>.json)
+ *   ckpt_s3_tiered.c  the "s3://" store's tier: the local cache directory as
+ *                     fast tier + the bucket, background uploads, repair
+ *
+ * Secrets: the access key, secret key and session token live only in
+ * ckpt_s3_config and the client; no message, log or detail text ever
+ * contains them (details name the method, bucket, key and HTTP status).
+ */
+#ifndef CKPT_S3_H
+#define CKPT_S3_H
+
+#include "ckpt_tier_int.h"
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- configuration (ckpt_s3_config.c) -------------------------------------- */
+
+typedef struct ckpt_s3_config {
+  char endpoint[512]; /* "scheme://host[:port]", no trailing '/' */
+  char region[64];
+  char bucket[256];
+  char prefix[512];     /* "" or "a/b" (no leading or trailing '/') */
+  int virtual_host;     /* 1: bucket.host/key; 0: host/bucket/key */
+  char access_key[256]; /* secret material: never printed */
+  char secret_key[256];
+  char session_token[4096];
+  int timeout_s;     /* connect timeout; a transfer stalled this long fails */
+  int retries;       /* attempts per request (>= 1) */
+  int retry_base_ms; /* backoff: random(0, min(cap, base * 2^n)) */
+  int retry_cap_ms;
+  int retry_budget_s;         /* no new attempt after this long */
+  size_t multipart_threshold; /* objects larger than this go multipart */
+  size_t part_size;           /* >= 5 MiB (S3's minimum) */
+  char cache_dir[PATH_MAX];   /* fast tier + catalog */
+  int require_both;           /* commit durable on local AND S3 */
+  int upload_threads;
+  int drain_s; /* at close, wait this long for background uploads */
+} ckpt_s3_config;
+
+/* Parses "s3://bucket[/prefix]" and the environment (FT_S3_ENDPOINT,
+ * AWS_REGION / AWS_DEFAULT_REGION, FT_S3_ADDRESSING, FT_S3_CACHE,
+ * FT_S3_REQUIRE, FT_S3_TIMEOUT_S, FT_S3_RETRIES, FT_S3_RETRY_BUDGET_S,
+ * FT_S3_MULTIPART_MIB, FT_S3_PART_MIB, FT_S3_UPLOAD_THREADS, FT_S3_DRAIN_S)
+ * and the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+ * AWS_SESSION_TOKEN; else the shared credentials file). FT_ECONFIG with a
+ * message naming the variable (never its value if secret). */
+int ckpt_s3_config_from_uri(const char *uri, ckpt_s3_config *c);
+/* Reads [profile] of a shared credentials file into c (FT_ENOENT if the file
+ * or the profile is absent). Exposed for tests. */
+int ckpt_s3_config_read_credentials(const char *path, const char *profile, ckpt_s3_config *c);
+/* Overwrites the secrets with zeros. */
+void ckpt_s3_config_wipe(ckpt_s3_config *c);
+
+/* ---- the HTTP client (ckpt_s3_client.c) ------------------------------------- */
+
+typedef struct ckpt_s3_client ckpt_s3_client;
+
+typedef struct ckpt_s3_stats {
+  uint64_t requests;   /* HTTP requests sent (every attempt counts) */
+  uint64_t retries;    /* attempts after the first */
+  uint64_t bytes_up;   /* request bodies */
+  uint64_t bytes_down; /* response bodies */
+} ckpt_s3_stats;
+
+/* flags of a request */
+#define CKPT_S3_CREATE_ONLY 1 /* If-None-Match: *; FT_EEXIST when it exists */
+#define CKPT_S3_FAST 2        /* one attempt, no retries */
+
+/* The config is copied. */
+int ckpt_s3_client_new(const ckpt_s3_config *cfg, ckpt_s3_client **out);
+void ckpt_s3_client_free(ckpt_s3_client *c);
+/* Keys below are full object keys in the bucket (the caller adds the
+ * prefix). put: multipart above cfg->multipart_threshold. */
+int ckpt_s3_client_put(ckpt_s3_client *c, const char *key, const void *data, size_t len, int flags);
+/* *data malloc'd (caller frees); FT_ENOENT if absent. */
+int ckpt_s3_client_get(ckpt_s3_client *c, const char *key, uint8_t **data, size_t *len, int flags);
+int ckpt_s3_client_head(ckpt_s3_client *c, const char *key, uint64_t *size, int64_t *mtime_ns,
+                        int flags);
+int ckpt_s3_client_delete(ckpt_s3_client *c, const char *key);
+/* Every object whose key starts with prefix, in key order (all pages). */
+int ckpt_s3_client_list(ckpt_s3_client *c, const char *prefix,
+                        int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
+                        void *ud);
+/* PUT bucket (FT_OK also when this owner already has it). */
+int ckpt_s3_client_create_bucket(ckpt_s3_client *c);
+void ckpt_s3_client_stats(ckpt_s3_client *c, ckpt_s3_stats *st);
+const ckpt_s3_config *ckpt_s3_client_config(const ckpt_s3_client *c);
+
+/* Exposed for unit tests: the FT_E* code for a libcurl result and an HTTP
+ * status, and whether the failure is worth another attempt. curl_code is a
+ * CURLcode value (0 = the transfer worked; then status decides). */
+int ckpt_s3_client_classify(int curl_code, long status, int *retryable);
+/* Exposed for unit tests: the object URL of key for cfg ("" key: bucket). */
+int ckpt_s3_client_url(const ckpt_s3_config *cfg, const char *key, const char *query, char *buf,
+                       size_t n);
+
+/* ---- the bucket as a tier (ckpt_tier_s3.c) ----------------------------------- */
+
+/* Takes ownership of client (freed by the tier, even on failure). */
+int ckpt_tier_s3_open(ckpt_s3_client *client, ckpt_tier **out);
+/* The client under an S3 tier (borrowed). */
+ckpt_s3_client *ckpt_tier_s3_client(ckpt_tier *t);
+/* put with explicit flags (CKPT_S3_CREATE_ONLY / 0 to overwrite a bad copy) */
+int ckpt_tier_s3_put_flags(ckpt_tier *t, const char *key, const void *data, size_t len, int flags);
+/* get with flags (CKPT_S3_FAST) */
+int ckpt_tier_s3_get_flags(ckpt_tier *t, const char *key, uint8_t **data, size_t *len, int flags);
+/* The object key of a tier key (prefix + chunk fan-out). */
+int ckpt_tier_s3_object_key(const ckpt_s3_config *cfg, const char *key, char *buf, size_t n);
+
+/* ---- local cache + bucket (ckpt_s3_tiered.c) ---------------------------------- */
+
+typedef struct ckpt_s3_tiered_stats {
+  ckpt_s3_stats http;
+  uint64_t uploads_done;    /* objects put to the bucket (or found there) */
+  uint64_t uploads_failed;  /* background attempts that gave up (retried later) */
+  uint64_t uploads_pending; /* queued or in flight now */
+  uint64_t repaired_local;  /* chunks re-fetched from the bucket into the cache */
+  uint64_t repaired_remote; /* chunks re-uploaded over a missing/bad bucket copy */
+} ckpt_s3_tiered_stats;
+
+/* Opens the two tiers of cfg. writable: start the background uploaders and
+ * re-queue the uploads a previous process left in <cache>/uploads. cfg is
+ * copied (and its secrets wiped by the caller when it likes). */
+int ckpt_s3_tiered_open(const ckpt_s3_config *cfg, int writable, ckpt_tier **out);
+/* 1 if t is a tier made by ckpt_s3_tiered_open. */
+int ckpt_s3_tiered_is(const ckpt_tier *t);
+void ckpt_s3_tiered_stats_get(ckpt_tier *t, ckpt_s3_tiered_stats *st);
+/* Waits until no upload is queued or in flight (FT_ETIMEDOUT after
+ * timeout_s, < 0: forever); FT_EIO if a manifest upload is still failing. */
+int ckpt_s3_tiered_flush(ckpt_tier *t, int timeout_s);
+/* scrub 1: reads of chunks also check (and repair) the bucket's copy. */
+void ckpt_s3_tiered_set_scrub(ckpt_tier *t, int on);
+/* The bucket tier (borrowed), for listing manifests. */
+ckpt_tier *ckpt_s3_tiered_remote(ckpt_tier *t);
+
+#endif

@@ -1,0 +1,256 @@
+/*
+ * ckpt_s3_config: what an "s3://bucket/prefix" store URI means on this
+ * machine: endpoint, region, addressing, cache directory, durability rule,
+ * timeouts and credentials, from the URI and the environment.
+ *
+ * Why the environment: the same run file ("store: s3://bucket/run1") must
+ * work against AWS, MinIO, Ceph or a loopback test server, and credentials
+ * must never be in a run file or on a command line.
+ *
+ * Defaults: endpoint https://s3.<region>.amazonaws.com, region us-east-1,
+ * path addressing when FT_S3_ENDPOINT is given (what MinIO/Ceph/moto want),
+ * virtual-host addressing otherwise (what AWS wants), cache
+ * ~/.cache/ftsup/<bucket>/<prefix>, FT_S3_REQUIRE=both.
+ *
+ * Credentials, first found wins: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
+ * (+ AWS_SESSION_TOKEN); else the shared credentials file
+ * (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials), profile AWS_PROFILE or
+ * "default". Error messages name variables and files, never secret values.
+ * Pure functions of their inputs and the environment; thread-safe if the
+ * environment is not changed meanwhile.
+ */
+#include "ckpt_s3.h"
+
+#include "ft_err.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int env_int(const char *name, int def, int lo, int hi, int *out) {
+  const char *v = getenv(name);
+  if (!v || !v[0]) {
+    *out = def;
+    return FT_OK;
+  }
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end || x < lo || x > hi)
+    return ft_err_set(FT_ECONFIG, "%s='%s': expected a whole number in [%d, %d]", name, v, lo, hi);
+  *out = (int)x;
+  return FT_OK;
+}
+
+static int copy(char *dst, size_t n, const char *src, const char *what) {
+  size_t l = strlen(src);
+  if (l >= n)
+    return ft_err_set(FT_ECONFIG, "%s is too long (%zu bytes, at most %zu)", what, l, n - 1);
+  memcpy(dst, src, l + 1);
+  return FT_OK;
+}
+
+static char *trim(char *s) {
+  while (isspace((unsigned char)*s))
+    s++;
+  size_t l = strlen(s);
+  while (l > 0 && isspace((unsigned char)s[l - 1]))
+    s[--l] = 0;
+  return s;
+}
+
+int ckpt_s3_config_read_credentials(const char *path, const char *profile, ckpt_s3_config *c) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return ft_err_set(FT_ENOENT, "no shared credentials file %s", path);
+  char line[4096], want[300];
+  snprintf(want, sizeof want, "[%s]", profile);
+  int in = 0, found = 0, rc = FT_OK;
+  while (fgets(line, sizeof line, f)) {
+    char *s = trim(line);
+    if (s[0] == '#' || s[0] == ';' || !s[0])
+      continue;
+    if (s[0] == '[') {
+      /* "[name]" or "[profile name]" (the config file's spelling) */
+      in = strcmp(s, want) == 0;
+      if (!in && strncmp(s, "[profile ", 9) == 0) {
+        char alt[300];
+        snprintf(alt, sizeof alt, "[profile %s]", profile);
+        in = strcmp(s, alt) == 0;
+      }
+      found |= in;
+      continue;
+    }
+    if (!in)
+      continue;
+    char *eq = strchr(s, '=');
+    if (!eq)
+      continue;
+    *eq = 0;
+    char *k = trim(s), *v = trim(eq + 1);
+    if (strcmp(k, "aws_access_key_id") == 0)
+      rc = copy(c->access_key, sizeof c->access_key, v, "aws_access_key_id");
+    else if (strcmp(k, "aws_secret_access_key") == 0)
+      rc = copy(c->secret_key, sizeof c->secret_key, v, "aws_secret_access_key");
+    else if (strcmp(k, "aws_session_token") == 0)
+      rc = copy(c->session_token, sizeof c->session_token, v, "aws_session_token");
+    if (rc)
+      break;
+  }
+  /* the line buffer held a secret */
+  memset(line, 0, sizeof line);
+  fclose(f);
+  if (rc)
+    return rc;
+  if (!found)
+    return ft_err_set(FT_ENOENT, "profile '%s' not in %s", profile, path);
+  if (!c->access_key[0] || !c->secret_key[0])
+    return ft_err_set(FT_ECONFIG,
+                      "profile '%s' in %s lacks aws_access_key_id or aws_secret_access_key",
+                      profile, path);
+  return FT_OK;
+}
+
+static int credentials(ckpt_s3_config *c) {
+  const char *ak = getenv("AWS_ACCESS_KEY_ID"), *sk = getenv("AWS_SECRET_ACCESS_KEY");
+  if (ak && ak[0] && sk && sk[0]) {
+    const char *tok = getenv("AWS_SESSION_TOKEN");
+    int rc = copy(c->access_key, sizeof c->access_key, ak, "AWS_ACCESS_KEY_ID");
+    if (!rc)
+      rc = copy(c->secret_key, sizeof c->secret_key, sk, "AWS_SECRET_ACCESS_KEY");
+    if (!rc && tok && tok[0])
+      rc = copy(c->session_token, sizeof c->session_token, tok, "AWS_SESSION_TOKEN");
+    return rc;
+  }
+  if ((ak && ak[0]) != (sk && sk[0]))
+    return ft_err_set(FT_ECONFIG, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set "
+                                  "together");
+  char path[PATH_MAX];
+  const char *f = getenv("AWS_SHARED_CREDENTIALS_FILE"), *home = getenv("HOME");
+  if (f && f[0])
+    snprintf(path, sizeof path, "%s", f);
+  else
+    snprintf(path, sizeof path, "%s/.aws/credentials", home ? home : "");
+  const char *prof = getenv("AWS_PROFILE");
+  int rc = ckpt_s3_config_read_credentials(path, prof && prof[0] ? prof : "default", c);
+  if (rc == FT_ENOENT)
+    return ft_err_set(FT_ECONFIG,
+                      "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+                      "put them in %s (profile %s)",
+                      path, prof && prof[0] ? prof : "default");
+  return rc;
+}
+
+static int bucket_name_ok(const char *b) {
+  size_t n = strlen(b);
+  if (n < 3 || n > 63)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(islower((unsigned char)b[i]) || isdigit((unsigned char)b[i]) || b[i] == '-' ||
+          b[i] == '.'))
+      return 0;
+  return 1;
+}
+
+int ckpt_s3_config_from_uri(const char *uri, ckpt_s3_config *c) {
+  memset(c, 0, sizeof *c);
+  if (strncmp(uri, "s3://", 5) != 0)
+    return ft_err_set(FT_EINVAL, "'%s' is not an s3://bucket/prefix URI", uri);
+  const char *b = uri + 5, *slash = strchr(b, '/');
+  size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+  if (bl >= sizeof c->bucket)
+    return ft_err_set(FT_EINVAL, "bucket name in '%s' is too long", uri);
+  memcpy(c->bucket, b, bl);
+  c->bucket[bl] = 0;
+  if (!bucket_name_ok(c->bucket))
+    return ft_err_set(FT_EINVAL, "'%s': bucket name '%s' is not valid (3-63 of a-z 0-9 . -)", uri,
+                      c->bucket);
+  const char *p = slash ? slash + 1 : "";
+  int rc = copy(c->prefix, sizeof c->prefix, p, "the prefix of the S3 URI");
+  if (rc)
+    return rc;
+  size_t pl = strlen(c->prefix);
+  while (pl > 0 && c->prefix[pl - 1] == '/')
+    c->prefix[--pl] = 0;
+  if (strstr(c->prefix, "//") || strstr(c->prefix, ".."))
+    return ft_err_set(FT_EINVAL, "'%s': the prefix may not contain '//' or '..'", uri);
+
+  const char *region = getenv("AWS_REGION");
+  if (!region || !region[0])
+    region = getenv("AWS_DEFAULT_REGION");
+  if (!region || !region[0])
+    region = "us-east-1";
+  if ((rc = copy(c->region, sizeof c->region, region, "AWS_REGION")))
+    return rc;
+  const char *ep = getenv("FT_S3_ENDPOINT");
+  if (ep && ep[0]) {
+    if (strncmp(ep, "http://", 7) != 0 && strncmp(ep, "https://", 8) != 0)
+      return ft_err_set(FT_ECONFIG, "FT_S3_ENDPOINT='%s' must start with http:// or https://", ep);
+    if ((rc = copy(c->endpoint, sizeof c->endpoint, ep, "FT_S3_ENDPOINT")))
+      return rc;
+  } else {
+    snprintf(c->endpoint, sizeof c->endpoint, "https://s3.%s.amazonaws.com", c->region);
+  }
+  size_t el = strlen(c->endpoint);
+  while (el > 0 && c->endpoint[el - 1] == '/')
+    c->endpoint[--el] = 0;
+  const char *addr = getenv("FT_S3_ADDRESSING");
+  if (!addr || !addr[0])
+    c->virtual_host = !(ep && ep[0]);
+  else if (strcmp(addr, "path") == 0)
+    c->virtual_host = 0;
+  else if (strcmp(addr, "virtual") == 0)
+    c->virtual_host = 1;
+  else
+    return ft_err_set(FT_ECONFIG, "FT_S3_ADDRESSING='%s': expected path or virtual", addr);
+  if (c->virtual_host && strchr(c->bucket, '.') && strncmp(c->endpoint, "https://", 8) == 0)
+    return ft_err_set(FT_ECONFIG,
+                      "bucket '%s' has a dot: virtual-host addressing breaks TLS names; set "
+                      "FT_S3_ADDRESSING=path",
+                      c->bucket);
+
+  const char *req = getenv("FT_S3_REQUIRE");
+  if (!req || !req[0] || strcmp(req, "both") == 0)
+    c->require_both = 1;
+  else if (strcmp(req, "local") == 0)
+    c->require_both = 0;
+  else
+    return ft_err_set(FT_ECONFIG, "FT_S3_REQUIRE='%s': expected local or both", req);
+
+  const char *cache = getenv("FT_S3_CACHE");
+  int w;
+  if (cache && cache[0]) {
+    w = snprintf(c->cache_dir, sizeof c->cache_dir, "%s", cache);
+  } else {
+    const char *home = getenv("HOME");
+    if (!home || !home[0])
+      return ft_err_set(FT_ECONFIG, "no cache directory: set FT_S3_CACHE (HOME is not set)");
+    w = snprintf(c->cache_dir, sizeof c->cache_dir, "%s/.cache/ftsup/%s%s%s", home, c->bucket,
+                 c->prefix[0] ? "/" : "", c->prefix);
+  }
+  if (w < 0 || (size_t)w >= sizeof c->cache_dir)
+    return ft_err_set(FT_ECONFIG, "cache directory path is too long");
+
+  int mp = 0, part = 0;
+  if ((rc = env_int("FT_S3_TIMEOUT_S", 10, 1, 3600, &c->timeout_s)) ||
+      (rc = env_int("FT_S3_RETRIES", 8, 1, 100, &c->retries)) ||
+      (rc = env_int("FT_S3_RETRY_BUDGET_S", 120, 1, 86400, &c->retry_budget_s)) ||
+      (rc = env_int("FT_S3_MULTIPART_MIB", 64, 5, 5 * 1024 * 1024, &mp)) ||
+      (rc = env_int("FT_S3_PART_MIB", 16, 5, 5 * 1024, &part)) ||
+      (rc = env_int("FT_S3_UPLOAD_THREADS", 4, 1, 64, &c->upload_threads)) ||
+      (rc = env_int("FT_S3_DRAIN_S", 30, 0, 86400, &c->drain_s)))
+    return rc;
+  c->retry_base_ms = 100;
+  c->retry_cap_ms = 5000;
+  c->multipart_threshold = (size_t)mp << 20;
+  c->part_size = (size_t)part << 20;
+  return credentials(c);
+}
+
+void ckpt_s3_config_wipe(ckpt_s3_config *c) {
+  volatile char *p[3] = {c->access_key, c->secret_key, c->session_token};
+  size_t n[3] = {sizeof c->access_key, sizeof c->secret_key, sizeof c->session_token};
+  for (int i = 0; i < 3; i++)
+    for (size_t k = 0; k < n[i]; k++)
+      p[i][k] = 0;
+}

@@ -1,0 +1,20 @@
+# Tests of the S3 tier (ckptstore/ckpt_s3_*.c, ckpt_tier_s3.c): pure unit
+# tests, then tests against a real S3-protocol server (moto_server, or s3rver)
+# that each script starts on loopback and kills at the end. A script FAILS
+# when no server can run: S3 support is never "tested" by skipping.
+if(TARGET ftckpt AND TARGET ckpt AND TARGET ckpt_testwriter)
+  ft_add_test(NAME test_ckpt_s3_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ckpt_s3_config.c
+              LIBS ftckpt PkgConfig::LIBCURL LABELS unit TIMEOUT 60)
+
+  # needs the server: built here, run by s3_client.sh
+  add_executable(test_ckpt_s3_client ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ckpt_s3_client.c)
+  target_link_libraries(test_ckpt_s3_client PRIVATE ftckpt PkgConfig::CMOCKA)
+  set_target_properties(test_ckpt_s3_client PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
+  foreach(t s3_client s3_store s3_chaos)
+    if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh)
+      ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
+                         LABELS integration TIMEOUT 600)
+    endif()
+  endforeach()
+endif()
