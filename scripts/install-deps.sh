@@ -18,13 +18,27 @@ pkgs=(
   libgloo-dev           # CPU collectives
 )
 
+# The S3 tests need an S3-protocol server on loopback: moto_server where the
+# machine has it, otherwise s3rver from the npm registry.
+s3_server() {
+  command -v moto_server >/dev/null 2>&1 || command -v s3rver >/dev/null 2>&1 && return 0
+  if command -v npm >/dev/null 2>&1; then
+    echo "install-deps: installing s3rver (npm) for the S3 tests" >&2
+    npm install -g --silent s3rver >/dev/null 2>&1 ||
+      echo "install-deps: warning: could not install s3rver; the S3 tests will fail" >&2
+  fi
+}
+
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  s3_server
+  exit 0
+fi
 
 echo "install-deps: installing ${missing[*]}" >&2
 SUDO=""
@@ -32,4 +46,5 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+s3_server
 echo "install-deps: done" >&2
