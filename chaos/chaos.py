@@ -338,7 +338,9 @@ def case_loss_fault(args, ref, name, failpoint, label):
         raise Fail(f"{name}: the skip range {rb[0].get('skip_first')}..{rb[0].get('skip_end')} "
                    f"does not cover batch {batch}")
     losses = spike_lines(run)
-    bad = [(s_, l) for s_, l in losses if not (l == l) or l > 5.0]
+    # ln(256) = 5.55 is the loss of a model that knows nothing; the poisoned
+    # batch scores far above it, ordinary steps never do.
+    bad = [(s_, l) for s_, l in losses if not (l == l) or l > 6.5]
     if failpoint == "poison_batch" and len(bad) != 1:
         raise Fail(f"{name}: {len(bad)} spiking steps in the logs, expected exactly 1: {bad}")
     if failpoint == "nan_batch" and bad:

@@ -5,6 +5,7 @@
  * States of one checkpoint (run, step), as the catalog records them:
  *
  *        (absent) ---set_state(PENDING)---> PENDING   (optional intent record)
+ *        BAD ---commit (the step trained again)---> COMMITTED
  *           |                                  |
  *           +------------ commit ---------------+
  *                            |
@@ -18,7 +19,9 @@
  *      otherwise [ckpt_manifest_build]. Nothing has been written yet.
  *   C2 take meta_mu, which serialises commits with each other and with the
  *      GC's decision phase (ckpt_gc.c) inside this process. Refuse if the
- *      catalog already has (run, step) in a state other than PENDING.
+ *      catalog already has (run, step) in a state other than PENDING or BAD
+ *      (a BAD step is replaced when a run rolled back past it trains it
+ *      again: the new record and manifest overwrite the old in C4/C5).
  *   C3 for every chunk the manifest references: check it exists in the tier
  *      and freshen its timestamp [tier->exists(freshen=1)]. A missing chunk
  *      refuses the commit. Freshening is the commit's half of the GC protocol:
@@ -76,14 +79,16 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   ckpt_info old;
   memset(&old, 0, sizeof old);
   rc = ckpt_store_get_info(s, meta->run, meta->step, &old);
-  if (rc == FT_OK && old.state != CKPT_PENDING) {
+  if (rc == FT_OK && old.state != CKPT_PENDING && old.state != CKPT_BAD) {
     rc = ft_err_set(FT_EEXIST, "checkpoint %s step %" PRId64 " is already %s", meta->run,
                     meta->step, ckpt_state_name(old.state));
     goto out;
   }
   if (rc != FT_OK && rc != FT_ENOENT)
     goto out;
-  int was_pinned = rc == FT_OK && old.pinned; /* a pin set on the PENDING record */
+  /* a pin set on the PENDING record survives; a BAD one being replaced by a
+   * retrained step (after a loss-spike rollback) keeps its pin too */
+  int was_pinned = rc == FT_OK && old.pinned;
 
   int nrefs = m->info.nchunks;
   refs = malloc((size_t)(nrefs ? nrefs : 1) * sizeof *refs);

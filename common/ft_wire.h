@@ -53,7 +53,7 @@
  *                         nskips x { first i64, end i64 }
  *                         1 <= world <= FT_WIRE_MAX_WORLD, rank < world,
  *                         restore_step >= -1 (-1: fresh start),
- *                         skips are step ranges [first, end), 0 <= first < end
+ *                         skips are GLOBAL BATCH INDEX ranges [first, end), 0 <= first < end
  *   5  HEARTBEAT    W->S  step i64 (>= -1: last completed step, -1 none)
  *                   S->W  (the supervisor echoes it, so a worker notices a
  *                         lost supervisor)

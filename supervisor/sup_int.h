@@ -4,8 +4,12 @@
  *   sup_run.c       control messages: HELLO identity, fencing, heartbeats,
  *                   KV, STEP, SHARD_SAVED -> commit, FAULT; persisted state
  *   sup_recovery.c  the recovery state machine, launching, process exits,
- *                   hang checks, shutdown
- * and the pure modules sup_kv, sup_gang, sup_launch, sup_events, sup_conn.
+ *                   hang checks, loss-fault rollbacks, shutdown
+ *   sup_watch.c     the watchdog's detectors wired to the STEP/FAULT
+ *                   streams: loss spikes, GOOD checkpoints, Xid faults,
+ *                   stragglers
+ * and the pure modules sup_kv, sup_gang, sup_launch, sup_events, sup_conn,
+ * sup_rollback.
  * Not a public header. Single-threaded: everything runs on the loop.
  */
 #ifndef SUP_INT_H
@@ -18,6 +22,9 @@
 #include "sup_events.h"
 #include "sup_gang.h"
 #include "sup_kv.h"
+#include "sup_rollback.h"
+#include "wd_loss.h"
+#include "wd_straggler.h"
 
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -77,6 +84,21 @@ typedef struct sup_pending_ckpt {
   double loss;
 } sup_pending_ckpt;
 
+/* One accepted (step, loss) of rank 0, to rebuild the loss window. */
+typedef struct sup_loss_pt {
+  int64_t step;
+  double loss;
+} sup_loss_pt;
+
+/* Per-rank step times of one step, until every rank has reported it. */
+#define SUP_STEPTIME_SLOTS 8
+typedef struct sup_steptime {
+  int64_t step; /* -1: free */
+  int nhave;
+  double *ms; /* [world]; NaN: not yet */
+  unsigned char *have;
+} sup_steptime;
+
 typedef struct sup {
   /* configuration */
   ft_runfile rf;
@@ -123,11 +145,26 @@ typedef struct sup {
   int64_t final_step; /* train.steps */
   sup_pending_ckpt *pending;
 
+  /* loss faults and rollbacks (sup_watch.c, sup_recovery.c) */
+  ft_wire_range skips[FT_WIRE_MAX_SKIPS]; /* batch ranges never trained on; persisted */
+  int nskips;
+  int on_spike;          /* enum sup_on_spike */
+  wd_loss *loss;         /* rank 0's losses of the current timeline */
+  sup_loss_pt *losshist; /* accepted values, ascending steps */
+  size_t nloss, caploss;
+  int64_t loss_fed; /* the last step fed to s->loss */
+  sup_rollback_good good;
+  wd_straggler *strag; /* NULL when world < 2 */
+  sup_steptime steptime[SUP_STEPTIME_SLOTS];
+  int steptime_world;
+
   /* the recovery in progress */
   double t_detect_s, t_stopped_s;
   int64_t fault_last_step;
   int interrupted; /* SIGINT/SIGTERM seen */
 } sup;
+
+enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };
 
 /* ---- sup_run.c ---------------------------------------------------------- */
 extern const sup_conn_ops sup_run_conn_ops;
@@ -151,6 +188,16 @@ void sup_recovery_first_step(sup *s, int64_t step);
 /* A fault. node -1: no node blamed. */
 void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
                         int blame);
+/* A loss fault (spike, NaN/Inf) at step spike_step: rolls back (on_spike
+ * rollback / rollback_and_skip, or `force`: the workers stopped training)
+ * to the newest COMMITTED/GOOD checkpoint before it, marks the newer ones
+ * BAD, adds a skip range (rollback_and_skip), then starts a recovery round
+ * with no node blamed. Returns 1 if a rollback started. */
+int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const char *detail,
+                            int force);
+/* Blames as "hang" every gang worker silent for more than 2 heartbeat
+ * intervals (SIGKILLs its node); returns how many. why: the trigger. */
+int sup_recovery_blame_silent(sup *s, const char *why);
 /* The final checkpoint is committed. */
 void sup_recovery_done(sup *s);
 /* The run cannot go on. */
@@ -161,6 +208,21 @@ void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg);
+
+/* ---- sup_watch.c -------------------------------------------------------- */
+int sup_watch_init(sup *s);
+void sup_watch_free(sup *s);
+/* A generation was assigned (restore_step, world known): rebuilds the loss
+ * window from the values before the restore point, resets step timing. */
+void sup_watch_generation(sup *s);
+/* STEP of the current gen from any rank (step times); rank 0 also feeds the
+ * loss detector and GOOD marking (returns 1 if a loss fault was acted on). */
+void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m);
+int sup_watch_loss(sup *s, const ft_msg *m);
+/* A FAULT from a worker (after its worker_fault event). */
+void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m);
+/* A checkpoint was committed. */
+void sup_watch_committed(sup *s, int64_t step);
 
 static inline int sup_in_gang(const sup *s, int node) {
   for (int i = 0; i < s->ngang; i++)

@@ -22,7 +22,11 @@
  *    tests) and carried by the run_started event.
  *  - Events beyond the spec's list: worker_launched carries role;
  *    run_interrupted {signal, gen, last_step} on SIGINT/SIGTERM;
- *    waiting_for_spare {reason} once when when_no_spares: wait blocks.
+ *    waiting_for_spare {reason} once when when_no_spares: wait blocks;
+ *    generation_started carries the skip list. The watchdog's events
+ *    (loss_spike, checkpoint_bad, checkpoint_good, rollback, xid,
+ *    straggler, straggler_cleared) are described in sup_watch.c and
+ *    sup_recovery.c.
  */
 #include "sup_int.h"
 
@@ -350,6 +354,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "supervise: resuming run %s (was %s at generation %" PRIu64 ")\n", s->rf.run,
             pstatus, pgen);
   free(pstatus);
+  if (sup_watch_init(s)) {
+    fprintf(stderr, "supervise: watchdog.loss_spike: %s\n", ft_err_detail());
+    ex = SUP_EXIT_USAGE;
+    goto out;
+  }
   if (latest >= s->final_step) {
     if (sup_persist(s, "done") == 0)
       printf("supervise: run %s: the final checkpoint (step %" PRId64 ") is committed; done\n",
@@ -450,6 +459,7 @@ int main(int argc, char **argv) {
 
 out:
   sup_pending_clear(s);
+  sup_watch_free(s);
   sup_conn_free_all();
   sup_kv_free(s->kv);
   if (s->tick)

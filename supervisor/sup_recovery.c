@@ -1,18 +1,26 @@
 /*
  * sup_recovery: the supervisor's state machine: launching the gang,
- * detecting faults (process exits, hangs), stopping the gang, swapping in
+ * detecting faults (process exits, hangs, silent peers of a collective
+ * failure), rolling back after loss faults, stopping the gang, swapping in
  * spares and starting the next generation; finishing and failing.
  *
  * STATES (sup->state, and sup->rphase inside RECOVERING)
  *
  *      STARTING --all HELLO, ASSIGN--> RUNNING --final ckpt committed--> FINISHING --> DONE
  *         |                             |   ^                               ^
- *         | fault                 fault |   | first STEP of the new gen     |
- *         v                             v   |                               |
+ *         | fault           fault, or   |   | first STEP of the new gen     |
+ *         |                 loss fault  |   |                               |
+ *         v                 (rollback)  v   |                               |
  *      RECOVERING: STOPPING --all reaped--> (plan) --> FORMING --all HELLO--> ASSIGNED
  *                      |                      |  \--WAIT--> WAITING (re-plan every 1 s)
  *                      |                      \--FAIL--> FINISHING (exit 1) --> FAILED
  *      any state --SIGINT/SIGTERM--> FINISHING (exit 130)
+ *
+ * A loss fault is a fault with nobody blamed, preceded by the rollback
+ * bookkeeping: every gang node is restarted in place, spares are untouched,
+ * and the new generation restores the newest COMMITTED/GOOD checkpoint
+ * before the faulty step. Loss faults act only while RUNNING or ASSIGNED
+ * (a gang that trains); in any other state they are events only.
  *
  * INVARIANTS
  *  1. gen only grows, and is persisted (sup_persist) before any message
@@ -22,19 +30,35 @@
  *  3. One recovery at a time. A fault while STOPPING/WAITING is recorded
  *     (event, node marked faulty) and joins the recovery in progress; a
  *     fault while FORMING/ASSIGNED (a relaunched worker died before the
- *     new gen trained) starts a new round (gen++, restarts++).
+ *     new gen trained) starts a new round (gen++, restarts++). Every round,
+ *     rollbacks included, counts against recovery.max_restarts.
  *  4. A quarantined node is never launched or assigned again in this run
  *     (its role is persisted with the run state).
  *  5. Every process we launched is reaped before the loop ends.
  *  6. Blame: an exit is blamed on its node only if it is a signal we did
  *     not send or an exit code other than 0, 5 (collective failure: the
- *     peer is at fault) and, while stopping, 6 (lost the supervisor).
+ *     peer is at fault) and, while stopping, 6 (lost the supervisor). On a
+ *     collective failure (exit 5, FAULT collective_timeout/other) every gang
+ *     worker silent for more than 2 heartbeat intervals is blamed as "hang"
+ *     (a SIGSTOPped worker sends nothing); if none is, nobody is blamed.
+ *  7. Rollback: before the round starts, every checkpoint with step >
+ *     restore_step is BAD in the catalog (a checkpoint that cannot be marked
+ *     fails the run rather than being restored later), and a new skip range
+ *     is in the persisted skip list, so ASSIGN (which restores the newest
+ *     non-BAD checkpoint and sends the whole skip list) restores restore_step
+ *     and no skipped batch is ever trained on again, also after a
+ *     supervisor restart.
  *
  * TRANSITIONS (function performing each)
  *  launch + STARTING ........................ sup_recovery_start
  *  STARTING/FORMING -> RUNNING/ASSIGNED ..... sup_recovery_hello -> assign
  *  ASSIGNED -> RUNNING ("recovered") ........ sup_recovery_first_step
  *  RUNNING/... -> RECOVERING.STOPPING ....... sup_recovery_fault
+ *  RUNNING/ASSIGNED -> (BAD marks, skip) ->
+ *    RECOVERING.STOPPING (loss fault) ....... sup_recovery_loss_fault
+ *                                             -> mark_bad_after, sup_recovery_fault
+ *  RUNNING/... -> STOPPING (silent peers) ... sup_recovery_blame_silent
+ *                                             -> sup_recovery_fault
  *  STOPPING -> plan -> FORMING|WAITING|fail . check_stopped -> plan_and_launch
  *  RUNNING -> FINISHING (done) .............. sup_recovery_done
  *  any -> FINISHING (failed) ................ sup_recovery_fail
@@ -44,6 +68,12 @@
  * ever appears (spares are launched only at start), so a run in WAITING
  * waits until it is interrupted. That is the honest behaviour of "wait"
  * here; on a cluster a restarted supervisor with more nodes would resume.
+ *
+ * Known limit (ckptstore): a checkpoint marked BAD keeps its (run, step)
+ * key, and ckpt_store_commit refuses a step that exists in a state other
+ * than PENDING, so the re-trained timeline cannot commit a step that was
+ * marked BAD ("checkpoint_failed" event; training goes on). The store needs
+ * a way to replace a BAD checkpoint for that.
  */
 #include "sup_int.h"
 
@@ -259,6 +289,7 @@ static void assign(sup *s) {
     restore = -1;
   s->restore_step = restore;
   int world = s->ngang * s->G;
+  sup_watch_generation(s);
   char rdzv[64];
   int rl = snprintf(rdzv, sizeof rdzv, "g%" PRIu64 "/", s->gen);
   sup_pending_clear(s);
@@ -275,6 +306,8 @@ static void assign(sup *s) {
       m.assign.restore_step = restore;
       m.assign.rdzv = (const uint8_t *)rdzv;
       m.assign.rdzv_len = (uint32_t)rl;
+      m.assign.skips = s->skips;
+      m.assign.nskips = (uint32_t)s->nskips;
       if (w->conn)
         sup_send(s, w->conn, &m, s->gen);
     }
@@ -283,6 +316,13 @@ static void assign(sup *s) {
   cJSON_AddNumberToObject(f, "world", world);
   cJSON_AddItemToObject(f, "nodes", int_array(s->gang, s->ngang));
   cJSON_AddNumberToObject(f, "restore_step", (double)restore);
+  cJSON *sk = cJSON_AddArrayToObject(f, "skips");
+  for (int i = 0; i < s->nskips; i++) {
+    cJSON *r = cJSON_CreateArray();
+    cJSON_AddItemToArray(r, cJSON_CreateNumber((double)s->skips[i].first));
+    cJSON_AddItemToArray(r, cJSON_CreateNumber((double)s->skips[i].end));
+    cJSON_AddItemToArray(sk, r);
+  }
   sup_events_emit(s->ev, "generation_started", f,
                   "gen %" PRIu64 ": world %d, restore step %" PRId64, s->gen, world, restore);
   if (s->state == SUP_STARTING) {
@@ -489,6 +529,127 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
   check_stopped(s);
 }
 
+/* Marks every checkpoint of the run with step > restore BAD (event
+ * "checkpoint_bad" each) and collects their steps into bad (a JSON array).
+ * A checkpoint we cannot mark would be restored later: that is an error. */
+static int mark_bad_after(sup *s, int64_t restore, int64_t spike_step, cJSON *bad) {
+  ckpt_info *list = NULL;
+  size_t n = 0;
+  int rc = ckpt_store_list(s->store, s->rf.run, &list, &n);
+  if (rc)
+    return rc;
+  for (size_t i = 0; i < n && !rc; i++) {
+    if (list[i].step <= restore || list[i].state == CKPT_BAD || list[i].state == CKPT_PENDING)
+      continue;
+    rc = ckpt_store_set_state(s->store, s->rf.run, list[i].step, CKPT_BAD);
+    if (rc == FT_ENOENT) { /* deleted by retention meanwhile: nothing to restore */
+      rc = FT_OK;
+      continue;
+    }
+    if (rc)
+      break;
+    char reason[160];
+    snprintf(reason, sizeof reason, "may hold the loss fault at step %" PRId64, spike_step);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "step", (double)list[i].step);
+    cJSON_AddStringToObject(f, "reason", reason);
+    sup_events_emit(s->ev, "checkpoint_bad", f, "step %" PRId64 ": %s", list[i].step, reason);
+    cJSON_AddItemToArray(bad, cJSON_CreateNumber((double)list[i].step));
+  }
+  free(list);
+  return rc;
+}
+
+int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const char *detail,
+                            int force) {
+  /* only a gang that trains: RUNNING, or a new gen before its first STEP */
+  if (!(s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)))
+    return 0;
+  int mode = s->on_spike;
+  if (mode == SUP_SPIKE_WARN && !force) {
+    sup_rollback_good_fault(&s->good, spike_step, 0, -1);
+    return 0;
+  }
+  if (mode == SUP_SPIKE_WARN)
+    mode = SUP_SPIKE_ROLLBACK; /* the workers stopped training: roll back anyway */
+  int64_t restore = -1;
+  if (spike_step <= 0 || ckpt_store_latest(s->store, s->rf.run, spike_step - 1, &restore) != 0)
+    restore = -1;
+  int64_t first = -1, end = -1;
+  char why[512];
+  if (mode == SUP_SPIKE_ROLLBACK_SKIP) {
+    sup_rollback_skip_range(s->skips, s->nskips, restore, spike_step, s->rf.recovery.skip_batches,
+                            &first, &end);
+    if (sup_rollback_skips_add(s->skips, &s->nskips, FT_WIRE_MAX_SKIPS, first, end)) {
+      snprintf(why, sizeof why, "cannot skip batches [%" PRId64 ", %" PRId64 "): %s", first, end,
+               ft_err_detail());
+      sup_recovery_fail(s, why);
+      return 1;
+    }
+  }
+  cJSON *bad = cJSON_CreateArray();
+  int rc = mark_bad_after(s, restore, spike_step, bad);
+  if (rc) {
+    cJSON_Delete(bad);
+    snprintf(why, sizeof why,
+             "cannot mark the checkpoints after step %" PRId64 " bad (a restart would restore "
+             "one): %s",
+             restore, ft_err_detail());
+    sup_recovery_fail(s, why);
+    return 1;
+  }
+  sup_rollback_good_fault(&s->good, spike_step, 1, restore);
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "spike_step", (double)spike_step);
+  cJSON_AddNumberToObject(f, "restore_step", (double)restore);
+  cJSON_AddStringToObject(f, "kind", kind);
+  if (first >= 0) {
+    cJSON_AddNumberToObject(f, "skip_first", (double)first);
+    cJSON_AddNumberToObject(f, "skip_end", (double)end);
+  } else {
+    cJSON_AddNullToObject(f, "skip_first");
+    cJSON_AddNullToObject(f, "skip_end");
+  }
+  cJSON_AddItemToObject(f, "bad_steps", bad);
+  if (first >= 0)
+    sup_events_emit(s->ev, "rollback", f,
+                    "%s at step %" PRId64 ": back to step %" PRId64 ", skipping batches [%" PRId64
+                    ", %" PRId64 ")",
+                    kind, spike_step, restore, first, end);
+  else
+    sup_events_emit(s->ev, "rollback", f, "%s at step %" PRId64 ": back to step %" PRId64, kind,
+                    spike_step, restore);
+  /* the recovery round: no node blamed, every gang node restarted in place;
+   * it persists gen with the new skip list before the next ASSIGN */
+  sup_recovery_fault(s, kind, -1, -1, 0, detail, 0);
+  return 1;
+}
+
+int sup_recovery_blame_silent(sup *s, const char *why) {
+  if (s->state != SUP_RUNNING && !(s->state == SUP_RECOVERING &&
+                                   (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))
+    return 0;
+  /* 2 heartbeat intervals; WELCOME's heartbeat_ms = heartbeat_timeout_s/4 */
+  double limit = 2 * s->rf.watchdog.heartbeat_timeout_s / 4.0, now = ft_now_s();
+  sup_worker *silent[s->ngang * s->G + 1];
+  int ns = 0;
+  for (int p = 0; p < s->ngang; p++)
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      if (w->alive && w->rank >= 0 && w->gen == s->gen && now - w->last_msg_s > limit)
+        silent[ns++] = w;
+    }
+  for (int i = 0; i < ns; i++) {
+    sup_worker *w = silent[i];
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s; silent for %.1f s (> 2 heartbeat intervals, %.1f s)", why,
+             now - w->last_msg_s, limit);
+    signal_node(s, w->node, SIGKILL); /* a stopped process ignores SIGTERM */
+    sup_recovery_fault(s, "hang", w->node, w->slot, w->pid, detail, 1);
+  }
+  return ns;
+}
+
 int sup_recovery_start(sup *s) {
   sup_plan plan;
   int roles[SUP_MAX_NODES];
@@ -572,9 +733,11 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   }
   if (code == 0 || ours)
     return; /* orderly (or ours: the fault that caused it is already known) */
-  if (code == 5)
-    sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, 0);
-  else
+  if (code == 5) {
+    /* the peer is at fault: a silent (stopped, hung) one if there is one */
+    if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)"))
+      sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, 0);
+  } else
     sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, 1);
 }
 

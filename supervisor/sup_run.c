@@ -9,12 +9,16 @@
  *   any         fenced with ft_wire_check_gen against the current gen:
  *               stale -> STOP(stale_generation) + close
  *   HEARTBEAT   echoed (same gen and step) so the worker sees we are alive
- *   STEP        rank 0 of the current gen only; "step" event every
- *               checkpoint.every_steps; completes a recovery's first step;
- *               the kill_node_at_step failpoint (or chaos.kill_node_at_step)
+ *   STEP        every rank of the current gen: its step time (stragglers,
+ *               sup_watch.c); rank 0 only: progress, "step" event every
+ *               checkpoint.every_steps, completes a recovery's first step,
+ *               the loss detector (sup_watch_loss), the kill_node_at_step
+ *               failpoint (or chaos.kill_node_at_step)
  *   SHARD_SAVED collected per step; when ranks 0..world-1 all reported:
  *               commit, COMMITTED(step) to the gang, retention GC
- *   FAULT       "worker_fault" event (the worker exits 5 next)
+ *   FAULT       "worker_fault" event, then sup_watch_fault: nan/loss_spike
+ *               -> rollback, xid -> per its action, collective_timeout/
+ *               other -> blame silent workers (the worker exits 5 next)
  *   KV_SET/GET  the rendezvous store, current gen only
  *
  * The commit is synchronous on the loop (one synced RocksDB WriteBatch and
@@ -24,8 +28,9 @@
  *
  * Persisted state (catalog key "sup/<run>/state", one synced JSON record):
  * {"gen": G, "status": "running|done|failed", "quarantined": [...],
- *  "restarts": R}. gen is written BEFORE it is used (sup_persist first,
- * then ASSIGN), so a restarted supervisor never reuses a generation.
+ *  "restarts": R, "skips": [[first, end], ...]} (skips: global batch
+ * ranges never trained on again, sent in every ASSIGN). gen is written BEFORE it is used
+ * (sup_persist first, then ASSIGN), so a restarted supervisor never reuses a generation.
  */
 #include "sup_int.h"
 
@@ -56,6 +61,13 @@ int sup_persist(sup *s, const char *status) {
     if (s->nodes[n].role == SUP_ROLE_QUARANTINED)
       cJSON_AddItemToArray(q, cJSON_CreateNumber(n));
   cJSON_AddNumberToObject(o, "restarts", s->restarts);
+  cJSON *sk = cJSON_AddArrayToObject(o, "skips");
+  for (int i = 0; i < s->nskips; i++) {
+    cJSON *r = cJSON_CreateArray();
+    cJSON_AddItemToArray(r, cJSON_CreateNumber((double)s->skips[i].first));
+    cJSON_AddItemToArray(r, cJSON_CreateNumber((double)s->skips[i].end));
+    cJSON_AddItemToArray(sk, r);
+  }
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   if (!txt)
@@ -90,6 +102,17 @@ int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts) {
     int n = cJSON_IsNumber(it) ? (int)it->valuedouble : -1;
     if (n >= 0 && n < s->nnodes)
       s->nodes[n].role = SUP_ROLE_QUARANTINED;
+  }
+  /* skip ranges (absent in states written before rollbacks existed) */
+  s->nskips = 0;
+  cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "skips")) {
+    cJSON *f = cJSON_GetArrayItem(it, 0), *e = cJSON_GetArrayItem(it, 1);
+    if (!cJSON_IsNumber(f) || !cJSON_IsNumber(e) ||
+        sup_rollback_skips_add(s->skips, &s->nskips, FT_WIRE_MAX_SKIPS, (int64_t)f->valuedouble,
+                               (int64_t)e->valuedouble)) {
+      cJSON_Delete(o);
+      return ft_err_set(FT_EFORMAT, "catalog key sup/%s: bad skip range", key);
+    }
   }
   cJSON_Delete(o);
   return *status ? FT_OK : ft_err_set(FT_ENOMEM, "out of memory");
@@ -236,6 +259,7 @@ static void commit(sup *s, sup_pending_ckpt *p) {
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d) in %.1f ms",
                   p->step, p->world, ms);
+  sup_watch_committed(s, p->step);
   ft_msg m;
   ft_msg_init(&m, FT_MSG_COMMITTED);
   m.committed.step = p->step;
@@ -371,6 +395,8 @@ static void on_step(sup *s, const ft_msg *m) {
   }
   if (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)
     sup_recovery_first_step(s, step);
+  if (sup_watch_loss(s, m))
+    return; /* a loss fault: the gang is being stopped */
   /* A fault asked for on purpose: the run file's chaos.kill_node_at_step
    * (the demo's) or the kill_node_at_step failpoint (tests). */
   int64_t at = s->rf.chaos.kill_node_at_step;
@@ -491,6 +517,10 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     break;
   }
   case FT_MSG_STEP:
+    /* every rank reports its step time; only rank 0's STEP moves progress,
+     * the loss window and recovery */
+    if (current)
+      sup_watch_step_time(s, w, m);
     if (current && w->rank == 0)
       on_step(s, m);
     break;
@@ -509,6 +539,7 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     sup_events_emit(s->ev, "worker_fault", f, "node %d slot %d %s at step %" PRId64 ": %s", w->node,
                     w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step,
                     m->fault.detail ? m->fault.detail : "");
+    sup_watch_fault(s, w, m);
     break;
   }
   case FT_MSG_KV_SET:

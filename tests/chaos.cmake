@@ -3,4 +3,6 @@ find_program(FT_PYTHON3 python3)
 if(FT_PYTHON3 AND TARGET supervise)
   ft_add_script_test(NAME chaos_node_loss LABELS chaos TIMEOUT 900
                      COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/run_chaos.sh node-loss)
+  ft_add_script_test(NAME chaos_watchdog LABELS chaos TIMEOUT 900
+                     COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/run_chaos.sh watchdog)
 endif()

@@ -2,7 +2,7 @@
 # integration tests that run the real `supervise` with a protocol-conformant
 # fake worker (tests/integration/fake_worker.c) and a hostile client.
 if(TARGET supervise)
-  foreach(t test_sup_kv test_sup_gang test_sup_events test_sup_launch)
+  foreach(t test_sup_kv test_sup_gang test_sup_events test_sup_launch test_sup_rollback)
     ft_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c
                 LIBS ftsup LABELS unit TIMEOUT 60)
   endforeach()
@@ -13,7 +13,7 @@ if(TARGET supervise)
   target_link_libraries(fake_worker PRIVATE ftckpt ftcommon PkgConfig::CJSON m)
   set_target_properties(fake_worker PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
-  foreach(t sup_basic sup_recovery sup_hostile sup_resume)
+  foreach(t sup_basic sup_recovery sup_hostile sup_resume sup_loss sup_faults)
     ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
                        LABELS integration TIMEOUT 90)
   endforeach()

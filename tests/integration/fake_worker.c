@@ -21,6 +21,24 @@
  *                         node I's workers kill themselves at step S
  *   FAKE_HANG_NODE=I, FAKE_HANG_STEP=S
  *                         node I's workers stop sending anything at step S
+ *   FAKE_SPIKE_BATCH=B    rank 0 reports 5x the loss at the step that
+ *                         consumes global batch B (the skip rule of ASSIGN's
+ *                         skips is applied, so a skipped batch never spikes)
+ *   FAKE_NAN_BATCH=B      every rank sends FAULT nan at the step consuming
+ *                         batch B and waits for STOP (as the real worker)
+ *   FAKE_SAVE_FIRST=1     at checkpoint steps rank 0 saves its shard, waits
+ *                         0.5 s, then sends STEP (a commit can precede STEP)
+ *   FAKE_XID_NODE=I, FAKE_XID_STEP=S, FAKE_XID_ACTION=A [, FAKE_XID=N (79)]
+ *                         node I slot 0 sends FAULT xid "xid=N action=A
+ *                         pci=0000:II:00: ..." at step S and goes on
+ *   FAKE_COLL_NODE=I, FAKE_COLL_STEP=S [, FAKE_COLL_DELAY_MS=D (2000)]
+ *                         node I's workers wait D ms at step S (heartbeating),
+ *                         send FAULT collective_timeout and exit 5
+ *   FAKE_SLOW_RANK=R      rank R reports 5x step_ms (a straggler)
+ *   FAKE_ONCE_DIR=DIR     the xid, collective and nan faults fire once per
+ *                         test: a marker file DIR/<fault> records it
+ * Every rank sends STEP (rank 0's carries the loss, the others' NaN);
+ * rank 0 logs "fake_worker: step K batch B" for each step.
  *
  * Exit: 0 on STOP; 5 if the rendezvous times out (after FAULT); 6 when the
  * supervisor is lost (closed, or silent for heartbeat_timeout_s); 2 usage;
@@ -37,6 +55,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -143,6 +162,43 @@ static int env_int(const char *name, int dflt) {
   return v && *v ? atoi(v) : dflt;
 }
 
+/* 1 the first time a one-shot fault fires in this test (FAKE_ONCE_DIR),
+ * 0 afterwards; always 1 without FAKE_ONCE_DIR. */
+static int once(const char *name) {
+  const char *dir = getenv("FAKE_ONCE_DIR");
+  if (!dir || !*dir)
+    return 1;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wx");
+  if (!f)
+    return 0;
+  fclose(f);
+  return 1;
+}
+
+static void send_fault(ft_fault_kind kind, int64_t step, const char *detail) {
+  ft_msg f;
+  ft_msg_init(&f, FT_MSG_FAULT);
+  f.fault.kind = kind;
+  f.fault.step = step;
+  f.fault.detail = detail;
+  send_msg(&f);
+}
+
+/* The skip rule, step by step, as the real worker applies it. */
+static int64_t skip_rule(const ft_wire_range *r, uint32_t n, int64_t b) {
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (uint32_t i = 0; i < n; i++)
+      if (b >= r[i].first && b < r[i].end) {
+        b = r[i].end;
+        moved = 1;
+      }
+  }
+  return b;
+}
+
 static void save_shard(ckpt_store *st, int64_t step, int rank, int world, double loss) {
   float data[16];
   for (int i = 0; i < 16; i++)
@@ -186,9 +242,9 @@ int main(int argc, char **argv) {
   const char *sets[64];
   int nsets = 0, node = -1, slot = -1;
   static const struct option opts[] = {
-      {"connect", 1, 0, 'c'}, {"node", 1, 0, 'n'},  {"slot", 1, 0, 's'}, {"store", 1, 0, 'S'},
-      {"runfile", 1, 0, 'r'}, {"steps", 1, 0, 't'}, {"set", 1, 0, 'e'},  {"threads", 1, 0, 'T'},
-      {0, 0, 0, 0}};
+      {"connect", 1, 0, 'c'}, {"node", 1, 0, 'n'},    {"slot", 1, 0, 's'},
+      {"store", 1, 0, 'S'},   {"runfile", 1, 0, 'r'}, {"steps", 1, 0, 't'},
+      {"set", 1, 0, 'e'},     {"threads", 1, 0, 'T'}, {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (ch) {
@@ -246,6 +302,13 @@ int main(int argc, char **argv) {
   int die_node = env_int("FAKE_DIE_NODE", -1), die_step = env_int("FAKE_DIE_STEP", -1);
   int die_sig = env_int("FAKE_DIE_SIGNAL", SIGKILL);
   int hang_node = env_int("FAKE_HANG_NODE", -1), hang_step = env_int("FAKE_HANG_STEP", -1);
+  int spike_batch = env_int("FAKE_SPIKE_BATCH", -1), nan_batch = env_int("FAKE_NAN_BATCH", -1);
+  int save_first = env_int("FAKE_SAVE_FIRST", 0);
+  int xid_node = env_int("FAKE_XID_NODE", -1), xid_step = env_int("FAKE_XID_STEP", -1);
+  int xid = env_int("FAKE_XID", 79);
+  const char *xid_action = getenv("FAKE_XID_ACTION") ? getenv("FAKE_XID_ACTION") : "quarantine";
+  int coll_node = env_int("FAKE_COLL_NODE", -1), coll_step = env_int("FAKE_COLL_STEP", -1);
+  int coll_delay = env_int("FAKE_COLL_DELAY_MS", 2000), slow_rank = env_int("FAKE_SLOW_RANK", -1);
 
   /* connect */
   char host[64];
@@ -304,9 +367,18 @@ int main(int argc, char **argv) {
   int64_t restore = m.assign.restore_step;
   char rdzv[256];
   snprintf(rdzv, sizeof rdzv, "%.*s", (int)m.assign.rdzv_len, (const char *)m.assign.rdzv);
+  uint32_t nskips = m.assign.nskips;
+  ft_wire_range *skips = calloc(nskips + 1, sizeof *skips);
+  if (!skips)
+    die(1, "out of memory");
+  for (uint32_t i = 0; i < nskips; i++)
+    skips[i] = m.assign.skips[i];
   ft_msg_release(&m);
   fprintf(stderr, "fake_worker: node %d slot %d: gen %" PRIu64 " rank %d/%d restore %" PRId64 "\n",
           node, slot, g_gen, rank, world, restore);
+  for (uint32_t i = 0; i < nskips; i++)
+    fprintf(stderr, "fake_worker: skip batches [%" PRId64 ", %" PRId64 ")\n", skips[i].first,
+            skips[i].end);
 
   /* rendezvous through the KV store */
   char key[300], val[64];
@@ -358,7 +430,40 @@ int main(int argc, char **argv) {
   if (ckpt_store_open(store, &so, &st))
     die(1, ft_err_detail());
   int64_t every = rf.checkpoint.every_steps, last = rf.train.steps;
+  /* the data position after the restore step: replay the rule from step 1
+   * (the real worker keeps it in its checkpoint) */
+  int64_t b = 0;
+  for (int64_t k = 1; k <= restore; k++)
+    b = skip_rule(skips, nskips, b) + 1;
   for (int64_t step = restore < 0 ? 1 : restore + 1; step <= last; step++) {
+    b = skip_rule(skips, nskips, b);
+    int64_t batch = b++;
+    if (rank == 0)
+      fprintf(stderr, "fake_worker: step %" PRId64 " batch %" PRId64 "\n", step, batch);
+    if (batch == nan_batch && once("nan")) {
+      send_fault(FT_FAULT_NAN, step, "non-finite loss or gradient norm");
+      for (;;)
+        if (recv_msg(&m, 1)) {
+          common_msg(&m); /* exits on STOP */
+          ft_msg_release(&m);
+        }
+    }
+    if (node == xid_node && slot == 0 && step == xid_step && once("xid")) {
+      char d[256];
+      snprintf(d, sizeof d, "xid=%d action=%s pci=0000:%02x:00: fake Xid for a drill", xid,
+               xid_action, node & 0xff);
+      send_fault(FT_FAULT_XID, -1, d);
+    }
+    if (node == coll_node && step == coll_step && once(slot == 0 ? "coll" : "coll1")) {
+      double until_c = ft_now_s() + coll_delay / 1000.0;
+      while (ft_now_s() < until_c)
+        if (recv_msg(&m, until_c - ft_now_s())) {
+          common_msg(&m);
+          ft_msg_release(&m);
+        }
+      send_fault(FT_FAULT_COLLECTIVE_TIMEOUT, step, "allreduce timed out (fake)");
+      die(5, "collective timeout");
+    }
     if (node == die_node && step == die_step) {
       fprintf(stderr, "fake_worker: dying with signal %d at step %" PRId64 "\n", die_sig, step);
       raise(die_sig);
@@ -375,18 +480,28 @@ int main(int argc, char **argv) {
       ft_msg_release(&m);
     }
     double loss = 5.0 / (1.0 + 0.01 * (double)step);
+    if (batch == spike_batch)
+      loss *= 5;
     g_last_step = step;
-    if (rank == 0) {
-      ft_msg sm;
-      ft_msg_init(&sm, FT_MSG_STEP);
-      sm.step.step = step;
-      sm.step.loss = loss;
-      sm.step.grad_norm = 1.0;
-      sm.step.tokens_per_s = 1000.0;
-      sm.step.step_ms = step_ms;
-      send_msg(&sm);
+    int ckpt = (every > 0 && step % every == 0) || step == last;
+    if (ckpt && save_first && rank == 0) {
+      save_shard(st, step, rank, world, loss);
+      double until_s = ft_now_s() + 0.5;
+      while (ft_now_s() < until_s)
+        if (recv_msg(&m, until_s - ft_now_s())) {
+          common_msg(&m);
+          ft_msg_release(&m);
+        }
     }
-    if ((every > 0 && step % every == 0) || step == last)
+    ft_msg sm;
+    ft_msg_init(&sm, FT_MSG_STEP);
+    sm.step.step = step;
+    sm.step.loss = rank == 0 ? loss : NAN;
+    sm.step.grad_norm = 1.0;
+    sm.step.tokens_per_s = 1000.0;
+    sm.step.step_ms = rank == slow_rank ? 5.0 * step_ms : step_ms;
+    send_msg(&sm);
+    if (ckpt && !(save_first && rank == 0))
       save_shard(st, step, rank, world, loss);
   }
   /* wait for STOP */

@@ -1,0 +1,398 @@
+/*
+ * sup_watch: the watchdog's pure detectors (watchdog/) wired to the
+ * supervisor's STEP and FAULT streams (DESIGN section 8):
+ *   - loss spikes: wd_loss over rank 0's STEP losses, in step order, once
+ *     per step; a SPIKE/NONFINITE verdict, or a FAULT nan/loss_spike from a
+ *     gang worker, is a loss fault -> event "loss_spike", then
+ *     sup_recovery_loss_fault (rollback, BAD marking, skip range);
+ *   - GOOD checkpoints: a committed checkpoint c becomes GOOD when rank 0
+ *     reports step >= c + window with no loss fault since c (the decisions
+ *     are sup_rollback_good_*, unit-tested);
+ *   - Xid faults: FAULT xid "xid=N action=A pci=P: ..." -> event "xid";
+ *     quarantine blames the node, restart restarts the gang in place;
+ *   - collective failures: FAULT collective_timeout/other -> blame the
+ *     silent workers (sup_recovery_blame_silent);
+ *   - stragglers: wd_straggler over every rank's step_ms, once every rank
+ *     has reported a step; events "straggler" / "straggler_cleared", report
+ *     only.
+ *
+ * NO DOUBLE FEEDING. Steps re-run after any recovery (a rollback, or a node
+ * loss that restores an older checkpoint) must not enter the loss window
+ * twice. The supervisor keeps every accepted (step, loss) of the current
+ * timeline; when a generation is assigned with restore step r, it drops the
+ * values of steps > r, resets the detector and re-pushes the last `window`
+ * values of steps <= r: the window is exactly what it was right after step
+ * r, with no warm-up to sit through. Only steps > the last fed step are fed.
+ * After a supervisor restart the history is gone: the detector warms up
+ * again (min_steps steps without judgement); documented, not hidden.
+ *
+ * on_loss_spike: warn -> the event only. A FAULT nan from a worker is the
+ * exception: the worker did not apply the update and waits for STOP, so the
+ * run cannot go on without a restart; it rolls back (without a skip) even
+ * under warn.
+ *
+ * Single-threaded (the loop). Failures of the store while marking GOOD are
+ * logged and the run goes on (GOOD is advisory; BAD is not: see
+ * sup_recovery_loss_fault).
+ */
+#include "sup_int.h"
+
+#include "ft_clock.h"
+#include "ft_err.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HIST_TRIM 65536 /* history kept beyond the window (steps) */
+
+int sup_watch_init(sup *s) {
+  const char *o = s->rf.recovery.on_loss_spike;
+  s->on_spike = !strcmp(o, "warn")       ? SUP_SPIKE_WARN
+                : !strcmp(o, "rollback") ? SUP_SPIKE_ROLLBACK
+                                         : SUP_SPIKE_ROLLBACK_SKIP;
+  wd_loss_cfg c;
+  wd_loss_cfg_default(&c);
+  c.window = s->rf.watchdog.spike_window;
+  c.zscore = s->rf.watchdog.spike_zscore;
+  c.min_steps = s->rf.watchdog.spike_min_steps;
+  int rc = wd_loss_new(&c, &s->loss);
+  if (rc)
+    return rc;
+  s->loss_fed = -1;
+  for (int i = 0; i < SUP_STEPTIME_SLOTS; i++)
+    s->steptime[i].step = -1;
+  sup_rollback_good_init(&s->good);
+  /* after a supervisor restart: every COMMITTED checkpoint is a candidate */
+  ckpt_info *list = NULL;
+  size_t n = 0;
+  if (ckpt_store_list(s->store, s->rf.run, &list, &n) == 0)
+    for (size_t i = 0; i < n; i++)
+      if (list[i].state == CKPT_COMMITTED)
+        sup_rollback_good_add(&s->good, list[i].step);
+  free(list);
+  return FT_OK;
+}
+
+static void steptime_free(sup *s) {
+  for (int i = 0; i < SUP_STEPTIME_SLOTS; i++) {
+    free(s->steptime[i].ms);
+    free(s->steptime[i].have);
+    s->steptime[i].ms = NULL;
+    s->steptime[i].have = NULL;
+    s->steptime[i].step = -1;
+  }
+  s->steptime_world = 0;
+}
+
+void sup_watch_free(sup *s) {
+  wd_loss_free(s->loss);
+  s->loss = NULL;
+  wd_straggler_free(s->strag);
+  s->strag = NULL;
+  steptime_free(s);
+  free(s->losshist);
+  s->losshist = NULL;
+  s->nloss = s->caploss = 0;
+}
+
+void sup_watch_generation(sup *s) {
+  int64_t r = s->restore_step;
+  while (s->nloss && s->losshist[s->nloss - 1].step > r)
+    s->nloss--;
+  if (s->loss) {
+    wd_loss_reset(s->loss);
+    size_t w = (size_t)s->rf.watchdog.spike_window;
+    for (size_t i = s->nloss > w ? s->nloss - w : 0; i < s->nloss; i++) {
+      wd_loss_event ev;
+      wd_loss_push(s->loss, s->losshist[i].step, s->losshist[i].loss, 0, &ev);
+    }
+  }
+  s->loss_fed = r;
+
+  wd_straggler_free(s->strag);
+  s->strag = NULL;
+  steptime_free(s);
+  int world = s->ngang * s->G;
+  if (world < 2)
+    return;
+  wd_straggler_cfg sc;
+  wd_straggler_cfg_default(&sc, world);
+  if (wd_straggler_new(&sc, &s->strag)) {
+    fprintf(stderr, "supervise: no straggler detection: %s\n", ft_err_detail());
+    return;
+  }
+  for (int i = 0; i < SUP_STEPTIME_SLOTS; i++) {
+    s->steptime[i].ms = calloc((size_t)world, sizeof(double));
+    s->steptime[i].have = calloc((size_t)world, 1);
+    if (!s->steptime[i].ms || !s->steptime[i].have) {
+      steptime_free(s);
+      wd_straggler_free(s->strag);
+      s->strag = NULL;
+      return;
+    }
+  }
+  s->steptime_world = world;
+}
+
+/* ---- stragglers --------------------------------------------------------- */
+
+void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
+  int world = s->steptime_world, rank = w->rank;
+  int64_t k = m->step.step;
+  if (!s->strag || rank < 0 || rank >= world || k < 0)
+    return;
+  sup_steptime *t = &s->steptime[k % SUP_STEPTIME_SLOTS];
+  if (t->step != k) { /* a new step (an unfinished older one is dropped) */
+    t->step = k;
+    t->nhave = 0;
+    for (int r = 0; r < world; r++) {
+      t->ms[r] = NAN;
+      t->have[r] = 0;
+    }
+  }
+  if (t->have[rank])
+    return;
+  t->have[rank] = 1;
+  t->ms[rank] = m->step.step_ms;
+  if (++t->nhave < world)
+    return;
+  t->step = -1; /* judged */
+  wd_strag_event evs[world];
+  int ne = wd_straggler_step(s->strag, k, t->ms, evs, world);
+  for (int i = 0; i < ne; i++) {
+    int r = evs[i].rank, node = s->gang[r / s->G], slot = r % s->G;
+    int flagged = evs[i].kind == WD_STRAG_FLAGGED;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "rank", r);
+    cJSON_AddNumberToObject(f, "node", node);
+    cJSON_AddNumberToObject(f, "slot", slot);
+    cJSON_AddNumberToObject(f, "ratio", round(evs[i].ratio * 1000) / 1000);
+    cJSON_AddNumberToObject(f, "step", (double)k);
+    if (flagged)
+      cJSON_AddNumberToObject(f, "hits", evs[i].hits);
+    sup_events_emit(s->ev, flagged ? "straggler" : "straggler_cleared", f,
+                    "rank %d (node %d slot %d) %s at step %" PRId64 " (%.2fx the others' median)",
+                    r, node, slot, flagged ? "is slow" : "is no longer slow", k, evs[i].ratio);
+  }
+}
+
+/* ---- loss faults and GOOD ------------------------------------------------ */
+
+static void hist_add(sup *s, int64_t step, double loss) {
+  size_t keep = (size_t)s->rf.watchdog.spike_window + HIST_TRIM;
+  if (s->nloss >= keep) { /* drop the oldest half of what is beyond the window */
+    size_t drop = s->nloss - keep / 2;
+    memmove(s->losshist, s->losshist + drop, sizeof *s->losshist * (s->nloss - drop));
+    s->nloss -= drop;
+  }
+  if (s->nloss == s->caploss) {
+    size_t cap = s->caploss ? s->caploss * 2 : 256;
+    sup_loss_pt *p = realloc(s->losshist, cap * sizeof *p);
+    if (!p)
+      return; /* the window rebuild after a rollback is then shorter */
+    s->losshist = p;
+    s->caploss = cap;
+  }
+  s->losshist[s->nloss].step = step;
+  s->losshist[s->nloss].loss = loss;
+  s->nloss++;
+}
+
+static void mark_good(sup *s, int64_t k) {
+  int64_t due[64];
+  int nd = sup_rollback_good_due(&s->good, k, s->rf.watchdog.spike_window, due, 64);
+  if (nd <= 0)
+    return;
+  ckpt_info *list = NULL;
+  size_t n = 0;
+  if (ckpt_store_list(s->store, s->rf.run, &list, &n)) {
+    fprintf(stderr, "supervise: cannot list checkpoints to mark GOOD: %s\n", ft_err_detail());
+    return;
+  }
+  for (int i = 0; i < nd; i++)
+    for (size_t j = 0; j < n; j++) {
+      if (list[j].step != due[i] || list[j].state != CKPT_COMMITTED)
+        continue;
+      if (ckpt_store_set_state(s->store, s->rf.run, due[i], CKPT_GOOD)) {
+        fprintf(stderr, "supervise: cannot mark step %" PRId64 " GOOD: %s\n", due[i],
+                ft_err_detail());
+        break;
+      }
+      cJSON *f = cJSON_CreateObject();
+      cJSON_AddNumberToObject(f, "step", (double)due[i]);
+      cJSON_AddNumberToObject(f, "at_step", (double)k);
+      sup_events_emit(s->ev, "checkpoint_good", f,
+                      "step %" PRId64 ": no loss fault in the %d steps after it", due[i],
+                      s->rf.watchdog.spike_window);
+    }
+  free(list);
+}
+
+static const char *on_spike_name(int mode) {
+  return mode == SUP_SPIKE_WARN       ? "warn"
+         : mode == SUP_SPIKE_ROLLBACK ? "rollback"
+                                      : "rollback_and_skip";
+}
+
+static void add_num_or_null(cJSON *f, const char *name, double v) {
+  if (isfinite(v))
+    cJSON_AddNumberToObject(f, name, v);
+  else
+    cJSON_AddNullToObject(f, name);
+}
+
+int sup_watch_loss(sup *s, const ft_msg *m) {
+  int64_t k = m->step.step;
+  if (!s->loss || k <= s->loss_fed)
+    return 0; /* judged already (a repeat) */
+  s->loss_fed = k;
+  wd_loss_event ev;
+  if (wd_loss_push(s->loss, k, m->step.loss, m->step.grad_norm, &ev))
+    return 0;
+  if (ev.verdict == WD_LOSS_OK || ev.verdict == WD_LOSS_WARMUP) {
+    hist_add(s, k, m->step.loss);
+    mark_good(s, k);
+    return 0;
+  }
+  int spike = ev.verdict == WD_LOSS_SPIKE;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "step", (double)k);
+  add_num_or_null(f, "loss", m->step.loss);
+  add_num_or_null(f, "median", ev.median);
+  add_num_or_null(f, "mad", ev.mad);
+  add_num_or_null(f, "z", ev.z);
+  cJSON_AddStringToObject(f, "verdict", wd_loss_verdict_name(ev.verdict));
+  cJSON_AddStringToObject(f, "source", "step");
+  cJSON_AddStringToObject(f, "action", on_spike_name(s->on_spike));
+  sup_events_emit(s->ev, "loss_spike", f, "step %" PRId64 " loss %g (median %g, z %.1f): %s -> %s",
+                  k, m->step.loss, ev.median, ev.z, wd_loss_verdict_name(ev.verdict),
+                  on_spike_name(s->on_spike));
+  char detail[256];
+  snprintf(detail, sizeof detail, "step %" PRId64 " loss %g (median %g, z %.1f, %s)", k,
+           m->step.loss, ev.median, ev.z, wd_loss_verdict_name(ev.verdict));
+  return sup_recovery_loss_fault(s, k, spike ? "loss_spike" : "nan", detail, 0);
+}
+
+/* ---- FAULT ---------------------------------------------------------------- */
+
+/* "xid=N action=A pci=P: message" -> N, A, P; 0 when it is not that form. */
+static int parse_xid(const char *d, int *xid, char *action, size_t alen, char *pci, size_t plen) {
+  const char *x = strstr(d, "xid="), *a = strstr(d, "action="), *p = strstr(d, "pci=");
+  if (!x || !a || !p)
+    return 0;
+  char *end;
+  long v = strtol(x + 4, &end, 10);
+  if (end == x + 4 || v < 0 || v > 1000000)
+    return 0;
+  *xid = (int)v;
+  size_t n = strcspn(a + 7, " :");
+  snprintf(action, alen, "%.*s", (int)n, a + 7);
+  n = strcspn(p + 4, " ");
+  if (n && p[4 + n - 1] == ':')
+    n--; /* "pci=0000:01:00: message" */
+  snprintf(pci, plen, "%.*s", (int)n, p + 4);
+  return 1;
+}
+
+static void quarantine_spare(sup *s, int n, const char *why) {
+  sup_node *nd = &s->nodes[n];
+  nd->role = SUP_ROLE_QUARANTINED;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  cJSON_AddStringToObject(f, "reason", why);
+  sup_events_emit(s->ev, "node_quarantined", f, "spare node %d is not used in this run (%s)", n,
+                  why);
+  if (sup_persist(s, "running"))
+    fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
+  nd->kill_sent = 1;
+  if (nd->pgid > 0)
+    kill(-nd->pgid, SIGKILL);
+  for (int j = 0; j < s->G; j++)
+    if (nd->w[j].alive && nd->w[j].pid > 0)
+      kill(nd->w[j].pid, SIGKILL);
+}
+
+static void on_xid(sup *s, sup_worker *w, const char *detail) {
+  int xid = -1;
+  char action[32] = "report", pci[32] = "";
+  parse_xid(detail, &xid, action, sizeof action, pci, sizeof pci);
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", w->node);
+  cJSON_AddNumberToObject(f, "slot", w->slot);
+  cJSON_AddNumberToObject(f, "xid", xid);
+  cJSON_AddStringToObject(f, "action", action);
+  cJSON_AddStringToObject(f, "pci", pci);
+  cJSON_AddStringToObject(f, "detail", detail);
+  sup_events_emit(s->ev, "xid", f, "node %d slot %d: Xid %d on %s -> %s", w->node, w->slot, xid,
+                  pci, action);
+  int quarantine = !strcmp(action, "quarantine"), restart = !strcmp(action, "restart");
+  if (!quarantine && !restart)
+    return; /* report / ignore: the event only */
+  if (sup_in_gang(s, w->node) && s->nodes[w->node].role == SUP_ROLE_ACTIVE)
+    sup_recovery_fault(s, "xid", w->node, w->slot, w->pid, detail, quarantine);
+  else if (quarantine && s->nodes[w->node].role == SUP_ROLE_SPARE && s->state < SUP_FINISHING)
+    quarantine_spare(s, w->node, "Xid");
+}
+
+void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
+  const char *detail = m->fault.detail ? m->fault.detail : "";
+  int current = m->gen == s->gen && w->gen == s->gen && w->rank >= 0 && sup_in_gang(s, w->node);
+  switch (m->fault.kind) {
+  case FT_FAULT_NAN:
+  case FT_FAULT_LOSS_SPIKE: {
+    /* every rank reports the same NaN: the first one acts, the others find
+     * the gang stopping */
+    if (!current ||
+        !(s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)))
+      return;
+    int nan = m->fault.kind == FT_FAULT_NAN;
+    int64_t k = m->fault.step >= 0 ? m->fault.step : s->last_step + 1;
+    double med = NAN, mad = NAN;
+    if (s->loss)
+      wd_loss_stats(s->loss, &med, &mad);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "step", (double)k);
+    cJSON_AddNullToObject(f, "loss");
+    add_num_or_null(f, "median", med);
+    add_num_or_null(f, "mad", mad);
+    cJSON_AddNullToObject(f, "z");
+    cJSON_AddStringToObject(f, "verdict", nan ? "nonfinite" : "spike");
+    cJSON_AddStringToObject(f, "source", "worker_fault");
+    cJSON_AddNumberToObject(f, "node", w->node);
+    cJSON_AddNumberToObject(f, "slot", w->slot);
+    cJSON_AddNumberToObject(f, "rank", w->rank);
+    int force = nan; /* the worker waits for STOP: it cannot go on */
+    const char *act =
+        s->on_spike == SUP_SPIKE_WARN && force ? "rollback" : on_spike_name(s->on_spike);
+    cJSON_AddStringToObject(f, "action", act);
+    sup_events_emit(s->ev, "loss_spike", f, "rank %d reports %s at step %" PRId64 ": %s -> %s",
+                    w->rank, nan ? "a non-finite loss" : "a loss spike", k, detail, act);
+    sup_recovery_loss_fault(s, k, nan ? "nan" : "loss_spike", detail, force);
+    return;
+  }
+  case FT_FAULT_XID:
+    on_xid(s, w, detail);
+    return;
+  case FT_FAULT_COLLECTIVE_TIMEOUT:
+  case FT_FAULT_OTHER: {
+    if (!current)
+      return;
+    char why[160];
+    snprintf(why, sizeof why, "node %d slot %d reported %s", w->node, w->slot,
+             ft_fault_kind_name(m->fault.kind));
+    sup_recovery_blame_silent(s, why);
+    return;
+  }
+  default:
+    return;
+  }
+}
+
+void sup_watch_committed(sup *s, int64_t step) {
+  sup_rollback_good_add(&s->good, step);
+}
