@@ -247,8 +247,8 @@ int ft_wire_sender(int type);
  * valid until ft_msg_release(). The run id is a fixed array in both cases.
  */
 typedef struct ft_wire_range {
-  int64_t first; /* first step skipped */
-  int64_t end;   /* one past the last step skipped */
+  int64_t first; /* first global batch index skipped */
+  int64_t end;   /* one past the last batch index skipped */
 } ft_wire_range;
 
 typedef struct ft_wire_blob {

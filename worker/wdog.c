@@ -15,36 +15,43 @@
 #include "ft_err.h"
 #include "ft_wire.h"
 #include "wd_action.h"
+#include "wd_nvml.h"
 #include "wd_xid.h"
 #include "wd_xid_source.h"
 
 struct wdog {
   ctl *c;
-  wd_xid_source *src;
+  wd_xid_source *src; /* the kernel log, or NULL */
+  wd_nvml *nvml;       /* NVML's Xid events where the driver is there, or NULL */
   wd_xid_table table;
   char pci[WD_PCI_LEN];
   pthread_t thread;
   volatile int stop;
 };
 
+/* Classifies an Xid of this worker's GPU and reports it. */
+static void report(wdog *w, int xid, const char *pci, const char *msg) {
+  wd_action a = wd_xid_classify(&w->table, xid);
+  char detail[512];
+  snprintf(detail, sizeof detail, "xid=%d action=%s pci=%s: %s", xid, wd_action_name(a), pci, msg);
+  fprintf(stderr, "worker: GPU Xid: %s\n", detail);
+  if (a != WD_ACT_IGNORE)
+    ctl_send_fault(w->c, FT_FAULT_XID, -1, detail);
+}
+
 static void *wdog_main(void *arg) {
   wdog *w = arg;
   while (!w->stop) {
     const char *line;
     size_t len;
-    int r;
-    while ((r = wd_xid_source_next_line(w->src, &line, &len)) == 1) {
+    while (w->src && wd_xid_source_next_line(w->src, &line, &len) == 1) {
       wd_xid_event ev;
-      if (wd_xid_parse(line, len, &ev) != FT_OK || strcmp(ev.pci, w->pci) != 0)
-        continue;
-      wd_action a = wd_xid_classify(&w->table, ev.xid);
-      char detail[512];
-      snprintf(detail, sizeof detail, "xid=%d action=%s pci=%s: %s", ev.xid, wd_action_name(a),
-               ev.pci, ev.msg);
-      fprintf(stderr, "worker: GPU Xid: %s\n", detail);
-      if (a != WD_ACT_IGNORE)
-        ctl_send_fault(w->c, FT_FAULT_XID, -1, detail);
+      if (wd_xid_parse(line, len, &ev) == FT_OK && strcmp(ev.pci, w->pci) == 0)
+        report(w, ev.xid, ev.pci, ev.msg);
     }
+    wd_nvml_xid nx;
+    if (w->nvml && wd_nvml_wait(w->nvml, 0, &nx) == 1 && strcmp(nx.pci, w->pci) == 0)
+      report(w, nx.xid, nx.pci, "reported by NVML");
     usleep(100 * 1000);
   }
   return NULL;
@@ -52,8 +59,6 @@ static void *wdog_main(void *arg) {
 
 int wdog_start(const ft_runfile *rf, ctl *c, uint32_t node, uint32_t slot, wdog **out) {
   *out = NULL;
-  if (!rf->watchdog.xid_source[0])
-    return FT_OK;
   wdog *w = calloc(1, sizeof *w);
   if (!w)
     return ft_err_set(FT_ENOMEM, "out of memory");
@@ -66,9 +71,14 @@ int wdog_start(const ft_runfile *rf, ctl *c, uint32_t node, uint32_t slot, wdog 
     return rc;
   }
   snprintf(w->pci, sizeof w->pci, "0000:%02x:%02x", node & 0xff, slot & 0xff);
-  rc = wd_xid_source_open(rf->watchdog.xid_source, 0, &w->src);
-  if (rc) {
-    fprintf(stderr, "worker: warning: GPU Xid errors will not be seen: %s\n", ft_err_detail());
+  if (rf->watchdog.xid_source[0] &&
+      wd_xid_source_open(rf->watchdog.xid_source, 0, &w->src) != FT_OK) {
+    fprintf(stderr, "worker: warning: GPU Xid lines will not be seen: %s\n", ft_err_detail());
+    w->src = NULL;
+  }
+  if (wd_nvml_open(NULL, &w->nvml) != FT_OK) /* no driver: the usual case on a CPU node */
+    w->nvml = NULL;
+  if (!w->src && !w->nvml) {
     free(w);
     return FT_OK;
   }
@@ -87,5 +97,6 @@ void wdog_stop(wdog *w) {
   w->stop = 1;
   pthread_join(w->thread, NULL);
   wd_xid_source_close(w->src);
+  wd_nvml_close(w->nvml);
   free(w);
 }

@@ -8,9 +8,13 @@
  * supervisor as FAULT(xid, "xid=N action=A pci=P: message"). The supervisor
  * decides (quarantine the node, restart in place, or just record it).
  *
+ * A second source, where the NVIDIA driver is present: NVML's Xid events
+ * (libnvidia-ml loaded at run time by wd_nvml; no build dependency).
+ *
  * This worker's GPU: its PCI bus id. On the CPU backend there is no GPU;
  * for drills, worker (node N, slot S) answers to the synthetic bus id
- * 0000:NN:SS (two hex digits each).
+ * 0000:NN:SS (two hex digits each). The CUDA worker will use its device's
+ * bus id (cudaDeviceGetPCIBusId).
  *
  * A log that can't be opened (no permission on /dev/kmsg) is one clear
  * warning on stderr, and the thread does nothing: never a crash.
@@ -26,7 +30,7 @@
 typedef struct wdog wdog;
 
 /* Starts the thread; *out is NULL (and FT_OK returned) when there is no
- * source to follow. c is borrowed and must outlive the wdog. */
+ * source to follow (no readable log, no NVML). c is borrowed and must outlive the wdog. */
 int wdog_start(const ft_runfile *rf, ctl *c, uint32_t node, uint32_t slot, wdog **out);
 void wdog_stop(wdog *w); /* NULL: no-op */
 
