@@ -27,8 +27,10 @@ PY
 # ---- 1. rollback_and_skip, then a supervisor restart ----
 ST=$TMP/state
 mkdir -p "$ST"
+# (120 steps: long enough that the run is still going when it is killed
+# below, even on a slow or sanitizer build)
 FAKE_STEP_MS=60 FAKE_SAVE_FIRST=1 FAKE_SPIKE_BATCH=19 sup_bg "$ST" --spares 0 "${SPIKE[@]}" \
-  --set recovery.on_loss_spike=rollback_and_skip --set recovery.skip_batches=3
+  --steps 120 --set recovery.on_loss_spike=rollback_and_skip --set recovery.skip_batches=3
 for _ in $(seq 300); do
   has_event "$ST" recovered 2>/dev/null && break
   sleep 0.1
@@ -46,7 +48,7 @@ kill -9 $SUP
 wait $SUP 2>/dev/null || true
 for _ in $(seq 50); do pgrep -f "fake_worker.*$ST/" >/dev/null || break; sleep 0.1; done
 FAKE_SPIKE_BATCH=19 sup_run "$ST" --spares 0 "${SPIKE[@]}" \
-  --set recovery.on_loss_spike=rollback_and_skip --set recovery.skip_batches=3 ||
+  --steps 120 --set recovery.on_loss_spike=rollback_and_skip --set recovery.skip_batches=3 ||
   { cat "$ST.out"; fail "resumed run exited $?"; }
 has_event "$ST" generation_started 'e["gen"] == 3 and e["skips"] == [[15, 20]]' ||
   fail "the skip list did not survive the supervisor restart"
