@@ -11,7 +11,13 @@ operator would check:
 It prints a table: fault, time to detect, time to recover (fault to the first
 step of the new generation), steps lost.
 
-usage: chaos.py --bin BUILD/bin --work DIR [--suite node-loss|watchdog] [CASE ...]
+The s3 suite runs supervise with an s3:// store against a loopback S3 server
+(moto_server or s3rver; it fails, never skips, without one) behind the fault
+proxy s3_faults.py: the endpoint down / answering 500 / hanging during
+checkpoints, chunks damaged in the bucket, the supervisor's cache lost.
+
+usage: chaos.py --bin BUILD/bin --work DIR [--suite node-loss|watchdog|s3]
+                [--worker PATH] [CASE ...]
 """
 import argparse
 import json
@@ -376,6 +382,349 @@ def case_straggler(args, ref):
             f"reported at step {ev.get('step')}, ratio {ev.get('ratio', float('nan')):.1f}")
 
 
+# ---- the s3 suite -----------------------------------------------------------
+#
+# supervise with an s3:// store: a real S3-protocol server (moto_server, or
+# s3rver) on loopback, chaos/s3_faults.py in front of it, and the supervisor
+# and its workers talking to the proxy. The cache (and the catalog in it) is
+# supervise's default, STATE/s3cache. Every case checks: run_done, `ckpt
+# verify`, every checkpoint_committed step listed from the bucket alone (an
+# empty cache), and the final weights equal the fault-free local run's.
+
+S3_OUTAGE = 5.0  # seconds an outage lasts
+
+
+class S3Server:
+    """moto_server (or s3rver) on a free loopback port, the fault proxy in
+    front of it, and a bucket per case. Fails loudly when no server can run:
+    an S3 suite never passes by not testing."""
+
+    def __init__(self, args):
+        import shutil
+        self.dir = os.path.join(args.work, "s3")
+        os.makedirs(self.dir, exist_ok=True)
+        self.procs = []
+        self.env = {"AWS_ACCESS_KEY_ID": "testing-key-id", "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
+                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+                    "AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                    "AWS_CONFIG_FILE": "/nonexistent"}
+        self.port = free_port()
+        srvlog = open(os.path.join(self.dir, "server.log"), "ab")
+        src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        s3rver = shutil.which("s3rver") or os.path.join(src, "node_modules/.bin/s3rver")
+        if shutil.which("moto_server") and subprocess.run(
+                ["moto_server", "--help"], capture_output=True).returncode == 0:
+            cmd = ["moto_server", "-H", "127.0.0.1", "-p", str(self.port)]
+        elif os.access(s3rver, os.X_OK):
+            os.makedirs(os.path.join(self.dir, "s3rver"), exist_ok=True)
+            cmd = [s3rver, "--address", "127.0.0.1", "--port", str(self.port), "--directory",
+                   os.path.join(self.dir, "s3rver"), "--silent"]
+        else:
+            raise Fail("no S3-protocol server can run here: neither moto_server (pip install "
+                       "'moto[server]') nor s3rver (npm install s3rver) is installed")
+        self.procs.append(subprocess.Popen(cmd, stdout=srvlog, stderr=subprocess.STDOUT))
+        wait_port(self.port, self.procs[-1], cmd[0])
+        self.upstream = f"http://127.0.0.1:{self.port}"
+        self.mode_file = os.path.join(self.dir, "mode")
+        self.set_mode("ok")
+        self.proxy_port = free_port()
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.proxy_log = os.path.join(self.dir, "proxy.log")
+        self.procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(here, "s3_faults.py"), "--listen", str(self.proxy_port),
+             "--upstream", str(self.port), "--mode-file", self.mode_file, "--log", self.proxy_log],
+            stdout=subprocess.DEVNULL, stderr=srvlog))
+        wait_port(self.proxy_port, self.procs[-1], "s3_faults.py")
+        self.env["FT_S3_ENDPOINT"] = f"http://127.0.0.1:{self.proxy_port}"
+        log(f"   s3: {cmd[0]} on {self.upstream}, fault proxy on {self.env['FT_S3_ENDPOINT']}")
+
+    def set_mode(self, m):
+        tmp = self.mode_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(m + "\n")
+        os.replace(tmp, self.mode_file)
+
+    def aws(self, *a, check=True):
+        """The aws cli straight at the server (not through the proxy)."""
+        r = subprocess.run(["aws", "--endpoint-url", self.upstream, *a], capture_output=True,
+                           env=dict(os.environ, **self.env))
+        if check and r.returncode != 0:
+            raise Fail(f"aws {' '.join(a)}: {r.stderr.decode(errors='replace').strip()}")
+        return r
+
+    def mkbucket(self, name):
+        self.aws("s3api", "create-bucket", "--bucket", name)
+
+    def keys(self, bucket, prefix):
+        r = self.aws("s3api", "list-objects-v2", "--bucket", bucket, "--prefix", prefix, "--output", "json")
+        out = r.stdout.decode().strip()
+        return [o["Key"] for o in (json.loads(out).get("Contents", []) if out else [])]
+
+    def stop(self):
+        for p in reversed(self.procs):
+            p.kill()
+            p.wait()
+        self.procs = []
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, proc, what):
+    import socket
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    raise Fail(f"{what} did not start on 127.0.0.1:{port} (see the s3/ folder of the suite)")
+
+
+S3 = {"srv": None}
+
+
+def s3_server(args):
+    if S3["srv"] is None:
+        S3["srv"] = S3Server(args)
+    return S3["srv"]
+
+
+class S3Run(Run):
+    """supervise --store s3://BUCKET/run through the fault proxy; the cache is
+    supervise's default, STATE/s3cache (FT_S3_CACHE is not set for it)."""
+
+    def __init__(self, args, name, require, env=None):
+        srv = s3_server(args)
+        self.bucket = "chaos-" + name
+        srv.mkbucket(self.bucket)
+        e = dict(srv.env, FT_S3_REQUIRE=require, FT_S3_TIMEOUT_S="2", FT_S3_RETRIES="50",
+                 FT_S3_RETRY_BUDGET_S="60", FT_S3_DRAIN_S="60", **(env or {}))
+        base = {k: v for k, v in os.environ.items() if k != "FT_S3_CACHE"}
+        super().__init__(args, name, spares=0)
+        self.env = dict(base, **e)
+        self.srv = srv
+        self.store = f"s3://{self.bucket}/run"
+        self.cache = os.path.join(self.state, "s3cache")
+
+    def start(self):
+        cmd = [os.path.join(self.args.bin, "supervise"), "--state", self.state, "--store", self.store]
+        if self.args.worker:
+            cmd += ["--worker", self.args.worker]
+        os.makedirs(self.state, exist_ok=True)
+        out = open(os.path.join(self.state, "supervise.out"), "ab")
+        self.t0 = time.time()
+        self.proc = subprocess.Popen(cmd + [self.args.runfile], stdout=out, stderr=subprocess.STDOUT,
+                                     env=self.env)
+        return self
+
+    def ckpt(self, *a, check=True, cache=None):
+        # the operator's checks go straight to the server, not through the
+        # fault proxy (faults are over by then; it halves their time)
+        env = dict(self.env, FT_S3_CACHE=cache or self.cache, FT_S3_ENDPOINT=self.srv.upstream)
+        r = subprocess.run([os.path.join(self.args.bin, "ckpt"), "--store", self.store, *a],
+                           capture_output=True, text=True, env=env)
+        if check and r.returncode != 0:
+            raise Fail(f"{self.name}: ckpt {' '.join(a)} (cache {cache or self.cache}) exited "
+                       f"{r.returncode}: {r.stderr.strip()}")
+        return r
+
+    def listed(self, cache=None):
+        return {c["step"]: c["state"] for c in json.loads(self.ckpt("ls", "--json", cache=cache).stdout)}
+
+    def restore(self, step, out, cache=None):
+        self.ckpt("restore", str(step), "--to", out, cache=cache)
+        return open(out, "rb").read()
+
+    def trained_step(self):
+        """The last step rank 0 printed in its log: training's own progress,
+        whatever the supervisor's loop is doing."""
+        s = spike_lines(self)
+        return max(st for st, _ in s) if s else -1
+
+
+def outage(run, mode, after_step, secs=S3_OUTAGE, then=None):
+    """Waits for checkpoint after_step, then sets the proxy to `mode` (and
+    `then`, if given, for the second half) for `secs` seconds. Returns (start,
+    end, steps rank 0 trained meanwhile, checkpoint_committed events meanwhile)."""
+    run.wait_event(committed(after_step), 120, f"checkpoint {after_step}")
+    s0 = run.trained_step()
+    t0 = time.time()
+    run.srv.set_mode(mode)
+    log(f"  S3 endpoint {mode} for {secs:.0f} s" + (f" (then {then})" if then else "") +
+        f" from step {s0}")
+    if then:
+        time.sleep(secs / 2)
+        run.srv.set_mode(then)
+        time.sleep(secs / 2)
+    else:
+        time.sleep(secs)
+    s1 = run.trained_step()
+    t1 = time.time()
+    run.srv.set_mode("ok")
+    during = [e["step"] for e in run.events()
+              if e["event"] == "checkpoint_committed" and t0 <= e["ts"] <= t1]
+    log(f"  endpoint back after {t1 - t0:.1f} s; rank 0 trained steps {s0} -> {s1} meanwhile; "
+        f"checkpoints committed meanwhile: {during}")
+    if s1 <= s0:
+        raise Fail(f"{run.name}: training stopped while the S3 endpoint was {mode} "
+                   f"(rank 0 at step {s0} before, {s1} after)")
+    return t0, t1, s1 - s0, during
+
+
+def s3_finish(run, ref, t1=None):
+    """The checks every S3 case makes; returns (steps committed, recover s, check)."""
+    run.wait_exit(240)
+    evs = run.events()
+    if not any(e["event"] == "run_done" for e in evs):
+        raise Fail(f"{run.name}: no run_done event")
+    wall = time.time() - run.t0
+    limit = run.args.ref_wall * 2 + S3_OUTAGE + 60
+    if wall > limit:
+        raise Fail(f"{run.name}: the run took {wall:.0f} s, more than {limit:.0f} s")
+    done = sorted({e["step"] for e in evs if e["event"] == "checkpoint_committed"})
+    failed = sorted({e["step"] for e in evs if e["event"] == "checkpoint_failed"})
+    if STEPS not in done:
+        raise Fail(f"{run.name}: the last step's checkpoint was not committed ({done})")
+    run.ckpt("verify")
+    mine = run.listed()
+    if sorted(mine) != done:
+        raise Fail(f"{run.name}: ckpt ls (catalog {run.cache}/catalog) lists {sorted(mine)}, "
+                   f"committed were {done}")
+    fresh = os.path.join(run.state, "fresh-cache")
+    remote = run.listed(cache=fresh)
+    if sorted(remote) != done:
+        raise Fail(f"{run.name}: from the bucket alone ckpt ls lists {sorted(remote)}, "
+                   f"committed were {done}: a committed checkpoint is not in the bucket")
+    w = run.restore(STEPS, os.path.join(run.state, "final.safetensors"), cache=fresh)
+    if w != open(ref[1], "rb").read():
+        raise Fail(f"{run.name}: the weights restored from the bucket differ from the "
+                   f"fault-free local run's")
+    rec = float("nan")
+    if t1 is not None:
+        after = [e["ts"] for e in evs if e["event"] == "checkpoint_committed" and e["ts"] >= t1]
+        rec = after[0] - t1 if after else float("nan")
+    check = f"{len(done)} committed, all in the bucket, weights bit-identical"
+    if failed:
+        check += f"; reported failed: {failed}"
+    return done, failed, rec, check
+
+
+def case_s3_down_local(args, ref):
+    run = S3Run(args, "down-local", "local").start()
+    t0, t1, trained, during = outage(run, "down", 20)
+    if not during:
+        raise Fail("down-local: no checkpoint was committed while the endpoint was down "
+                   "(FT_S3_REQUIRE=local must not wait for the bucket)")
+    done, failed, rec, check = s3_finish(run, ref, t1)
+    if failed:
+        raise Fail(f"down-local: checkpoints {failed} failed with FT_S3_REQUIRE=local")
+    return (f"S3 down {S3_OUTAGE:.0f} s, require=local", t1 - t0, rec, 0,
+            f"{trained} steps and {len(during)} commit(s) during the outage; {check}")
+
+
+def case_s3_down_both(args, ref):
+    run = S3Run(args, "down-both", "both").start()
+    t0, t1, trained, during = outage(run, "down", 20)
+    done, failed, rec, check = s3_finish(run, ref, t1)
+    if not [s_ for s_ in done if s_ > 20]:
+        raise Fail("down-both: no checkpoint landed after the outage")
+    return (f"S3 down {S3_OUTAGE:.0f} s, require=both", t1 - t0, rec, 0,
+            f"{trained} steps during the outage; {check}")
+
+
+def case_s3_500_hang(args, ref):
+    run = S3Run(args, "500-hang", "both").start()
+    n0 = sum(1 for _ in open(run.srv.proxy_log)) if os.path.exists(run.srv.proxy_log) else 0
+    t0, t1, trained, during = outage(run, "500", 20, then="hang")
+    lines = open(run.srv.proxy_log).read().splitlines()[n0:]
+    n500 = sum(1 for l_ in lines if l_.startswith("500 "))
+    nhang = sum(1 for l_ in lines if l_.startswith("hang "))
+    if not n500 or not nhang:
+        raise Fail(f"500-hang: {n500} requests met a 500 and {nhang} a hang: the fault missed")
+    done, failed, rec, check = s3_finish(run, ref, t1)
+    return ("S3 500s then hangs, require=both", t1 - t0, rec, 0,
+            f"{n500} x 500, {nhang} hung; {trained} steps during the faults; {check}")
+
+
+def case_s3_bucket_damage(args, ref):
+    run = S3Run(args, "bucket-damage", "both").start()
+    done, _, _, _ = s3_finish(run, ref)
+    chunks = sorted(k for k in run.srv.keys(run.bucket, "run/chunks/"))
+    if len(chunks) < 2:
+        raise Fail(f"bucket-damage: {len(chunks)} chunk objects in the bucket")
+    gone, bad = chunks[0], chunks[len(chunks) // 2]
+    run.srv.aws("s3api", "delete-object", "--bucket", run.bucket, "--key", gone)
+    body = os.path.join(run.state, "chunk.bin")
+    run.srv.aws("s3api", "get-object", "--bucket", run.bucket, "--key", bad, body)
+    data = bytearray(open(body, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(body, "wb").write(bytes(data))
+    run.srv.aws("s3api", "put-object", "--bucket", run.bucket, "--key", bad, "--body", body)
+    log(f"  deleted {gone} and flipped a byte of {bad} in the bucket")
+    r = run.ckpt("verify")  # scrubs both tiers: repairs the bucket from the cache
+    m = [l_ for l_ in r.stdout.splitlines() if l_.startswith("repaired")]
+    nrem = int(m[0].split(" and ")[1].split()[0]) if m else 0
+    if nrem < 2:
+        raise Fail(f"bucket-damage: verify repaired {nrem} bucket chunk(s), expected 2: "
+                   f"{r.stdout.strip()}")
+    log(f"  ckpt verify: {m[0]}")
+    cached = lambda k: open(os.path.join(run.cache, k[len("run/"):]), "rb").read()
+    for k in (gone, bad):
+        run.srv.aws("s3api", "get-object", "--bucket", run.bucket, "--key", k, body)
+        if open(body, "rb").read() != cached(k):
+            raise Fail(f"bucket-damage: {k} in the bucket differs from the cache's after verify")
+    mine = run.restore(STEPS, os.path.join(run.state, "a.safetensors"))
+    fresh = os.path.join(run.state, "empty-cache")
+    if sorted(run.listed(cache=fresh)) != done:
+        raise Fail("bucket-damage: the bucket alone does not list every committed checkpoint")
+    run.ckpt("verify", cache=fresh)
+    theirs = run.restore(STEPS, os.path.join(run.state, "b.safetensors"), cache=fresh)
+    if mine != theirs:
+        raise Fail("bucket-damage: the restore from the bucket alone differs from the store's")
+    return ("chunk deleted + corrupted in bucket", float("nan"), float("nan"), 0,
+            f"{m[0]}; bucket-only restore bit-identical")
+
+
+def case_s3_lost_cache(args, ref):
+    import shutil
+    run = S3Run(args, "lost-cache", "both").start()
+    done, _, _, _ = s3_finish(run, ref)
+    before = run.listed()
+    mine = run.restore(STEPS, os.path.join(run.state, "a.safetensors"))
+    shutil.rmtree(run.cache)
+    log(f"  removed {run.cache} (the supervisor's disk is lost)")
+    os.makedirs(run.cache)
+    r = run.ckpt("rebuild-catalog")
+    after = run.listed()
+    # GOOD/BAD marks live in the catalog only (not in the bucket's
+    # manifests): the rebuilt catalog lists the same steps, as committed
+    if sorted(after) != sorted(before):
+        raise Fail(f"lost-cache: after rebuild-catalog ckpt ls lists {sorted(after)}, "
+                   f"before {sorted(before)}")
+    run.ckpt("verify")
+    theirs = run.restore(STEPS, os.path.join(run.state, "b.safetensors"))
+    if mine != theirs:
+        raise Fail("lost-cache: the restore after the loss differs from the one before")
+    # and supervise itself, run again on the rebuilt cache: the run is done
+    run.start()
+    run.wait_exit(60)
+    out = open(os.path.join(run.state, "supervise.out")).read()
+    if "final checkpoint" not in out and "already done" not in out:
+        raise Fail("lost-cache: supervise run again did not find the run done in the bucket")
+    return ("state dir's cache lost", float("nan"), float("nan"), 0,
+            f"rebuild-catalog: {r.stdout.strip()}; {len(after)} listed as before, restore "
+            f"bit-identical, supervise again: done")
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -404,7 +753,25 @@ SUITES = {
         "nan": case_nan,
         "straggler": case_straggler,
     },
+    "s3": {
+        "down-local": case_s3_down_local,
+        "down-both": case_s3_down_both,
+        "500-hang": case_s3_500_hang,
+        "bucket-damage": case_s3_bucket_damage,
+        "lost-cache": case_s3_lost_cache,
+    },
 }
+
+
+def run_cases(args, cases, ref, rows, failed):
+    for name in args.cases:
+        log(f"== {name}")
+        try:
+            rows.append(cases[name](args, ref))
+            log(f"   ok: {rows[-1][4]}")
+        except Fail as e:
+            failed.append(name)
+            log(f"   FAIL: {e}")
 
 
 def main():
@@ -412,6 +779,9 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--suite", default="node-loss", choices=sorted(SUITES))
+    ap.add_argument("--worker", default=os.environ.get("FT_CHAOS_WORKER") or None,
+                    help="the worker program for the s3 suite's runs (default: "
+                    "$FT_CHAOS_WORKER, else the one beside supervise)")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
     CASES = SUITES[args.suite]
@@ -428,19 +798,18 @@ def main():
 
     log("== reference: the same run without faults (2 nodes x 2 workers)")
     ref_run = Run(args, "reference", spares=0).start()
+    t_ref = time.time()
     ref_run.wait_exit(240)
+    args.ref_wall = time.time() - t_ref
     ref = ref_run.final()
     log(f"   final loss {ref[0]:.6f}")
 
     rows, failed = [], []
-    for name in args.cases:
-        log(f"== {name}")
-        try:
-            rows.append(CASES[name](args, ref))
-            log(f"   ok: {rows[-1][4]}")
-        except Fail as e:
-            failed.append(name)
-            log(f"   FAIL: {e}")
+    try:
+        run_cases(args, CASES, ref, rows, failed)
+    finally:
+        if S3["srv"]:
+            S3["srv"].stop()
     log("")
     log(f"{'fault':<32} {'detect s':>9} {'recover s':>10} {'steps lost':>11}  check")
     for fault, det, rec, lost, check in rows:
@@ -448,6 +817,9 @@ def main():
     if args.suite == "watchdog":
         log("(loss spike / NaN: 'detect' is in steps after the poisoned batch was trained on,"
             " 'recover' the seconds from the detection to the first step after the rollback)")
+    if args.suite == "s3":
+        log("(s3: 'detect' is how long the endpoint was faulty, 'recover' the time from its"
+            " return to the next committed checkpoint)")
     log("(kill -9 the supervisor: 'detect' is how long its orphaned workers took to stop,"
         " 'recover' the time from the kill to the first step after the restart)")
     log(f"{len(rows)} passed, {len(failed)} failed")

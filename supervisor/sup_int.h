@@ -82,6 +82,10 @@ typedef struct sup_pending_ckpt {
   ckpt_shard **shards;            /* [world], by rank */
   char *state, *config, *metrics; /* from rank 0's envelope */
   double loss;
+  /* the commit's outcome (sup_commitq: set on its thread, read on the loop) */
+  int rc;
+  double ms;
+  char why[512];
 } sup_pending_ckpt;
 
 /* One accepted (step, loss) of rank 0, to rebuild the loss window. */
@@ -144,6 +148,9 @@ typedef struct sup {
   int chaos_done;
   int64_t final_step; /* train.steps */
   sup_pending_ckpt *pending;
+  struct sup_commitq *commitq; /* s3:// stores: commits off the loop (sup_commitq.c) */
+  int64_t good_later[64];      /* GOOD marks deferred while commitq was busy */
+  int ngood_later;
 
   /* loss faults and rollbacks (sup_watch.c, sup_recovery.c) */
   ft_wire_range skips[FT_WIRE_MAX_SKIPS]; /* batch ranges never trained on; persisted */
@@ -178,6 +185,8 @@ int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts);
 int sup_send(sup *s, sup_conn *c, ft_msg *m, uint64_t gen);
 void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *detail);
 void sup_pending_clear(sup *s);
+/* s3:// stores: starts the thread that commits off the loop (sup_commitq). */
+int sup_run_commitq_start(sup *s);
 
 /* ---- sup_recovery.c ----------------------------------------------------- */
 /* Launches every node, forms the first gang (STARTING). */

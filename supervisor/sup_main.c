@@ -5,9 +5,21 @@
  * and the exit codes. The logic is in sup_run.c and sup_recovery.c.
  *
  * Decisions where the spec is silent (see also the top of each module):
- *  - The store is "local:DIR/store" (absolute) unless --store is given; the
- *    run file's checkpoint.store is not used by supervise, so that run state
- *    and the catalog always live under --state DIR.
+ *  - The store is --store if given, else the run file's checkpoint.store
+ *    when that is an s3:// URI, else "local:DIR/store" (absolute): a local
+ *    checkpoint.store (default "local:state/store", relative to wherever
+ *    supervise runs) is not used, so that local run state and the catalog
+ *    always live under --state DIR.
+ *  - An s3:// store (DESIGN: bucket + local cache tier) keeps its catalog,
+ *    and so the run state, in its cache, <FT_S3_CACHE>/catalog. When
+ *    FT_S3_CACHE is unset supervise sets it to DIR/s3cache before opening
+ *    the store, and local workers inherit it (they open the same URI as
+ *    shard writers, sharing the cache). The bucket alone is enough to go
+ *    on: a lost cache is rebuilt from the bucket's manifests at open. Its
+ *    commits and retention GC run off the loop (sup_commitq.c): with
+ *    FT_S3_REQUIRE=both a commit waits for the bucket (at most
+ *    FT_S3_RETRY_BUDGET_S), and GC lists it; the loop must keep serving
+ *    heartbeats meanwhile.
  *  - A run whose persisted status is "failed" is resumed when supervise is
  *    run again, with its restart count reset (an operator who runs it again
  *    wants another try); quarantined nodes stay quarantined.
@@ -32,6 +44,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "sup_commitq.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -64,7 +77,9 @@ static void usage(FILE *f) {
         "  --state DIR     run state, event log, logs and the checkpoint store\n"
         "                  (local:DIR/store) live here (default ./state)\n"
         "  --steps N       override train.steps (forwarded to the workers)\n"
-        "  --store URI     another checkpoint store (local:PATH; s3:// not yet)\n"
+        "  --store URI     another checkpoint store: local:PATH or s3://BUCKET/PREFIX\n"
+        "                  (default: the run file's checkpoint.store if it is s3://,\n"
+        "                  else local:DIR/store)\n"
         "  --set KEY=VAL   override any run-file key, e.g. --set train.lr=1e-3\n"
         "                  (repeatable; forwarded to the workers)\n"
         "  --worker PATH   the worker program (default: `worker` beside supervise)\n"
@@ -77,6 +92,16 @@ static void usage(FILE *f) {
         "  FT_FAILPOINTS=kill_node_at_step=60 supervise --spares 1 examples/demo.yaml\n"
         "      # kills the gang's last node at step 60 and shows the recovery\n"
         "  supervise --state /tmp/s1 examples/demo.yaml  # again: resumes the run\n"
+        "\n"
+        "S3 stores (--store s3://BUCKET/PREFIX): chunks go to a local cache first and\n"
+        "are uploaded in the background; the catalog (and the run state) live in the\n"
+        "cache, FT_S3_CACHE/catalog. FT_S3_CACHE defaults to DIR/s3cache here; local\n"
+        "workers inherit it and every FT_S3_* and AWS_* variable. Set FT_S3_ENDPOINT\n"
+        "for MinIO/moto, FT_S3_REQUIRE=local (commit once on local disk) or both (the\n"
+        "default: commit once in the bucket too). `ckpt --store s3://BUCKET/PREFIX`\n"
+        "with the same FT_S3_CACHE lists the run's checkpoints; with an empty cache it\n"
+        "rebuilds the catalog from the bucket. Example:\n"
+        "  FT_S3_ENDPOINT=http://127.0.0.1:9000 supervise --store s3://ckpts/run1 run.yaml\n"
         "\n"
         "If supervise itself dies, run the same command again with the same --state:\n"
         "it resumes from the last committed checkpoint with a new generation.\n"
@@ -140,6 +165,40 @@ static void default_worker(char *out, size_t n) {
   }
   exe[k] = 0;
   snprintf(out, n, "%s/worker", dirname(exe));
+}
+
+/* The store: --store, else an s3:// checkpoint.store of the run file, else
+ * local:DIR/store. An s3:// store's cache (and so its catalog, <cache>/catalog)
+ * is FT_S3_CACHE, set to DIR/s3cache when the environment has none; the
+ * workers the local launcher starts inherit it, so they share the cache. */
+static int resolve_store(sup *s, const char *store_arg) {
+  const char *uri = store_arg;
+  if (!uri && !strncmp(s->rf.checkpoint.store, "s3://", 5))
+    uri = s->rf.checkpoint.store;
+  if (!uri) {
+    if (snprintf(s->store_uri, sizeof s->store_uri, "local:%s/store", s->state_dir) >=
+        (int)sizeof s->store_uri) {
+      fprintf(stderr, "supervise: --state path too long\n");
+      return -1;
+    }
+    return 0;
+  }
+  if (snprintf(s->store_uri, sizeof s->store_uri, "%s", uri) >= (int)sizeof s->store_uri) {
+    fprintf(stderr, "supervise: store URI too long: %s\n", uri);
+    return -1;
+  }
+  if (strncmp(uri, "s3://", 5))
+    return 0;
+  const char *cache = getenv("FT_S3_CACHE");
+  if (cache && cache[0])
+    return 0;
+  char dir[4200];
+  if (snprintf(dir, sizeof dir, "%s/s3cache", s->state_dir) >= (int)sizeof dir ||
+      setenv("FT_S3_CACHE", dir, 1)) {
+    fprintf(stderr, "supervise: cannot set FT_S3_CACHE=%s/s3cache\n", s->state_dir);
+    return -1;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -273,19 +332,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "supervise: cannot create %s: %s\n", logs, strerror(errno));
     return SUP_EXIT_USAGE;
   }
-  if (store_arg) {
-    if (!strncmp(store_arg, "s3://", 5)) {
-      fprintf(stderr, "supervise: --store %s: s3:// stores are not supported yet\n", store_arg);
-      return SUP_EXIT_USAGE;
-    }
-    snprintf(s->store_uri, sizeof s->store_uri, "%s", store_arg);
-  } else {
-    if (snprintf(s->store_uri, sizeof s->store_uri, "local:%s/store", s->state_dir) >=
-        (int)sizeof s->store_uri) {
-      fprintf(stderr, "supervise: --state path too long\n");
-      return SUP_EXIT_USAGE;
-    }
-  }
+  if (resolve_store(s, store_arg))
+    return SUP_EXIT_USAGE;
   if (worker)
     snprintf(s->worker_path, sizeof s->worker_path, "%s", worker);
   else
@@ -386,6 +434,11 @@ int main(int argc, char **argv) {
     ex = SUP_EXIT_FAILED;
     goto out;
   }
+  if (!strncmp(s->store_uri, "s3://", 5) && sup_run_commitq_start(s)) {
+    fprintf(stderr, "supervise: %s\n", ft_err_detail());
+    ex = SUP_EXIT_FAILED;
+    goto out;
+  }
   struct sockaddr_in sin = {
       .sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   s->lis = evconnlistener_new_bind(
@@ -426,6 +479,8 @@ int main(int argc, char **argv) {
   cJSON_AddNumberToObject(f, "world", s->N * s->G);
   cJSON_AddNumberToObject(f, "spares", s->S);
   cJSON_AddStringToObject(f, "store", s->store_uri);
+  if (!strncmp(s->store_uri, "s3://", 5))
+    cJSON_AddStringToObject(f, "s3_cache", getenv("FT_S3_CACHE"));
   cJSON_AddNumberToObject(f, "pid", getpid());
   cJSON_AddNumberToObject(f, "port", s->port);
   cJSON_AddNumberToObject(f, "steps", (double)s->final_step);
@@ -458,6 +513,7 @@ int main(int argc, char **argv) {
            s->rf.run, s->last_step);
 
 out:
+  sup_commitq_free(s->commitq); /* first: it may still report to the log and the gang */
   sup_pending_clear(s);
   sup_watch_free(s);
   sup_conn_free_all();

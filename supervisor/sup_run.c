@@ -37,6 +37,7 @@
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_failpoint.h"
+#include "sup_commitq.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -229,7 +230,10 @@ void sup_pending_clear(sup *s) {
   }
 }
 
-static void commit(sup *s, sup_pending_ckpt *p) {
+/* The store's part of a commit, then retention GC; on the loop thread for
+ * local stores, on sup_commitq's thread for s3:// ones (touches only the
+ * store and the run file, both safe there). */
+static void commit_store(sup *s, sup_pending_ckpt *p) {
   int64_t parent = -1;
   if (p->step > 0 && ckpt_store_latest(s->store, s->rf.run, p->step - 1, &parent) != 0)
     parent = -1;
@@ -242,23 +246,41 @@ static void commit(sup *s, sup_pending_ckpt *p) {
                     .state_json = p->state,
                     .metrics_json = p->metrics};
   double t0 = ft_now_s();
-  int rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
-  double ms = (ft_now_s() - t0) * 1e3;
-  if (rc) {
+  p->rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
+  p->ms = (ft_now_s() - t0) * 1e3;
+  p->why[0] = 0;
+  if (p->rc)
+    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+}
+
+static void retention_gc(sup *s) {
+  ckpt_retention ret = {.keep_last = s->rf.checkpoint.keep_last,
+                        .keep_every = s->rf.checkpoint.keep_every};
+  if (ret.keep_last > 0 || ret.keep_every > 0) {
+    ckpt_gc_report rep;
+    int rc = ckpt_store_gc(s->store, &ret, 0, &rep);
+    if (rc)
+      fprintf(stderr, "supervise: retention GC failed (the run goes on): %s\n", ft_err_detail());
+  }
+}
+
+/* The loop's part: events, COMMITTED to the gang, the end of the run. */
+static void commit_report(sup *s, sup_pending_ckpt *p) {
+  if (p->rc) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "step", (double)p->step);
-    cJSON_AddStringToObject(f, "reason", ft_err_detail());
+    cJSON_AddStringToObject(f, "reason", p->why);
     sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 ": %s (training goes on)",
-                    p->step, ft_err_detail());
+                    p->step, p->why);
     return;
   }
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "step", (double)p->step);
   cJSON_AddNumberToObject(f, "world", p->world);
-  cJSON_AddNumberToObject(f, "commit_ms", round(ms * 1000) / 1000);
+  cJSON_AddNumberToObject(f, "commit_ms", round(p->ms * 1000) / 1000);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d) in %.1f ms",
-                  p->step, p->world, ms);
+                  p->step, p->world, p->ms);
   sup_watch_committed(s, p->step);
   ft_msg m;
   ft_msg_init(&m, FT_MSG_COMMITTED);
@@ -269,16 +291,43 @@ static void commit(sup *s, sup_pending_ckpt *p) {
       if (w->conn && w->gen == s->gen)
         sup_send(s, w->conn, &m, s->gen);
     }
-  ckpt_retention ret = {.keep_last = s->rf.checkpoint.keep_last,
-                        .keep_every = s->rf.checkpoint.keep_every};
-  if (ret.keep_last > 0 || ret.keep_every > 0) {
-    ckpt_gc_report rep;
-    rc = ckpt_store_gc(s->store, &ret, 0, &rep);
-    if (rc)
-      fprintf(stderr, "supervise: retention GC failed (the run goes on): %s\n", ft_err_detail());
-  }
+}
+
+static void commit(sup *s, sup_pending_ckpt *p) {
+  commit_store(s, p);
+  commit_report(s, p);
+  if (p->rc)
+    return;
+  retention_gc(s);
   if (p->step >= s->final_step)
     sup_recovery_done(s);
+}
+
+/* ---- sup_commitq callbacks (s3:// stores) ---- */
+
+static void cq_work(void *ud, sup_pending_ckpt *p) {
+  commit_store(ud, p);
+}
+
+static void cq_gc(void *ud) {
+  retention_gc(ud);
+}
+
+static void cq_done(void *ud, sup_pending_ckpt *p) {
+  sup *s = ud;
+  commit_report(s, p);
+  if (!p->rc && p->step >= s->final_step && s->state < SUP_FINISHING)
+    sup_recovery_done(s);
+  pending_free(p);
+}
+
+static void cq_release(void *ud, sup_pending_ckpt *p) {
+  (void)ud;
+  pending_free(p);
+}
+
+int sup_run_commitq_start(sup *s) {
+  return sup_commitq_new(s->base, cq_work, cq_done, cq_release, cq_gc, s, &s->commitq);
 }
 
 static char *json_str_dup(cJSON *o, const char *name) {
@@ -356,8 +405,12 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
     while (*pp != p)
       pp = &(*pp)->next;
     *pp = p->next;
-    commit(s, p);
-    pending_free(p);
+    if (s->commitq) {
+      sup_commitq_push(s->commitq, p); /* reported by cq_done */
+    } else {
+      commit(s, p);
+      pending_free(p);
+    }
   }
   goto out;
 bad : {

@@ -36,6 +36,7 @@
  * sup_recovery_loss_fault).
  */
 #include "sup_int.h"
+#include "sup_commitq.h"
 
 #include "ft_clock.h"
 #include "ft_err.h"
@@ -204,10 +205,25 @@ static void hist_add(sup *s, int64_t step, double loss) {
 }
 
 static void mark_good(sup *s, int64_t k) {
-  int64_t due[64];
-  int nd = sup_rollback_good_due(&s->good, k, s->rf.watchdog.spike_window, due, 64);
+  int64_t due[128];
+  int nd = 0;
+  /* marks deferred while the store was inside a commit or GC (s3:// stores,
+   * sup_commitq): setting a state waits for the store's meta lock, which
+   * such a commit may hold for as long as the bucket is away */
+  for (int i = 0; i < s->ngood_later; i++)
+    due[nd++] = s->good_later[i];
+  s->ngood_later = 0;
+  int nnew = sup_rollback_good_due(&s->good, k, s->rf.watchdog.spike_window, due + nd, 64);
+  if (nnew > 0)
+    nd += nnew;
   if (nd <= 0)
     return;
+  if (s->commitq && sup_commitq_busy(s->commitq)) {
+    int first = nd > 64 ? nd - 64 : 0; /* keep the newest 64 */
+    for (int i = first; i < nd; i++)
+      s->good_later[s->ngood_later++] = due[i];
+    return;
+  }
   ckpt_info *list = NULL;
   size_t n = 0;
   if (ckpt_store_list(s->store, s->rf.run, &list, &n)) {

@@ -207,9 +207,9 @@ int main(int argc, char **argv) {
     o.ckpt_every = rf.checkpoint.every_steps;
   if (o.resume && !o.store_uri)
     o.store_uri = rf.checkpoint.store;
-  if (o.store_uri && strncmp(o.store_uri, "local:", 6) != 0) {
-    fprintf(stderr, "worker: store '%s': only local:DIR stores are supported so far\n",
-            o.store_uri);
+  if (o.store_uri && strncmp(o.store_uri, "local:", 6) != 0 &&
+      strncmp(o.store_uri, "s3://", 5) != 0) {
+    fprintf(stderr, "worker: store '%s': use local:DIR or s3://BUCKET/PREFIX\n", o.store_uri);
     return TRAIN_EXIT_USAGE;
   }
   if (o.world > 1 && (!o.rdzv_dir || o.rank >= o.world || o.store_uri || connect_to)) {

@@ -31,13 +31,20 @@ sup_run "$ST" --spares 1 || fail "a second supervise on a done run exited $?"
 grep -q "already done" "$ST.out" || fail "second run did not say it is done"
 pass "a done run stays done"
 
-# errors: a bad flag value and an s3 store are usage errors (2)
+# errors: a bad flag value is a usage error (2); an s3:// store is accepted
+# and opened (a bad bucket name or FT_S3_* value is a store error, 4, with
+# the reason; the S3 runs themselves are in the chaos suite "s3")
 set +e
 "$FT_BIN/supervise" --spares x "$FT_SRC/examples/demo.yaml" 2>/dev/null
 [ $? -eq 2 ] || fail "--spares x should exit 2"
 "$FT_BIN/supervise" --state "$TMP/s3" --store s3://b/p "$FT_SRC/examples/demo.yaml" 2>"$TMP/s3.err"
-[ $? -eq 2 ] || fail "s3 store should exit 2"
-grep -q "not supported yet" "$TMP/s3.err" || fail "s3 message"
+[ $? -eq 4 ] || fail "an s3 store with a bad bucket name should exit 4: $(cat "$TMP/s3.err")"
+grep -q "bucket name 'b' is not valid" "$TMP/s3.err" || fail "s3 message: $(cat "$TMP/s3.err")"
+FT_S3_REQUIRE=sometimes "$FT_BIN/supervise" --state "$TMP/s3" --store s3://bucket/p \
+  "$FT_SRC/examples/demo.yaml" 2>"$TMP/s3.err"
+[ $? -eq 4 ] || fail "FT_S3_REQUIRE=sometimes should exit 4"
+grep -q "FT_S3_REQUIRE" "$TMP/s3.err" || fail "s3 message names FT_S3_REQUIRE: $(cat "$TMP/s3.err")"
+"$FT_BIN/supervise" --help | grep -q "s3://" || fail "--help lacks s3://"
 "$FT_BIN/supervise" --help | grep -q "exit codes" || fail "--help lacks exit codes"
 set -e
 pass "usage errors"

@@ -1,0 +1,28 @@
+/*
+ * sup_commitq: commits on a thread of their own, results back on the loop
+ * (see sup_commitq.c for the model and its invariants).
+ */
+#ifndef SUP_COMMITQ_H
+#define SUP_COMMITQ_H
+
+#include "sup_int.h"
+
+#include <event2/event.h>
+
+typedef struct sup_commitq sup_commitq;
+typedef void (*sup_commitq_fn)(void *ud, sup_pending_ckpt *p);
+
+/* work runs on the queue's thread; gc on its GC thread after each job
+ * whose p->rc is 0; done (which then owns p) and release (for jobs never
+ * started, at free) on the loop's. */
+int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn done,
+                    sup_commitq_fn release, void (*gc)(void *ud), void *ud, sup_commitq **out);
+/* 1 while a job is queued or in flight or a GC is wanted or running. */
+int sup_commitq_busy(sup_commitq *q);
+/* Queues p (the queue owns it until done or release). */
+void sup_commitq_push(sup_commitq *q, sup_pending_ckpt *p);
+/* Waits for the job in flight, reports finished ones, releases the rest.
+ * NULL is a no-op. */
+void sup_commitq_free(sup_commitq *q);
+
+#endif
