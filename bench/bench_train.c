@@ -22,8 +22,12 @@ int main(int argc, char **argv) {
   int L = argc > 1 ? atoi(argv[1]) : 6, C = argc > 2 ? atoi(argv[2]) : 384;
   int T = argc > 3 ? atoi(argv[3]) : 256, B = argc > 4 ? atoi(argv[4]) : 4;
   int steps = argc > 5 ? atoi(argv[5]) : 5, V = 256;
-  ft_gpt2_dims d = {.max_seq_len = T, .vocab_size = V, .padded_vocab_size = ft_gpt2_pad_vocab(V),
-                    .n_layer = L, .n_head = C / 64 > 0 ? C / 64 : 1, .channels = C};
+  ft_gpt2_dims d = {.max_seq_len = T,
+                    .vocab_size = V,
+                    .padded_vocab_size = ft_gpt2_pad_vocab(V),
+                    .n_layer = L,
+                    .n_head = C / 64 > 0 ? C / 64 : 1,
+                    .channels = C};
   gpt2 *m;
   if (gpt2_new(&d, B, T, &m)) {
     fprintf(stderr, "bench_train: cannot allocate the model\n");

@@ -9,7 +9,9 @@ uint64_t ft_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-double ft_now_s(void) { return (double)ft_now_ns() * 1e-9; }
+double ft_now_s(void) {
+  return (double)ft_now_ns() * 1e-9;
+}
 
 int64_t ft_wall_ms(void) {
   struct timespec ts;

@@ -8,8 +8,8 @@ static _Thread_local char detail[1024];
 
 const char *ft_strerror(int err) {
   switch (err) {
-#define FT_ERR_CASE(name, val, msg) \
-  case val:                         \
+#define FT_ERR_CASE(name, val, msg)                                                                \
+  case val:                                                                                        \
     return msg;
     FT_ERRORS(FT_ERR_CASE)
 #undef FT_ERR_CASE
@@ -30,7 +30,9 @@ int ft_err_set(int err, const char *fmt, ...) {
   return err;
 }
 
-const char *ft_err_detail(void) { return detail; }
+const char *ft_err_detail(void) {
+  return detail;
+}
 
 int ft_err_from_errno(int e) {
   switch (e) {

@@ -15,26 +15,26 @@
 
 #include <stdarg.h>
 
-#define FT_ERRORS(X)                                                     \
-  X(FT_OK, 0, "success")                                                 \
-  X(FT_EINVAL, -1, "invalid argument")                                   \
-  X(FT_ENOMEM, -2, "out of memory")                                      \
-  X(FT_EIO, -3, "input/output error")                                    \
-  X(FT_ENOENT, -4, "not found")                                          \
-  X(FT_EEXIST, -5, "already exists")                                     \
-  X(FT_ECORRUPT, -6, "data is corrupt (hash or checksum mismatch)")      \
-  X(FT_EFORMAT, -7, "bad file format")                                   \
-  X(FT_EBUSY, -8, "resource is locked by another process")               \
-  X(FT_ECONFIG, -9, "bad configuration")                                 \
-  X(FT_EDB, -10, "catalog database error")                               \
-  X(FT_ECODEC, -11, "compression codec error")                           \
-  X(FT_ENET, -12, "network error")                                       \
-  X(FT_ETIMEDOUT, -13, "operation timed out")                            \
-  X(FT_ESTATE, -14, "operation not allowed in the current state")        \
-  X(FT_ECOMM, -15, "collective communication failed")                    \
-  X(FT_ECUDA, -16, "CUDA error")                                         \
-  X(FT_ENOSPC, -17, "no space left on device")                           \
-  X(FT_EPROTO, -18, "protocol error")                                    \
+#define FT_ERRORS(X)                                                                               \
+  X(FT_OK, 0, "success")                                                                           \
+  X(FT_EINVAL, -1, "invalid argument")                                                             \
+  X(FT_ENOMEM, -2, "out of memory")                                                                \
+  X(FT_EIO, -3, "input/output error")                                                              \
+  X(FT_ENOENT, -4, "not found")                                                                    \
+  X(FT_EEXIST, -5, "already exists")                                                               \
+  X(FT_ECORRUPT, -6, "data is corrupt (hash or checksum mismatch)")                                \
+  X(FT_EFORMAT, -7, "bad file format")                                                             \
+  X(FT_EBUSY, -8, "resource is locked by another process")                                         \
+  X(FT_ECONFIG, -9, "bad configuration")                                                           \
+  X(FT_EDB, -10, "catalog database error")                                                         \
+  X(FT_ECODEC, -11, "compression codec error")                                                     \
+  X(FT_ENET, -12, "network error")                                                                 \
+  X(FT_ETIMEDOUT, -13, "operation timed out")                                                      \
+  X(FT_ESTATE, -14, "operation not allowed in the current state")                                  \
+  X(FT_ECOMM, -15, "collective communication failed")                                              \
+  X(FT_ECUDA, -16, "CUDA error")                                                                   \
+  X(FT_ENOSPC, -17, "no space left on device")                                                     \
+  X(FT_EPROTO, -18, "protocol error")                                                              \
   X(FT_ECANCELED, -19, "operation canceled")
 
 enum ft_err {

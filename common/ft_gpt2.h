@@ -29,20 +29,31 @@ extern "C" {
 #endif
 
 typedef struct ft_gpt2_dims {
-  int max_seq_len; /* maxT */
-  int vocab_size;  /* V */
+  int max_seq_len;       /* maxT */
+  int vocab_size;        /* V */
   int padded_vocab_size; /* Vp */
-  int n_layer;     /* L */
-  int n_head;      /* NH */
-  int channels;    /* C */
+  int n_layer;           /* L */
+  int n_head;            /* NH */
+  int channels;          /* C */
 } ft_gpt2_dims;
 
 /* Vp for V: the next multiple of 128. */
 int ft_gpt2_pad_vocab(int V);
 
 enum ft_gpt2_btensor {
-  FT_B_LN1W, FT_B_LN1B, FT_B_QKVW, FT_B_QKVB, FT_B_ATTPROJW, FT_B_ATTPROJB,
-  FT_B_LN2W, FT_B_LN2B, FT_B_FCW, FT_B_FCB, FT_B_FCPROJW, FT_B_FCPROJB, FT_B_COUNT
+  FT_B_LN1W,
+  FT_B_LN1B,
+  FT_B_QKVW,
+  FT_B_QKVB,
+  FT_B_ATTPROJW,
+  FT_B_ATTPROJB,
+  FT_B_LN2W,
+  FT_B_LN2B,
+  FT_B_FCW,
+  FT_B_FCB,
+  FT_B_FCPROJW,
+  FT_B_FCPROJB,
+  FT_B_COUNT
 };
 
 /* Number of groups: L + 3. */

@@ -29,7 +29,7 @@ typedef struct ft_train_cfg {
   int micro_batch;  /* sequences per rank per forward/backward */
   double lr;
   int64_t warmup;
-  char schedule[16]; /* "cosine" | "linear" | "constant" */
+  char schedule[16];  /* "cosine" | "linear" | "constant" */
   double min_lr_frac; /* final lr as a fraction of lr (cosine/linear); default 0.1 */
   double weight_decay;
   double grad_clip; /* 0: off */
@@ -54,13 +54,13 @@ typedef struct ft_nodes_cfg {
 } ft_nodes_cfg;
 
 typedef struct ft_ckpt_cfg {
-  int64_t every_steps;   /* 0: off */
-  double every_seconds;  /* 0: off */
-  char store[1024];      /* "local:DIR" or "s3://bucket/prefix" */
+  int64_t every_steps;  /* 0: off */
+  double every_seconds; /* 0: off */
+  char store[1024];     /* "local:DIR" or "s3://bucket/prefix" */
   int keep_last;
   int keep_every;
   int chunk_mib;
-  char codec[16];        /* "zstd:LEVEL" */
+  char codec[16]; /* "zstd:LEVEL" */
 } ft_ckpt_cfg;
 
 typedef struct ft_watchdog_cfg {
@@ -75,7 +75,7 @@ typedef struct ft_watchdog_cfg {
 
 typedef struct ft_recovery_cfg {
   int max_restarts;
-  char on_loss_spike[32];  /* rollback | rollback_and_skip | warn */
+  char on_loss_spike[32]; /* rollback | rollback_and_skip | warn */
   int64_t skip_batches;
   char when_no_spares[16]; /* shrink | wait | fail */
 } ft_recovery_cfg;

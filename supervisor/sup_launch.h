@@ -27,7 +27,7 @@ typedef struct sup_worker_args {
   long long steps;         /* --steps override; < 0: none */
   const char *const *sets; /* "KEY=VALUE" overrides, forwarded as --set */
   int nsets;
-  int threads;             /* --threads for the kernels; 0: the worker's default */
+  int threads; /* --threads for the kernels; 0: the worker's default */
 } sup_worker_args;
 
 /* The worker's argv: WORKER --connect A --node I --slot J --store URI

@@ -243,8 +243,8 @@ static int tcp_connect(const char *addr, int *fd_out) {
   return FT_OK;
 }
 
-int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node,
-                uint32_t slot, double hb_timeout_s, ctl **out) {
+int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node, uint32_t slot,
+                double hb_timeout_s, ctl **out) {
   *out = NULL;
   if (!token || ft_wire_token_check(token))
     return ft_err_set(FT_EINVAL, "the run token (%s) is missing or malformed", FT_WIRE_TOKEN_ENV);

@@ -37,8 +37,8 @@ typedef struct ctl_assign {
 /* Connects to addr ("HOST:PORT") and completes the handshake as (node,
  * slot) of run. hb_timeout_s: how long without any frame from the
  * supervisor before the worker gives up. */
-int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node,
-                uint32_t slot, double hb_timeout_s, ctl **out);
+int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node, uint32_t slot,
+                double hb_timeout_s, ctl **out);
 /* Blocks until the supervisor assigns this worker to a gang. */
 int ctl_wait_assign(ctl *c, ctl_assign *a);
 /* The last completed step, carried by heartbeats. */

@@ -26,12 +26,12 @@ struct fsdp {
   gpt2 *m;
   comm *c;
   int rank, world, ngroups;
-  size_t *numel;   /* n_g */
-  size_t *S;       /* S_g */
-  size_t *shoff;   /* offset of group g in the shard arrays */
-  size_t shard_n;  /* sum of S_g */
+  size_t *numel;         /* n_g */
+  size_t *S;             /* S_g */
+  size_t *shoff;         /* offset of group g in the shard arrays */
+  size_t shard_n;        /* sum of S_g */
   float *p, *g, *mo, *v; /* shard arrays */
-  float *scratch;  /* W * max S_g */
+  float *scratch;        /* W * max S_g */
   gpt2_hooks hooks;
   uint64_t comm_ns; /* time inside collectives */
 };
@@ -129,8 +129,8 @@ int fsdp_new(gpt2 *m, comm *c, int rank, int world, fsdp **out) {
     fsdp_free(f);
     return ft_err_set(FT_ENOMEM, "fsdp: out of memory for shards");
   }
-  f->hooks = (gpt2_hooks){.ud = f, .gather = hook_gather, .release = hook_release,
-                          .reduce = hook_reduce};
+  f->hooks =
+      (gpt2_hooks){.ud = f, .gather = hook_gather, .release = hook_release, .reduce = hook_reduce};
   m->hooks = &f->hooks;
   memset(m->grads, 0, m->nparams * sizeof(float));
   *out = f;
@@ -162,7 +162,9 @@ void fsdp_shard_from_model(fsdp *f) {
   memset(f->v, 0, f->shard_n * sizeof(float));
 }
 
-void fsdp_zero_grad(fsdp *f) { memset(f->g, 0, f->shard_n * sizeof(float)); }
+void fsdp_zero_grad(fsdp *f) {
+  memset(f->g, 0, f->shard_n * sizeof(float));
+}
 
 int fsdp_allreduce_sum(fsdp *f, double *x, int n) {
   if (!f->c)
@@ -173,7 +175,9 @@ int fsdp_allreduce_sum(fsdp *f, double *x, int n) {
   return rc;
 }
 
-double fsdp_comm_seconds(const fsdp *f) { return (double)f->comm_ns * 1e-9; }
+double fsdp_comm_seconds(const fsdp *f) {
+  return (double)f->comm_ns * 1e-9;
+}
 
 int fsdp_grad_norm(fsdp *f, float *norm) {
   double ss = k_sumsq(f->g, f->shard_n); /* padding slots are zero */
@@ -182,7 +186,9 @@ int fsdp_grad_norm(fsdp *f, float *norm) {
   return rc;
 }
 
-void fsdp_scale_grads(fsdp *f, float s) { k_scale(f->g, s, f->shard_n); }
+void fsdp_scale_grads(fsdp *f, float s) {
+  k_scale(f->g, s, f->shard_n);
+}
 
 typedef struct seg_args {
   fsdp *f;
@@ -222,7 +228,9 @@ int fsdp_nparts(const fsdp *f) {
   return 3 * n;
 }
 
-size_t fsdp_staging_floats(const fsdp *f) { return 3 * f->shard_n; }
+size_t fsdp_staging_floats(const fsdp *f) {
+  return 3 * f->shard_n;
+}
 
 int fsdp_snapshot(const fsdp *f, float *staging, ckpt_part *parts, char (*names)[64]) {
   const float *src[3] = {f->p, f->mo, f->v};

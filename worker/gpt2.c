@@ -26,16 +26,33 @@
 #include "kernels.h"
 
 /* Per-layer activation tensors, in arena order. */
-enum { A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_PREATT, A_ATT, A_ATTPROJ, A_RES2, A_LN2,
-       A_LN2_MEAN, A_LN2_RSTD, A_FCH, A_FCHG, A_FCPROJ, A_RES3, A_LAYER_COUNT };
+enum {
+  A_LN1,
+  A_LN1_MEAN,
+  A_LN1_RSTD,
+  A_QKV,
+  A_ATTY,
+  A_PREATT,
+  A_ATT,
+  A_ATTPROJ,
+  A_RES2,
+  A_LN2,
+  A_LN2_MEAN,
+  A_LN2_RSTD,
+  A_FCH,
+  A_FCHG,
+  A_FCPROJ,
+  A_RES3,
+  A_LAYER_COUNT
+};
 
 typedef struct acts {
-  float *encoded;               /* (N,C) */
-  float *layer[A_LAYER_COUNT];  /* of layer l: base + l * layer_stride */
+  float *encoded;              /* (N,C) */
+  float *layer[A_LAYER_COUNT]; /* of layer l: base + l * layer_stride */
   size_t layer_size[A_LAYER_COUNT];
   float *lnf, *lnf_mean, *lnf_rstd; /* (N,C) (N) (N) */
-  float *logits, *probs;        /* (N,Vp) */
-  float *losses;                /* (N) */
+  float *logits, *probs;            /* (N,Vp) */
+  float *losses;                    /* (N) */
 } acts;
 
 static void acts_sizes(const gpt2 *m, size_t sz[A_LAYER_COUNT]) {
@@ -65,10 +82,10 @@ static size_t acts_layout(const gpt2 *m, float *base, acts *a) {
   size_t L = m->d.n_layer, off = 0, sz[A_LAYER_COUNT];
   acts_sizes(m, sz);
   memset(a, 0, sizeof *a);
-#define TAKE(ptr, n)                   \
-  do {                                 \
-    (ptr) = base ? base + off : NULL;  \
-    off += (n);                        \
+#define TAKE(ptr, n)                                                                               \
+  do {                                                                                             \
+    (ptr) = base ? base + off : NULL;                                                              \
+    off += (n);                                                                                    \
   } while (0)
   TAKE(a->encoded, N * C);
   for (int k = 0; k < A_LAYER_COUNT; k++) {
@@ -85,7 +102,9 @@ static size_t acts_layout(const gpt2 *m, float *base, acts *a) {
   return off;
 }
 
-static float *act(const acts *a, int k, int l) { return a->layer[k] + (size_t)l * a->layer_size[k]; }
+static float *act(const acts *a, int k, int l) {
+  return a->layer[k] + (size_t)l * a->layer_size[k];
+}
 
 int gpt2_new(const ft_gpt2_dims *d, int B, int T, gpt2 **out) {
   *out = NULL;
@@ -250,7 +269,9 @@ float gpt2_forward(gpt2 *m, const int32_t *inputs, const int32_t *targets) {
   return m->last_loss;
 }
 
-void gpt2_zero_grad(gpt2 *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
+void gpt2_zero_grad(gpt2 *m) {
+  memset(m->grads, 0, m->nparams * sizeof(float));
+}
 
 int gpt2_backward(gpt2 *m, float dloss_scale) {
   const ft_gpt2_dims *d = &m->d;
@@ -317,7 +338,9 @@ int gpt2_backward(gpt2 *m, float dloss_scale) {
   return FT_OK;
 }
 
-float gpt2_grad_norm(const gpt2 *m) { return (float)sqrt(k_sumsq(m->grads, m->nparams)); }
+float gpt2_grad_norm(const gpt2 *m) {
+  return (float)sqrt(k_sumsq(m->grads, m->nparams));
+}
 
 void gpt2_group_segments(const ft_gpt2_dims *d, int g,
                          void (*fn)(void *ud, size_t off, size_t n, int decays), void *ud) {

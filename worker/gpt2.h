@@ -39,19 +39,19 @@ typedef struct gpt2_hooks {
 
 struct gpt2 {
   ft_gpt2_dims d;
-  int B, T;           /* micro-batch shape the activations are sized for */
+  int B, T; /* micro-batch shape the activations are sized for */
   size_t nparams;
-  float *params;      /* (nparams) */
-  float *grads;       /* (nparams) */
-  float *m, *v;       /* AdamW moments (nparams) */
-  float *acts;        /* activations arena */
-  float *gacts;       /* activation-gradient arena */
+  float *params; /* (nparams) */
+  float *grads;  /* (nparams) */
+  float *m, *v;  /* AdamW moments (nparams) */
+  float *acts;   /* activations arena */
+  float *gacts;  /* activation-gradient arena */
   size_t nacts;
-  int32_t *inputs;    /* (B,T) of the last forward */
-  int32_t *targets;   /* (B,T) */
-  float last_loss;    /* mean loss of the last forward */
+  int32_t *inputs;         /* (B,T) of the last forward */
+  int32_t *targets;        /* (B,T) */
+  float last_loss;         /* mean loss of the last forward */
   const gpt2_hooks *hooks; /* NULL: all groups resident (world size 1) */
-  int err;            /* first hook error of the last pass, FT_OK if none */
+  int err;                 /* first hook error of the last pass, FT_OK if none */
 };
 
 /* Allocates a model for micro-batch (B, T); parameters are zero until

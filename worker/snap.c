@@ -112,8 +112,8 @@ int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level,
   s->on_durable = on_durable;
   s->ud = ud;
   /* A gang's worker only writes chunks; the supervisor owns the catalog. */
-  ckpt_store_opts o = {.chunk_mib = chunk_mib, .zstd_level = zstd_level,
-                       .shard_writer = on_durable != NULL};
+  ckpt_store_opts o = {
+      .chunk_mib = chunk_mib, .zstd_level = zstd_level, .shard_writer = on_durable != NULL};
   int rc = ckpt_store_open(uri, &o, &s->store);
   if (rc) {
     free(s);
@@ -212,7 +212,9 @@ out:
   return rc;
 }
 
-static char *xstrdup(const char *x) { return x ? strdup(x) : NULL; }
+static char *xstrdup(const char *x) {
+  return x ? strdup(x) : NULL;
+}
 
 int snap_take(snap *s, const fsdp *f, int rank, int world, const train_state *st,
               const char *config_json, double loss, const char *metrics_json) {

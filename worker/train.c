@@ -278,8 +278,8 @@ int train_main(const train_opts *o) {
         goto out;
       }
     }
-    fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n",
-            o->node, o->slot, rank, world, a.gen, restore_step >= 0 ? ", restoring" : "");
+    fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n", o->node,
+            o->slot, rank, world, a.gen, restore_step >= 0 ? ", restoring" : "");
   } else if (o->world > 1) {
     /* Several standalone processes meeting through a folder (tests, debugging). */
     comm_kv kv;
@@ -341,10 +341,11 @@ int train_main(const train_opts *o) {
     int64_t last;
     if (!o->ctl && snap_latest(sn, &last) == FT_OK) {
       if (!o->resume) {
-        fprintf(stderr,
-                "worker: store %s already holds checkpoints of run '%s' (newest: step %" PRId64
-                ").\n  Pass --resume to continue that run, or choose another --store or run name.\n",
-                o->store_uri, rf->run, last);
+        fprintf(
+            stderr,
+            "worker: store %s already holds checkpoints of run '%s' (newest: step %" PRId64
+            ").\n  Pass --resume to continue that run, or choose another --store or run name.\n",
+            o->store_uri, rf->run, last);
         code = TRAIN_EXIT_USAGE;
         goto out;
       }
@@ -356,8 +357,7 @@ int train_main(const train_opts *o) {
     if (restore_step >= 0) {
       rc = snap_restore(sn, restore_step, f, &st, &ck_config);
       if (rc) {
-        fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", restore_step,
-                ft_err_detail());
+        fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", restore_step, ft_err_detail());
         code = TRAIN_EXIT_STORE;
         goto out;
       }
@@ -369,8 +369,8 @@ int train_main(const train_opts *o) {
                 "'s; the continued run will not match an uninterrupted one bit for bit\n",
                 restore_step);
       if (rank == 0)
-        fprintf(stderr, "worker: resumed run '%s' from step %" PRId64 " (%s)\n", rf->run,
-                st.step, o->store_uri);
+        fprintf(stderr, "worker: resumed run '%s' from step %" PRId64 " (%s)\n", rf->run, st.step,
+                o->store_uri);
     }
   }
   if (o->ctl) { /* the supervisor's skip list is the whole history: it wins */

@@ -33,11 +33,11 @@ typedef struct train_opts {
 /* Exit codes of the worker program (documented in worker --help). */
 enum {
   TRAIN_EXIT_OK = 0,
-  TRAIN_EXIT_FAIL = 1,   /* training failed (non-finite loss, internal error) */
-  TRAIN_EXIT_USAGE = 2,  /* bad command line or run file */
-  TRAIN_EXIT_DATA = 3,   /* bad or missing data */
-  TRAIN_EXIT_STORE = 4,  /* checkpoint store error (locked, corrupt, full) */
-  TRAIN_EXIT_GANG = 5,   /* a collective failed: a peer died or hung (not this rank's fault) */
+  TRAIN_EXIT_FAIL = 1,  /* training failed (non-finite loss, internal error) */
+  TRAIN_EXIT_USAGE = 2, /* bad command line or run file */
+  TRAIN_EXIT_DATA = 3,  /* bad or missing data */
+  TRAIN_EXIT_STORE = 4, /* checkpoint store error (locked, corrupt, full) */
+  TRAIN_EXIT_GANG = 5,  /* a collective failed: a peer died or hung (not this rank's fault) */
   /* 6: the supervisor was lost (ctl.h) */
 };
 

@@ -22,7 +22,7 @@
 struct wdog {
   ctl *c;
   wd_xid_source *src; /* the kernel log, or NULL */
-  wd_nvml *nvml;       /* NVML's Xid events where the driver is there, or NULL */
+  wd_nvml *nvml;      /* NVML's Xid events where the driver is there, or NULL */
   wd_xid_table table;
   char pci[WD_PCI_LEN];
   pthread_t thread;
@@ -64,8 +64,8 @@ int wdog_start(const ft_runfile *rf, ctl *c, uint32_t node, uint32_t slot, wdog 
     return ft_err_set(FT_ENOMEM, "out of memory");
   w->c = c;
   wd_xid_table_default(&w->table);
-  int rc = rf->watchdog.xid_actions[0] ? wd_xid_table_parse(&w->table, rf->watchdog.xid_actions)
-                                       : FT_OK;
+  int rc =
+      rf->watchdog.xid_actions[0] ? wd_xid_table_parse(&w->table, rf->watchdog.xid_actions) : FT_OK;
   if (rc) {
     free(w);
     return rc;

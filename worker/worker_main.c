@@ -15,62 +15,69 @@
 #include "train.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: worker --standalone RUN.yaml [options]\n"
-          "       worker --connect HOST:PORT --node N --slot S --runfile RUN.yaml [options]\n"
-          "\n"
-          "Trains GPT-2 on the CPU from a run file: as one process (--standalone), or as\n"
-          "one rank of a gang that `supervise` launches (--connect; the run's token comes\n"
-          "in the environment variable FT_RUN_TOKEN, never on the command line).\n"
-          "\n"
-          "options:\n"
-          "  --steps N           train until step N (overrides train.steps)\n"
-          "  --set KEY=VALUE     override any run-file key, e.g. --set train.lr=3e-4\n"
-          "  --log-json PATH     append one JSON object per step: step, loss (%%.9g), lr,\n"
-          "                      grad_norm, ms, tok_s; a last line with val_loss\n"
-          "  --store URI         write checkpoints to URI (e.g. local:state/store);\n"
-          "                      default with --ckpt-every: checkpoint.store of the run file\n"
-          "  --ckpt-every K      checkpoint every K steps (and at the last step);\n"
-          "                      default with --store: checkpoint.every_steps\n"
-          "  --resume            continue from the newest committed checkpoint of the run\n"
-          "                      in the store (exact: same bits as an uninterrupted run)\n"
-          "  --init-from FILE    start from an llm.c model file (fp32, version 3)\n"
-          "  --export PATH       write the final model as Hugging Face GPT-2 safetensors\n"
-          "  --threads N         threads for the kernels (default: all cores)\n"
-          "  --quiet             no per-step lines\n"
-          "  -h, --help          this text\n"
-          "gang mode (set by supervise):\n"
-          "  --connect HOST:PORT the supervisor's control port\n"
-          "  --node N --slot S   this worker's node and slot in the pool\n"
-          "  --runfile PATH      the run file\n"
-          "several standalone ranks without a supervisor (tests, debugging; no checkpoints):\n"
-          "  --world W --rank R --rdzv DIR   rank R of W, meeting through folder DIR\n"
-          "\n"
-          "examples:\n"
-          "  worker --standalone examples/demo.yaml --steps 40 --log-json /tmp/loss.jsonl\n"
-          "  worker --standalone examples/demo.yaml --store local:/tmp/st --ckpt-every 10\n"
-          "  worker --standalone examples/demo.yaml --store local:/tmp/st --resume\n"
-          "\n"
-          "exit codes:\n"
-          "  0 done (or stopped by the supervisor)   1 training failed (non-finite loss,\n"
-          "  internal error)   2 usage or run-file error   3 bad or missing data\n"
-          "  4 checkpoint store error   5 a collective failed (a peer died or hung)\n"
-          "  6 the supervisor was lost (no training without a supervisor)\n");
+  fprintf(f, "usage: worker --standalone RUN.yaml [options]\n"
+             "       worker --connect HOST:PORT --node N --slot S --runfile RUN.yaml [options]\n"
+             "\n"
+             "Trains GPT-2 on the CPU from a run file: as one process (--standalone), or as\n"
+             "one rank of a gang that `supervise` launches (--connect; the run's token comes\n"
+             "in the environment variable FT_RUN_TOKEN, never on the command line).\n"
+             "\n"
+             "options:\n"
+             "  --steps N           train until step N (overrides train.steps)\n"
+             "  --set KEY=VALUE     override any run-file key, e.g. --set train.lr=3e-4\n"
+             "  --log-json PATH     append one JSON object per step: step, loss (%%.9g), lr,\n"
+             "                      grad_norm, ms, tok_s; a last line with val_loss\n"
+             "  --store URI         write checkpoints to URI (e.g. local:state/store);\n"
+             "                      default with --ckpt-every: checkpoint.store of the run file\n"
+             "  --ckpt-every K      checkpoint every K steps (and at the last step);\n"
+             "                      default with --store: checkpoint.every_steps\n"
+             "  --resume            continue from the newest committed checkpoint of the run\n"
+             "                      in the store (exact: same bits as an uninterrupted run)\n"
+             "  --init-from FILE    start from an llm.c model file (fp32, version 3)\n"
+             "  --export PATH       write the final model as Hugging Face GPT-2 safetensors\n"
+             "  --threads N         threads for the kernels (default: all cores)\n"
+             "  --quiet             no per-step lines\n"
+             "  -h, --help          this text\n"
+             "gang mode (set by supervise):\n"
+             "  --connect HOST:PORT the supervisor's control port\n"
+             "  --node N --slot S   this worker's node and slot in the pool\n"
+             "  --runfile PATH      the run file\n"
+             "several standalone ranks without a supervisor (tests, debugging; no checkpoints):\n"
+             "  --world W --rank R --rdzv DIR   rank R of W, meeting through folder DIR\n"
+             "\n"
+             "examples:\n"
+             "  worker --standalone examples/demo.yaml --steps 40 --log-json /tmp/loss.jsonl\n"
+             "  worker --standalone examples/demo.yaml --store local:/tmp/st --ckpt-every 10\n"
+             "  worker --standalone examples/demo.yaml --store local:/tmp/st --resume\n"
+             "\n"
+             "exit codes:\n"
+             "  0 done (or stopped by the supervisor)   1 training failed (non-finite loss,\n"
+             "  internal error)   2 usage or run-file error   3 bad or missing data\n"
+             "  4 checkpoint store error   5 a collective failed (a peer died or hung)\n"
+             "  6 the supervisor was lost (no training without a supervisor)\n");
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"standalone", required_argument, 0, 'S'}, {"steps", required_argument, 0, 's'},
-      {"set", required_argument, 0, 'o'},        {"log-json", required_argument, 0, 'l'},
-      {"store", required_argument, 0, 'r'},      {"ckpt-every", required_argument, 0, 'k'},
-      {"resume", no_argument, 0, 'R'},           {"init-from", required_argument, 0, 'i'},
-      {"export", required_argument, 0, 'e'},     {"threads", required_argument, 0, 't'},
-      {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
-      {"connect", required_argument, 0, 'C'},    {"node", required_argument, 0, 'N'},
-      {"slot", required_argument, 0, 'L'},       {"runfile", required_argument, 0, 'F'},
-      {"world", required_argument, 0, 'W'},      {"rank", required_argument, 0, 'K'},
-      {"rdzv", required_argument, 0, 'Z'},
-      {0, 0, 0, 0}};
+  static const struct option opts[] = {{"standalone", required_argument, 0, 'S'},
+                                       {"steps", required_argument, 0, 's'},
+                                       {"set", required_argument, 0, 'o'},
+                                       {"log-json", required_argument, 0, 'l'},
+                                       {"store", required_argument, 0, 'r'},
+                                       {"ckpt-every", required_argument, 0, 'k'},
+                                       {"resume", no_argument, 0, 'R'},
+                                       {"init-from", required_argument, 0, 'i'},
+                                       {"export", required_argument, 0, 'e'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"quiet", no_argument, 0, 'q'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"connect", required_argument, 0, 'C'},
+                                       {"node", required_argument, 0, 'N'},
+                                       {"slot", required_argument, 0, 'L'},
+                                       {"runfile", required_argument, 0, 'F'},
+                                       {"world", required_argument, 0, 'W'},
+                                       {"rank", required_argument, 0, 'K'},
+                                       {"rdzv", required_argument, 0, 'Z'},
+                                       {0, 0, 0, 0}};
   const char *connect_to = NULL;
   long node = -1, slot = -1;
   const char *runfile = NULL, *steps = NULL, *sets[32];
@@ -166,7 +173,7 @@ int main(int argc, char **argv) {
   }
   if (!runfile || optind != argc || (connect_to && (node < 0 || slot < 0))) {
     fprintf(stderr, "worker: %s\n\n",
-            !runfile    ? "--standalone RUN.yaml (or --connect ... --runfile RUN.yaml) is required"
+            !runfile     ? "--standalone RUN.yaml (or --connect ... --runfile RUN.yaml) is required"
             : connect_to ? "--connect needs --node and --slot"
                          : "unexpected argument");
     usage(stderr);
