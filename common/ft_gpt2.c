@@ -20,6 +20,8 @@
  */
 #include "ft_gpt2.h"
 
+#include "ft_file.h"
+
 #include "ft_err.h"
 
 #include <cjson/cJSON.h>
@@ -156,100 +158,6 @@ static int dims_check(const ft_gpt2_dims *d, char *why, size_t len) {
   return 0;
 }
 
-/* ---- crash-safe file writer --------------------------------------------- */
-
-typedef struct {
-  const char *path;
-  char *tmp;
-  int fd;
-} safe_file;
-
-static int safe_open(safe_file *f, const char *path) {
-  f->path = path;
-  f->fd = -1;
-  size_t n = strlen(path) + 16;
-  f->tmp = malloc(n);
-  if (!f->tmp)
-    return ft_err_set(FT_ENOMEM, "%s: out of memory", path);
-  snprintf(f->tmp, n, "%s.tmp.XXXXXX", path);
-  f->fd = mkstemp(f->tmp);
-  if (f->fd < 0) {
-    int e = errno;
-    free(f->tmp);
-    f->tmp = NULL;
-    return ft_err_set(ft_err_from_errno(e) == FT_ENOSPC ? FT_ENOSPC : FT_EIO,
-                      "%s: cannot create temp file: %s", path, strerror(e));
-  }
-  /* mkstemp makes 0600; a model file is ordinary data (umask applies). */
-  mode_t um = umask(0);
-  umask(um);
-  fchmod(f->fd, 0666 & ~um);
-  return FT_OK;
-}
-
-static int safe_write(safe_file *f, const void *buf, size_t n) {
-  const char *p = buf;
-  while (n) {
-    ssize_t w = write(f->fd, p, n > (1u << 30) ? (1u << 30) : n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      int e = errno;
-      return ft_err_set(e == ENOSPC || e == EDQUOT ? FT_ENOSPC : FT_EIO, "%s: write: %s", f->path,
-                        strerror(e));
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return FT_OK;
-}
-
-static void safe_abort(safe_file *f) {
-  if (f->fd >= 0)
-    close(f->fd);
-  if (f->tmp) {
-    unlink(f->tmp);
-    free(f->tmp);
-  }
-  f->fd = -1;
-  f->tmp = NULL;
-}
-
-/* fsync, close, rename over path, fsync the directory. Always releases f. */
-static int safe_commit(safe_file *f) {
-  int rc = FT_OK;
-  if (fsync(f->fd) != 0) {
-    rc = ft_err_set(FT_EIO, "%s: fsync: %s", f->path, strerror(errno));
-    goto out;
-  }
-  if (close(f->fd) != 0) {
-    f->fd = -1;
-    rc = ft_err_set(FT_EIO, "%s: close: %s", f->path, strerror(errno));
-    goto out;
-  }
-  f->fd = -1;
-  if (rename(f->tmp, f->path) != 0) {
-    rc = ft_err_set(FT_EIO, "%s: rename from temp file: %s", f->path, strerror(errno));
-    goto out;
-  }
-  free(f->tmp);
-  f->tmp = NULL;
-  char *dup = strdup(f->path);
-  if (!dup)
-    return ft_err_set(FT_ENOMEM, "%s: out of memory", f->path);
-  int dfd = open(dirname(dup), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    if (fsync(dfd) != 0)
-      rc = ft_err_set(FT_EIO, "%s: fsync of directory: %s", f->path, strerror(errno));
-    close(dfd);
-  }
-  free(dup);
-  return rc;
-out:
-  safe_abort(f);
-  return rc;
-}
-
 /* ---- llm.c model files ----------------------------------------------------- */
 
 /* fread exactly n floats; errors name the file and what was being read. */
@@ -365,26 +273,26 @@ int ft_gpt2_write_llmc(const char *path, const ft_gpt2_dims *d, const float *par
   h[5] = d->n_head;
   h[6] = d->channels;
   h[7] = d->padded_vocab_size;
-  safe_file f;
-  int rc = safe_open(&f, path);
+  ft_afile f;
+  int rc = ft_afile_open(&f, path);
   if (rc)
     return rc;
-  rc = safe_write(&f, h, sizeof h);
+  rc = ft_afile_write(&f, h, sizeof h);
   for (int g = 0; g < 2 && !rc; g++)
-    rc = safe_write(&f, params + ft_gpt2_group_offset(d, g),
-                    ft_gpt2_group_numel(d, g) * sizeof(float));
+    rc = ft_afile_write(&f, params + ft_gpt2_group_offset(d, g),
+                        ft_gpt2_group_numel(d, g) * sizeof(float));
   for (int t = 0; t < FT_B_COUNT && !rc; t++)
     for (int l = 0; l < d->n_layer && !rc; l++)
-      rc = safe_write(&f, params + ft_gpt2_group_offset(d, 2 + l) + ft_gpt2_block_offset(d, t),
-                      ft_gpt2_block_numel(d, t) * sizeof(float));
+      rc = ft_afile_write(&f, params + ft_gpt2_group_offset(d, 2 + l) + ft_gpt2_block_offset(d, t),
+                          ft_gpt2_block_numel(d, t) * sizeof(float));
   if (!rc)
-    rc = safe_write(&f, params + ft_gpt2_group_offset(d, 2 + d->n_layer),
-                    ft_gpt2_group_numel(d, 2 + d->n_layer) * sizeof(float));
+    rc = ft_afile_write(&f, params + ft_gpt2_group_offset(d, 2 + d->n_layer),
+                        ft_gpt2_group_numel(d, 2 + d->n_layer) * sizeof(float));
   if (rc) {
-    safe_abort(&f);
+    ft_afile_abort(&f);
     return rc;
   }
-  return safe_commit(&f);
+  return ft_afile_commit(&f);
 }
 
 /* ---- safetensors --------------------------------------------------------- */
@@ -473,7 +381,7 @@ int ft_gpt2_write_safetensors(const char *path, const ft_gpt2_dims *d, const flo
   cJSON *root = NULL;
   char *json = NULL, *hdr = NULL;
   float *tbuf = NULL;
-  safe_file f = {.fd = -1};
+  ft_afile f = {.fd = -1};
   int opened = 0;
   if (!ts) {
     rc = ft_err_set(FT_ENOMEM, "%s: out of memory", path);
@@ -525,29 +433,29 @@ int ft_gpt2_write_safetensors(const char *path, const ft_gpt2_dims *d, const flo
   memcpy(hdr + 8, json, jlen);
   memset(hdr + 8 + jlen, ' ', hlen - jlen);
 
-  rc = safe_open(&f, path);
+  rc = ft_afile_open(&f, path);
   if (rc)
     goto out;
   opened = 1;
-  rc = safe_write(&f, hdr, 8 + hlen);
+  rc = ft_afile_write(&f, hdr, 8 + hlen);
   for (int i = 0; i < nt && !rc; i++) {
     const float *src = ts[i].src;
     if (ts[i].transpose) {
       transpose(tbuf, ts[i].src, ts[i].rows, ts[i].cols);
       src = tbuf;
     }
-    rc = safe_write(&f, src, st_numel(&ts[i]) * sizeof(float));
+    rc = ft_afile_write(&f, src, st_numel(&ts[i]) * sizeof(float));
   }
   if (!rc) {
     opened = 0;
-    rc = safe_commit(&f);
+    rc = ft_afile_commit(&f);
   }
   goto out;
 nomem:
   rc = ft_err_set(FT_ENOMEM, "%s: out of memory building the safetensors header", path);
 out:
   if (opened)
-    safe_abort(&f);
+    ft_afile_abort(&f);
   free(tbuf);
   free(hdr);
   free(json);

@@ -18,6 +18,8 @@
  */
 #include "data.h"
 
+#include "ft_file.h"
+
 #include "ft_err.h"
 
 #include <ctype.h>
@@ -266,84 +268,21 @@ int data_sequence(const data_loader *dl, uint64_t i, int T, int32_t *inp, int32_
   return FT_OK;
 }
 
-static int write_all(int fd, const void *buf, size_t n, const char *path) {
-  const char *p = buf;
-  while (n) {
-    ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      int e = errno;
-      return ft_err_set(e == ENOSPC || e == EDQUOT ? FT_ENOSPC : FT_EIO, "%s: write: %s", path,
-                        strerror(e));
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return FT_OK;
-}
-
 int data_write_shard(const char *path, const uint16_t *tokens, uint64_t n) {
   if (n > INT32_MAX)
     return ft_err_set(FT_EINVAL, "%s: %llu tokens exceed the format's int32 count", path,
                       (unsigned long long)n);
-  int rc = FT_OK;
-  size_t tlen = strlen(path) + 16;
-  char *tmp = malloc(tlen), *dir = strdup(path);
-  int fd = -1;
-  if (!tmp || !dir) {
-    rc = ft_err_set(FT_ENOMEM, "%s: out of memory", path);
-    goto out;
-  }
-  snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
-  fd = mkstemp(tmp);
-  if (fd < 0) {
-    int e = errno;
-    rc = ft_err_set(e == ENOSPC ? FT_ENOSPC : FT_EIO, "%s: cannot create temp file: %s", path,
-                    strerror(e));
-    free(tmp);
-    tmp = NULL;
-    goto out;
-  }
-  /* mkstemp makes 0600; a data shard is ordinary data. */
-  mode_t um = umask(0);
-  umask(um);
-  fchmod(fd, 0666 & ~um);
-  int32_t h[DATA_HEADER_INTS] = {DATA_MAGIC, DATA_VERSION, (int32_t)n};
-  rc = write_all(fd, h, sizeof h, path);
-  if (!rc && n)
-    rc = write_all(fd, tokens, n * sizeof(uint16_t), path);
+  ft_afile f;
+  int rc = ft_afile_open(&f, path);
   if (rc)
-    goto out;
-  if (fsync(fd) != 0) {
-    rc = ft_err_set(FT_EIO, "%s: fsync: %s", path, strerror(errno));
-    goto out;
+    return rc;
+  int32_t h[DATA_HEADER_INTS] = {DATA_MAGIC, DATA_VERSION, (int32_t)n};
+  rc = ft_afile_write(&f, h, sizeof h);
+  if (!rc && n)
+    rc = ft_afile_write(&f, tokens, n * sizeof(uint16_t));
+  if (rc) {
+    ft_afile_abort(&f);
+    return rc;
   }
-  int cr = close(fd);
-  fd = -1;
-  if (cr != 0) {
-    rc = ft_err_set(FT_EIO, "%s: close: %s", path, strerror(errno));
-    goto out;
-  }
-  if (rename(tmp, path) != 0) {
-    rc = ft_err_set(FT_EIO, "%s: rename from temp file: %s", path, strerror(errno));
-    goto out;
-  }
-  free(tmp);
-  tmp = NULL;
-  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    if (fsync(dfd) != 0)
-      rc = ft_err_set(FT_EIO, "%s: fsync of directory: %s", path, strerror(errno));
-    close(dfd);
-  }
-out:
-  if (fd >= 0)
-    close(fd);
-  if (tmp) {
-    unlink(tmp);
-    free(tmp);
-  }
-  free(dir);
-  return rc;
+  return ft_afile_commit(&f);
 }
