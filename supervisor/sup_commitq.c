@@ -45,8 +45,8 @@ struct sup_commitq {
   pthread_cond_t gc_cv;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  sup_pending_ckpt *todo, **todo_tail; /* waiting for the thread */
-  sup_pending_ckpt *done, **done_tail; /* finished, waiting for the loop */
+  sup_pending_ckpt *queue, **queue_tail; /* waiting for the thread */
+  sup_pending_ckpt *done, **done_tail;   /* finished, waiting for the loop */
   int stop;
   int fd[2]; /* the thread writes a byte to fd[1] per finished job */
   struct event *ev;
@@ -81,14 +81,14 @@ static void *thread_main(void *arg) {
   sup_commitq *q = arg;
   pthread_mutex_lock(&q->mu);
   for (;;) {
-    while (!q->todo && !q->stop)
+    while (!q->queue && !q->stop)
       pthread_cond_wait(&q->cv, &q->mu);
     if (q->stop)
       break;
-    sup_pending_ckpt *p = q->todo;
-    q->todo = p->next;
-    if (!q->todo)
-      q->todo_tail = &q->todo;
+    sup_pending_ckpt *p = q->queue;
+    q->queue = p->next;
+    if (!q->queue)
+      q->queue_tail = &q->queue;
     p->next = NULL;
     q->inflight = 1;
     pthread_mutex_unlock(&q->mu);
@@ -142,7 +142,7 @@ int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn
   if (!q)
     return ft_err_set(FT_ENOMEM, "out of memory");
   q->fd[0] = q->fd[1] = -1;
-  q->todo_tail = &q->todo;
+  q->queue_tail = &q->queue;
   q->done_tail = &q->done;
   q->work = work;
   q->done_fn = done;
@@ -182,15 +182,15 @@ fail:
 void sup_commitq_push(sup_commitq *q, sup_pending_ckpt *p) {
   p->next = NULL;
   pthread_mutex_lock(&q->mu);
-  *q->todo_tail = p;
-  q->todo_tail = &p->next;
+  *q->queue_tail = p;
+  q->queue_tail = &p->next;
   pthread_cond_signal(&q->cv);
   pthread_mutex_unlock(&q->mu);
 }
 
 int sup_commitq_busy(sup_commitq *q) {
   pthread_mutex_lock(&q->mu);
-  int busy = q->todo || q->inflight || q->gc_wanted || q->gc_running;
+  int busy = q->queue || q->inflight || q->gc_wanted || q->gc_running;
   pthread_mutex_unlock(&q->mu);
   return busy;
 }
@@ -209,9 +209,9 @@ void sup_commitq_free(sup_commitq *q) {
     pthread_join(q->th, NULL); /* waits for the job in flight */
     drain_done(q);
   }
-  while (q->todo) {
-    sup_pending_ckpt *p = q->todo;
-    q->todo = p->next;
+  while (q->queue) {
+    sup_pending_ckpt *p = q->queue;
+    q->queue = p->next;
     q->release(q->ud, p);
   }
   if (q->ev)
