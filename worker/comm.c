@@ -6,9 +6,19 @@
  *   - a backend is called only with valid arguments, on a comm that has not
  *     failed;
  *   - after the first backend failure, c->failed holds its code, the backend
- *     has been aborted once, and every later collective returns FT_ECOMM
- *     naming the first failure, without touching the network.
- * Threading: none of its own; one thread per comm at a time.
+ *     has been aborted, and every later collective returns FT_ECOMM naming
+ *     the first failure, without touching the network;
+ *   - after comm_abort (any thread), c->aborted is 1 and every later call
+ *     returns FT_ECOMM the same way;
+ *   - comm_dev_* on a comm without device collectives (Gloo) is FT_EINVAL
+ *     and leaves the comm healthy; a failure of comm_dev_poll or
+ *     comm_dev_wait breaks the comm like any collective's.
+ * Threading: none of its own; one thread per comm at a time, except
+ * comm_abort, which may run on another thread: it touches only the atomic
+ * c->aborted and the backend's (thread-safe) abort.
+ *
+ * Builds without NCCL (FT_HAVE_NCCL undefined: no CUDA, or no libnccl) get a
+ * comm_nccl_new here that fails with FT_ECONFIG.
  */
 #include "comm_int.h"
 
@@ -20,10 +30,16 @@
 #include <string.h>
 
 int comm__wrap(const struct comm_ops *ops, void *impl, int rank, int world, comm **out) {
+  return comm__wrap_dev(ops, NULL, impl, rank, world, out);
+}
+
+int comm__wrap_dev(const struct comm_ops *ops, const struct comm_dev_ops *dev, void *impl, int rank,
+                   int world, comm **out) {
   comm *c = calloc(1, sizeof *c);
   if (!c)
     return ft_err_set(FT_ENOMEM, "comm: out of memory");
   c->ops = ops;
+  c->dev = dev;
   c->impl = impl;
   c->rank = rank;
   c->world = world;
@@ -55,6 +71,9 @@ static int check_healthy(comm *c, const char *op) {
   if (c->failed)
     return ft_err_set(FT_ECOMM, "comm_%s: refused, the comm failed earlier in %s: %s", op,
                       c->failed_op, c->failed_why);
+  if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+    return ft_err_set(FT_ECOMM, "comm_%s: refused, the comm failed earlier: aborted (comm_abort)",
+                      op);
   return FT_OK;
 }
 
@@ -149,3 +168,110 @@ int comm_barrier(comm *c) {
     return rc;
   return after(c, "barrier", c->ops->barrier(c->impl));
 }
+
+/* ---- device collectives (NCCL) ------------------------------------------ */
+
+int comm_is_device(const comm *c) {
+  return c && c->dev ? 1 : 0;
+}
+
+/* Healthy and with device collectives. */
+static int check_dev(comm *c, const char *op) {
+  int rc = check_healthy(c, op);
+  if (rc)
+    return rc;
+  if (!c->dev)
+    return ft_err_set(FT_EINVAL, "comm_%s: the %s comm has no device collectives", op,
+                      c->ops->name);
+  return FT_OK;
+}
+
+int comm_dev_allgather_bf16(comm *c, const void *send, void *recv, size_t count, void *stream) {
+  int rc = check_dev(c, "dev_allgather_bf16");
+  if (rc)
+    return rc;
+  if ((rc = check_size(c, "dev_allgather_bf16", count, (size_t)c->world, 2)))
+    return rc;
+  if (count == 0)
+    return FT_OK;
+  if (!send || !recv)
+    return ft_err_set(FT_EINVAL, "comm_dev_allgather_bf16: NULL buffer");
+  return after(c, "dev_allgather_bf16", c->dev->allgather_bf16(c->impl, send, recv, count, stream));
+}
+
+int comm_dev_reduce_scatter_f32(comm *c, const float *send, float *recv, size_t count,
+                                void *stream) {
+  int rc = check_dev(c, "dev_reduce_scatter_f32");
+  if (rc)
+    return rc;
+  if ((rc = check_size(c, "dev_reduce_scatter_f32", count, (size_t)c->world, sizeof(float))))
+    return rc;
+  if (count == 0)
+    return FT_OK;
+  if (!send || !recv)
+    return ft_err_set(FT_EINVAL, "comm_dev_reduce_scatter_f32: NULL buffer");
+  return after(c, "dev_reduce_scatter_f32",
+               c->dev->reduce_scatter_f32(c->impl, send, recv, count, stream));
+}
+
+int comm_dev_allreduce_f32(comm *c, float *buf, size_t n, void *stream) {
+  int rc = check_dev(c, "dev_allreduce_f32");
+  if (rc)
+    return rc;
+  if ((rc = check_size(c, "dev_allreduce_f32", n, 1, sizeof(float))))
+    return rc;
+  if (n == 0)
+    return FT_OK;
+  if (!buf)
+    return ft_err_set(FT_EINVAL, "comm_dev_allreduce_f32: NULL buffer");
+  return after(c, "dev_allreduce_f32", c->dev->allreduce_f32(c->impl, buf, n, stream));
+}
+
+int comm_dev_allreduce_f64(comm *c, double *buf, size_t n, void *stream) {
+  int rc = check_dev(c, "dev_allreduce_f64");
+  if (rc)
+    return rc;
+  if ((rc = check_size(c, "dev_allreduce_f64", n, 1, sizeof(double))))
+    return rc;
+  if (n == 0)
+    return FT_OK;
+  if (!buf)
+    return ft_err_set(FT_EINVAL, "comm_dev_allreduce_f64: NULL buffer");
+  return after(c, "dev_allreduce_f64", c->dev->allreduce_f64(c->impl, buf, n, stream));
+}
+
+/* FT_OK, or FT_ECOMM (sticky failure, abort, or a new asynchronous error,
+ * which then breaks the comm). */
+int comm_dev_poll(comm *c) {
+  int rc = check_dev(c, "dev_poll");
+  if (rc)
+    return rc;
+  return after(c, "dev_poll", c->dev->poll(c->impl));
+}
+
+/* timeout_ms <= 0 means the comm's own timeout_ms. A NULL stream is the
+ * CUDA default stream. */
+int comm_dev_wait(comm *c, void *stream, int timeout_ms) {
+  int rc = check_dev(c, "dev_wait");
+  if (rc)
+    return rc;
+  return after(c, "dev_wait", c->dev->wait(c->impl, stream, timeout_ms));
+}
+
+/* Any thread, concurrently with one other call on c (never with comm_free).
+ * Only the first call reaches the backend. */
+void comm_abort(comm *c) {
+  if (!c)
+    return;
+  if (__atomic_exchange_n(&c->aborted, 1, __ATOMIC_ACQ_REL))
+    return;
+  c->ops->abort(c->impl);
+}
+
+#ifndef FT_HAVE_NCCL
+int comm_nccl_new(const comm_opts *o, const comm_kv *kv, int device, comm **out) {
+  if (out)
+    *out = NULL;
+  return ft_err_set(FT_ECONFIG, "this build has no NCCL (built without CUDA)");
+}
+#endif

@@ -109,6 +109,54 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 /* Returns once every rank has entered the barrier. */
 int comm_barrier(comm *c);
 
+/* ---- NCCL: device buffers (DESIGN 6) ---------------------------------------
+ *
+ * comm_nccl_new creates a NCCL communicator on CUDA device `device`: rank 0
+ * makes the unique id and publishes it in kv (under opts->prefix +
+ * "nccl_id"; the supervisor relays it), the others wait for it; the
+ * communicator is non-blocking (ncclConfig_t.blocking = 0), and every call
+ * that could block is polled with ncclCommGetAsyncError against
+ * opts->timeout_ms, so a hung peer surfaces as FT_ETIMEDOUT instead of a
+ * wedged process. Built only where CUDA is (FT_ECONFIG otherwise, with a
+ * message that says so).
+ *
+ * The comm_dev_* collectives ENQUEUE on `stream` (a kc_stream, i.e. a
+ * cudaStream_t) and return; completion is observed through stream order
+ * (events) or comm_dev_wait. They fail fast with FT_ECOMM when the
+ * communicator already reported an asynchronous error. Host collectives
+ * (comm_allreduce_f64 and the others above) work on a NCCL comm too: they
+ * stage through device memory and wait.
+ *
+ * Watchdog hooks: comm_dev_poll reports an asynchronous NCCL error
+ * (FT_ECOMM) without blocking; comm_dev_wait waits for a stream while
+ * polling, and on timeout aborts the communicator (ncclCommAbort) and
+ * returns FT_ETIMEDOUT; comm_abort aborts it from any thread (the only call
+ * allowed concurrently with another on the same comm), after which every
+ * call fails with FT_ECOMM.
+ *
+ * Details of the NCCL comm: opts->bind_addr is ignored (may be NULL);
+ * comm_nccl_new and every call on the owner thread make `device` current;
+ * comm_dev_wait with timeout_ms <= 0 uses opts->timeout_ms, and a NULL
+ * stream is the default stream; device calls may also return FT_ECUDA,
+ * FT_ENOMEM or FT_ECONFIG; comm_abort must not race comm_free.
+ * Determinism: NCCL picks its own algorithm (ring, tree, NVLS), so its sums
+ * are not Gloo's ring order; for a fixed world size, topology and NCCL
+ * version they are the same run to run (set NCCL_ALGO to pin it). */
+int comm_nccl_new(const comm_opts *o, const comm_kv *kv, int device, comm **out);
+/* 1 if c is a device (NCCL) comm, else 0. */
+int comm_is_device(const comm *c);
+/* recv[world*count] (bf16 as uint16 bits) = all ranks' send[count], in rank order. */
+int comm_dev_allgather_bf16(comm *c, const void *send, void *recv, size_t count, void *stream);
+/* recv[count] = sum over ranks of send[rank*count .. +count], fp32. */
+int comm_dev_reduce_scatter_f32(comm *c, const float *send, float *recv, size_t count,
+                                void *stream);
+/* In-place sums over ranks. */
+int comm_dev_allreduce_f32(comm *c, float *buf, size_t n, void *stream);
+int comm_dev_allreduce_f64(comm *c, double *buf, size_t n, void *stream);
+int comm_dev_poll(comm *c);
+int comm_dev_wait(comm *c, void *stream, int timeout_ms);
+void comm_abort(comm *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,11 @@
  *   peer hang    one rank SIGSTOPs itself (sockets stay open): a survivor
  *                sees FT_ETIMEDOUT, the rest fail with it.
  *   no peers     a rank alone: comm_gloo_new gives FT_ETIMEDOUT.
+ *   no device    a Gloo comm (world 1) has no device collectives: every
+ *                comm_dev_* is FT_EINVAL and leaves it healthy; after
+ *                comm_abort every call is FT_ECOMM.
+ *   nccl options comm_nccl_new refuses bad options with FT_EINVAL before
+ *                touching CUDA; in a build without NCCL it is FT_ECONFIG.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -679,6 +684,76 @@ static void test_bad_options(void **state) {
   rm_tree(dir);
 }
 
+/* ---- the device half of comm.h on a Gloo comm, and comm_nccl_new -------- */
+
+static void test_gloo_no_device(void **state) {
+  char dir[256];
+  comm_kv kv;
+  comm *c = NULL;
+  snprintf(dir, sizeof dir, "%s/ft_test_comm_nodev.XXXXXX", tmpbase());
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(comm_filestore_init(&kv, dir), FT_OK);
+  comm_opts o = {.rank = 0, .world = 1, .bind_addr = "127.0.0.1", .timeout_ms = 5000};
+  assert_int_equal(comm_gloo_new(&o, &kv, &c), FT_OK);
+  comm_filestore_release(&kv);
+  float x[4] = {1, 2, 3, 4};
+  double d[2] = {1, 2};
+  assert_int_equal(comm_is_device(c), 0);
+  assert_int_equal(comm_is_device(NULL), 0);
+  assert_int_equal(comm_dev_allgather_bf16(c, x, x + 2, 1, NULL), FT_EINVAL);
+  assert_string_equal(ft_err_detail(),
+                      "comm_dev_allgather_bf16: the gloo comm has no device collectives");
+  assert_int_equal(comm_dev_reduce_scatter_f32(c, x, x + 2, 1, NULL), FT_EINVAL);
+  assert_int_equal(comm_dev_allreduce_f32(c, x, 4, NULL), FT_EINVAL);
+  assert_int_equal(comm_dev_allreduce_f64(c, d, 2, NULL), FT_EINVAL);
+  assert_int_equal(comm_dev_poll(c), FT_EINVAL);
+  assert_int_equal(comm_dev_wait(c, NULL, 100), FT_EINVAL);
+  assert_int_equal(comm_dev_poll(NULL), FT_EINVAL);
+  /* still healthy */
+  assert_int_equal(comm_allreduce(c, x, 4), FT_OK);
+  assert_true(x[3] == 4.0f);
+  assert_int_equal(comm_barrier(c), FT_OK);
+  /* comm_abort breaks it for good */
+  comm_abort(c);
+  comm_abort(c);
+  comm_abort(NULL);
+  assert_int_equal(comm_barrier(c), FT_ECOMM);
+  assert_non_null(strstr(ft_err_detail(), "aborted"));
+  assert_int_equal(comm_allreduce_f64(c, d, 2), FT_ECOMM);
+  assert_int_equal(comm_dev_allreduce_f32(c, x, 4, NULL), FT_ECOMM);
+  comm_free(c);
+  rm_tree(dir);
+}
+
+static void test_nccl_new_options(void **state) {
+  char dir[256];
+  comm_kv kv;
+  comm *c = (comm *)1;
+  snprintf(dir, sizeof dir, "%s/ft_test_comm_nccl.XXXXXX", tmpbase());
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(comm_filestore_init(&kv, dir), FT_OK);
+  comm_opts o = {.rank = 0, .world = 1, .timeout_ms = 1000};
+#ifndef FT_HAVE_NCCL
+  assert_int_equal(comm_nccl_new(&o, &kv, 0, &c), FT_ECONFIG);
+  assert_null(c);
+  assert_string_equal(ft_err_detail(), "this build has no NCCL (built without CUDA)");
+#else
+  /* refused before any CUDA call, so this runs without a GPU */
+  o.rank = 1;
+  assert_int_equal(comm_nccl_new(&o, &kv, 0, &c), FT_EINVAL);
+  assert_null(c);
+  o.rank = 0;
+  o.timeout_ms = 0;
+  assert_int_equal(comm_nccl_new(&o, &kv, 0, &c), FT_EINVAL);
+  o.timeout_ms = 1000;
+  assert_int_equal(comm_nccl_new(&o, &kv, -1, &c), FT_EINVAL);
+  assert_int_equal(comm_nccl_new(&o, NULL, 0, &c), FT_EINVAL);
+  assert_int_equal(comm_nccl_new(&o, &kv, 0, NULL), FT_EINVAL);
+#endif
+  comm_filestore_release(&kv);
+  rm_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_options),    cmocka_unit_test(test_collectives_w2),
@@ -686,6 +761,7 @@ int main(void) {
       cmocka_unit_test(test_determinism_w4), cmocka_unit_test(test_peer_death_w2),
       cmocka_unit_test(test_peer_death_w4),  cmocka_unit_test(test_peer_death_reduce_scatter_w4),
       cmocka_unit_test(test_peer_hang_w4),   cmocka_unit_test(test_rendezvous_timeout),
+      cmocka_unit_test(test_gloo_no_device), cmocka_unit_test(test_nccl_new_options),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
