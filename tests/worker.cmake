@@ -11,3 +11,13 @@ ft_add_script_test(NAME worker_learns LABELS integration TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_learns.sh)
 ft_add_script_test(NAME fsdp_world4 LABELS integration TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/fsdp_world4.sh)
+ft_add_script_test(NAME worker_oom LABELS integration TIMEOUT 300
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_oom.sh)
+# The CUDA trainer (label gpu): they exit 77 (skipped) where `worker --gpus`
+# sees no GPU, which includes every build without CUDA.
+ft_add_script_test(NAME worker_cuda_curve LABELS gpu TIMEOUT 300
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/worker_cuda_curve.sh)
+ft_add_script_test(NAME worker_cuda_resume LABELS gpu TIMEOUT 300
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_resume.sh cuda)
+ft_add_script_test(NAME sup_cuda LABELS gpu TIMEOUT 300
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/sup_cuda.sh)

@@ -21,32 +21,22 @@
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "kernels.h"
+#include "shardmap.h"
 
 struct fsdp {
   gpt2 *m;
   comm *c;
   int rank, world, ngroups;
-  size_t *numel;         /* n_g */
-  size_t *S;             /* S_g */
-  size_t *shoff;         /* offset of group g in the shard arrays */
+  shardmap sm;
+  const size_t *numel;   /* sm's n_g */
+  const size_t *S;       /* sm's S_g */
+  const size_t *shoff;   /* sm's group offsets in the shard arrays */
   size_t shard_n;        /* sum of S_g */
   float *p, *g, *mo, *v; /* shard arrays */
   float *scratch;        /* W * max S_g */
   gpt2_hooks hooks;
   uint64_t comm_ns; /* time inside collectives */
 };
-
-/* Real (unpadded) elements this rank owns in group g, and the first one. */
-static size_t own_begin(const fsdp *f, int g) {
-  size_t b = (size_t)f->rank * f->S[g];
-  return b < f->numel[g] ? b : f->numel[g];
-}
-static size_t own_count(const fsdp *f, int g) {
-  size_t b = own_begin(f, g), e = b + f->S[g];
-  if (e > f->numel[g])
-    e = f->numel[g];
-  return e - b;
-}
 
 static int hook_gather(void *ud, gpt2 *m, int g) {
   fsdp *f = ud;
@@ -102,39 +92,43 @@ int fsdp_new(gpt2 *m, comm *c, int rank, int world, fsdp **out) {
   fsdp *f = calloc(1, sizeof *f);
   if (!f)
     return ft_err_set(FT_ENOMEM, "fsdp: out of memory");
-  f->m = m;
+  int rc = shardmap_init(&f->sm, &m->d, rank, world);
+  if (rc) {
+    free(f);
+    return rc;
+  }
   f->c = c;
   f->rank = rank;
   f->world = world;
-  f->ngroups = ft_gpt2_ngroups(&m->d);
-  f->numel = calloc((size_t)f->ngroups, sizeof(size_t));
-  f->S = calloc((size_t)f->ngroups, sizeof(size_t));
-  f->shoff = calloc((size_t)f->ngroups, sizeof(size_t));
-  size_t maxS = 0;
-  for (int g = 0; f->numel && f->S && f->shoff && g < f->ngroups; g++) {
-    f->numel[g] = ft_gpt2_group_numel(&m->d, g);
-    f->S[g] = (f->numel[g] + world - 1) / world;
-    f->shoff[g] = f->shard_n;
-    f->shard_n += f->S[g];
-    if (f->S[g] > maxS)
-      maxS = f->S[g];
-  }
+  f->ngroups = f->sm.ngroups;
+  f->numel = f->sm.numel;
+  f->S = f->sm.S;
+  f->shoff = f->sm.shoff;
+  f->shard_n = f->sm.shard_n;
+  size_t maxS = f->sm.maxS;
   f->p = calloc(f->shard_n, sizeof(float));
   f->g = calloc(f->shard_n, sizeof(float));
   f->mo = calloc(f->shard_n, sizeof(float));
   f->v = calloc(f->shard_n, sizeof(float));
   /* gather: W*maxS; reduce-scatter: W*maxS send + maxS recv */
   f->scratch = calloc(maxS * (size_t)world + maxS, sizeof(float));
-  if (!f->numel || !f->S || !f->shoff || !f->p || !f->g || !f->mo || !f->v || !f->scratch) {
+  if (!f->p || !f->g || !f->mo || !f->v || !f->scratch) {
     fsdp_free(f);
     return ft_err_set(FT_ENOMEM, "fsdp: out of memory for shards");
   }
   f->hooks =
       (gpt2_hooks){.ud = f, .gather = hook_gather, .release = hook_release, .reduce = hook_reduce};
-  m->hooks = &f->hooks;
-  memset(m->grads, 0, m->nparams * sizeof(float));
+  fsdp_rebind(f, m);
   *out = f;
   return FT_OK;
+}
+
+void fsdp_rebind(fsdp *f, gpt2 *m) {
+  if (f->m && f->m->hooks == &f->hooks)
+    f->m->hooks = NULL;
+  f->m = m;
+  m->hooks = &f->hooks;
+  memset(m->grads, 0, m->nparams * sizeof(float));
 }
 
 void fsdp_free(fsdp *f) {
@@ -142,9 +136,7 @@ void fsdp_free(fsdp *f) {
     return;
   if (f->m && f->m->hooks == &f->hooks)
     f->m->hooks = NULL;
-  free(f->numel);
-  free(f->S);
-  free(f->shoff);
+  shardmap_release(&f->sm);
   free(f->p);
   free(f->g);
   free(f->mo);
@@ -154,10 +146,7 @@ void fsdp_free(fsdp *f) {
 }
 
 void fsdp_shard_from_model(fsdp *f) {
-  memset(f->p, 0, f->shard_n * sizeof(float));
-  for (int g = 0; g < f->ngroups; g++)
-    memcpy(f->p + f->shoff[g], f->m->params + ft_gpt2_group_offset(&f->m->d, g) + own_begin(f, g),
-           own_count(f, g) * sizeof(float));
+  shardmap_take(&f->sm, f->m->params, f->p);
   memset(f->mo, 0, f->shard_n * sizeof(float));
   memset(f->v, 0, f->shard_n * sizeof(float));
 }
@@ -202,13 +191,10 @@ typedef struct seg_args {
 static void adamw_seg(void *ud, size_t off, size_t n, int decays) {
   seg_args *a = ud;
   fsdp *f = a->f;
-  size_t b = own_begin(f, a->g), e = b + own_count(f, a->g);
-  size_t lo = off > b ? off : b, hi = off + n < e ? off + n : e;
-  if (lo >= hi)
-    return;
-  size_t o = f->shoff[a->g] + (lo - b);
-  k_adamw(f->p + o, f->g + o, f->mo + o, f->v + o, hi - lo, a->lr, a->b1, a->b2, a->eps,
-          decays ? a->wd : 0.0f, a->t);
+  size_t o, cnt = shardmap_clip(&f->sm, a->g, off, n, &o);
+  if (cnt)
+    k_adamw(f->p + o, f->g + o, f->mo + o, f->v + o, cnt, a->lr, a->b1, a->b2, a->eps,
+            decays ? a->wd : 0.0f, a->t);
 }
 
 void fsdp_adamw(fsdp *f, float lr, float beta1, float beta2, float eps, float wd, int64_t t) {
@@ -219,13 +205,8 @@ void fsdp_adamw(fsdp *f, float lr, float beta1, float beta2, float eps, float wd
   }
 }
 
-static const char *const kinds[3] = {"param", "adam_m", "adam_v"};
-
 int fsdp_nparts(const fsdp *f) {
-  int n = 0;
-  for (int g = 0; g < f->ngroups; g++)
-    n += own_count(f, g) > 0;
-  return 3 * n;
+  return shardmap_nparts(&f->sm);
 }
 
 size_t fsdp_staging_floats(const fsdp *f) {
@@ -234,56 +215,17 @@ size_t fsdp_staging_floats(const fsdp *f) {
 
 int fsdp_snapshot(const fsdp *f, float *staging, ckpt_part *parts, char (*names)[64]) {
   const float *src[3] = {f->p, f->mo, f->v};
-  int np = 0;
+  const float *dst[3];
   for (int k = 0; k < 3; k++) {
-    float *dst = staging + (size_t)k * f->shard_n;
-    memcpy(dst, src[k], f->shard_n * sizeof(float));
-    for (int g = 0; g < f->ngroups; g++) {
-      size_t cnt = own_count(f, g);
-      if (!cnt)
-        continue;
-      char gname[32];
-      snprintf(names[np], 64, "%s/%s", kinds[k],
-               ft_gpt2_group_name(&f->m->d, g, gname, sizeof gname));
-      parts[np] = (ckpt_part){.tensor = names[np],
-                              .dtype = "f32",
-                              .ndim = 1,
-                              .shape = {(int64_t)f->numel[g]},
-                              .offset = own_begin(f, g) * sizeof(float),
-                              .len = cnt * sizeof(float),
-                              .data = dst + f->shoff[g]};
-      np++;
-    }
+    dst[k] = staging + (size_t)k * f->shard_n;
+    memcpy(staging + (size_t)k * f->shard_n, src[k], f->shard_n * sizeof(float));
   }
-  return np;
+  return shardmap_parts(&f->sm, dst, parts, names);
 }
 
 int fsdp_restore(fsdp *f, ckpt_store *s, const ckpt_manifest *man) {
-  float *dst[3] = {f->p, f->mo, f->v};
-  for (int k = 0; k < 3; k++) {
-    memset(dst[k], 0, f->shard_n * sizeof(float));
-    for (int g = 0; g < f->ngroups; g++) {
-      char gname[32], name[64];
-      snprintf(name, sizeof name, "%s/%s", kinds[k],
-               ft_gpt2_group_name(&f->m->d, g, gname, sizeof gname));
-      int ti = ckpt_manifest_find(man, name);
-      ckpt_tensor_info info;
-      if (ti < 0 || ckpt_manifest_tensor(man, ti, &info) ||
-          info.nbytes != f->numel[g] * sizeof(float))
-        return ft_err_set(FT_EFORMAT,
-                          "checkpoint does not match this model: tensor %s missing or of "
-                          "another size",
-                          name);
-      size_t cnt = own_count(f, g);
-      if (!cnt)
-        continue;
-      int rc = ckpt_store_read(s, man, name, own_begin(f, g) * sizeof(float), cnt * sizeof(float),
-                               dst[k] + f->shoff[g]);
-      if (rc)
-        return rc;
-    }
-  }
-  return FT_OK;
+  float *const dst[3] = {f->p, f->mo, f->v};
+  return shardmap_restore(&f->sm, s, man, dst);
 }
 
 int fsdp_gather_all(fsdp *f) {

@@ -39,6 +39,9 @@ typedef struct fsdp fsdp;
  * m. Shards start zeroed: call fsdp_shard_from_model or fsdp_restore. */
 int fsdp_new(gpt2 *m, comm *c, int rank, int world, fsdp **out);
 void fsdp_free(fsdp *f);
+/* Moves the hooks to model m (same dims, e.g. re-allocated for another
+ * micro-batch); the shards are untouched. m's gradients are zeroed. */
+void fsdp_rebind(fsdp *f, gpt2 *m);
 
 /* Takes this rank's shards of m's current parameters (every rank holds the
  * same full initialisation, e.g. from the seed) and zeroes the moments. */

@@ -170,16 +170,15 @@ static void fill_normal(float *x, size_t n, float std, uint64_t *s) {
     x[i] = std * rng_normal(s);
 }
 
-void gpt2_init_weights(gpt2 *m, uint64_t seed) {
-  const ft_gpt2_dims *d = &m->d;
+void gpt2_init_params(const ft_gpt2_dims *d, float *params, uint64_t seed) {
   uint64_t s = seed;
   size_t C = d->channels;
   float std = 0.02f, rstd = 0.02f / sqrtf(2.0f * d->n_layer);
-  memset(m->params, 0, m->nparams * sizeof(float));
-  fill_normal(m->params + ft_gpt2_group_offset(d, 0), (size_t)d->vocab_size * C, std, &s);
-  fill_normal(m->params + ft_gpt2_group_offset(d, 1), (size_t)d->max_seq_len * C, std, &s);
+  memset(params, 0, ft_gpt2_num_params(d) * sizeof(float));
+  fill_normal(params + ft_gpt2_group_offset(d, 0), (size_t)d->vocab_size * C, std, &s);
+  fill_normal(params + ft_gpt2_group_offset(d, 1), (size_t)d->max_seq_len * C, std, &s);
   for (int l = 0; l < d->n_layer; l++) {
-    float *blk = m->params + ft_gpt2_group_offset(d, 2 + l);
+    float *blk = params + ft_gpt2_group_offset(d, 2 + l);
     for (int t = 0; t < FT_B_COUNT; t++) {
       float *p = blk + ft_gpt2_block_offset(d, t);
       size_t n = ft_gpt2_block_numel(d, t);
@@ -192,9 +191,13 @@ void gpt2_init_weights(gpt2 *m, uint64_t seed) {
         fill_normal(p, n, std, &s);
     }
   }
-  float *lnf = m->params + ft_gpt2_group_offset(d, 2 + d->n_layer);
+  float *lnf = params + ft_gpt2_group_offset(d, 2 + d->n_layer);
   for (size_t i = 0; i < C; i++)
     lnf[i] = 1.0f;
+}
+
+void gpt2_init_weights(gpt2 *m, uint64_t seed) {
+  gpt2_init_params(&m->d, m->params, seed);
   memset(m->m, 0, m->nparams * sizeof(float));
   memset(m->v, 0, m->nparams * sizeof(float));
 }

@@ -63,6 +63,9 @@ void gpt2_free(gpt2 *m);
  * projections of each block N(0, 0.02/sqrt(2L)), biases 0, LayerNorm
  * weights 1. Padding rows of wte are 0. Moments are zeroed. */
 void gpt2_init_weights(gpt2 *m, uint64_t seed);
+/* The same initialisation into a full parameter array of d's layout
+ * (ft_gpt2_num_params(d) floats), without a model (any backend). */
+void gpt2_init_params(const ft_gpt2_dims *d, float *params, uint64_t seed);
 
 /* Forward on tokens (B,T) and targets (B,T); returns the mean loss (NaN
  * with m->err set if a hook failed). */

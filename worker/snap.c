@@ -6,12 +6,15 @@
  * them in submission (= step) order. They share a FIFO of pending
  * checkpoints under one mutex.
  *
- * Staging: one host buffer holds this rank's shards of params, adam_m and
- * adam_v back to back (fsdp_snapshot).
- * It is in use from snap_take until the committer has seen the shard
- * durable; a snap_take that finds it in use waits (back-pressure). With
- * checkpoints K steps apart the previous one is long durable by then, so in
- * practice training waits only for its own memcpy.
+ * Staging: the engine's staging buffer holds this rank's shards of params,
+ * adam_m and adam_v (engine_snapshot). It is in use from snap_take until
+ * the committer has seen the shard durable; a snap_take that finds it in
+ * use waits (back-pressure). With checkpoints K steps apart the previous one
+ * is long durable by then, so in practice training waits only for its own
+ * copy. When the engine's copy is still in flight (the CUDA engine copies
+ * device -> pinned host on its own stream), snap_take does not wait for it:
+ * the committer thread waits on the engine's fence, then submits the shard
+ * to the store, so training goes on as soon as the copy is enqueued.
  */
 #include "snap.h"
 
@@ -28,7 +31,11 @@
 
 typedef struct pending {
   struct pending *next;
-  ckpt_job *job;
+  ckpt_job *job;      /* NULL until submitted (after the fence) */
+  engine_fence fence; /* when the staging bytes are in place */
+  ckpt_part *parts;   /* kept for a submit from the committer */
+  char (*names)[64];
+  int nparts, rank, world;
   ckpt_meta meta; /* strings below are owned by this struct */
   char *run, *config, *state, *metrics;
 } pending;
@@ -38,8 +45,6 @@ struct snap {
   char run[128];
   snap_durable_fn on_durable; /* NULL: commit here */
   void *ud;
-  float *staging;
-  size_t staging_n;
   int staging_busy;
 
   pthread_t committer;
@@ -55,6 +60,8 @@ static void pending_free(pending *p) {
   if (!p)
     return;
   ckpt_job_free(p->job);
+  free(p->parts);
+  free(p->names);
   free(p->run);
   free(p->config);
   free(p->state);
@@ -74,7 +81,15 @@ static void *committer_main(void *arg) {
     pthread_mutex_unlock(&s->mu);
 
     ckpt_shard *shard = NULL;
-    int rc = ckpt_job_wait(p->job, &shard);
+    int rc = FT_OK;
+    if (!p->job) { /* the engine's copy was in flight at snap_take */
+      rc = p->fence.fn(p->fence.ud);
+      if (rc == FT_OK)
+        rc = ckpt_store_submit(s->store, s->run, p->meta.step, p->rank, p->world, p->parts,
+                               p->nparts, &p->job);
+    }
+    if (rc == FT_OK)
+      rc = ckpt_job_wait(p->job, &shard);
     pthread_mutex_lock(&s->mu);
     s->staging_busy = 0; /* durable (or failed): the buffer is free */
     pthread_cond_broadcast(&s->cv);
@@ -152,7 +167,6 @@ void snap_free(snap *s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   ckpt_store_free(s->store);
-  free(s->staging);
   free(s);
 }
 
@@ -216,32 +230,31 @@ static char *xstrdup(const char *x) {
   return x ? strdup(x) : NULL;
 }
 
-int snap_take(snap *s, const fsdp *f, int rank, int world, const train_state *st,
+int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
               const char *config_json, double loss, const char *metrics_json) {
-  size_t n = fsdp_staging_floats(f);
-  int rc = FT_OK, np = fsdp_nparts(f);
-  if (!s->staging) {
-    s->staging = malloc(n * sizeof(float));
-    if (!s->staging)
-      return ft_err_set(FT_ENOMEM, "snap: no memory for a %zu-byte staging buffer",
-                        n * sizeof(float));
-    s->staging_n = n;
-  }
+  int rc = FT_OK, np = engine_nparts(e);
   pthread_mutex_lock(&s->mu);
   while (s->staging_busy)
     pthread_cond_wait(&s->cv, &s->mu);
   s->staging_busy = 1;
   pthread_mutex_unlock(&s->mu);
 
-  ckpt_part *parts = calloc((size_t)np, sizeof *parts);
-  char(*names)[64] = calloc((size_t)np, sizeof *names);
   pending *p = calloc(1, sizeof *p);
-  if (!parts || !names || !p) {
+  if (p) {
+    p->parts = calloc((size_t)np, sizeof *p->parts);
+    p->names = calloc((size_t)np, sizeof *p->names);
+  }
+  if (!p || !p->parts || !p->names) {
     rc = ft_err_set(FT_ENOMEM, "snap: out of memory");
     goto fail;
   }
-  /* The copy training waits for. */
-  np = fsdp_snapshot(f, s->staging, parts, names);
+  /* The copy training waits for (or, with a fence, only its enqueueing). */
+  rc = engine_snapshot(e, p->parts, p->names, &p->fence);
+  if (rc)
+    goto fail;
+  p->nparts = np;
+  p->rank = rank;
+  p->world = world;
   p->run = xstrdup(s->run);
   p->config = xstrdup(config_json);
   p->state = snap_state_json(st);
@@ -257,11 +270,11 @@ int snap_take(snap *s, const fsdp *f, int rank, int world, const train_state *st
   int64_t prev; /* (a shard writer's catalog view may be older; the committer decides) */
   if (ckpt_store_latest(s->store, s->run, st->step - 1, &prev) == FT_OK)
     p->meta.parent_step = prev;
-  rc = ckpt_store_submit(s->store, s->run, st->step, rank, world, parts, np, &p->job);
-  if (rc)
-    goto fail;
-  free(parts);
-  free(names);
+  if (!p->fence.fn) {
+    rc = ckpt_store_submit(s->store, s->run, st->step, rank, world, p->parts, np, &p->job);
+    if (rc)
+      goto fail;
+  }
 
   pthread_mutex_lock(&s->mu);
   if (s->tail)
@@ -275,8 +288,8 @@ int snap_take(snap *s, const fsdp *f, int rank, int world, const train_state *st
   return FT_OK;
 
 fail:
-  free(parts);
-  free(names);
+  if (p && p->fence.fn)
+    p->fence.fn(p->fence.ud); /* never leave a copy running into freed state */
   pending_free(p);
   pthread_mutex_lock(&s->mu);
   s->staging_busy = 0;
@@ -288,7 +301,7 @@ int snap_latest(snap *s, int64_t *step) {
   return ckpt_store_latest(s->store, s->run, INT64_MAX, step);
 }
 
-int snap_restore(snap *s, int64_t step, fsdp *f, train_state *st, char **config_json) {
+int snap_restore(snap *s, int64_t step, engine *e, train_state *st, char **config_json) {
   ckpt_manifest *man = NULL;
   *config_json = NULL;
   int rc = ckpt_store_load(s->store, s->run, step, &man);
@@ -296,7 +309,7 @@ int snap_restore(snap *s, int64_t step, fsdp *f, train_state *st, char **config_
     return rc;
   rc = state_from_json(ckpt_manifest_state_json(man), st);
   if (rc == FT_OK)
-    rc = fsdp_restore(f, s->store, man);
+    rc = engine_restore(e, s->store, man);
   if (rc == FT_OK)
     *config_json = xstrdup(ckpt_manifest_config_json(man));
   ckpt_manifest_free(man);

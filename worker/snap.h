@@ -7,8 +7,9 @@
  *   state_json: {"version":1,"step":S,"seq":"N","rng":"N","config_hash":"hex"}
  *   config_json: the run file's model/train/data config (ft_runfile_config_json)
  *
- * snap_take copies the state into a host staging buffer (the only part
- * training waits for) and submits it; a committer thread waits for each
+ * snap_take has the engine copy the state into its host staging buffer
+ * (the only part training waits for; on a GPU only its enqueueing) and
+ * submits it; a committer thread waits for each
  * shard to be durable and commits the checkpoint, in step order. Before a
  * new snapshot reuses the staging buffer, snap_take waits until the store
  * has released the previous one (back-pressure: at most one snapshot in
@@ -19,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "fsdp.h"
+#include "engine.h"
 
 typedef struct snap snap;
 
@@ -49,10 +50,10 @@ int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level,
  * closes the store. NULL is a no-op. */
 void snap_free(snap *s);
 
-/* Snapshots this rank's shards (fsdp f) and st as checkpoint st->step with
- * the given config JSON, loss and metrics JSON; returns once the copy is
- * taken and submitted. */
-int snap_take(snap *s, const fsdp *f, int rank, int world, const train_state *st,
+/* Snapshots this rank's shards (engine e) and st as checkpoint st->step
+ * with the given config JSON, loss and metrics JSON; returns once the copy
+ * is taken (or, for an engine with a fence, enqueued) and submitted. */
+int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
               const char *config_json, double loss, const char *metrics_json);
 /* Waits until every submitted checkpoint is committed; returns the first
  * error of any commit (FT_OK if all committed). */
@@ -61,9 +62,9 @@ int snap_drain(snap *s);
 /* Newest committed step of the run, or FT_ENOENT. */
 int snap_latest(snap *s, int64_t *step);
 /* Restores this rank's shards of checkpoint `step` (written at any world
- * size) into f, and st. *config_json gets the checkpoint's config JSON
+ * size) into e, and st. *config_json gets the checkpoint's config JSON
  * (malloc'd; caller frees). */
-int snap_restore(snap *s, int64_t step, fsdp *f, train_state *st, char **config_json);
+int snap_restore(snap *s, int64_t step, engine *e, train_state *st, char **config_json);
 /* The state JSON of a checkpoint (malloc'd):
  * {"version":1,"step":S,"seq":"N","rng":"N","config_hash":"hex","skips":[[f,e],...]} */
 char *snap_state_json(const train_state *st);

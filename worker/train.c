@@ -26,7 +26,7 @@
 #include "ctl.h"
 #include "data.h"
 #include "ft_wire.h"
-#include "fsdp.h"
+#include "engine.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_failpoint.h"
@@ -73,33 +73,37 @@ static int fill_batch(const data_loader *dl, uint64_t seq, int micro, int rank, 
 }
 
 /* Mean loss over up to max_batches micro-batches of the validation data. */
-static double val_loss(gpt2 *m, const data_loader *val, int max_batches) {
-  uint64_t nseq = data_num_sequences(val, m->T);
-  int nb = (int)(nseq / m->B);
+static double val_loss(engine *e, int T, const data_loader *val, int max_batches) {
+  int B = engine_micro_batch(e);
+  uint64_t nseq = data_num_sequences(val, T);
+  int nb = (int)(nseq / B);
   if (nb > max_batches)
     nb = max_batches;
   if (nb <= 0)
     return NAN;
-  int32_t *inp = malloc((size_t)m->B * m->T * sizeof *inp);
-  int32_t *tgt = malloc((size_t)m->B * m->T * sizeof *tgt);
+  int32_t *inp = malloc((size_t)B * T * sizeof *inp);
+  int32_t *tgt = malloc((size_t)B * T * sizeof *tgt);
   double sum = 0;
   for (int i = 0; i < nb && inp && tgt; i++) {
-    fill_batch(val, 0, i, 0, 1, m->B, m->T, inp, tgt);
-    sum += gpt2_forward(m, inp, tgt);
+    double l = NAN;
+    fill_batch(val, 0, i, 0, 1, B, T, inp, tgt);
+    if (engine_eval(e, inp, tgt, &l))
+      l = NAN;
+    sum += (float)l;
   }
   free(inp);
   free(tgt);
   return sum / nb;
 }
 
-/* Loads an llm.c model file into m; dims must agree with the run file. */
-static int init_from_llmc(gpt2 *m, const char *path) {
+/* Loads an llm.c model file into params (d's layout); dims must agree with
+ * the run file. */
+static int init_from_llmc(const ft_gpt2_dims *d, float *params, const char *path) {
   ft_gpt2_dims fd;
   float *fp = NULL;
   int rc = ft_gpt2_read_llmc(path, &fd, &fp);
   if (rc)
     return rc;
-  const ft_gpt2_dims *d = &m->d;
   if (fd.n_layer != d->n_layer || fd.n_head != d->n_head || fd.channels != d->channels ||
       fd.vocab_size != d->vocab_size || fd.max_seq_len < d->max_seq_len) {
     rc = ft_err_set(FT_ECONFIG,
@@ -113,7 +117,7 @@ static int init_from_llmc(gpt2 *m, const char *path) {
    * wte's padding rows follow each file's own padded vocabulary. */
   for (int g = 0; g < ft_gpt2_ngroups(d); g++) {
     const float *src = fp + ft_gpt2_group_offset(&fd, g);
-    float *dst = m->params + ft_gpt2_group_offset(d, g);
+    float *dst = params + ft_gpt2_group_offset(d, g);
     size_t n = ft_gpt2_group_numel(d, g);
     if (g == 0)
       n = (size_t)d->vocab_size * d->channels;
@@ -171,13 +175,58 @@ static int gang_broken(const train_opts *o, int rc, int64_t step) {
   return TRAIN_EXIT_GANG;
 }
 
-/* Micro batch for world W: the largest b <= micro_batch with global_batch
+/* Micro batch for world W: the largest b <= max with global_batch
  * divisible by b*W (the global batch never changes), or 0 if none. */
-static int micro_for_world(const ft_train_cfg *tc, int world) {
-  for (int b = tc->micro_batch; b >= 1; b--)
+static int micro_for_world(const ft_train_cfg *tc, int world, int max) {
+  for (int b = max; b >= 1; b--)
     if (tc->global_batch % (b * world) == 0)
       return b;
   return 0;
+}
+
+/* Out of memory at micro-batch *B: the next micro-batch to try (about half,
+ * keeping the global batch), reported on stderr and to the supervisor; 0
+ * when *B is already 1. */
+static int halve_micro(const train_opts *o, const ft_train_cfg *tc, int world, int64_t step, int *B,
+                       int *accum) {
+  int b = *B > 1 ? micro_for_world(tc, world, *B / 2) : 0;
+  char detail[256];
+  if (!b) {
+    fprintf(stderr, "worker: out of memory at micro-batch %d, the smallest there is: %s\n", *B,
+            ft_err_detail());
+    return 0;
+  }
+  snprintf(detail, sizeof detail,
+           "out of memory at micro-batch %d: micro-batch %d x accumulation %d (global batch %d "
+           "kept)",
+           *B, b, tc->global_batch / (b * world), tc->global_batch);
+  fprintf(stderr, "worker: %s\n", detail);
+  if (o->ctl)
+    ctl_send_fault(o->ctl, FT_FAULT_OOM, step, detail);
+  *B = b;
+  *accum = tc->global_batch / (b * world);
+  return b;
+}
+
+/* CUDA device of this rank: FT_CUDA_DEVICE if set, else rank modulo the
+ * number of visible devices. */
+static int cuda_device_for(int rank) {
+  const char *env = getenv("FT_CUDA_DEVICE");
+  if (env && *env)
+    return atoi(env);
+  int n = engine_cuda_devices();
+  return n > 0 ? rank % n : 0;
+}
+
+/* The collectives for rank of world: Gloo on the CPU (none at world 1),
+ * NCCL on CUDA (in a gang even at world 1: the supervisor relays its id). */
+static int comm_for(int cuda, int gang, const comm_opts *co, const comm_kv *kv, comm **out) {
+  *out = NULL;
+  if (cuda && (gang || co->world > 1))
+    return comm_nccl_new(co, kv, cuda_device_for(co->rank), out);
+  if (co->world > 1)
+    return comm_gloo_new(co, kv, out);
+  return FT_OK;
 }
 
 /* The data position for the next step: the global batch index b = seq /
@@ -210,9 +259,9 @@ int train_main(const train_opts *o) {
   const ft_train_cfg *tc = &rf->train;
   int code = TRAIN_EXIT_FAIL, rc;
   data_loader *train = NULL, *val = NULL;
-  gpt2 *m = NULL;
+  engine *e = NULL;
   comm *cm = NULL;
-  fsdp *f = NULL;
+  float *full = NULL;
   snap *sn = NULL;
   wdog *wd = NULL;
   FILE *logf = NULL;
@@ -220,6 +269,7 @@ int train_main(const train_opts *o) {
   int32_t *inp = NULL, *tgt = NULL;
   train_state st = {0};
   int rank = 0, world = 1, level = 1;
+  int cuda = strcmp(rf->nodes.device, "cuda") == 0;
   int64_t restore_step = -1;
 
   ft_gpt2_dims d = {.max_seq_len = rf->model.seq_len,
@@ -271,12 +321,10 @@ int train_main(const train_opts *o) {
                     .bind_addr = "127.0.0.1",
                     .prefix = a.rdzv,
                     .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
-    if (world > 1) {
-      rc = comm_gloo_new(&co, &kv, &cm);
-      if (rc) {
-        code = gang_broken(o, rc, restore_step);
-        goto out;
-      }
+    rc = comm_for(cuda, 1, &co, &kv, &cm);
+    if (rc) {
+      code = gang_broken(o, rc, restore_step);
+      goto out;
     }
     fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n", o->node,
             o->slot, rank, world, a.gen, restore_step >= 0 ? ", restoring" : "");
@@ -291,7 +339,7 @@ int train_main(const train_opts *o) {
                     .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
     rc = comm_filestore_init(&kv, o->rdzv_dir);
     if (rc == FT_OK) {
-      rc = comm_gloo_new(&co, &kv, &cm);
+      rc = comm_for(cuda, 0, &co, &kv, &cm);
       comm_filestore_release(&kv);
     }
     if (rc) {
@@ -300,7 +348,7 @@ int train_main(const train_opts *o) {
       goto out;
     }
   }
-  int B = micro_for_world(tc, world);
+  int B = micro_for_world(tc, world, tc->micro_batch);
   if (!B) {
     fprintf(stderr, "worker: train.global_batch %d is not divisible by the world size %d\n",
             tc->global_batch, world);
@@ -309,26 +357,42 @@ int train_main(const train_opts *o) {
   }
   int accum = tc->global_batch / (B * world);
 
-  rc = gpt2_new(&d, B, T, &m);
+  /* Out of memory for the activations: halve the micro-batch, double the
+   * accumulation (DESIGN 6). Every rank of a gang meets the same limit on
+   * the same devices; one that does not would desynchronise the
+   * collectives, which the watchdog then reports. */
+  while ((rc = engine_new(rf->nodes.device, &d, B, T, cm, rank, world, cuda_device_for(rank),
+                          &e)) == FT_ENOMEM &&
+         halve_micro(o, tc, world, restore_step, &B, &accum))
+    ;
   if (rc) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
+    code = rc == FT_ECONFIG ? TRAIN_EXIT_USAGE : TRAIN_EXIT_FAIL;
     goto out;
   }
-  gpt2_init_weights(m, tc->seed);
+  if (cuda && !o->quiet && rank == 0)
+    fprintf(stderr, "worker: training on %s\n", engine_device_name(e));
+  full = malloc(ft_gpt2_num_params(&d) * sizeof *full);
+  if (!full) {
+    fprintf(stderr, "worker: out of memory\n");
+    goto out;
+  }
+  gpt2_init_params(&d, full, tc->seed);
   if (o->init_from) {
-    rc = init_from_llmc(m, o->init_from);
+    rc = init_from_llmc(&d, full, o->init_from);
     if (rc) {
       fprintf(stderr, "worker: --init-from: %s\n", ft_err_detail());
       code = exit_for(rc);
       goto out;
     }
   }
-  rc = fsdp_new(m, cm, rank, world, &f);
+  rc = engine_set_params(e, full);
+  free(full);
+  full = NULL;
   if (rc) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
     goto out;
   }
-  fsdp_shard_from_model(f);
 
   if (o->store_uri) {
     rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, level,
@@ -355,7 +419,7 @@ int train_main(const train_opts *o) {
               rf->run, o->store_uri);
     }
     if (restore_step >= 0) {
-      rc = snap_restore(sn, restore_step, f, &st, &ck_config);
+      rc = snap_restore(sn, restore_step, e, &st, &ck_config);
       if (rc) {
         fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", restore_step, ft_err_detail());
         code = TRAIN_EXIT_STORE;
@@ -390,6 +454,7 @@ int train_main(const train_opts *o) {
     }
   }
 
+  /* sized for the largest micro-batch: a smaller one after an OOM fits */
   inp = malloc((size_t)B * T * sizeof *inp);
   tgt = malloc((size_t)B * T * sizeof *tgt);
   if (!inp || !tgt) {
@@ -410,11 +475,12 @@ int train_main(const train_opts *o) {
     slow_rank = -1;
   while (st.step < tc->steps) {
     uint64_t t0 = ft_now_ns();
-    double comm0 = fsdp_comm_seconds(f);
+    double comm0 = engine_comm_seconds(e);
     double lr = train_lr(tc, st.step), loss = 0;
     st.seq = apply_skips(&st, st.seq, tc->global_batch);
     int64_t batch = (int64_t)(st.seq / (uint64_t)tc->global_batch);
-    fsdp_zero_grad(f);
+    int nan_batch = 0;
+    engine_zero_grad(e);
     for (int mb = 0; mb < accum; mb++) {
       rc = fill_batch(train, st.seq, mb, rank, world, B, T, inp, tgt);
       if (rc) {
@@ -425,24 +491,51 @@ int train_main(const train_opts *o) {
       if (ft_failpoint_at("poison_batch", batch))
         poison_targets(tgt, (size_t)B * T, rf->model.vocab_size);
       if (ft_failpoint_at("nan_batch", batch))
-        loss += NAN;
-      loss += gpt2_forward(m, inp, tgt);
-      rc = m->err ? m->err : gpt2_backward(m, 1.0f / (float)(accum * world));
+        nan_batch = 1;
+      rc = engine_micro(e, inp, tgt, 1.0f / (float)(accum * world));
+      if (rc == FT_ENOMEM && world == 1 && halve_micro(o, tc, world, st.step, &B, &accum)) {
+        /* a world-1 run re-sizes in place and redoes the step; a gang
+         * cannot (the other ranks are inside collectives): it fails below
+         * and the supervisor restarts it */
+        while ((rc = engine_set_micro(e, B)) == FT_ENOMEM &&
+               halve_micro(o, tc, world, st.step, &B, &accum))
+          ;
+        if (rc) {
+          fprintf(stderr, "worker: %s\n", ft_err_detail());
+          goto out;
+        }
+        engine_zero_grad(e);
+        mb = -1;
+        continue;
+      }
+      if (rc == FT_ENOMEM) {
+        fprintf(stderr, "worker: step %" PRId64 ": %s\n", st.step + 1, ft_err_detail());
+        if (o->ctl)
+          ctl_send_fault(o->ctl, FT_FAULT_OOM, st.step + 1, ft_err_detail());
+        goto out;
+      }
       if (rc) {
         code = gang_broken(o, rc, st.step);
         goto out;
       }
     }
+    rc = engine_loss(e, &loss);
+    if (rc) {
+      code = gang_broken(o, rc, st.step);
+      goto out;
+    }
+    if (nan_batch)
+      loss += NAN;
     loss /= accum;
     if (slow_rank == rank) { /* failpoint: this rank computes 3x slower */
-      double own = (double)(ft_now_ns() - t0) * 1e-9 - (fsdp_comm_seconds(f) - comm0);
+      double own = (double)(ft_now_ns() - t0) * 1e-9 - (engine_comm_seconds(e) - comm0);
       usleep((useconds_t)(2e6 * own));
     }
-    rc = fsdp_allreduce_sum(f, &loss, 1);
+    rc = engine_allreduce_sum(e, &loss, 1);
     loss /= world;
     float norm = 0;
     if (rc == FT_OK)
-      rc = fsdp_grad_norm(f, &norm);
+      rc = engine_grad_norm(e, &norm);
     if (rc) {
       code = gang_broken(o, rc, st.step);
       goto out;
@@ -458,9 +551,15 @@ int train_main(const train_opts *o) {
       goto out;
     }
     if (tc->grad_clip > 0 && norm > tc->grad_clip)
-      fsdp_scale_grads(f, (float)(tc->grad_clip / norm));
-    fsdp_adamw(f, (float)lr, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
-               (float)tc->weight_decay, st.step + 1);
+      rc = engine_scale_grads(e, (float)(tc->grad_clip / norm));
+    if (rc == FT_OK)
+      rc = engine_adamw(e, (float)lr, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
+                        (float)tc->weight_decay, st.step + 1);
+    if (rc) {
+      fprintf(stderr, "worker: step %" PRId64 ": %s\n", st.step + 1, ft_err_detail());
+      goto out;
+    }
+    double fence_ms = engine_fence_ms(e);
     st.step++;
     st.seq += (uint64_t)tc->global_batch;
     double ms = (double)(ft_now_ns() - t0) * 1e-6;
@@ -471,31 +570,40 @@ int train_main(const train_opts *o) {
         printf("step %5" PRId64 "/%" PRId64 " | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | "
                "%8.0f tok/s\n",
                st.step, tc->steps, loss, lr, norm, ms, tok_s);
-      if (logf) {
-        fprintf(logf,
-                "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-                "\"tok_s\":%.1f}\n",
-                st.step, loss, lr, norm, ms, tok_s);
-        fflush(logf);
-      }
       fflush(stdout);
     }
     if (o->ctl) { /* every rank: its own compute time feeds straggler detection */
-      double own_ms = ms - (fsdp_comm_seconds(f) - comm0) * 1e3;
+      double own_ms = ms - (engine_comm_seconds(e) - comm0) * 1e3;
       ctl_send_step(o->ctl, st.step, rank == 0 ? loss : NAN, norm, tok_s, own_ms);
       ctl_set_step(o->ctl, st.step);
     }
 
+    double stall_ms = -1;
     if (sn && ((o->ckpt_every > 0 && st.step % o->ckpt_every == 0) || st.step == tc->steps)) {
       char metrics[160];
       snprintf(metrics, sizeof metrics, "{\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}", loss, lr,
                norm);
-      rc = snap_take(sn, f, rank, world, &st, config, loss, metrics);
+      uint64_t c0 = ft_now_ns();
+      rc = snap_take(sn, e, rank, world, &st, config, loss, metrics);
       if (rc) {
         fprintf(stderr, "worker: checkpoint at step %" PRId64 ": %s\n", st.step, ft_err_detail());
         code = TRAIN_EXIT_STORE;
         goto out;
       }
+      stall_ms = (double)(ft_now_ns() - c0) * 1e-6;
+    }
+    if (logf) {
+      fprintf(logf,
+              "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
+              "\"tok_s\":%.1f",
+              st.step, loss, lr, norm, ms, tok_s);
+      if (stall_ms >= 0) /* the time the snapshot held the training loop */
+        fprintf(logf, ",\"ckpt_stall_ms\":%.3f,\"ckpt_bytes\":%zu", stall_ms,
+                engine_snapshot_bytes(e));
+      if (fence_ms > 0) /* this step's update waited for the last snapshot's copy */
+        fprintf(logf, ",\"ckpt_fence_ms\":%.3f", fence_ms);
+      fprintf(logf, "}\n");
+      fflush(logf);
     }
     if (ft_failpoint_at("crash_at_step", st.step)) {
       fprintf(stderr, "worker: failpoint crash_at_step=%" PRId64 "\n", st.step);
@@ -519,20 +627,20 @@ int train_main(const train_opts *o) {
     fflush(NULL);
     ctl_wait_stop(o->ctl); /* the supervisor ends the process once it has committed */
   }
-  rc = fsdp_gather_all(f); /* the full model, for validation and export */
-  if (rc) {
+  const float *params = NULL; /* the full model, for export */
+  if (o->export_path && (rc = engine_full_params(e, &params))) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
     goto out;
   }
   if (val) {
-    double vl = val_loss(m, val, 8);
+    double vl = val_loss(e, T, val, 8);
     if (!o->quiet && isfinite(vl))
       printf("val loss %.6f (after %" PRId64 " steps)\n", vl, st.step);
     if (logf && isfinite(vl))
       fprintf(logf, "{\"step\":%" PRId64 ",\"val_loss\":%.9g}\n", st.step, vl);
   }
   if (o->export_path) {
-    rc = ft_gpt2_write_safetensors(o->export_path, &d, m->params, NULL, NULL, 0);
+    rc = ft_gpt2_write_safetensors(o->export_path, &d, params, NULL, NULL, 0);
     if (rc) {
       fprintf(stderr, "worker: --export %s: %s\n", o->export_path, ft_err_detail());
       goto out;
@@ -547,13 +655,13 @@ out:
     fclose(logf);
   wdog_stop(wd);
   snap_free(sn);
-  fsdp_free(f);
+  engine_free(e);
   comm_free(cm);
+  free(full);
   free(inp);
   free(tgt);
   free(config);
   free(ck_config);
-  gpt2_free(m);
   data_free(train);
   data_free(val);
   free(st.skips);

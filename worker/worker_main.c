@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "engine.h"
 #include "ft_runfile.h"
 #include "ft_wire.h"
 #include "ft_err.h"
@@ -18,15 +19,23 @@ static void usage(FILE *f) {
   fprintf(f, "usage: worker --standalone RUN.yaml [options]\n"
              "       worker --connect HOST:PORT --node N --slot S --runfile RUN.yaml [options]\n"
              "\n"
-             "Trains GPT-2 on the CPU from a run file: as one process (--standalone), or as\n"
-             "one rank of a gang that `supervise` launches (--connect; the run's token comes\n"
-             "in the environment variable FT_RUN_TOKEN, never on the command line).\n"
+             "       worker --gpus\n"
+             "\n"
+             "Trains GPT-2 from a run file: as one process (--standalone), or as one rank\n"
+             "of a gang that `supervise` launches (--connect; the run's token comes in the\n"
+             "environment variable FT_RUN_TOKEN, never on the command line). nodes.device\n"
+             "picks the backend: cpu (fp32, Gloo) or cuda (bf16 compute with fp32 master\n"
+             "weights, NCCL; GPU = FT_CUDA_DEVICE, else rank modulo the visible GPUs).\n"
+             "On a GPU out of memory the micro-batch is halved and the accumulation\n"
+             "doubled (the global batch stays), and the supervisor is told.\n"
              "\n"
              "options:\n"
              "  --steps N           train until step N (overrides train.steps)\n"
              "  --set KEY=VALUE     override any run-file key, e.g. --set train.lr=3e-4\n"
              "  --log-json PATH     append one JSON object per step: step, loss (%%.9g), lr,\n"
-             "                      grad_norm, ms, tok_s; a last line with val_loss\n"
+             "                      grad_norm, ms, tok_s (+ ckpt_stall_ms, ckpt_bytes on\n"
+             "                      checkpoint steps, ckpt_fence_ms when the update waited\n"
+             "                      for a snapshot's copy); a last line with val_loss\n"
              "  --store URI         write checkpoints to URI (e.g. local:state/store);\n"
              "                      default with --ckpt-every: checkpoint.store of the run file\n"
              "  --ckpt-every K      checkpoint every K steps (and at the last step);\n"
@@ -37,6 +46,7 @@ static void usage(FILE *f) {
              "  --export PATH       write the final model as Hugging Face GPT-2 safetensors\n"
              "  --threads N         threads for the kernels (default: all cores)\n"
              "  --quiet             no per-step lines\n"
+             "  --gpus              print the number of visible CUDA devices and exit\n"
              "  -h, --help          this text\n"
              "gang mode (set by supervise):\n"
              "  --connect HOST:PORT the supervisor's control port\n"
@@ -77,6 +87,7 @@ int main(int argc, char **argv) {
                                        {"world", required_argument, 0, 'W'},
                                        {"rank", required_argument, 0, 'K'},
                                        {"rdzv", required_argument, 0, 'Z'},
+                                       {"gpus", no_argument, 0, 'G'},
                                        {0, 0, 0, 0}};
   const char *connect_to = NULL;
   long node = -1, slot = -1;
@@ -163,6 +174,9 @@ int main(int argc, char **argv) {
     case 'Z':
       o.rdzv_dir = optarg;
       break;
+    case 'G':
+      printf("%d\n", engine_cuda_devices());
+      return 0;
     case 'h':
       usage(stdout);
       return 0;

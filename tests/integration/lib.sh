@@ -23,10 +23,11 @@ synth_data() {
   "$FT_BIN/ftdata" synth --out "$1/synth" --tokens "${2:-300000}" >/dev/null
 }
 
-# The tiny run every worker test trains: the demo config on data in $TMP.
+# The tiny run every worker test trains: the demo config on data in $TMP,
+# on FT_TEST_DEVICE (cpu unless set; the GPU tests set cuda).
 tiny_args() {
   echo --standalone "$FT_SRC/examples/demo.yaml" --set "data.train=$TMP/synth_train_*.bin" \
-    --set "data.val=$TMP/synth_val_*.bin" --quiet
+    --set "data.val=$TMP/synth_val_*.bin" --set "nodes.device=${FT_TEST_DEVICE:-cpu}" --quiet
 }
 
 # losses FILE: the step and loss of each line of a --log-json file.

@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Exact resume: a run of 2K steps, and a run killed (SIGKILL) after its
 # checkpoint at step K and resumed, end with bit-identical losses and weights.
+# With the argument `cuda` the same on the GPU (test worker_cuda_resume,
+# label gpu; skipped without one), where the checkpoint is also copied off
+# the device asynchronously, plus: two identical runs give identical bits.
 . "$(dirname "$0")/lib.sh"
+if [ "${1:-cpu}" = cuda ]; then
+  . "$FT_SRC/tests/gpu/gpu_lib.sh"
+  FT_TEST_DEVICE=cuda
+fi
 K=10
 synth_data "$TMP"
 
@@ -14,7 +21,7 @@ synth_data "$TMP"
 FT_FAILPOINTS=hang_at_step=$((K + 3)) "$FT_BIN/worker" $(tiny_args) --steps $((2 * K)) \
   --store "local:$TMP/run" --ckpt-every $K --log-json "$TMP/run.jsonl" &
 pid=$!
-for i in $(seq 1 300); do
+for i in $(seq 1 600); do
   if [ "$(cat "$TMP/run.jsonl" 2>/dev/null | wc -l)" -ge $((K + 3)) ] &&
     has_checkpoint "local:$TMP/run" $K; then
     break
@@ -41,3 +48,11 @@ cmp "$TMP/ref.safetensors" "$TMP/run.safetensors" || fail "final weights differ"
 pass "final weights bit-identical"
 "$FT_BIN/ckpt" --store "local:$TMP/run" verify || fail "ckpt verify failed on the resumed store"
 pass "ckpt verify passes"
+
+if [ "${1:-cpu}" = cuda ]; then # no atomics in any reduction: the same bits twice
+  "$FT_BIN/worker" $(tiny_args) --steps $((2 * K)) --log-json "$TMP/again.jsonl"
+  losses "$TMP/again.jsonl" >"$TMP/again.txt"
+  losses "$TMP/ref.jsonl" >"$TMP/all.txt"
+  cmp "$TMP/all.txt" "$TMP/again.txt" || fail "two identical GPU runs differ"
+  pass "two identical GPU runs are bit-identical"
+fi
