@@ -60,6 +60,9 @@ int kc_set_device(int dev);
  * total memory, SM count, compute capability. Any out pointer may be NULL. */
 int kc_device_info(int dev, char *name, size_t namelen, size_t *mem_total, int *sms, int *cc_major,
                    int *cc_minor);
+/* PCI bus id of device dev, e.g. "0000:3B:00.0" (len >= 13), for matching
+ * the kernel log's and NVML's Xid reports. */
+int kc_device_pci(int dev, char *pci, size_t len);
 /* Free and total memory of the current device. */
 int kc_mem_info(size_t *free_bytes, size_t *total_bytes);
 

@@ -66,6 +66,9 @@ const char *engine_backend(const engine *e) {
 const char *engine_device_name(const engine *e) {
   return e->ops->device_name(e->impl);
 }
+int engine_device_pci(const engine *e, char *pci, size_t len) {
+  return e->ops->device_pci(e->impl, pci, len);
+}
 int engine_micro_batch(const engine *e) {
   return e->B;
 }

@@ -68,6 +68,8 @@ const char *engine_backend(const engine *e);
 /* One line about the device (e.g. "NVIDIA H200, 139 GiB, sm_90"). */
 const char *engine_device_name(const engine *e);
 int engine_micro_batch(const engine *e);
+/* PCI bus id of the engine's GPU (len >= 13); FT_ENOENT on the cpu. */
+int engine_device_pci(const engine *e, char *pci, size_t len);
 
 /* Re-sizes the activations for micro-batch B (same T), keeping the
  * parameters, moments and gradient shards. FT_ENOMEM leaves the engine

@@ -115,6 +115,10 @@ static double ecpu_fence_ms(void *impl) {
   (void)impl;
   return 0;
 }
+static int ecpu_device_pci(void *impl, char *pci, size_t len) {
+  (void)impl, (void)pci, (void)len;
+  return ft_err_set(FT_ENOENT, "the cpu engine has no GPU");
+}
 static int ecpu_nparts(void *impl) {
   return fsdp_nparts(((ecpu *)impl)->f);
 }
@@ -157,6 +161,7 @@ static const struct engine_ops ecpu_ops = {
     .adamw = ecpu_adamw,
     .comm_seconds = ecpu_comm_seconds,
     .fence_ms = ecpu_fence_ms,
+    .device_pci = ecpu_device_pci,
     .nparts = ecpu_nparts,
     .snapshot_bytes = ecpu_snapshot_bytes,
     .snapshot = ecpu_snapshot,

@@ -107,6 +107,7 @@ typedef struct ecuda {
   int slot;
   float *h_losses; /* cap_micro x N: per micro-batch losses since zero_grad */
   int nmicro, cap_micro;
+  int zero_err; /* engine_zero_grad's failure, returned by the next engine_micro */
   double *h_ss, *d_ss;
   float *staging; /* 3 x shard_n: p, m, v */
   int snap_pending;
@@ -340,6 +341,24 @@ static int backward(ecuda *e) {
 #undef W
 #undef G
 
+/* *out = the pinned slot (N floats) for the losses of micro-batch i <=
+ * cap_micro, the buffer doubled (once the device is done with it) when i
+ * is past its end. */
+static int loss_slot(ecuda *e, int i, float **out) {
+  size_t N = N_of(e);
+  if (i >= e->cap_micro) {
+    float *more = NULL;
+    CK(sync_compute(e)); /* the forward's copies into the old buffer are done */
+    CK(kc_host_alloc((void **)&more, 2 * (size_t)e->cap_micro * N * sizeof(float)));
+    memcpy(more, e->h_losses, (size_t)e->cap_micro * N * sizeof(float));
+    kc_host_free(e->h_losses);
+    e->h_losses = more;
+    e->cap_micro *= 2;
+  }
+  *out = e->h_losses + (size_t)i * N;
+  return FT_OK;
+}
+
 /* Mean of n losses summed in double in index order (as a float, like the
  * CPU's k_crossentropy_fwd). */
 static float mean_loss(const float *x, size_t n) {
@@ -467,6 +486,7 @@ static int ecuda_set_micro(void *impl, int B) {
 static int ecuda_set_params(void *impl, const float *full) {
   ecuda *e = impl;
   size_t n = e->sm.shard_n;
+  CK(kc_sync()); /* the staging may still feed a snapshot copy, the shards a step */
   shardmap_take(&e->sm, full, e->staging);
   CK(kc_memcpy_h2d(e->p, e->staging, n * sizeof(float)));
   CK(kc_memset_async(e->mo, 0, n * sizeof(float), e->cs));
@@ -482,18 +502,20 @@ static int ecuda_full_params(void *impl, const float **out) {
   size_t total = ft_gpt2_num_params(&e->d);
   if (!e->h_full && !(e->h_full = malloc(total * sizeof(float))))
     return ft_err_set(FT_ENOMEM, "engine_cuda: no host memory for the full model");
-  CK(kc_stream_sync(e->cs));
-  CK(kc_memcpy_d2h(e->staging, e->p, e->sm.shard_n * sizeof(float)));
+  CK(sync_compute(e));
+  /* Not through the staging: it holds the last snapshot until the next one. */
   if (!e->c || e->world == 1) { /* one shard is the whole model, same layout */
-    memcpy(e->h_full, e->staging, total * sizeof(float));
+    CK(kc_memcpy_d2h(e->h_full, e->p, total * sizeof(float)));
   } else {
-    float *tmp = malloc(e->sm.maxS * (size_t)e->world * sizeof(float));
+    size_t all = e->sm.maxS * (size_t)e->world;
+    float *tmp = malloc((all + e->sm.shard_n) * sizeof(float));
     if (!tmp)
       return ft_err_set(FT_ENOMEM, "engine_cuda: out of host memory");
-    int rc = FT_OK;
+    float *shard = tmp + all;
+    int rc = kc_memcpy_d2h(shard, e->p, e->sm.shard_n * sizeof(float));
     for (int g = 0; g < e->sm.ngroups && rc == FT_OK; g++) {
       uint64_t t0 = ft_now_ns();
-      rc = comm_allgather(e->c, e->staging + e->sm.shoff[g], tmp, e->sm.S[g]);
+      rc = comm_allgather(e->c, shard + e->sm.shoff[g], tmp, e->sm.S[g]);
       e->comm_ns += ft_now_ns() - t0;
       if (rc == FT_OK)
         memcpy(e->h_full + ft_gpt2_group_offset(&e->d, g), tmp, e->sm.numel[g] * sizeof(float));
@@ -508,27 +530,23 @@ static int ecuda_full_params(void *impl, const float **out) {
 static void ecuda_zero_grad(void *impl) {
   ecuda *e = impl;
   /* cs orders it after the last optimizer step and before this step's
-   * reductions (which wait for cs); an error surfaces at the next sync */
-  if (grads_ready(e) == FT_OK)
-    kc_memset_async(e->g, 0, e->sm.shard_n * sizeof(float), e->cs);
+   * reductions (which wait for cs). A failure is kept for the next
+   * engine_micro: never accumulate into the last step's gradients. */
+  int rc = grads_ready(e);
+  if (rc == FT_OK)
+    rc = kc_memset_async(e->g, 0, e->sm.shard_n * sizeof(float), e->cs);
+  e->zero_err = rc;
   e->nmicro = 0;
 }
 
 static int ecuda_micro(void *impl, const int32_t *inputs, const int32_t *targets,
                        float dloss_scale) {
   ecuda *e = impl;
-  size_t N = N_of(e);
-  if (e->nmicro == e->cap_micro) { /* more micro-batches than losses slots: grow */
-    float *more = NULL;
-    CK(kc_stream_sync(e->cs));
-    CK(kc_host_alloc((void **)&more, 2 * (size_t)e->cap_micro * N * sizeof(float)));
-    memcpy(more, e->h_losses, (size_t)e->cap_micro * N * sizeof(float));
-    kc_host_free(e->h_losses);
-    e->h_losses = more;
-    e->cap_micro *= 2;
-  }
+  float *h;
+  CK(e->zero_err);
+  CK(loss_slot(e, e->nmicro, &h));
   CK(upload(e, inputs, targets));
-  CK(forward(e, 1, dloss_scale / (float)N, e->h_losses + (size_t)e->nmicro * N));
+  CK(forward(e, 1, dloss_scale / (float)N_of(e), h));
   e->nmicro++;
   return backward(e);
 }
@@ -537,6 +555,11 @@ static int ecuda_loss(void *impl, double *sum) {
   ecuda *e = impl;
   size_t N = N_of(e);
   CK(sync_compute(e));
+  /* and the last reduce-scatters: the host collectives that follow (the
+   * loss, the norm) run on the comm's own stream, and one communicator's
+   * operations must not overlap across streams */
+  if (!e->local)
+    CK(comm_dev_wait(e->c, e->ms, 0));
   double s = 0;
   for (int i = 0; i < e->nmicro; i++)
     s += mean_loss(e->h_losses + (size_t)i * N, N);
@@ -546,13 +569,12 @@ static int ecuda_loss(void *impl, double *sum) {
 
 static int ecuda_eval(void *impl, const int32_t *inputs, const int32_t *targets, double *loss) {
   ecuda *e = impl;
-  size_t N = N_of(e);
-  float *h = e->h_losses; /* validation runs between steps, never inside one */
-  e->nmicro = 0;
+  float *h; /* the slot after the step's micro-batches: engine_loss keeps its sum */
+  CK(loss_slot(e, e->nmicro, &h));
   CK(upload(e, inputs, targets));
   CK(forward(e, 0, 0.0f, h));
   CK(sync_compute(e));
-  *loss = mean_loss(h, N);
+  *loss = mean_loss(h, N_of(e));
   return FT_OK;
 }
 
@@ -632,6 +654,9 @@ static double ecuda_comm_seconds(void *impl) {
 static double ecuda_fence_ms(void *impl) {
   return ((ecuda *)impl)->fence_ms;
 }
+static int ecuda_device_pci(void *impl, char *pci, size_t len) {
+  return kc_device_pci(((ecuda *)impl)->dev, pci, len);
+}
 static int ecuda_nparts(void *impl) {
   return shardmap_nparts(&((ecuda *)impl)->sm);
 }
@@ -639,8 +664,13 @@ static size_t ecuda_snapshot_bytes(void *impl) {
   return 3 * ((ecuda *)impl)->sm.shard_n * sizeof(float);
 }
 
+/* Runs on the checkpoint committer's thread, whose current device is not
+ * ours: without kc_set_device its first CUDA call would make it device 0
+ * (a context there, from every rank). */
 static int snap_fence(void *ud) {
-  return kc_event_sync(((ecuda *)ud)->ev_snap_done);
+  ecuda *e = ud;
+  int rc = kc_set_device(e->dev);
+  return rc ? rc : kc_event_sync(e->ev_snap_done);
 }
 
 static int ecuda_snapshot(void *impl, ckpt_part *parts, char (*names)[64], engine_fence *fence) {
@@ -692,6 +722,7 @@ static const struct engine_ops ecuda_ops = {
     .adamw = ecuda_adamw,
     .comm_seconds = ecuda_comm_seconds,
     .fence_ms = ecuda_fence_ms,
+    .device_pci = ecuda_device_pci,
     .nparts = ecuda_nparts,
     .snapshot_bytes = ecuda_snapshot_bytes,
     .snapshot = ecuda_snapshot,
@@ -753,6 +784,8 @@ int engine_cuda_new(const ft_gpt2_dims *d, int B, int T, comm *c, int rank, int 
   if (c && !comm_is_device(c))
     return ft_err_set(FT_EINVAL, "engine_cuda: the comm is %s, not a device (NCCL) comm",
                       comm_backend(c));
+  if (T > d->max_seq_len) /* wpe has max_seq_len rows (gpt2_new checks the same) */
+    return ft_err_set(FT_EINVAL, "engine_cuda: T=%d above max_seq_len %d", T, d->max_seq_len);
   if (d->channels % 8 || d->channels % d->n_head)
     return ft_err_set(FT_ECONFIG,
                       "cuda: model.n_embd %d must be a multiple of 8 and of model.n_head %d",

@@ -26,6 +26,7 @@ struct engine_ops {
   int (*adamw)(void *impl, float lr, float beta1, float beta2, float eps, float wd, int64_t t);
   double (*comm_seconds)(void *impl);
   double (*fence_ms)(void *impl);
+  int (*device_pci)(void *impl, char *pci, size_t len);
   int (*nparts)(void *impl);
   size_t (*snapshot_bytes)(void *impl);
   int (*snapshot)(void *impl, ckpt_part *parts, char (*names)[64], engine_fence *fence);

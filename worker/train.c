@@ -175,6 +175,17 @@ static int gang_broken(const train_opts *o, int rc, int64_t step) {
   return TRAIN_EXIT_GANG;
 }
 
+/* An engine call of step `step` failed: a collective's failure is the
+ * peer's (gang_broken); anything else (a CUDA error, a kernel refusing a
+ * shape) is this rank's own, so it exits TRAIN_EXIT_FAIL and the supervisor
+ * blames this node rather than its healthy peers. */
+static int engine_failed(const train_opts *o, int rc, int64_t step) {
+  if (rc == FT_ECOMM || rc == FT_ETIMEDOUT)
+    return gang_broken(o, rc, step);
+  fprintf(stderr, "worker: step %" PRId64 ": %s\n", step + 1, ft_err_detail());
+  return TRAIN_EXIT_FAIL;
+}
+
 /* Micro batch for world W: the largest b <= max with global_batch
  * divisible by b*W (the global batch never changes), or 0 if none. */
 static int micro_for_world(const ft_train_cfg *tc, int world, int max) {
@@ -372,6 +383,9 @@ int train_main(const train_opts *o) {
   }
   if (cuda && !o->quiet && rank == 0)
     fprintf(stderr, "worker: training on %s\n", engine_device_name(e));
+  char pci[32];
+  if (wd && engine_device_pci(e, pci, sizeof pci) == FT_OK) /* real Xids, and the abort hook */
+    wdog_set_gpu(wd, pci, cm && comm_is_device(cm) ? cm : NULL);
   full = malloc(ft_gpt2_num_params(&d) * sizeof *full);
   if (!full) {
     fprintf(stderr, "worker: out of memory\n");
@@ -515,13 +529,13 @@ int train_main(const train_opts *o) {
         goto out;
       }
       if (rc) {
-        code = gang_broken(o, rc, st.step);
+        code = engine_failed(o, rc, st.step);
         goto out;
       }
     }
     rc = engine_loss(e, &loss);
     if (rc) {
-      code = gang_broken(o, rc, st.step);
+      code = engine_failed(o, rc, st.step);
       goto out;
     }
     if (nan_batch)
@@ -537,7 +551,7 @@ int train_main(const train_opts *o) {
     if (rc == FT_OK)
       rc = engine_grad_norm(e, &norm);
     if (rc) {
-      code = gang_broken(o, rc, st.step);
+      code = engine_failed(o, rc, st.step);
       goto out;
     }
     if (!isfinite(loss) || !isfinite(norm)) {

@@ -21,6 +21,8 @@
 
 struct wdog {
   ctl *c;
+  pthread_mutex_t mu; /* guards pci and comm, which wdog_set_gpu changes */
+  comm *comm;         /* aborted on an Xid that stops the gang, or NULL */
   wd_xid_source *src; /* the kernel log, or NULL */
   wd_nvml *nvml;      /* NVML's Xid events where the driver is there, or NULL */
   wd_xid_table table;
@@ -37,6 +39,34 @@ static void report(wdog *w, int xid, const char *pci, const char *msg) {
   fprintf(stderr, "worker: GPU Xid: %s\n", detail);
   if (a != WD_ACT_IGNORE)
     ctl_send_fault(w->c, FT_FAULT_XID, -1, detail);
+  if (a == WD_ACT_QUARANTINE_NODE || a == WD_ACT_RESTART_GANG) {
+    pthread_mutex_lock(&w->mu);
+    if (w->comm) { /* the collectives on this GPU cannot be trusted to finish */
+      fprintf(stderr, "worker: aborting the NCCL communicator after Xid %d\n", xid);
+      comm_abort(w->comm);
+      w->comm = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+  }
+}
+
+/* Whether bus id pci is this worker's GPU. */
+static int mine(wdog *w, const char *pci) {
+  pthread_mutex_lock(&w->mu);
+  int yes = strcmp(pci, w->pci) == 0;
+  pthread_mutex_unlock(&w->mu);
+  return yes;
+}
+
+void wdog_set_gpu(wdog *w, const char *pci, comm *c) {
+  if (!w)
+    return;
+  char norm[WD_PCI_LEN];
+  pthread_mutex_lock(&w->mu);
+  if (pci && wd_xid_pci_normalize(pci, strlen(pci), norm) == FT_OK)
+    memcpy(w->pci, norm, sizeof norm);
+  w->comm = c;
+  pthread_mutex_unlock(&w->mu);
 }
 
 static void *wdog_main(void *arg) {
@@ -46,11 +76,11 @@ static void *wdog_main(void *arg) {
     size_t len;
     while (w->src && wd_xid_source_next_line(w->src, &line, &len) == 1) {
       wd_xid_event ev;
-      if (wd_xid_parse(line, len, &ev) == FT_OK && strcmp(ev.pci, w->pci) == 0)
+      if (wd_xid_parse(line, len, &ev) == FT_OK && mine(w, ev.pci))
         report(w, ev.xid, ev.pci, ev.msg);
     }
     wd_nvml_xid nx;
-    if (w->nvml && wd_nvml_wait(w->nvml, 0, &nx) == 1 && strcmp(nx.pci, w->pci) == 0)
+    if (w->nvml && wd_nvml_wait(w->nvml, 0, &nx) == 1 && mine(w, nx.pci))
       report(w, nx.xid, nx.pci, "reported by NVML");
     usleep(100 * 1000);
   }
@@ -63,6 +93,7 @@ int wdog_start(const ft_runfile *rf, ctl *c, uint32_t node, uint32_t slot, wdog 
   if (!w)
     return ft_err_set(FT_ENOMEM, "out of memory");
   w->c = c;
+  pthread_mutex_init(&w->mu, NULL);
   wd_xid_table_default(&w->table);
   int rc =
       rf->watchdog.xid_actions[0] ? wd_xid_table_parse(&w->table, rf->watchdog.xid_actions) : FT_OK;
@@ -98,5 +129,6 @@ void wdog_stop(wdog *w) {
   pthread_join(w->thread, NULL);
   wd_xid_source_close(w->src);
   wd_nvml_close(w->nvml);
+  pthread_mutex_destroy(&w->mu);
   free(w);
 }

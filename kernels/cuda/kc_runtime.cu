@@ -73,6 +73,12 @@ extern "C" int kc_device_info(int dev, char *name, size_t namelen, size_t *mem_t
   return FT_OK;
 }
 
+extern "C" int kc_device_pci(int dev, char *pci, size_t len) {
+  if (!pci || len < 13)
+    return ft_err_set(FT_EINVAL, "kc_device_pci: buffer of %zu bytes (13 needed)", len);
+  return kc__err(cudaDeviceGetPCIBusId(pci, (int)len, dev), "cudaDeviceGetPCIBusId");
+}
+
 extern "C" int kc_mem_info(size_t *free_bytes, size_t *total_bytes) {
   size_t f = 0, t = 0;
   int rc = kc__err(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
