@@ -7,6 +7,8 @@
 #     optimizer step (micro batch = global batch = B: 16 for 124M, 8 for 350M),
 #     for our worker and for bench/pytorch_gpt2.py (--compile, bf16 autocast,
 #     fused AdamW) with the same model, batch and vocabulary padding;
+#     (plus, with GPU_BENCH_TC=1, the default, the worker with FT_ATTENTION=tc:
+#     the tensor-core attention, a row "ftsup-tc" that cannot fail the run);
 #  2. the checkpoint stall: the worker again on 124M with --store local:DIR
 #     --ckpt-every 5; the median stall per checkpoint (ckpt_stall_ms, the time
 #     snap_take held the loop, plus the next step's ckpt_fence_ms, the time
@@ -256,6 +258,12 @@ for m in $MODELS; do
   rf=$(runfile "$m" "$L" "$H" "$C" "$B")
   echo "   GPT-2 $m (L=$L H=$H C=$C T=$SEQ B=$B): worker..."
   worker_run "$m" "$rf"
+  if [ "${GPU_BENCH_TC:-1}" = 1 ]; then # the tensor-core attention (opt-in, not yet validated)
+    echo "   GPT-2 $m: worker with FT_ATTENTION=tc..."
+    f0=$FAILED
+    FT_ATTENTION=tc worker_run "${m}_tc" "$rf" || true
+    FAILED=$f0 # an experimental kernel does not fail the benchmark
+  fi
   if [ $HAVE_TORCH = 1 ]; then
     echo "   GPT-2 $m: PyTorch (torch.compile)..."
     torch_run "$m" "$L" "$H" "$C" "$B"
@@ -322,8 +330,11 @@ for m in models:
     N = V * C + L * (12 * C * C + 13 * C) + 2 * C
     fpt = 6 * N + 12 * L * T * C
     first = True
-    for impl, label in (("worker", "ftsup"), ("pytorch", "pytorch")):
-        r = get(impl, m)
+    for impl, label, tag in (("worker", "ftsup", m), ("worker", "ftsup-tc", m + "_tc"),
+                             ("pytorch", "pytorch", m)):
+        r = get(impl, tag)
+        if label == "ftsup-tc" and r is None:
+            continue
         lead = f"{m:6} {batch[m]:3d} {N/1e6:7.1f} {fpt/1e9:9.3f}" if first else " " * 28
         first = False
         if impl == "pytorch" and not have_torch:

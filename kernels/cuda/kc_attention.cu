@@ -48,8 +48,19 @@
  *
  * Constraints (FT_EINVAL otherwise): C % NH == 0 and HS = C/NH in {16, 32,
  * 64, 128}; B, T, NH > 0; ceil(T/64) <= 65535; B*NH < 2^31.
+ *
+ * Dispatch: with the implementation choice "tc" (kc_attention_set_impl;
+ * initially the environment variable FT_ATTENTION, read once), HS == 64
+ * and the bf16 pointers 16-byte aligned, the forward and the dQ, dK/dV
+ * passes are kc_attention_tc.cu's tensor-core kernels instead (the shape
+ * checks and the D kernel stay here). Otherwise, and by default ("simt"),
+ * the kernels below run.
  */
 #include "kc_int.h"
+
+#include <atomic>
+#include <stdlib.h>
+#include <string.h>
 
 #define ROWS 64 /* rows (queries, or keys) owned by a block */
 #define TILE 32 /* rows of the streamed operand per shared-memory tile */
@@ -288,6 +299,42 @@ __global__ void __launch_bounds__(ROWS *(HS / 16))
   }
 }
 
+/* ---- implementation choice ---------------------------------------------------------- */
+
+enum { ATTN_SIMT = 0, ATTN_TC = 1 };
+/* -1 until first used; then ATTN_SIMT or ATTN_TC, process-wide. Atomic so
+ * that threads driving different devices may read it concurrently. */
+static std::atomic<int> attn_impl_choice(-1);
+
+static int attn_impl(void) {
+  int v = attn_impl_choice.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char *e = getenv("FT_ATTENTION");
+    int expected = -1;
+    attn_impl_choice.compare_exchange_strong(expected, e && !strcmp(e, "tc") ? ATTN_TC : ATTN_SIMT,
+                                             std::memory_order_relaxed);
+    v = attn_impl_choice.load(std::memory_order_relaxed);
+  }
+  return v;
+}
+
+extern "C" int kc_attention_set_impl(const char *name) {
+  int v;
+  if (name && !strcmp(name, "simt"))
+    v = ATTN_SIMT;
+  else if (name && !strcmp(name, "tc"))
+    v = ATTN_TC;
+  else
+    return ft_err_set(FT_EINVAL, "kc_attention_set_impl: unknown implementation \"%s\"",
+                      name ? name : "(null)");
+  attn_impl_choice.store(v, std::memory_order_relaxed);
+  return FT_OK;
+}
+
+extern "C" const char *kc_attention_impl(void) {
+  return attn_impl() == ATTN_TC ? "tc" : "simt";
+}
+
 /* ---- launchers ---------------------------------------------------------------------- */
 
 /* HS = C / NH, checked; the grid is (B*NH, ceil(T/ROWS)). */
@@ -336,6 +383,8 @@ extern "C" int kc_attention_fwd(kc_bf16 *out, float *lse, const kc_bf16 *qkv, in
   bf16 *o = reinterpret_cast<bf16 *>(out);
   const bf16 *x = reinterpret_cast<const bf16 *>(qkv);
   cudaStream_t st = kc__st(s);
+  if (hs == 64 && attn_impl() == ATTN_TC && kc__aligned16(out) && kc__aligned16(qkv))
+    return kc__attention_tc_fwd(o, lse, x, B, T, C, NH, st);
   switch (hs) {
   case 16:
     launch_fwd<16>(grid, st, o, lse, x, T, C, NH);
@@ -376,6 +425,9 @@ extern "C" int kc_attention_bwd(kc_ctx *c, kc_bf16 *dqkv, const kc_bf16 *dout, c
   rc = KC_LAUNCHED("attention_bwd_d");
   if (rc)
     return rc;
+  if (hs == 64 && attn_impl() == ATTN_TC && kc__aligned16(dqkv) && kc__aligned16(dout) &&
+      kc__aligned16(qkv))
+    return kc__attention_tc_bwd(dx, dO, x, lse, D, B, T, C, NH, st);
   switch (hs) {
   case 16:
     launch_bwd<16>(grid, st, dx, dO, x, lse, D, T, C, NH, &rc);

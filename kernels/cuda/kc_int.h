@@ -135,6 +135,20 @@ void kc__plan_release(kc__plan *p);
 int kc__colsum(kc_ctx *c, float *s0, float *s1, const kc_bf16 *g, const kc_bf16 *xin,
                const float *mean, const float *rstd, int N, int C, cudaStream_t s);
 
+/* ---- tensor-core attention, head size 64 (kc_attention_tc.cu) ------------------ */
+
+/* The WMMA variants of kc_attention_fwd and of kc_attention_bwd's dQ and
+ * dK/dV passes, called by kc_attention.cu's dispatcher only after its shape
+ * checks (B, T, C, NH > 0, C == 64 NH, B*NH < 2^31, ceil(T/64) <= 65535)
+ * and with qkv, out, dout, dqkv 16-byte aligned. Same arguments and
+ * results as the SIMT kernels (the backward takes D = rowsum(dout * out),
+ * (B,NH,T) fp32, already enqueued on s). Return the launch status. */
+int kc__attention_tc_fwd(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int B, int T,
+                         int C, int NH, cudaStream_t s);
+int kc__attention_tc_bwd(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
+                         const float *lse, const float *D, int B, int T, int C, int NH,
+                         cudaStream_t s);
+
 /* ---- device helpers ----------------------------------------------------------- */
 
 #define KC_THREADS 256

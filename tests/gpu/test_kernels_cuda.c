@@ -28,7 +28,9 @@
  *  - attention backward: D = rowsum(dout * out) uses the bf16-rounded out
  *    (the CPU uses exact fp32 probabilities), an error of ~2^-9 of |D|
  *    that dS = P (dP - D) can amplify where dP ~ D: rtol 2e-2, atol 1e-2 of
- *    max;
+ *    max; the tensor-core variant (kc_attention_set_impl("tc")) is held to
+ *    the same, and to its own tolerances against the SIMT kernel (see
+ *    attention_tc_case);
  *  - fp32 gradients from bf16 operands (matmul dw, layernorm dw/db, dbias):
  *    products of bf16 values are exact in fp32, so only the summation order
  *    differs (fixed trees / GEMM tiles vs sequential, fp32 error ~ sqrt(N)
@@ -630,14 +632,16 @@ static void test_matmul_bwd(void **state) {
 
 /* ---- attention ------------------------------------------------------------------------ */
 
-static void attention_case(kc_ctx *c, int B, int T, int NH, int HS) {
-  int C = NH * HS;
+/* The CPU reference: *rout (B,T,C), *rlse (B,NH,T) (in double from the
+ * scaled scores) and *rdqkv (B,T,3C), all fp32 and owned by the caller. */
+static void attention_ref(const float *qkv, const float *dy, int B, int T, int C, int NH,
+                          float **rout, float **rlse, float **rdqkv) {
   size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
   size_t nl = (size_t)B * NH * T;
-  float *qkv = randb(nqkv, 1.0f, 0.0f), *dy = randb(no, 1.0f, 0.0f);
-  float *rout = xmalloc(no * 4), *pre = xmalloc(natt * 4), *att = xmalloc(natt * 4);
-  k_attention_fwd(rout, pre, att, qkv, B, T, C, NH);
-  float *rlse = xmalloc(nl * 4);
+  float *pre = xmalloc(natt * 4), *att = xmalloc(natt * 4);
+  *rout = xmalloc(no * 4);
+  k_attention_fwd(*rout, pre, att, qkv, B, T, C, NH);
+  *rlse = xmalloc(nl * 4);
   for (size_t r = 0; r < nl; r++) {
     size_t t = r % (size_t)T;
     const float *p = pre + r * T;
@@ -646,26 +650,67 @@ static void attention_case(kc_ctx *c, int B, int T, int NH, int HS) {
       mx = p[j] > mx ? p[j] : mx;
     for (size_t j = 0; j <= t; j++)
       s += exp(p[j] - mx);
-    rlse[r] = (float)(mx + log(s));
+    (*rlse)[r] = (float)(mx + log(s));
   }
-  float *rdqkv = zerosf(nqkv), *dpre = xmalloc(natt * 4), *datt = xmalloc(natt * 4);
-  k_attention_bwd(rdqkv, dpre, datt, dy, qkv, att, B, T, C, NH);
+  float *dpre = xmalloc(natt * 4), *datt = xmalloc(natt * 4);
+  *rdqkv = zerosf(nqkv);
+  k_attention_bwd(*rdqkv, dpre, datt, dy, qkv, att, B, T, C, NH);
+  free(pre), free(att), free(dpre), free(datt);
+}
 
-  kc_bf16 *dqkv_in = dev_bf16(qkv, nqkv), *ddy = dev_bf16(dy, no);
+/* One forward and backward on the GPU with the current implementation
+ * (kc_attention_impl): host copies of out and dqkv (bf16 bits) and lse,
+ * owned by the caller. The outputs are prefilled with NaNs: all of them
+ * must be overwritten. */
+struct attn_run {
+  uint16_t *out, *dqkv;
+  float *lse;
+};
+
+static struct attn_run attention_gpu(kc_ctx *c, const kc_bf16 *dqkv_in, const kc_bf16 *ddy, int B,
+                                     int T, int C, int NH) {
+  size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
   kc_bf16 *dout = dmalloc(no * 2), *ddqkv = dmalloc(nqkv * 2);
   float *dlse = dmalloc(nl * 4);
-  CK(kc_memset_async(ddqkv, 0xff, nqkv * 2, NULL)); /* NaNs: must be overwritten */
+  CK(kc_memset_async(dout, 0xff, no * 2, NULL));
+  CK(kc_memset_async(dlse, 0xff, nl * 4, NULL));
+  CK(kc_memset_async(ddqkv, 0xff, nqkv * 2, NULL));
   CK(kc_attention_fwd(dout, dlse, dqkv_in, B, T, C, NH, NULL));
   CK(kc_attention_bwd(c, ddqkv, ddy, dqkv_in, dout, dlse, B, T, C, NH, NULL));
-  float *go = host_bf16(dout, no), *gl = host_f32(dlse, nl), *gd = host_bf16(ddqkv, nqkv);
+  struct attn_run r = {host_bits(dout, no), host_bits(ddqkv, nqkv), host_f32(dlse, nl)};
+  kc_free(dout), kc_free(ddqkv), kc_free(dlse);
+  return r;
+}
+
+static void attn_run_free(struct attn_run *r) {
+  free(r->out), free(r->dqkv), free(r->lse);
+}
+
+static float *bits_to_f32(const uint16_t *b, size_t n) {
+  float *f = xmalloc(n * sizeof *f);
+  for (size_t i = 0; i < n; i++)
+    f[i] = bf2f(b[i]);
+  return f;
+}
+
+static void attention_case(kc_ctx *c, int B, int T, int NH, int HS) {
+  int C = NH * HS;
+  size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+  float *qkv = randb(nqkv, 1.0f, 0.0f), *dy = randb(no, 1.0f, 0.0f);
+  float *rout, *rlse, *rdqkv;
+  attention_ref(qkv, dy, B, T, C, NH, &rout, &rlse, &rdqkv);
+  kc_bf16 *dqkv_in = dev_bf16(qkv, nqkv), *ddy = dev_bf16(dy, no);
+  struct attn_run g = attention_gpu(c, dqkv_in, ddy, B, T, C, NH);
+  float *go = bits_to_f32(g.out, no), *gd = bits_to_f32(g.dqkv, nqkv);
   char what[96];
-  snprintf(what, sizeof what, "attention B%d T%d NH%d HS%d out", B, T, NH, HS);
+  snprintf(what, sizeof what, "attention (%s) B%d T%d NH%d HS%d out", kc_attention_impl(), B, T, NH,
+           HS);
   check_close(what, go, rout, no, 1e-2, 2e-3);
-  check_close("  ... lse", gl, rlse, nl, 1e-5, 1e-5);
+  check_close("  ... lse", g.lse, rlse, nl, 1e-5, 1e-5);
   check_close("  ... dqkv", gd, rdqkv, nqkv, 2e-2, 1e-2);
-  kc_free(dqkv_in), kc_free(ddy), kc_free(dout), kc_free(ddqkv), kc_free(dlse);
-  free(qkv), free(dy), free(rout), free(pre), free(att), free(rlse), free(rdqkv), free(dpre);
-  free(datt), free(go), free(gl), free(gd);
+  kc_free(dqkv_in), kc_free(ddy);
+  attn_run_free(&g);
+  free(qkv), free(dy), free(rout), free(rlse), free(rdqkv), free(go), free(gd);
 }
 
 static void test_attention(void **state) {
@@ -681,6 +726,89 @@ static void test_attention(void **state) {
   assert_int_equal(kc_attention_bwd(c, NULL, NULL, NULL, NULL, NULL, 1, 8, 100, 3, NULL),
                    FT_EINVAL); /* C % NH */
   kc_ctx_free(c);
+}
+
+/* The tensor-core variant (HS 64) against the CPU reference (the tolerances
+ * of attention_case) and against the SIMT kernel, and its run-to-run bits.
+ * Versus SIMT, both are fp32 math on the same bf16 inputs, but tc rounds P
+ * and dS to bf16 as GEMM operands and accumulates in another order:
+ *  - out: with p_j (1 + e_j), |e_j| <= 2^-9, in the numerator only (l sums
+ *    the fp32 p), out moves by at most 2^-9 sum_j p_j |v_j| / l <= 2^-9
+ *    max |v| (reached in early rows, where a few keys share the weight),
+ *    then either side may round to the neighbouring bf16: rtol 1/128, atol
+ *    3e-3 of max (max |out| >= |v_0|);
+ *  - lse: fp32 on both sides with no bf16 operand on its path: rtol 1e-5,
+ *    atol 1e-5 of max;
+ *  - dqkv: each rounding of P or dS moves a sum by at most 2^-9 of its
+ *    term, and D = rowsum(dout * out) inherits out's differences: rtol
+ *    2e-2, atol 5e-3 of max.
+ * A host emulation of the kernels' arithmetic (B2 NH2, T 64 to 256, exact
+ * fp32 products in place of the tensor cores' accumulation) used 0.56 of
+ * the out limits (atol 1e-3 would have failed) and 0.26 of the dqkv ones. */
+static void attention_tc_case(kc_ctx *c, int B, int T, int NH) {
+  const int HS = 64, C = NH * HS;
+  size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+  float *qkv = randb(nqkv, 1.0f, 0.0f), *dy = randb(no, 1.0f, 0.0f);
+  float *rout, *rlse, *rdqkv;
+  attention_ref(qkv, dy, B, T, C, NH, &rout, &rlse, &rdqkv);
+  kc_bf16 *dqkv_in = dev_bf16(qkv, nqkv), *ddy = dev_bf16(dy, no);
+  CK(kc_attention_set_impl("simt"));
+  struct attn_run s = attention_gpu(c, dqkv_in, ddy, B, T, C, NH);
+  CK(kc_attention_set_impl("tc"));
+  assert_string_equal(kc_attention_impl(), "tc");
+  struct attn_run t1 = attention_gpu(c, dqkv_in, ddy, B, T, C, NH);
+  struct attn_run t2 = attention_gpu(c, dqkv_in, ddy, B, T, C, NH);
+  char what[96];
+  snprintf(what, sizeof what, "attention tc B%d T%d NH%d HS%d", B, T, NH, HS);
+  if (memcmp(t1.out, t2.out, no * 2) || memcmp(t1.lse, t2.lse, nl * 4) ||
+      memcmp(t1.dqkv, t2.dqkv, nqkv * 2))
+    fail_msg("%s: two runs differ (out %d, lse %d, dqkv %d)", what,
+             !!memcmp(t1.out, t2.out, no * 2), !!memcmp(t1.lse, t2.lse, nl * 4),
+             !!memcmp(t1.dqkv, t2.dqkv, nqkv * 2));
+  size_t ndiff = 0;
+  for (size_t i = 0; i < no; i++)
+    ndiff += t1.out[i] != s.out[i];
+  printf("  %s: %zu of %zu out values differ from simt in bits\n", what, ndiff, no);
+  float *to = bits_to_f32(t1.out, no), *td = bits_to_f32(t1.dqkv, nqkv);
+  float *so = bits_to_f32(s.out, no), *sd = bits_to_f32(s.dqkv, nqkv);
+  char w2[128];
+  snprintf(w2, sizeof w2, "%s out vs cpu", what);
+  check_close(w2, to, rout, no, 1e-2, 2e-3);
+  check_close("  ... lse vs cpu", t1.lse, rlse, nl, 1e-5, 1e-5);
+  check_close("  ... dqkv vs cpu", td, rdqkv, nqkv, 2e-2, 1e-2);
+  check_close("  ... out vs simt", to, so, no, BF16_RTOL, 3e-3);
+  check_close("  ... lse vs simt", t1.lse, s.lse, nl, 1e-5, 1e-5);
+  check_close("  ... dqkv vs simt", td, sd, nqkv, 2e-2, 5e-3);
+  kc_free(dqkv_in), kc_free(ddy);
+  attn_run_free(&s), attn_run_free(&t1), attn_run_free(&t2);
+  free(qkv), free(dy), free(rout), free(rlse), free(rdqkv), free(to), free(td), free(so), free(sd);
+}
+
+static const char *attn_impl_saved; /* restored by attention_tc_teardown */
+
+static void test_attention_tc(void **state) {
+  (void)state;
+  attn_impl_saved = kc_attention_impl();
+  assert_int_equal(kc_attention_set_impl("bogus"), FT_EINVAL);
+  assert_int_equal(kc_attention_set_impl(NULL), FT_EINVAL);
+  assert_string_equal(kc_attention_impl(), attn_impl_saved); /* unchanged */
+  kc_ctx *c = NULL;
+  CK(kc_ctx_new(&c));
+  attention_tc_case(c, 2, 64, 2);  /* exactly one tile */
+  attention_tc_case(c, 2, 100, 2); /* a partial second tile */
+  attention_tc_case(c, 2, 256, 2); /* four tiles */
+  attention_tc_case(c, 2, 1, 2);   /* a single token */
+  /* under "tc", other head sizes keep the SIMT kernels */
+  CK(kc_attention_set_impl("tc"));
+  attention_case(c, 1, 70, 2, 32);
+  kc_ctx_free(c);
+}
+
+static int attention_tc_teardown(void **state) {
+  (void)state;
+  if (attn_impl_saved)
+    kc_attention_set_impl(attn_impl_saved);
+  return 0;
 }
 
 /* ---- classifier ------------------------------------------------------------------------ */
@@ -846,6 +974,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_fwd),
       cmocka_unit_test(test_matmul_bwd),
       cmocka_unit_test(test_attention),
+      cmocka_unit_test_teardown(test_attention_tc, attention_tc_teardown),
       cmocka_unit_test(test_classifier),
       cmocka_unit_test(test_determinism),
   };
