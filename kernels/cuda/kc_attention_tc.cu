@@ -75,6 +75,15 @@
 #include <type_traits>
 
 namespace wmma = nvcuda::wmma;
+
+/* WMMA's bf16 fragments exist from sm_80 on: a build for an older
+ * architecture compiles these kernels as traps (kc_attention never picks
+ * them there, the device having no bf16 tensor cores). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define KC_TC_DEVICE 0
+#else
+#define KC_TC_DEVICE 1
+#endif
 typedef __nv_bfloat16 bf16;
 
 #define TC_HS 64                /* head size */
@@ -128,6 +137,7 @@ static __device__ __forceinline__ void strip_store(bf16 *dst, size_t ld, const b
   }
 }
 
+#if KC_TC_DEVICE
 /* acc[n] += A B[:, 16n .. 16n+15] for n < 4. A: the 16 x 64 row-major bf16
  * strip at a (ld LDB). B (64 x 64) from the row-major 64 x 64 bf16 tile x
  * (ld LDB): with BT, B = x^T (B[k][n] = x[n][k], x's rows are B's columns:
@@ -162,12 +172,15 @@ static __device__ __forceinline__ void frags_store(float *f, const frag_c (&acc)
     wmma::store_matrix_sync(f + nn * 16, acc[nn], LDF, wmma::mem_row_major);
 }
 
+#endif
+
 /* ---- forward ------------------------------------------------------------------------ */
 
 /* Shared memory: Q, K, V, P (bf16 tiles), S, O (fp32 tiles). */
 static __global__ void __launch_bounds__(TC_NT)
     attn_tc_fwd_kernel(bf16 *out, float *lse, const bf16 *__restrict__ qkv, int T, int C, int NH,
                        float scale) {
+#if KC_TC_DEVICE
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *Qs = tile_b(smem, 0), *Ks = tile_b(smem, 1), *Vs = tile_b(smem, 2), *Ps = tile_b(smem, 3);
   float *Ss = reinterpret_cast<float *>(smem + 4 * TILE_B);
@@ -243,6 +256,9 @@ static __global__ void __launch_bounds__(TC_NT)
     lse[(size_t)bh * T + i] = m + logf(l);
   __syncwarp();
   strip_store(out + (size_t)b * T * C + (size_t)h * TC_HS, C, Pw, q0 + 16 * w, T, lane);
+#else
+  __trap();
+#endif
 }
 
 /* ---- backward ----------------------------------------------------------------------- */
@@ -253,6 +269,7 @@ static __global__ void __launch_bounds__(TC_NT)
     attn_tc_bwd_dq_kernel(bf16 *dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
                           const float *__restrict__ lse, const float *__restrict__ D, int T, int C,
                           int NH, float scale) {
+#if KC_TC_DEVICE
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *Qs = tile_b(smem, 0), *dOs = tile_b(smem, 1), *Ks = tile_b(smem, 2), *Vs = tile_b(smem, 3);
   bf16 *dSs = tile_b(smem, 4);
@@ -320,6 +337,9 @@ static __global__ void __launch_bounds__(TC_NT)
     }
   __syncwarp();
   strip_store(dqkv + (size_t)b * T * C3 + (size_t)h * TC_HS, C3, dSw, q0 + 16 * w, T, lane);
+#else
+  __trap();
+#endif
 }
 
 /* Shared memory: K, V, Q, dO, P^T, dS^T (bf16 tiles), S^T, dP^T (fp32
@@ -328,6 +348,7 @@ static __global__ void __launch_bounds__(TC_NT)
     attn_tc_bwd_dkv_kernel(bf16 *dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
                            const float *__restrict__ lse, const float *__restrict__ D, int T, int C,
                            int NH, float scale) {
+#if KC_TC_DEVICE
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *Ks = tile_b(smem, 0), *Vs = tile_b(smem, 1), *Qs = tile_b(smem, 2), *dOs = tile_b(smem, 3);
   bf16 *Pts = tile_b(smem, 4), *dSts = tile_b(smem, 5);
@@ -401,6 +422,9 @@ static __global__ void __launch_bounds__(TC_NT)
   bf16 *dkb = dqkv + (size_t)b * T * C3 + C + (size_t)h * TC_HS;
   strip_store(dkb, C3, dStw, k0 + 16 * w, T, lane);
   strip_store(dkb + C, C3, Ptw, k0 + 16 * w, T, lane);
+#else
+  __trap();
+#endif
 }
 
 /* ---- launchers ---------------------------------------------------------------------- */
