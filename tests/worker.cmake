@@ -21,3 +21,5 @@ ft_add_script_test(NAME worker_cuda_resume LABELS gpu TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_resume.sh cuda)
 ft_add_script_test(NAME sup_cuda LABELS gpu TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/sup_cuda.sh)
+ft_add_test(NAME test_shardmap SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_shardmap.c
+            LIBS ftworker LABELS unit TIMEOUT 60)
