@@ -16,17 +16,7 @@ FT_FAILPOINTS=kill_node_at_step=15 "$FT_BIN/supervise" --state "$ST" --spares 1 
 has_event "$ST" chaos_kill || { cat "$ST.out"; fail "no chaos_kill"; }
 has_event "$ST" generation_started 'e["gen"] == 2 and e["world"] == 1' ||
   fail "no generation 2 at world 1"
-python3 - "$ST/events.jsonl" <<'PY' || fail "generation 2 did not restore the newest committed checkpoint"
-import json, sys
-best, restore = -1, None
-for line in open(sys.argv[1]):
-    e = json.loads(line)
-    if e["event"] == "checkpoint_committed" and restore is None:
-        best = max(best, e["step"])
-    if e["event"] == "generation_started" and e["gen"] == 2:
-        restore = e["restore_step"]
-sys.exit(0 if restore == best and best >= 10 else 1)
-PY
+restored_newest "$ST" 2 10 || fail "generation 2 did not restore the newest committed checkpoint"
 has_event "$ST" run_done || fail "no run_done"
 has_checkpoint "local:$ST/store" 30 || fail "final checkpoint missing"
 "$FT_BIN/ckpt" --store "local:$ST/store" verify || fail "ckpt verify failed"

@@ -40,6 +40,7 @@
 #include "comm.h"
 #include "comm_filestore.h"
 #include "ft_err.h"
+#include "../unit/test_ranks.h"
 
 #include <cuda_runtime_api.h>
 
@@ -185,7 +186,6 @@ static void rank_main(const group_opts *g, const char *kvdir, int rank, rank_fn 
 static void run_group(const group_opts *g, rank_fn fn, void *arg, int status[MAXW]) {
   char kvdir[256];
   pid_t pid[MAXW];
-  int done[MAXW] = {0};
   int spawn = g->spawn ? g->spawn : g->world;
   snprintf(kvdir, sizeof kvdir, "%s/ft_test_comm_nccl_kv.XXXXXX", tmpbase());
   assert_non_null(mkdtemp(kvdir));
@@ -197,35 +197,7 @@ static void run_group(const group_opts *g, rank_fn fn, void *arg, int status[MAX
     if (pid[r] == 0)
       rank_main(g, kvdir, r, fn, arg);
   }
-  long long deadline = now_ms() + GROUP_DEADLINE_S * 1000LL;
-  int left = spawn;
-  while (left > 0) {
-    for (int r = 0; r < spawn; r++) {
-      int st;
-      if (done[r] || waitpid(pid[r], &st, WNOHANG) != pid[r])
-        continue;
-      done[r] = 1;
-      left--;
-      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    }
-    if (left == 1 && g->straggler > 0 && !done[g->straggler - 1]) {
-      kill(pid[g->straggler - 1], SIGKILL);
-      continue;
-    }
-    if (left > 0 && now_ms() > deadline) {
-      for (int r = 0; r < spawn; r++) {
-        if (done[r])
-          continue;
-        fprintf(stderr, "rank %d hung: killing it\n", r);
-        kill(pid[r], SIGKILL);
-        waitpid(pid[r], NULL, 0);
-        status[r] = HUNG;
-      }
-      break;
-    }
-    if (left > 0)
-      usleep(10 * 1000);
-  }
+  test_ranks_reap(pid, spawn, g->straggler, GROUP_DEADLINE_S, HUNG, status);
   rm_tree(kvdir);
 }
 

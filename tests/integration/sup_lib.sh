@@ -63,3 +63,20 @@ sup_bg() {
     "$@" "$FT_SRC/examples/demo.yaml" >"$st.out" 2>&1 &
   SUP=$!
 }
+
+# restored_newest STATE GEN MIN: generation GEN restored the newest
+# checkpoint committed before it started, and that one is at least step MIN.
+restored_newest() {
+  python3 - "$1/events.jsonl" "$2" "$3" <<'PY'
+import json, sys
+gen, least = int(sys.argv[2]), int(sys.argv[3])
+best, restore = -1, None
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["event"] == "checkpoint_committed" and restore is None:
+        best = max(best, e["step"])
+    if e["event"] == "generation_started" and e["gen"] == gen:
+        restore = e["restore_step"]
+sys.exit(0 if restore == best and best >= least else 1)
+PY
+}

@@ -19,17 +19,7 @@ has_event "$ST" spare_promoted 'e["spare_node"] == 2 and e["replaces"] == 1' || 
 has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 2]' ||
   fail "generation 2 should be nodes [0, 2]"
 # it restores the newest checkpoint committed before the fault
-python3 - "$ST/events.jsonl" <<'PY' || fail "gen 2 did not restore the newest committed checkpoint"
-import json, sys
-best, restore = -1, None
-for line in open(sys.argv[1]):
-    e = json.loads(line)
-    if e["event"] == "checkpoint_committed" and restore is None:
-        best = max(best, e["step"])
-    if e["event"] == "generation_started" and e["gen"] == 2:
-        restore = e["restore_step"]
-sys.exit(0 if restore == best and best >= 5 else 1)
-PY
+restored_newest "$ST" 2 5 || fail "gen 2 did not restore the newest committed checkpoint"
 has_event "$ST" recovered 'e["gen"] == 2 and e["steps_lost"] >= 0 and e["detect_to_first_step_ms"] >= e["detect_to_stopped_ms"]' ||
   fail "recovered fields"
 has_event "$ST" run_done 'e["restarts"] == 1' || fail "run_done should count 1 restart"

@@ -1,0 +1,60 @@
+/*
+ * test_ranks: waiting for the forked rank processes of a collectives test
+ * (test_comm.c on Gloo, test_comm_nccl.c on NCCL), so that a rank that hangs
+ * is a failure with a status, never a stuck test. Header-only, for tests.
+ */
+#ifndef TEST_RANKS_H
+#define TEST_RANKS_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static long long test_ranks_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Reaps pid[0..n-1]: status[r] = exit code, 128+signal, or hung_code for a
+ * rank still running deadline_s from now (it is then killed). straggler > 0:
+ * rank straggler-1 is SIGKILLed when it is the only one left (the test's
+ * deliberately stuck peer). */
+static void test_ranks_reap(const pid_t *pid, int n, int straggler, int deadline_s, int hung_code,
+                            int *status) {
+  int done[64] = {0};
+  long long deadline = test_ranks_now_ms() + deadline_s * 1000LL;
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; r++) {
+      int st;
+      if (done[r] || waitpid(pid[r], &st, WNOHANG) != pid[r])
+        continue;
+      done[r] = 1;
+      left--;
+      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    if (left == 1 && straggler > 0 && !done[straggler - 1]) {
+      kill(pid[straggler - 1], SIGKILL);
+      continue;
+    }
+    if (left > 0 && test_ranks_now_ms() > deadline) {
+      for (int r = 0; r < n; r++) {
+        if (done[r])
+          continue;
+        fprintf(stderr, "rank %d hung: killing it\n", r);
+        kill(pid[r], SIGKILL);
+        waitpid(pid[r], NULL, 0);
+        status[r] = hung_code;
+      }
+      break;
+    }
+    if (left > 0)
+      usleep(10 * 1000);
+  }
+}
+
+#endif
