@@ -95,25 +95,6 @@ typedef int (*rank_fn)(comm *c, int rank, int world, void *arg);
     }                                                                                              \
   } while (0)
 
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static const char *tmpbase(void) {
-  const char *t = getenv("TMPDIR");
-  return t && *t ? t : "/tmp";
-}
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  return remove(p);
-}
-
-static void rm_tree(const char *dir) {
-  nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* Visible CUDA devices, counted in a child so that this process never
  * initialises CUDA (0 on any error: no driver, no device). */
 static int probe_devices(void) {
@@ -161,9 +142,9 @@ static void rank_main(const group_opts *g, const char *kvdir, int rank, rank_fn 
                  .prefix = "gen1/",
                  .timeout_ms = g->timeout_ms,
                  .connect_timeout_ms = g->connect_timeout_ms};
-  long long t0 = now_ms();
+  long long t0 = test_ranks_now_ms();
   rc = comm_nccl_new(&o, &kv, rank % ndev, &c);
-  long long took = now_ms() - t0;
+  long long took = test_ranks_now_ms() - t0;
   comm_filestore_release(&kv);
   if (rc) {
     fprintf(stderr, "rank %d: comm_nccl_new after %lld ms: %s: %s\n", rank, took, ft_strerror(rc),
@@ -175,10 +156,10 @@ static void rank_main(const group_opts *g, const char *kvdir, int rank, rank_fn 
     _exit(rc == FT_ETIMEDOUT ? RX_DIED_ETIMEDOUT : RX_SETUP);
   }
   rc = fn(c, rank, g->world, arg);
-  long long t1 = now_ms();
+  long long t1 = test_ranks_now_ms();
   comm_free(c);
   if (rc == RX_OK || rc >= RX_DIED_ECOMM)
-    fprintf(stderr, "rank %d: comm_free took %lld ms\n", rank, now_ms() - t1);
+    fprintf(stderr, "rank %d: comm_free took %lld ms\n", rank, test_ranks_now_ms() - t1);
   exit(rc);
 }
 
@@ -187,7 +168,7 @@ static void run_group(const group_opts *g, rank_fn fn, void *arg, int status[MAX
   char kvdir[256];
   pid_t pid[MAXW];
   int spawn = g->spawn ? g->spawn : g->world;
-  snprintf(kvdir, sizeof kvdir, "%s/ft_test_comm_nccl_kv.XXXXXX", tmpbase());
+  snprintf(kvdir, sizeof kvdir, "%s/ft_test_comm_nccl_kv.XXXXXX", test_ranks_tmpbase());
   assert_non_null(mkdtemp(kvdir));
   fflush(stdout);
   fflush(stderr);
@@ -198,7 +179,7 @@ static void run_group(const group_opts *g, rank_fn fn, void *arg, int status[MAX
       rank_main(g, kvdir, r, fn, arg);
   }
   test_ranks_reap(pid, spawn, g->straggler, GROUP_DEADLINE_S, HUNG, status);
-  rm_tree(kvdir);
+  test_ranks_rm_tree(kvdir);
 }
 
 static void expect_all_ok(int world, const int status[MAXW]) {
@@ -390,14 +371,14 @@ static int scenario_single(comm *c, int rank, int W, void *arg) {
   comm_abort(c);
   comm_abort(c); /* a second abort is a no-op */
   double d = 1;
-  long long t0 = now_ms();
+  long long t0 = test_ranks_now_ms();
   CHECK(comm_dev_poll(c) == FT_ECOMM, "dev_poll after abort");
   CHECK(strstr(ft_err_detail(), "aborted") != NULL, "detail: %s", ft_err_detail());
   CHECK(comm_allreduce_f64(c, &d, 1) == FT_ECOMM, "allreduce_f64 after abort");
   CHECK(comm_dev_allreduce_f32(c, &x, 1, s) == FT_ECOMM, "dev_allreduce_f32 after abort");
   CHECK(comm_dev_wait(c, s, 0) == FT_ECOMM, "dev_wait after abort");
   CHECK(comm_barrier(c) == FT_ECOMM, "barrier after abort");
-  CHECK(now_ms() - t0 < 1000, "refusals took %lld ms", now_ms() - t0);
+  CHECK(test_ranks_now_ms() - t0 < 1000, "refusals took %lld ms", test_ranks_now_ms() - t0);
   cudaStreamDestroy(s);
   return RX_OK;
 }
@@ -486,9 +467,9 @@ static int scenario_death(comm *c, int rank, int W, void *arg) {
     return RX_SETUP;
   if (rank == 0 && a->abort_ms > 0 && pthread_create(&t, NULL, abort_later, &ab) != 0)
     return RX_SETUP;
-  long long start = now_ms();
+  long long start = test_ranks_now_ms();
   for (long it = 0;; it++) {
-    long long t0 = now_ms();
+    long long t0 = test_ranks_now_ms();
     int rc = comm_dev_allreduce_f32(c, d, DEATH_N, s);
     if (rc == FT_OK)
       rc = comm_dev_wait(c, s, wait_ms);
@@ -497,11 +478,11 @@ static int scenario_death(comm *c, int rank, int W, void *arg) {
       rc = comm_allreduce_f64(c, &x, 1);
     }
     if (rc == FT_OK) {
-      if (now_ms() - start > 30000)
+      if (test_ranks_now_ms() - start > 30000)
         return RX_NOFAIL;
       continue;
     }
-    long long took = now_ms() - t0;
+    long long took = test_ranks_now_ms() - t0;
     fprintf(stderr, "rank %d: iteration %ld failed after %lld ms: %s: %s\n", rank, it, took,
             ft_strerror(rc), ft_err_detail());
     CHECK(rc == FT_ECOMM || rc == FT_ETIMEDOUT, "rc %d", rc);
@@ -511,11 +492,11 @@ static int scenario_death(comm *c, int rank, int W, void *arg) {
     } else if (took > DEATH_TIMEOUT_MS + SLACK_MS) {
       return RX_SLOW;
     }
-    long long t1 = now_ms();
+    long long t1 = test_ranks_now_ms();
     int rc2 = comm_dev_poll(c);
     CHECK(rc2 == FT_ECOMM, "after failure: rc %d", rc2);
     CHECK(strstr(ft_err_detail(), "failed earlier") != NULL, "detail: %s", ft_err_detail());
-    CHECK(now_ms() - t1 < 1000, "refusal took %lld ms", now_ms() - t1);
+    CHECK(test_ranks_now_ms() - t1 < 1000, "refusal took %lld ms", test_ranks_now_ms() - t1);
     return rc == FT_ECOMM ? RX_DIED_ECOMM : RX_DIED_ETIMEDOUT;
   }
 }

@@ -92,25 +92,6 @@ typedef int (*rank_fn)(comm *c, int rank, int world, const char *scratch, void *
     }                                                                                              \
   } while (0)
 
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static const char *tmpbase(void) {
-  const char *t = getenv("TMPDIR");
-  return t && *t ? t : "/tmp";
-}
-
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  return remove(p);
-}
-
-static void rm_tree(const char *dir) {
-  nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* ---- running a group of rank processes ---------------------------------- */
 
 typedef struct {
@@ -153,12 +134,12 @@ static void run_group(const group_opts *g, rank_fn fn, void *arg, int status[MAX
   char kvdir[256], scratch[256];
   pid_t pid[MAXW];
   int spawn = g->spawn ? g->spawn : g->world;
-  snprintf(kvdir, sizeof kvdir, "%s/ft_test_comm_kv.XXXXXX", tmpbase());
+  snprintf(kvdir, sizeof kvdir, "%s/ft_test_comm_kv.XXXXXX", test_ranks_tmpbase());
   assert_non_null(mkdtemp(kvdir));
   if (g->scratch) {
     snprintf(scratch, sizeof scratch, "%s", g->scratch);
   } else {
-    snprintf(scratch, sizeof scratch, "%s/ft_test_comm_s.XXXXXX", tmpbase());
+    snprintf(scratch, sizeof scratch, "%s/ft_test_comm_s.XXXXXX", test_ranks_tmpbase());
     assert_non_null(mkdtemp(scratch));
   }
   fflush(stdout);
@@ -170,9 +151,9 @@ static void run_group(const group_opts *g, rank_fn fn, void *arg, int status[MAX
       rank_main(g, kvdir, scratch, r, fn, arg);
   }
   test_ranks_reap(pid, spawn, g->straggler, GROUP_DEADLINE_S, HUNG, status);
-  rm_tree(kvdir);
+  test_ranks_rm_tree(kvdir);
   if (!g->scratch)
-    rm_tree(scratch);
+    test_ranks_rm_tree(scratch);
 }
 
 static void expect_all_ok(int world, const int status[MAXW]) {
@@ -438,7 +419,7 @@ static void *load(const char *outdir, const char *what, int run, int rank, size_
 static void run_determinism(int W) {
   char outdir[256];
   int status[MAXW];
-  snprintf(outdir, sizeof outdir, "%s/ft_test_comm_det.XXXXXX", tmpbase());
+  snprintf(outdir, sizeof outdir, "%s/ft_test_comm_det.XXXXXX", test_ranks_tmpbase());
   assert_non_null(mkdtemp(outdir));
   for (int run = 0; run < 2; run++) {
     det_arg a = {.run = run, .outdir = outdir};
@@ -507,7 +488,7 @@ static void run_determinism(int W) {
   free(ar64_0);
   for (int r = 0; r < W; r++)
     det_free(&in[r]);
-  rm_tree(outdir);
+  test_ranks_rm_tree(outdir);
 }
 
 static void test_determinism_w2(void **state) {
@@ -546,9 +527,9 @@ static int scenario_death(comm *c, int rank, int W, const char *scratch, void *a
     if (pthread_create(&t, NULL, suicide, a) != 0)
       return RX_SETUP;
   }
-  long long start = now_ms();
+  long long start = test_ranks_now_ms();
   for (long it = 0;; it++) {
-    long long t0 = now_ms();
+    long long t0 = test_ranks_now_ms();
     int rc;
     switch (a->op >= 0 ? a->op : it % 3) {
     case 0:
@@ -562,22 +543,22 @@ static int scenario_death(comm *c, int rank, int W, const char *scratch, void *a
       break;
     }
     if (rc == FT_OK) {
-      if (now_ms() - start > 20000)
+      if (test_ranks_now_ms() - start > 20000)
         return RX_NOFAIL; /* nobody died? */
       continue;
     }
-    long long took = now_ms() - t0;
+    long long took = test_ranks_now_ms() - t0;
     fprintf(stderr, "rank %d: iteration %ld failed after %lld ms: %s: %s\n", rank, it, took,
             ft_strerror(rc), ft_err_detail());
     CHECK(rc == FT_ECOMM || rc == FT_ETIMEDOUT, "rc %d", rc);
     if (took > DEATH_TIMEOUT_MS + DEATH_SLACK_MS)
       return RX_SLOW;
     /* the comm is now broken: refused at once, without the network */
-    long long t1 = now_ms();
+    long long t1 = test_ranks_now_ms();
     int rc2 = comm_barrier(c);
     CHECK(rc2 == FT_ECOMM, "after failure: rc %d", rc2);
     CHECK(strstr(ft_err_detail(), "failed earlier") != NULL, "detail: %s", ft_err_detail());
-    CHECK(now_ms() - t1 < 1000, "refusal took %lld ms", now_ms() - t1);
+    CHECK(test_ranks_now_ms() - t1 < 1000, "refusal took %lld ms", test_ranks_now_ms() - t1);
     free(send);
     free(recv);
     return rc == FT_ECOMM ? RX_DIED_ECOMM : RX_DIED_ETIMEDOUT;
@@ -640,7 +621,7 @@ static void test_bad_options(void **state) {
   comm *c = (comm *)1;
   comm_opts o = {.rank = 2, .world = 2, .bind_addr = "127.0.0.1", .timeout_ms = 100};
   char dir[256];
-  snprintf(dir, sizeof dir, "%s/ft_test_comm_bad.XXXXXX", tmpbase());
+  snprintf(dir, sizeof dir, "%s/ft_test_comm_bad.XXXXXX", test_ranks_tmpbase());
   assert_non_null(mkdtemp(dir));
   assert_int_equal(comm_filestore_init(&kv, dir), FT_OK);
   assert_int_equal(comm_gloo_new(&o, &kv, &c), FT_EINVAL);
@@ -653,7 +634,7 @@ static void test_bad_options(void **state) {
   assert_int_equal(comm_gloo_new(&o, &kv, &c), FT_EINVAL);
   comm_free(NULL);
   comm_filestore_release(&kv);
-  rm_tree(dir);
+  test_ranks_rm_tree(dir);
 }
 
 /* ---- the device half of comm.h on a Gloo comm, and comm_nccl_new -------- */
@@ -662,7 +643,7 @@ static void test_gloo_no_device(void **state) {
   char dir[256];
   comm_kv kv;
   comm *c = NULL;
-  snprintf(dir, sizeof dir, "%s/ft_test_comm_nodev.XXXXXX", tmpbase());
+  snprintf(dir, sizeof dir, "%s/ft_test_comm_nodev.XXXXXX", test_ranks_tmpbase());
   assert_non_null(mkdtemp(dir));
   assert_int_equal(comm_filestore_init(&kv, dir), FT_OK);
   comm_opts o = {.rank = 0, .world = 1, .bind_addr = "127.0.0.1", .timeout_ms = 5000};
@@ -694,14 +675,14 @@ static void test_gloo_no_device(void **state) {
   assert_int_equal(comm_allreduce_f64(c, d, 2), FT_ECOMM);
   assert_int_equal(comm_dev_allreduce_f32(c, x, 4, NULL), FT_ECOMM);
   comm_free(c);
-  rm_tree(dir);
+  test_ranks_rm_tree(dir);
 }
 
 static void test_nccl_new_options(void **state) {
   char dir[256];
   comm_kv kv;
   comm *c = (comm *)1;
-  snprintf(dir, sizeof dir, "%s/ft_test_comm_nccl.XXXXXX", tmpbase());
+  snprintf(dir, sizeof dir, "%s/ft_test_comm_nccl.XXXXXX", test_ranks_tmpbase());
   assert_non_null(mkdtemp(dir));
   assert_int_equal(comm_filestore_init(&kv, dir), FT_OK);
   comm_opts o = {.rank = 0, .world = 1, .timeout_ms = 1000};
@@ -723,7 +704,7 @@ static void test_nccl_new_options(void **state) {
   assert_int_equal(comm_nccl_new(&o, &kv, 0, NULL), FT_EINVAL);
 #endif
   comm_filestore_release(&kv);
-  rm_tree(dir);
+  test_ranks_rm_tree(dir);
 }
 
 int main(void) {

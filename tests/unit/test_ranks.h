@@ -6,8 +6,11 @@
 #ifndef TEST_RANKS_H
 #define TEST_RANKS_H
 
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,6 +20,22 @@ static long long test_ranks_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* $TMPDIR, or /tmp. */
+static const char *test_ranks_tmpbase(void) {
+  const char *t = getenv("TMPDIR");
+  return t && *t ? t : "/tmp";
+}
+
+static int test_ranks_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+/* Removes a directory tree (the rendezvous and scratch folders). */
+static void test_ranks_rm_tree(const char *dir) {
+  nftw(dir, test_ranks_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Reaps pid[0..n-1]: status[r] = exit code, 128+signal, or hung_code for a
