@@ -57,33 +57,9 @@
 
 enum { MAXW = 2, GROUP_DEADLINE_S = 90, SLACK_MS = 5000 };
 
-/* Rank exit codes. */
-enum { RX_OK = 0, RX_SETUP = 1, RX_WRONG = 2, RX_COMM = 3, RX_NOFAIL = 4, RX_SLOW = 5 };
-enum { RX_DIED_ECOMM = 10, RX_DIED_ETIMEDOUT = 11 };
-#define HUNG (-1)
-
 static int ndev; /* visible CUDA devices, probed in a child */
 
 typedef int (*rank_fn)(comm *c, int rank, int world, void *arg);
-
-#define CALL(expr)                                                                                 \
-  do {                                                                                             \
-    int rc_ = (expr);                                                                              \
-    if (rc_) {                                                                                     \
-      fprintf(stderr, "rank %d: %s: %s: %s\n", rank, #expr, ft_strerror(rc_), ft_err_detail());    \
-      return RX_COMM;                                                                              \
-    }                                                                                              \
-  } while (0)
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "rank %d: check failed: %s: ", rank, #cond);                                 \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      return RX_WRONG;                                                                             \
-    }                                                                                              \
-  } while (0)
 
 /* A CUDA runtime call the test itself makes (not the code under test). */
 #define CU(expr)                                                                                   \

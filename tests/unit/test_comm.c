@@ -58,39 +58,7 @@
 
 enum { MAXW = 8, GROUP_DEADLINE_S = 40 };
 
-/* Rank exit codes. */
-enum {
-  RX_OK = 0,
-  RX_SETUP = 1,
-  RX_WRONG = 2,
-  RX_COMM = 3,
-  RX_NOFAIL = 4,
-  RX_SLOW = 5,
-  RX_NOMEM = 6
-};
-enum { RX_DIED_ECOMM = 10, RX_DIED_ETIMEDOUT = 11 };
-#define HUNG (-1)
-
 typedef int (*rank_fn)(comm *c, int rank, int world, const char *scratch, void *arg);
-
-#define CALL(expr)                                                                                 \
-  do {                                                                                             \
-    int rc_ = (expr);                                                                              \
-    if (rc_) {                                                                                     \
-      fprintf(stderr, "rank %d: %s: %s: %s\n", rank, #expr, ft_strerror(rc_), ft_err_detail());    \
-      return RX_COMM;                                                                              \
-    }                                                                                              \
-  } while (0)
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "rank %d: check failed: %s: ", rank, #cond);                                 \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      return RX_WRONG;                                                                             \
-    }                                                                                              \
-  } while (0)
 
 /* ---- running a group of rank processes ---------------------------------- */
 

@@ -16,6 +16,40 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Exit codes of a rank process, and the status of one that hung. */
+enum {
+  RX_OK = 0,
+  RX_SETUP = 1,
+  RX_WRONG = 2,
+  RX_COMM = 3,
+  RX_NOFAIL = 4,
+  RX_SLOW = 5,
+  RX_NOMEM = 6
+};
+enum { RX_DIED_ECOMM = 10, RX_DIED_ETIMEDOUT = 11 };
+#define HUNG (-1)
+
+/* In a rank function (with `int rank` in scope): a call of the code under
+ * test that must succeed, and a check of its results. */
+#define CALL(expr)                                                                                 \
+  do {                                                                                             \
+    int rc_ = (expr);                                                                              \
+    if (rc_) {                                                                                     \
+      fprintf(stderr, "rank %d: %s: %s: %s\n", rank, #expr, ft_strerror(rc_), ft_err_detail());    \
+      return RX_COMM;                                                                              \
+    }                                                                                              \
+  } while (0)
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "rank %d: check failed: %s: ", rank, #cond);                                 \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+      return RX_WRONG;                                                                             \
+    }                                                                                              \
+  } while (0)
+
 static long long test_ranks_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
