@@ -930,12 +930,13 @@ static void test_determinism(void **state) {
   for (int i = 0; i < EB * ET; i++)
     tok[i] = (int32_t)((i * 13 + 5) % EV);
   float *eg = randb((size_t)EB * ET * EC, 1.0f, 0.0f), *ew0 = randb((size_t)EV * EC, 0.1f, 0.0f);
+  float *ep0 = randb((size_t)ET * EC, 0.1f, 0.0f);
   kc_bf16 *deg = dev_bf16(eg, (size_t)EB * ET * EC);
   float *dewte = dmalloc((size_t)EV * EC * 4), *dewpe = dmalloc((size_t)ET * EC * 4);
   float *ewte[2], *ewpe[2];
   for (int r = 0; r < 2; r++) {
     CK(kc_memcpy_h2d(dewte, ew0, (size_t)EV * EC * 4));
-    CK(kc_memcpy_h2d(dewpe, ew0, (size_t)ET * EC * 4));
+    CK(kc_memcpy_h2d(dewpe, ep0, (size_t)ET * EC * 4));
     CK(kc_encoder_bwd(c, dewte, dewpe, deg, tok, EB, ET, EC, NULL));
     ewte[r] = host_f32(dewte, (size_t)EV * EC);
     ewpe[r] = host_f32(dewpe, (size_t)ET * EC);
@@ -952,7 +953,7 @@ static void test_determinism(void **state) {
   kc_free(dmx), kc_free(dmw), kc_free(dmy), kc_free(dpre), kc_free(dmdx), kc_free(dmgw);
   kc_free(dmgb), kc_free(deg), kc_free(dewte), kc_free(dewpe);
   free(qkv), free(dy), free(x), free(w), free(b), free(gy), free(dx0), free(gw0);
-  free(mx), free(mw), free(my), free(mw0), free(tok), free(eg), free(ew0);
+  free(mx), free(mw), free(my), free(mw0), free(tok), free(eg), free(ew0), free(ep0);
 }
 
 int main(void) {
