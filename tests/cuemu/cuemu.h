@@ -94,36 +94,28 @@ static inline unsigned cuemu_lane(void) {
   return lin & 31u;
 }
 
-template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lanemask, int width = 32) {
+/* v of lane src, as the same type T (up to 8 bytes). */
+template <class T> static inline T cuemu_shfl_as(unsigned mask, T v, unsigned src) {
   static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
   uint64_t bits = 0;
   memcpy(&bits, &v, sizeof v);
-  unsigned lane = cuemu_lane();
-  unsigned src = (lane & ~(unsigned)(width - 1)) | ((lane ^ (unsigned)lanemask) & (width - 1));
   bits = cuemu_shfl(mask, bits, (int)src);
   T r;
   memcpy(&r, &bits, sizeof r);
   return r;
+}
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lanemask, int width = 32) {
+  unsigned lane = cuemu_lane();
+  return cuemu_shfl_as(mask, v,
+                       (lane & ~(unsigned)(width - 1)) | ((lane ^ (unsigned)lanemask) & (width - 1)));
 }
 template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
-  uint64_t bits = 0;
-  memcpy(&bits, &v, sizeof v);
   unsigned lane = cuemu_lane(), seg = lane & ~(unsigned)(width - 1);
-  unsigned src = (lane - seg) + d < (unsigned)width ? lane + d : lane;
-  bits = cuemu_shfl(mask, bits, (int)src);
-  T r;
-  memcpy(&r, &bits, sizeof r);
-  return r;
+  return cuemu_shfl_as(mask, v, (lane - seg) + d < (unsigned)width ? lane + d : lane);
 }
 template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
-  uint64_t bits = 0;
-  memcpy(&bits, &v, sizeof v);
   unsigned lane = cuemu_lane();
-  unsigned s = (lane & ~(unsigned)(width - 1)) | ((unsigned)src & (width - 1));
-  bits = cuemu_shfl(mask, bits, (int)s);
-  T r;
-  memcpy(&r, &bits, sizeof r);
-  return r;
+  return cuemu_shfl_as(mask, v, (lane & ~(unsigned)(width - 1)) | ((unsigned)src & (width - 1)));
 }
 
 /* ---- device math that has no host declaration --------------------------------------- */
