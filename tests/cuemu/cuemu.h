@@ -86,8 +86,12 @@ extern unsigned char *cuemu_dyn_smem;
 #define __syncwarp(...) cuemu_syncwarp_(__VA_ARGS__)
 #define __trap() cuemu_trap("__trap")
 
-static inline void cuemu_syncwarp_(void) { cuemu_syncwarp(0xffffffffu); }
-static inline void cuemu_syncwarp_(unsigned mask) { cuemu_syncwarp(mask); }
+static inline void cuemu_syncwarp_(void) {
+  cuemu_syncwarp(0xffffffffu);
+}
+static inline void cuemu_syncwarp_(unsigned mask) {
+  cuemu_syncwarp(mask);
+}
 
 static inline unsigned cuemu_lane(void) {
   unsigned lin = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
@@ -104,12 +108,14 @@ template <class T> static inline T cuemu_shfl_as(unsigned mask, T v, unsigned sr
   memcpy(&r, &bits, sizeof r);
   return r;
 }
-template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lanemask, int width = 32) {
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lanemask, int width = 32) {
   unsigned lane = cuemu_lane();
-  return cuemu_shfl_as(mask, v,
-                       (lane & ~(unsigned)(width - 1)) | ((lane ^ (unsigned)lanemask) & (width - 1)));
+  return cuemu_shfl_as(
+      mask, v, (lane & ~(unsigned)(width - 1)) | ((lane ^ (unsigned)lanemask) & (width - 1)));
 }
-template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
+template <class T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32) {
   unsigned lane = cuemu_lane(), seg = lane & ~(unsigned)(width - 1);
   return cuemu_shfl_as(mask, v, (lane - seg) + d < (unsigned)width ? lane + d : lane);
 }
@@ -120,13 +126,27 @@ template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int 
 
 /* ---- device math that has no host declaration --------------------------------------- */
 
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fsqrt_rn(float a) { return sqrtf(a); }
-static inline float __fdividef(float a, float b) { return a / b; }
-static inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
+static inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
+static inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
+static inline float __fsub_rn(float a, float b) {
+  return a - b;
+}
+static inline float __fdiv_rn(float a, float b) {
+  return a / b;
+}
+static inline float __fsqrt_rn(float a) {
+  return sqrtf(a);
+}
+static inline float __fdividef(float a, float b) {
+  return a / b;
+}
+static inline float rsqrtf(float a) {
+  return 1.0f / sqrtf(a);
+}
 static inline float __int_as_float(int i) {
   float f;
   memcpy(&f, &i, sizeof f);
@@ -137,13 +157,27 @@ static inline int __float_as_int(float f) {
   memcpy(&i, &f, sizeof i);
   return i;
 }
-static inline int min(int a, int b) { return a < b ? a : b; }
-static inline int max(int a, int b) { return a > b ? a : b; }
-static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
-static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
-static inline long long min(long long a, long long b) { return a < b ? a : b; }
-static inline long long max(long long a, long long b) { return a > b ? a : b; }
-template <class T> static inline T __ldg(const T *p) { return *p; }
+static inline int min(int a, int b) {
+  return a < b ? a : b;
+}
+static inline int max(int a, int b) {
+  return a > b ? a : b;
+}
+static inline unsigned min(unsigned a, unsigned b) {
+  return a < b ? a : b;
+}
+static inline unsigned max(unsigned a, unsigned b) {
+  return a > b ? a : b;
+}
+static inline long long min(long long a, long long b) {
+  return a < b ? a : b;
+}
+static inline long long max(long long a, long long b) {
+  return a > b ? a : b;
+}
+template <class T> static inline T __ldg(const T *p) {
+  return *p;
+}
 
 /* ---- WMMA (mma.h's nvcuda::wmma, 16x16x16 bf16 -> fp32 only) ---------------------------- */
 
@@ -162,7 +196,9 @@ template <class Use, int M, int N, int K, class T, class Layout = void> struct f
   T x[8];
 };
 
-static inline unsigned lane_(void) { return cuemu_lane(); }
+static inline unsigned lane_(void) {
+  return cuemu_lane();
+}
 static inline void check_ptr_(const void *p, unsigned ldm, size_t esize, const char *what) {
   if ((uintptr_t)p % 32u)
     cuemu_trap(what); /* WMMA pointers must be 256-bit aligned */
@@ -275,12 +311,13 @@ template <class... P> struct cuemu_kernel_work : cuemu_work {
   void (*k)(P...);
   std::tuple<typename std::decay<P>::type...> args;
   template <class... A> cuemu_kernel_work(void (*k_)(P...), A &&...a) : k(k_), args(a...) {}
-  void run() override { std::apply(k, args); }
+  void run() override {
+    std::apply(k, args);
+  }
 };
 
 template <class... P, class... A>
-static inline void cuemu_launch(const char *name, const cuemu_cfg &cfg, void (*k)(P...),
-                                A &&...a) {
+static inline void cuemu_launch(const char *name, const cuemu_cfg &cfg, void (*k)(P...), A &&...a) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
   auto *w = new cuemu_kernel_work<P...>(k, std::forward<A>(a)...);
   const void *ptrs[sizeof...(P) + 1];

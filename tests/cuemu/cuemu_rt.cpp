@@ -158,8 +158,8 @@ static void fiber_start(int i) {
   }
   char *top = g_stacks + (size_t)(i + 1) * (STACK_BYTES + GUARD_BYTES);
   void **sp = (void **)top;
-  *--sp = NULL;                   /* fiber_main's (never used) return address */
-  *--sp = (void *)&fiber_main;    /* popped by cuemu_swap's ret */
+  *--sp = NULL;                /* fiber_main's (never used) return address */
+  *--sp = (void *)&fiber_main; /* popped by cuemu_swap's ret */
   for (int r = 0; r < 6; r++)
     *--sp = NULL; /* rbp rbx r12 r13 r14 r15 */
   g_fib[i].sp = sp;
@@ -202,13 +202,16 @@ uint64_t cuemu_shfl(unsigned mask, uint64_t v, int src) {
   return r;
 }
 
-void cuemu_warp_publish(const void *p) { g_fib[g_cur].pub = p; }
-const void *cuemu_warp_peer(int lane) { return g_fib[(g_cur & ~31) + lane].pub; }
+void cuemu_warp_publish(const void *p) {
+  g_fib[g_cur].pub = p;
+}
+const void *cuemu_warp_peer(int lane) {
+  return g_fib[(g_cur & ~31) + lane].pub;
+}
 
 void cuemu_trap(const char *what) {
   die("%s in kernel %s, block (%u,%u,%u) thread (%u,%u,%u)", what, g_kernel, cuemu_blockIdx.x,
-      cuemu_blockIdx.y, cuemu_blockIdx.z, cuemu_threadIdx.x, cuemu_threadIdx.y,
-      cuemu_threadIdx.z);
+      cuemu_blockIdx.y, cuemu_blockIdx.z, cuemu_threadIdx.x, cuemu_threadIdx.y, cuemu_threadIdx.z);
 }
 
 static void describe_and_die(const char *why) {
@@ -285,7 +288,8 @@ static void run_warp(int w) {
     if (!at_warp)
       return;
     if (!release_warp(w))
-      describe_and_die("deadlock: a warp barrier or shuffle that some lanes of its mask never reach");
+      describe_and_die(
+          "deadlock: a warp barrier or shuffle that some lanes of its mask never reach");
   }
 }
 
@@ -348,7 +352,7 @@ static void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, cuemu
 static std::map<uintptr_t, size_t> g_dev, g_pinned; /* base -> bytes */
 static size_t g_dev_used;
 
-/* The allocation of `m` that holds [p, p+n), or NULL. */
+/* True when one allocation of `m` holds all of [p, p+n). */
 static bool in_map(const std::map<uintptr_t, size_t> &m, const void *p, size_t n) {
   uintptr_t a = (uintptr_t)p;
   auto it = m.upper_bound(a);
@@ -357,8 +361,12 @@ static bool in_map(const std::map<uintptr_t, size_t> &m, const void *p, size_t n
   --it;
   return a >= it->first && a + n <= it->first + it->second;
 }
-static bool is_dev(const void *p, size_t n) { return in_map(g_dev, p, n); }
-static bool is_pinned(const void *p, size_t n) { return in_map(g_pinned, p, n); }
+static bool is_dev(const void *p, size_t n) {
+  return in_map(g_dev, p, n);
+}
+static bool is_pinned(const void *p, size_t n) {
+  return in_map(g_pinned, p, n);
+}
 
 /* ---- streams and events --------------------------------------------------------------- */
 
@@ -482,8 +490,8 @@ void cuemu_enqueue_kernel(const char *name, const void *fn, const cuemu_cfg &cfg
   uint64_t threads = (uint64_t)b.x * b.y * b.z;
   if (threads == 0 || threads > 1024 || b.z > 64 || g.x == 0 || g.y == 0 || g.z == 0 ||
       g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535) {
-    fprintf(stderr, "cuemu: %s: invalid launch grid (%u,%u,%u) block (%u,%u,%u)\n", name, g.x,
-            g.y, g.z, b.x, b.y, b.z);
+    fprintf(stderr, "cuemu: %s: invalid launch grid (%u,%u,%u) block (%u,%u,%u)\n", name, g.x, g.y,
+            g.z, b.x, b.y, b.z);
     g_last = cudaErrorInvalidConfiguration;
     delete w;
     return;
@@ -503,8 +511,8 @@ void cuemu_enqueue_kernel(const char *name, const void *fn, const cuemu_cfg &cfg
   for (int i = 0; i < nptrs; i++)
     if (ptrs[i] && !is_dev(ptrs[i], 0))
       die("%s: pointer argument %d (%p) is not device memory", name, i, ptrs[i]);
-  if (cfg.st && std::find(g_streams.begin(), g_streams.end(), (CUstream_st *)cfg.st) ==
-                    g_streams.end())
+  if (cfg.st &&
+      std::find(g_streams.begin(), g_streams.end(), (CUstream_st *)cfg.st) == g_streams.end())
     die("%s: launched on a stream that does not exist", name);
   op *o = new op;
   o->kind = op::KERNEL;
@@ -603,7 +611,9 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int) {
   *p = m;
   return cudaSuccess;
 }
-cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc(p, n, 0); }
+cudaError_t cudaMallocHost(void **p, size_t n) {
+  return cudaHostAlloc(p, n, 0);
+}
 cudaError_t cudaFreeHost(void *p) {
   LOCK;
   if (!p)
@@ -620,8 +630,8 @@ cudaError_t cudaFreeHost(void *p) {
 /* Checks a copy's two sides against its kind. */
 static void check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind k, const char *what) {
   bool dd = is_dev(dst, n), sd = is_dev(src, n);
-  bool ok = k == cudaMemcpyHostToDevice   ? dd && !is_dev(src, 1)
-            : k == cudaMemcpyDeviceToHost ? sd && !is_dev(dst, 1)
+  bool ok = k == cudaMemcpyHostToDevice     ? dd && !is_dev(src, 1)
+            : k == cudaMemcpyDeviceToHost   ? sd && !is_dev(dst, 1)
             : k == cudaMemcpyDeviceToDevice ? dd && sd
             : k == cudaMemcpyDefault        ? true
                                             : !is_dev(dst, 1) && !is_dev(src, 1);
@@ -690,7 +700,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
   *s = st;
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamCreate(cudaStream_t *s) {
+  return cudaStreamCreateWithFlags(s, 0);
+}
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   LOCK;
   CUstream_st *st = stream_of(s);
@@ -731,7 +743,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
   *e = new CUevent_st;
   return cudaSuccess;
 }
-cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+  return cudaEventCreateWithFlags(e, 0);
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   LOCK;
   drain_event(e, e->recorded); /* queued records of it still point at it */
@@ -787,22 +801,34 @@ cudaError_t cudaPeekAtLastError(void) {
 }
 const char *cudaGetErrorName(cudaError_t e) {
   switch (e) {
-  case cudaSuccess: return "cudaSuccess";
-  case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-  case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-  case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-  case cudaErrorNotReady: return "cudaErrorNotReady";
-  default: return "cudaError (cuemu)";
+  case cudaSuccess:
+    return "cudaSuccess";
+  case cudaErrorMemoryAllocation:
+    return "cudaErrorMemoryAllocation";
+  case cudaErrorInvalidConfiguration:
+    return "cudaErrorInvalidConfiguration";
+  case cudaErrorInvalidDevice:
+    return "cudaErrorInvalidDevice";
+  case cudaErrorNotReady:
+    return "cudaErrorNotReady";
+  default:
+    return "cudaError (cuemu)";
   }
 }
 const char *cudaGetErrorString(cudaError_t e) {
   switch (e) {
-  case cudaSuccess: return "no error";
-  case cudaErrorMemoryAllocation: return "out of memory";
-  case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-  case cudaErrorInvalidDevice: return "invalid device ordinal";
-  case cudaErrorNotReady: return "device not ready";
-  default: return "error (cuemu)";
+  case cudaSuccess:
+    return "no error";
+  case cudaErrorMemoryAllocation:
+    return "out of memory";
+  case cudaErrorInvalidConfiguration:
+    return "invalid configuration argument";
+  case cudaErrorInvalidDevice:
+    return "invalid device ordinal";
+  case cudaErrorNotReady:
+    return "device not ready";
+  default:
+    return "error (cuemu)";
   }
 }
 
@@ -851,7 +877,9 @@ static void store(cudaDataType_t t, void *p, size_t i, float v) {
   else
     ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
 }
-static size_t tsize(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+static size_t tsize(cudaDataType_t t) {
+  return t == CUDA_R_32F ? 4 : 2;
+}
 
 template <class T> static cublasStatus_t set_attr(T *field, const void *buf, size_t n) {
   if (n != sizeof(T))
@@ -863,11 +891,11 @@ template <class T> static cublasStatus_t set_attr(T *field, const void *buf, siz
 extern "C" {
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
-  *h = (cublasLtHandle_t)new char[1];
+  *h = (cublasLtHandle_t) new char[1];
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
-  delete[] (char *)h;
+  delete[](char *) h;
   return CUBLAS_STATUS_SUCCESS;
 }
 const char *cublasLtGetStatusName(cublasStatus_t s) {
@@ -900,14 +928,22 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
                                               size_t n) {
   lt_desc *x = (lt_desc *)d;
   switch (a) {
-  case CUBLASLT_MATMUL_DESC_TRANSA: return set_attr(&x->ta, buf, n);
-  case CUBLASLT_MATMUL_DESC_TRANSB: return set_attr(&x->tb, buf, n);
-  case CUBLASLT_MATMUL_DESC_EPILOGUE: return set_attr(&x->epi, buf, n);
-  case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set_attr(&x->bias, buf, n);
-  case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set_attr(&x->bias_type, buf, n);
-  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set_attr(&x->aux, buf, n);
-  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set_attr(&x->aux_ld, buf, n);
-  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return set_attr(&x->aux_type, buf, n);
+  case CUBLASLT_MATMUL_DESC_TRANSA:
+    return set_attr(&x->ta, buf, n);
+  case CUBLASLT_MATMUL_DESC_TRANSB:
+    return set_attr(&x->tb, buf, n);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE:
+    return set_attr(&x->epi, buf, n);
+  case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+    return set_attr(&x->bias, buf, n);
+  case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+    return set_attr(&x->bias_type, buf, n);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+    return set_attr(&x->aux, buf, n);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+    return set_attr(&x->aux_ld, buf, n);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+    return set_attr(&x->aux_type, buf, n);
   default:
     die("cublasLtMatmulDescSetAttribute: attribute %d is not modelled", (int)a);
   }
@@ -1042,12 +1078,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
     std::vector<float> ra((size_t)(m * k)), rb((size_t)(n * k));
     for (uint64_t i = 0; i < m; i++)
       for (uint64_t p = 0; p < k; p++)
-        ra[(size_t)(i * k + p)] = __bfloat162float(((const __nv_bfloat16 *)A)[
-            x.ta == CUBLAS_OP_N ? i + p * (uint64_t)a.ld : p + i * (uint64_t)a.ld]);
+        ra[(size_t)(i * k + p)] = __bfloat162float(
+            ((const __nv_bfloat16 *)
+                 A)[x.ta == CUBLAS_OP_N ? i + p * (uint64_t)a.ld : p + i * (uint64_t)a.ld]);
     for (uint64_t j = 0; j < n; j++)
       for (uint64_t p = 0; p < k; p++)
-        rb[(size_t)(j * k + p)] = __bfloat162float(((const __nv_bfloat16 *)B)[
-            x.tb == CUBLAS_OP_N ? p + j * (uint64_t)b.ld : j + p * (uint64_t)b.ld]);
+        rb[(size_t)(j * k + p)] = __bfloat162float(
+            ((const __nv_bfloat16 *)
+                 B)[x.tb == CUBLAS_OP_N ? p + j * (uint64_t)b.ld : j + p * (uint64_t)b.ld]);
     for (uint64_t j = 0; j < n; j++) {
       const float *bj = &rb[(size_t)(j * k)];
       for (uint64_t i = 0; i < m; i++) {
