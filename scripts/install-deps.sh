@@ -16,6 +16,9 @@ pkgs=(
   libfyaml-dev          # run files
   libcjson-dev          # manifests, wire metadata, event log
   libgloo-dev           # CPU collectives
+  libexpat1-dev         # S3 XML responses
+  libinih-dev           # the AWS credentials file
+  clang clang-format    # fuzz targets (libFuzzer), the format check
 )
 
 # The S3 tests need an S3-protocol server on loopback: moto_server where the
