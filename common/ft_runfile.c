@@ -134,6 +134,8 @@ static const struct field FIELDS[] = {
     F_WORD("recovery.on_loss_spike", recovery.on_loss_spike, W_ON_SPIKE),
     F_I64("recovery.skip_batches", recovery.skip_batches, 0),
     F_WORD("recovery.when_no_spares", recovery.when_no_spares, W_NO_SPARES),
+    F_INT("recovery.node_failures_to_quarantine", recovery.node_failures_to_quarantine, 1, 1000),
+    F_DBL("recovery.node_failure_window_s", recovery.node_failure_window_s, 0, INFINITY, LO_OPEN),
     F_I64("chaos.kill_node_at_step", chaos.kill_node_at_step, 0),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
@@ -194,6 +196,8 @@ void ft_runfile_defaults(ft_runfile *rf) {
   SETS(rf->recovery.on_loss_spike, "rollback_and_skip");
   rf->recovery.skip_batches = 200;
   SETS(rf->recovery.when_no_spares, "shrink");
+  rf->recovery.node_failures_to_quarantine = 2;
+  rf->recovery.node_failure_window_s = 600;
 }
 
 /* ---- small helpers --------------------------------------------------------- */

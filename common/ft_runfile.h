@@ -78,6 +78,12 @@ typedef struct ft_recovery_cfg {
   char on_loss_spike[32]; /* rollback | rollback_and_skip | warn */
   int64_t skip_batches;
   char when_no_spares[16]; /* shrink | wait | fail */
+  /* A node is quarantined after this many failures of its own (worker
+   * deaths on a host that still answers) within node_failure_window_s;
+   * until then its workers are restarted in place. Hardware causes (fatal
+   * Xid, host unreachable) quarantine at once. */
+  int node_failures_to_quarantine;
+  double node_failure_window_s;
 } ft_recovery_cfg;
 
 /* Faults a run asks for on purpose (demos, drills); all off by default. */

@@ -169,6 +169,11 @@ typedef struct sup {
   double t_detect_s, t_stopped_s;
   int64_t fault_last_step;
   int interrupted; /* SIGINT/SIGTERM seen */
+
+  /* the supervisor's own stalls (its loop did not run: a long callback,
+   * SIGSTOP, a monotonic clock jump). Silence of a worker that overlaps
+   * such a stall is never blamed on the worker. */
+  double stall_end_s; /* ft_now_s when the last own stall ended; 0: none */
 } sup;
 
 enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };
