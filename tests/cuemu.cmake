@@ -14,6 +14,10 @@
 #       CUDA engine, bit-identical to the configured smaller micro-batch
 # It needs only the CUDA headers (no driver, no GPU, no libcudart) and an
 # x86-64 host (the fibre switch is x86-64 assembly).
+if(NOT FT_CUEMU)
+  message(STATUS "cuemu (CUDA kernels on the CPU): OFF (FT_CUEMU=OFF)")
+  return()
+endif()
 find_path(FT_CUEMU_CUDA_INC cuda_runtime.h
           HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include ENV CUDA_HOME
           PATH_SUFFIXES include)
