@@ -148,7 +148,7 @@ typedef struct sup {
   int chaos_done;
   int64_t final_step; /* train.steps */
   sup_pending_ckpt *pending;
-  struct sup_commitq *commitq; /* s3:// stores: commits off the loop (sup_commitq.c) */
+  struct sup_commitq *commitq; /* commits and GC off the loop (sup_commitq.c) */
   int64_t good_later[64];      /* GOOD marks deferred while commitq was busy */
   int ngood_later;
 
@@ -190,8 +190,12 @@ int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts);
 int sup_send(sup *s, sup_conn *c, ft_msg *m, uint64_t gen);
 void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *detail);
 void sup_pending_clear(sup *s);
-/* s3:// stores: starts the thread that commits off the loop (sup_commitq). */
+/* Starts the threads that commit (and GC) off the loop (sup_commitq); every
+ * store uses them. */
 int sup_run_commitq_start(sup *s);
+/* Emits the count of rate-limited connection_closed events once their
+ * window is over (called by a periodic timer). */
+void sup_run_flush_log(sup *s);
 
 /* ---- sup_recovery.c ----------------------------------------------------- */
 /* Launches every node, forms the first gang (STARTING). */
