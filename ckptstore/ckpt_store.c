@@ -43,6 +43,36 @@
 
 static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, int *found, int *added);
 
+int ckpt_objkey_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]) {
+  int w = snprintf(buf, n, "chunks/%s", hex);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step) {
+  int w = snprintf(buf, n, "manifests/%s/%020" PRId64 ".json", run, step);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+int ckpt_objkey_manifest_dir(char *buf, size_t n, const char *run) {
+  int w = run ? snprintf(buf, n, "manifests/%s/", run) : snprintf(buf, n, "manifests/");
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+int ckpt_objkey_manifest_step(const char *key, int64_t *step) {
+  const char *base = strrchr(key, '/');
+  base = base ? base + 1 : key;
+  if (strlen(base) != 20 + 5 || strcmp(base + 20, ".json") != 0)
+    return -1;
+  int64_t v = 0;
+  for (int i = 0; i < 20; i++) {
+    if (base[i] < '0' || base[i] > '9' || v > (INT64_MAX - 9) / 10)
+      return -1;
+    v = v * 10 + (base[i] - '0');
+  }
+  *step = v;
+  return 0;
+}
+
 const char *ckpt_state_name(int state) {
   switch (state) {
   case CKPT_PENDING:
@@ -749,4 +779,48 @@ int ckpt_store_tier_stats(ckpt_store *s, ckpt_tier_stats *st) {
   st->repaired_local = ts.repaired_local;
   st->repaired_remote = ts.repaired_remote;
   return FT_OK;
+}
+
+/* ---- is the catalog behind the manifests? ------------------------------------------------ */
+
+typedef struct behind_acc {
+  int64_t newest;
+} behind_acc;
+
+static int behind_cb(void *ud, const char *key) {
+  behind_acc *a = ud;
+  int64_t step;
+  if (ckpt_objkey_manifest_step(key, &step) == 0 && step > a->newest)
+    a->newest = step;
+  return FT_OK;
+}
+
+int ckpt_store_catalog_behind(ckpt_store *st, const char *run, int64_t *newest) {
+  if (newest)
+    *newest = -1;
+  if (!run || !ckpt_run_name_ok(run))
+    return ft_err_set(FT_EINVAL, "catalog_behind: bad run name '%s'", run ? run : "(null)");
+  char prefix[256];
+  if (ckpt_objkey_manifest_dir(prefix, sizeof prefix, run) < 0)
+    return ft_err_set(FT_EINVAL, "catalog_behind: run name too long");
+  behind_acc a = {.newest = -1};
+  int rc = st->tier->list(st->tier, prefix, behind_cb, &a);
+  if (rc)
+    return ckpt_err_wrap(rc, "listing the manifests of run %s", run);
+  if (newest)
+    *newest = a.newest;
+  if (a.newest < 0)
+    return 0;
+  /* the newest step the catalog records as committed (in any later state) */
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  rc = ckpt_store_list(st, run, &v, &n);
+  if (rc)
+    return rc;
+  int64_t known = -1;
+  for (size_t i = 0; i < n; i++)
+    if (v[i].state != CKPT_PENDING && v[i].step > known)
+      known = v[i].step;
+  free(v);
+  return a.newest > known ? 1 : 0;
 }

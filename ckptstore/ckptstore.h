@@ -261,6 +261,11 @@ void ckpt_store_set_scrub(ckpt_store *s, int on);
  * seen; *added: checkpoints recorded (either may be NULL). */
 int ckpt_store_rebuild_catalog(ckpt_store *s, int *found, int *added);
 
+/* 1 if this run has a manifest (local dir or bucket) whose step is newer
+ * than the newest checkpoint the catalog knows for it, else 0; *newest
+ * gets the newest manifest step (-1: none). <0: error. */
+int ckpt_store_catalog_behind(ckpt_store *st, const char *run, int64_t *newest);
+
 #ifdef __cplusplus
 }
 #endif
