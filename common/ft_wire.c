@@ -53,6 +53,26 @@ const char *ft_stop_reason_name(int reason) {
 #undef FT_WIRE_CASE_
 }
 
+const char *ft_exit_code_name(int code) {
+  switch (code) {
+  case FT_EXIT_OK:
+    return "ok";
+  case FT_EXIT_FAIL:
+    return "fail";
+  case FT_EXIT_USAGE:
+    return "usage";
+  case FT_EXIT_DATA:
+    return "data";
+  case FT_EXIT_STORE:
+    return "store";
+  case FT_EXIT_GANG:
+    return "gang";
+  case FT_EXIT_LOST:
+    return "lost";
+  }
+  return "?";
+}
+
 const char *ft_kv_status_name(int status) {
   switch (status) {
   case FT_KV_OK:

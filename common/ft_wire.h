@@ -155,6 +155,40 @@
 /* The environment variable that carries the run's token to workers. */
 #define FT_WIRE_TOKEN_ENV "FT_RUN_TOKEN"
 
+/* ---- the worker's exit codes --------------------------------------------
+ *
+ * The contract between the worker (worker/train.c, ctl.c, worker_main.c,
+ * documented in worker --help) and the supervisor's blame rules
+ * (supervisor/sup_recovery.c): named here once, used on both sides.
+ *   OK     done, or STOP from the supervisor
+ *   FAIL   this rank failed (non-finite loss, internal error): its node's fault
+ *   USAGE  bad command line, run file or model file: a configuration error
+ *          (every worker of a generation reports it: nobody's node is at fault)
+ *   DATA   bad or missing data (all workers: the run's data; one worker: its
+ *          node's local disk)
+ *   STORE  checkpoint store error (locked, corrupt, full): never the node's fault
+ *   GANG   a collective failed: a peer died or hung (not this rank's fault)
+ *   LOST   lost the supervisor (closed, or silent for heartbeat_timeout_s)
+ */
+enum ft_exit_code {
+  FT_EXIT_OK = 0,
+  FT_EXIT_FAIL = 1,
+  FT_EXIT_USAGE = 2,
+  FT_EXIT_DATA = 3,
+  FT_EXIT_STORE = 4,
+  FT_EXIT_GANG = 5,
+  FT_EXIT_LOST = 6,
+};
+/* "ok", "fail", "usage", "data", "store", "gang", "lost"; "?" otherwise. */
+const char *ft_exit_code_name(int code);
+
+/* The heartbeat interval for a heartbeat timeout (WELCOME's heartbeat_ms is
+ * this in ms): four heartbeats fit in one timeout, so one or two lost or
+ * late heartbeats never look like a dead peer. */
+static inline double ft_wire_heartbeat_interval_s(double heartbeat_timeout_s) {
+  return heartbeat_timeout_s / 4.0;
+}
+
 /* ---- enumerations (values are wire values: never renumber) ------------- */
 #define FT_MSG_TYPES(X)                                                                            \
   X(FT_MSG_CHALLENGE, 1, "CHALLENGE")                                                              \
@@ -189,14 +223,17 @@ typedef enum ft_msg_type {
   X(FT_FAULT_NAN, 5, "nan")                                                                        \
   X(FT_FAULT_OOM, 6, "oom")                                                                        \
   X(FT_FAULT_STRAGGLER, 7, "straggler")                                                            \
-  X(FT_FAULT_OTHER, 8, "other")
+  X(FT_FAULT_OTHER, 8, "other")                                                                    \
+  X(FT_FAULT_STORAGE, 9, "storage") /* a checkpoint write failed: detail "path: errno E (..)" */   \
+  X(FT_FAULT_CONFIG, 10, "config")  /* run file / model file error (this worker's view) */         \
+  X(FT_FAULT_DATA, 11, "data")      /* the data could not be read */
 
 typedef enum ft_fault_kind {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
   FT_FAULT_KINDS(FT_WIRE_ENUM_)
 #undef FT_WIRE_ENUM_
 } ft_fault_kind;
-#define FT_FAULT_KIND_COUNT 9
+#define FT_FAULT_KIND_COUNT 12
 
 #define FT_STOP_REASONS(X)                                                                         \
   X(FT_STOP_DONE, 0, "done")                         /* the run finished */                        \

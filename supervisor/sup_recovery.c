@@ -629,8 +629,8 @@ int sup_recovery_blame_silent(sup *s, const char *why) {
   if (s->state != SUP_RUNNING && !(s->state == SUP_RECOVERING &&
                                    (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))
     return 0;
-  /* 2 heartbeat intervals; WELCOME's heartbeat_ms = heartbeat_timeout_s/4 */
-  double limit = 2 * s->rf.watchdog.heartbeat_timeout_s / 4.0, now = ft_now_s();
+  double limit = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
+  double now = ft_now_s();
   sup_worker *silent[s->ngang * s->G + 1];
   int ns = 0;
   for (int p = 0; p < s->ngang; p++)
@@ -726,14 +726,14 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   int stopping =
       s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
   if (stopping) {
-    if (!(ours || code == 0 || code == 5 || code == 6))
+    if (!(ours || code == FT_EXIT_OK || code == FT_EXIT_GANG || code == FT_EXIT_LOST))
       sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, 1);
     check_stopped(s);
     return;
   }
   if (code == 0 || ours)
     return; /* orderly (or ours: the fault that caused it is already known) */
-  if (code == 5) {
+  if (code == FT_EXIT_GANG) {
     /* the peer is at fault: a silent (stopped, hung) one if there is one */
     if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)"))
       sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, 0);

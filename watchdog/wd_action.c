@@ -43,6 +43,15 @@ static const struct {
     [FT_FAULT_STRAGGLER] = {WD_ACT_REPORT,
                             "a rank's step time stays an outlier; report (a swap is optional)"},
     [FT_FAULT_OTHER] = {WD_ACT_RESTART_GANG, "an unclassified fault; restart the gang"},
+    [FT_FAULT_STORAGE] = {WD_ACT_REPORT,
+                          "a checkpoint write failed (disk full, I/O error, quota, S3 refused); "
+                          "the store's fault, never the node's: report, training goes on"},
+    [FT_FAULT_CONFIG] = {WD_ACT_REPORT,
+                         "the run file or a model file is wrong; reported by every worker it "
+                         "fails the run with the worker's message, nobody is quarantined"},
+    [FT_FAULT_DATA] = {WD_ACT_REPORT,
+                       "the data cannot be read; every worker: the run fails with the worker's "
+                       "message; one worker: its node's failure, counted"},
 };
 
 const char *wd_action_name(int action) {

@@ -7,8 +7,8 @@
  *
  * Failure model: the supervisor is the only authority. Anything that makes
  * the connection unusable (EOF, a read error, a malformed frame, silence
- * longer than the heartbeat timeout) ends the process with CTL_EXIT_LOST;
- * a STOP ends it with CTL_EXIT_STOPPED. Exits use _exit after flushing
+ * longer than the heartbeat timeout) ends the process with FT_EXIT_LOST;
+ * a STOP ends it with FT_EXIT_OK. Exits use _exit after flushing
  * stdio, so no atexit handler races the training thread.
  */
 #include "ctl.h"
@@ -62,7 +62,7 @@ struct ctl {
 static void die_lost(const char *why) {
   fprintf(stderr, "worker: supervisor lost (%s): exiting\n", why);
   fflush(NULL);
-  _exit(CTL_EXIT_LOST);
+  _exit(FT_EXIT_LOST);
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n) {
@@ -179,7 +179,7 @@ static void *reader_main(void *arg) {
               ft_stop_reason_name(m.stop.reason), m.stop.detail && *m.stop.detail ? ": " : "",
               m.stop.detail ? m.stop.detail : "");
       fflush(NULL);
-      _exit(CTL_EXIT_STOPPED);
+      _exit(FT_EXIT_OK);
     default: /* HEARTBEAT echoes and COMMITTED only prove the supervisor lives */
       break;
     }

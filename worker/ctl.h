@@ -9,7 +9,7 @@
  * thread may send.
  *
  * Process exits decided here (documented in worker --help):
- *   0 on STOP from the supervisor; 6 when the supervisor is lost (the
+ *   FT_EXIT_OK on STOP from the supervisor; FT_EXIT_LOST when the supervisor is lost (the
  *   connection closes, or no heartbeat echo for heartbeat_timeout_s): no
  *   worker trains without a supervisor, so there is never a split brain.
  */
@@ -19,9 +19,6 @@
 #include <stdint.h>
 
 #include "comm.h"
-
-#define CTL_EXIT_STOPPED 0
-#define CTL_EXIT_LOST 6
 
 typedef struct ctl ctl;
 

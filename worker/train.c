@@ -131,12 +131,12 @@ out:
 static int exit_for(int rc) {
   switch (rc) {
   case FT_OK:
-    return TRAIN_EXIT_OK;
+    return FT_EXIT_OK;
   case FT_ECONFIG:
   case FT_EINVAL:
-    return TRAIN_EXIT_USAGE;
+    return FT_EXIT_USAGE;
   default:
-    return TRAIN_EXIT_FAIL;
+    return FT_EXIT_FAIL;
   }
 }
 
@@ -164,7 +164,7 @@ static int report_shard(void *ud, const ckpt_meta *meta, const ckpt_shard *shard
 }
 
 /* A collective failed: tell the supervisor (the peer that died is the
- * fault; this rank is healthy) and leave with TRAIN_EXIT_GANG. */
+ * fault; this rank is healthy) and leave with FT_EXIT_GANG. */
 static int gang_broken(const train_opts *o, int rc, int64_t step) {
   char detail[512];
   snprintf(detail, sizeof detail, "%s", ft_err_detail());
@@ -172,18 +172,18 @@ static int gang_broken(const train_opts *o, int rc, int64_t step) {
   if (o->ctl)
     ctl_send_fault(o->ctl, rc == FT_ETIMEDOUT ? FT_FAULT_COLLECTIVE_TIMEOUT : FT_FAULT_OTHER, step,
                    detail);
-  return TRAIN_EXIT_GANG;
+  return FT_EXIT_GANG;
 }
 
 /* An engine call of step `step` failed: a collective's failure is the
  * peer's (gang_broken); anything else (a CUDA error, a kernel refusing a
- * shape) is this rank's own, so it exits TRAIN_EXIT_FAIL and the supervisor
+ * shape) is this rank's own, so it exits FT_EXIT_FAIL and the supervisor
  * blames this node rather than its healthy peers. */
 static int engine_failed(const train_opts *o, int rc, int64_t step) {
   if (rc == FT_ECOMM || rc == FT_ETIMEDOUT)
     return gang_broken(o, rc, step);
   fprintf(stderr, "worker: step %" PRId64 ": %s\n", step + 1, ft_err_detail());
-  return TRAIN_EXIT_FAIL;
+  return FT_EXIT_FAIL;
 }
 
 /* Micro batch for world W: the largest b <= max with global_batch
@@ -268,7 +268,7 @@ static void poison_targets(int32_t *tgt, size_t n, int V) {
 int train_main(const train_opts *o) {
   const ft_runfile *rf = o->rf;
   const ft_train_cfg *tc = &rf->train;
-  int code = TRAIN_EXIT_FAIL, rc;
+  int code = FT_EXIT_FAIL, rc;
   data_loader *train = NULL, *val = NULL;
   engine *e = NULL;
   comm *cm = NULL;
@@ -296,7 +296,7 @@ int train_main(const train_opts *o) {
   rc = data_open(rf->data.train, rf->model.vocab_size, &train);
   if (rc) {
     fprintf(stderr, "worker: data.train: %s\n", ft_err_detail());
-    code = TRAIN_EXIT_DATA;
+    code = FT_EXIT_DATA;
     goto out;
   }
   if (!o->ctl && rf->data.val[0] && data_open(rf->data.val, rf->model.vocab_size, &val)) {
@@ -306,7 +306,7 @@ int train_main(const train_opts *o) {
   if (data_num_tokens(train) < (uint64_t)T + 1) {
     fprintf(stderr, "worker: data.train: %" PRIu64 " tokens, fewer than seq_len+1 = %d\n",
             data_num_tokens(train), T + 1);
-    code = TRAIN_EXIT_DATA;
+    code = FT_EXIT_DATA;
     goto out;
   }
   config = ft_runfile_config_json(rf);
@@ -318,7 +318,7 @@ int train_main(const train_opts *o) {
     rc = wdog_start(rf, o->ctl, o->node, o->slot, &wd);
     if (rc) {
       fprintf(stderr, "worker: watchdog.xid_actions: %s\n", ft_err_detail());
-      code = TRAIN_EXIT_USAGE;
+      code = FT_EXIT_USAGE;
       goto out;
     }
     /* A warm worker (and a spare) waits here, data loaded, until assigned. */
@@ -355,7 +355,7 @@ int train_main(const train_opts *o) {
     }
     if (rc) {
       fprintf(stderr, "worker: rank %d of %d: %s\n", rank, world, ft_err_detail());
-      code = TRAIN_EXIT_GANG;
+      code = FT_EXIT_GANG;
       goto out;
     }
   }
@@ -363,7 +363,7 @@ int train_main(const train_opts *o) {
   if (!B) {
     fprintf(stderr, "worker: train.global_batch %d is not divisible by the world size %d\n",
             tc->global_batch, world);
-    code = TRAIN_EXIT_USAGE;
+    code = FT_EXIT_USAGE;
     goto out;
   }
   int accum = tc->global_batch / (B * world);
@@ -378,7 +378,7 @@ int train_main(const train_opts *o) {
     ;
   if (rc) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
-    code = rc == FT_ECONFIG ? TRAIN_EXIT_USAGE : TRAIN_EXIT_FAIL;
+    code = rc == FT_ECONFIG ? FT_EXIT_USAGE : FT_EXIT_FAIL;
     goto out;
   }
   if (cuda && !o->quiet && rank == 0)
@@ -413,7 +413,7 @@ int train_main(const train_opts *o) {
                    o->ctl ? report_shard : NULL, o->ctl, &sn);
     if (rc) {
       fprintf(stderr, "worker: checkpoint store %s: %s\n", o->store_uri, ft_err_detail());
-      code = TRAIN_EXIT_STORE;
+      code = FT_EXIT_STORE;
       goto out;
     }
     int64_t last;
@@ -424,7 +424,7 @@ int train_main(const train_opts *o) {
             "worker: store %s already holds checkpoints of run '%s' (newest: step %" PRId64
             ").\n  Pass --resume to continue that run, or choose another --store or run name.\n",
             o->store_uri, rf->run, last);
-        code = TRAIN_EXIT_USAGE;
+        code = FT_EXIT_USAGE;
         goto out;
       }
       restore_step = last;
@@ -436,7 +436,7 @@ int train_main(const train_opts *o) {
       rc = snap_restore(sn, restore_step, e, &st, &ck_config);
       if (rc) {
         fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", restore_step, ft_err_detail());
-        code = TRAIN_EXIT_STORE;
+        code = FT_EXIT_STORE;
         goto out;
       }
       char hash[65];
@@ -463,7 +463,7 @@ int train_main(const train_opts *o) {
     logf = fopen(o->log_json, st.step > 0 ? "a" : "w");
     if (!logf) {
       fprintf(stderr, "worker: --log-json %s: cannot open for writing\n", o->log_json);
-      code = TRAIN_EXIT_USAGE;
+      code = FT_EXIT_USAGE;
       goto out;
     }
   }
@@ -499,7 +499,7 @@ int train_main(const train_opts *o) {
       rc = fill_batch(train, st.seq, mb, rank, world, B, T, inp, tgt);
       if (rc) {
         fprintf(stderr, "worker: %s\n", ft_err_detail());
-        code = TRAIN_EXIT_DATA;
+        code = FT_EXIT_DATA;
         goto out;
       }
       if (ft_failpoint_at("poison_batch", batch))
@@ -601,7 +601,7 @@ int train_main(const train_opts *o) {
       rc = snap_take(sn, e, rank, world, &st, config, loss, metrics);
       if (rc) {
         fprintf(stderr, "worker: checkpoint at step %" PRId64 ": %s\n", st.step, ft_err_detail());
-        code = TRAIN_EXIT_STORE;
+        code = FT_EXIT_STORE;
         goto out;
       }
       stall_ms = (double)(ft_now_ns() - c0) * 1e-6;
@@ -633,7 +633,7 @@ int train_main(const train_opts *o) {
   if (sn) {
     rc = snap_drain(sn);
     if (rc) {
-      code = TRAIN_EXIT_STORE;
+      code = FT_EXIT_STORE;
       goto out;
     }
   }
@@ -662,7 +662,7 @@ int train_main(const train_opts *o) {
     if (!o->quiet)
       fprintf(stderr, "worker: wrote %s (Hugging Face GPT-2 safetensors)\n", o->export_path);
   }
-  code = TRAIN_EXIT_OK;
+  code = FT_EXIT_OK;
 
 out:
   if (logf)

@@ -14,6 +14,7 @@
 
 #include "ctl.h"
 #include "ft_runfile.h"
+#include "ft_wire.h"
 
 typedef struct train_opts {
   const ft_runfile *rf;
@@ -30,21 +31,13 @@ typedef struct train_opts {
   const char *rdzv_dir;    /* ... meeting through this folder (no checkpoints) */
 } train_opts;
 
-/* Exit codes of the worker program (documented in worker --help). */
-enum {
-  TRAIN_EXIT_OK = 0,
-  TRAIN_EXIT_FAIL = 1,  /* training failed (non-finite loss, internal error) */
-  TRAIN_EXIT_USAGE = 2, /* bad command line or run file */
-  TRAIN_EXIT_DATA = 3,  /* bad or missing data */
-  TRAIN_EXIT_STORE = 4, /* checkpoint store error (locked, corrupt, full) */
-  TRAIN_EXIT_GANG = 5,  /* a collective failed: a peer died or hung (not this rank's fault) */
-  /* 6: the supervisor was lost (ctl.h) */
-};
+/* Exit codes of the worker program: FT_EXIT_* (common/ft_wire.h),
+ * documented in worker --help. */
 
 /* lr for 0-based step index s of a run of `steps` steps. */
 double train_lr(const ft_train_cfg *t, int64_t s);
 
-/* Runs training; prints its own errors; returns a TRAIN_EXIT_* code. */
+/* Runs training; prints its own errors; returns an FT_EXIT_* code. */
 int train_main(const train_opts *o);
 
 #endif

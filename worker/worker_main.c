@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
     case 'o':
       if (nsets == 32) {
         fprintf(stderr, "worker: at most 32 --set options\n");
-        return TRAIN_EXIT_USAGE;
+        return FT_EXIT_USAGE;
       }
       sets[nsets++] = optarg;
       break;
@@ -121,7 +121,7 @@ int main(int argc, char **argv) {
       o.ckpt_every = strtoll(optarg, &end, 10);
       if (*end || o.ckpt_every <= 0) {
         fprintf(stderr, "worker: --ckpt-every wants a positive integer, got '%s'\n", optarg);
-        return TRAIN_EXIT_USAGE;
+        return FT_EXIT_USAGE;
       }
       break;
     case 'R':
@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
       threads = (int)strtol(optarg, &end, 10);
       if (*end || threads <= 0) {
         fprintf(stderr, "worker: --threads wants a positive integer, got '%s'\n", optarg);
-        return TRAIN_EXIT_USAGE;
+        return FT_EXIT_USAGE;
       }
       break;
     case 'q':
@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
       if (*end || *dst < 0) {
         fprintf(stderr, "worker: --%s wants a non-negative integer, got '%s'\n",
                 c == 'N' ? "node" : "slot", optarg);
-        return TRAIN_EXIT_USAGE;
+        return FT_EXIT_USAGE;
       }
       break;
     }
@@ -167,7 +167,7 @@ int main(int argc, char **argv) {
       if (*end || *dst < 0) {
         fprintf(stderr, "worker: --%s wants a non-negative integer, got '%s'\n",
                 c == 'W' ? "world" : "rank", optarg);
-        return TRAIN_EXIT_USAGE;
+        return FT_EXIT_USAGE;
       }
       break;
     }
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
       return 0;
     default:
       usage(stderr);
-      return TRAIN_EXIT_USAGE;
+      return FT_EXIT_USAGE;
     }
   }
   if (!runfile || optind != argc || (connect_to && (node < 0 || slot < 0))) {
@@ -191,36 +191,36 @@ int main(int argc, char **argv) {
             : connect_to ? "--connect needs --node and --slot"
                          : "unexpected argument");
     usage(stderr);
-    return TRAIN_EXIT_USAGE;
+    return FT_EXIT_USAGE;
   }
 
   static ft_runfile rf;
   char err[1024];
   if (ft_runfile_load(runfile, &rf, err, sizeof err)) {
     fprintf(stderr, "worker: %s\n", err);
-    return TRAIN_EXIT_USAGE;
+    return FT_EXIT_USAGE;
   }
   if (steps && ft_runfile_set(&rf, "train.steps", steps, err, sizeof err)) {
     fprintf(stderr, "worker: --steps: %s\n", err);
-    return TRAIN_EXIT_USAGE;
+    return FT_EXIT_USAGE;
   }
   for (int i = 0; i < nsets; i++) {
     char key[128];
     const char *eq = strchr(sets[i], '=');
     if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof key) {
       fprintf(stderr, "worker: --set wants KEY=VALUE, got '%s'\n", sets[i]);
-      return TRAIN_EXIT_USAGE;
+      return FT_EXIT_USAGE;
     }
     memcpy(key, sets[i], (size_t)(eq - sets[i]));
     key[eq - sets[i]] = 0;
     if (ft_runfile_set(&rf, key, eq + 1, err, sizeof err)) {
       fprintf(stderr, "worker: --set: %s\n", err);
-      return TRAIN_EXIT_USAGE;
+      return FT_EXIT_USAGE;
     }
   }
   if (ft_runfile_validate(&rf, err, sizeof err)) {
     fprintf(stderr, "worker: %s\n", err);
-    return TRAIN_EXIT_USAGE;
+    return FT_EXIT_USAGE;
   }
   if (o.ckpt_every && !o.store_uri)
     o.store_uri = rf.checkpoint.store;
@@ -231,11 +231,11 @@ int main(int argc, char **argv) {
   if (o.store_uri && strncmp(o.store_uri, "local:", 6) != 0 &&
       strncmp(o.store_uri, "s3://", 5) != 0) {
     fprintf(stderr, "worker: store '%s': use local:DIR or s3://BUCKET/PREFIX\n", o.store_uri);
-    return TRAIN_EXIT_USAGE;
+    return FT_EXIT_USAGE;
   }
   if (o.world > 1 && (!o.rdzv_dir || o.rank >= o.world || o.store_uri || connect_to)) {
     fprintf(stderr, "worker: --world W needs --rank R < W and --rdzv DIR, and takes no store\n");
-    return TRAIN_EXIT_USAGE;
+    return FT_EXIT_USAGE;
   }
   if (threads)
     k_set_threads(threads);
@@ -246,7 +246,7 @@ int main(int argc, char **argv) {
     if (ctl_connect(connect_to, rf.run, getenv(FT_WIRE_TOKEN_ENV), o.node, o.slot,
                     rf.watchdog.heartbeat_timeout_s, &o.ctl)) {
       fprintf(stderr, "worker: node %ld slot %ld: %s\n", node, slot, ft_err_detail());
-      return CTL_EXIT_LOST;
+      return FT_EXIT_LOST;
     }
     o.resume = 1; /* the supervisor decides what to restore (ASSIGN) */
   }

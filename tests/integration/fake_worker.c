@@ -88,14 +88,14 @@ static void send_msg(ft_msg *m) {
   if (m->type != FT_MSG_HELLO)
     m->gen = g_gen; /* 0 until ASSIGN: an idle spare */
   if (ft_wire_encode(m, &b))
-    die(1, ft_err_detail());
+    die(FT_EXIT_FAIL, ft_err_detail());
   size_t off = 0;
   while (off < b.len) {
     ssize_t w = send(g_fd, b.data + off, b.len - off, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR)
       continue;
     if (w <= 0)
-      die(6, "supervisor lost (send)");
+      die(FT_EXIT_LOST, "supervisor lost (send)");
     off += (size_t)w;
   }
   ft_buf_release(&b);
@@ -109,10 +109,10 @@ static int recv_msg(ft_msg *m, double timeout_s) {
     size_t flen;
     int r = ft_wire_frame_len(g_in.data, g_in.len, &flen);
     if (r < 0)
-      die(1, "bad frame from the supervisor");
+      die(FT_EXIT_FAIL, "bad frame from the supervisor");
     if (r == 1 && g_in.len >= flen) {
       if (ft_wire_decode(g_in.data, flen, m))
-        die(1, ft_err_detail());
+        die(FT_EXIT_FAIL, ft_err_detail());
       ft_buf_consume(&g_in, flen);
       g_last_rx = ft_now_s();
       return 1;
@@ -126,7 +126,7 @@ static int recv_msg(ft_msg *m, double timeout_s) {
       g_last_hb = now;
     }
     if (now - g_last_rx > g_timeout_s && g_last_rx > 0 && !g_hung)
-      die(6, "supervisor silent for heartbeat_timeout_s");
+      die(FT_EXIT_LOST, "supervisor silent for heartbeat_timeout_s");
     if (now >= until)
       return 0;
     double wait = until - now;
@@ -136,12 +136,12 @@ static int recv_msg(ft_msg *m, double timeout_s) {
     int pr = poll(&p, 1, (int)(wait * 1000) + 1);
     if (pr > 0) {
       if (ft_buf_reserve(&g_in, 65536))
-        die(1, "out of memory");
+        die(FT_EXIT_FAIL, "out of memory");
       ssize_t n = recv(g_fd, g_in.data + g_in.len, 65536, 0);
       if (n == 0)
-        die(6, "supervisor closed the connection");
+        die(FT_EXIT_LOST, "supervisor closed the connection");
       if (n < 0 && errno != EINTR && errno != EAGAIN)
-        die(6, "supervisor lost (recv)");
+        die(FT_EXIT_LOST, "supervisor lost (recv)");
       if (n > 0)
         g_in.len += (size_t)n;
     }
@@ -152,7 +152,7 @@ static int recv_msg(ft_msg *m, double timeout_s) {
 static int common_msg(const ft_msg *m) {
   if (m->type == FT_MSG_STOP) {
     fprintf(stderr, "fake_worker: STOP (%s)\n", ft_stop_reason_name(m->stop.reason));
-    exit(0);
+    exit(FT_EXIT_OK);
   }
   return m->type == FT_MSG_HEARTBEAT || m->type == FT_MSG_COMMITTED;
 }
@@ -213,7 +213,7 @@ static void save_shard(ckpt_store *st, int64_t step, int rank, int world, double
   ckpt_job *job = NULL;
   ckpt_shard *sh = NULL;
   if (ckpt_store_submit(st, g_run, step, rank, world, &part, 1, &job) || ckpt_job_wait(job, &sh))
-    die(1, ft_err_detail());
+    die(FT_EXIT_FAIL, ft_err_detail());
   ckpt_job_free(job);
   char *sj = ckpt_shard_to_json(sh);
   char state[128];
@@ -277,27 +277,28 @@ int main(int argc, char **argv) {
     }
   }
   if (!connect_to || !store || !runfile || node < 0 || slot < 0)
-    die(2, "usage: fake_worker --connect H:P --node I --slot J --store URI --runfile PATH");
+    die(FT_EXIT_USAGE,
+        "usage: fake_worker --connect H:P --node I --slot J --store URI --runfile PATH");
   ft_runfile rf;
   char err[1024];
   if (ft_runfile_load(runfile, &rf, err, sizeof err))
-    die(2, err);
+    die(FT_EXIT_USAGE, err);
   if (steps && ft_runfile_set(&rf, "train.steps", steps, err, sizeof err))
-    die(2, err);
+    die(FT_EXIT_USAGE, err);
   for (int i = 0; i < nsets; i++) {
     char key[256];
     const char *eq = strchr(sets[i], '=');
     if (!eq)
-      die(2, "--set KEY=VALUE");
+      die(FT_EXIT_USAGE, "--set KEY=VALUE");
     snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
     if (ft_runfile_set(&rf, key, eq + 1, err, sizeof err))
-      die(2, err);
+      die(FT_EXIT_USAGE, err);
   }
   snprintf(g_run, sizeof g_run, "%s", rf.run);
   g_timeout_s = rf.watchdog.heartbeat_timeout_s;
   const char *token = getenv(FT_WIRE_TOKEN_ENV);
   if (!token || ft_wire_token_check(token))
-    die(2, "no valid " FT_WIRE_TOKEN_ENV " in the environment");
+    die(FT_EXIT_USAGE, "no valid " FT_WIRE_TOKEN_ENV " in the environment");
   int step_ms = env_int("FAKE_STEP_MS", 20);
   int die_node = env_int("FAKE_DIE_NODE", -1), die_step = env_int("FAKE_DIE_STEP", -1);
   int die_sig = env_int("FAKE_DIE_SIGNAL", SIGKILL);
@@ -314,21 +315,21 @@ int main(int argc, char **argv) {
   char host[64];
   const char *colon = strrchr(connect_to, ':');
   if (!colon)
-    die(2, "--connect HOST:PORT");
+    die(FT_EXIT_USAGE, "--connect HOST:PORT");
   snprintf(host, sizeof host, "%.*s", (int)(colon - connect_to), connect_to);
   struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
   if (inet_pton(AF_INET, host, &sin.sin_addr) != 1)
-    die(2, "--connect wants an IPv4 address");
+    die(FT_EXIT_USAGE, "--connect wants an IPv4 address");
   g_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (g_fd < 0 || connect(g_fd, (struct sockaddr *)&sin, sizeof sin) != 0)
-    die(6, "cannot connect to the supervisor");
+    die(FT_EXIT_LOST, "cannot connect to the supervisor");
   ft_buf_init(&g_in);
 
   /* handshake */
   ft_msg m;
   g_gen = 0;
   if (!recv_msg(&m, 10) || m.type != FT_MSG_CHALLENGE || strcmp(m.run, g_run) != 0)
-    die(1, "expected CHALLENGE of our run");
+    die(FT_EXIT_FAIL, "expected CHALLENGE of our run");
   uint8_t nonce[FT_WIRE_NONCE_LEN];
   memcpy(nonce, m.challenge.nonce, sizeof nonce);
   ft_msg_release(&m);
@@ -340,15 +341,15 @@ int main(int argc, char **argv) {
   hello.hello.slot = (uint32_t)slot;
   hello.hello.pid = (uint32_t)getpid();
   if (ft_wire_hello_sign(&hello, token, nonce))
-    die(1, ft_err_detail());
+    die(FT_EXIT_FAIL, ft_err_detail());
   send_msg(&hello);
   for (;;) {
     if (!recv_msg(&m, 10))
-      die(6, "no WELCOME");
+      die(FT_EXIT_LOST, "no WELCOME");
     if (m.type == FT_MSG_WELCOME)
       break;
     common_msg(&m);
-    die(1, "expected WELCOME");
+    die(FT_EXIT_FAIL, "expected WELCOME");
   }
   g_hb_s = m.welcome.heartbeat_ms / 1000.0;
   ft_msg_release(&m);
@@ -370,7 +371,7 @@ int main(int argc, char **argv) {
   uint32_t nskips = m.assign.nskips;
   ft_wire_range *skips = calloc(nskips + 1, sizeof *skips);
   if (!skips)
-    die(1, "out of memory");
+    die(FT_EXIT_FAIL, "out of memory");
   for (uint32_t i = 0; i < nskips; i++)
     skips[i] = m.assign.skips[i];
   ft_msg_release(&m);
@@ -418,7 +419,7 @@ int main(int argc, char **argv) {
     f.fault.step = restore;
     f.fault.detail = "rendezvous timed out";
     send_msg(&f);
-    die(5, "rendezvous failed");
+    die(FT_EXIT_GANG, "rendezvous failed");
   }
   ft_msg_release(&m);
   free(keys);
@@ -428,7 +429,7 @@ int main(int argc, char **argv) {
   ckpt_store *st = NULL;
   ckpt_store_opts so = {.shard_writer = 1, .threads = 1};
   if (ckpt_store_open(store, &so, &st))
-    die(1, ft_err_detail());
+    die(FT_EXIT_FAIL, ft_err_detail());
   int64_t every = rf.checkpoint.every_steps, last = rf.train.steps;
   /* the data position after the restore step: replay the rule from step 1
    * (the real worker keeps it in its checkpoint) */
@@ -462,7 +463,7 @@ int main(int argc, char **argv) {
           ft_msg_release(&m);
         }
       send_fault(FT_FAULT_COLLECTIVE_TIMEOUT, step, "allreduce timed out (fake)");
-      die(5, "collective timeout");
+      die(FT_EXIT_GANG, "collective timeout");
     }
     if (node == die_node && step == die_step) {
       fprintf(stderr, "fake_worker: dying with signal %d at step %" PRId64 "\n", die_sig, step);

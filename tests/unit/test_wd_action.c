@@ -24,6 +24,10 @@ static void test_defaults_follow_design(void **state) {
   assert_int_equal(wd_action_for(FT_FAULT_OOM), WD_ACT_REPORT);
   assert_int_equal(wd_action_for(FT_FAULT_STRAGGLER), WD_ACT_REPORT);
   assert_int_equal(wd_action_for(FT_FAULT_OTHER), WD_ACT_RESTART_GANG);
+  /* the store's and the configuration's faults are never a node's */
+  assert_int_equal(wd_action_for(FT_FAULT_STORAGE), WD_ACT_REPORT);
+  assert_int_equal(wd_action_for(FT_FAULT_CONFIG), WD_ACT_REPORT);
+  assert_int_equal(wd_action_for(FT_FAULT_DATA), WD_ACT_REPORT);
   /* Unknown kinds fail safe. */
   assert_int_equal(wd_action_for(-1), WD_ACT_RESTART_GANG);
   assert_int_equal(wd_action_for(FT_FAULT_KIND_COUNT), WD_ACT_RESTART_GANG);

@@ -832,7 +832,7 @@ static void test_malformed(void **state) {
   tb_u8(&t, FT_FAULT_KIND_COUNT);
   tb_u64(&t, 1);
   tb_str(&t, "x");
-  tb_bad(&t, "FAULT.kind: 9 out of range");
+  tb_bad(&t, "FAULT.kind: 12 out of range");
   tb_start(&t, FT_MSG_FAULT, 1);
   tb_u8(&t, FT_FAULT_NAN);
   tb_u64(&t, (uint64_t)-2);
@@ -1320,8 +1320,10 @@ static void test_names(void **state) {
   assert_int_equal(ft_wire_sender(FT_MSG_HELLO), FT_WIRE_FROM_WORKER);
   assert_int_equal(ft_wire_sender(FT_MSG_ASSIGN), FT_WIRE_FROM_SUPERVISOR);
   assert_int_equal(ft_wire_sender(99), 0);
-  const char *kinds[] = {"process_exit", "hang", "collective_timeout", "xid",  "loss_spike",
-                         "nan",          "oom",  "straggler",          "other"};
+  const char *kinds[] = {"process_exit", "hang", "collective_timeout", "xid",   "loss_spike",
+                         "nan",          "oom",  "straggler",          "other", "storage",
+                         "config",       "data"};
+  assert_int_equal(sizeof kinds / sizeof kinds[0], FT_FAULT_KIND_COUNT);
   for (int k = 0; k < FT_FAULT_KIND_COUNT; k++) {
     assert_string_equal(ft_fault_kind_name(k), kinds[k]);
     ft_fault_kind out;
@@ -1336,6 +1338,21 @@ static void test_names(void **state) {
   assert_string_equal(ft_stop_reason_name(FT_STOP_REASON_COUNT), "?");
   assert_string_equal(ft_kv_status_name(FT_KV_TIMEOUT), "timeout");
   assert_string_equal(ft_kv_status_name(7), "?");
+  /* the worker's exit codes: the numbers are a contract (worker --help,
+   * scripts, the supervisor's blame rules) and never change */
+  assert_int_equal(FT_EXIT_OK, 0);
+  assert_int_equal(FT_EXIT_FAIL, 1);
+  assert_int_equal(FT_EXIT_USAGE, 2);
+  assert_int_equal(FT_EXIT_DATA, 3);
+  assert_int_equal(FT_EXIT_STORE, 4);
+  assert_int_equal(FT_EXIT_GANG, 5);
+  assert_int_equal(FT_EXIT_LOST, 6);
+  assert_string_equal(ft_exit_code_name(FT_EXIT_GANG), "gang");
+  assert_string_equal(ft_exit_code_name(FT_EXIT_STORE), "store");
+  assert_string_equal(ft_exit_code_name(7), "?");
+  /* heartbeats: four per timeout */
+  assert_true(ft_wire_heartbeat_interval_s(10.0) == 2.5);
+  assert_true(ft_wire_heartbeat_interval_s(3.0) == 0.75);
 
   ft_buf b;
   ft_buf_init(&b);
