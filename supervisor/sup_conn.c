@@ -4,8 +4,12 @@
  * Framing: bufferevent input is linearised only up to one frame at a time
  * (evbuffer_pullup of the frame's length), which ft_wire_frame_len_max has
  * bounded first: 4 KiB before HELLO, 16 MiB after.
- * All connections are on one intrusive list so shutdown can free the ones
- * still open.
+ * All connections are on one intrusive list (newest first) so shutdown can
+ * free the ones still open, and the oldest unauthenticated one can be found
+ * for eviction.
+ * The HELLO deadline is a per-connection timer armed at accept and deleted
+ * when the HELLO is accepted; g_unauth counts connections neither
+ * authenticated nor closing.
  */
 #include "sup_conn.h"
 
@@ -23,7 +27,8 @@
 struct sup_conn {
   struct sup_conn *next, *prev;
   struct bufferevent *bev;
-  struct event *reaper; /* deferred free */
+  struct event *reaper;   /* deferred free */
+  struct event *deadline; /* no HELLO in time: close */
   uint64_t id;
   const char *run, *token;
   uint8_t nonce[FT_WIRE_NONCE_LEN];
@@ -36,6 +41,18 @@ struct sup_conn {
 
 static sup_conn *g_conns;
 static uint64_t g_next_id = 1;
+static int g_unauth;
+static double g_hello_timeout_s = SUP_CONN_HELLO_TIMEOUT_S;
+static int g_max_unauth = SUP_CONN_MAX_UNAUTH;
+
+void sup_conn_set_limits(double hello_timeout_s, int max_unauth) {
+  g_hello_timeout_s = hello_timeout_s > 0 ? hello_timeout_s : SUP_CONN_HELLO_TIMEOUT_S;
+  g_max_unauth = max_unauth > 0 ? max_unauth : SUP_CONN_MAX_UNAUTH;
+}
+
+int sup_conn_unauth_count(void) {
+  return g_unauth;
+}
 
 static void conn_unlink_free(sup_conn *c) {
   if (c->prev)
@@ -44,10 +61,14 @@ static void conn_unlink_free(sup_conn *c) {
     g_conns = c->next;
   if (c->next)
     c->next->prev = c->prev;
+  if (!c->authed && !c->closing)
+    g_unauth--;
   if (c->bev)
     bufferevent_free(c->bev);
   if (c->reaper)
     event_free(c->reaper);
+  if (c->deadline)
+    event_free(c->deadline);
   free(c);
 }
 
@@ -77,6 +98,10 @@ static void close_impl(sup_conn *c, const char *reason, int flush, int is_error)
   if (c->closing)
     return;
   c->closing = 1;
+  if (!c->authed)
+    g_unauth--;
+  if (c->deadline)
+    event_del(c->deadline);
   if (c->ops->on_close)
     c->ops->on_close(c->ud, c, reason ? reason : "", is_error);
   bufferevent_disable(c->bev, EV_READ);
@@ -148,6 +173,8 @@ static void handle_frame(sup_conn *c, const uint8_t *frame, size_t len) {
       goto out;
     }
     c->authed = 1;
+    g_unauth--;
+    event_del(c->deadline);
     goto out;
   }
   if (m.type == FT_MSG_HELLO) {
@@ -217,6 +244,25 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
   }
 }
 
+static void deadline_cb(evutil_socket_t fd, short what, void *arg) {
+  sup_conn *c = arg;
+  char reason[64];
+  snprintf(reason, sizeof reason, "no HELLO within %.1f s", g_hello_timeout_s);
+  close_impl(c, reason, 0, 1);
+}
+
+/* At the cap: the oldest connection still waiting for its HELLO goes. */
+static int evict_oldest_unauth(void) {
+  sup_conn *old = NULL;
+  for (sup_conn *c = g_conns; c; c = c->next)
+    if (!c->authed && !c->closing)
+      old = c;
+  if (!old)
+    return 0;
+  close_impl(old, "too many connections without HELLO: the oldest is closed", 0, 1);
+  return 1;
+}
+
 int sup_conn_new(struct event_base *base, int fd, const char *run, const char *token,
                  const sup_conn_ops *ops, void *ud, sup_conn **out) {
   int rc = FT_OK;
@@ -243,16 +289,23 @@ int sup_conn_new(struct event_base *base, int fd, const char *run, const char *t
   evutil_make_socket_closeonexec(fd);
   c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
   c->reaper = evtimer_new(base, reap_cb, c);
-  if (!c->bev || !c->reaper) {
+  c->deadline = evtimer_new(base, deadline_cb, c);
+  if (!c->bev || !c->reaper || !c->deadline) {
     if (!c->bev)
       close(fd);
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto fail;
   }
+  while (g_unauth >= g_max_unauth && evict_oldest_unauth())
+    ;
   c->next = g_conns;
   if (g_conns)
     g_conns->prev = c;
   g_conns = c;
+  g_unauth++;
+  struct timeval dl = {(long)g_hello_timeout_s,
+                       (long)((g_hello_timeout_s - (long)g_hello_timeout_s) * 1e6)};
+  evtimer_add(c->deadline, &dl);
   bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
   bufferevent_enable(c->bev, EV_READ | EV_WRITE);
   rc = ft_wire_nonce_new(c->nonce);
@@ -275,6 +328,8 @@ fail:
     bufferevent_free(c->bev);
   if (c->reaper)
     event_free(c->reaper);
+  if (c->deadline)
+    event_free(c->deadline);
   free(c);
   return rc;
 }

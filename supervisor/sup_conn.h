@@ -12,6 +12,13 @@
  * closes THIS connection only, with the reason handed to ops.on_close
  * (which logs it); nothing a peer sends can stop the supervisor.
  *
+ * Unauthenticated connections cost a descriptor each and anyone on the host
+ * can open them, so they are bounded (sup_conn_set_limits): one that sends
+ * no accepted HELLO within hello_timeout_s is closed ("no HELLO within ..."),
+ * and when max_unauth are waiting for their HELLO a new one evicts the
+ * oldest ("too many connections without HELLO"). A worker's handshake takes
+ * milliseconds, so neither touches a real worker.
+ *
  * Freeing is deferred to the loop (a zero timeout), so a handler may close
  * the connection it is handling; after sup_conn_close no callback of that
  * connection fires again.
@@ -52,6 +59,14 @@ int sup_conn_send(sup_conn *c, const ft_msg *m);
  * flush, queued output (a STOP) is written first (bounded by 2 s).
  * Idempotent. */
 void sup_conn_close(sup_conn *c, const char *reason, int flush);
+/* Limits for connections without an accepted HELLO (process-wide; the
+ * defaults are SUP_CONN_HELLO_TIMEOUT_S and SUP_CONN_MAX_UNAUTH). Applies
+ * to connections accepted afterwards. */
+#define SUP_CONN_HELLO_TIMEOUT_S 5.0
+#define SUP_CONN_MAX_UNAUTH 64
+void sup_conn_set_limits(double hello_timeout_s, int max_unauth);
+/* How many connections are waiting for their HELLO now. */
+int sup_conn_unauth_count(void);
 /* Frees every connection still open at shutdown (no callbacks). */
 void sup_conn_free_all(void);
 

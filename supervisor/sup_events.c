@@ -126,3 +126,31 @@ out:
   cJSON_Delete(fields);
   return rc;
 }
+
+/* ---- rate limit ---------------------------------------------------------- */
+
+int sup_ratelimit_allow(sup_ratelimit *rl, double now, long *suppressed) {
+  *suppressed = 0;
+  if (rl->n == 0 || now - rl->start >= rl->window_s || now < rl->start) {
+    rl->start = now;
+    rl->n = 0;
+  }
+  if (rl->n >= rl->burst) {
+    rl->suppressed++;
+    return 0;
+  }
+  rl->n++;
+  *suppressed = rl->suppressed;
+  rl->suppressed = 0;
+  return 1;
+}
+
+long sup_ratelimit_flush(sup_ratelimit *rl, double now) {
+  if (rl->suppressed == 0 || now - rl->start < rl->window_s)
+    return 0;
+  long k = rl->suppressed;
+  rl->suppressed = 0;
+  rl->start = now;
+  rl->n = 1; /* the flushed line counts against the new window */
+  return k;
+}

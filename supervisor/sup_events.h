@@ -35,4 +35,24 @@ int sup_events_emit(sup_events *ev, const char *name, cJSON *fields, const char 
  * malloc'd, caller frees; NULL on allocation failure. fields is borrowed. */
 char *sup_events_format(double ts, const char *name, const cJSON *fields);
 
+/* A rate limit for lines a peer can cause at will (refused connections,
+ * accept errors): at most `burst` lines per `window_s` seconds; the rest
+ * are counted, and the count is handed to the next line allowed (or to a
+ * periodic flush) so the log says how many it left out. Zero-initialise,
+ * then set window_s and burst. Pure: the caller passes the time. */
+typedef struct sup_ratelimit {
+  double window_s; /* > 0 */
+  int burst;       /* >= 1 */
+  double start;    /* when the current window began */
+  int n;           /* lines allowed in it */
+  long suppressed; /* dropped since the last line allowed */
+} sup_ratelimit;
+
+/* 1: write this line; *suppressed gets how many were dropped before it
+ * (then cleared). 0: drop it (counted). */
+int sup_ratelimit_allow(sup_ratelimit *rl, double now, long *suppressed);
+/* For a periodic timer: once the window of the last line is over, returns
+ * (and clears) the count dropped since; else 0. */
+long sup_ratelimit_flush(sup_ratelimit *rl, double now);
+
 #endif

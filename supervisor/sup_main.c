@@ -47,6 +47,8 @@
 #include "sup_commitq.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <fcntl.h>
@@ -59,12 +61,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void usage(FILE *f) {
   fputs("usage: supervise [--spares N] [--state DIR] [--steps N] [--store URI]\n"
-        "                 [--set KEY=VALUE]... [--worker PATH] RUN.yaml\n"
+        "                 [--set KEY=VALUE]... [--worker PATH] [--from-scratch] RUN.yaml\n"
+        "       supervise [--state DIR] [--store URI] --unquarantine NODE|all RUN.yaml\n"
         "\n"
         "Runs the training run described by RUN.yaml on nodes.count nodes of\n"
         "nodes.workers_per_node worker processes each, plus N warm spare nodes, and\n"
@@ -83,6 +88,15 @@ static void usage(FILE *f) {
         "  --set KEY=VAL   override any run-file key, e.g. --set train.lr=1e-3\n"
         "                  (repeatable; forwarded to the workers)\n"
         "  --worker PATH   the worker program (default: `worker` beside supervise)\n"
+        "  --from-scratch  go on even though the store has checkpoints of this run\n"
+        "                  that its catalog lacks (a damaged or lost catalog): train\n"
+        "                  from the catalog's newest checkpoint, or from step 0.\n"
+        "                  Without it supervise refuses (exit 4); `ckpt rebuild-catalog\n"
+        "                  STORE` recovers them instead\n"
+        "  --unquarantine NODE|all\n"
+        "                  put a quarantined node (or all) back into the run's pool:\n"
+        "                  rewrites the persisted run state, says what it did, exits\n"
+        "                  (0); the next run uses the node again\n"
         "  -h, --help      this text\n"
         "\n"
         "examples:\n"
@@ -105,13 +119,18 @@ static void usage(FILE *f) {
         "\n"
         "If supervise itself dies, run the same command again with the same --state:\n"
         "it resumes from the last committed checkpoint with a new generation.\n"
+        "The run file is copied to DIR/run.yaml at start and the workers read that\n"
+        "copy, so editing or removing RUN.yaml mid-run changes nothing until the\n"
+        "next start.\n"
         "\n"
         "exit codes:\n"
         "  0    run done (also: the run in DIR was already done)\n"
         "  1    run failed (recovery.max_restarts exceeded, no nodes left,\n"
-        "       recovery.when_no_spares: fail, a global batch the world can't divide)\n"
+        "       recovery.when_no_spares: fail, a global batch the world can't divide,\n"
+        "       too few usable nodes: see --unquarantine)\n"
         "  2    usage or run-file error\n"
-        "  4    checkpoint store / catalog error (e.g. another supervisor holds it)\n"
+        "  4    checkpoint store / catalog error (another supervisor holds it, a\n"
+        "       damaged catalog, a catalog behind the store: see --from-scratch)\n"
         "  130  interrupted (SIGINT/SIGTERM): the gang was stopped first\n",
         f);
 }
@@ -144,16 +163,143 @@ static int write_port_file(const sup *s) {
   return 0;
 }
 
+/* ---- the loop's own health: accept backoff, stalls ------------------------ */
+
+/* Lines about the control port that a peer can cause at will go through
+ * this limit: one a second, with the count left out. */
+static sup_ratelimit g_port_rl = {.window_s = 1.0, .burst = 1};
+
+static void port_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void port_log(const char *fmt, ...) {
+  long dropped;
+  if (!sup_ratelimit_allow(&g_port_rl, ft_now_s(), &dropped))
+    return;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (dropped)
+    fprintf(stderr, "supervise: %s (%ld similar line(s) left out)\n", line, dropped);
+  else
+    fprintf(stderr, "supervise: %s\n", line);
+}
+
+/* accept() failing (EMFILE, ENFILE, ENOBUFS...) leaves the connection in
+ * the backlog, so the listener would fire again at once: it pauses instead,
+ * 100 ms doubling to 1 s while the error lasts. */
+#define ACCEPT_BACKOFF_MIN_S 0.1
+#define ACCEPT_BACKOFF_MAX_S 1.0
+static struct event *g_accept_resume;
+static double g_accept_backoff_s = ACCEPT_BACKOFF_MIN_S;
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *a, int alen,
                       void *arg) {
   sup *s = arg;
   sup_conn *c;
+  g_accept_backoff_s = ACCEPT_BACKOFF_MIN_S;
   if (s->state >= SUP_FINISHING) {
     close(fd);
     return;
   }
   if (sup_conn_new(s->base, fd, s->rf.run, s->token, &sup_run_conn_ops, s, &c))
-    fprintf(stderr, "supervise: cannot accept a connection: %s\n", ft_err_detail());
+    port_log("cannot accept a connection: %s", ft_err_detail());
+}
+
+static void accept_error_cb(struct evconnlistener *l, void *arg) {
+  int e = EVUTIL_SOCKET_ERROR();
+  double b = g_accept_backoff_s;
+  evconnlistener_disable(l);
+  struct timeval tv = {(long)b, (long)((b - (long)b) * 1e6)};
+  evtimer_add(g_accept_resume, &tv);
+  g_accept_backoff_s = b * 2 > ACCEPT_BACKOFF_MAX_S ? ACCEPT_BACKOFF_MAX_S : b * 2;
+  port_log("accept on the control port: %s; not accepting for %.0f ms (%d connection(s) "
+           "without HELLO)",
+           strerror(e), b * 1e3, sup_conn_unauth_count());
+}
+
+static void accept_resume_cb(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  evconnlistener_enable(s->lis);
+}
+
+/* Stalls: the supervisor knows when it did not run. A timer of period
+ * STALL_PERIOD_S at the loop's highest priority measures the gap since it
+ * last ran: more than the period plus a threshold (an eighth of the
+ * heartbeat timeout, at least 0.25 s) means the loop did not run (SIGSTOP,
+ * a long callback, an overloaded host: cause "loop_blocked"); CLOCK_BOOTTIME
+ * running ahead of CLOCK_MONOTONIC means the machine was suspended (cause
+ * "suspend"). Either sets s->stall_end_s, which the hang checks use never
+ * to blame a worker for silence that overlaps the stall, and emits
+ * supervisor_stall {seconds, cause}. Being first in the loop's order, it
+ * runs before any read or timer callback that was waiting behind the stall.
+ * The same timer ends a loop whose run is over with no process left (a
+ * safety net: every terminal state exits) and flushes rate-limited logs. */
+#define STALL_PERIOD_S 0.1
+static struct {
+  struct event *ev;
+  double last_s;   /* ft_now_s at the last check */
+  double boot_off; /* CLOCK_BOOTTIME - CLOCK_MONOTONIC then */
+} g_stall;
+
+static double boot_minus_mono_s(void) {
+  struct timespec b, m;
+  if (clock_gettime(CLOCK_BOOTTIME, &b) || clock_gettime(CLOCK_MONOTONIC, &m))
+    return 0;
+  return (double)(b.tv_sec - m.tv_sec) + (double)(b.tv_nsec - m.tv_nsec) * 1e-9;
+}
+
+static double stall_threshold_s(const sup *s) {
+  double th = s->rf.watchdog.heartbeat_timeout_s / 8.0;
+  return th < 0.25 ? 0.25 : th;
+}
+
+static int any_process_alive(const sup *s) {
+  for (int n = 0; n < s->nnodes; n++)
+    for (int j = 0; j < s->G; j++)
+      if (s->nodes[n].w[j].alive)
+        return 1;
+  return 0;
+}
+
+static void stall_check(sup *s) {
+  double now = ft_now_s(), off = boot_minus_mono_s();
+  double gap = now - g_stall.last_s, slept = off - g_stall.boot_off, th = stall_threshold_s(s);
+  const char *cause = NULL;
+  double secs = 0;
+  if (slept > th) {
+    cause = "suspend";
+    secs = slept + gap;
+  } else if (gap - STALL_PERIOD_S > th) {
+    cause = "loop_blocked";
+    secs = gap;
+  }
+  g_stall.last_s = now;
+  g_stall.boot_off = off;
+  if (!cause)
+    return;
+  s->stall_end_s = now;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "seconds", round(secs * 1000) / 1000);
+  cJSON_AddStringToObject(f, "cause", cause);
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
+  sup_events_emit(s->ev, "supervisor_stall", f,
+                  "the supervisor did not run for %.1f s (%s); silence of workers during it is "
+                  "not held against them",
+                  secs, cause);
+}
+
+static void stall_cb(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  stall_check(s);
+  sup_run_flush_log(s);
+  long k = sup_ratelimit_flush(&g_port_rl, ft_now_s());
+  if (k)
+    fprintf(stderr, "supervise: %ld more line(s) about the control port left out\n", k);
+  /* every terminal state ends the loop, even one reached before it ran */
+  if (s->state >= SUP_FINISHING && !any_process_alive(s))
+    event_base_loopbreak(s->base);
 }
 
 static void default_worker(char *out, size_t n) {
@@ -201,18 +347,31 @@ static int resolve_store(sup *s, const char *store_arg) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  static sup S;
-  sup *s = &S;
-  const char *state_dir = "state", *store_arg = NULL, *worker = NULL, *steps = NULL;
-  int spares = 0;
-  const char *sets[argc + 1]; /* the --set arguments (point into argv) */
-  int nsets = 0, rc = 0, ex = SUP_EXIT_USAGE;
-  char err[2048];
-  static const struct option opts[] = {
-      {"spares", 1, 0, 'p'}, {"state", 1, 0, 'd'},  {"steps", 1, 0, 'n'}, {"store", 1, 0, 's'},
-      {"set", 1, 0, 'S'},    {"worker", 1, 0, 'w'}, {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+/* ---- main, in phases ------------------------------------------------------- */
+
+/* What main's phases share. Each phase returns GO to go on, or the exit
+ * code; cleanup runs whatever the last phase reached. */
+#define GO (-1)
+typedef struct main_ctx {
+  sup *s;
+  /* the command line */
+  const char *state_dir, *store_arg, *worker, *steps, *runfile, *unquarantine;
+  int spares, from_scratch;
+  const char **sets; /* the --set arguments (point into argv) */
+  int nsets;
+  /* what the phases found */
+  char evpath[4200];
+  int64_t latest; /* the newest committed checkpoint at start; -1: none */
+} main_ctx;
+
+static int parse_args(main_ctx *m, int argc, char **argv) {
+  static const struct option opts[] = {{"spares", 1, 0, 'p'},       {"state", 1, 0, 'd'},
+                                       {"steps", 1, 0, 'n'},        {"store", 1, 0, 's'},
+                                       {"set", 1, 0, 'S'},          {"worker", 1, 0, 'w'},
+                                       {"help", 0, 0, 'h'},         {"unquarantine", 1, 0, 'U'},
+                                       {"from-scratch", 0, 0, 'F'}, {0, 0, 0, 0}};
   int ch;
+  m->state_dir = "state";
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (ch) {
     case 'p': {
@@ -222,31 +381,45 @@ int main(int argc, char **argv) {
         fprintf(stderr, "supervise: --spares: '%s' is not a count 0..%d\n", optarg, SUP_MAX_NODES);
         return SUP_EXIT_USAGE;
       }
-      spares = (int)v;
+      m->spares = (int)v;
       break;
     }
     case 'd':
-      state_dir = optarg;
+      m->state_dir = optarg;
       break;
     case 'n':
-      steps = optarg;
+      m->steps = optarg;
       break;
     case 's':
-      store_arg = optarg;
+      m->store_arg = optarg;
       break;
     case 'S':
       if (!strchr(optarg, '=')) {
         fprintf(stderr, "supervise: --set wants KEY=VALUE, got '%s'\n", optarg);
         return SUP_EXIT_USAGE;
       }
-      sets[nsets++] = optarg;
+      m->sets[m->nsets++] = optarg;
       break;
     case 'w':
-      worker = optarg;
+      m->worker = optarg;
+      break;
+    case 'U': {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (strcmp(optarg, "all") && (!optarg[0] || *end || v < 0 || v >= SUP_MAX_NODES)) {
+        fprintf(stderr, "supervise: --unquarantine: '%s' is neither a node 0..%d nor 'all'\n",
+                optarg, SUP_MAX_NODES - 1);
+        return SUP_EXIT_USAGE;
+      }
+      m->unquarantine = optarg;
+      break;
+    }
+    case 'F':
+      m->from_scratch = 1;
       break;
     case 'h':
       usage(stdout);
-      return 0;
+      return SUP_EXIT_DONE;
     default:
       usage(stderr);
       return SUP_EXIT_USAGE;
@@ -256,23 +429,28 @@ int main(int argc, char **argv) {
     usage(stderr);
     return SUP_EXIT_USAGE;
   }
-  const char *runfile = argv[optind];
+  m->runfile = argv[optind];
+  return GO;
+}
 
-  /* ---- the run file, then the overrides ---- */
-  if (ft_runfile_load(runfile, &s->rf, err, sizeof err)) {
+/* The run file, the overrides, and what follows from them. */
+static int load_runfile(main_ctx *m) {
+  sup *s = m->s;
+  char err[2048];
+  if (ft_runfile_load(m->runfile, &s->rf, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     return SUP_EXIT_USAGE;
   }
-  if (steps && ft_runfile_set(&s->rf, "train.steps", steps, err, sizeof err)) {
+  if (m->steps && ft_runfile_set(&s->rf, "train.steps", m->steps, err, sizeof err)) {
     fprintf(stderr, "supervise: --steps: %s\n", err);
     return SUP_EXIT_USAGE;
   }
-  for (int i = 0; i < nsets; i++) {
+  for (int i = 0; i < m->nsets; i++) {
     char key[256];
-    const char *eq = strchr(sets[i], '=');
-    snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
+    const char *eq = strchr(m->sets[i], '=');
+    snprintf(key, sizeof key, "%.*s", (int)(eq - m->sets[i]), m->sets[i]);
     if (ft_runfile_set(&s->rf, key, eq + 1, err, sizeof err)) {
-      fprintf(stderr, "supervise: --set %s: %s\n", sets[i], err);
+      fprintf(stderr, "supervise: --set %s: %s\n", m->sets[i], err);
       return SUP_EXIT_USAGE;
     }
   }
@@ -280,11 +458,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err);
     return SUP_EXIT_USAGE;
   }
-  s->steps_override = steps ? (long long)s->rf.train.steps : -1;
-  s->sets = sets;
-  s->nsets = nsets;
+  s->steps_override = m->steps ? (long long)s->rf.train.steps : -1;
+  s->sets = m->sets;
+  s->nsets = m->nsets;
   s->N = s->rf.nodes.count;
-  s->S = spares;
+  s->S = m->spares;
   s->G = s->rf.nodes.workers_per_node;
   s->nnodes = s->N + s->S;
   s->final_step = s->rf.train.steps;
@@ -303,7 +481,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "%s: train.global_batch %d is not divisible by the world size %d "
             "(nodes.count x nodes.workers_per_node)\n",
-            runfile, s->rf.train.global_batch, s->N * s->G);
+            m->runfile, s->rf.train.global_batch, s->N * s->G);
     return SUP_EXIT_USAGE;
   }
   if (!strcmp(s->rf.nodes.launcher, "command"))
@@ -317,25 +495,93 @@ int main(int argc, char **argv) {
     fprintf(stderr, "supervise: nodes.launcher is command but nodes.command is empty\n");
     return SUP_EXIT_USAGE;
   }
+  return GO;
+}
 
-  /* ---- paths ---- */
-  if (mkdir_p(state_dir)) {
-    fprintf(stderr, "supervise: cannot create --state %s: %s\n", state_dir, strerror(errno));
+/* Copies the run file to DIR/run.yaml (written whole, then renamed in) and
+ * points s->runfile_path at the copy: every launch, relaunches included,
+ * reads the run file as it was at start. */
+static int snapshot_runfile(sup *s, const char *runfile) {
+  char path[sizeof s->runfile_path], tmp[sizeof path + 8], buf[65536];
+  int in = -1, out = -1, rc = -1;
+  if (snprintf(path, sizeof path, "%s/run.yaml", s->state_dir) >= (int)sizeof path) {
+    fprintf(stderr, "supervise: --state path too long\n");
+    return -1;
+  }
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if (!strcmp(path, s->runfile_path))
+    return 0; /* run from the snapshot itself */
+  in = open(runfile, O_RDONLY | O_CLOEXEC);
+  out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (in < 0 || out < 0)
+    goto out;
+  for (;;) {
+    ssize_t n = read(in, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      goto out;
+    if (n == 0)
+      break;
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = write(out, buf + off, (size_t)(n - off));
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w < 0)
+        goto out;
+      off += w;
+    }
+  }
+  if (fsync(out) || close(out)) {
+    out = -1;
+    goto out;
+  }
+  out = -1;
+  if (rename(tmp, path))
+    goto out;
+  memcpy(s->runfile_path, path, sizeof path);
+  rc = 0;
+out:
+  if (rc)
+    fprintf(stderr, "supervise: cannot copy the run file %s to %s: %s\n", runfile, path,
+            strerror(errno));
+  if (in >= 0)
+    close(in);
+  if (out >= 0)
+    close(out);
+  return rc;
+}
+
+/* The state dir, logs/, the run file's snapshot, the store's URI, the
+ * worker program. */
+static int prepare_paths(main_ctx *m) {
+  sup *s = m->s;
+  struct stat st;
+  if (m->unquarantine && stat(m->state_dir, &st)) {
+    fprintf(stderr, "supervise: --state %s: %s\n", m->state_dir, strerror(errno));
     return SUP_EXIT_USAGE;
   }
-  if (!realpath(state_dir, s->state_dir) || !realpath(runfile, s->runfile_path)) {
-    fprintf(stderr, "supervise: %s: %s\n", state_dir, strerror(errno));
+  if (mkdir_p(m->state_dir)) {
+    fprintf(stderr, "supervise: cannot create --state %s: %s\n", m->state_dir, strerror(errno));
     return SUP_EXIT_USAGE;
   }
+  if (!realpath(m->state_dir, s->state_dir) || !realpath(m->runfile, s->runfile_path)) {
+    fprintf(stderr, "supervise: %s: %s\n", m->state_dir, strerror(errno));
+    return SUP_EXIT_USAGE;
+  }
+  if (resolve_store(s, m->store_arg))
+    return SUP_EXIT_USAGE;
+  if (m->unquarantine)
+    return GO; /* nothing is launched */
   char logs[4200];
   if (snprintf(logs, sizeof logs, "%s/logs", s->state_dir) >= (int)sizeof logs || mkdir_p(logs)) {
     fprintf(stderr, "supervise: cannot create %s: %s\n", logs, strerror(errno));
     return SUP_EXIT_USAGE;
   }
-  if (resolve_store(s, store_arg))
+  if (snapshot_runfile(s, m->runfile))
     return SUP_EXIT_USAGE;
-  if (worker)
-    snprintf(s->worker_path, sizeof s->worker_path, "%s", worker);
+  if (m->worker)
+    snprintf(s->worker_path, sizeof s->worker_path, "%s", m->worker);
   else
     default_worker(s->worker_path, sizeof s->worker_path);
   if (strchr(s->worker_path, '/') && access(s->worker_path, X_OK) != 0) {
@@ -343,58 +589,149 @@ int main(int argc, char **argv) {
             strerror(errno));
     return SUP_EXIT_USAGE;
   }
+  return GO;
+}
 
-  /* ---- the store (the catalog's writer) ---- */
+/* Where the catalog of s->store_uri lives, for messages. */
+static void catalog_path(const sup *s, char *out, size_t n) {
+  if (!strncmp(s->store_uri, "s3://", 5))
+    snprintf(out, n, "%s/catalog", getenv("FT_S3_CACHE") ? getenv("FT_S3_CACHE") : "FT_S3_CACHE");
+  else
+    snprintf(out, n, "%s/catalog", s->store_uri + (strncmp(s->store_uri, "local:", 6) ? 0 : 6));
+}
+
+/* The store, as the catalog's writer; a catalog that lost checkpoints of
+ * this run is refused (a damaged catalog never silently restarts a run). */
+static int open_store(main_ctx *m) {
+  sup *s = m->s;
+  char cat[4300];
+  catalog_path(s, cat, sizeof cat);
   ckpt_store_opts so = {0};
-  rc = ckpt_store_open(s->store_uri, &so, &s->store);
+  int rc = ckpt_store_open(s->store_uri, &so, &s->store);
   if (rc) {
     if (rc == FT_EBUSY)
       fprintf(stderr, "supervise: another supervisor holds the catalog of %s: %s\n", s->store_uri,
               ft_err_detail());
     else
-      fprintf(stderr, "supervise: cannot open the store %s: %s: %s\n", s->store_uri,
-              ft_strerror(rc), ft_err_detail());
+      fprintf(stderr, "supervise: cannot open the store %s (catalog %s): %s: %s\n", s->store_uri,
+              cat, ft_strerror(rc), ft_err_detail());
     return SUP_EXIT_STORE;
   }
-  s->nodes = calloc((size_t)s->nnodes, sizeof *s->nodes);
-  if (!s->nodes) {
-    ex = SUP_EXIT_FAILED;
-    goto out;
+  if (m->unquarantine)
+    return GO;
+  int64_t newest = -1, known = -1;
+  rc = ckpt_store_catalog_behind(s->store, s->rf.run, &newest);
+  if (rc < 0) {
+    fprintf(stderr, "supervise: cannot compare the catalog %s with the store %s: %s\n", cat,
+            s->store_uri, ft_err_detail());
+    return SUP_EXIT_STORE;
   }
+  rc = ckpt_store_latest(s->store, s->rf.run, INT64_MAX, &known);
+  if (rc && rc != FT_ENOENT) {
+    fprintf(stderr, "supervise: cannot read the catalog %s: %s\n", cat, ft_err_detail());
+    return SUP_EXIT_STORE;
+  }
+  if (rc)
+    known = -1;
+  if (newest > known && !m->from_scratch) {
+    fprintf(stderr,
+            "supervise: the catalog %s is behind the store %s: run %s has a checkpoint at step "
+            "%" PRId64 " that the catalog does not list (its newest: %" PRId64
+            "); starting now would train from an older step.\n"
+            "  to recover it:  ckpt rebuild-catalog %s\n"
+            "  to go on from the catalog's newest anyway: supervise --from-scratch ...\n",
+            cat, s->store_uri, s->rf.run, newest, known, s->store_uri);
+    return SUP_EXIT_STORE;
+  }
+  if (newest > known)
+    fprintf(stderr,
+            "supervise: --from-scratch: the catalog lacks checkpoints up to step %" PRId64
+            "; going on from %s\n",
+            newest, known >= 0 ? "its newest" : "step 0");
+  m->latest = known;
+  return GO;
+}
+
+/* The node pool, every node as configured (persisted roles come next). */
+static int alloc_pool(main_ctx *m) {
+  sup *s = m->s;
+  if (m->unquarantine)
+    s->nnodes = SUP_MAX_NODES; /* keep every quarantined node the state lists */
+  s->nodes = calloc((size_t)s->nnodes, sizeof *s->nodes);
+  if (!s->nodes)
+    return SUP_EXIT_FAILED;
   for (int n = 0; n < s->nnodes; n++) {
     s->nodes[n].role = n < s->N ? SUP_ROLE_ACTIVE : SUP_ROLE_SPARE;
     s->nodes[n].w = calloc((size_t)s->G, sizeof *s->nodes[n].w);
-    if (!s->nodes[n].w) {
-      ex = SUP_EXIT_FAILED;
-      goto out;
-    }
+    if (!s->nodes[n].w)
+      return SUP_EXIT_FAILED;
     for (int j = 0; j < s->G; j++) {
       s->nodes[n].w[j].node = n;
       s->nodes[n].w[j].slot = j;
       s->nodes[n].w[j].rank = -1;
     }
   }
+  return GO;
+}
 
-  /* ---- persisted state: resume, or a finished run ---- */
+/* --unquarantine: nodes back into the pool in the persisted state. */
+static int unquarantine(main_ctx *m, uint64_t pgen, const char *pstatus, int prestarts) {
+  sup *s = m->s;
+  int all = !strcmp(m->unquarantine, "all"), node = all ? -1 : atoi(m->unquarantine), k = 0;
+  char list[1024] = "";
+  size_t len = 0;
+  for (int n = 0; n < s->nnodes; n++) {
+    if (s->nodes[n].role != SUP_ROLE_QUARANTINED || !(all || n == node))
+      continue;
+    s->nodes[n].role = SUP_ROLE_ACTIVE; /* not persisted: only quarantine is */
+    k++;
+    if (len < sizeof list)
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", len ? ", " : "", n);
+  }
+  if (!k) {
+    printf("supervise: run %s: %s quarantined; nothing changed\n", s->rf.run,
+           all ? "no node is" : "that node is not");
+    return SUP_EXIT_DONE;
+  }
+  s->gen = pgen;
+  s->restarts = prestarts;
+  if (sup_persist(s, pstatus)) {
+    fprintf(stderr, "supervise: cannot write the run state: %s\n", ft_err_detail());
+    return SUP_EXIT_STORE;
+  }
+  printf("supervise: run %s: node(s) %s taken out of quarantine (state %s, generation %" PRIu64
+         "); the next run uses them\n",
+         s->rf.run, list, pstatus, pgen);
+  return SUP_EXIT_DONE;
+}
+
+/* The persisted run state: resume, a finished run, or --unquarantine. */
+static int load_run_state(main_ctx *m) {
+  sup *s = m->s;
   uint64_t pgen = 0;
   char *pstatus = NULL;
-  int prestarts = 0;
-  rc = sup_persist_load(s, &pgen, &pstatus, &prestarts);
+  int prestarts = 0, ex = GO;
+  int rc = sup_persist_load(s, &pgen, &pstatus, &prestarts);
   if (rc && rc != FT_ENOENT) {
     fprintf(stderr, "supervise: cannot read the run state: %s\n", ft_err_detail());
-    ex = SUP_EXIT_STORE;
-    goto out;
+    return SUP_EXIT_STORE;
   }
-  int64_t latest = -1;
-  if (ckpt_store_latest(s->store, s->rf.run, INT64_MAX, &latest) != 0)
-    latest = -1;
+  if (m->unquarantine) {
+    if (!pstatus) {
+      fprintf(stderr, "supervise: run %s has no state in %s (is --state/--store right?)\n",
+              s->rf.run, s->store_uri);
+      return SUP_EXIT_USAGE;
+    }
+    ex = unquarantine(m, pgen, pstatus, prestarts);
+    free(pstatus);
+    return ex;
+  }
   if (pstatus && !strcmp(pstatus, "done")) {
     printf("supervise: run %s in %s is already done (generation %" PRIu64
            ", %d restart(s)); nothing to do\n",
            s->rf.run, s->state_dir, pgen, prestarts);
     free(pstatus);
-    ex = SUP_EXIT_DONE;
-    goto out;
+    return SUP_EXIT_DONE;
   }
   s->gen = pstatus ? pgen + 1 : 1;
   s->restarts = pstatus && strcmp(pstatus, "failed") ? prestarts : 0;
@@ -404,41 +741,51 @@ int main(int argc, char **argv) {
   free(pstatus);
   if (sup_watch_init(s)) {
     fprintf(stderr, "supervise: watchdog.loss_spike: %s\n", ft_err_detail());
-    ex = SUP_EXIT_USAGE;
-    goto out;
+    return SUP_EXIT_USAGE;
   }
-  if (latest >= s->final_step) {
+  if (m->latest >= s->final_step) {
     if (sup_persist(s, "done") == 0)
       printf("supervise: run %s: the final checkpoint (step %" PRId64 ") is committed; done\n",
-             s->rf.run, latest);
-    ex = SUP_EXIT_DONE;
-    goto out;
+             s->rf.run, m->latest);
+    return SUP_EXIT_DONE;
   }
+  return GO;
+}
 
-  /* ---- event log, token, loop, listener, signals ---- */
-  char evpath[4200];
-  if (snprintf(evpath, sizeof evpath, "%s/events.jsonl", s->state_dir) >= (int)sizeof evpath ||
-      sup_events_open(evpath, stderr, &s->ev)) {
+/* The event log, the token, the loop with its listener, signals and timers,
+ * and the commit threads. */
+static int open_loop(main_ctx *m) {
+  sup *s = m->s;
+  if (snprintf(m->evpath, sizeof m->evpath, "%s/events.jsonl", s->state_dir) >=
+          (int)sizeof m->evpath ||
+      sup_events_open(m->evpath, stderr, &s->ev)) {
     fprintf(stderr, "supervise: %s\n", ft_err_detail());
-    ex = SUP_EXIT_USAGE;
-    goto out;
+    return SUP_EXIT_USAGE;
   }
   if (ft_wire_token_new(s->token)) {
     fprintf(stderr, "supervise: cannot make a run token: %s\n", ft_err_detail());
-    ex = SUP_EXIT_FAILED;
-    goto out;
+    return SUP_EXIT_FAILED;
   }
   signal(SIGPIPE, SIG_IGN);
   s->base = event_base_new();
-  if (!s->base || sup_kv_reply_init(s)) {
-    ex = SUP_EXIT_FAILED;
-    goto out;
-  }
-  if (!strncmp(s->store_uri, "s3://", 5) && sup_run_commitq_start(s)) {
+  /* two priorities: the stall timer (0) runs before everything else (1) */
+  if (!s->base || event_base_priority_init(s->base, 2) || sup_kv_reply_init(s))
+    return SUP_EXIT_FAILED;
+  if (sup_run_commitq_start(s)) {
     fprintf(stderr, "supervise: %s\n", ft_err_detail());
-    ex = SUP_EXIT_FAILED;
-    goto out;
+    return SUP_EXIT_FAILED;
   }
+  /* unauthenticated connections: a share of the descriptors, never fewer
+   * than twice the workers that may say HELLO at once */
+  struct rlimit rl;
+  long cap = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                 ? (long)rl.rlim_cur / 8
+                 : SUP_CONN_MAX_UNAUTH;
+  if (cap > SUP_CONN_MAX_UNAUTH)
+    cap = SUP_CONN_MAX_UNAUTH;
+  if (cap < 2L * s->nnodes * s->G + 4)
+    cap = 2L * s->nnodes * s->G + 4;
+  sup_conn_set_limits(SUP_CONN_HELLO_TIMEOUT_S, (int)cap);
   struct sockaddr_in sin = {
       .sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   s->lis = evconnlistener_new_bind(
@@ -446,9 +793,9 @@ int main(int argc, char **argv) {
       (struct sockaddr *)&sin, sizeof sin);
   if (!s->lis) {
     fprintf(stderr, "supervise: cannot listen on 127.0.0.1: %s\n", strerror(errno));
-    ex = SUP_EXIT_FAILED;
-    goto out;
+    return SUP_EXIT_FAILED;
   }
+  evconnlistener_set_error_cb(s->lis, accept_error_cb);
   struct sockaddr_in bound;
   socklen_t bl = sizeof bound;
   getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&bound, &bl);
@@ -462,16 +809,26 @@ int main(int argc, char **argv) {
   s->tick = event_new(s->base, -1, EV_PERSIST, sup_recovery_on_tick, s);
   s->grace = evtimer_new(s->base, sup_recovery_on_grace, s);
   s->waitpoll = evtimer_new(s->base, sup_recovery_waitpoll, s);
-  if (!s->sig_chld || !s->sig_int || !s->sig_term || !s->tick || !s->grace || !s->waitpoll) {
-    ex = SUP_EXIT_FAILED;
-    goto out;
-  }
+  g_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
+  g_stall.ev = event_new(s->base, -1, EV_PERSIST, stall_cb, s);
+  if (!s->sig_chld || !s->sig_int || !s->sig_term || !s->tick || !s->grace || !s->waitpoll ||
+      !g_accept_resume || !g_stall.ev || event_priority_set(g_stall.ev, 0))
+    return SUP_EXIT_FAILED;
   event_add(s->sig_chld, NULL);
   event_add(s->sig_int, NULL);
   event_add(s->sig_term, NULL);
-  struct timeval tick = {0, 250000};
+  struct timeval tick = {0, 250000}, stall = {0, (long)(STALL_PERIOD_S * 1e6)};
   event_add(s->tick, &tick);
+  g_stall.last_s = ft_now_s();
+  g_stall.boot_off = boot_minus_mono_s();
+  event_add(g_stall.ev, &stall);
+  return GO;
+}
 
+/* run_started, the first gang, the loop until a terminal state, the last
+ * line. */
+static int run(main_ctx *m) {
+  sup *s = m->s;
   s->t_start_s = ft_now_s();
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "run", s->rf.run);
@@ -481,55 +838,54 @@ int main(int argc, char **argv) {
   cJSON_AddStringToObject(f, "store", s->store_uri);
   if (!strncmp(s->store_uri, "s3://", 5))
     cJSON_AddStringToObject(f, "s3_cache", getenv("FT_S3_CACHE"));
+  cJSON_AddStringToObject(f, "runfile", s->runfile_path);
   cJSON_AddNumberToObject(f, "pid", getpid());
   cJSON_AddNumberToObject(f, "port", s->port);
   cJSON_AddNumberToObject(f, "steps", (double)s->final_step);
-  cJSON_AddNumberToObject(f, "restore_step", (double)latest);
+  cJSON_AddNumberToObject(f, "restore_step", (double)m->latest);
   sup_events_emit(s->ev, "run_started", f,
                   "run %s gen %" PRIu64 ": %d node(s) x %d worker(s) + %d spare(s), store %s, "
                   "control port %d",
                   s->rf.run, s->gen, s->N, s->G, s->S, s->store_uri, s->port);
   if (sup_persist(s, "running")) {
     fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
-    ex = SUP_EXIT_STORE;
-    goto out;
+    return SUP_EXIT_STORE;
   }
-  rc = sup_recovery_start(s);
-  if (rc) {
+  if (sup_recovery_start(s)) {
     char why[512];
     snprintf(why, sizeof why, "cannot launch workers: %s", ft_err_detail());
     sup_recovery_fail(s, why);
   }
-  event_base_dispatch(s->base);
-  ex = s->exit_code;
+  /* A run can end before the loop runs (too few usable nodes): a
+   * loopbreak then would be lost, so the loop runs only while something
+   * is left to do. */
+  if (s->state < SUP_FINISHING || any_process_alive(s))
+    event_base_dispatch(s->base);
+  int ex = s->exit_code;
   if (ex == SUP_EXIT_DONE)
     printf("supervise: run %s done: %" PRId64 " steps, %d restart(s), generation %" PRIu64
            ", %.1f s; events in %s\n",
-           s->rf.run, s->final_step, s->restarts, s->gen, ft_now_s() - s->t_start_s, evpath);
+           s->rf.run, s->final_step, s->restarts, s->gen, ft_now_s() - s->t_start_s, m->evpath);
   else if (ex == SUP_EXIT_FAILED)
-    printf("supervise: run %s FAILED: %s (events in %s)\n", s->rf.run, s->fail_reason, evpath);
+    printf("supervise: run %s FAILED: %s (events in %s)\n", s->rf.run, s->fail_reason, m->evpath);
   else if (ex == SUP_EXIT_INTERRUPTED)
     printf("supervise: run %s interrupted at step %" PRId64 "; run the same command to resume\n",
            s->rf.run, s->last_step);
+  return ex;
+}
 
-out:
+static void cleanup(main_ctx *m) {
+  sup *s = m->s;
   sup_commitq_free(s->commitq); /* first: it may still report to the log and the gang */
   sup_pending_clear(s);
   sup_watch_free(s);
   sup_conn_free_all();
   sup_kv_free(s->kv);
-  if (s->tick)
-    event_free(s->tick);
-  if (s->grace)
-    event_free(s->grace);
-  if (s->waitpoll)
-    event_free(s->waitpoll);
-  if (s->sig_chld)
-    event_free(s->sig_chld);
-  if (s->sig_int)
-    event_free(s->sig_int);
-  if (s->sig_term)
-    event_free(s->sig_term);
+  struct event *evs[] = {s->tick,    s->grace,    s->waitpoll,     s->sig_chld,
+                         s->sig_int, s->sig_term, g_accept_resume, g_stall.ev};
+  for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+    if (evs[i])
+      event_free(evs[i]);
   if (s->lis)
     evconnlistener_free(s->lis);
   if (s->base)
@@ -540,5 +896,38 @@ out:
     for (int n = 0; n < s->nnodes; n++)
       free(s->nodes[n].w);
   free(s->nodes);
+}
+
+/* Descriptors: the soft limit up to the hard one (each worker connection,
+ * each store file and each peer waiting for its HELLO takes one). */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+int main(int argc, char **argv) {
+  static sup S;
+  const char *sets[argc + 1];
+  main_ctx m = {.s = &S, .sets = sets, .latest = -1};
+  raise_fd_limit();
+  int ex = parse_args(&m, argc, argv);
+  if (ex == GO)
+    ex = load_runfile(&m);
+  if (ex == GO)
+    ex = prepare_paths(&m);
+  if (ex == GO)
+    ex = open_store(&m);
+  if (ex == GO)
+    ex = alloc_pool(&m);
+  if (ex == GO)
+    ex = load_run_state(&m);
+  if (ex == GO)
+    ex = open_loop(&m);
+  if (ex == GO)
+    ex = run(&m);
+  cleanup(&m);
   return ex;
 }

@@ -21,10 +21,16 @@
  *               other -> blame silent workers (the worker exits 5 next)
  *   KV_SET/GET  the rendezvous store, current gen only
  *
- * The commit is synchronous on the loop (one synced RocksDB WriteBatch and
- * a manifest object; milliseconds): acceptable, since the loop has nothing
- * more urgent than the checkpoint it is committing, and heartbeats that
- * queue meanwhile are read right after. GC after a commit likewise.
+ * Commits and the retention GC after them run on sup_commitq's threads for
+ * every store, local ones too: a local commit is milliseconds when the disk
+ * is well, but a slow fsync or rename (seconds, on a loaded or failing disk)
+ * on the loop would stop heartbeats, and the workers would take the
+ * supervisor for dead. The loop only reports (cq_done).
+ *
+ * connection_closed events of peers that never said a valid HELLO are rate
+ * limited (anyone on the host can cause them at will; each is an fsync'ed
+ * line): at most CLOSED_BURST a second, the next one (or sup_run_flush_log)
+ * carries how many were left out as "suppressed".
  *
  * Persisted state (catalog key "sup/<run>/state", one synced JSON record):
  * {"gen": G, "status": "running|done|failed", "quarantined": [...],
@@ -230,8 +236,7 @@ void sup_pending_clear(sup *s) {
   }
 }
 
-/* The store's part of a commit, then retention GC; on the loop thread for
- * local stores, on sup_commitq's thread for s3:// ones (touches only the
+/* The store's part of a commit (on sup_commitq's thread: touches only the
  * store and the run file, both safe there). */
 static void commit_store(sup *s, sup_pending_ckpt *p) {
   int64_t parent = -1;
@@ -293,17 +298,7 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
     }
 }
 
-static void commit(sup *s, sup_pending_ckpt *p) {
-  commit_store(s, p);
-  commit_report(s, p);
-  if (p->rc)
-    return;
-  retention_gc(s);
-  if (p->step >= s->final_step)
-    sup_recovery_done(s);
-}
-
-/* ---- sup_commitq callbacks (s3:// stores) ---- */
+/* ---- sup_commitq callbacks ---- */
 
 static void cq_work(void *ud, sup_pending_ckpt *p) {
   commit_store(ud, p);
@@ -405,12 +400,7 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
     while (*pp != p)
       pp = &(*pp)->next;
     *pp = p->next;
-    if (s->commitq) {
-      sup_commitq_push(s->commitq, p); /* reported by cq_done */
-    } else {
-      commit(s, p);
-      pending_free(p);
-    }
+    sup_commitq_push(s->commitq, p); /* reported by cq_done */
   }
   goto out;
 bad : {
@@ -608,6 +598,9 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   }
 }
 
+#define CLOSED_BURST 10
+static sup_ratelimit g_closed_rl = {.window_s = 1.0, .burst = CLOSED_BURST};
+
 static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
   sup *s = ud;
   sup_worker *w = sup_conn_user(c);
@@ -616,8 +609,13 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
     w->conn = NULL;
   }
   if (is_error) {
+    long suppressed = 0;
+    if (!w && !sup_ratelimit_allow(&g_closed_rl, ft_now_s(), &suppressed))
+      return;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "reason", reason);
+    if (suppressed)
+      cJSON_AddNumberToObject(f, "suppressed", (double)suppressed);
     cJSON_AddStringToObject(f, "peer", sup_conn_peer(c));
     cJSON_AddNumberToObject(f, "node", w ? w->node : -1);
     cJSON_AddNumberToObject(f, "slot", w ? w->slot : -1);
@@ -625,8 +623,22 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
       sup_events_emit(s->ev, "connection_closed", f, "node %d slot %d: %s", w->node, w->slot,
                       reason);
     else
-      sup_events_emit(s->ev, "connection_closed", f, "%s: %s", sup_conn_peer(c), reason);
+      sup_events_emit(s->ev, "connection_closed", f, "%s: %s%s", sup_conn_peer(c), reason,
+                      suppressed ? " (and more, rate limited)" : "");
   }
+}
+
+void sup_run_flush_log(sup *s) {
+  long k = sup_ratelimit_flush(&g_closed_rl, ft_now_s());
+  if (!k)
+    return;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(f, "reason", "rate limited");
+  cJSON_AddNumberToObject(f, "suppressed", (double)k);
+  cJSON_AddNumberToObject(f, "node", -1);
+  cJSON_AddNumberToObject(f, "slot", -1);
+  sup_events_emit(s->ev, "connection_closed", f,
+                  "%ld more connection(s) without a valid HELLO closed (rate limited)", k);
 }
 
 const sup_conn_ops sup_run_conn_ops = {

@@ -87,11 +87,39 @@ static void test_open_fails_cleanly(void **st) {
   sup_events_free(NULL);
 }
 
+/* A flood of 1000 lines in one second writes `burst` of them; the next
+ * line allowed (or the flush after the window) carries the count left out. */
+static void test_ratelimit(void **st) {
+  sup_ratelimit rl = {.window_s = 1.0, .burst = 3};
+  long sup = -1;
+  int allowed = 0;
+  for (int i = 0; i < 1000; i++) {
+    allowed += sup_ratelimit_allow(&rl, 10.0 + i * 1e-4, &sup);
+    if (i < 3)
+      assert_int_equal(sup, 0);
+  }
+  assert_int_equal(allowed, 3);
+  assert_int_equal(sup_ratelimit_flush(&rl, 10.5), 0); /* window not over */
+  assert_true(sup_ratelimit_allow(&rl, 11.2, &sup));
+  assert_int_equal(sup, 997);
+  /* the count goes out once, by flush when no line follows */
+  for (int i = 0; i < 10; i++)
+    sup_ratelimit_allow(&rl, 11.3, &sup);
+  assert_int_equal(sup_ratelimit_flush(&rl, 12.0), 0); /* 11.2's window is not over */
+  assert_int_equal(sup_ratelimit_flush(&rl, 12.3), 8);
+  assert_int_equal(sup_ratelimit_flush(&rl, 14.0), 0);
+  /* the flushed line used the new window's first slot */
+  assert_true(sup_ratelimit_allow(&rl, 12.4, &sup));
+  assert_true(sup_ratelimit_allow(&rl, 12.5, &sup));
+  assert_false(sup_ratelimit_allow(&rl, 12.6, &sup));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_format),
       cmocka_unit_test(test_emit_appends),
       cmocka_unit_test(test_open_fails_cleanly),
+      cmocka_unit_test(test_ratelimit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

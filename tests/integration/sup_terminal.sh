@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Every terminal state ends supervise, and an operator can clear quarantine.
+# A run whose node is quarantined (one failure quarantines; no spares;
+# when_no_spares: fail) fails; run again with the same state it must say
+# why and exit 1 at once (it used to sit in its loop forever, holding the
+# catalog). `supervise --unquarantine all` puts the node back, and the next
+# run resumes and finishes.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+ST=$TMP/state
+mkdir -p "$ST"
+FAIL_ARGS=(--spares 0 --set recovery.when_no_spares=fail --set recovery.node_failures_to_quarantine=1)
+
+set +e
+FT_FAILPOINTS=kill_node_at_step=8 FAKE_STEP_MS=40 sup_run "$ST" "${FAIL_ARGS[@]}"
+rc=$?
+set -e
+[ $rc -eq 1 ] || { cat "$ST.out"; fail "the first run should fail (exit 1), got $rc"; }
+
+# again: fails at once (a bounded wait; a hang is killed by timeout -> 124)
+set +e
+timeout -s KILL 30 "$FT_BIN/supervise" --state "$ST" --worker "$FAKE" --steps 30 \
+  --set checkpoint.every_steps=5 --set watchdog.heartbeat_timeout_s=3 "${FAIL_ARGS[@]}" \
+  "$FT_SRC/examples/demo.yaml" >"$TMP/again.out" 2>&1
+rc=$?
+set -e
+[ $rc -eq 1 ] || { cat "$TMP/again.out"; fail "the rerun should exit 1 promptly, got $rc"; }
+grep -q "usable node" "$TMP/again.out" || { cat "$TMP/again.out"; fail "the rerun did not say why"; }
+
+# a node that is not quarantined: nothing changes
+"$FT_BIN/supervise" --state "$ST" --unquarantine 0 "$FT_SRC/examples/demo.yaml" >"$TMP/uq0.out" 2>&1 ||
+  fail "--unquarantine 0 failed: $(cat "$TMP/uq0.out")"
+grep -q "nothing changed" "$TMP/uq0.out" || fail "--unquarantine 0: $(cat "$TMP/uq0.out")"
+# a bad node argument is a usage error
+set +e
+"$FT_BIN/supervise" --state "$ST" --unquarantine x1 "$FT_SRC/examples/demo.yaml" >/dev/null 2>&1
+rc=$?
+set -e
+[ $rc -eq 2 ] || fail "--unquarantine x1 should exit 2, got $rc"
+
+"$FT_BIN/supervise" --state "$ST" --unquarantine all "$FT_SRC/examples/demo.yaml" >"$TMP/uq.out" 2>&1 ||
+  fail "--unquarantine all failed: $(cat "$TMP/uq.out")"
+grep -q "node(s) 1 taken out of quarantine" "$TMP/uq.out" || fail "--unquarantine said: $(cat "$TMP/uq.out")"
+
+FAKE_STEP_MS=20 sup_run "$ST" "${FAIL_ARGS[@]}" || { cat "$ST.out"; fail "the run after --unquarantine did not finish"; }
+grep -q "resuming run" "$ST.out" || fail "the run after --unquarantine did not resume"
+has_event "$ST" run_done || fail "no run_done"
+has_event "$ST" run_started 'e["world"] == 2' || fail "no run with both nodes"
+pass "terminal states exit; --unquarantine lets the run go on"
