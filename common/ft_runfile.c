@@ -19,6 +19,13 @@
  *    1-based line and column of the offending node (the key for unknown and
  *    duplicate keys, the value otherwise).
  *  - Numbers must be plain YAML scalars: a quoted "5" is a string, not an int.
+ *    Every numeric key has a finite range, and products of keys (world size,
+ *    tokens per step, parameters, a CPU run's memory) are checked in 64-bit
+ *    or double arithmetic, so no message ever shows an overflowed value.
+ *  - A scalar's text is (pointer, length) into libfyaml's buffer, not a C
+ *    string: every check reads within its length.
+ *  - _load reads the whole file (at most FT_RUNFILE_MAX_BYTES) and hands it
+ *    to _parse, which refuses NUL bytes (libfyaml would end the scalar there).
  *  - Only the first error is reported; the libfyaml document, parser and
  *    diagnostic object are always freed before returning.
  *
@@ -48,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- the schema ----------------------------------------------------------- */
 
@@ -79,64 +87,71 @@ static const char *const W_NO_SPARES[] = {"shrink", "wait", "fail", NULL};
 #define AT(m) .off = offsetof(ft_runfile, m), .size = sizeof(((ft_runfile *)0)->m)
 #define F_INT(k, m, lo, hi)                                                                        \
   { .key = k, .kind = K_INT, AT(m), .ilo = lo, .ihi = hi }
-#define F_I64(k, m, lo)                                                                            \
-  { .key = k, .kind = K_I64, AT(m), .ilo = lo, .ihi = INT64_MAX }
+#define F_I64(k, m, lo, hi)                                                                        \
+  { .key = k, .kind = K_I64, AT(m), .ilo = lo, .ihi = hi }
 #define F_DBL(k, m, lo, hi, fl)                                                                    \
   { .key = k, .kind = K_DBL, AT(m), .dlo = lo, .dhi = hi, .flags = fl }
 #define F_STR(k, m, fl, chk, w)                                                                    \
   { .key = k, .kind = K_STR, AT(m), .flags = fl, .check = chk, .words = w }
 #define F_WORD(k, m, w) F_STR(k, m, 0, C_WORDS, w)
 
+/* Step-like counters: far beyond any run, far below any overflow. */
+#define STEPS_MAX 1000000000000LL
+#define YEAR_S (365.0 * 86400)
+
+/* Every numeric key has a finite range; docs/runfile.md lists them. The
+ * products of several keys (world size, tokens per step, parameters, memory)
+ * are checked in cross_check. */
 static const struct field FIELDS[] = {
     F_STR("run", run, 0, C_RUNID, NULL),
-    F_INT("model.n_layer", model.n_layer, 1, INT_MAX),
-    F_INT("model.n_head", model.n_head, 1, INT_MAX),
-    F_INT("model.n_embd", model.n_embd, 1, INT_MAX),
-    F_INT("model.vocab_size", model.vocab_size, 1, INT_MAX),
-    F_INT("model.seq_len", model.seq_len, 1, INT_MAX),
-    F_I64("train.steps", train.steps, 1),
-    F_INT("train.global_batch", train.global_batch, 1, INT_MAX),
-    F_INT("train.micro_batch", train.micro_batch, 1, INT_MAX),
-    F_DBL("train.lr", train.lr, 0, INFINITY, LO_OPEN),
-    F_I64("train.warmup", train.warmup, 0),
+    F_INT("model.n_layer", model.n_layer, 1, FT_RUNFILE_MAX_LAYER),
+    F_INT("model.n_head", model.n_head, 1, FT_RUNFILE_MAX_HEAD),
+    F_INT("model.n_embd", model.n_embd, 1, FT_RUNFILE_MAX_EMBD),
+    F_INT("model.vocab_size", model.vocab_size, 1, FT_RUNFILE_MAX_VOCAB),
+    F_INT("model.seq_len", model.seq_len, 1, FT_RUNFILE_MAX_SEQ),
+    F_I64("train.steps", train.steps, 1, STEPS_MAX),
+    F_INT("train.global_batch", train.global_batch, 1, FT_RUNFILE_MAX_GLOBAL_BATCH),
+    F_INT("train.micro_batch", train.micro_batch, 1, FT_RUNFILE_MAX_MICRO_BATCH),
+    F_DBL("train.lr", train.lr, 0, 10, LO_OPEN),
+    F_I64("train.warmup", train.warmup, 0, STEPS_MAX),
     F_WORD("train.schedule", train.schedule, W_SCHEDULE),
     F_DBL("train.min_lr_frac", train.min_lr_frac, 0, 1, 0),
-    F_DBL("train.weight_decay", train.weight_decay, 0, INFINITY, 0),
-    F_DBL("train.grad_clip", train.grad_clip, 0, INFINITY, 0),
+    F_DBL("train.weight_decay", train.weight_decay, 0, 10, 0),
+    F_DBL("train.grad_clip", train.grad_clip, 0, 1e6, 0),
     F_DBL("train.beta1", train.beta1, 0, 1, HI_OPEN),
     F_DBL("train.beta2", train.beta2, 0, 1, HI_OPEN),
-    F_DBL("train.eps", train.eps, 0, INFINITY, LO_OPEN),
+    F_DBL("train.eps", train.eps, 0, 1, LO_OPEN),
     {.key = "train.seed", .kind = K_U64, AT(train.seed)},
     F_WORD("train.precision", train.precision, W_PRECISION),
     F_STR("data.train", data.train, 0, C_NONE, NULL),
     F_STR("data.val", data.val, EMPTY_OK, C_NONE, NULL),
-    F_INT("nodes.count", nodes.count, 1, INT_MAX),
-    F_INT("nodes.workers_per_node", nodes.workers_per_node, 1, INT_MAX),
+    F_INT("nodes.count", nodes.count, 1, FT_RUNFILE_MAX_NODES),
+    F_INT("nodes.workers_per_node", nodes.workers_per_node, 1, FT_RUNFILE_MAX_WORKERS_PER_NODE),
     F_WORD("nodes.device", nodes.device, W_DEVICE),
     F_WORD("nodes.launcher", nodes.launcher, W_LAUNCHER),
     F_STR("nodes.command", nodes.command, EMPTY_OK, C_NONE, NULL),
     {.key = "nodes.hosts", .kind = K_HOSTS, AT(nodes.hosts)},
-    F_I64("checkpoint.every_steps", checkpoint.every_steps, 0),
-    F_DBL("checkpoint.every_seconds", checkpoint.every_seconds, 0, INFINITY, 0),
+    F_I64("checkpoint.every_steps", checkpoint.every_steps, 0, STEPS_MAX),
+    F_DBL("checkpoint.every_seconds", checkpoint.every_seconds, 0, YEAR_S, 0),
     F_STR("checkpoint.store", checkpoint.store, 0, C_STORE, NULL),
-    F_INT("checkpoint.keep_last", checkpoint.keep_last, 1, INT_MAX),
-    F_INT("checkpoint.keep_every", checkpoint.keep_every, 0, INT_MAX),
+    F_INT("checkpoint.keep_last", checkpoint.keep_last, 1, 1000000),
+    F_INT("checkpoint.keep_every", checkpoint.keep_every, 0, 1000000000),
     F_INT("checkpoint.chunk_mib", checkpoint.chunk_mib, 1, 1024),
     F_STR("checkpoint.codec", checkpoint.codec, 0, C_CODEC, NULL),
-    F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, INFINITY, LO_OPEN),
-    F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, INFINITY, LO_OPEN),
-    F_INT("watchdog.loss_spike.window", watchdog.spike_window, 2, INT_MAX),
-    F_DBL("watchdog.loss_spike.zscore", watchdog.spike_zscore, 0, INFINITY, LO_OPEN),
-    F_INT("watchdog.loss_spike.min_steps", watchdog.spike_min_steps, 0, INT_MAX),
+    F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, 3600, LO_OPEN),
+    F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, 86400, LO_OPEN),
+    F_INT("watchdog.loss_spike.window", watchdog.spike_window, 2, 100000),
+    F_DBL("watchdog.loss_spike.zscore", watchdog.spike_zscore, 0, 1000, LO_OPEN),
+    F_INT("watchdog.loss_spike.min_steps", watchdog.spike_min_steps, 0, 1000000000),
     F_STR("watchdog.xid_source", watchdog.xid_source, EMPTY_OK, C_NONE, NULL),
     F_STR("watchdog.xid_actions", watchdog.xid_actions, EMPTY_OK, C_NONE, NULL),
-    F_INT("recovery.max_restarts", recovery.max_restarts, 0, INT_MAX),
+    F_INT("recovery.max_restarts", recovery.max_restarts, 0, 1000000),
     F_WORD("recovery.on_loss_spike", recovery.on_loss_spike, W_ON_SPIKE),
-    F_I64("recovery.skip_batches", recovery.skip_batches, 0),
+    F_I64("recovery.skip_batches", recovery.skip_batches, 0, STEPS_MAX),
     F_WORD("recovery.when_no_spares", recovery.when_no_spares, W_NO_SPARES),
     F_INT("recovery.node_failures_to_quarantine", recovery.node_failures_to_quarantine, 1, 1000),
-    F_DBL("recovery.node_failure_window_s", recovery.node_failure_window_s, 0, INFINITY, LO_OPEN),
-    F_I64("chaos.kill_node_at_step", chaos.kill_node_at_step, 0),
+    F_DBL("recovery.node_failure_window_s", recovery.node_failure_window_s, 0, YEAR_S, LO_OPEN),
+    F_I64("chaos.kill_node_at_step", chaos.kill_node_at_step, 0, STEPS_MAX),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
@@ -413,13 +428,17 @@ static int check_dbl(const struct field *f, double v, char *msg, size_t n) {
   return 0;
 }
 
-static int check_codec(const char *s) {
-  if (strncmp(s, "zstd:", 5) != 0)
+/* "zstd:LEVEL", LEVEL 1..19. s holds len bytes and need not be
+ * NUL-terminated (a scalar's text in the YAML buffer). */
+static int check_codec(const char *s, size_t len) {
+  if (len < 6 || len > 7 || memcmp(s, "zstd:", 5) != 0)
     return -1;
-  s += 5;
-  if (!isdigit((unsigned char)s[0]) || strlen(s) > 2 || (s[1] && !isdigit((unsigned char)s[1])))
-    return -1;
-  int lvl = atoi(s);
+  int lvl = 0;
+  for (size_t i = 5; i < len; i++) {
+    if (!isdigit((unsigned char)s[i]))
+      return -1;
+    lvl = lvl * 10 + (s[i] - '0');
+  }
   return lvl >= 1 && lvl <= 19 ? 0 : -1;
 }
 
@@ -458,17 +477,18 @@ static int check_str(const struct field *f, const char *s, size_t len, char *msg
     }
     return -1;
   case C_CODEC:
-    if (check_codec(s) == 0)
+    if (check_codec(s, len) == 0)
       return 0;
     return snprintf(msg, n, "'%s' is not a known codec (expected zstd:LEVEL, LEVEL 1..19)", ex), -1;
   case C_STORE:
-    if (!strncmp(s, "local:", 6)) {
-      if (!s[6])
+    /* s holds len bytes, not NUL-terminated: compare within len only. */
+    if (len >= 6 && !memcmp(s, "local:", 6)) {
+      if (len == 6)
         return snprintf(msg, n, "'%s' names no directory (expected local:DIR)", ex), -1;
       return 0;
     }
-    if (!strncmp(s, "s3://", 5)) {
-      if (!s[5] || s[5] == '/')
+    if (len >= 5 && !memcmp(s, "s3://", 5)) {
+      if (len == 5 || s[5] == '/')
         return snprintf(msg, n, "'%s' names no bucket (expected s3://BUCKET/PREFIX)", ex), -1;
       return 0;
     }
@@ -839,6 +859,40 @@ static int blame(int *idx, int i, char *msg, size_t n, const char *fmt, ...) {
   return -1;
 }
 
+double ft_runfile_mem_estimate(const ft_runfile *rf, double *params) {
+  const ft_model_cfg *m = &rf->model;
+  double C = m->n_embd, L = m->n_layer, T = m->seq_len, NH = m->n_head;
+  double Vp = ceil(m->vocab_size / 128.0) * 128; /* ft_gpt2_pad_vocab */
+  double B = rf->train.micro_batch, N = B * T;
+  double world = (double)rf->nodes.count * rf->nodes.workers_per_node;
+  /* wte, wpe, L blocks of 12 C^2 + 13 C, lnf (ft_gpt2's layout) */
+  double P = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+  /* worker/gpt2.c's activation arena: per layer 18 N C + 4 N + 2 B NH T^2,
+   * plus the embeddings, the final LayerNorm, logits and probabilities. */
+  double acts =
+      N * C + L * (18 * N * C + 4 * N + 2 * B * NH * T * T) + N * C + 2 * N + 2 * N * Vp + N;
+  if (params)
+    *params = P;
+  if (world < 1)
+    world = 1;
+  return 4.0 * (4 * P + 4 * P / world + 2 * acts);
+}
+
+/* Physical memory of this machine in bytes (0: unknown). */
+static double machine_bytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+}
+
+/* The largest micro-batch <= max for which micro x world divides global (the
+ * worker's choice at run time); 0 if global is not a multiple of world. */
+static int micro_that_works(int global, long long world, int max) {
+  for (int b = max; b >= 1; b--)
+    if (global % ((long long)b * world) == 0)
+      return b;
+  return 0;
+}
+
 /* Finds the first cross-field problem. `at` (may be NULL) says which keys the
  * file set, so that the blame lands on a key the user wrote. On a problem
  * returns -1 with *idx the blamed field and msg the text after "KEY: ". */
@@ -850,6 +904,8 @@ static int cross_check(const ft_runfile *rf, const struct pos *at, int *idx, cha
   int i_head = find_field("model.n_head"), i_embd = find_field("model.n_embd");
   int i_mb = find_field("train.micro_batch"), i_gb = find_field("train.global_batch");
   int i_cmd = find_field("nodes.command"), i_la = find_field("nodes.launcher");
+  int i_cnt = find_field("nodes.count"), i_wpn = find_field("nodes.workers_per_node");
+  int i_seq = find_field("model.seq_len");
 
   if (m->n_embd % m->n_head) {
     if (BLAME_FIRST(i_head, i_embd))
@@ -858,13 +914,75 @@ static int cross_check(const ft_runfile *rf, const struct pos *at, int *idx, cha
     return blame(idx, i_embd, msg, n, "%d is not a multiple of model.n_head (%d)", m->n_embd,
                  m->n_head);
   }
-  if (t->global_batch % t->micro_batch) {
-    if (BLAME_FIRST(i_mb, i_gb))
-      return blame(idx, i_mb, msg, n, "%d does not divide train.global_batch (%d)", t->micro_batch,
-                   t->global_batch);
-    return blame(idx, i_gb, msg, n, "%d is not a multiple of train.micro_batch (%d)",
-                 t->global_batch, t->micro_batch);
+
+  /* The world, in 64 bits: nodes.count x nodes.workers_per_node. */
+  long long world = (long long)rf->nodes.count * rf->nodes.workers_per_node;
+  char wdesc[128];
+  snprintf(wdesc, sizeof wdesc, "world size %lld (nodes.count %d x nodes.workers_per_node %d)",
+           world, rf->nodes.count, rf->nodes.workers_per_node);
+  if (world > FT_RUNFILE_MAX_WORLD)
+    return blame(idx, BLAME_FIRST(i_wpn, i_cnt) ? i_wpn : i_cnt, msg, n, "%s is more than %d",
+                 wdesc, FT_RUNFILE_MAX_WORLD);
+  if (t->global_batch % world) {
+    long long lo = t->global_batch / world * world, hi = lo + world;
+    if (lo > 0)
+      return blame(idx, i_gb, msg, n, "%d is not a multiple of the %s; %lld or %lld would be",
+                   t->global_batch, wdesc, lo, hi);
+    return blame(idx, i_gb, msg, n, "%d is not a multiple of the %s; %lld would be",
+                 t->global_batch, wdesc, hi);
   }
+  if (t->global_batch % ((long long)t->micro_batch * world)) {
+    int fit = micro_that_works(t->global_batch, world, t->micro_batch);
+    long long step = (long long)t->micro_batch * world;
+    long long up = (t->global_batch / step + 1) * step;
+    if (BLAME_FIRST(i_mb, i_gb)) {
+      if (world == 1)
+        return blame(idx, i_mb, msg, n, "%d does not divide train.global_batch (%d); %d would",
+                     t->micro_batch, t->global_batch, fit);
+      return blame(idx, i_mb, msg, n,
+                   "%d x the %s does not divide train.global_batch (%d); micro_batch %d would",
+                   t->micro_batch, wdesc, t->global_batch, fit);
+    }
+    if (world == 1)
+      return blame(idx, i_gb, msg, n,
+                   "%d is not a multiple of train.micro_batch (%d); %lld would (or micro_batch %d)",
+                   t->global_batch, t->micro_batch, up, fit);
+    return blame(idx, i_gb, msg, n,
+                 "%d is not a multiple of train.micro_batch (%d) x the %s; %lld would (or "
+                 "micro_batch %d)",
+                 t->global_batch, t->micro_batch, wdesc, up, fit);
+  }
+  long long tokens = (long long)t->global_batch * m->seq_len;
+  if (tokens > FT_RUNFILE_MAX_TOKENS_PER_STEP)
+    return blame(idx, BLAME_FIRST(i_gb, i_seq) ? i_gb : i_seq, msg, n,
+                 "train.global_batch %d x model.seq_len %d is %lld tokens per step, more than %lld",
+                 t->global_batch, m->seq_len, tokens, FT_RUNFILE_MAX_TOKENS_PER_STEP);
+
+  /* The model's size: blame the first model key the file set. */
+  static const char *const MODEL_KEYS[] = {"model.n_embd",     "model.n_layer",     "model.seq_len",
+                                           "model.vocab_size", "train.micro_batch", NULL};
+  int i_model = i_embd;
+  for (int k = 0; MODEL_KEYS[k]; k++)
+    if (IN_FILE(find_field(MODEL_KEYS[k]))) {
+      i_model = find_field(MODEL_KEYS[k]);
+      break;
+    }
+  double params, bytes = ft_runfile_mem_estimate(rf, &params);
+  if (params > (double)FT_RUNFILE_MAX_PARAMS)
+    return blame(idx, i_model, msg, n, "the model has %.4g parameters, more than %.4g", params,
+                 (double)FT_RUNFILE_MAX_PARAMS);
+  double have = machine_bytes();
+  if (!strcmp(rf->nodes.device, "cpu") && !strcmp(rf->nodes.launcher, "local") && have > 0 &&
+      bytes * (double)world > have) {
+    const double GiB = 1024.0 * 1024 * 1024;
+    return blame(idx, i_model, msg, n,
+                 "the model needs about %.1f GiB (%.4g parameters: weights, gradients and AdamW "
+                 "moments, plus activations at micro_batch %d x seq_len %d: %.1f GiB per rank, "
+                 "%lld ranks on this machine), more than this machine's %.1f GiB",
+                 bytes * (double)world / GiB, params, t->micro_batch, m->seq_len, bytes / GiB,
+                 world, have / GiB);
+  }
+
   if (!strcmp(rf->nodes.launcher, "command") && !strstr(rf->nodes.command, "{argv}")) {
     char ex[64];
     excerpt(rf->nodes.command, strnlen(rf->nodes.command, sizeof rf->nodes.command), ex, sizeof ex);
@@ -907,24 +1025,28 @@ int ft_runfile_validate(const ft_runfile *rf, char *err, size_t errlen) {
 
 static void diag_silent(struct fy_diag *diag, void *user, const char *buf, size_t len) {}
 
-/* True if the file holds only blank lines, comments and document markers. */
-static bool only_comments(const char *path) {
-  FILE *fp = fopen(path, "r");
-  char line[256];
-  bool ok = fp != NULL, bol = true;
-  while (ok && fgets(line, sizeof line, fp)) {
-    const char *p = line;
-    if (bol) {
-      p += strspn(p, " \t\r\n");
-      ok = !*p || *p == '#' || !strncmp(p, "---", 3) || !strncmp(p, "...", 3);
-      if (ok && *p && *p != '#')
-        ok = !p[3 + strspn(p + 3, " \t\r\n")] || p[3 + strspn(p + 3, " \t\r\n")] == '#';
+/* True if the text holds only blank lines, comments and document markers. */
+static bool only_comments(const char *text, size_t len) {
+  size_t i = 0;
+  while (i < len) {
+    size_t e = i;
+    while (e < len && text[e] != '\n')
+      e++;
+    size_t p = i;
+    while (p < e && strchr(" \t\r", text[p]))
+      p++;
+    if (p < e && text[p] != '#') {
+      if (e - p < 3 || (memcmp(text + p, "---", 3) && memcmp(text + p, "...", 3)))
+        return false;
+      p += 3;
+      while (p < e && strchr(" \t\r", text[p]))
+        p++;
+      if (p < e && text[p] != '#')
+        return false;
     }
-    bol = strchr(line, '\n') != NULL;
+    i = e + 1;
   }
-  if (fp)
-    fclose(fp);
-  return ok;
+  return true;
 }
 
 /* Formats libfyaml's first collected error as a syntax error. */
@@ -938,7 +1060,25 @@ static int syntax_error(struct ctx *c, struct fy_diag *diag) {
   return fail_at(c, (struct pos){0, 0}, "syntax error", "invalid YAML");
 }
 
-int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen) {
+/* Position of the first NUL byte in text (line 0 if none). libfyaml would
+ * end a scalar there and silently drop the rest ("run: abc<NUL>def" read
+ * as "abc"), so a run file is text without NULs. */
+static struct pos find_nul(const char *text, size_t len) {
+  const char *z = memchr(text, 0, len);
+  struct pos p = {0, 0};
+  if (!z)
+    return p;
+  p.line = 1;
+  const char *bol = text;
+  for (const char *q = text; q < z; q++)
+    if (*q == '\n')
+      p.line++, bol = q + 1;
+  p.col = (int)(z - bol) + 1;
+  return p;
+}
+
+int ft_runfile_parse(const char *name, const char *text, size_t len, ft_runfile *rf, char *err,
+                     size_t errlen) {
   char dummy[8], what[96], msg[MSG];
   struct ctx *c = NULL;
   struct fy_diag *diag = NULL;
@@ -949,40 +1089,37 @@ int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen) 
   if (!err || !errlen)
     err = dummy, errlen = sizeof dummy;
   err[0] = 0;
-  if (!path || !rf) {
-    snprintf(err, errlen, "ft_runfile_load: NULL argument");
+  if (!name || !rf || (!text && len)) {
+    snprintf(err, errlen, "ft_runfile_parse: NULL argument");
     return ft_err_set(FT_EINVAL, "%s", err);
   }
   ft_runfile_defaults(rf);
-  if (strlen(path) >= sizeof rf->path) {
-    snprintf(err, errlen, "%.64s...: path is too long", path);
+  if (strlen(name) >= sizeof rf->path) {
+    snprintf(err, errlen, "%.64s...: path is too long", name);
     return ft_err_set(FT_ECONFIG, "%s", err);
   }
-  snprintf(rf->path, sizeof rf->path, "%s", path);
-
-  /* libfyaml reports a missing file without a collected error: check first. */
-  FILE *fp = fopen(path, "r");
-  if (!fp) {
-    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return ft_err_set(FT_EIO, "%s", err);
-  }
-  struct stat st;
-  int dir = fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode);
-  fclose(fp);
-  if (dir) {
-    snprintf(err, errlen, "%s: cannot read: is a directory", path);
-    return ft_err_set(FT_EIO, "%s", err);
-  }
+  snprintf(rf->path, sizeof rf->path, "%s", name);
 
   c = calloc(1, sizeof *c);
   if (!c) {
-    snprintf(err, errlen, "%s: out of memory", path);
+    snprintf(err, errlen, "%s: out of memory", name);
     return ft_err_set(FT_ENOMEM, "%s", err);
   }
-  c->path = path;
+  c->path = name;
   c->rf = rf;
   c->err = err;
   c->errlen = errlen;
+
+  if (len > FT_RUNFILE_MAX_BYTES) {
+    rc = fail_at(c, (struct pos){0, 0}, "(file)",
+                 "%zu bytes is too large for a run file (at most %d)", len, FT_RUNFILE_MAX_BYTES);
+    goto out;
+  }
+  struct pos nul = find_nul(text ? text : "", len);
+  if (nul.line) {
+    rc = fail_at(c, nul, "syntax error", "a NUL byte; a run file is text");
+    goto out;
+  }
 
   struct fy_diag_cfg dcfg;
   fy_diag_cfg_default(&dcfg);
@@ -1000,8 +1137,8 @@ int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen) 
    * name the key's dotted path. */
   struct fy_parse_cfg pcfg = {.flags = FYPCF_QUIET | FYPCF_ALLOW_DUPLICATE_KEYS, .diag = diag};
   fyp = fy_parser_create(&pcfg);
-  if (!fyp || fy_parser_set_input_file(fyp, path) != 0) {
-    rc = fail_at(c, (struct pos){0, 0}, "yaml", "cannot open the file for parsing");
+  if (!fyp || fy_parser_set_string(fyp, len ? text : "", len) != 0) {
+    rc = fail_at(c, (struct pos){0, 0}, "yaml", "cannot set up the YAML parser");
     goto out;
   }
   fyd = fy_parse_load_document(fyp);
@@ -1024,7 +1161,7 @@ int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen) 
 
   /* An empty file (or one of only comments) leaves every default; anything
    * else that yields no document (an encoding libfyaml gave up on) is an error. */
-  if (!fyd && !only_comments(path)) {
+  if (!fyd && !only_comments(text ? text : "", len)) {
     rc = fail_at(c, (struct pos){1, 1}, "syntax error", "no YAML document found");
     goto out;
   }
@@ -1059,6 +1196,55 @@ out:
   free(c);
   if (rc)
     ft_err_set(rc, "%s", err);
+  return rc;
+}
+
+int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen) {
+  char dummy[8];
+  char *text = NULL;
+  size_t len = 0;
+  int rc = FT_OK;
+
+  if (!err || !errlen)
+    err = dummy, errlen = sizeof dummy;
+  err[0] = 0;
+  if (!path || !rf) {
+    snprintf(err, errlen, "ft_runfile_load: NULL argument");
+    return ft_err_set(FT_EINVAL, "%s", err);
+  }
+  ft_runfile_defaults(rf);
+  if (strlen(path) >= sizeof rf->path) {
+    snprintf(err, errlen, "%.64s...: path is too long", path);
+    return ft_err_set(FT_ECONFIG, "%s", err);
+  }
+  FILE *fp = fopen(path, "r");
+  if (!fp) {
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return ft_err_set(FT_EIO, "%s", err);
+  }
+  struct stat st;
+  if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "%s: cannot read: is a directory", path);
+    rc = ft_err_set(FT_EIO, "%s", err);
+    goto out;
+  }
+  /* Read at most one byte more than a run file may hold: _parse refuses it. */
+  text = malloc((size_t)FT_RUNFILE_MAX_BYTES + 1);
+  if (!text) {
+    snprintf(err, errlen, "%s: out of memory", path);
+    rc = ft_err_set(FT_ENOMEM, "%s", err);
+    goto out;
+  }
+  len = fread(text, 1, (size_t)FT_RUNFILE_MAX_BYTES + 1, fp);
+  if (ferror(fp)) {
+    snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+    rc = ft_err_set(FT_EIO, "%s", err);
+    goto out;
+  }
+  rc = ft_runfile_parse(path, text, len, rf, err, errlen);
+out:
+  free(text);
+  fclose(fp);
   return rc;
 }
 

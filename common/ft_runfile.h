@@ -19,6 +19,24 @@
 extern "C" {
 #endif
 
+/* Ranges of the keys that size a run (docs/runfile.md lists every key's).
+ * Tokens are uint16 in llm.c's shards, so the vocabulary is at most 65536;
+ * the world (nodes.count x nodes.workers_per_node) is at most
+ * FT_RUNFILE_MAX_WORLD, the wire protocol's limit. */
+#define FT_RUNFILE_MAX_LAYER 1024
+#define FT_RUNFILE_MAX_HEAD 1024
+#define FT_RUNFILE_MAX_EMBD 32768
+#define FT_RUNFILE_MAX_VOCAB 65536
+#define FT_RUNFILE_MAX_SEQ 32768
+#define FT_RUNFILE_MAX_GLOBAL_BATCH 1048576
+#define FT_RUNFILE_MAX_MICRO_BATCH 65536
+#define FT_RUNFILE_MAX_NODES 256
+#define FT_RUNFILE_MAX_WORKERS_PER_NODE 256
+#define FT_RUNFILE_MAX_WORLD 65536
+#define FT_RUNFILE_MAX_TOKENS_PER_STEP 2147483647LL /* global_batch x seq_len */
+#define FT_RUNFILE_MAX_PARAMS 1000000000000LL       /* 1e12 */
+#define FT_RUNFILE_MAX_BYTES (4 << 20)              /* a run file's size */
+
 typedef struct ft_model_cfg {
   int n_layer, n_head, n_embd, vocab_size, seq_len;
 } ft_model_cfg;
@@ -114,10 +132,26 @@ void ft_runfile_defaults(ft_runfile *rf);
  * into err (size errlen). */
 int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen);
 
-/* Checks cross-field constraints (heads divide channels, micro batch
- * divides global batch, store scheme known, ...). Called by _load; call it
- * again after applying command-line overrides. Errors name the key. */
+/* Parses a run file's text (len bytes, need not be NUL-terminated) over the
+ * defaults, as _load does with the file's contents; name is used in
+ * messages and kept in rf->path. */
+int ft_runfile_parse(const char *name, const char *text, size_t len, ft_runfile *rf, char *err,
+                     size_t errlen);
+
+/* Checks cross-field constraints (heads divide channels, micro_batch x world
+ * divides global_batch, store scheme known, products that must not
+ * overflow) and, for CPU runs on this machine (nodes.device cpu, launcher
+ * local), that the estimated memory of all ranks (ft_runfile_mem_estimate)
+ * fits in this machine's physical memory. Called by _load; call it again
+ * after applying command-line overrides. Errors name the key. */
 int ft_runfile_validate(const ft_runfile *rf, char *err, size_t errlen);
+
+/* Estimated bytes one CPU rank needs: the full parameters, gradients and
+ * AdamW moments (4 x fp32), their FSDP shards (4 x fp32 / world), and the
+ * activations and their gradients at micro_batch x seq_len. Doubles: the
+ * estimate of a huge model must not overflow. *params gets the parameter
+ * count (may be NULL). */
+double ft_runfile_mem_estimate(const ft_runfile *rf, double *params);
 
 /* The model and train config as compact JSON (malloc'd; caller frees), used
  * as a checkpoint's config and to compute the config hash. */

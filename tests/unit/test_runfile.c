@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ft_err.h"
+#include "ft_gpt2.h"
 #include "ft_runfile.h"
 
 static char src_dir[1024], data_dir[1200];
@@ -53,7 +54,7 @@ static void test_full_file(void **state) {
   assert_int_equal(rf->model.vocab_size, 512);
   assert_int_equal(rf->model.seq_len, 128);
   assert_int_equal(rf->train.steps, 1000);
-  assert_int_equal(rf->train.global_batch, 64);
+  assert_int_equal(rf->train.global_batch, 96);
   assert_int_equal(rf->train.micro_batch, 4);
   assert_true(rf->train.lr == 3.0e-4);
   assert_int_equal(rf->train.warmup, 100);
@@ -125,6 +126,92 @@ static void test_flow_style(void **state) {
   /* untouched keys keep their defaults */
   assert_int_equal(rf->checkpoint.keep_last, 5);
   assert_true(rf->train.beta2 == 0.95);
+  free(rf);
+}
+
+/* A codec or store written quoted, or in flow style, is the same string. */
+static void test_quoted_and_flow_strings(void **state) {
+  ft_runfile *rf = load_ok("good_quoted.yaml");
+  assert_string_equal(rf->checkpoint.codec, "zstd:7");
+  assert_string_equal(rf->checkpoint.store, "local:quoted/store");
+  free(rf);
+  rf = load_ok("good_flow_codec.yaml");
+  assert_string_equal(rf->checkpoint.codec, "zstd:3");
+  assert_string_equal(rf->checkpoint.store, "local:flow");
+  free(rf);
+}
+
+/* _parse reads exactly len bytes: a buffer without a NUL after it (ASan
+ * sees any overread), a NUL inside it, and one too large. */
+static void test_parse_buffer(void **state) {
+  static const char text[] = "checkpoint: {codec: zstd:12, store: \"local:x\"}\nrun: r1";
+  size_t n = sizeof text - 1;
+  char *exact = malloc(n), err[512];
+  ft_runfile *rf = malloc(sizeof *rf);
+  memcpy(exact, text, n);
+  assert_int_equal(ft_runfile_parse("mem.yaml", exact, n, rf, err, sizeof err), FT_OK);
+  assert_string_equal(rf->checkpoint.codec, "zstd:12");
+  assert_string_equal(rf->checkpoint.store, "local:x");
+  assert_string_equal(rf->run, "r1");
+  assert_string_equal(rf->path, "mem.yaml");
+  /* the first 2 bytes of "r1" only: the run name is "r" */
+  assert_int_equal(ft_runfile_parse("mem.yaml", exact, n - 1, rf, err, sizeof err), FT_OK);
+  assert_string_equal(rf->run, "r");
+  free(exact);
+
+  static const char nul[] = "train:\n  steps: 40\nrun: ab\0cd\n";
+  assert_int_equal(ft_runfile_parse("nul.yaml", nul, sizeof nul - 1, rf, err, sizeof err),
+                   FT_ECONFIG);
+  assert_string_equal(err, "nul.yaml:3:8: syntax error: a NUL byte; a run file is text");
+
+  size_t big = (size_t)FT_RUNFILE_MAX_BYTES + 1;
+  char *huge = malloc(big);
+  memset(huge, '#', big);
+  assert_int_equal(ft_runfile_parse("big.yaml", huge, big, rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "big.yaml: (file): 4194305 bytes is too large for a run file (at most "
+                           "4194304)");
+  free(huge);
+  assert_int_equal(ft_runfile_parse("empty.yaml", NULL, 0, rf, err, sizeof err), FT_OK);
+  free(rf);
+}
+
+/* A model that cannot fit in this machine's memory is refused up front with
+ * the estimate; the default model's estimate is its real size. */
+static void test_memory_estimate(void **state) {
+  char err[1024], want[4096];
+  ft_runfile *rf = malloc(sizeof *rf);
+  assert_int_equal(ft_runfile_load(data_path("bad_memory.yaml"), rf, err, sizeof err), FT_ECONFIG);
+  snprintf(want, sizeof want,
+           "%s:5:11: model.n_embd: the model needs about 9362.1 GiB (2.062e+11 parameters: "
+           "weights, gradients and AdamW moments, plus activations at micro_batch 8 x seq_len "
+           "64: 4681.1 GiB per rank, 2 ranks on this machine), more than this machine's ",
+           data_path("bad_memory.yaml"));
+  if (strncmp(err, want, strlen(want)) != 0)
+    fail_msg("got:  %s\nwant: %s...", err, want);
+  assert_non_null(strstr(err + strlen(want), " GiB"));
+
+  /* the same model on the command launcher (other machines) or on CUDA is
+   * not measured against this machine */
+  ft_runfile_set(rf, "model.n_layer", "64", err, sizeof err);
+  ft_runfile_set(rf, "model.n_head", "16", err, sizeof err);
+  ft_runfile_set(rf, "model.n_embd", "16384", err, sizeof err);
+  assert_int_equal(ft_runfile_validate(rf, err, sizeof err), FT_ECONFIG);
+  assert_non_null(strstr(err, "model.n_embd: the model needs about 9362.1 GiB"));
+  ft_runfile_set(rf, "nodes.device", "cuda", err, sizeof err);
+  assert_int_equal(ft_runfile_validate(rf, err, sizeof err), FT_OK);
+
+  ft_runfile_defaults(rf);
+  double params = 0, bytes = ft_runfile_mem_estimate(rf, &params);
+  ft_gpt2_dims d = {.max_seq_len = 64,
+                    .vocab_size = 256,
+                    .padded_vocab_size = 256,
+                    .n_layer = 2,
+                    .n_head = 4,
+                    .channels = 64};
+  assert_true(params == (double)ft_gpt2_num_params(&d));
+  /* 4 full fp32 copies + 4 half shards (world 2) of 120576 parameters, and
+   * two arenas of activations */
+  assert_true(bytes > 4.0 * 6 * params && bytes < 64.0 * 1024 * 1024);
   free(rf);
 }
 
@@ -266,9 +353,30 @@ static const struct bad_case BAD[] = {
      "expected a sequence of host names, got a string ('node1')"},
     {"bad_alias.yaml", 3, 11, "train.warmup", "aliases are not supported in a run file"},
     {"bad_cross_micro.yaml", 4, 16, "train.micro_batch",
-     "12 does not divide train.global_batch (32)"},
+     "12 x the world size 2 (nodes.count 2 x nodes.workers_per_node 1) does not divide "
+     "train.global_batch (32); micro_batch 8 would"},
     {"bad_cross_global.yaml", 2, 17, "train.global_batch",
-     "20 is not a multiple of train.micro_batch (8)"},
+     "20 is not a multiple of train.micro_batch (8) x the world size 2 (nodes.count 2 x "
+     "nodes.workers_per_node 1); 32 would (or micro_batch 5)"},
+    /* the worker used to pick micro-batch 6 silently at run time */
+    {"bad_cross_world_micro.yaml", 4, 16, "train.micro_batch",
+     "8 x the world size 2 (nodes.count 2 x nodes.workers_per_node 1) does not divide "
+     "train.global_batch (24); micro_batch 6 would"},
+    {"bad_cross_world_global.yaml", 4, 17, "train.global_batch",
+     "18 is not a multiple of the world size 4 (nodes.count 4 x nodes.workers_per_node 1); 16 "
+     "or 20 would be"},
+    {"bad_store_quoted_empty.yaml", 2, 10, "checkpoint.store",
+     "'local:' names no directory (expected local:DIR)"},
+    {"bad_range_workers.yaml", 2, 21, "nodes.workers_per_node", "must be <= 256, got 2147483647"},
+    {"bad_range_layers.yaml", 2, 12, "model.n_layer", "must be <= 1024, got 2147483647"},
+    {"bad_range_global_huge.yaml", 2, 17, "train.global_batch",
+     "must be <= 1048576, got 2147483640"},
+    {"bad_nul.yaml", 1, 9, "syntax error", "a NUL byte; a run file is text"},
+    {"bad_tokens.yaml", 4, 17, "train.global_batch",
+     "train.global_batch 1048576 x model.seq_len 4096 is 4294967296 tokens per step, more than "
+     "2147483647"},
+    {"bad_params.yaml", 4, 11, "model.n_embd",
+     "the model has 1.319e+13 parameters, more than 1e+12"},
     {"bad_cross_heads.yaml", 1, 17, "model.n_head", "5 does not divide model.n_embd (64)"},
     {"bad_cross_embd.yaml", 2, 11, "model.n_embd", "66 is not a multiple of model.n_head (4)"},
     {"bad_cross_launcher.yaml", 1, 19, "nodes.launcher",
@@ -338,7 +446,12 @@ static void test_validate(void **state) {
   ft_runfile_defaults(&rf);
   rf.train.micro_batch = 5;
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
-  assert_string_equal(err, "train.micro_batch: 5 does not divide train.global_batch (16)");
+  assert_string_equal(err, "train.micro_batch: 5 x the world size 2 (nodes.count 2 x "
+                           "nodes.workers_per_node 1) does not divide train.global_batch (16); "
+                           "micro_batch 4 would");
+  rf.nodes.count = 1;
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "train.micro_batch: 5 does not divide train.global_batch (16); 4 would");
 
   /* A warmup longer than the run is allowed: short smoke runs keep the
    * file's warmup, and the lr simply is still ramping when they end. */
@@ -367,6 +480,21 @@ static void test_validate(void **state) {
   rf.watchdog.spike_zscore = -1;
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
   assert_string_equal(err, "watchdog.loss_spike.zscore: must be > 0, got -1");
+  /* products are computed without overflow and printed as they are */
+  ft_runfile_defaults(&rf);
+  rf.nodes.count = 256;
+  rf.nodes.workers_per_node = 256;
+  rf.train.micro_batch = 1;
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "train.global_batch: 16 is not a multiple of the world size 65536 "
+                           "(nodes.count 256 x nodes.workers_per_node 256); 65536 would be");
+  rf.train.global_batch = 65536;
+  strcpy(rf.nodes.device, "cuda"); /* 65536 CPU ranks would not fit on this machine */
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
+  rf.nodes.workers_per_node = INT32_MAX; /* written straight into the struct */
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "nodes.workers_per_node: must be <= 256, got 2147483647");
+
   ft_runfile_defaults(&rf);
   rf.nodes.workers_per_node = 0;
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
@@ -428,8 +556,16 @@ static void test_set(void **state) {
   set_bad(&rf, "train.steps", "1e3", "train.steps: expected an integer, got a float (1e3)");
   set_bad(&rf, "train.micro_batch", "2.5",
           "train.micro_batch: expected an integer, got a float (2.5)");
-  set_bad(&rf, "model.n_layer", "99999999999",
-          "model.n_layer: must be <= 2147483647, got 99999999999");
+  set_bad(&rf, "model.n_layer", "99999999999", "model.n_layer: must be <= 1024, got 99999999999");
+  set_bad(&rf, "nodes.workers_per_node", "2147483647",
+          "nodes.workers_per_node: must be <= 256, got 2147483647");
+  set_bad(&rf, "model.n_embd", "2147483647", "model.n_embd: must be <= 32768, got 2147483647");
+  set_bad(&rf, "model.vocab_size", "65537", "model.vocab_size: must be <= 65536, got 65537");
+  set_bad(&rf, "train.steps", "1000000000001",
+          "train.steps: must be <= 1000000000000, got 1000000000001");
+  set_bad(&rf, "watchdog.collective_timeout_s", "1e9",
+          "watchdog.collective_timeout_s: must be <= 86400, got 1e+09");
+  set_bad(&rf, "train.lr", "1e300", "train.lr: must be <= 10, got 1e+300");
   set_bad(&rf, "train.stepz", "4", "train.stepz: unknown key, did you mean 'train.steps'?");
   set_bad(&rf, "steps", "4", "steps: unknown key, did you mean 'train.steps'?");
   set_bad(&rf, "bogus.thing", "4", "bogus.thing: unknown key");
@@ -547,6 +683,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_file),
       cmocka_unit_test(test_flow_style),
+      cmocka_unit_test(test_quoted_and_flow_strings),
+      cmocka_unit_test(test_parse_buffer),
+      cmocka_unit_test(test_memory_estimate),
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_demo_example),
       cmocka_unit_test(test_bad_files),
