@@ -119,3 +119,17 @@ void sup_gang_plan(const int *gang, int ngang, const int *faulty, const int *spa
     return;
   plan->verdict = SUP_PLAN_OK;
 }
+
+int sup_failures_add(sup_failures *f, double now, double window_s) {
+  int k = 0;
+  for (int i = 0; i < f->n; i++) /* keep the ones still inside the window */
+    if (now - f->t[i] <= window_s)
+      f->t[k++] = f->t[i];
+  f->n = k;
+  if (f->n == SUP_FAIL_HIST) { /* full: forget the oldest */
+    memmove(f->t, f->t + 1, sizeof f->t[0] * (SUP_FAIL_HIST - 1));
+    f->n--;
+  }
+  f->t[f->n++] = now;
+  return f->n;
+}

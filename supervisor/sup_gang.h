@@ -68,4 +68,27 @@ void sup_gang_initial(int *roles, int nnodes, int want, int G, int global_batch,
 void sup_gang_plan(const int *gang, int ngang, const int *faulty, const int *spares, int nspares,
                    int G, int global_batch, int policy, sup_plan *plan);
 
+/* ---- blame: when a node leaves the pool ----------------------------------
+ *
+ * A failure of a worker process on a host that still answers (a crash, an
+ * exit code of its own, a hang) is counted against its node; the node is
+ * quarantined when `threshold` failures (recovery.node_failures_to_quarantine)
+ * fall within `window_s` (recovery.node_failure_window_s). Until then the
+ * gang restarts in place, as torchrun and NVRx do. A hardware cause (a fatal
+ * Xid, the host gone or unreachable) quarantines at once. */
+#define SUP_FAIL_HIST 64
+typedef struct sup_failures {
+  double t[SUP_FAIL_HIST]; /* times of the most recent failures, oldest first */
+  int n;
+} sup_failures;
+
+/* Records a failure at time now (seconds, monotonic); returns how many
+ * recorded failures lie within window_s before now, this one included.
+ * Older ones are forgotten. */
+int sup_failures_add(sup_failures *f, double now, double window_s);
+/* 1 if `count` failures within the window reach threshold (< 1 counts as 1). */
+static inline int sup_failures_quarantine(int count, int threshold) {
+  return count >= (threshold < 1 ? 1 : threshold);
+}
+
 #endif

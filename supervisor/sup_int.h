@@ -72,7 +72,24 @@ typedef struct sup_node {
   int faulty; /* blamed during the current recovery */
   int term_sent, kill_sent;
   sup_worker *w; /* G workers */
+  /* blame (sup_recovery.c): failures counted against the node, one per
+   * recovery round at most; why it is quarantined (events, persisted) */
+  sup_failures fails;
+  int counted;     /* a failure of this round is counted */
+  int nfailures;   /* failures inside the window when it was last counted */
+  char why[256];   /* the reason it is (or will be) quarantined */
+  pid_t host_pid;  /* local launcher: the node's host stand-in, leader of pgid */
+  int host_alive;  /* host_pid launched and not yet reaped */
+  int host_lost;   /* the host died from outside (SIGKILL): node lost */
 } sup_node;
+
+/* How a fault is blamed (sup_recovery_fault's `blame`). */
+enum sup_blame {
+  SUP_BLAME_NONE = 0,  /* nobody: restart the gang in place */
+  SUP_BLAME_COUNT = 1, /* a failure counted against the node (quarantined after
+                          recovery.node_failures_to_quarantine in the window) */
+  SUP_BLAME_NODE = 2,  /* a hardware cause (fatal Xid, host lost, hang): quarantine now */
+};
 
 typedef struct sup_pending_ckpt {
   struct sup_pending_ckpt *next;
@@ -203,7 +220,7 @@ int sup_recovery_start(sup *s);
 /* Called when a worker's HELLO was accepted / its first STEP came. */
 void sup_recovery_hello(sup *s, sup_worker *w);
 void sup_recovery_first_step(sup *s, int64_t step);
-/* A fault. node -1: no node blamed. */
+/* A fault. node -1: no node blamed; blame: enum sup_blame. */
 void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
                         int blame);
 /* A loss fault (spike, NaN/Inf) at step spike_step: rolls back (on_spike

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -240,4 +241,33 @@ out:
   free(tokvar);
   free(env);
   return rc;
+}
+
+int sup_launch_host(pid_t *pid) {
+  pid_t parent = getpid();
+  pid_t c = fork();
+  if (c < 0)
+    return ft_err_set(FT_EIO, "fork: %s", strerror(errno));
+  if (c == 0) {
+    /* child: async-signal-safe calls only; the supervisor's handlers and
+     * descriptors are not ours */
+    setpgid(0, 0);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++)
+      sigaction(sig, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int fd = 3; fd < 1024; fd++) /* nothing of ours leaks (catalog lock!) */
+      close(fd);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    while (getppid() == parent)
+      sleep(1);
+    _exit(0);
+  }
+  setpgid(c, c);
+  *pid = c;
+  return FT_OK;
 }

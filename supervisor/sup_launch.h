@@ -57,4 +57,13 @@ typedef struct sup_spawn {
  * exec failure in the child shows as exit code 127 (reason in the log). */
 int sup_launch_spawn(const sup_spawn *sp, pid_t *pid);
 
+/* The local launcher's stand-in for a node's host: a child that leads a new
+ * process group (the node's workers join it) and does nothing until it is
+ * signalled or the supervisor dies (PR_SET_PDEATHSIG, and a poll of its
+ * parent). Killing one worker leaves it; killing the node's whole process
+ * group (kill -9 -PGID, chaos.kill_node_at_step) kills it too, which is how
+ * the supervisor tells "a worker crashed on a host that still answers" from
+ * "the node is gone". *pid: the child, which is also the group's id. */
+int sup_launch_host(pid_t *pid);
+
 #endif

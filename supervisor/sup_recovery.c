@@ -35,12 +35,23 @@
  *  4. A quarantined node is never launched or assigned again in this run
  *     (its role is persisted with the run state).
  *  5. Every process we launched is reaped before the loop ends.
- *  6. Blame: an exit is blamed on its node only if it is a signal we did
- *     not send or an exit code other than 0, 5 (collective failure: the
- *     peer is at fault) and, while stopping, 6 (lost the supervisor). On a
- *     collective failure (exit 5, FAULT collective_timeout/other) every gang
- *     worker silent for more than 2 heartbeat intervals is blamed as "hang"
- *     (a SIGSTOPped worker sends nothing); if none is, nobody is blamed.
+ *  6. Blame (enum sup_blame): an exit is held against its node only if it
+ *     is a signal we did not send or an exit code other than FT_EXIT_OK,
+ *     FT_EXIT_GANG (collective failure: the peer is at fault) and
+ *     FT_EXIT_LOST (it lost us: restart in place, nobody blamed). Such a
+ *     failure on a host that still answers is COUNTED: the gang restarts in
+ *     place (same nodes, last committed checkpoint; "node_restarted"), and
+ *     the node is quarantined only at recovery.node_failures_to_quarantine
+ *     failures within recovery.node_failure_window_s (one per node per
+ *     round). A hardware cause quarantines at once: a fatal Xid, a hang we
+ *     had to SIGKILL, or the node lost: under the local launcher each node's
+ *     process group is led by a host stand-in (sup_launch_host); killed from
+ *     outside (kill -9 -PGID, chaos.kill_node_at_step) it means the whole
+ *     node is gone. "node_quarantined" and the catalog key <run>/recovery
+ *     say why each node left. On a collective failure (exit 5, FAULT
+ *     collective_timeout/other) every gang worker silent for more than 2
+ *     heartbeat intervals is blamed as "hang" (a SIGSTOPped worker sends
+ *     nothing); if none is, nobody is blamed.
  *  7. Rollback: before the round starts, every checkpoint with step >
  *     restore_step is BAD in the catalog (a checkpoint that cannot be marked
  *     fails the run rather than being restored later), and a new skip range
@@ -107,6 +118,8 @@ static cJSON *int_array(const int *v, int n) {
 
 /* ---- launching ------------------------------------------------------------ */
 
+static void host_reap(sup *s, int n);
+
 /* Kernel threads per worker under the local launcher: the machine's cores
  * shared by the gang's workers (spares idle, so they don't count). Each
  * worker spinning its own full-size OpenMP team on shared cores would make
@@ -125,6 +138,21 @@ static int launch_node(sup *s, int n, const char *role) {
   nd->pgid = 0;
   nd->term_sent = nd->kill_sent = 0;
   nd->faulty = 0;
+  nd->host_lost = 0;
+  nd->host_pid = 0;
+  if (nd->host_alive) { /* cannot happen (reaped with the last worker): be sure */
+    kill(nd->host_pid, SIGKILL);
+    waitpid(nd->host_pid, NULL, 0);
+    nd->host_alive = 0;
+  }
+  if (!s->command_launcher) {
+    /* the host's stand-in leads the node's process group (sup_launch.h) */
+    int rc = sup_launch_host(&nd->host_pid);
+    if (rc)
+      return rc;
+    nd->host_alive = 1;
+    nd->pgid = nd->host_pid;
+  }
   for (int j = 0; j < s->G; j++) {
     sup_worker *w = &nd->w[j];
     if (w->conn)
@@ -163,7 +191,7 @@ static int launch_node(sup *s, int n, const char *role) {
     free(cmd);
     if (rc)
       return rc;
-    if (j == 0)
+    if (j == 0 && !nd->pgid)
       nd->pgid = pid;
     w->pid = pid;
     w->alive = 1;
@@ -182,6 +210,8 @@ static int launch_node(sup *s, int n, const char *role) {
   return FT_OK;
 }
 
+/* Workers only: a node's host stand-in is reaped with its last worker
+ * (host_reap). */
 static int node_alive(const sup *s, int n) {
   for (int j = 0; j < s->G; j++)
     if (s->nodes[n].w[j].alive)
@@ -209,6 +239,64 @@ static void signal_node(sup *s, int n, int sig) {
   for (int j = 0; j < s->G; j++)
     if (nd->w[j].alive && nd->w[j].pid > 0)
       kill(nd->w[j].pid, sig);
+}
+
+/* ---- why nodes left, persisted ------------------------------------------------
+ *
+ * Catalog key "<run>/recovery", beside sup_persist's "<run>/state":
+ * {"nodes": [{"node": N, "reason": "...", "failures": K}, ...],
+ *  "chaos_fired": true|false}
+ * nodes: each quarantined node and why (the failures counted in the window
+ * when it left); chaos_fired: the run file's chaos fault already fired in
+ * this run, so a resumed run does not inject it again. */
+
+static void persist_notes(sup *s) {
+  char key[256];
+  snprintf(key, sizeof key, "%s/recovery", s->rf.run);
+  cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "nodes");
+  for (int n = 0; n < s->nnodes; n++) {
+    if (s->nodes[n].role != SUP_ROLE_QUARANTINED)
+      continue;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "node", n);
+    cJSON_AddStringToObject(e, "reason", s->nodes[n].why);
+    cJSON_AddNumberToObject(e, "failures", s->nodes[n].nfailures);
+    cJSON_AddItemToArray(a, e);
+  }
+  cJSON_AddBoolToObject(o, "chaos_fired", s->chaos_done != 0);
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!txt || ckpt_store_put_meta(s->store, key, txt))
+    fprintf(stderr, "supervise: cannot persist why nodes left: %s\n",
+            txt ? ft_err_detail() : "out of memory");
+  free(txt);
+}
+
+/* A resumed run: why its quarantined nodes left, and whether the chaos
+ * fault fired. Nothing persisted: nothing to do. */
+static void load_notes(sup *s) {
+  char key[256], *txt = NULL;
+  snprintf(key, sizeof key, "%s/recovery", s->rf.run);
+  if (ckpt_store_get_meta(s->store, key, &txt))
+    return;
+  cJSON *o = cJSON_Parse(txt), *it;
+  free(txt);
+  if (!o)
+    return;
+  if (cJSON_IsTrue(cJSON_GetObjectItem(o, "chaos_fired")))
+    s->chaos_done = 1;
+  cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "nodes")) {
+    cJSON *n = cJSON_GetObjectItem(it, "node"), *r = cJSON_GetObjectItem(it, "reason");
+    cJSON *k = cJSON_GetObjectItem(it, "failures");
+    if (!cJSON_IsNumber(n) || n->valueint < 0 || n->valueint >= s->nnodes)
+      continue;
+    sup_node *nd = &s->nodes[n->valueint];
+    if (cJSON_IsString(r))
+      snprintf(nd->why, sizeof nd->why, "%s", r->valuestring);
+    if (cJSON_IsNumber(k))
+      nd->nfailures = k->valueint;
+  }
+  cJSON_Delete(o);
 }
 
 /* ---- finishing ------------------------------------------------------------ */
@@ -380,6 +468,18 @@ void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg) {
     plan_and_launch(s);
 }
 
+/* Takes node n out of the pool, saying why (node_quarantined). */
+static void quarantine(sup *s, int n) {
+  sup_node *nd = &s->nodes[n];
+  nd->role = SUP_ROLE_QUARANTINED;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  cJSON_AddStringToObject(f, "reason", nd->why);
+  cJSON_AddNumberToObject(f, "failures", nd->nfailures);
+  sup_events_emit(s->ev, "node_quarantined", f, "node %d is not used again in this run: %s", n,
+                  nd->why);
+}
+
 static void plan_and_launch(sup *s) {
   int faulty[SUP_MAX_NODES] = {0}, spares[SUP_MAX_NODES], nsp = 0;
   for (int n = 0; n < s->nnodes; n++)
@@ -402,7 +502,9 @@ static void plan_and_launch(sup *s) {
                 s->no_spares, &plan);
   if (plan.verdict == SUP_PLAN_FAIL) {
     for (int i = 0; i < plan.nquarantine; i++)
-      s->nodes[plan.quarantine[i]].role = SUP_ROLE_QUARANTINED;
+      quarantine(s, plan.quarantine[i]);
+    if (plan.nquarantine)
+      persist_notes(s);
     sup_recovery_fail(s, plan.reason);
     return;
   }
@@ -417,13 +519,26 @@ static void plan_and_launch(sup *s) {
     evtimer_add(s->waitpoll, &tv);
     return;
   }
-  for (int i = 0; i < plan.nquarantine; i++) {
-    int n = plan.quarantine[i];
-    s->nodes[n].role = SUP_ROLE_QUARANTINED;
+  for (int i = 0; i < plan.nquarantine; i++)
+    quarantine(s, plan.quarantine[i]);
+  /* nodes that failed on a host that still answers: restarted in place */
+  for (int i = 0; i < plan.nrestart; i++) {
+    sup_node *nd = &s->nodes[plan.restart[i]];
+    if (!nd->counted)
+      continue;
     cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "node", n);
-    sup_events_emit(s->ev, "node_quarantined", f, "node %d is not used again in this run", n);
+    cJSON_AddNumberToObject(f, "node", plan.restart[i]);
+    cJSON_AddNumberToObject(f, "failures", nd->nfailures);
+    cJSON_AddNumberToObject(f, "failures_to_quarantine",
+                            s->rf.recovery.node_failures_to_quarantine);
+    cJSON_AddNumberToObject(f, "window_s", s->rf.recovery.node_failure_window_s);
+    sup_events_emit(s->ev, "node_restarted", f,
+                    "node %d restarted in place (failure %d of %d within %.0f s)", plan.restart[i],
+                    nd->nfailures, s->rf.recovery.node_failures_to_quarantine,
+                    s->rf.recovery.node_failure_window_s);
   }
+  if (plan.nquarantine)
+    persist_notes(s);
   for (int i = 0; i < plan.npromote; i++) {
     int sp = plan.promote_spare[i];
     s->nodes[sp].role = SUP_ROLE_ACTIVE;
@@ -443,7 +558,7 @@ static void plan_and_launch(sup *s) {
   memcpy(s->gang, plan.gang, sizeof(int) * (size_t)plan.ngang);
   s->ngang = plan.ngang;
   for (int n = 0; n < s->nnodes; n++)
-    s->nodes[n].faulty = 0;
+    s->nodes[n].faulty = s->nodes[n].counted = 0;
   if (sup_persist(s, "running"))
     fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
   s->rphase = SUP_RP_FORMING;
@@ -482,8 +597,26 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
     return;
   int joining =
       s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
-  if (blame && node >= 0)
-    s->nodes[node].faulty = 1;
+  sup_node *nd = node >= 0 && blame != SUP_BLAME_NONE ? &s->nodes[node] : NULL;
+  if (nd && blame == SUP_BLAME_NODE && !nd->faulty) {
+    nd->faulty = 1;
+    if (!nd->host_lost) /* a lost host wrote its own reason */
+      snprintf(nd->why, sizeof nd->why, "%s: %s", kind, detail);
+  }
+  if (nd && blame == SUP_BLAME_COUNT && !nd->counted) {
+    /* one failure per node per round, however many of its workers exit */
+    nd->counted = 1;
+    nd->nfailures = sup_failures_add(&nd->fails, ft_now_s(), s->rf.recovery.node_failure_window_s);
+    if (!nd->faulty &&
+        sup_failures_quarantine(nd->nfailures, s->rf.recovery.node_failures_to_quarantine)) {
+      nd->faulty = 1;
+      snprintf(nd->why, sizeof nd->why,
+               "%d failures within %.0f s (recovery.node_failures_to_quarantine %d); the last: "
+               "%s: %s",
+               nd->nfailures, s->rf.recovery.node_failure_window_s,
+               s->rf.recovery.node_failures_to_quarantine, kind, detail);
+    }
+  }
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "kind", kind);
   cJSON_AddNumberToObject(f, "node", node);
@@ -493,10 +626,18 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
   cJSON_AddStringToObject(f, "detail", detail);
   cJSON_AddNumberToObject(f, "detected_at", (double)(long long)(wall_s() * 1000) / 1000);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  cJSON_AddBoolToObject(f, "blamed", blame && node >= 0);
+  cJSON_AddBoolToObject(f, "blamed", nd != NULL);
+  cJSON_AddNumberToObject(f, "failures", nd ? nd->nfailures : 0);
+  cJSON_AddBoolToObject(f, "quarantine", nd && nd->faulty);
   cJSON_AddBoolToObject(f, "during_recovery", joining);
-  sup_events_emit(s->ev, "fault_detected", f, "node %d %s (%s) at step %" PRId64 "%s", node, kind,
-                  detail, s->last_step, joining ? " [joins the recovery in progress]" : "");
+  sup_events_emit(s->ev, "fault_detected", f, "node %d %s (%s) at step %" PRId64 "%s%s", node, kind,
+                  detail, s->last_step,
+                  !nd          ? ""
+                  : nd->faulty ? " -> quarantine"
+                               : " -> restart in place",
+                  joining ? " [joins the recovery in progress]" : "");
+  if (s->chaos_done)
+    persist_notes(s); /* the chaos fault fired: never again in this run */
   if (joining)
     return;
 
@@ -504,8 +645,10 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
   if (s->restarts > s->rf.recovery.max_restarts) {
     char why[256];
     snprintf(why, sizeof why, "recovery.max_restarts (%d) exceeded", s->rf.recovery.max_restarts);
-    if (blame && node >= 0)
-      s->nodes[node].role = SUP_ROLE_QUARANTINED;
+    if (nd && nd->faulty) {
+      quarantine(s, node);
+      persist_notes(s);
+    }
     sup_recovery_fail(s, why);
     return;
   }
@@ -526,6 +669,10 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
   }
   struct timeval tv = {2, 0};
   evtimer_add(s->grace, &tv);
+  /* nodes with no worker left: their hosts tell whether they are lost
+   * before the plan is made */
+  for (int p = 0; p < s->ngang; p++)
+    host_reap(s, s->gang[p]);
   check_stopped(s);
 }
 
@@ -621,7 +768,7 @@ int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const 
                     spike_step, restore);
   /* the recovery round: no node blamed, every gang node restarted in place;
    * it persists gen with the new skip list before the next ASSIGN */
-  sup_recovery_fault(s, kind, -1, -1, 0, detail, 0);
+  sup_recovery_fault(s, kind, -1, -1, 0, detail, SUP_BLAME_NONE);
   return 1;
 }
 
@@ -645,12 +792,13 @@ int sup_recovery_blame_silent(sup *s, const char *why) {
     snprintf(detail, sizeof detail, "%s; silent for %.1f s (> 2 heartbeat intervals, %.1f s)", why,
              now - w->last_msg_s, limit);
     signal_node(s, w->node, SIGKILL); /* a stopped process ignores SIGTERM */
-    sup_recovery_fault(s, "hang", w->node, w->slot, w->pid, detail, 1);
+    sup_recovery_fault(s, "hang", w->node, w->slot, w->pid, detail, SUP_BLAME_NODE);
   }
   return ns;
 }
 
 int sup_recovery_start(sup *s) {
+  load_notes(s);
   sup_plan plan;
   int roles[SUP_MAX_NODES];
   for (int n = 0; n < s->nnodes; n++)
@@ -725,10 +873,9 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   int ours = (sig == SIGTERM && nd->term_sent) || (sig == SIGKILL && nd->kill_sent);
   int stopping =
       s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
-  if (stopping) {
+  if (stopping) { /* on_sigchld checks whether the gang stopped */
     if (!(ours || code == FT_EXIT_OK || code == FT_EXIT_GANG || code == FT_EXIT_LOST))
-      sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, 1);
-    check_stopped(s);
+      sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, SUP_BLAME_COUNT);
     return;
   }
   if (code == 0 || ours)
@@ -736,9 +883,75 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   if (code == FT_EXIT_GANG) {
     /* the peer is at fault: a silent (stopped, hung) one if there is one */
     if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)"))
-      sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, 0);
+      sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);
+  } else if (code == FT_EXIT_LOST) {
+    /* it lost us (our own stall, a network blip): nobody's node is at fault */
+    sup_recovery_fault(s, "lost_supervisor", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);
   } else
-    sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, 1);
+    sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, SUP_BLAME_COUNT);
+}
+
+/* A node's host stand-in (sup_launch_host) ended with status. Killed by
+ * anyone but us: the node's whole process group was killed, the node is
+ * lost (quarantined at once, whatever its failure count). */
+static void on_host_exit(sup *s, int n, int status, int we_killed) {
+  sup_node *nd = &s->nodes[n];
+  nd->host_alive = 0;
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  int ours = we_killed || (sig == SIGTERM && nd->term_sent) || (sig == SIGKILL && nd->kill_sent);
+  if (ours || s->state >= SUP_FINISHING || nd->role != SUP_ROLE_ACTIVE || !sup_in_gang(s, n))
+    return;
+  char detail[160];
+  if (sig)
+    snprintf(detail, sizeof detail, "the node's process group was killed (signal %d)", sig);
+  else
+    snprintf(detail, sizeof detail, "the node's host process ended (exit code %d)",
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  nd->host_lost = 1;
+  snprintf(nd->why, sizeof nd->why, "node lost: %s", detail);
+  signal_node(s, n, SIGKILL); /* whatever is left of it */
+  sup_recovery_fault(s, "node_lost", n, -1, nd->host_pid, detail, SUP_BLAME_NODE);
+}
+
+/* 1 if a signal that kills (SIGKILL) is pending for pid: it is dying. */
+static int kill_pending(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  int pending = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long mask;
+    if ((sscanf(line, "SigPnd: %llx", &mask) == 1 || sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+        (mask & (1ull << (SIGKILL - 1))))
+      pending = 1;
+  }
+  fclose(f);
+  return pending;
+}
+
+/* The node's last worker was reaped: reap its host stand-in now, so no
+ * process outlives its node's workers. Dead already, or dying of a SIGKILL
+ * from outside (the whole group was killed): that decides "node lost".
+ * Alive: the host still answers; we end it ourselves. Never blocks long:
+ * it is a sleeping process, and SIGKILL ends even a stopped one. */
+static void host_reap(sup *s, int n) {
+  sup_node *nd = &s->nodes[n];
+  if (!nd->host_alive || node_alive(s, n))
+    return;
+  int status = 0, we_killed = 0;
+  pid_t r = waitpid(nd->host_pid, &status, WNOHANG);
+  if (r == 0) {
+    we_killed = !kill_pending(nd->host_pid);
+    kill(nd->host_pid, SIGKILL);
+    r = waitpid(nd->host_pid, &status, 0);
+  }
+  if (r != nd->host_pid) { /* reaped elsewhere: nothing to learn */
+    nd->host_alive = 0;
+    return;
+  }
+  on_host_exit(s, n, status, we_killed);
 }
 
 void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg) {
@@ -749,8 +962,17 @@ void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg) {
     if (pid <= 0)
       break;
     sup_worker *w = worker_by_pid(s, pid);
-    if (w)
+    if (w) {
+      int n = w->node;
       on_exit_status(s, w, status);
+      host_reap(s, n);
+      continue;
+    }
+    for (int n = 0; n < s->nnodes; n++)
+      if (s->nodes[n].host_alive && s->nodes[n].host_pid == pid) {
+        on_host_exit(s, n, status, 0);
+        break;
+      }
   }
   if (s->state == SUP_RECOVERING)
     check_stopped(s);
@@ -774,7 +996,7 @@ void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
       snprintf(detail, sizeof detail, "no message for %.1f s (heartbeat_timeout_s %.1f)",
                now - w->last_msg_s, limit);
       signal_node(s, n, SIGKILL);
-      sup_recovery_fault(s, "hang", n, j, w->pid, detail, 1);
+      sup_recovery_fault(s, "hang", n, j, w->pid, detail, SUP_BLAME_NODE);
       return; /* the state changed; the next tick looks again */
     }
   }

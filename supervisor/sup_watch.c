@@ -350,7 +350,8 @@ static void on_xid(sup *s, sup_worker *w, const char *detail) {
   if (!quarantine && !restart)
     return; /* report / ignore: the event only */
   if (sup_in_gang(s, w->node) && s->nodes[w->node].role == SUP_ROLE_ACTIVE)
-    sup_recovery_fault(s, "xid", w->node, w->slot, w->pid, detail, quarantine);
+    sup_recovery_fault(s, "xid", w->node, w->slot, w->pid, detail,
+                       quarantine ? SUP_BLAME_NODE : SUP_BLAME_NONE);
   else if (quarantine && s->nodes[w->node].role == SUP_ROLE_SPARE && s->state < SUP_FINISHING)
     quarantine_spare(s, w->node, "Xid");
 }

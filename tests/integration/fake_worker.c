@@ -40,6 +40,9 @@
  * Every rank sends STEP (rank 0's carries the loss, the others' NaN);
  * rank 0 logs "fake_worker: step K batch B" for each step.
  *
+ * Also: fake_worker --meta-get URI KEY prints the catalog record KEY (the
+ * supervisor's persisted state) of store URI.
+ *
  * Exit: 0 on STOP; 5 if the rendezvous times out (after FAULT); 6 when the
  * supervisor is lost (closed, or silent for heartbeat_timeout_s); 2 usage;
  * 1 other errors.
@@ -237,7 +240,26 @@ static void save_shard(ckpt_store *st, int64_t step, int rank, int world, double
   ckpt_shard_free(sh);
 }
 
+/* fake_worker --meta-get URI KEY: prints the supervisor's catalog record KEY
+ * of store URI (tests read the persisted run state with it); exit 1 if absent. */
+static int meta_get(const char *uri, const char *key) {
+  ckpt_store *st = NULL;
+  char *v = NULL;
+  int rc = ckpt_store_open(uri, NULL, &st);
+  if (!rc)
+    rc = ckpt_store_get_meta(st, key, &v);
+  if (rc)
+    fprintf(stderr, "fake_worker: %s %s: %s\n", uri, key, ft_err_detail());
+  else
+    printf("%s\n", v);
+  free(v);
+  ckpt_store_free(st);
+  return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "--meta-get"))
+    return meta_get(argv[2], argv[3]);
   const char *connect_to = NULL, *store = NULL, *runfile = NULL, *steps = NULL;
   const char *sets[64];
   int nsets = 0, node = -1, slot = -1;

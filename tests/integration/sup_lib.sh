@@ -80,3 +80,9 @@ for line in open(sys.argv[1]):
 sys.exit(0 if restore == best and best >= least else 1)
 PY
 }
+
+# sup_meta_get STATE KEY: the supervisor's catalog record KEY (e.g.
+# "gpt2-tiny/recovery") of STATE's local store, as JSON on stdout.
+sup_meta_get() {
+  "$FAKE" --meta-get "local:$1/store" "$2"
+}

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# A node dies mid-run (the fake worker of node 1 SIGKILLs itself at step 12):
-# supervise detects it, stops the gang, quarantines node 1, promotes the
-# warm spare, restarts from the last committed checkpoint and finishes.
-# Then the chaos failpoint kill_node_at_step with when_no_spares: shrink.
+# A worker dies mid-run (the fake worker of node 1 SIGKILLs itself each time
+# it reaches step 12; the host, its process group, still answers):
+#  1. the first death restarts the gang in place (same nodes, no spare used,
+#     restore from the last committed checkpoint); the second, inside
+#     recovery.node_failure_window_s, quarantines node 1 (reason and count in
+#     node_quarantined and in the persisted run state) and promotes the spare.
+#  2. deaths further apart than the window never quarantine: the gang keeps
+#     restarting in place until recovery.max_restarts.
+#  3. the chaos failpoint kill_node_at_step kills the node's whole process
+#     group: the node is lost, quarantined at once (shrink / fail below).
+#  4. a hang: quarantined at once.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
@@ -10,29 +17,59 @@ ST=$TMP/state
 FAKE_DIE_NODE=1 FAKE_DIE_STEP=12 sup_run "$ST" --spares 1 ||
   { cat "$ST.out"; fail "supervise exited $?"; }
 in_order "$ST" run_started generation_started checkpoint_committed fault_detected gang_stopped \
-  node_quarantined spare_promoted generation_started recovered run_done ||
+  node_restarted generation_started fault_detected gang_stopped node_quarantined \
+  spare_promoted generation_started recovered run_done ||
   fail "events out of order: $(events "$ST" | tr '\n' ' ')"
-has_event "$ST" fault_detected 'e["kind"] == "process_exit" and e["node"] == 1 and e["detail"] == "signal 9" and e["blamed"]' ||
-  fail "fault_detected fields"
-has_event "$ST" node_quarantined 'e["node"] == 1' || fail "node 1 not quarantined"
-has_event "$ST" spare_promoted 'e["spare_node"] == 2 and e["replaces"] == 1' || fail "spare_promoted"
-has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 2]' ||
-  fail "generation 2 should be nodes [0, 2]"
-# it restores the newest checkpoint committed before the fault
+has_event "$ST" fault_detected 'e["gen"] == 1 and e["kind"] == "process_exit" and e["node"] == 1 and e["detail"] == "signal 9" and e["blamed"] and e["failures"] == 1 and not e["quarantine"]' ||
+  fail "first death: fault_detected fields: $(grep fault_detected "$ST/events.jsonl" | head -1)"
+has_event "$ST" node_restarted 'e["node"] == 1 and e["failures"] == 1 and e["failures_to_quarantine"] == 2' ||
+  fail "no node_restarted for node 1"
+has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 1]' ||
+  fail "generation 2 should restart nodes [0, 1] in place"
 restored_newest "$ST" 2 5 || fail "gen 2 did not restore the newest committed checkpoint"
-has_event "$ST" recovered 'e["gen"] == 2 and e["steps_lost"] >= 0 and e["detect_to_first_step_ms"] >= e["detect_to_stopped_ms"]' ||
-  fail "recovered fields"
-has_event "$ST" run_done 'e["restarts"] == 1' || fail "run_done should count 1 restart"
+has_event "$ST" fault_detected 'e["gen"] == 2 and e["node"] == 1 and e["failures"] == 2 and e["quarantine"]' ||
+  fail "second death: not counted as the second failure"
+has_event "$ST" node_quarantined 'e["node"] == 1 and e["failures"] == 2 and "2 failures within 600 s" in e["reason"]' ||
+  fail "node_quarantined fields: $(grep node_quarantined "$ST/events.jsonl")"
+has_event "$ST" spare_promoted 'e["spare_node"] == 2 and e["replaces"] == 1' || fail "spare_promoted"
+has_event "$ST" generation_started 'e["gen"] == 3 and e["nodes"] == [0, 2]' ||
+  fail "generation 3 should be nodes [0, 2]"
+restored_newest "$ST" 3 5 || fail "gen 3 did not restore the newest committed checkpoint"
+has_event "$ST" run_done 'e["restarts"] == 2' || fail "run_done should count 2 restarts"
 if [ -x "$FT_BIN/ckpt" ]; then
   has_checkpoint "local:$ST/store" 30 || fail "final checkpoint missing"
 fi
-pass "node death: quarantine, spare, recovered"
+# the persisted run state says why node 1 left
+sup_meta_get "$ST" "gpt2-tiny/recovery" >"$TMP/notes" || fail "no persisted notes"
+python3 - "$TMP/notes" <<'PY' || fail "persisted notes: $(cat "$TMP/notes")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+n = [e for e in o["nodes"] if e["node"] == 1]
+assert n and n[0]["failures"] == 2 and "2 failures" in n[0]["reason"], o
+PY
+pass "worker death: restart in place, then quarantine on the second failure in the window"
+
+# deaths further apart than the window: never quarantined
+ST5=$TMP/state5
+set +e
+FAKE_DIE_NODE=1 FAKE_DIE_STEP=12 sup_run "$ST5" --spares 1 --set recovery.node_failure_window_s=0.001 \
+  --set recovery.max_restarts=3
+rc=$?
+set -e
+[ $rc -eq 1 ] || { cat "$ST5.out"; fail "max_restarts should end the run with exit 1, got $rc"; }
+has_event "$ST5" node_quarantined && fail "a node was quarantined for failures outside the window"
+has_event "$ST5" spare_promoted && fail "a spare was used for failures outside the window"
+has_event "$ST5" run_failed '"max_restarts" in e["reason"]' || fail "no run_failed for max_restarts"
+[ "$(events "$ST5" | grep -c node_restarted)" -eq 3 ] || fail "expected 3 restarts in place"
+pass "failures outside the window: restarted in place every time"
 
 # no spare, shrink: the failpoint kills the gang's last node at step 8
 ST2=$TMP/state2
 FT_FAILPOINTS=kill_node_at_step=8 sup_run "$ST2" --spares 0 --set recovery.when_no_spares=shrink ||
   { cat "$ST2.out"; fail "supervise (shrink) exited $?"; }
 has_event "$ST2" chaos_kill 'e["node"] == 1' || fail "no chaos_kill"
+has_event "$ST2" node_quarantined 'e["node"] == 1 and e["reason"].startswith("node lost")' ||
+  fail "the chaos kill should lose node 1: $(grep node_quarantined "$ST2/events.jsonl")"
 has_event "$ST2" gang_shrunk 'e["world_before"] == 2 and e["world_after"] == 1' || fail "no gang_shrunk"
 has_event "$ST2" generation_started 'e["gen"] == 2 and e["world"] == 1' || fail "gen 2 world 1"
 has_event "$ST2" run_done || fail "shrunk run not done"

@@ -121,6 +121,33 @@ static void test_more_faults_than_spares(void **st) {
   assert_int_equal(p.shrunk, 1);
 }
 
+/* recovery.node_failures_to_quarantine within node_failure_window_s: a
+ * node is quarantined on the threshold-th failure inside the window, never
+ * for failures spread wider apart than the window. */
+static void test_failure_window(void **st) {
+  sup_failures f;
+  memset(&f, 0, sizeof f);
+  assert_int_equal(sup_failures_add(&f, 100.0, 600.0), 1);
+  assert_false(sup_failures_quarantine(1, 2)); /* the first: restart in place */
+  assert_int_equal(sup_failures_add(&f, 300.0, 600.0), 2);
+  assert_true(sup_failures_quarantine(2, 2)); /* the second inside 600 s */
+  /* spread out: each one alone in its window */
+  memset(&f, 0, sizeof f);
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(sup_failures_add(&f, 1000.0 * i, 600.0), 1);
+  /* the edge of the window still counts */
+  assert_int_equal(sup_failures_add(&f, 9600.0, 600.0), 2);
+  /* threshold 1: every failure quarantines; 0 is taken as 1 */
+  assert_true(sup_failures_quarantine(1, 1));
+  assert_true(sup_failures_quarantine(1, 0));
+  assert_false(sup_failures_quarantine(2, 3));
+  /* a full history forgets the oldest, the count stays right */
+  memset(&f, 0, sizeof f);
+  for (int i = 0; i < SUP_FAIL_HIST + 10; i++)
+    assert_int_equal(sup_failures_add(&f, (double)i, 1e9),
+                     i < SUP_FAIL_HIST ? i + 1 : SUP_FAIL_HIST);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank),
@@ -131,6 +158,7 @@ int main(void) {
       cmocka_unit_test(test_no_spares_policies),
       cmocka_unit_test(test_shrink_batch_and_empty),
       cmocka_unit_test(test_more_faults_than_spares),
+      cmocka_unit_test(test_failure_window),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
