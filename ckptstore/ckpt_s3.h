@@ -35,9 +35,10 @@ typedef struct ckpt_s3_config {
   char access_key[256]; /* secret material: never printed */
   char secret_key[256];
   char session_token[4096];
-  int timeout_s;     /* connect timeout; a transfer stalled this long fails */
-  int retries;       /* attempts per request (>= 1) */
-  int retry_base_ms; /* backoff: random(0, min(cap, base * 2^n)) */
+  char cred_source[PATH_MAX + 300]; /* where the keys came from, for messages */
+  int timeout_s;                    /* connect timeout; a transfer stalled this long fails */
+  int retries;                      /* attempts per request (>= 1) */
+  int retry_base_ms;                /* backoff: random(0, min(cap, base * 2^n)) */
   int retry_cap_ms;
   int retry_budget_s;         /* no new attempt after this long */
   size_t multipart_threshold; /* objects larger than this go multipart */
@@ -45,7 +46,8 @@ typedef struct ckpt_s3_config {
   char cache_dir[PATH_MAX];   /* fast tier + catalog */
   int require_both;           /* commit durable on local AND S3 */
   int upload_threads;
-  int drain_s; /* at close, wait this long for background uploads */
+  int drain_s;       /* at close, wait this long for background uploads */
+  int list_max_keys; /* ListObjectsV2 page size; 0: the server's (1000) */
 } ckpt_s3_config;
 
 /* Parses "s3://bucket[/prefix]" and the environment (FT_S3_ENDPOINT,
@@ -57,7 +59,9 @@ typedef struct ckpt_s3_config {
  * message naming the variable (never its value if secret). */
 int ckpt_s3_config_from_uri(const char *uri, ckpt_s3_config *c);
 /* Reads [profile] of a shared credentials file into c (FT_ENOENT if the file
- * or the profile is absent). Exposed for tests. */
+ * or the profile is absent; FT_ECONFIG if it is not a valid INI file). The
+ * file is parsed with inih; "[profile NAME]" (the config file's spelling)
+ * also names profile NAME. Exposed for tests. */
 int ckpt_s3_config_read_credentials(const char *path, const char *profile, ckpt_s3_config *c);
 /* Overwrites the secrets with zeros. */
 void ckpt_s3_config_wipe(ckpt_s3_config *c);
@@ -85,6 +89,10 @@ void ckpt_s3_client_free(ckpt_s3_client *c);
 int ckpt_s3_client_put(ckpt_s3_client *c, const char *key, const void *data, size_t len, int flags);
 /* *data malloc'd (caller frees); FT_ENOENT if absent. */
 int ckpt_s3_client_get(ckpt_s3_client *c, const char *key, uint8_t **data, size_t *len, int flags);
+/* Bytes [off, off + n) of the object (fewer at its end); *data malloc'd.
+ * FT_EINVAL when off is past the end (HTTP 416). */
+int ckpt_s3_client_get_range(ckpt_s3_client *c, const char *key, uint64_t off, uint64_t n,
+                             uint8_t **data, size_t *len, int flags);
 int ckpt_s3_client_head(ckpt_s3_client *c, const char *key, uint64_t *size, int64_t *mtime_ns,
                         int flags);
 int ckpt_s3_client_delete(ckpt_s3_client *c, const char *key);
@@ -104,6 +112,42 @@ int ckpt_s3_client_classify(int curl_code, long status, int *retryable);
 /* Exposed for unit tests: the object URL of key for cfg ("" key: bucket). */
 int ckpt_s3_client_url(const ckpt_s3_config *cfg, const char *key, const char *query, char *buf,
                        size_t n);
+
+/* Exposed for unit tests: S3's URI encoding (RFC 3986: all but A-Z a-z 0-9
+ * - . _ ~ become %XX; '/' kept if keep_slash), by curl_easy_escape. */
+int ckpt_s3_uri_encode(const char *s, int keep_slash, char *out, size_t n);
+
+/* AWS Signature Version 4 for S3, done here (not by libcurl) so that the
+ * headers signed are exactly the headers sent. */
+typedef struct ckpt_s3_header {
+  const char *name; /* any case; signed lowercased */
+  const char *value;
+} ckpt_s3_header;
+/* The Authorization header's value for a request. uri: the encoded path as
+ * sent; query: "k=v&k2=v2" encoded, any order, or NULL; amz_date:
+ * "YYYYMMDDTHHMMSSZ" (also sent as x-amz-date, which must be among hdrs);
+ * every header in hdrs is signed. */
+int ckpt_s3_sigv4(const char *method, const char *uri, const char *query,
+                  const ckpt_s3_header *hdrs, size_t nhdrs, const char *payload_hex,
+                  const char *amz_date, const char *region, const char *access_key,
+                  const char *secret_key, char *auth, size_t n);
+
+/* S3's XML answers, parsed with expat. FT_EPROTO for a body that is not
+ * well-formed XML, not the document expected, or holds a value too long. */
+/* ListObjectsV2 (ListBucketResult): fn for each object in document order
+ * (its result stops the walk and is returned); *truncated and the
+ * NextContinuationToken (token, "" if none). */
+int ckpt_s3_xml_list(const char *xml, size_t n,
+                     int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
+                     void *ud, int *truncated, char *token, size_t token_n);
+/* An <Error> document: its Code and Message (either may be ""). FT_ENOENT
+ * when the body is XML but not an <Error>. */
+int ckpt_s3_xml_error(const char *xml, size_t n, char *code, size_t code_n, char *msg,
+                      size_t msg_n);
+/* The text of <root><elem> (InitiateMultipartUploadResult/UploadId);
+ * FT_ENOENT when the root is another element or elem is absent. */
+int ckpt_s3_xml_field(const char *xml, size_t n, const char *root, const char *elem, char *out,
+                      size_t out_n);
 
 /* ---- the bucket as a tier (ckpt_tier_s3.c) ----------------------------------- */
 

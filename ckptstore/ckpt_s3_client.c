@@ -2,11 +2,19 @@
  * ckpt_s3_client: S3 requests over libcurl. The only file that includes
  * curl/curl.h; nothing outside sees a CURL type or a CURLcode.
  *
- * Each request is signed with AWS Signature Version 4 by libcurl
- * (CURLOPT_AWS_SIGV4 "aws:amz:<region>:s3"); the payload hash header
- * x-amz-content-sha256 is computed here (SHA-256 of the body), so the
- * server checks the body it received against the signed hash: integrity in
- * transit. Chunk integrity end to end is the caller's (every chunk read is
+ * Each request is signed here with AWS Signature Version 4
+ * (ckpt_s3_sigv4, HMAC-SHA256 from OpenSSL), not by libcurl's
+ * CURLOPT_AWS_SIGV4: libcurl 7.x signs every header of CURLOPT_HTTPHEADER,
+ * including the empty "Expect:" that only tells it not to send one, so the
+ * server never saw the headers that were signed and refused every request
+ * (403 SignatureDoesNotMatch). Here the request carries exactly the headers
+ * it signs, Host included, and the URL path is sent as signed
+ * (CURLOPT_PATH_AS_IS). The payload hash header x-amz-content-sha256 is the
+ * SHA-256 of the body, so the server checks the body it received against
+ * the signed hash: integrity in transit. Keys and query values are encoded
+ * by curl_easy_escape (exactly RFC 3986's unreserved set is kept; '/' is
+ * kept in paths). S3's XML answers (listings, upload ids, errors) are read
+ * with expat. Chunk integrity end to end is the caller's (every chunk read is
  * decoded and re-hashed). Addressing: path style (endpoint/bucket/key) or
  * virtual host (bucket.endpoint/key).
  *
@@ -18,8 +26,10 @@
  * exponentially with full jitter: sleep random(0, min(cap, base * 2^n)),
  * for at most cfg->retries attempts and cfg->retry_budget_s seconds. The
  * detail text names method, bucket, key, status and S3's error code and
- * message, never the credentials (libcurl gets them via CURLOPT_USERPWD and
- * verbose output is never enabled).
+ * message, never the credentials (the secret only keys the HMAC, the
+ * Authorization header is wiped after use, verbose output is never enabled).
+ * 401/403 are final: the detail says where the credentials came from
+ * (cfg->cred_source: the environment, or a file and profile).
  *
  * Conditional create: CKPT_S3_CREATE_ONLY sends If-None-Match: * (also on
  * CompleteMultipartUpload); HTTP 412 becomes FT_EEXIST, so a chunk that is
@@ -36,12 +46,17 @@
 #include "ckpt_int.h"
 #include "ft_err.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
+#include <expat.h>
 #include <inttypes.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,9 +64,6 @@
 
 struct ckpt_s3_client {
   ckpt_s3_config cfg;
-  char userpwd[sizeof(((ckpt_s3_config *)0)->access_key) +
-               sizeof(((ckpt_s3_config *)0)->secret_key) + 2];
-  char sigv4[128];
   pthread_mutex_t mu;
   CURL *idle[POOL_MAX];
   int nidle;
@@ -67,7 +79,8 @@ typedef struct buf {
 typedef struct rq {
   const char *method; /* GET HEAD PUT POST DELETE */
   const char *key;    /* object key; "" for the bucket */
-  const char *query;  /* canonical query (sorted, encoded) or NULL */
+  const char *query;  /* encoded query ("k=v&k2=v2") or NULL */
+  const char *range;  /* "bytes=a-b" or NULL */
   const uint8_t *body;
   size_t blen, bpos;
   int flags;
@@ -106,101 +119,6 @@ static int buf_add(buf *b, const void *p, size_t n) {
   return 0;
 }
 
-/* Percent-encodes s (RFC 3986 unreserved kept; '/' kept if keep_slash). */
-static int uri_encode(const char *s, int keep_slash, char *out, size_t n) {
-  static const char hx[] = "0123456789ABCDEF";
-  size_t o = 0;
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
-                *p == '-' || *p == '_' || *p == '.' || *p == '~' || (keep_slash && *p == '/');
-    if (o + 4 >= n)
-      return ft_err_set(FT_EINVAL, "S3 key or query too long");
-    if (plain) {
-      out[o++] = (char)*p;
-    } else {
-      out[o++] = '%';
-      out[o++] = hx[*p >> 4];
-      out[o++] = hx[*p & 15];
-    }
-  }
-  out[o] = 0;
-  return FT_OK;
-}
-
-int ckpt_s3_client_url(const ckpt_s3_config *cfg, const char *key, const char *query, char *buf,
-                       size_t n) {
-  char ek[2048];
-  int rc = uri_encode(key, 1, ek, sizeof ek);
-  if (rc)
-    return rc;
-  const char *q = query && query[0] ? "?" : "";
-  const char *qs = query ? query : "";
-  int w;
-  if (cfg->virtual_host) {
-    const char *sep = strstr(cfg->endpoint, "://");
-    if (!sep)
-      return ft_err_set(FT_ECONFIG, "S3 endpoint '%s' has no scheme", cfg->endpoint);
-    w = snprintf(buf, n, "%.*s%s.%s/%s%s%s", (int)(sep + 3 - cfg->endpoint), cfg->endpoint,
-                 cfg->bucket, sep + 3, ek, q, qs);
-  } else if (key[0]) {
-    w = snprintf(buf, n, "%s/%s/%s%s%s", cfg->endpoint, cfg->bucket, ek, q, qs);
-  } else {
-    w = snprintf(buf, n, "%s/%s%s%s", cfg->endpoint, cfg->bucket, q, qs);
-  }
-  if (w < 0 || (size_t)w >= n)
-    return ft_err_set(FT_EINVAL, "S3 URL too long for key '%s'", key);
-  return FT_OK;
-}
-
-/* Text of <tag>...</tag> in [s, end) starting the search at s; entities
- * decoded into out. Returns a pointer past the closing tag, or NULL. */
-static const char *xml_tag(const char *s, const char *end, const char *tag, char *out, size_t n) {
-  char open[64], close[64];
-  snprintf(open, sizeof open, "<%s>", tag);
-  snprintf(close, sizeof close, "</%s>", tag);
-  const char *a = memmem(s, (size_t)(end - s), open, strlen(open));
-  if (!a)
-    return NULL;
-  a += strlen(open);
-  const char *b = memmem(a, (size_t)(end - a), close, strlen(close));
-  if (!b)
-    return NULL;
-  size_t o = 0;
-  for (const char *p = a; p < b && o + 1 < n;) {
-    if (*p == '&') {
-      static const struct {
-        const char *e;
-        char c;
-      } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
-      int done = 0;
-      for (size_t k = 0; k < sizeof ents / sizeof ents[0]; k++) {
-        size_t l = strlen(ents[k].e);
-        if ((size_t)(b - p) >= l && memcmp(p, ents[k].e, l) == 0) {
-          out[o++] = ents[k].c;
-          p += l;
-          done = 1;
-          break;
-        }
-      }
-      if (!done && p + 2 < b && p[1] == '#') {
-        char *e2;
-        long v = strtol(p + 2, &e2, 10);
-        if (*e2 == ';' && v > 0 && v < 128) {
-          out[o++] = (char)v;
-          p = e2 + 1;
-          done = 1;
-        }
-      }
-      if (!done)
-        out[o++] = *p++;
-    } else {
-      out[o++] = *p++;
-    }
-  }
-  out[o] = 0;
-  return b + strlen(close);
-}
-
 static int64_t iso8601_ns(const char *s) {
   struct tm tm;
   memset(&tm, 0, sizeof tm);
@@ -234,6 +152,464 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Percent-encodes s the way SigV4 wants (RFC 3986 unreserved kept, every
+ * other byte %XX, '/' kept when keep_slash): curl_easy_escape (which keeps
+ * exactly A-Z a-z 0-9 - . _ ~) on each '/'-separated segment. */
+int ckpt_s3_uri_encode(const char *s, int keep_slash, char *out, size_t n) {
+  size_t o = 0;
+  if (n == 0)
+    return ft_err_set(FT_EINVAL, "S3 key or query too long");
+  out[0] = 0;
+  for (const char *p = s;;) {
+    size_t l = keep_slash ? strcspn(p, "/") : strlen(p);
+    if (l > 0) {
+      if (l > INT32_MAX)
+        return ft_err_set(FT_EINVAL, "S3 key or query too long");
+      char *e = curl_easy_escape(NULL, p, (int)l);
+      if (!e)
+        return ft_err_set(FT_ENOMEM, "out of memory");
+      size_t el = strlen(e);
+      if (o + el >= n) {
+        curl_free(e);
+        return ft_err_set(FT_EINVAL, "S3 key or query too long");
+      }
+      memcpy(out + o, e, el + 1);
+      o += el;
+      curl_free(e);
+    }
+    p += l;
+    if (!*p)
+      break;
+    if (o + 2 > n) /* the '/' and the terminator */
+      return ft_err_set(FT_EINVAL, "S3 key or query too long");
+    out[o++] = '/';
+    out[o] = 0;
+    p++;
+  }
+  return FT_OK;
+}
+
+int ckpt_s3_client_url(const ckpt_s3_config *cfg, const char *key, const char *query, char *buf,
+                       size_t n) {
+  char ek[3200];
+  int rc = ckpt_s3_uri_encode(key, 1, ek, sizeof ek);
+  if (rc)
+    return rc;
+  const char *q = query && query[0] ? "?" : "";
+  const char *qs = query ? query : "";
+  int w;
+  if (cfg->virtual_host) {
+    const char *sep = strstr(cfg->endpoint, "://");
+    if (!sep)
+      return ft_err_set(FT_ECONFIG, "S3 endpoint '%s' has no scheme", cfg->endpoint);
+    w = snprintf(buf, n, "%.*s%s.%s/%s%s%s", (int)(sep + 3 - cfg->endpoint), cfg->endpoint,
+                 cfg->bucket, sep + 3, ek, q, qs);
+  } else if (key[0]) {
+    w = snprintf(buf, n, "%s/%s/%s%s%s", cfg->endpoint, cfg->bucket, ek, q, qs);
+  } else {
+    w = snprintf(buf, n, "%s/%s%s%s", cfg->endpoint, cfg->bucket, q, qs);
+  }
+  if (w < 0 || (size_t)w >= n)
+    return ft_err_set(FT_EINVAL, "S3 URL too long for key '%s'", key);
+  return FT_OK;
+}
+
+/* ---- SigV4 ---------------------------------------------------------------------- */
+
+static void hmac256(const void *key, size_t kn, const void *msg, size_t mn, uint8_t out[32]) {
+  unsigned int ol = 32;
+  HMAC(EVP_sha256(), key, (int)kn, msg, mn, out, &ol);
+}
+
+static void wipe(void *p, size_t n) {
+  volatile uint8_t *v = p;
+  for (size_t i = 0; i < n; i++)
+    v[i] = 0;
+}
+
+typedef struct qparam {
+  const char *k, *v; /* into a copy of the query */
+} qparam;
+
+static int qparam_cmp(const void *a, const void *b) {
+  const qparam *x = a, *y = b;
+  int c = strcmp(x->k, y->k);
+  return c ? c : strcmp(x->v, y->v);
+}
+
+static int hdr_cmp(const void *a, const void *b) {
+  const ckpt_s3_header *x = a, *y = b;
+  return strcasecmp(x->name, y->name);
+}
+
+/* value with leading/trailing blanks cut and inner runs of blanks as one */
+static int add_trimmed(buf *b, const char *v) {
+  while (*v == ' ' || *v == '\t')
+    v++;
+  int blank = 0;
+  for (; *v; v++) {
+    if (*v == ' ' || *v == '\t') {
+      blank = 1;
+      continue;
+    }
+    if (blank && buf_add(b, " ", 1))
+      return -1;
+    blank = 0;
+    if (buf_add(b, v, 1))
+      return -1;
+  }
+  return 0;
+}
+
+int ckpt_s3_sigv4(const char *method, const char *uri, const char *query,
+                  const ckpt_s3_header *hdrs, size_t nhdrs, const char *payload_hex,
+                  const char *amz_date, const char *region, const char *access_key,
+                  const char *secret_key, char *auth, size_t n) {
+  enum { MAXH = 16, MAXQ = 16 };
+  ckpt_s3_header h[MAXH];
+  qparam qp[MAXQ];
+  char qcopy[8192], date[9], scope[128], names[512] = "";
+  buf cr = {0}, sts = {0};
+  uint8_t k[32], digest[32];
+  char khex[65], sig[65];
+  int rc = FT_OK;
+  size_t nq = 0, nl = 0;
+
+  if (nhdrs > MAXH || strlen(amz_date) != 16)
+    return ft_err_set(FT_EINVAL, "SigV4: %zu headers or date '%s' out of range", nhdrs, amz_date);
+  memcpy(h, hdrs, nhdrs * sizeof *h);
+  qsort(h, nhdrs, sizeof *h, hdr_cmp);
+  memcpy(date, amz_date, 8);
+  date[8] = 0;
+  snprintf(scope, sizeof scope, "%s/%s/s3/aws4_request", date, region);
+
+  /* the canonical query: parameters sorted by name, then value; "k" is "k=" */
+  if (query && query[0]) {
+    if (strlen(query) >= sizeof qcopy)
+      return ft_err_set(FT_EINVAL, "SigV4: query too long");
+    strcpy(qcopy, query);
+    for (char *save = NULL, *t = strtok_r(qcopy, "&", &save); t; t = strtok_r(NULL, "&", &save)) {
+      if (nq == MAXQ)
+        return ft_err_set(FT_EINVAL, "SigV4: too many query parameters");
+      char *eq = strchr(t, '=');
+      if (eq)
+        *eq = 0;
+      qp[nq].k = t;
+      qp[nq++].v = eq ? eq + 1 : "";
+    }
+    qsort(qp, nq, sizeof *qp, qparam_cmp);
+  }
+  int oom = buf_add(&cr, method, strlen(method)) || buf_add(&cr, "\n", 1) ||
+            buf_add(&cr, uri, strlen(uri)) || buf_add(&cr, "\n", 1);
+  for (size_t i = 0; i < nq && !oom; i++)
+    oom = (i && buf_add(&cr, "&", 1)) || buf_add(&cr, qp[i].k, strlen(qp[i].k)) ||
+          buf_add(&cr, "=", 1) || buf_add(&cr, qp[i].v, strlen(qp[i].v));
+  oom = oom || buf_add(&cr, "\n", 1);
+  for (size_t i = 0; i < nhdrs && !oom; i++) {
+    size_t l = strlen(h[i].name);
+    if (nl + l + 2 > sizeof names) {
+      rc = ft_err_set(FT_EINVAL, "SigV4: header names too long");
+      goto out;
+    }
+    if (nl)
+      names[nl++] = ';';
+    for (size_t j = 0; j < l; j++) {
+      char lc = (char)tolower((unsigned char)h[i].name[j]);
+      names[nl++] = lc;
+      oom = oom || buf_add(&cr, &lc, 1);
+    }
+    names[nl] = 0;
+    oom = oom || buf_add(&cr, ":", 1) || add_trimmed(&cr, h[i].value) || buf_add(&cr, "\n", 1);
+  }
+  oom = oom || buf_add(&cr, "\n", 1) || buf_add(&cr, names, nl) || buf_add(&cr, "\n", 1) ||
+        buf_add(&cr, payload_hex, strlen(payload_hex));
+  if (oom) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  if ((rc = ckpt_sha256(cr.p, cr.n, digest)))
+    goto out;
+  ckpt_hex(digest, khex);
+  oom = buf_add(&sts, "AWS4-HMAC-SHA256\n", 17) || buf_add(&sts, amz_date, 16) ||
+        buf_add(&sts, "\n", 1) || buf_add(&sts, scope, strlen(scope)) || buf_add(&sts, "\n", 1) ||
+        buf_add(&sts, khex, 64);
+  if (oom) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  /* the signing key: HMAC chain over date, region, service, terminator */
+  char k0[300];
+  int kl = snprintf(k0, sizeof k0, "AWS4%s", secret_key);
+  if (kl < 0 || (size_t)kl >= sizeof k0) {
+    rc = ft_err_set(FT_EINVAL, "SigV4: secret key too long");
+    goto out;
+  }
+  hmac256(k0, (size_t)kl, date, 8, k);
+  wipe(k0, sizeof k0);
+  hmac256(k, 32, region, strlen(region), k);
+  hmac256(k, 32, "s3", 2, k);
+  hmac256(k, 32, "aws4_request", 12, k);
+  hmac256(k, 32, sts.p, sts.n, digest);
+  ckpt_hex(digest, sig);
+  int w = snprintf(auth, n, "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s",
+                   access_key, scope, names, sig);
+  if (w < 0 || (size_t)w >= n)
+    rc = ft_err_set(FT_EINVAL, "SigV4: Authorization header too long");
+out:
+  wipe(k, sizeof k);
+  free(cr.p);
+  free(sts.p);
+  return rc;
+}
+
+/* ---- S3's XML answers (expat) ------------------------------------------------------- */
+
+#define XML_DEPTH 4         /* element names kept for the first levels */
+#define XML_TEXT (64 << 10) /* longest text of one element */
+
+typedef struct xwalk xwalk;
+/* called at the end of each element; path[0..depth-1] names it */
+typedef int (*xml_end_fn)(xwalk *x, int depth, const char *text, size_t tn);
+
+struct xwalk {
+  XML_Parser p;
+  int depth;
+  char path[XML_DEPTH][64];
+  buf text;
+  int rc; /* first failure, from the walker or a callback */
+  xml_end_fn end;
+  void *ud;
+};
+
+static const char *local_name(const char *n) {
+  const char *s = strrchr(n, '\x01'); /* namespace separator */
+  return s ? s + 1 : n;
+}
+
+static void XMLCALL x_start(void *ud, const XML_Char *name, const XML_Char **atts) {
+  (void)atts;
+  xwalk *x = ud;
+  if (x->depth < XML_DEPTH)
+    snprintf(x->path[x->depth], sizeof x->path[0], "%s", local_name(name));
+  x->depth++;
+  x->text.n = 0;
+  if (x->text.p)
+    x->text.p[0] = 0;
+}
+
+static void XMLCALL x_chars(void *ud, const XML_Char *s, int len) {
+  xwalk *x = ud;
+  if (x->rc)
+    return;
+  if (x->text.n + (size_t)len > XML_TEXT) {
+    x->rc = ft_err_set(FT_EPROTO, "S3 answer: an XML value is longer than %d bytes", XML_TEXT);
+    XML_StopParser(x->p, XML_FALSE);
+  } else if (buf_add(&x->text, s, (size_t)len)) {
+    x->rc = ft_err_set(FT_ENOMEM, "out of memory");
+    XML_StopParser(x->p, XML_FALSE);
+  }
+}
+
+static void XMLCALL x_end(void *ud, const XML_Char *name) {
+  (void)name;
+  xwalk *x = ud;
+  if (x->rc)
+    return;
+  int rc = x->end(x, x->depth, x->text.p ? (const char *)x->text.p : "", x->text.n);
+  x->depth--;
+  x->text.n = 0;
+  if (x->text.p)
+    x->text.p[0] = 0;
+  if (rc) {
+    x->rc = rc;
+    XML_StopParser(x->p, XML_FALSE);
+  }
+}
+
+/* S3 never sends a document type; one is refused (no entity tricks) */
+static void XMLCALL x_doctype(void *ud, const XML_Char *name, const XML_Char *sysid,
+                              const XML_Char *pubid, int has_internal_subset) {
+  (void)name, (void)sysid, (void)pubid, (void)has_internal_subset;
+  xwalk *x = ud;
+  x->rc = ft_err_set(FT_EPROTO, "S3 answer: XML with a document type declaration");
+  XML_StopParser(x->p, XML_FALSE);
+}
+
+/* 1 if the element being closed is path a/b/c... (depth names) */
+static int at(const xwalk *x, int depth, int want, const char *a, const char *b, const char *c) {
+  if (depth != want)
+    return 0;
+  const char *w[3] = {a, b, c};
+  for (int i = 0; i < want && i < 3; i++)
+    if (strcmp(x->path[i], w[i]) != 0)
+      return 0;
+  return 1;
+}
+
+static int xml_walk(const char *xml, size_t n, xml_end_fn end, void *ud) {
+  xwalk x = {.end = end, .ud = ud};
+  if (n > INT32_MAX)
+    return ft_err_set(FT_EPROTO, "S3 answer too large (%zu bytes)", n);
+  x.p = XML_ParserCreateNS(NULL, '\x01');
+  if (!x.p)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  XML_SetUserData(x.p, &x);
+  XML_SetElementHandler(x.p, x_start, x_end);
+  XML_SetCharacterDataHandler(x.p, x_chars);
+  XML_SetStartDoctypeDeclHandler(x.p, x_doctype);
+  enum XML_Status st = XML_Parse(x.p, xml, (int)n, 1);
+  int rc = x.rc;
+  if (!rc && st != XML_STATUS_OK)
+    rc = ft_err_set(FT_EPROTO, "S3 answer is not XML (line %lu: %s)",
+                    (unsigned long)XML_GetCurrentLineNumber(x.p),
+                    XML_ErrorString(XML_GetErrorCode(x.p)));
+  XML_ParserFree(x.p);
+  free(x.text.p);
+  return rc;
+}
+
+static int copy_text(char *out, size_t on, const char *t, size_t tn, const char *what) {
+  if (tn >= on)
+    return ft_err_set(FT_EPROTO, "S3 answer: %s is %zu bytes (at most %zu)", what, tn, on - 1);
+  memcpy(out, t, tn);
+  out[tn] = 0;
+  return FT_OK;
+}
+
+typedef struct list_walk {
+  int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns);
+  void *ud;
+  char key[2048], size[32], mtime[64];
+  int has_key, truncated;
+  char *token;
+  size_t token_n;
+} list_walk;
+
+static int list_end(xwalk *x, int depth, const char *t, size_t tn) {
+  list_walk *l = x->ud;
+  if (depth == 1 && strcmp(x->path[0], "ListBucketResult") != 0)
+    return ft_err_set(FT_EPROTO, "S3 list answer is <%s>, not <ListBucketResult>", x->path[0]);
+  if (at(x, depth, 3, "ListBucketResult", "Contents", "Key")) {
+    l->has_key = 1;
+    return copy_text(l->key, sizeof l->key, t, tn, "a key");
+  }
+  if (at(x, depth, 3, "ListBucketResult", "Contents", "Size"))
+    return copy_text(l->size, sizeof l->size, t, tn, "a size");
+  if (at(x, depth, 3, "ListBucketResult", "Contents", "LastModified"))
+    return copy_text(l->mtime, sizeof l->mtime, t, tn, "a date");
+  if (at(x, depth, 2, "ListBucketResult", "Contents", NULL)) {
+    int rc = FT_OK;
+    if (l->has_key && l->fn)
+      rc = l->fn(l->ud, l->key, strtoull(l->size, NULL, 10), iso8601_ns(l->mtime));
+    l->has_key = 0;
+    l->key[0] = l->size[0] = l->mtime[0] = 0;
+    return rc;
+  }
+  if (at(x, depth, 2, "ListBucketResult", "IsTruncated", NULL)) {
+    l->truncated = tn == 4 && memcmp(t, "true", 4) == 0;
+    return FT_OK;
+  }
+  if (at(x, depth, 2, "ListBucketResult", "NextContinuationToken", NULL))
+    return copy_text(l->token, l->token_n, t, tn, "NextContinuationToken");
+  return FT_OK;
+}
+
+int ckpt_s3_xml_list(const char *xml, size_t n,
+                     int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
+                     void *ud, int *truncated, char *token, size_t token_n) {
+  list_walk l = {.fn = fn, .ud = ud, .token = token, .token_n = token_n};
+  *truncated = 0;
+  if (token_n)
+    token[0] = 0;
+  int rc = xml_walk(xml, n, list_end, &l);
+  if (rc)
+    return rc;
+  *truncated = l.truncated;
+  if (l.truncated && !token[0])
+    return ft_err_set(FT_EPROTO, "S3 list answer is truncated but has no NextContinuationToken");
+  return FT_OK;
+}
+
+typedef struct field_walk {
+  const char *root, *elem;
+  char *out;
+  size_t out_n;
+  int found, root_ok;
+} field_walk;
+
+static int field_end(xwalk *x, int depth, const char *t, size_t tn) {
+  field_walk *f = x->ud;
+  if (depth == 1)
+    f->root_ok = strcmp(x->path[0], f->root) == 0;
+  if (at(x, depth, 2, f->root, f->elem, NULL) && !f->found) {
+    f->found = 1;
+    return copy_text(f->out, f->out_n, t, tn, f->elem);
+  }
+  return FT_OK;
+}
+
+int ckpt_s3_xml_field(const char *xml, size_t n, const char *root, const char *elem, char *out,
+                      size_t out_n) {
+  field_walk f = {.root = root, .elem = elem, .out = out, .out_n = out_n};
+  if (out_n)
+    out[0] = 0;
+  int rc = xml_walk(xml, n, field_end, &f);
+  if (rc)
+    return rc;
+  if (!f.root_ok || !f.found) {
+    if (out_n)
+      out[0] = 0;
+    return ft_err_set(FT_ENOENT, "S3 answer has no <%s><%s>", root, elem);
+  }
+  return FT_OK;
+}
+
+typedef struct error_walk {
+  char *code, *msg;
+  size_t code_n, msg_n;
+  int is_error;
+} error_walk;
+
+/* long texts are cut here (an error message is for people), not refused */
+static void cut_text(char *out, size_t on, const char *t, size_t tn) {
+  if (!on)
+    return;
+  size_t l = tn < on - 1 ? tn : on - 1;
+  memcpy(out, t, l);
+  out[l] = 0;
+}
+
+static int error_end(xwalk *x, int depth, const char *t, size_t tn) {
+  error_walk *e = x->ud;
+  if (depth == 1)
+    e->is_error = strcmp(x->path[0], "Error") == 0;
+  if (at(x, depth, 2, "Error", "Code", NULL))
+    cut_text(e->code, e->code_n, t, tn);
+  else if (at(x, depth, 2, "Error", "Message", NULL))
+    cut_text(e->msg, e->msg_n, t, tn);
+  return FT_OK;
+}
+
+int ckpt_s3_xml_error(const char *xml, size_t n, char *code, size_t code_n, char *msg,
+                      size_t msg_n) {
+  error_walk e = {.code = code, .msg = msg, .code_n = code_n, .msg_n = msg_n};
+  if (code_n)
+    code[0] = 0;
+  if (msg_n)
+    msg[0] = 0;
+  int rc = xml_walk(xml, n, error_end, &e);
+  if (rc)
+    return rc;
+  if (!e.is_error) {
+    if (code_n)
+      code[0] = 0;
+    if (msg_n)
+      msg[0] = 0;
+    return FT_ENOENT;
+  }
+  return FT_OK;
 }
 
 /* ---- the one translation of libcurl and HTTP results --------------------------------- */
@@ -366,36 +742,92 @@ static void handle_put(ckpt_s3_client *c, CURL *h) {
     curl_easy_cleanup(h);
 }
 
-/* One attempt. Returns the CURLcode; r->status is the HTTP status. */
+/* The host[:port] of an URL (what curl would send as Host, which is sent
+ * explicitly so that the signed value is the one on the wire). */
+static void url_host(const char *url, char *out, size_t n) {
+  const char *h = strstr(url, "://");
+  h = h ? h + 3 : url;
+  size_t l = strcspn(h, "/?");
+  int w = snprintf(out, n, "%.*s", (int)l, h);
+  size_t ol = w < 0 ? 0 : (size_t)w < n ? (size_t)w : n - 1;
+  /* the default port is left out, as curl leaves it out */
+  const char *def = strncmp(url, "https://", 8) == 0 ? ":443" : ":80";
+  size_t dl = strlen(def);
+  if (ol > dl && strcmp(out + ol - dl, def) == 0)
+    out[ol - dl] = 0;
+}
+
+/* One attempt. Returns the CURLcode; r->status is the HTTP status. The
+ * request carries exactly the headers it signs (plus Content-Length, Accept
+ * and curl's defaults, which SigV4 does not need signed); "Expect:" only
+ * removes curl's "Expect: 100-continue" and is neither sent nor signed. */
 static int perform_once(ckpt_s3_client *c, rq *r, const char *payload_hex) {
-  char url[4096], hdr[4200];
+  char url[4096], host[600], amz_date[20], path[4096];
+  char auth[1024], hdr[4200];
   int rc = ckpt_s3_client_url(&c->cfg, r->key, r->query, url, sizeof url);
   if (rc)
     return CURLE_URL_MALFORMAT;
-  CURL *h = handle_get(c);
-  if (!h)
-    return CURLE_OUT_OF_MEMORY;
-  struct curl_slist *hl = NULL, *t;
-  snprintf(hdr, sizeof hdr, "x-amz-content-sha256: %s", payload_hex);
-  hl = curl_slist_append(hl, hdr);
-  if (r->flags & CKPT_S3_CREATE_ONLY)
-    hl = (t = curl_slist_append(hl, "If-None-Match: *")) ? t : hl;
-  if (c->cfg.session_token[0]) {
-    snprintf(hdr, sizeof hdr, "x-amz-security-token: %s", c->cfg.session_token);
-    hl = (t = curl_slist_append(hl, hdr)) ? t : hl;
-    memset(hdr, 0, sizeof hdr);
-  }
-  hl = (t = curl_slist_append(hl, "Expect:")) ? t : hl;
+  url_host(url, host, sizeof host);
+  /* the path as sent: after the host, before '?' */
+  const char *ps = strstr(url, "://");
+  ps = ps ? ps + 3 : url;
+  ps += strcspn(ps, "/?");
+  snprintf(path, sizeof path, "%.*s", (int)strcspn(ps, "?"), ps);
+  if (!path[0])
+    snprintf(path, sizeof path, "/");
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(amz_date, sizeof amz_date, "%Y%m%dT%H%M%SZ", &tm);
+
+  ckpt_s3_header sh[8];
+  size_t nh = 0;
   if (!strcmp(r->method, "POST"))
-    hl = (t = curl_slist_append(hl, "Content-Type: application/xml")) ? t : hl;
+    sh[nh++] = (ckpt_s3_header){"content-type", "application/xml"};
   else if (!strcmp(r->method, "PUT"))
-    hl = (t = curl_slist_append(hl, "Content-Type: application/octet-stream")) ? t : hl;
+    sh[nh++] = (ckpt_s3_header){"content-type", "application/octet-stream"};
+  sh[nh++] = (ckpt_s3_header){"host", host};
+  if (r->flags & CKPT_S3_CREATE_ONLY)
+    sh[nh++] = (ckpt_s3_header){"if-none-match", "*"};
+  if (r->range)
+    sh[nh++] = (ckpt_s3_header){"range", r->range};
+  sh[nh++] = (ckpt_s3_header){"x-amz-content-sha256", payload_hex};
+  sh[nh++] = (ckpt_s3_header){"x-amz-date", amz_date};
+  if (c->cfg.session_token[0])
+    sh[nh++] = (ckpt_s3_header){"x-amz-security-token", c->cfg.session_token};
+  if (ckpt_s3_sigv4(r->method, path, r->query, sh, nh, payload_hex, amz_date, c->cfg.region,
+                    c->cfg.access_key, c->cfg.secret_key, auth, sizeof auth))
+    return CURLE_URL_MALFORMAT;
+
+  CURL *h = handle_get(c);
+  if (!h) {
+    wipe(auth, sizeof auth);
+    return CURLE_OUT_OF_MEMORY;
+  }
+  struct curl_slist *hl = NULL, *t;
+  int oom = 0;
+  for (size_t i = 0; i < nh; i++) {
+    snprintf(hdr, sizeof hdr, "%s: %s", sh[i].name, sh[i].value);
+    oom |= !(t = curl_slist_append(hl, hdr));
+    hl = t ? t : hl;
+  }
+  snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
+  oom |= !(t = curl_slist_append(hl, hdr));
+  hl = t ? t : hl;
+  oom |= !(t = curl_slist_append(hl, "Expect:"));
+  hl = t ? t : hl;
+  wipe(hdr, sizeof hdr);
+  wipe(auth, sizeof auth);
+  if (oom) {
+    curl_slist_free_all(hl);
+    handle_put(c, h);
+    return CURLE_OUT_OF_MEMORY;
+  }
 
   curl_easy_setopt(h, CURLOPT_URL, url);
+  curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L); /* the path signed is the path sent */
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-  curl_easy_setopt(h, CURLOPT_AWS_SIGV4, c->sigv4);
-  curl_easy_setopt(h, CURLOPT_USERPWD, c->userpwd);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, (long)c->cfg.timeout_s);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)c->cfg.timeout_s);
@@ -462,12 +894,14 @@ static int execute(ckpt_s3_client *c, rq *r) {
     int retry = 0;
     rc = ckpt_s3_client_classify(cc, r->status, &retry);
     char code[128] = "", msg[256] = "";
-    if (cc == CURLE_OK && r->resp.n) {
-      const char *s = (const char *)r->resp.p, *e = s + r->resp.n;
-      xml_tag(s, e, "Code", code, sizeof code);
-      xml_tag(s, e, "Message", msg, sizeof msg);
-      if (rc == FT_OK && !strcmp(r->method, "POST") && memmem(s, r->resp.n, "<Error>", 7)) {
-        rc = FT_EIO; /* CompleteMultipartUpload: 200 with an error body */
+    /* an error's body (any status but 2xx; or a POST's 200 that is an
+     * <Error>: CompleteMultipartUpload fails that way); an object's bytes
+     * are never looked at */
+    if (cc == CURLE_OK && r->resp.n && (rc != FT_OK || !strcmp(r->method, "POST"))) {
+      int xr =
+          ckpt_s3_xml_error((const char *)r->resp.p, r->resp.n, code, sizeof code, msg, sizeof msg);
+      if (rc == FT_OK && xr == FT_OK) {
+        rc = FT_EIO;
         retry = 1;
       }
     }
@@ -489,7 +923,12 @@ static int execute(ckpt_s3_client *c, rq *r) {
       delay = (double)(rnd() % 1000000) / 1e6 * cap / 1000.0;
     }
     if (!retry || a + 1 >= attempts || now_s() + delay > deadline) {
-      const char *hint = rc == FT_ECONFIG ? " (check the credentials, region and clock)" : "";
+      char hint[sizeof c->cfg.cred_source + sizeof c->cfg.region + 200] = "";
+      if (rc == FT_ECONFIG && cc == CURLE_OK) /* 401/403: final, never retried */
+        snprintf(hint, sizeof hint,
+                 "; the server refused the request: check the credentials (%s), the region "
+                 "(%s), the clock and the key's permissions",
+                 c->cfg.cred_source[0] ? c->cfg.cred_source : "given by the caller", c->cfg.region);
       if (rc == FT_ENOENT && r->key[0])
         return ft_err_set(rc, "S3 %s s3://%s/%s: no such object", r->method, c->cfg.bucket, r->key);
       if (rc == FT_ENOENT)
@@ -510,16 +949,10 @@ int ckpt_s3_client_new(const ckpt_s3_config *cfg, ckpt_s3_client **out) {
   pthread_once(&global_once, global_init);
   if (global_rc != CURLE_OK)
     return ft_err_set(FT_ENET, "libcurl initialisation failed: %s", curl_easy_strerror(global_rc));
-  curl_version_info_data *vi = curl_version_info(CURLVERSION_NOW);
-  if (vi->version_num < 0x074b00)
-    return ft_err_set(FT_ECONFIG, "libcurl %s is too old for SigV4 signing (7.75 or later)",
-                      vi->version);
   ckpt_s3_client *c = calloc(1, sizeof *c);
   if (!c)
     return ft_err_set(FT_ENOMEM, "out of memory");
   c->cfg = *cfg;
-  snprintf(c->userpwd, sizeof c->userpwd, "%s:%s", cfg->access_key, cfg->secret_key);
-  snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:s3", cfg->region);
   pthread_mutex_init(&c->mu, NULL);
   *out = c;
   return FT_OK;
@@ -532,9 +965,6 @@ void ckpt_s3_client_free(ckpt_s3_client *c) {
     curl_easy_cleanup(c->idle[i]);
   pthread_mutex_destroy(&c->mu);
   ckpt_s3_config_wipe(&c->cfg);
-  volatile char *p = c->userpwd;
-  for (size_t i = 0; i < sizeof c->userpwd; i++)
-    p[i] = 0;
   free(c);
 }
 
@@ -557,14 +987,14 @@ static int put_multipart(ckpt_s3_client *c, const char *key, const uint8_t *data
   int rc = execute(c, &r);
   if (rc)
     goto out;
-  if (!xml_tag((const char *)r.resp.p, (const char *)r.resp.p + r.resp.n, "UploadId", upload_id,
-               sizeof upload_id) ||
+  if (ckpt_s3_xml_field((const char *)r.resp.p, r.resp.n, "InitiateMultipartUploadResult",
+                        "UploadId", upload_id, sizeof upload_id) ||
       !upload_id[0]) {
     rc = ft_err_set(FT_EPROTO, "S3 CreateMultipartUpload s3://%s/%s: no UploadId in the answer",
                     c->cfg.bucket, key);
     goto out;
   }
-  if ((rc = uri_encode(upload_id, 0, enc_id, sizeof enc_id)))
+  if ((rc = ckpt_s3_uri_encode(upload_id, 0, enc_id, sizeof enc_id)))
     goto out;
   const char *head = "<CompleteMultipartUpload>";
   if (buf_add(&xml, head, strlen(head))) {
@@ -650,6 +1080,34 @@ int ckpt_s3_client_get(ckpt_s3_client *c, const char *key, uint8_t **data, size_
   return FT_OK;
 }
 
+int ckpt_s3_client_get_range(ckpt_s3_client *c, const char *key, uint64_t off, uint64_t n,
+                             uint8_t **data, size_t *len, int flags) {
+  char range[64];
+  *data = NULL;
+  *len = 0;
+  if (n == 0 || off + n < off)
+    return ft_err_set(FT_EINVAL, "S3 GET s3://%s/%s: empty or overflowing range", c->cfg.bucket,
+                      key);
+  snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, off, off + n - 1);
+  rq r = {.method = "GET", .key = key, .range = range, .flags = flags};
+  int rc = execute(c, &r);
+  if (rc == FT_OK && r.status != 206 && r.resp.n > n) {
+    /* a server that ignored Range sent it all: keep the part asked for */
+    size_t keep = off < r.resp.n ? (size_t)(r.resp.n - off < n ? r.resp.n - off : n) : 0;
+    memmove(r.resp.p, r.resp.p + (off < r.resp.n ? off : 0), keep);
+    r.resp.n = keep;
+  }
+  if (rc) {
+    free(r.resp.p);
+    return rc;
+  }
+  if (!r.resp.p && !(r.resp.p = malloc(1)))
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  *data = r.resp.p;
+  *len = r.resp.n;
+  return FT_OK;
+}
+
 int ckpt_s3_client_head(ckpt_s3_client *c, const char *key, uint64_t *size, int64_t *mtime_ns,
                         int flags) {
   rq r = {.method = "HEAD", .key = key, .flags = flags};
@@ -685,9 +1143,9 @@ int ckpt_s3_client_create_bucket(ckpt_s3_client *c) {
           .blen = strlen(body),
           .flags = CKPT_S3_FAST};
   int rc = execute(c, &r);
-  char code[128] = "";
-  if (r.resp.n)
-    xml_tag((const char *)r.resp.p, (const char *)r.resp.p + r.resp.n, "Code", code, sizeof code);
+  char code[128] = "", msg[8];
+  if (rc && r.resp.n)
+    ckpt_s3_xml_error((const char *)r.resp.p, r.resp.n, code, sizeof code, msg, sizeof msg);
   free(r.resp.p);
   if (rc && !strcmp(code, "BucketAlreadyOwnedByYou"))
     rc = FT_OK;
@@ -697,51 +1155,36 @@ int ckpt_s3_client_create_bucket(ckpt_s3_client *c) {
 int ckpt_s3_client_list(ckpt_s3_client *c, const char *prefix,
                         int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
                         void *ud) {
-  char eprefix[2048], token[2048] = "", etoken[4096], q[6400];
-  int rc = uri_encode(prefix, 0, eprefix, sizeof eprefix);
+  char eprefix[3200], token[2048] = "", etoken[6200], q[9600], maxk[48] = "";
+  int rc = ckpt_s3_uri_encode(prefix, 0, eprefix, sizeof eprefix);
   if (rc)
     return rc;
+  if (c->cfg.list_max_keys > 0)
+    snprintf(maxk, sizeof maxk, "&max-keys=%d", c->cfg.list_max_keys);
   for (;;) {
     if (token[0]) {
-      if ((rc = uri_encode(token, 0, etoken, sizeof etoken)))
+      if ((rc = ckpt_s3_uri_encode(token, 0, etoken, sizeof etoken)))
         return rc;
-      snprintf(q, sizeof q, "continuation-token=%s&list-type=2&prefix=%s", etoken, eprefix);
+      snprintf(q, sizeof q, "continuation-token=%s&list-type=2%s&prefix=%s", etoken, maxk, eprefix);
     } else {
-      snprintf(q, sizeof q, "list-type=2&prefix=%s", eprefix);
+      snprintf(q, sizeof q, "list-type=2%s&prefix=%s", maxk, eprefix);
     }
     rq r = {.method = "GET", .key = "", .query = q};
     rc = execute(c, &r);
-    if (rc) {
-      free(r.resp.p);
-      return rc;
+    int truncated = 0;
+    if (rc == FT_OK) {
+      rc = ckpt_s3_xml_list((const char *)r.resp.p, r.resp.n, fn, ud, &truncated, token,
+                            sizeof token);
+      if (rc == FT_EPROTO) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ft_err_detail());
+        rc = ft_err_set(FT_EPROTO, "S3 list s3://%s/%s: %s", c->cfg.bucket, prefix, why);
+      }
     }
-    const char *s = (const char *)r.resp.p, *e = s + r.resp.n;
-    char key[2048], num[64], lm[64], trunc[16] = "";
-    const char *p = s;
-    while (rc == FT_OK && p && p < e) {
-      const char *a = memmem(p, (size_t)(e - p), "<Contents>", 10);
-      if (!a)
-        break;
-      const char *b = memmem(a, (size_t)(e - a), "</Contents>", 11);
-      if (!b)
-        break;
-      key[0] = num[0] = lm[0] = 0;
-      xml_tag(a, b, "Key", key, sizeof key);
-      xml_tag(a, b, "Size", num, sizeof num);
-      xml_tag(a, b, "LastModified", lm, sizeof lm);
-      if (key[0])
-        rc = fn(ud, key, strtoull(num, NULL, 10), iso8601_ns(lm));
-      p = b + 11;
-    }
-    /* IsTruncated / NextContinuationToken sit outside the Contents */
-    xml_tag(s, e, "IsTruncated", trunc, sizeof trunc);
-    token[0] = 0;
-    if (rc == FT_OK && !strcmp(trunc, "true"))
-      xml_tag(s, e, "NextContinuationToken", token, sizeof token);
     free(r.resp.p);
     if (rc)
       return rc;
-    if (!token[0])
+    if (!truncated)
       return FT_OK;
   }
 }

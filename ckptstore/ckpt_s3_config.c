@@ -15,7 +15,9 @@
  * Credentials, first found wins: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
  * (+ AWS_SESSION_TOKEN); else the shared credentials file
  * (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials), profile AWS_PROFILE or
- * "default". Error messages name variables and files, never secret values.
+ * "default"; the file is parsed with inih. Error messages name variables
+ * and files, never secret values; cred_source says which was used, for the
+ * client's message when the server refuses the keys.
  * Pure functions of their inputs and the environment; thread-safe if the
  * environment is not changed meanwhile.
  */
@@ -24,6 +26,7 @@
 #include "ft_err.h"
 
 #include <ctype.h>
+#include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,59 +53,123 @@ static int copy(char *dst, size_t n, const char *src, const char *what) {
   return FT_OK;
 }
 
-static char *trim(char *s) {
-  while (isspace((unsigned char)*s))
-    s++;
-  size_t l = strlen(s);
-  while (l > 0 && isspace((unsigned char)s[l - 1]))
-    s[--l] = 0;
-  return s;
+/* ---- the shared credentials file, read with inih ------------------------------------ */
+
+/* inih reads lines of at most its compiled limit (INI_MAX_LINE, 200 bytes as
+ * Debian builds it), but a session token alone is longer. So inih reads the
+ * file through this reader: a line longer than inih's buffer is handed over
+ * as "name=\x1f<n>" and its value kept here, the handler looks it up. Every
+ * other line goes to inih as it is. */
+#define LONG_MAX_VALUES 8
+
+typedef struct cred_reader {
+  FILE *f;
+  char *line; /* getline's buffer (held secrets: wiped) */
+  size_t cap;
+  char *longv[LONG_MAX_VALUES];
+  int nlong;
+  int toolong_line; /* first line that could not be handed over, or 0 */
+  int lineno;
+} cred_reader;
+
+static char *cred_read_line(char *str, int num, void *stream) {
+  cred_reader *r = stream;
+  ssize_t l = getline(&r->line, &r->cap, r->f);
+  if (l < 0)
+    return NULL;
+  r->lineno++;
+  if (num < 16)
+    return NULL;
+  if (l < num) {
+    memcpy(str, r->line, (size_t)l + 1);
+    return str;
+  }
+  /* too long for inih: "name = value" keeps its value here */
+  char *eq = strpbrk(r->line, "=:");
+  size_t nl = eq ? (size_t)(eq - r->line) : 0;
+  if (!eq || nl + 8 > (size_t)num || r->nlong == LONG_MAX_VALUES || r->line[0] == '[') {
+    if (!r->toolong_line)
+      r->toolong_line = r->lineno;
+    snprintf(str, (size_t)num, "\n");
+    return str;
+  }
+  char *v = eq + 1;
+  while (*v == ' ' || *v == '\t')
+    v++;
+  size_t vl = strlen(v);
+  while (vl > 0 && isspace((unsigned char)v[vl - 1]))
+    vl--;
+  for (size_t i = 1; i < vl; i++) /* an inline comment, as inih cuts it */
+    if (v[i] == ';' && isspace((unsigned char)v[i - 1])) {
+      vl = i;
+      while (vl > 0 && isspace((unsigned char)v[vl - 1]))
+        vl--;
+      break;
+    }
+  char *keep = strndup(v, vl);
+  if (!keep)
+    return NULL;
+  r->longv[r->nlong] = keep;
+  snprintf(str, (size_t)num, "%.*s=\x1f%d\n", (int)nl, r->line, r->nlong++);
+  return str;
+}
+
+typedef struct cred_ctx {
+  const char *profile;
+  ckpt_s3_config *c;
+  cred_reader *rd;
+  int found;
+  int rc;
+} cred_ctx;
+
+static int cred_on_value(void *user, const char *section, const char *name, const char *value) {
+  cred_ctx *x = user;
+  /* "[name]", or "[profile name]" (the config file's spelling) */
+  int in = strcmp(section, x->profile) == 0 ||
+           (strncmp(section, "profile ", 8) == 0 && strcmp(section + 8, x->profile) == 0);
+  if (!in || x->rc)
+    return 1;
+  x->found = 1;
+  if (value[0] == '\x1f') {
+    int k = atoi(value + 1);
+    value = k >= 0 && k < x->rd->nlong ? x->rd->longv[k] : "";
+  }
+  if (strcmp(name, "aws_access_key_id") == 0)
+    x->rc = copy(x->c->access_key, sizeof x->c->access_key, value, "aws_access_key_id");
+  else if (strcmp(name, "aws_secret_access_key") == 0)
+    x->rc = copy(x->c->secret_key, sizeof x->c->secret_key, value, "aws_secret_access_key");
+  else if (strcmp(name, "aws_session_token") == 0)
+    x->rc = copy(x->c->session_token, sizeof x->c->session_token, value, "aws_session_token");
+  return 1;
 }
 
 int ckpt_s3_config_read_credentials(const char *path, const char *profile, ckpt_s3_config *c) {
-  FILE *f = fopen(path, "r");
-  if (!f)
+  cred_reader rd = {0};
+  rd.f = fopen(path, "r");
+  if (!rd.f)
     return ft_err_set(FT_ENOENT, "no shared credentials file %s", path);
-  char line[4096], want[300];
-  snprintf(want, sizeof want, "[%s]", profile);
-  int in = 0, found = 0, rc = FT_OK;
-  while (fgets(line, sizeof line, f)) {
-    char *s = trim(line);
-    if (s[0] == '#' || s[0] == ';' || !s[0])
-      continue;
-    if (s[0] == '[') {
-      /* "[name]" or "[profile name]" (the config file's spelling) */
-      in = strcmp(s, want) == 0;
-      if (!in && strncmp(s, "[profile ", 9) == 0) {
-        char alt[300];
-        snprintf(alt, sizeof alt, "[profile %s]", profile);
-        in = strcmp(s, alt) == 0;
-      }
-      found |= in;
-      continue;
-    }
-    if (!in)
-      continue;
-    char *eq = strchr(s, '=');
-    if (!eq)
-      continue;
-    *eq = 0;
-    char *k = trim(s), *v = trim(eq + 1);
-    if (strcmp(k, "aws_access_key_id") == 0)
-      rc = copy(c->access_key, sizeof c->access_key, v, "aws_access_key_id");
-    else if (strcmp(k, "aws_secret_access_key") == 0)
-      rc = copy(c->secret_key, sizeof c->secret_key, v, "aws_secret_access_key");
-    else if (strcmp(k, "aws_session_token") == 0)
-      rc = copy(c->session_token, sizeof c->session_token, v, "aws_session_token");
-    if (rc)
-      break;
+  cred_ctx x = {.profile = profile, .c = c, .rd = &rd};
+  int bad = ini_parse_stream(cred_read_line, &rd, cred_on_value, &x);
+  int eof = feof(rd.f);
+  fclose(rd.f);
+  if (rd.line) { /* the line buffer held a secret */
+    memset(rd.line, 0, rd.cap);
+    free(rd.line);
   }
-  /* the line buffer held a secret */
-  memset(line, 0, sizeof line);
-  fclose(f);
-  if (rc)
-    return rc;
-  if (!found)
+  for (int i = 0; i < rd.nlong; i++) {
+    memset(rd.longv[i], 0, strlen(rd.longv[i]));
+    free(rd.longv[i]);
+  }
+  if (x.rc)
+    return x.rc;
+  if (bad < 0 || !eof)
+    return ft_err_set(FT_ENOMEM, "reading %s: out of memory", path);
+  if (rd.toolong_line && (!bad || rd.toolong_line < bad))
+    bad = rd.toolong_line;
+  if (bad > 0)
+    return ft_err_set(FT_ECONFIG, "%s line %d: not '[profile]', 'name = value' or a comment", path,
+                      bad);
+  if (!x.found)
     return ft_err_set(FT_ENOENT, "profile '%s' not in %s", profile, path);
   if (!c->access_key[0] || !c->secret_key[0])
     return ft_err_set(FT_ECONFIG,
@@ -120,6 +187,9 @@ static int credentials(ckpt_s3_config *c) {
       rc = copy(c->secret_key, sizeof c->secret_key, sk, "AWS_SECRET_ACCESS_KEY");
     if (!rc && tok && tok[0])
       rc = copy(c->session_token, sizeof c->session_token, tok, "AWS_SESSION_TOKEN");
+    snprintf(c->cred_source, sizeof c->cred_source,
+             "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY%s from the environment",
+             tok && tok[0] ? " (and AWS_SESSION_TOKEN)" : "");
     return rc;
   }
   if ((ak && ak[0]) != (sk && sk[0]))
@@ -133,6 +203,9 @@ static int credentials(ckpt_s3_config *c) {
     snprintf(path, sizeof path, "%s/.aws/credentials", home ? home : "");
   const char *prof = getenv("AWS_PROFILE");
   int rc = ckpt_s3_config_read_credentials(path, prof && prof[0] ? prof : "default", c);
+  snprintf(c->cred_source, sizeof c->cred_source, "profile '%.200s' of the credentials file %s%s",
+           prof && prof[0] ? prof : "default", path,
+           f && f[0] ? " (AWS_SHARED_CREDENTIALS_FILE)" : "");
   if (rc == FT_ENOENT)
     return ft_err_set(FT_ECONFIG,
                       "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "

@@ -1,22 +1,27 @@
-# Shared helpers for the S3 tests: a real S3-protocol server on loopback.
-# Source it after lib.sh-style setup; needs $T (a temp folder of the test).
+# Shared helpers for the S3 tests: a real S3-protocol server on loopback that
+# checks every signature, as AWS does. Source it after lib.sh-style setup;
+# needs $T (a temp folder of the test) and $FT_SRC.
 #
-#   s3_start            starts moto_server (or s3rver) on 127.0.0.1:<free
-#                       port>, sets FT_S3_ENDPOINT, fake AWS credentials and
-#                       S3_PORT/S3_PID. Fails LOUDLY (exit 1) when no server
-#                       can run: an S3 test never passes by not testing.
+#   s3_start            starts moto_server with authentication enforced
+#                       (chaos/moto_auth.py: an IAM user, an s3:* policy and
+#                       an access key made through moto's IAM API, then
+#                       reset-auth) on 127.0.0.1:<free port>; exports
+#                       FT_S3_ENDPOINT and that key as AWS_ACCESS_KEY_ID /
+#                       AWS_SECRET_ACCESS_KEY, sets S3_PORT/S3_PID. A wrong
+#                       key or secret gets 403 from then on. Fails LOUDLY
+#                       (exit 1) when moto cannot run: an S3 test never passes
+#                       by not testing, and no server that skips signature
+#                       checks stands in for it.
 #   s3_mkbucket NAME    creates a bucket with a signed PUT (aws cli)
 #   s3_stop             kills the server
-#   aws_s3 ARGS...      the aws cli against the server
+#   aws_s3 ARGS...      the aws cli against the server (same key)
 #   free_port           prints a free TCP port on 127.0.0.1
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-export AWS_ACCESS_KEY_ID=testing-key-id
-export AWS_SECRET_ACCESS_KEY=testing-secret-key
-unset AWS_SESSION_TOKEN AWS_PROFILE
+unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_PROFILE
 export AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1
 export AWS_EC2_METADATA_DISABLED=true
 export AWS_SHARED_CREDENTIALS_FILE=/nonexistent AWS_CONFIG_FILE=/nonexistent
@@ -34,29 +39,31 @@ s3_wait_port() { # PORT PID
 
 s3_start() {
   S3_PORT=$(free_port)
-  if command -v moto_server >/dev/null 2>&1 && moto_server --help >/dev/null 2>&1; then
-    S3_KIND=moto
-    moto_server -H 127.0.0.1 -p "$S3_PORT" >"$T/s3server.log" 2>&1 &
-  elif command -v s3rver >/dev/null 2>&1 || [ -x "$FT_SRC/node_modules/.bin/s3rver" ]; then
-    S3_KIND=s3rver
-    local bin
-    bin=$(command -v s3rver || echo "$FT_SRC/node_modules/.bin/s3rver")
-    mkdir -p "$T/s3rver"
-    "$bin" --address 127.0.0.1 --port "$S3_PORT" --directory "$T/s3rver" --silent \
-      >"$T/s3server.log" 2>&1 &
-  else
-    echo "FAIL: no S3-protocol server can run here: neither moto_server (pip install"
-    echo "      'moto[server]') nor s3rver (npm install s3rver in $FT_SRC) is installed"
+  S3_KIND=moto
+  if ! python3 -c 'import moto.server, boto3' >/dev/null 2>&1; then
+    echo "FAIL: moto_server cannot run here: python3 lacks moto (5.x, with its server"
+    echo "      extra) or boto3; scripts/install-deps.sh installs them"
     exit 1
   fi
+  rm -f "$T/s3keys"
+  python3 "$FT_SRC/chaos/moto_auth.py" --port "$S3_PORT" --keys "$T/s3keys" \
+    >"$T/s3server.log" 2>&1 &
   S3_PID=$!
-  if ! s3_wait_port "$S3_PORT" "$S3_PID"; then
-    echo "FAIL: the $S3_KIND server did not start on 127.0.0.1:$S3_PORT:"
+  # ready = the keys file exists (authentication is on); up to 60 s on a busy box
+  for _ in $(seq 1 600); do
+    [ -s "$T/s3keys" ] && break
+    kill -0 "$S3_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ ! -s "$T/s3keys" ]; then
+    echo "FAIL: moto_server with authentication did not start on 127.0.0.1:$S3_PORT:"
     cat "$T/s3server.log"
     exit 1
   fi
+  read -r AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY <"$T/s3keys"
+  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
   export FT_S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
-  echo "s3: $S3_KIND on $FT_S3_ENDPOINT (pid $S3_PID)"
+  echo "s3: moto (signatures checked) on $FT_S3_ENDPOINT (pid $S3_PID)"
 }
 
 s3_stop() {

@@ -1,14 +1,17 @@
 /*
  * test_ckpt_s3_config: the S3 tier's pure parts, no server needed:
- * "s3://" URIs and the environment, the shared credentials file, object
- * URLs (path and virtual-host addressing), the bucket layout of keys, and
- * the one table that maps libcurl results and HTTP statuses to FT_E*.
+ * "s3://" URIs and the environment, the shared credentials file (inih) and
+ * where the keys came from, object URLs (path and virtual-host addressing),
+ * the bucket layout of keys, the one table that maps libcurl results and
+ * HTTP statuses to FT_E*, SigV4 against AWS's published examples, the URI
+ * encoding, and the S3 XML answers (expat).
  */
 #include "ckpt_s3.h"
 #include "ft_err.h"
 
 #include <curl/curl.h>
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -201,6 +204,283 @@ static void test_classify(void **st) {
   assert_int_equal(r, 0);
 }
 
+static void test_cred_source_names_env_or_file_and_profile(void **st) {
+  clear_env();
+  set_keys();
+  ckpt_s3_config c;
+  assert_int_equal(ckpt_s3_config_from_uri("s3://bkt/p", &c), FT_OK);
+  assert_non_null(strstr(c.cred_source, "AWS_ACCESS_KEY_ID"));
+  assert_non_null(strstr(c.cred_source, "environment"));
+  assert_null(strstr(c.cred_source, "AKIDEXAMPLE"));
+  clear_env();
+  char path[] = "/tmp/test_s3_credsXXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  const char *text = "[team]\naws_access_key_id=TEAMKEY\naws_secret_access_key=TEAMSECRET\n";
+  assert_int_equal(write(fd, text, strlen(text)), (int)strlen(text));
+  close(fd);
+  setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+  setenv("AWS_PROFILE", "team", 1);
+  assert_int_equal(ckpt_s3_config_from_uri("s3://bkt/p", &c), FT_OK);
+  assert_non_null(strstr(c.cred_source, "profile 'team'"));
+  assert_non_null(strstr(c.cred_source, path));
+  assert_null(strstr(c.cred_source, "TEAMSECRET"));
+  unlink(path);
+}
+
+/* what people write in ~/.aws/credentials: comments of both kinds, blank
+ * lines, spaces and tabs around '=', "[profile x]", CRLF
+ * line ends, an inline comment, several profiles, and a session token far
+ * longer than inih's 200-byte lines */
+static void test_credentials_file_as_people_write_it(void **st) {
+  char tok[1301];
+  for (int i = 0; i < 1300; i++)
+    tok[i] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[i % 64];
+  tok[1300] = 0;
+  char text[4096];
+  snprintf(text, sizeof text,
+           "# AWS credentials\n"
+           "; also a comment\n"
+           "\n"
+           "[default]\n"
+           "aws_access_key_id     =   DEFKEY   \n"
+           "aws_secret_access_key\t=\tDEF/SECRET+x==\n"
+           "\n"
+           "[profile dev]\r\n"
+           "aws_access_key_id = DEVKEY ; the dev account\r\n"
+           "aws_secret_access_key = DEVSECRET\r\n"
+           "region = eu-west-1\r\n"
+           "[sts]\n"
+           "aws_access_key_id=ASIAKEY\n"
+           "aws_secret_access_key=STSSECRET\n"
+           "aws_session_token = %s\n"
+           "[default-other]\n"
+           "aws_access_key_id=WRONG\n"
+           "aws_secret_access_key=WRONG\n",
+           tok);
+  char path[] = "/tmp/test_s3_credsXXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, strlen(text)), (int)strlen(text));
+  close(fd);
+  ckpt_s3_config c;
+  memset(&c, 0, sizeof c);
+  assert_int_equal(ckpt_s3_config_read_credentials(path, "default", &c), FT_OK);
+  assert_string_equal(c.access_key, "DEFKEY");
+  assert_string_equal(c.secret_key, "DEF/SECRET+x==");
+  memset(&c, 0, sizeof c);
+  assert_int_equal(ckpt_s3_config_read_credentials(path, "dev", &c), FT_OK);
+  assert_string_equal(c.access_key, "DEVKEY");
+  assert_string_equal(c.secret_key, "DEVSECRET");
+  memset(&c, 0, sizeof c);
+  assert_int_equal(ckpt_s3_config_read_credentials(path, "sts", &c), FT_OK);
+  assert_string_equal(c.access_key, "ASIAKEY");
+  assert_string_equal(c.secret_key, "STSSECRET");
+  assert_string_equal(c.session_token, tok);
+  memset(&c, 0, sizeof c);
+  assert_int_equal(ckpt_s3_config_read_credentials(path, "nope", &c), FT_ENOENT);
+  assert_non_null(strstr(ft_err_detail(), "nope"));
+  unlink(path);
+
+  /* a line that is neither a section, a value nor a comment: the file and
+   * line are named, never a value */
+  char bad[] = "/tmp/test_s3_credsXXXXXX";
+  fd = mkstemp(bad);
+  const char *bt = "[default]\naws_access_key_id=K\naws_secret_access_key=S3CR3T\nnot a pair\n";
+  assert_int_equal(write(fd, bt, strlen(bt)), (int)strlen(bt));
+  close(fd);
+  memset(&c, 0, sizeof c);
+  assert_int_equal(ckpt_s3_config_read_credentials(bad, "default", &c), FT_ECONFIG);
+  assert_non_null(strstr(ft_err_detail(), bad));
+  assert_non_null(strstr(ft_err_detail(), "line 4"));
+  assert_null(strstr(ft_err_detail(), "S3CR3T"));
+  unlink(bad);
+}
+
+/* AWS's published SigV4 examples for S3 (access key AKIAIOSFODNN7EXAMPLE,
+ * 2013-05-24, us-east-1; also what botocore computes for them) */
+static void test_sigv4_matches_aws_examples(void **st) {
+  const char *ak = "AKIAIOSFODNN7EXAMPLE", *sk = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+  const char *date = "20130524T000000Z";
+  const char *empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+  char auth[512];
+  ckpt_s3_header get[] = {{"Host", "examplebucket.s3.amazonaws.com"},
+                          {"Range", "bytes=0-9"},
+                          {"x-amz-content-sha256", empty},
+                          {"x-amz-date", date}};
+  assert_int_equal(ckpt_s3_sigv4("GET", "/test.txt", NULL, get, 4, empty, date, "us-east-1", ak, sk,
+                                 auth, sizeof auth),
+                   FT_OK);
+  assert_string_equal(auth, "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/"
+                            "s3/aws4_request, SignedHeaders=host;range;x-amz-content-sha256;x-amz-"
+                            "date, Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd910"
+                            "39c6036bdb41");
+  /* header order and case do not matter */
+  ckpt_s3_header get2[] = {{"x-amz-date", date},
+                           {"RANGE", "bytes=0-9"},
+                           {"x-amz-content-sha256", empty},
+                           {"host", "examplebucket.s3.amazonaws.com"}};
+  char auth2[512];
+  assert_int_equal(ckpt_s3_sigv4("GET", "/test.txt", NULL, get2, 4, empty, date, "us-east-1", ak,
+                                 sk, auth2, sizeof auth2),
+                   FT_OK);
+  assert_string_equal(auth, auth2);
+
+  const char *body_hash = "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072";
+  ckpt_s3_header put[] = {{"Host", "examplebucket.s3.amazonaws.com"},
+                          {"Date", "Fri, 24 May 2013 00:00:00 GMT"},
+                          {"x-amz-storage-class", "REDUCED_REDUNDANCY"},
+                          {"x-amz-content-sha256", body_hash},
+                          {"x-amz-date", date}};
+  assert_int_equal(ckpt_s3_sigv4("PUT", "/test%24file.text", NULL, put, 5, body_hash, date,
+                                 "us-east-1", ak, sk, auth, sizeof auth),
+                   FT_OK);
+  assert_non_null(strstr(auth, "SignedHeaders=date;host;x-amz-content-sha256;x-amz-date;x-amz-"
+                               "storage-class, Signature=98ad721746da40c64f1a55b78f14c238d841ea13"
+                               "80cd77a1b5971af0ece108bd"));
+
+  /* the query is signed sorted, whatever order it is sent in */
+  ckpt_s3_header list[] = {{"Host", "examplebucket.s3.amazonaws.com"},
+                           {"x-amz-content-sha256", empty},
+                           {"x-amz-date", date}};
+  const char *want = "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7";
+  assert_int_equal(ckpt_s3_sigv4("GET", "/", "max-keys=2&prefix=J", list, 3, empty, date,
+                                 "us-east-1", ak, sk, auth, sizeof auth),
+                   FT_OK);
+  assert_non_null(strstr(auth, want));
+  assert_int_equal(ckpt_s3_sigv4("GET", "/", "prefix=J&max-keys=2", list, 3, empty, date,
+                                 "us-east-1", ak, sk, auth, sizeof auth),
+                   FT_OK);
+  assert_non_null(strstr(auth, want));
+  /* a header that is signed but would not be sent (the old empty Expect:)
+   * changes the signature: the server could never match it */
+  ckpt_s3_header withexpect[] = {{"Host", "examplebucket.s3.amazonaws.com"},
+                                 {"Expect", ""},
+                                 {"x-amz-content-sha256", empty},
+                                 {"x-amz-date", date}};
+  assert_int_equal(ckpt_s3_sigv4("GET", "/", "max-keys=2&prefix=J", withexpect, 4, empty, date,
+                                 "us-east-1", ak, sk, auth, sizeof auth),
+                   FT_OK);
+  assert_null(strstr(auth, want));
+  assert_non_null(strstr(auth, "SignedHeaders=expect;host;"));
+}
+
+static void test_uri_encoding_is_sigv4s(void **st) {
+  char o[256];
+  assert_int_equal(ckpt_s3_uri_encode("a b+c&d=e~f_g.h-i/j%k", 1, o, sizeof o), FT_OK);
+  assert_string_equal(o, "a%20b%2Bc%26d%3De~f_g.h-i/j%25k");
+  assert_int_equal(ckpt_s3_uri_encode("a b/c", 0, o, sizeof o), FT_OK);
+  assert_string_equal(o, "a%20b%2Fc");
+  assert_int_equal(ckpt_s3_uri_encode("/\xc3\xbc//x/", 1, o, sizeof o), FT_OK);
+  assert_string_equal(o, "/%C3%BC//x/");
+  assert_int_equal(ckpt_s3_uri_encode("", 1, o, sizeof o), FT_OK);
+  assert_string_equal(o, "");
+  assert_int_equal(ckpt_s3_uri_encode("a&b&c&d", 0, o, 10), FT_EINVAL);
+}
+
+typedef struct seen {
+  int n;
+  char keys[8][64];
+  uint64_t sizes[8];
+  int64_t mt[8];
+} seen;
+
+static int seen_cb(void *ud, const char *key, uint64_t size, int64_t mt) {
+  seen *s = ud;
+  if (s->n == 8)
+    return FT_ECANCELED;
+  snprintf(s->keys[s->n], sizeof s->keys[0], "%s", key);
+  s->sizes[s->n] = size;
+  s->mt[s->n++] = mt;
+  return FT_OK;
+}
+
+static const char *LIST1 =
+    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+    "<Name>bkt</Name><Prefix>p/</Prefix><KeyCount>3</KeyCount><MaxKeys>3</MaxKeys>"
+    "<IsTruncated>true</IsTruncated>"
+    "<Contents><Key>p/a&amp;b&lt;c&gt;</Key><LastModified>2024-01-02T03:04:05.678Z</LastModified>"
+    "<ETag>&quot;x&quot;</ETag><Size>12</Size><StorageClass>STANDARD</StorageClass></Contents>"
+    "<Contents><Key><![CDATA[p/</Key><Key>x]]></Key><Size>0</Size></Contents>"
+    "<Contents><Key>p/&#xFC;&#126;</Key><Size>5368709120</Size></Contents>"
+    "<NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>"
+    "</ListBucketResult>";
+
+static void test_xml_list(void **st) {
+  seen s = {0};
+  int trunc = 0;
+  char tok[128];
+  assert_int_equal(ckpt_s3_xml_list(LIST1, strlen(LIST1), seen_cb, &s, &trunc, tok, sizeof tok),
+                   FT_OK);
+  assert_int_equal(s.n, 3);
+  assert_string_equal(s.keys[0], "p/a&b<c>");
+  assert_int_equal(s.sizes[0], 12);
+  assert_int_equal(s.mt[0], 1704164645678000000LL);
+  assert_string_equal(s.keys[1], "p/</Key><Key>x");
+  assert_string_equal(s.keys[2], "p/\xc3\xbc~");
+  assert_int_equal(s.sizes[2], 5368709120ULL);
+  assert_int_equal(trunc, 1);
+  assert_string_equal(tok, "1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=");
+
+  const char *last = "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>";
+  memset(&s, 0, sizeof s);
+  assert_int_equal(ckpt_s3_xml_list(last, strlen(last), seen_cb, &s, &trunc, tok, sizeof tok),
+                   FT_OK);
+  assert_int_equal(s.n, 0);
+  assert_int_equal(trunc, 0);
+  assert_string_equal(tok, "");
+
+  /* the callback's failure stops the walk and is returned */
+  memset(&s, 0, sizeof s);
+  s.n = 8;
+  assert_int_equal(ckpt_s3_xml_list(LIST1, strlen(LIST1), seen_cb, &s, &trunc, tok, sizeof tok),
+                   FT_ECANCELED);
+  /* not a listing, not XML, truncated XML, a DTD, truncated without a token */
+  const char *bad[] = {
+      "<Error><Code>AccessDenied</Code></Error>",
+      "HTTP/1.1 200 OK",
+      "<ListBucketResult><Contents><Key>a</Key>",
+      "<!DOCTYPE l [<!ENTITY e \"x\">]><ListBucketResult><Contents><Key>&e;</Key></Contents>"
+      "</ListBucketResult>",
+      "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    memset(&s, 0, sizeof s);
+    assert_int_equal(ckpt_s3_xml_list(bad[i], strlen(bad[i]), seen_cb, &s, &trunc, tok, sizeof tok),
+                     FT_EPROTO);
+  }
+}
+
+static void test_xml_error_and_upload_id(void **st) {
+  const char *err = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SignatureDoesNotMatch"
+                    "</Code><Message>The request signature we calculated does not match &amp; "
+                    "so on</Message><RequestId>1</RequestId></Error>";
+  char code[64], msg[32];
+  assert_int_equal(ckpt_s3_xml_error(err, strlen(err), code, sizeof code, msg, sizeof msg), FT_OK);
+  assert_string_equal(code, "SignatureDoesNotMatch");
+  assert_string_equal(msg, "The request signature we calcul"); /* cut, not refused */
+  const char *ok = "<CompleteMultipartUploadResult><ETag>x</ETag></CompleteMultipartUploadResult>";
+  assert_int_equal(ckpt_s3_xml_error(ok, strlen(ok), code, sizeof code, msg, sizeof msg),
+                   FT_ENOENT);
+  assert_int_equal(ckpt_s3_xml_error("<Error>", 7, code, sizeof code, msg, sizeof msg), FT_EPROTO);
+
+  const char *init = "<?xml version=\"1.0\"?><InitiateMultipartUploadResult xmlns=\"http://s3."
+                     "amazonaws.com/doc/2006-03-01/\"><Bucket>b</Bucket><Key>k&amp;</Key><UploadId>"
+                     "VXBsb2FkIElE+/=</UploadId></InitiateMultipartUploadResult>";
+  char id[64];
+  assert_int_equal(ckpt_s3_xml_field(init, strlen(init), "InitiateMultipartUploadResult",
+                                     "UploadId", id, sizeof id),
+                   FT_OK);
+  assert_string_equal(id, "VXBsb2FkIElE+/=");
+  assert_int_equal(ckpt_s3_xml_field(err, strlen(err), "InitiateMultipartUploadResult", "UploadId",
+                                     id, sizeof id),
+                   FT_ENOENT);
+  assert_int_equal(
+      ckpt_s3_xml_field(init, strlen(init), "InitiateMultipartUploadResult", "UploadId", id, 4),
+      FT_EPROTO);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_are_aws),
@@ -211,6 +491,12 @@ int main(void) {
       cmocka_unit_test(test_urls),
       cmocka_unit_test(test_layout_mirrors_local_tier),
       cmocka_unit_test(test_classify),
+      cmocka_unit_test(test_cred_source_names_env_or_file_and_profile),
+      cmocka_unit_test(test_credentials_file_as_people_write_it),
+      cmocka_unit_test(test_sigv4_matches_aws_examples),
+      cmocka_unit_test(test_uri_encoding_is_sigv4s),
+      cmocka_unit_test(test_xml_list),
+      cmocka_unit_test(test_xml_error_and_upload_id),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
