@@ -64,6 +64,10 @@ typedef struct sup_worker {
   double last_msg_s; /* ft_now_s of the last frame (or of the launch) */
   int rank;          /* in the current gang; -1 otherwise */
   uint64_t gen;      /* generation assigned (0: none / spare) */
+  /* sup_recovery.c: exited with FT_EXIT_USAGE/FT_EXIT_DATA (0: no), and the
+   * detail of its last FAULT (config/data/storage), for the run's verdict */
+  int cfg_fail;
+  char fault_detail[256];
 } sup_worker;
 
 typedef struct sup_node {
@@ -191,6 +195,11 @@ typedef struct sup {
    * SIGSTOP, a monotonic clock jump). Silence of a worker that overlaps
    * such a stall is never blamed on the worker. */
   double stall_end_s; /* ft_now_s when the last own stall ended; 0: none */
+
+  /* a gang worker exited with a configuration or data error before the
+   * gang trained: the verdict (every worker alike: the run fails; else the
+   * node's failure) falls by this time (sup_recovery.c); 0: none pending */
+  double cfg_deadline_s;
 } sup;
 
 enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };
@@ -213,6 +222,13 @@ int sup_run_commitq_start(sup *s);
 /* Emits the count of rate-limited connection_closed events once their
  * window is over (called by a periodic timer). */
 void sup_run_flush_log(sup *s);
+
+/* ---- sup_main.c --------------------------------------------------------- */
+/* Checks whether the loop went without running since the last check (see
+ * sup_main.c): sets s->stall_end_s and emits supervisor_stall if so. Runs
+ * first in every loop iteration by itself; a hang check may call it first
+ * too, to see a stall that ended inside the same iteration. */
+void sup_loop_stall_check(sup *s);
 
 /* ---- sup_recovery.c ----------------------------------------------------- */
 /* Launches every node, forms the first gang (STARTING). */

@@ -262,7 +262,7 @@ static int any_process_alive(const sup *s) {
   return 0;
 }
 
-static void stall_check(sup *s) {
+void sup_loop_stall_check(sup *s) {
   double now = ft_now_s(), off = boot_minus_mono_s();
   double gap = now - g_stall.last_s, slept = off - g_stall.boot_off, th = stall_threshold_s(s);
   const char *cause = NULL;
@@ -292,7 +292,7 @@ static void stall_check(sup *s) {
 
 static void stall_cb(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
-  stall_check(s);
+  sup_loop_stall_check(s);
   sup_run_flush_log(s);
   long k = sup_ratelimit_flush(&g_port_rl, ft_now_s());
   if (k)
