@@ -18,7 +18,29 @@
  * ckpt_catalog_write returns, the whole batch survives a crash, and a crash
  * before leaves none of it.
  *
- * Threads: RocksDB handles are thread-safe; this module adds no state.
+ * Failures are returned, never fatal. RocksDB (the 7.x packages are built
+ * with assertions) aborts the process when a file writer that already failed
+ * is written again: on a full disk its info LOG is the first such file (one
+ * failed append, then the next line asserts). So the info LOG is off (level
+ * above HEADER: RocksDB creates an empty LOG and writes nothing to it); the
+ * WAL and MANIFEST stop at their first error (RocksDB's background error).
+ * After a failed write the database refuses writes until resumed, which the
+ * C API of 7.x cannot do, so the next write reopens it here (under the
+ * writer lock we still hold): once space is back, that write succeeds
+ * without anyone reopening by hand. Write errors come back as FT_ENOSPC /
+ * FT_EIO naming the file and the errno text RocksDB reports.
+ *
+ * Damage is reported, never skipped: paranoid checks, checksums verified on
+ * every read, and WAL recovery that tolerates only an incomplete last record
+ * (a write cut short by a crash or a full disk); a checksum mismatch in the
+ * WAL, an SST or the MANIFEST fails the open or the read with FT_EDB naming
+ * the file and saying to run `ckpt rebuild-catalog` (ckpt_store.c rebuilds
+ * from the manifests, which are the truth). A writer never creates a catalog
+ * unless asked to (ckpt_store_open decides: a store that has manifests but
+ * no catalog is damaged, not new).
+ *
+ * Threads: RocksDB handles are thread-safe; a reopen swaps the handle, so
+ * every use holds a read lock on it and the reopen the write lock.
  */
 #include "ckpt_int.h"
 
@@ -27,6 +49,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <rocksdb/c.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,13 +59,24 @@
 #include <unistd.h>
 
 struct ckpt_catalog {
-  rocksdb_t *db;
+  pthread_rwlock_t rw; /* read: any use of db; write: reopen */
+  rocksdb_t *db;       /* NULL after a reopen that failed */
   rocksdb_options_t *opts;
   rocksdb_writeoptions_t *wopts;
   rocksdb_readoptions_t *ropts;
   int lock_fd;
+  int read_only; /* opened as a reader (no lock) */
+  int db_ro;     /* the handle is read-only: a writer whose open could not
+                    write (a full disk) reads until a reopen can */
+  int broken;    /* a write failed or could not start: reopen before the
+                    next one (under rw; atomic) */
   char *dir;
 };
+
+/* RocksDB's WALRecoveryMode::kTolerateCorruptedTailRecords and an info-log
+ * level above HEADER_LEVEL (5), which turns the info LOG off. */
+#define CAT_WAL_TOLERATE_TAIL 0
+#define CAT_INFO_LOG_OFF 6
 
 struct ckpt_batch {
   rocksdb_writebatch_t *wb;
@@ -106,25 +140,100 @@ static int take_lock(const char *dir, int *fd_out) {
   return FT_OK;
 }
 
+/* Translates a RocksDB error text: FT_ENOSPC / FT_EIO for I/O errors (the
+ * text names the file and the errno text), FT_EDB naming the catalog and
+ * saying how to repair it for corruption, FT_ENOENT / FT_EBUSY for a
+ * missing or locked database. Frees err. */
 static int db_err(char *err, const char *what, const char *dir) {
   int code = FT_EDB;
-  if (strstr(err, "does not exist") || strstr(err, "No such file"))
+  if (strstr(err, "No space left") || strstr(err, "Disk quota"))
+    code = FT_ENOSPC;
+  else if (strstr(err, "Corruption") || strstr(err, "checksum mismatch") || strstr(err, "corrupt"))
+    code = FT_EDB;
+  else if (strstr(err, "does not exist") || strstr(err, "No such file"))
     code = FT_ENOENT;
   else if (strstr(err, "lock") && strstr(err, "unavailable"))
     code = FT_EBUSY;
-  ft_err_set(code, "catalog %s: %s: %s", dir, what, err);
+  else if (strstr(err, "IO error"))
+    code = FT_EIO;
+  if (code == FT_EDB)
+    ft_err_set(code,
+               "catalog %s: %s: %s (the catalog is damaged; run 'ckpt rebuild-catalog' to "
+               "rebuild it from the manifests)",
+               dir, what, err);
+  else
+    ft_err_set(code, "catalog %s: %s: %s", dir, what, err);
   rocksdb_free(err);
   return code;
 }
 
-int ckpt_catalog_open(const char *dir, int read_only, ckpt_catalog **out) {
+static int open_db(ckpt_catalog *c, int create) {
+  char *err = NULL;
+  c->db_ro = c->read_only;
+  rocksdb_options_set_create_if_missing(c->opts, create && !c->read_only);
+  if (c->read_only)
+    c->db = rocksdb_open_for_read_only(c->opts, c->dir, 0, &err);
+  else
+    c->db = rocksdb_open(c->opts, c->dir, &err);
+  if (err) {
+    c->db = NULL;
+    int rc = db_err(err, c->read_only ? "open read-only" : "open", c->dir);
+    if (rc == FT_ENOENT)
+      ft_err_set(FT_ENOENT,
+                 "no catalog at %s (nothing has been written to this store yet; check "
+                 "--store / CKPT_STORE)",
+                 c->dir);
+    return rc;
+  }
+  return FT_OK;
+}
+
+/* Takes the read lock on a usable handle: reopens first (under the write
+ * lock) when a write failed or a reopen did. On error no lock is held. */
+static int use_db(ckpt_catalog *c, int for_write) {
+  pthread_rwlock_rdlock(&c->rw);
+  if (c->db && !(for_write && __atomic_load_n(&c->broken, __ATOMIC_RELAXED)))
+    return FT_OK;
+  pthread_rwlock_unlock(&c->rw);
+  pthread_rwlock_wrlock(&c->rw);
+  int rc = FT_OK;
+  if (!c->db || (for_write && c->broken)) {
+    if (c->db)
+      rocksdb_close(c->db);
+    c->db = NULL;
+    rc = open_db(c, 0);
+    if (rc)
+      ckpt_err_wrap(rc, "the catalog cannot be written");
+    else
+      c->broken = 0;
+    if (rc && !c->read_only) {
+      /* keep reading: hold the lock and the data as they are */
+      char saved[1024];
+      snprintf(saved, sizeof saved, "%s", ft_err_detail());
+      c->read_only = 1;
+      if (open_db(c, 0) == FT_OK)
+        c->broken = 1;
+      c->read_only = 0;
+      ft_err_set(rc, "%s", saved);
+    }
+  }
+  pthread_rwlock_unlock(&c->rw);
+  if (rc)
+    return rc;
+  return use_db(c, for_write);
+}
+
+int ckpt_catalog_open(const char *dir, int mode, ckpt_catalog **out) {
   *out = NULL;
+  int read_only = mode == CKPT_CAT_READ;
   ckpt_catalog *c = calloc(1, sizeof *c);
   if (!c || !(c->dir = strdup(dir))) {
     free(c);
     return ft_err_set(FT_ENOMEM, "out of memory");
   }
+  pthread_rwlock_init(&c->rw, NULL);
   c->lock_fd = -1;
+  c->read_only = read_only;
   int rc = FT_OK;
   if (!read_only) {
     rc = take_lock(dir, &c->lock_fd);
@@ -135,23 +244,31 @@ int ckpt_catalog_open(const char *dir, int read_only, ckpt_catalog **out) {
   c->wopts = rocksdb_writeoptions_create();
   c->ropts = rocksdb_readoptions_create();
   rocksdb_writeoptions_set_sync(c->wopts, 1);
-  rocksdb_options_set_create_if_missing(c->opts, !read_only);
+  rocksdb_readoptions_set_verify_checksums(c->ropts, 1);
+  rocksdb_options_set_paranoid_checks(c->opts, 1);
+  rocksdb_options_set_wal_recovery_mode(c->opts, CAT_WAL_TOLERATE_TAIL);
+  rocksdb_options_set_info_log_level(c->opts, CAT_INFO_LOG_OFF);
   rocksdb_options_set_keep_log_file_num(c->opts, 2);
   rocksdb_options_set_max_open_files(c->opts, 64);
-  char *err = NULL;
-  if (read_only)
-    c->db = rocksdb_open_for_read_only(c->opts, dir, 0, &err);
-  else
-    c->db = rocksdb_open(c->opts, dir, &err);
-  if (err) {
-    rc = db_err(err, read_only ? "open read-only" : "open", dir);
-    if (rc == FT_ENOENT)
-      ft_err_set(FT_ENOENT,
-                 "no catalog at %s (nothing has been written to this store yet; check "
-                 "--store / CKPT_STORE)",
-                 dir);
-    goto fail;
+  rc = open_db(c, mode == CKPT_CAT_CREATE);
+  if ((rc == FT_ENOSPC || rc == FT_EIO) && !read_only) {
+    /* RocksDB writes at open (MANIFEST, OPTIONS, a flush of the WAL): on a
+     * full disk it cannot. Hold the lock and read; writes reopen (and fail
+     * with this error until there is space again). GC can still sweep. */
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ft_err_detail());
+    c->read_only = 1;
+    int rc2 = open_db(c, 0);
+    c->read_only = 0;
+    if (rc2 == FT_OK) {
+      c->broken = 1;
+      rc = FT_OK;
+    } else {
+      ft_err_set(rc, "%s", saved);
+    }
   }
+  if (rc)
+    goto fail;
   *out = c;
   return FT_OK;
 fail:
@@ -176,6 +293,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     }
     close(c->lock_fd);
   }
+  pthread_rwlock_destroy(&c->rw);
   free(c->dir);
   free(c);
 }
@@ -184,7 +302,11 @@ int ckpt_catalog_get(ckpt_catalog *c, const char *key, char **val, size_t *len) 
   char *err = NULL;
   size_t n = 0;
   *val = NULL;
+  int rc = use_db(c, 0);
+  if (rc)
+    return rc;
   char *v = rocksdb_get(c->db, c->ropts, key, strlen(key), &n, &err);
+  pthread_rwlock_unlock(&c->rw);
   if (err)
     return db_err(err, "get", c->dir);
   if (!v)
@@ -206,9 +328,11 @@ int ckpt_catalog_get(ckpt_catalog *c, const char *key, char **val, size_t *len) 
 int ckpt_catalog_scan(ckpt_catalog *c, const char *prefix,
                       int (*fn)(void *ud, const char *key, const char *val, size_t vlen),
                       void *ud) {
+  int rc = use_db(c, 0);
+  if (rc)
+    return rc;
   rocksdb_iterator_t *it = rocksdb_create_iterator(c->db, c->ropts);
   size_t plen = strlen(prefix);
-  int rc = FT_OK;
   char *key = NULL, *val = NULL;
   for (rocksdb_iter_seek(it, prefix, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
     size_t kl, vl;
@@ -241,6 +365,7 @@ int ckpt_catalog_scan(ckpt_catalog *c, const char *prefix,
       rc = db_err(err, "scan", c->dir);
   }
   rocksdb_iter_destroy(it);
+  pthread_rwlock_unlock(&c->rw);
   return rc;
 }
 
@@ -270,9 +395,27 @@ int ckpt_catalog_write(ckpt_catalog *c, ckpt_batch *b) {
   if (!b)
     return ft_err_set(FT_ENOMEM, "out of memory");
   char *err = NULL;
+  int rc = use_db(c, 1);
+  if (rc) {
+    ckpt_batch_free(b);
+    return rc;
+  }
   rocksdb_write(c->db, c->wopts, b->wb, &err);
+  if (err) /* RocksDB now refuses writes until reopened */
+    __atomic_store_n(&c->broken, 1, __ATOMIC_RELAXED);
+  pthread_rwlock_unlock(&c->rw);
   ckpt_batch_free(b);
   if (err)
     return db_err(err, "write", c->dir);
+  return FT_OK;
+}
+
+int ckpt_catalog_writable(ckpt_catalog *c) {
+  if (c->read_only)
+    return ft_err_set(FT_ESTATE, "catalog %s is open read-only", c->dir);
+  int rc = use_db(c, 1);
+  if (rc)
+    return rc;
+  pthread_rwlock_unlock(&c->rw);
   return FT_OK;
 }

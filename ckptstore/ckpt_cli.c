@@ -464,6 +464,13 @@ static int verify_one(cli *c, const char *run, int64_t step, int *problems) {
 static int cmd_verify(cli *c, const char *arg, int marking) {
   int problems = 0, rc = FT_OK, checked = 0;
   ckpt_store_set_scrub(c->s, 1); /* s3://: check and repair both copies */
+  if (marking && ckpt_catalog_writable(c->s->cat) != FT_OK) {
+    fprintf(stderr,
+            "ckpt: note: %s\nckpt: verifying read-only; damaged checkpoints will be "
+            "reported but not marked bad\n",
+            ft_err_detail());
+    marking = 0;
+  }
   if (arg) {
     int64_t step;
     rc = parse_step(c, arg, &step);
@@ -514,6 +521,14 @@ static int cmd_gc(cli *c) {
   human(rep.bytes_freed, b, sizeof b);
   printf("%s%d checkpoint%s, %" PRIu64 " chunks, %s\n", c->dry_run ? "would delete " : "deleted ",
          rep.checkpoints_deleted, rep.checkpoints_deleted == 1 ? "" : "s", rep.chunks_deleted, b);
+  if (rep.tmp_deleted)
+    printf("%s%d temp file%s left by interrupted manifest writes\n",
+           c->dry_run ? "would delete " : "deleted ", rep.tmp_deleted,
+           rep.tmp_deleted == 1 ? "" : "s");
+  if (rep.sweep_only) {
+    fprintf(stderr, "ckpt: gc: %s\n", rep.note);
+    return CKPT_EXIT_STORE;
+  }
   return 0;
 }
 

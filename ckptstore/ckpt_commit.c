@@ -68,7 +68,7 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     return ft_err_set(FT_ESTATE, "commit: the store is open read-only");
   ckpt_manifest *m = NULL;
   ckpt_chunk_ref *refs = NULL;
-  char *mjs = NULL, *ijs = NULL;
+  char *mjs = NULL, *ijs = NULL, *oldman = NULL;
   ckpt_batch *b = NULL;
   char key[256], okey[256];
   int rc = ckpt_manifest_build(meta, shards, nshards, &m); /* C1 */
@@ -89,6 +89,7 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   /* a pin set on the PENDING record survives; a BAD one being replaced by a
    * retrained step (after a loss-spike rollback) keeps its pin too */
   int was_pinned = rc == FT_OK && old.pinned;
+  int had_old = rc == FT_OK;
 
   int nrefs = m->info.nchunks;
   refs = malloc((size_t)(nrefs ? nrefs : 1) * sizeof *refs);
@@ -103,7 +104,7 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     for (int c = 0; c < tt->nchunks; c++) { /* C3 */
       char hex[CKPT_HEX_LEN + 1];
       ckpt_hex(tt->chunks[c].hash, hex);
-      snprintf(key, sizeof key, "chunks/%s", hex);
+      ckpt_objkey_chunk(key, sizeof key, hex);
       uint64_t size = 0;
       rc = s->tier->exists(s->tier, key, 1, &size, NULL);
       if (rc == FT_ENOENT) {
@@ -157,21 +158,54 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
   }
-  snprintf(okey, sizeof okey, "manifests/%s/%020" PRId64 ".json", meta->run, meta->step);
+  if (ckpt_objkey_manifest(okey, sizeof okey, meta->run, meta->step) < 0) {
+    rc = ft_err_set(FT_EINVAL, "run name '%s' too long", meta->run);
+    goto out;
+  }
+  if (had_old) {
+    /* replacing a BAD (or pinned PENDING) record: keep what it replaces, to
+     * put back if the commit fails, and make its mark say what it will be */
+    ckpt_key_man(key, sizeof key, meta->run, meta->step);
+    if (ckpt_catalog_get(s->cat, key, &oldman, NULL) != FT_OK)
+      oldman = NULL;
+    rc = ckpt_store_put_mark(s, &m->info);
+    if (rc)
+      goto out;
+  }
   rc = s->tier->put(s->tier, okey, mjs, strlen(mjs)); /* C4 */
   if (rc)
-    goto out;
+    goto undo;
   ckpt_key_info(key, sizeof key, meta->run, meta->step);
   ckpt_batch_put(b, key, ijs, strlen(ijs));
   ckpt_key_man(key, sizeof key, meta->run, meta->step);
   ckpt_batch_put(b, key, mjs, strlen(mjs));
   rc = ckpt_catalog_write(s->cat, b); /* C5: the commit point */
   b = NULL;
+  if (rc == FT_OK)
+    goto out;
+undo:
+  /* C4 or C5 failed (a full disk, an I/O error): the catalog is as it was;
+   * leave the tier as it was too, so no manifest object looks newer than
+   * the catalog (ckpt_store_catalog_behind). Best effort: the error that
+   * stopped the commit is the one returned. */
+  {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ft_err_detail());
+    if (oldman)
+      s->tier->put(s->tier, okey, oldman, strlen(oldman));
+    else if (!had_old)
+      s->tier->del(s->tier, okey);
+    if (had_old)
+      ckpt_store_put_mark(s, &old);
+    ft_err_set(rc, "commit of %s step %" PRId64 " failed, earlier checkpoints are untouched: %s",
+               meta->run, meta->step, saved);
+  }
 out:
   pthread_mutex_unlock(&s->meta_mu); /* C6 */
   ckpt_batch_free(b);
   free(mjs);
   free(ijs);
+  free(oldman);
   free(refs);
   ckpt_manifest_free(m);
   return rc;

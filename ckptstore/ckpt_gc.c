@@ -34,6 +34,13 @@
  *      is older than the cutoff [tier->del_if_older: rename aside, re-check
  *      the timestamp, then unlink or rename back].
  *   G6 drop the "first seen" catalog entries of the deleted chunks.
+ *   Also swept: temp files of manifest writes a crash left (older than a
+ *   minute, and the process named in their name is not alive).
+ *
+ * A full disk: when the catalog cannot be written (FT_ENOSPC / FT_EIO) G3
+ * is skipped (nothing is dropped, rep->sweep_only = 1, rep->note says why)
+ * but G5 still sweeps every unreferenced chunk, which is usually what fills
+ * the disk; if that made room, the whole GC runs again with retention.
  *
  * Invariants:
  *   I1 a chunk named by a manifest in the catalog is never deleted. Manifests
@@ -57,11 +64,14 @@
 
 #include "ft_err.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct hashset {
   uint8_t (*v)[CKPT_HASH_LEN];
@@ -176,13 +186,101 @@ static int sweep_cb(void *ud, const char *key) {
   g->rep->bytes_freed += size;
   if (valid) {
     char k[128];
-    snprintf(k, sizeof k, "ckpt/chunk/%s", name);
+    ckpt_key_chunk(k, sizeof k, name);
     ckpt_batch_del(g->idx, k);
   }
   return FT_OK;
 }
 
+/* Temp files of manifest and mark writes (manifests/<run>/<name>.tmp.<pid>.
+ * <tid>.<n>) that a crash left: deleted once older than a minute, unless the
+ * process named in them is alive (its write may still be under way). */
+#define GC_TMP_AGE_S 60
+
+static int tmp_writer_alive(const char *key) {
+  const char *t = strstr(key, ".tmp.");
+  if (!t)
+    return 0;
+  char *end;
+  long pid = strtol(t + 5, &end, 10);
+  if (end == t + 5 || *end != '.' || pid <= 0)
+    return 0;
+  return pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+typedef struct tmp_ctx {
+  gc_ctx *g;
+  int64_t cutoff;
+  ckpt_tier *tier;
+  char **runs;
+  size_t nruns, cap;
+} tmp_ctx;
+
+static int tmp_run_cb(void *ud, const char *key) {
+  tmp_ctx *t = ud;
+  if (strstr(key, ".tmp."))
+    return FT_OK;
+  if (t->nruns == t->cap) {
+    size_t cap = t->cap ? 2 * t->cap : 16;
+    char **n = realloc(t->runs, cap * sizeof *n);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    t->runs = n;
+    t->cap = cap;
+  }
+  if (!(t->runs[t->nruns] = strdup(key)))
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  t->nruns++;
+  return FT_OK;
+}
+
+static int tmp_file_cb(void *ud, const char *key) {
+  tmp_ctx *t = ud;
+  if (!strstr(key, ".tmp.") || tmp_writer_alive(key))
+    return FT_OK;
+  uint64_t size = 0;
+  int rc;
+  if (t->g->dry_run) {
+    int64_t mtime = 0;
+    rc = t->tier->exists(t->tier, key, 0, &size, &mtime);
+    if (rc == FT_OK && mtime < t->cutoff)
+      t->g->rep->tmp_deleted++;
+    return rc == FT_ENOENT ? FT_OK : rc;
+  }
+  rc = t->tier->del_if_older(t->tier, key, t->cutoff, &size);
+  if (rc == FT_EEXIST || rc == FT_ENOENT)
+    return FT_OK;
+  if (rc == FT_OK)
+    t->g->rep->tmp_deleted++;
+  return rc;
+}
+
+/* Sweeps the manifest temp files left by crashed writers. */
+static int sweep_manifest_tmp(gc_ctx *g, int64_t t0) {
+  tmp_ctx t = {.g = g, .cutoff = t0 - GC_TMP_AGE_S * 1000000000LL, .tier = g->s->tier};
+  int rc = t.tier->list(t.tier, "manifests/", tmp_run_cb, &t);
+  for (size_t i = 0; i < t.nruns; i++) {
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/", t.runs[i]);
+    if (rc == FT_OK && !strstr(t.runs[i] + strlen("manifests/"), "/"))
+      rc = t.tier->list(t.tier, sub, tmp_file_cb, &t);
+    else if (rc == FT_OK)
+      rc = tmp_file_cb(&t, t.runs[i]); /* a bucket lists whole keys */
+    free(t.runs[i]);
+  }
+  free(t.runs);
+  return rc;
+}
+
+static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc_report *rep,
+                   int again);
+
 int ckpt_store_gc(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc_report *rep) {
+  return gc_pass(s, ret, dry_run, rep, 1);
+}
+
+static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc_report *rep,
+                   int again) {
   ckpt_gc_report local = {0};
   ckpt_retention r0 = {0};
   if (!rep)
@@ -222,6 +320,19 @@ int ckpt_store_gc(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc
   for (size_t i = 0; i < n; i++)
     if (v[i].state == -1)
       g.dropped[g.ndropped++] = v[i];
+  if (!dry_run && g.ndropped > 0 && (rc = ckpt_catalog_writable(s->cat)) != FT_OK) {
+    if (rc != FT_ENOSPC && rc != FT_EIO)
+      goto unlock;
+    /* the catalog cannot be written (a full disk): drop nothing, but sweep
+     * what no checkpoint references, which is what frees the space */
+    snprintf(rep->note, sizeof rep->note,
+             "retention not applied (the catalog cannot be written: %s); only "
+             "unreferenced chunks were swept",
+             ft_err_detail());
+    rep->sweep_only = 1;
+    g.ndropped = 0;
+    rc = FT_OK;
+  }
   rep->checkpoints_deleted = (int)g.ndropped;
   if (!dry_run && g.ndropped > 0) { /* G3 */
     ckpt_batch *b = ckpt_batch_new();
@@ -230,9 +341,12 @@ int ckpt_store_gc(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc
       goto unlock;
     }
     for (size_t i = 0; i < g.ndropped; i++) {
-      snprintf(key, sizeof key, "manifests/%s/%020" PRId64 ".json", g.dropped[i].run,
-               g.dropped[i].step);
+      ckpt_objkey_manifest(key, sizeof key, g.dropped[i].run, g.dropped[i].step);
       rc = s->tier->del(s->tier, key);
+      if (rc == FT_OK || rc == FT_ENOENT) {
+        ckpt_objkey_mark(key, sizeof key, g.dropped[i].run, g.dropped[i].step);
+        rc = s->tier->del(s->tier, key);
+      }
       if (rc && rc != FT_ENOENT) {
         ckpt_batch_free(b);
         goto unlock;
@@ -259,14 +373,29 @@ unlock:
     goto out;
   }
   rc = s->tier->list(s->tier, "chunks/", sweep_cb, &g); /* G5 */
+  if (rc == FT_OK)
+    rc = sweep_manifest_tmp(&g, t0);
   if (!dry_run) {
     int rc2 = ckpt_catalog_write(s->cat, g.idx); /* G6 */
-    if (rc == FT_OK)
-      rc = rc2;
+    if (rc == FT_OK && !(rep->sweep_only && (rc2 == FT_ENOSPC || rc2 == FT_EIO)))
+      rc = rc2; /* sweep-only: stale "first seen" entries only skew new_bytes */
   } else {
     ckpt_batch_free(g.idx);
   }
   g.idx = NULL;
+  if (rc == FT_OK && again && rep->sweep_only && ckpt_catalog_writable(s->cat) == FT_OK) {
+    /* the sweep made room: apply retention after all */
+    ckpt_gc_report r2;
+    rc = gc_pass(s, ret, dry_run, &r2, 0);
+    if (rc == FT_OK) {
+      rep->checkpoints_deleted += r2.checkpoints_deleted;
+      rep->chunks_deleted += r2.chunks_deleted;
+      rep->bytes_freed += r2.bytes_freed;
+      rep->tmp_deleted += r2.tmp_deleted;
+      rep->sweep_only = r2.sweep_only;
+      memcpy(rep->note, r2.note, sizeof rep->note);
+    }
+  }
 out:
   free(g.marked.v);
   free(g.dropped);

@@ -118,10 +118,14 @@ int ckpt_run_name_ok(const char *run);
 typedef struct ckpt_catalog ckpt_catalog;
 typedef struct ckpt_batch ckpt_batch;
 
-/* Writer: takes <dir>.lock (FT_EBUSY naming the holder), then opens/creates
- * the database. Reader: opens read-only (works while a writer holds it);
- * FT_ENOENT if no catalog exists. */
-int ckpt_catalog_open(const char *dir, int read_only, ckpt_catalog **out);
+/* CKPT_CAT_READ opens read-only (works while a writer holds it). The others
+ * take <dir>.lock (FT_EBUSY naming the holder), then open the database;
+ * CKPT_CAT_CREATE also creates it if missing. FT_ENOENT if there is no
+ * catalog (and it was not to be created); FT_EDB (naming it, saying to run
+ * `ckpt rebuild-catalog`) if it is damaged; FT_ENOSPC / FT_EIO if it cannot
+ * be written. */
+enum { CKPT_CAT_READ = 0, CKPT_CAT_WRITE = 1, CKPT_CAT_CREATE = 2 };
+int ckpt_catalog_open(const char *dir, int mode, ckpt_catalog **out);
 void ckpt_catalog_close(ckpt_catalog *c);
 /* *val malloc'd (NUL-terminated), FT_ENOENT if absent. */
 int ckpt_catalog_get(ckpt_catalog *c, const char *key, char **val, size_t *len);
@@ -132,7 +136,13 @@ int ckpt_catalog_scan(ckpt_catalog *c, const char *prefix,
 ckpt_batch *ckpt_batch_new(void);
 void ckpt_batch_put(ckpt_batch *b, const char *key, const char *val, size_t vlen);
 void ckpt_batch_del(ckpt_batch *b, const char *key);
-/* Writes the batch atomically with sync=true. Frees the batch either way. */
+/* FT_OK if a write can be tried now (reopening the database after an
+ * earlier write error if needed), else the error (FT_ENOSPC on a full disk:
+ * the catalog then stays readable). */
+int ckpt_catalog_writable(ckpt_catalog *c);
+/* Writes the batch atomically with sync=true. Frees the batch either way.
+ * A failure (FT_ENOSPC / FT_EIO naming the file) leaves the catalog as it
+ * was; the next write reopens the database first. */
 int ckpt_catalog_write(ckpt_catalog *c, ckpt_batch *b);
 void ckpt_batch_free(ckpt_batch *b);
 
@@ -151,6 +161,9 @@ void ckpt_key_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]);
  * Each returns the length written (as snprintf) or -1 if it did not fit. */
 int ckpt_objkey_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]);
 int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step);
+/* The GOOD/BAD mark and pin of a checkpoint, beside its manifest:
+ * manifests/<run>/<step %020lld>.mark (what a rebuild of the catalog reads). */
+int ckpt_objkey_mark(char *buf, size_t n, const char *run, int64_t step);
 /* Prefix of one run's manifests, "manifests/<run>/" (run NULL: "manifests/"). */
 int ckpt_objkey_manifest_dir(char *buf, size_t n, const char *run);
 /* Parses "<...>/<20 digits>.json" (a manifest key or file name) into *step;
@@ -197,5 +210,8 @@ void ckpt_writer_stop(ckpt_store *s);
 /* Reads a checkpoint's info record; FT_ENOENT if the catalog has none. */
 int ckpt_store_get_info(ckpt_store *s, const char *run, int64_t step, ckpt_info *info);
 int ckpt_store_put_info(ckpt_store *s, const ckpt_info *info);
+/* Writes (or, for a plain unpinned COMMITTED record, deletes) the mark
+ * object of info's checkpoint: its state and pin, for a catalog rebuild. */
+int ckpt_store_put_mark(ckpt_store *s, const ckpt_info *info);
 
 #endif

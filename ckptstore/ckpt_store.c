@@ -28,12 +28,15 @@
 #include "ckpt_int.h"
 #include "ckpt_s3.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ft_err.h"
 
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -41,7 +44,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, int *found, int *added);
+typedef void (*skip_fn)(void *ud, const char *key, const char *why);
+static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn skipped, void *ud,
+                                   int *found, int *added);
 
 int ckpt_objkey_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]) {
   int w = snprintf(buf, n, "chunks/%s", hex);
@@ -50,6 +55,11 @@ int ckpt_objkey_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]) {
 
 int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step) {
   int w = snprintf(buf, n, "manifests/%s/%020" PRId64 ".json", run, step);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+int ckpt_objkey_mark(char *buf, size_t n, const char *run, int64_t step) {
+  int w = snprintf(buf, n, "manifests/%s/%020" PRId64 ".mark", run, step);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 
@@ -85,6 +95,126 @@ const char *ckpt_state_name(int state) {
     return "bad";
   }
   return "unknown";
+}
+
+typedef struct mkeys {
+  char **v;
+  size_t n, cap;
+} mkeys;
+
+static int mkeys_cb(void *ud, const char *key) {
+  mkeys *k = ud;
+  if (k->n == k->cap) {
+    size_t cap = k->cap ? 2 * k->cap : 64;
+    char **n = realloc(k->v, cap * sizeof *n);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    k->v = n;
+    k->cap = cap;
+  }
+  if (!(k->v[k->n] = strdup(key)))
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  k->n++;
+  return FT_OK;
+}
+
+/* 1 if the tier holds at least one checkpoint manifest, 0 if none, <0 error. */
+static int any_manifest_cb(void *ud, const char *key) {
+  int64_t step;
+  if (ckpt_objkey_manifest_step(key, &step) == 0) {
+    *(int *)ud = 1;
+    return 1; /* stop listing */
+  }
+  return FT_OK;
+}
+
+static int run_dir_cb(void *ud, const char *key) {
+  mkeys *k = ud;
+  return strstr(key, ".tmp.") ? FT_OK : mkeys_cb(k, key);
+}
+
+static int has_manifests(ckpt_tier *tier) {
+  mkeys runs = {0};
+  int found = 0;
+  int rc = tier->list(tier, "manifests/", run_dir_cb, &runs);
+  for (size_t i = 0; rc == FT_OK && !found && i < runs.n; i++) {
+    if (any_manifest_cb(&found, runs.v[i]) == 1)
+      break; /* a bucket lists whole keys */
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/", runs.v[i]);
+    rc = tier->list(tier, sub, any_manifest_cb, &found);
+    if (rc == 1)
+      rc = FT_OK;
+  }
+  for (size_t i = 0; i < runs.n; i++)
+    free(runs.v[i]);
+  free(runs.v);
+  return rc < 0 ? rc : found;
+}
+
+/* Moves a damaged catalog folder aside (kept for a post-mortem) so a new
+ * one can be built in its place. */
+static int set_catalog_aside(const char *catdir) {
+  char aside[PATH_MAX + 64];
+  snprintf(aside, sizeof aside, "%s.damaged.%lld", catdir, (long long)time(NULL));
+  if (rename(catdir, aside) != 0)
+    return ft_err_set(ft_err_from_errno(errno), "moving the damaged catalog %s aside: %s", catdir,
+                      strerror(errno));
+  fprintf(stderr, "ckptstore: the damaged catalog %s was moved to %s\n", catdir, aside);
+  return FT_OK;
+}
+
+/* Opens the catalog of a store. A catalog is created only where the store
+ * has no manifests yet (a new store); where it has some, a missing catalog
+ * is damage: FT_EDB naming it and saying to run `ckpt rebuild-catalog`,
+ * never an empty store. o->rebuild_catalog (writers): a missing catalog is
+ * created empty and a damaged one is moved aside and replaced by an empty
+ * one, for ckpt_store_rebuild_catalog to fill. An s3:// cache without a
+ * catalog gets one rebuilt from the bucket here (the bucket is the store;
+ * a new cache is only an empty copy). */
+static int open_catalog(ckpt_store *s, const char *catdir, int is_s3, const ckpt_store_opts *o) {
+  char cur[PATH_MAX + 32];
+  struct stat st;
+  snprintf(cur, sizeof cur, "%s/CURRENT", catdir);
+  int missing = stat(cur, &st) != 0;
+  int rebuild = o->rebuild_catalog && !s->read_only;
+  int rc;
+  if (missing && !is_s3 && !rebuild) {
+    rc = has_manifests(s->tier);
+    if (rc < 0)
+      return ckpt_err_wrap(rc, "looking for manifests in the store %s", s->tier->desc);
+    if (rc == 1)
+      return ft_err_set(FT_EDB,
+                        "the store %s has checkpoint manifests but its catalog %s is missing "
+                        "(deleted or lost); run 'ckpt rebuild-catalog %s' to rebuild it "
+                        "from the manifests",
+                        s->tier->desc, catdir, s->uri);
+  }
+  if (!missing && rebuild) {
+    rc = ckpt_catalog_open(catdir, CKPT_CAT_WRITE, &s->cat);
+    if (rc != FT_EDB)
+      return rc;
+    rc = set_catalog_aside(catdir);
+    if (rc)
+      return rc;
+    missing = 1;
+  }
+  if (missing && is_s3 && !rebuild) {
+    /* build it with a short-lived writer, then open it as asked */
+    ckpt_catalog *cat = NULL;
+    rc = ckpt_catalog_open(catdir, CKPT_CAT_CREATE, &cat);
+    if (rc == FT_OK) {
+      rc = ckpt_store_rebuild_into(s->tier, cat, NULL, NULL, NULL, NULL);
+      ckpt_catalog_close(cat);
+      if (rc)
+        return ckpt_err_wrap(rc, "rebuilding the catalog %s from the bucket", catdir);
+      missing = 0;
+    } else if (rc != FT_EBUSY) { /* busy: its writer is building it */
+      return rc;
+    }
+  }
+  int mode = s->read_only ? CKPT_CAT_READ : missing ? CKPT_CAT_CREATE : CKPT_CAT_WRITE;
+  return ckpt_catalog_open(catdir, mode, &s->cat);
 }
 
 int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **out) {
@@ -182,27 +312,7 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
     snprintf(catdir, sizeof catdir, "%s", o.catalog_dir);
   else
     snprintf(catdir, sizeof catdir, "%s/catalog", dir);
-  if (s3) {
-    /* a cache without a catalog: rebuild it from the bucket first */
-    char cur[PATH_MAX + 32];
-    struct stat st;
-    snprintf(cur, sizeof cur, "%s/CURRENT", catdir);
-    if (stat(cur, &st) != 0) {
-      ckpt_catalog *cat = NULL;
-      rc = ckpt_catalog_open(catdir, 0, &cat);
-      if (rc == FT_OK) {
-        rc = ckpt_store_rebuild_into(s->tier, cat, NULL, NULL);
-        ckpt_catalog_close(cat);
-        if (rc) {
-          ckpt_err_wrap(rc, "rebuilding the catalog %s from the bucket", catdir);
-          goto fail;
-        }
-      } else if (rc != FT_EBUSY) { /* busy: its writer creates it */
-        goto fail;
-      }
-    }
-  }
-  rc = ckpt_catalog_open(catdir, s->read_only, &s->cat);
+  rc = open_catalog(s, catdir, s3 != NULL, &o);
   if (rc)
     goto fail;
   if (!o.read_only) {
@@ -535,6 +645,23 @@ int ckpt_store_read(ckpt_store *s, const ckpt_manifest *m, const char *tensor, u
 
 /* ---- states and pins -------------------------------------------------------------------- */
 
+/* Records a changed mark: the mark object first, then the catalog; if the
+ * catalog write fails, the old mark object is put back (best effort), so a
+ * rebuild sees what the catalog last held. */
+static int put_marked(ckpt_store *s, const ckpt_info *old, const ckpt_info *now) {
+  int rc = ckpt_store_put_mark(s, now);
+  if (rc)
+    return ckpt_err_wrap(rc, "recording the mark of %s step %" PRId64, now->run, now->step);
+  rc = ckpt_store_put_info(s, now);
+  if (rc) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ft_err_detail());
+    ckpt_store_put_mark(s, old);
+    ft_err_set(rc, "%s", saved);
+  }
+  return rc;
+}
+
 int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state) {
   int rc = writable(s, "changing a checkpoint's state");
   if (rc)
@@ -566,8 +693,9 @@ int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state
                     info.state == CKPT_PENDING ? " except by a commit" : "");
     goto out;
   }
-  info.state = state;
-  rc = ckpt_store_put_info(s, &info);
+  ckpt_info now = info;
+  now.state = state;
+  rc = put_marked(s, &info, &now);
 out:
   pthread_mutex_unlock(&s->meta_mu);
   return rc;
@@ -581,35 +709,15 @@ int ckpt_store_pin(ckpt_store *s, const char *run, int64_t step, int pinned) {
   ckpt_info info;
   rc = ckpt_store_get_info(s, run, step, &info);
   if (rc == FT_OK && info.pinned != !!pinned) {
-    info.pinned = !!pinned;
-    rc = ckpt_store_put_info(s, &info);
+    ckpt_info now = info;
+    now.pinned = !!pinned;
+    rc = put_marked(s, &info, &now);
   }
   pthread_mutex_unlock(&s->meta_mu);
   return rc;
 }
 
 /* ---- tiers: rebuild, flush, stats, scrub -------------------------------------------------- */
-
-typedef struct mkeys {
-  char **v;
-  size_t n, cap;
-} mkeys;
-
-static int mkeys_cb(void *ud, const char *key) {
-  mkeys *k = ud;
-  if (k->n == k->cap) {
-    size_t cap = k->cap ? 2 * k->cap : 64;
-    char **n = realloc(k->v, cap * sizeof *n);
-    if (!n)
-      return ft_err_set(FT_ENOMEM, "out of memory");
-    k->v = n;
-    k->cap = cap;
-  }
-  if (!(k->v[k->n] = strdup(key)))
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  k->n++;
-  return FT_OK;
-}
 
 static int str_cmp(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -620,15 +728,68 @@ static int ends_with(const char *s, const char *suf) {
   return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* Records one manifest object in the catalog unless it is there already.
- * The record is what the commit wrote (state COMMITTED; pins and good/bad
- * marks are catalog-only and not in the manifest object). */
-static int rebuild_one(ckpt_catalog *cat, const char *json, int *added) {
+/* Reads the mark object of (run, step) into *state / *pinned; FT_ENOENT
+ * when none was written (COMMITTED, unpinned). */
+static int get_mark(ckpt_tier *tier, const char *run, int64_t step, int *state, int *pinned) {
+  char key[300];
+  uint8_t *data = NULL;
+  size_t len = 0;
+  ckpt_objkey_mark(key, sizeof key, run, step);
+  int rc = tier->get(tier, key, &data, &len);
+  if (rc)
+    return rc;
+  cJSON *o = cJSON_ParseWithLength((const char *)data, len);
+  free(data);
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "state");
+  const cJSON *pn = cJSON_GetObjectItemCaseSensitive(o, "pinned");
+  const cJSON *sp = cJSON_GetObjectItemCaseSensitive(o, "step");
+  rc = ft_err_set(FT_EFORMAT, "mark object %s is damaged", key);
+  if (cJSON_IsString(st) && cJSON_IsBool(pn) && cJSON_IsNumber(sp) && sp->valuedouble == step) {
+    for (int k = CKPT_COMMITTED; k <= CKPT_BAD; k++)
+      if (strcmp(st->valuestring, ckpt_state_name(k)) == 0) {
+        *state = k;
+        *pinned = cJSON_IsTrue(pn);
+        rc = FT_OK;
+      }
+  }
+  cJSON_Delete(o);
+  return rc;
+}
+
+int ckpt_store_put_mark(ckpt_store *s, const ckpt_info *info) {
+  char key[300];
+  if (ckpt_objkey_mark(key, sizeof key, info->run, info->step) < 0)
+    return ft_err_set(FT_EINVAL, "run name too long");
+  if (info->state == CKPT_PENDING || (info->state == CKPT_COMMITTED && !info->pinned)) {
+    int rc = s->tier->del(s->tier, key);
+    return rc == FT_ENOENT ? FT_OK : rc;
+  }
+  char js[400];
+  int n = snprintf(
+      js, sizeof js, "{\"run\":\"%s\",\"step\":%" PRId64 ",\"state\":\"%s\",\"pinned\":%s}\n",
+      info->run, info->step, ckpt_state_name(info->state), info->pinned ? "true" : "false");
+  return s->tier->put(s->tier, key, js, (size_t)n);
+}
+
+/* Records one manifest object in the catalog unless it is there already,
+ * with the state and pin of its mark object (COMMITTED, unpinned where it
+ * has none). FT_ECORRUPT / FT_EFORMAT / FT_EINVAL: a damaged manifest. */
+static int rebuild_one(ckpt_tier *tier, ckpt_catalog *cat, const char *objkey, const char *json,
+                       int *added) {
   ckpt_manifest *m = NULL;
   int rc = ckpt_manifest_from_json(json, &m);
   if (rc)
     return rc;
   char key[256], *val = NULL, first[200];
+  int64_t kstep;
+  if (ckpt_objkey_manifest_step(objkey, &kstep) != 0 || kstep != m->info.step ||
+      (ckpt_objkey_manifest(key, sizeof key, m->info.run, m->info.step) >= 0 &&
+       strcmp(key, objkey) != 0)) {
+    rc = ft_err_set(FT_EFORMAT, "it holds the manifest of %s step %" PRId64 ", not of its name",
+                    m->info.run, m->info.step);
+    ckpt_manifest_free(m);
+    return rc;
+  }
   ckpt_key_info(key, sizeof key, m->info.run, m->info.step);
   rc = ckpt_catalog_get(cat, key, &val, NULL);
   free(val);
@@ -636,17 +797,24 @@ static int rebuild_one(ckpt_catalog *cat, const char *json, int *added) {
     ckpt_manifest_free(m);
     return rc;
   }
+  int state = CKPT_COMMITTED, pinned = 0;
+  rc = get_mark(tier, m->info.run, m->info.step, &state, &pinned);
+  if (rc != FT_OK && rc != FT_ENOENT) {
+    ckpt_manifest_free(m);
+    return ckpt_err_wrap(rc, "reading the mark of %s step %" PRId64, m->info.run, m->info.step);
+  }
   ckpt_batch *b = ckpt_batch_new();
   if (!b) {
     ckpt_manifest_free(m);
     return ft_err_set(FT_ENOMEM, "out of memory");
   }
   snprintf(first, sizeof first, "%s/%020" PRId64, m->info.run, m->info.step);
-  m->info.state = CKPT_COMMITTED;
-  m->info.pinned = 0;
+  m->info.state = state;
+  m->info.pinned = pinned;
   m->info.new_bytes = 0;
-  for (int t = 0; t < m->ntensors && rc != FT_ENOMEM; t++)
-    for (int c = 0; c < m->tensors[t].nchunks; c++) {
+  rc = FT_OK;
+  for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
+    for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++) {
       char hex[CKPT_HEX_LEN + 1];
       ckpt_hex(m->tensors[t].chunks[c].hash, hex);
       ckpt_key_chunk(key, sizeof key, hex);
@@ -656,13 +824,14 @@ static int rebuild_one(ckpt_catalog *cat, const char *json, int *added) {
       if (rc == FT_ENOENT) {
         m->info.new_bytes += m->tensors[t].chunks[c].stored;
         ckpt_batch_put(b, key, first, strlen(first));
+        rc = FT_OK;
       }
     }
-  char *ijs = ckpt_info_to_json(&m->info);
+  char *ijs = rc ? NULL : ckpt_info_to_json(&m->info);
   if (!ijs) {
     ckpt_batch_free(b);
     ckpt_manifest_free(m);
-    return ft_err_set(FT_ENOMEM, "out of memory");
+    return rc ? rc : ft_err_set(FT_ENOMEM, "out of memory");
   }
   ckpt_key_info(key, sizeof key, m->info.run, m->info.step);
   ckpt_batch_put(b, key, ijs, strlen(ijs));
@@ -678,14 +847,16 @@ static int rebuild_one(ckpt_catalog *cat, const char *json, int *added) {
 
 /* Lists manifests/ of the tier (the local tier lists run folders, the
  * bucket whole keys: both are handled) and records each in cat. A manifest
- * that does not parse is skipped (counted in found, not in added). */
-static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, int *found, int *added) {
+ * object that cannot be used is skipped (counted in found, not in added)
+ * and reported through skipped with the reason. */
+static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn skipped, void *ud,
+                                   int *found, int *added) {
   mkeys k = {0}, all = {0};
   int rc = tier->list(tier, "manifests/", mkeys_cb, &k);
   for (size_t i = 0; rc == FT_OK && i < k.n; i++) {
     if (ends_with(k.v[i], ".json")) {
       rc = mkeys_cb(&all, k.v[i]);
-    } else if (!strstr(k.v[i], ".tmp.")) {
+    } else if (!strstr(k.v[i], ".tmp.") && !ends_with(k.v[i], ".mark")) {
       char sub[600];
       snprintf(sub, sizeof sub, "%s/", k.v[i]);
       mkeys inner = {0};
@@ -712,6 +883,12 @@ static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, int *foun
       rc = FT_OK;
       continue;
     }
+    if (rc == FT_EIO || rc == FT_ECORRUPT) {
+      if (skipped)
+        skipped(ud, all.v[i], ft_err_detail());
+      rc = FT_OK;
+      continue;
+    }
     if (rc)
       break;
     char *js = malloc(len + 1);
@@ -723,10 +900,17 @@ static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, int *foun
     memcpy(js, data, len);
     js[len] = 0;
     free(data);
-    rc = rebuild_one(cat, js, &nadded);
+    if (strlen(js) != len)
+      rc = ft_err_set(FT_EFORMAT, "it is not JSON text (it holds a NUL byte)");
+    else
+      rc = rebuild_one(tier, cat, all.v[i], js, &nadded);
     free(js);
-    if (rc == FT_ECORRUPT || rc == FT_EFORMAT || rc == FT_EINVAL)
-      rc = FT_OK; /* a damaged manifest object: not a checkpoint we can list */
+    if (rc == FT_ECORRUPT || rc == FT_EFORMAT || rc == FT_EINVAL) {
+      /* a damaged manifest object: not a checkpoint we can list */
+      if (skipped)
+        skipped(ud, all.v[i], ft_err_detail());
+      rc = FT_OK;
+    }
   }
   for (size_t i = 0; i < k.n; i++)
     free(k.v[i]);
@@ -741,14 +925,20 @@ static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, int *foun
   return rc;
 }
 
-int ckpt_store_rebuild_catalog(ckpt_store *s, int *found, int *added) {
+int ckpt_store_rebuild_catalog_report(ckpt_store *s,
+                                      void (*skipped)(void *ud, const char *key, const char *why),
+                                      void *ud, int *found, int *added) {
   int rc = writable(s, "rebuild-catalog");
   if (rc)
     return rc;
   pthread_mutex_lock(&s->meta_mu);
-  rc = ckpt_store_rebuild_into(s->tier, s->cat, found, added);
+  rc = ckpt_store_rebuild_into(s->tier, s->cat, skipped, ud, found, added);
   pthread_mutex_unlock(&s->meta_mu);
   return rc;
+}
+
+int ckpt_store_rebuild_catalog(ckpt_store *s, int *found, int *added) {
+  return ckpt_store_rebuild_catalog_report(s, NULL, NULL, found, added);
 }
 
 int ckpt_store_flush(ckpt_store *s, int timeout_s) {

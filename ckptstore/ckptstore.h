@@ -61,10 +61,20 @@ typedef struct ckpt_store_opts {
   int zstd_level;          /* 0: 1 */
   size_t queue_bytes;      /* bound on bytes submitted but not yet written;
                               0: 1 GiB. See ckpt_store_submit. */
+  int rebuild_catalog;     /* 1 (writers): a missing catalog is created empty
+                              and a damaged one moved aside (to
+                              <catalog>.damaged.<time>) and replaced by an
+                              empty one, for ckpt_store_rebuild_catalog to
+                              fill. 0: both are FT_EDB errors naming the
+                              catalog (a store with manifests but no catalog
+                              is never opened as an empty store). */
 } ckpt_store_opts;
 
 /* Opens (creating if needed) the store at uri. A writer takes the catalog's
- * lock: a second writer gets FT_EBUSY with a message naming the holder. */
+ * lock: a second writer gets FT_EBUSY with a message naming the holder.
+ * A catalog that is damaged, or missing from a store that has manifests, is
+ * FT_EDB naming it and saying to run `ckpt rebuild-catalog` (see
+ * opts->rebuild_catalog); it is never taken for an empty store. */
 int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **out);
 /* Waits for submitted jobs, then closes. NULL is a no-op. */
 void ckpt_store_free(ckpt_store *s);
@@ -208,6 +218,11 @@ typedef struct ckpt_gc_report {
   int checkpoints_deleted;
   uint64_t chunks_deleted;
   uint64_t bytes_freed;
+  int tmp_deleted; /* temp files of crashed manifest writes removed */
+  int sweep_only;  /* 1: the catalog could not be written (a full disk):
+                      retention was not applied, only chunks no checkpoint
+                      references were deleted; note says why */
+  char note[512];
 } ckpt_gc_report;
 /* Applies retention (pinned checkpoints are always kept), then deletes the
  * chunks that no kept manifest references. Safe against a concurrent commit;
@@ -257,9 +272,16 @@ int ckpt_store_flush(ckpt_store *s, int timeout_s);
 void ckpt_store_set_scrub(ckpt_store *s, int on);
 /* Records in the catalog every checkpoint whose manifest object is in the
  * store's tiers (for s3://: the bucket and the cache) and that the catalog
- * lacks, as COMMITTED. Needs a writable store. *found: manifest objects
- * seen; *added: checkpoints recorded (either may be NULL). */
+ * lacks, with the GOOD/BAD mark and pin last set on it (kept as a small
+ * object beside its manifest; COMMITTED where none was set). Needs a
+ * writable store. *found: manifest objects seen; *added: checkpoints
+ * recorded (either may be NULL). */
 int ckpt_store_rebuild_catalog(ckpt_store *s, int *found, int *added);
+/* The same, calling skipped(ud, key, why) for every manifest object it did
+ * not record (damaged, unreadable, not a manifest); skipped may be NULL. */
+int ckpt_store_rebuild_catalog_report(ckpt_store *s,
+                                      void (*skipped)(void *ud, const char *key, const char *why),
+                                      void *ud, int *found, int *added);
 
 /* 1 if this run has a manifest (local dir or bucket) whose step is newer
  * than the newest checkpoint the catalog knows for it, else 0; *newest

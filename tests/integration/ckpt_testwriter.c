@@ -4,7 +4,8 @@
  *
  *   ckpt_testwriter --store URI [--run NAME] [--steps N] [--start S] [--every E]
  *                   [--world W] [--layers L] [--embd C] [--gc-keep K]
- *                   [--chunk-mib M] [--threads T]
+ *                   [--chunk-mib M] [--threads T] [--catalog DIR]
+ *                   [--retry-file FILE]
  *
  * For each checkpoint step: every rank r of W submits its FSDP slice of
  * every tensor ("param/<group>", "adam_m/<group>", "adam_v/<group>": weights-
@@ -13,6 +14,11 @@
  * commit returns it prints "committed STEP" (flushed): the crash test checks
  * that every step it printed is in the catalog. With --gc-keep K it runs GC
  * (keep_last K, grace 0) after every commit, so a kill can land inside GC.
+ * --catalog DIR puts the catalog there (opts.catalog_dir). With --retry-file
+ * FILE a failed step (submit, write or commit) prints "failed STEP: DETAIL"
+ * and waits until FILE exists, deletes it and tries the step again, in the
+ * same process with the same open store (at most 5 times in all): the
+ * full-disk test frees space meanwhile.
  * Exit: 0 done, 1 any library error (printed).
  */
 #include "ckptstore.h"
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint64_t rng_next(uint64_t *s) {
   uint64_t x = *s;
@@ -46,16 +53,19 @@ static int die(int rc, const char *what) {
 }
 
 int main(int argc, char **argv) {
-  const char *store = NULL, *run = "testrun";
+  const char *store = NULL, *run = "testrun", *catalog = NULL, *retry_file = NULL;
+  int retries = 0;
   int steps = 3, world = 1, gc_keep = 0, chunk_mib = 1, threads = 2;
   int64_t start = 1, every = 1;
   ft_gpt2_dims d = {
       .max_seq_len = 64, .vocab_size = 256, .n_layer = 2, .n_head = 4, .channels = 64};
-  static const struct option opts[] = {
-      {"store", 1, 0, 's'},     {"run", 1, 0, 'r'},     {"steps", 1, 0, 'n'},
-      {"start", 1, 0, 'b'},     {"every", 1, 0, 'e'},   {"world", 1, 0, 'w'},
-      {"layers", 1, 0, 'l'},    {"embd", 1, 0, 'c'},    {"gc-keep", 1, 0, 'g'},
-      {"chunk-mib", 1, 0, 'm'}, {"threads", 1, 0, 't'}, {0, 0, 0, 0}};
+  static const struct option opts[] = {{"store", 1, 0, 's'},      {"run", 1, 0, 'r'},
+                                       {"steps", 1, 0, 'n'},      {"start", 1, 0, 'b'},
+                                       {"every", 1, 0, 'e'},      {"world", 1, 0, 'w'},
+                                       {"layers", 1, 0, 'l'},     {"embd", 1, 0, 'c'},
+                                       {"gc-keep", 1, 0, 'g'},    {"chunk-mib", 1, 0, 'm'},
+                                       {"threads", 1, 0, 't'},    {"catalog", 1, 0, 'C'},
+                                       {"retry-file", 1, 0, 'R'}, {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (ch) {
@@ -92,6 +102,12 @@ int main(int argc, char **argv) {
     case 't':
       threads = atoi(optarg);
       break;
+    case 'C':
+      catalog = optarg;
+      break;
+    case 'R':
+      retry_file = optarg;
+      break;
     default:
       fprintf(stderr, "usage: ckpt_testwriter --store URI [--run NAME] [--steps N] ...\n");
       return 2;
@@ -122,7 +138,7 @@ int main(int argc, char **argv) {
            d.n_layer, d.n_head, d.channels, d.vocab_size, d.max_seq_len);
 
   ckpt_store *s = NULL;
-  ckpt_store_opts o = {.chunk_mib = chunk_mib, .threads = threads};
+  ckpt_store_opts o = {.chunk_mib = chunk_mib, .threads = threads, .catalog_dir = catalog};
   int rc = ckpt_store_open(store, &o, &s);
   if (rc)
     return die(rc, "open");
@@ -158,16 +174,21 @@ int main(int argc, char **argv) {
           n++;
         }
       rc = ckpt_store_submit(s, run, step, r, world, parts, n, &jobs[r]);
-      if (rc)
+      if (rc && !retry_file)
         return die(rc, "submit");
+      if (rc)
+        break;
       /* parts/names are copied by submit; the data buffer is reused only
        * after every job released it (below) */
     }
     for (int r = 0; r < world; r++) {
-      rc = ckpt_job_wait(jobs[r], &shards[r]);
-      if (rc)
-        return die(rc, "wait");
+      int rc2 = jobs[r] ? ckpt_job_wait(jobs[r], &shards[r]) : FT_OK;
+      if (rc2 && !retry_file)
+        return die(rc2, "wait");
+      if (rc2 && !rc)
+        rc = rc2;
       ckpt_job_free(jobs[r]);
+      jobs[r] = NULL;
     }
     char metrics[128], st[128];
     double loss = 5.0 / (1.0 + 0.01 * (double)step);
@@ -182,10 +203,20 @@ int main(int argc, char **argv) {
                       .config_json = config,
                       .state_json = st,
                       .metrics_json = metrics};
-    rc = ckpt_store_commit(s, &meta, shards, world);
+    if (rc == FT_OK)
+      rc = ckpt_store_commit(s, &meta, shards, world);
     for (int r = 0; r < world; r++) {
       ckpt_shard_free(shards[r]);
       shards[r] = NULL;
+    }
+    if (rc && retry_file && ++retries <= 5) {
+      printf("failed %" PRId64 ": %s: %s\n", step, ft_strerror(rc), ft_err_detail());
+      fflush(stdout);
+      for (int w = 0; w < 1200 && access(retry_file, F_OK) != 0; w++)
+        usleep(50000);
+      unlink(retry_file);
+      k--;
+      continue;
     }
     if (rc)
       return die(rc, "commit");
