@@ -237,11 +237,12 @@ static bool is_section(const char *key) {
   return false;
 }
 
-/* Optimal-string-alignment distance (Levenshtein plus adjacent swaps). */
+/* Optimal-string-alignment distance (Levenshtein plus adjacent swaps);
+ * INT_MAX for strings too far apart in length to be within 2. */
 static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
-  enum { M = 64 };
-  if (la >= M || lb >= M)
-    return INT_MAX;
+  enum { M = 64, FAR = 3 }; /* callers only want distances below FAR */
+  if (la >= M || lb >= M || la + FAR <= lb || lb + FAR <= la)
+    return INT_MAX; /* the distance is at least the difference in length */
   int d[M][M];
   for (size_t i = 0; i <= la; i++)
     d[i][0] = (int)i;
@@ -885,12 +886,20 @@ static double machine_bytes(void) {
 }
 
 /* The largest micro-batch <= max for which micro x world divides global (the
- * worker's choice at run time); 0 if global is not a multiple of world. */
+ * worker's choice at run time): the largest divisor <= max of
+ * global / world; 0 if global is not a multiple of world. */
 static int micro_that_works(int global, long long world, int max) {
-  for (int b = max; b >= 1; b--)
-    if (global % ((long long)b * world) == 0)
-      return b;
-  return 0;
+  if (world < 1 || global % world)
+    return 0;
+  long long q = global / world, best = 1;
+  for (long long d = 1; d * d <= q; d++)
+    if (q % d == 0) {
+      if (d <= max && d > best)
+        best = d;
+      if (q / d <= max && q / d > best)
+        best = q / d;
+    }
+  return (int)best;
 }
 
 /* Finds the first cross-field problem. `at` (may be NULL) says which keys the
@@ -1060,21 +1069,60 @@ static int syntax_error(struct ctx *c, struct fy_diag *diag) {
   return fail_at(c, (struct pos){0, 0}, "syntax error", "invalid YAML");
 }
 
-/* Position of the first NUL byte in text (line 0 if none). libfyaml would
- * end a scalar there and silently drop the rest ("run: abc<NUL>def" read
- * as "abc"), so a run file is text without NULs. */
-static struct pos find_nul(const char *text, size_t len) {
-  const char *z = memchr(text, 0, len);
-  struct pos p = {0, 0};
-  if (!z)
-    return p;
-  p.line = 1;
-  const char *bol = text;
-  for (const char *q = text; q < z; q++)
-    if (*q == '\n')
-      p.line++, bol = q + 1;
-  p.col = (int)(z - bol) + 1;
-  return p;
+/* Checks that text is what a run file may hold: UTF-8 (no overlong forms,
+ * surrogates or code points past U+10FFFF) without NUL bytes or control
+ * characters other than tab, LF and CR. libfyaml would end a scalar at a
+ * NUL ("run: abc<NUL>def" read as "abc") and can loop forever on some
+ * invalid UTF-8 (found by tests/fuzz/fuzz_runfile: tests/fuzz/crashers/).
+ * On a bad byte returns -1 with its 1-based position and a description. */
+static int check_text(const char *text, size_t len, struct pos *at, char *why, size_t n) {
+  const unsigned char *s = (const unsigned char *)text;
+  int line = 1;
+  size_t bol = 0;
+  for (size_t i = 0; i < len;) {
+    unsigned c = s[i];
+    size_t k = 0; /* continuation bytes */
+    unsigned cp = 0, min = 0;
+    if (c == '\n') {
+      line++;
+      bol = ++i;
+      continue;
+    }
+    if (c < 0x80) {
+      if (c == 0 || (c < 0x20 && c != '\t' && c != '\r') || c == 0x7f) {
+        *at = (struct pos){line, (int)(i - bol) + 1};
+        if (c == 0)
+          snprintf(why, n, "a NUL byte; a run file is text");
+        else
+          snprintf(why, n, "a control character (0x%02x); a run file is text", c);
+        return -1;
+      }
+      i++;
+      continue;
+    }
+    if (c >= 0xc2 && c <= 0xdf)
+      k = 1, cp = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+      k = 2, cp = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+      k = 3, cp = c & 0x07, min = 0x10000;
+    bool ok = k > 0;
+    for (size_t j = 1; ok && j <= k; j++) {
+      if (i + j >= len || (s[i + j] & 0xc0) != 0x80)
+        ok = false;
+      else
+        cp = cp << 6 | (s[i + j] & 0x3f);
+    }
+    if (ok && (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)))
+      ok = false;
+    if (!ok) {
+      *at = (struct pos){line, (int)(i - bol) + 1};
+      snprintf(why, n, "invalid UTF-8 (byte 0x%02x); a run file is UTF-8 text", c);
+      return -1;
+    }
+    i += k + 1;
+  }
+  return 0;
 }
 
 int ft_runfile_parse(const char *name, const char *text, size_t len, ft_runfile *rf, char *err,
@@ -1115,9 +1163,9 @@ int ft_runfile_parse(const char *name, const char *text, size_t len, ft_runfile 
                  "%zu bytes is too large for a run file (at most %d)", len, FT_RUNFILE_MAX_BYTES);
     goto out;
   }
-  struct pos nul = find_nul(text ? text : "", len);
-  if (nul.line) {
-    rc = fail_at(c, nul, "syntax error", "a NUL byte; a run file is text");
+  struct pos bad;
+  if (check_text(text ? text : "", len, &bad, msg, sizeof msg)) {
+    rc = fail_at(c, bad, "syntax error", "%s", msg);
     goto out;
   }
 

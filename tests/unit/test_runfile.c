@@ -164,6 +164,31 @@ static void test_parse_buffer(void **state) {
                    FT_ECONFIG);
   assert_string_equal(err, "nul.yaml:3:8: syntax error: a NUL byte; a run file is text");
 
+  /* libfyaml loops forever on this one (found by tests/fuzz/fuzz_runfile) */
+  static const char hang[] = "%  \xb6\x16";
+  assert_int_equal(ft_runfile_parse("h.yaml", hang, sizeof hang - 1, rf, err, sizeof err),
+                   FT_ECONFIG);
+  assert_string_equal(
+      err, "h.yaml:1:4: syntax error: invalid UTF-8 (byte 0xb6); a run file is UTF-8 text");
+  static const char ctl[] = "run: x\ntrain: {steps: 4\x1b}\n";
+  assert_int_equal(ft_runfile_parse("c.yaml", ctl, sizeof ctl - 1, rf, err, sizeof err),
+                   FT_ECONFIG);
+  assert_string_equal(err,
+                      "c.yaml:2:17: syntax error: a control character (0x1b); a run file is text");
+  /* UTF-8 in comments and strings is text */
+  static const char utf8[] = "# caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n"
+                             "data: {val: \"d\xc3\xa9j\xc3\xa0/*.bin\"}\r\n";
+  assert_int_equal(ft_runfile_parse("u.yaml", utf8, sizeof utf8 - 1, rf, err, sizeof err), FT_OK);
+  assert_string_equal(rf->data.val, "d\xc3\xa9j\xc3\xa0/*.bin");
+  /* overlong, surrogate, truncated */
+  static const char *const bad8[] = {"run: \xc0\xafx", "run: \xed\xa0\x80", "run: \xe2\x82",
+                                     "run: \xf5\x80\x80\x80"};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(ft_runfile_parse("b.yaml", bad8[i], strlen(bad8[i]), rf, err, sizeof err),
+                     FT_ECONFIG);
+    assert_non_null(strstr(err, "b.yaml:1:6: syntax error: invalid UTF-8"));
+  }
+
   size_t big = (size_t)FT_RUNFILE_MAX_BYTES + 1;
   char *huge = malloc(big);
   memset(huge, '#', big);
