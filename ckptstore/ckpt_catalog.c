@@ -22,7 +22,8 @@
  * with assertions) aborts the process when a file writer that already failed
  * is written again: on a full disk its info LOG is the first such file (one
  * failed append, then the next line asserts). So the info LOG is off (level
- * above HEADER: RocksDB creates an empty LOG and writes nothing to it); the
+ * above HEADER: RocksDB creates an empty LOG and writes nothing to it; the
+ * C API of 7.x cannot install a logger of ours instead); the
  * WAL and MANIFEST stop at their first error (RocksDB's background error).
  * After a failed write the database refuses writes until resumed, which the
  * C API of 7.x cannot do, so the next write reopens it here (under the
@@ -34,7 +35,9 @@
  * every read, and WAL recovery that tolerates only an incomplete last record
  * (a write cut short by a crash or a full disk); a checksum mismatch in the
  * WAL, an SST or the MANIFEST fails the open or the read with FT_EDB naming
- * the file and saying to run `ckpt rebuild-catalog` (ckpt_store.c rebuilds
+ * the file and saying to run `ckpt rebuild-catalog`; a writer reads the
+ * whole catalog once at open, so damage anywhere in it stops the open rather
+ * than some later read (ckpt_store.c rebuilds
  * from the manifests, which are the truth). A writer never creates a catalog
  * unless asked to (ckpt_store_open decides: a store that has manifests but
  * no catalog is damaged, not new).
@@ -46,6 +49,7 @@
 
 #include "ft_err.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -167,6 +171,22 @@ static int db_err(char *err, const char *what, const char *dir) {
   return code;
 }
 
+/* With the info LOG off RocksDB cannot serialise its options (the level is
+ * out of its enum's range), so each writable open leaves a stub
+ * OPTIONS-<n>.dbtmp (informational only: nothing reads it back). Removed. */
+static void drop_options_stubs(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (strncmp(e->d_name, "OPTIONS-", 8) == 0 && n > 6 && strcmp(e->d_name + n - 6, ".dbtmp") == 0)
+      unlinkat(dirfd(d), e->d_name, 0);
+  }
+  closedir(d);
+}
+
 static int open_db(ckpt_catalog *c, int create) {
   char *err = NULL;
   c->db_ro = c->read_only;
@@ -185,6 +205,8 @@ static int open_db(ckpt_catalog *c, int create) {
                  c->dir);
     return rc;
   }
+  if (!c->read_only)
+    drop_options_stubs(c->dir);
   return FT_OK;
 }
 
@@ -221,6 +243,25 @@ static int use_db(ckpt_catalog *c, int for_write) {
   if (rc)
     return rc;
   return use_db(c, for_write);
+}
+
+/* Reads every key and value once, so every data block's checksum is
+ * checked now rather than when some later read happens to reach it. */
+static int verify_all(ckpt_catalog *c) {
+  rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+  rocksdb_readoptions_set_verify_checksums(ro, 1);
+  rocksdb_readoptions_set_fill_cache(ro, 0);
+  rocksdb_iterator_t *it = rocksdb_create_iterator(c->db, ro);
+  for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+    size_t kl, vl;
+    (void)rocksdb_iter_key(it, &kl);
+    (void)rocksdb_iter_value(it, &vl);
+  }
+  char *err = NULL;
+  rocksdb_iter_get_error(it, &err);
+  rocksdb_iter_destroy(it);
+  rocksdb_readoptions_destroy(ro);
+  return err ? db_err(err, "verify", c->dir) : FT_OK;
 }
 
 int ckpt_catalog_open(const char *dir, int mode, ckpt_catalog **out) {
@@ -267,6 +308,8 @@ int ckpt_catalog_open(const char *dir, int mode, ckpt_catalog **out) {
       ft_err_set(rc, "%s", saved);
     }
   }
+  if (rc == FT_OK && !read_only)
+    rc = verify_all(c);
   if (rc)
     goto fail;
   *out = c;

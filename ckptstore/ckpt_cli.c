@@ -53,11 +53,14 @@ static const char *usage_text =
     "  diff A B                which tensors changed between steps A and B, and\n"
     "                          by how many bytes (at chunk granularity)\n"
     "  rebuild-catalog [URI]   record in the catalog every checkpoint whose\n"
-    "                          manifest is in the store (for s3://, the bucket):\n"
-    "                          what a lost cache or supervisor disk needs. An\n"
-    "                          s3:// cache without a catalog is rebuilt anyway\n"
-    "                          on first use. Good/bad marks and pins are not in\n"
-    "                          the bucket: rebuilt checkpoints are 'committed'.\n"
+    "                          manifest is in the store (local:DIR, or for s3://\n"
+    "                          the bucket), with the good/bad mark and pin last\n"
+    "                          set on it (kept beside the manifest): what a lost\n"
+    "                          or damaged catalog needs. A damaged catalog is\n"
+    "                          moved aside (CATALOG.damaged.TIME) and rebuilt;\n"
+    "                          every manifest that cannot be used is named, with\n"
+    "                          why (exit 1). An s3:// cache without a catalog is\n"
+    "                          rebuilt anyway on first use.\n"
     "\n"
     "STEP is a step number or 'latest' (the newest committed or good one).\n"
     "\n"
@@ -97,11 +100,13 @@ static const char *usage_text =
     "\n"
     "Exit codes:\n"
     "  0  success\n"
-    "  1  a problem was found: verify saw a corrupt or missing chunk, or restore\n"
-    "     met a damaged chunk (nothing was written)\n"
+    "  1  a problem was found: verify saw a corrupt or missing chunk, restore\n"
+    "     met a damaged chunk (nothing was written), or rebuild-catalog skipped\n"
+    "     a manifest it could not use\n"
     "  2  usage error (bad command, option or argument; ambiguous run)\n"
     "  3  not found (no such store, run, checkpoint or tensor)\n"
-    "  4  store or catalog error (I/O, database, format)\n"
+    "  4  store or catalog error (I/O, a full disk, database, format; a damaged\n"
+    "     or missing catalog: run 'ckpt rebuild-catalog')\n"
     "  5  the catalog is locked by another writer (gc, pin, unpin); try later\n";
 
 typedef struct cli {
@@ -182,16 +187,20 @@ static void fmt_time(int64_t ms, char *buf, size_t n) {
   strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
-static int open_store(cli *c, int writer) {
+static int open_store(cli *c, int writer, int rebuild) {
   ckpt_store_opts o = {.read_only = 1};
   /* A reader first: it fails (not found) where there is no store, where a
-   * writer would create an empty one at a mistyped path. */
+   * writer would create an empty one at a mistyped path. rebuild-catalog
+   * goes on where the catalog is damaged or missing (FT_EDB). */
   int rc = ckpt_store_open(c->store, &o, &c->s);
+  if (rebuild && rc == FT_EDB)
+    rc = FT_OK;
   if (rc || !writer)
     return rc;
   ckpt_store_free(c->s);
   c->s = NULL;
   o.read_only = 0;
+  o.rebuild_catalog = rebuild;
   return ckpt_store_open(c->store, &o, &c->s);
 }
 
@@ -545,14 +554,21 @@ static int cmd_pin(cli *c, const char *arg, int pin) {
 
 /* ---- rebuild-catalog ---------------------------------------------------------------- */
 
+static void rebuild_skipped(void *ud, const char *key, const char *why) {
+  (*(int *)ud)++;
+  fprintf(stderr, "ckpt: rebuild-catalog: skipped %s: %s\n", key, why);
+}
+
 static int cmd_rebuild(cli *c) {
-  int found = 0, added = 0;
-  int rc = ckpt_store_rebuild_catalog(c->s, &found, &added);
+  int found = 0, added = 0, skipped = 0;
+  if (c->s->catalog_aside[0])
+    fprintf(stderr, "ckpt: the damaged catalog was moved to %s\n", c->s->catalog_aside);
+  int rc = ckpt_store_rebuild_catalog_report(c->s, rebuild_skipped, &skipped, &found, &added);
   if (rc)
     return fail(rc, "rebuild-catalog");
-  printf("%d manifest%s in the store; %d checkpoint%s added to the catalog\n", found,
-         found == 1 ? "" : "s", added, added == 1 ? "" : "s");
-  return 0;
+  printf("%d manifest%s in the store; %d checkpoint%s added to the catalog; %d skipped\n", found,
+         found == 1 ? "" : "s", added, added == 1 ? "" : "s", skipped);
+  return skipped ? CKPT_EXIT_PROBLEM : 0;
 }
 
 /* ---- diff ------------------------------------------------------------------------- */
@@ -742,14 +758,15 @@ int main(int argc, char **argv) {
     return usage_error("'%s' is not a valid run name", c.run);
 
   int writer = cmds[k].writer, marking = writer;
-  int rc = open_store(&c, writer);
+  int rebuild = !strcmp(cmd, "rebuild-catalog");
+  int rc = open_store(&c, writer, rebuild);
   if (rc == FT_EBUSY && strcmp(cmd, "verify") == 0) {
     fprintf(stderr,
             "ckpt: note: %s\nckpt: verifying read-only; damaged checkpoints will be "
             "reported but not marked bad\n",
             ft_err_detail());
     marking = 0;
-    rc = open_store(&c, 0);
+    rc = open_store(&c, 0, 0);
   }
   if (rc)
     return fail(rc, "cannot open the store");

@@ -187,6 +187,8 @@ struct ckpt_store {
   int threads, chunk_mib, zstd_level;
   size_t queue_bytes;
   int64_t gc_grace_s;
+  char catalog_aside[4200]; /* where opts->rebuild_catalog moved a damaged
+                               catalog; "" if it did not */
 
   /* Commit and the GC decision are serialised by this mutex (ckpt_gc.c). */
   pthread_mutex_t meta_mu;

@@ -154,13 +154,16 @@ static int has_manifests(ckpt_tier *tier) {
 
 /* Moves a damaged catalog folder aside (kept for a post-mortem) so a new
  * one can be built in its place. */
-static int set_catalog_aside(const char *catdir) {
-  char aside[PATH_MAX + 64];
-  snprintf(aside, sizeof aside, "%s.damaged.%lld", catdir, (long long)time(NULL));
-  if (rename(catdir, aside) != 0)
+static int set_catalog_aside(ckpt_store *s, const char *catdir) {
+  char *aside = s->catalog_aside;
+  size_t n = sizeof s->catalog_aside;
+  if (snprintf(aside, n, "%s.damaged.%lld", catdir, (long long)time(NULL)) >= (int)n)
+    return ft_err_set(FT_EINVAL, "catalog path %s too long", catdir);
+  if (rename(catdir, aside) != 0) {
+    aside[0] = 0;
     return ft_err_set(ft_err_from_errno(errno), "moving the damaged catalog %s aside: %s", catdir,
                       strerror(errno));
-  fprintf(stderr, "ckptstore: the damaged catalog %s was moved to %s\n", catdir, aside);
+  }
   return FT_OK;
 }
 
@@ -194,7 +197,7 @@ static int open_catalog(ckpt_store *s, const char *catdir, int is_s3, const ckpt
     rc = ckpt_catalog_open(catdir, CKPT_CAT_WRITE, &s->cat);
     if (rc != FT_EDB)
       return rc;
-    rc = set_catalog_aside(catdir);
+    rc = set_catalog_aside(s, catdir);
     if (rc)
       return rc;
     missing = 1;
