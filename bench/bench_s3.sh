@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # bench_s3: the S3 tier's throughput beside `aws s3 cp` of the same bytes to
 # the same local moto_server in the same run, and requests per checkpoint.
+# The server checks every request's signature (tests/integration/s3_lib.sh,
+# chaos/moto_auth.py), so both clients pay for signing as they would on AWS.
 # usage: bench/bench_s3.sh [BUILD_DIR] (default build); BENCH_S3_MIB (128)
 set -euo pipefail
 B=$(cd "${1:-build}" && pwd)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""chaos: fault-injection suites that run the real binaries (DESIGN section 10).
+"""chaos: fault-injection suites that run the real binaries (docs/design.md).
 
 Each case starts `supervise` on a tiny run, injects a real fault with a real
 signal at a known point (after a checkpoint is committed), and asserts what an
@@ -11,13 +11,18 @@ operator would check:
 It prints a table: fault, time to detect, time to recover (fault to the first
 step of the new generation), steps lost.
 
-The s3 suite runs supervise with an s3:// store against a loopback S3 server
-(moto_server or s3rver; it fails, never skips, without one) behind the fault
-proxy s3_faults.py: the endpoint down / answering 500 / hanging during
-checkpoints, chunks damaged in the bucket, the supervisor's cache lost.
+The s3 suite runs supervise with an s3:// store against moto_server on
+loopback with authentication enforced (chaos/moto_auth.py: every request's
+SigV4 signature is checked, as on AWS; it fails, never skips, without moto)
+behind the fault proxy s3_faults.py: the endpoint down / answering 500 /
+hanging during checkpoints, chunks damaged in the bucket, the supervisor's
+cache lost, and keys the server refuses.
 
-usage: chaos.py --bin BUILD/bin --work DIR [--suite node-loss|watchdog|s3]
+usage: chaos.py [--bin BUILD/bin] [--work DIR] [--suite node-loss|watchdog|s3]
                 [--worker PATH] [CASE ...]
+  --bin   the programs (default: build/bin of the repository this script is in)
+  --work  the suite's folder (default: a new temporary folder, kept and named
+          at the end)
 """
 import argparse
 import json
@@ -25,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 RUN_YAML = """\
@@ -384,8 +390,8 @@ def case_straggler(args, ref):
 
 # ---- the s3 suite -----------------------------------------------------------
 #
-# supervise with an s3:// store: a real S3-protocol server (moto_server, or
-# s3rver) on loopback, chaos/s3_faults.py in front of it, and the supervisor
+# supervise with an s3:// store: moto_server on loopback checking every
+# signature (chaos/moto_auth.py), chaos/s3_faults.py in front of it, and the supervisor
 # and its workers talking to the proxy. The cache (and the catalog in it) is
 # supervise's default, STATE/s3cache. Every case checks: run_done, `ckpt
 # verify`, every checkpoint_committed step listed from the bucket alone (an
@@ -395,40 +401,43 @@ S3_OUTAGE = 5.0  # seconds an outage lasts
 
 
 class S3Server:
-    """moto_server (or s3rver) on a free loopback port, the fault proxy in
-    front of it, and a bucket per case. Fails loudly when no server can run:
-    an S3 suite never passes by not testing."""
+    """moto_server with authentication enforced (chaos/moto_auth.py: an IAM
+    user and access key made through moto's IAM API, then every signature
+    checked) on a free loopback port, the fault proxy in front of it, and a
+    bucket per case. Fails loudly when moto cannot run: an S3 suite never
+    passes by not testing, and no server that skips signature checks stands
+    in for it."""
 
     def __init__(self, args):
-        import shutil
         self.dir = os.path.join(args.work, "s3")
         os.makedirs(self.dir, exist_ok=True)
         self.procs = []
-        self.env = {"AWS_ACCESS_KEY_ID": "testing-key-id", "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
-                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+        self.env = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
                     "AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
                     "AWS_CONFIG_FILE": "/nonexistent"}
         self.port = free_port()
         srvlog = open(os.path.join(self.dir, "server.log"), "ab")
-        src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        s3rver = shutil.which("s3rver") or os.path.join(src, "node_modules/.bin/s3rver")
-        if shutil.which("moto_server") and subprocess.run(
-                ["moto_server", "--help"], capture_output=True).returncode == 0:
-            cmd = ["moto_server", "-H", "127.0.0.1", "-p", str(self.port)]
-        elif os.access(s3rver, os.X_OK):
-            os.makedirs(os.path.join(self.dir, "s3rver"), exist_ok=True)
-            cmd = [s3rver, "--address", "127.0.0.1", "--port", str(self.port), "--directory",
-                   os.path.join(self.dir, "s3rver"), "--silent"]
-        else:
-            raise Fail("no S3-protocol server can run here: neither moto_server (pip install "
-                       "'moto[server]') nor s3rver (npm install s3rver) is installed")
+        here = os.path.dirname(os.path.abspath(__file__))
+        if subprocess.run([sys.executable, "-c", "import moto.server, boto3"],
+                          capture_output=True).returncode != 0:
+            raise Fail(f"moto_server cannot run here: {sys.executable} lacks moto (5.x, with its "
+                       "server extra) or boto3; scripts/install-deps.sh installs them")
+        keys = os.path.join(self.dir, "keys")
+        cmd = [sys.executable, os.path.join(here, "moto_auth.py"), "--port", str(self.port),
+               "--keys", keys]
         self.procs.append(subprocess.Popen(cmd, stdout=srvlog, stderr=subprocess.STDOUT))
-        wait_port(self.port, self.procs[-1], cmd[0])
+        for _ in range(600):  # ready once the keys file exists: authentication is on
+            if os.path.exists(keys) or self.procs[-1].poll() is not None:
+                break
+            time.sleep(0.1)
+        if not os.path.exists(keys):
+            raise Fail("moto_server with authentication did not start (see the s3/ folder of the suite)")
+        with open(keys) as f:
+            self.env["AWS_ACCESS_KEY_ID"], self.env["AWS_SECRET_ACCESS_KEY"] = f.read().split()
         self.upstream = f"http://127.0.0.1:{self.port}"
         self.mode_file = os.path.join(self.dir, "mode")
         self.set_mode("ok")
         self.proxy_port = free_port()
-        here = os.path.dirname(os.path.abspath(__file__))
         self.proxy_log = os.path.join(self.dir, "proxy.log")
         self.procs.append(subprocess.Popen(
             [sys.executable, os.path.join(here, "s3_faults.py"), "--listen", str(self.proxy_port),
@@ -436,7 +445,8 @@ class S3Server:
             stdout=subprocess.DEVNULL, stderr=srvlog))
         wait_port(self.proxy_port, self.procs[-1], "s3_faults.py")
         self.env["FT_S3_ENDPOINT"] = f"http://127.0.0.1:{self.proxy_port}"
-        log(f"   s3: {cmd[0]} on {self.upstream}, fault proxy on {self.env['FT_S3_ENDPOINT']}")
+        log(f"   s3: moto (signatures checked) on {self.upstream}, fault proxy on "
+            f"{self.env['FT_S3_ENDPOINT']}")
 
     def set_mode(self, m):
         tmp = self.mode_file + ".tmp"
@@ -508,7 +518,8 @@ class S3Run(Run):
         srv.mkbucket(self.bucket)
         e = dict(srv.env, FT_S3_REQUIRE=require, FT_S3_TIMEOUT_S="2", FT_S3_RETRIES="50",
                  FT_S3_RETRY_BUDGET_S="60", FT_S3_DRAIN_S="60", **(env or {}))
-        base = {k: v for k, v in os.environ.items() if k != "FT_S3_CACHE"}
+        base = {k: v for k, v in os.environ.items()
+                if k not in ("FT_S3_CACHE", "AWS_SESSION_TOKEN", "AWS_PROFILE")}
         super().__init__(args, name, spares=0)
         self.env = dict(base, **e)
         self.srv = srv
@@ -694,6 +705,46 @@ def case_s3_bucket_damage(args, ref):
             f"{m[0]}; bucket-only restore bit-identical")
 
 
+def case_s3_wrong_key(args, ref):
+    """Keys the server refuses (a wrong secret): supervise stops at once with
+    exit 4 and an error naming the HTTP 403 and where the keys came from, never
+    the secret; the refusal is not retried (one 403 at the server) and no
+    worker is started."""
+    srv = s3_server(args)
+    secret = "not-" + srv.env["AWS_SECRET_ACCESS_KEY"]
+
+    def refused():
+        with open(os.path.join(srv.dir, "server.log"), errors="replace") as f:
+            return sum(1 for line in f if '" 403 ' in line)
+
+    before = refused()
+    run = S3Run(args, "wrong-key", "both", env={"AWS_SECRET_ACCESS_KEY": secret}).start()
+    t0 = time.time()
+    try:
+        rc = run.proc.wait(120)
+    except subprocess.TimeoutExpired:
+        run.proc.kill()
+        raise Fail("wrong-key: supervise kept going with keys the server refuses")
+    t1 = time.time()
+    with open(os.path.join(run.state, "supervise.out"), errors="replace") as f:
+        out = f.read()
+    if rc != 4:
+        raise Fail(f"wrong-key: supervise exited {rc}, expected 4: {out.strip()[-600:]}")
+    for want in ("HTTP 403", "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from the environment"):
+        if want not in out:
+            raise Fail(f"wrong-key: '{want}' is not in supervise's error: {out.strip()[-600:]}")
+    if secret in out:
+        raise Fail("wrong-key: the secret is in supervise's output")
+    n = refused() - before
+    if n != 1:
+        raise Fail(f"wrong-key: the server refused {n} requests, expected 1 (a 403 is final)")
+    if any(e["event"] == "worker_launched" for e in run.events()):
+        raise Fail("wrong-key: workers were started with a store that cannot be opened")
+    line = next((ln for ln in out.splitlines() if "HTTP 403" in ln), "")
+    return ("S3 keys refused (wrong secret)", t1 - t0, float("nan"), 0,
+            f"exit 4, 1 request: {line[line.index('HTTP 403'):].strip()[:200]}")
+
+
 def case_s3_lost_cache(args, ref):
     import shutil
     run = S3Run(args, "lost-cache", "both").start()
@@ -759,6 +810,7 @@ SUITES = {
         "500-hang": case_s3_500_hang,
         "bucket-damage": case_s3_bucket_damage,
         "lost-cache": case_s3_lost_cache,
+        "wrong-key": case_s3_wrong_key,
     },
 }
 
@@ -776,8 +828,11 @@ def run_cases(args, cases, ref, rows, failed):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--bin", default=os.path.join(repo, "build", "bin"),
+                    help="the programs (default: %(default)s)")
+    ap.add_argument("--work", default=None,
+                    help="the suite's folder (default: a new temporary folder)")
     ap.add_argument("--suite", default="node-loss", choices=sorted(SUITES))
     ap.add_argument("--worker", default=os.environ.get("FT_CHAOS_WORKER") or None,
                     help="the worker program for the s3 suite's runs (default: "
@@ -786,6 +841,18 @@ def main():
     args = ap.parse_args()
     CASES = SUITES[args.suite]
     args.cases = args.cases or list(CASES)
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        ap.error(f"no case {', '.join(unknown)} in suite {args.suite} "
+                 f"(cases: {', '.join(CASES)})")
+    if not os.access(os.path.join(args.bin, "supervise"), os.X_OK):
+        ap.error(f"no supervise program in {args.bin}: build first (scripts/build.sh) or "
+                 "give --bin BUILD/bin")
+    args.bin = os.path.abspath(args.bin)
+    own_work = args.work is None
+    if own_work:
+        args.work = tempfile.mkdtemp(prefix=f"chaos-{args.suite}.")
+        log(f"(the suite's files are in {args.work}; removed if every case passes)")
     os.makedirs(args.work, exist_ok=True)
     data = os.path.join(args.work, "data")
     subprocess.run([os.path.join(args.bin, "ftdata"), "synth", "--out", data + "/synth",
@@ -823,6 +890,11 @@ def main():
     log("(kill -9 the supervisor: 'detect' is how long its orphaned workers took to stop,"
         " 'recover' the time from the kill to the first step after the restart)")
     log(f"{len(rows)} passed, {len(failed)} failed")
+    if own_work and not failed:
+        import shutil
+        shutil.rmtree(args.work, ignore_errors=True)
+    elif own_work:
+        log(f"(kept the suite's files in {args.work})")
     return 1 if failed else 0
 
 
