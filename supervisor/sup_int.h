@@ -200,6 +200,7 @@ typedef struct sup {
    * gang trained: the verdict (every worker alike: the run fails; else the
    * node's failure) falls by this time (sup_recovery.c); 0: none pending */
   double cfg_deadline_s;
+  uint64_t trained_gen; /* the last generation that reported a STEP (sup_watch.c) */
 } sup;
 
 enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };

@@ -119,6 +119,7 @@ static cJSON *int_array(const int *v, int n) {
 /* ---- launching ------------------------------------------------------------ */
 
 static void host_reap(sup *s, int n);
+static void cfg_blame_nodes(sup *s);
 
 /* Kernel threads per worker under the local launcher: the machine's cores
  * shared by the gang's workers (spares idle, so they don't count). Each
@@ -196,6 +197,8 @@ static int launch_node(sup *s, int n, const char *role) {
     w->pid = pid;
     w->alive = 1;
     w->hello = 0;
+    w->cfg_fail = 0;
+    w->fault_detail[0] = 0;
     w->rank = -1;
     w->gen = 0;
     w->last_msg_s = ft_now_s();
@@ -354,19 +357,28 @@ void sup_recovery_done(sup *s) {
         signal_node(s, n, SIGTERM);
 }
 
-void sup_recovery_fail(sup *s, const char *reason) {
+/* Ends the run: exit_code (SUP_EXIT_FAILED, SUP_EXIT_STORE), "run_failed"
+ * with its cause: "recovery" (no nodes, max_restarts, ...), "config",
+ * "data" (every worker failed alike) or "store". */
+static void fail_run(sup *s, int exit_code, const char *cause, const char *reason) {
   if (s->state >= SUP_FINISHING)
     return;
   snprintf(s->fail_reason, sizeof s->fail_reason, "%s", reason);
-  s->exit_code = SUP_EXIT_FAILED;
+  s->exit_code = exit_code;
+  s->cfg_deadline_s = 0;
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "reason", reason);
+  cJSON_AddStringToObject(f, "cause", cause);
   cJSON_AddNumberToObject(f, "restarts", s->restarts);
   cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
   sup_events_emit(s->ev, "run_failed", f, "%s", reason);
   if (sup_persist(s, "failed"))
     fprintf(stderr, "supervise: cannot persist the run's status: %s\n", ft_err_detail());
   stop_everyone(s, FT_STOP_SHUTDOWN, reason, 2.0);
+}
+
+void sup_recovery_fail(sup *s, const char *reason) {
+  fail_run(s, SUP_EXIT_FAILED, "recovery", reason);
 }
 
 /* ---- forming a gang ------------------------------------------------------- */
@@ -669,6 +681,9 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
   }
   struct timeval tv = {2, 0};
   evtimer_add(s->grace, &tv);
+  /* configuration/data exits still waiting for a verdict: their nodes' */
+  if (s->cfg_deadline_s)
+    cfg_blame_nodes(s);
   /* nodes with no worker left: their hosts tell whether they are lost
    * before the plan is made */
   for (int p = 0; p < s->ngang; p++)
@@ -842,6 +857,89 @@ static sup_worker *worker_by_pid(sup *s, pid_t pid) {
   return NULL;
 }
 
+/* ---- configuration and data errors ------------------------------------------
+ *
+ * A worker that exits FT_EXIT_USAGE or FT_EXIT_DATA before its gang trains
+ * may see a problem of the run (a bad run file, a data glob that matches
+ * nothing) or of its node (a bad local disk). Every gang worker failing the
+ * same way within one heartbeat timeout is the run's: it fails at once with
+ * the workers' own message (their FAULT detail, else the last line of the
+ * first one's log), cause "config"/"data", nobody quarantined, no spare
+ * spent. Otherwise, or once the gang trains, it is that node's failure,
+ * counted like any other (invariant 6). */
+
+/* The last non-empty line of a worker's log, into out. */
+static void log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
+  char path[4200], line[512];
+  snprintf(path, sizeof path, "%s/logs/node%d.slot%d.log", s->state_dir, w->node, w->slot);
+  out[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  if (fseek(f, -4096, SEEK_END))
+    rewind(f);
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\r\n")] = 0;
+    if (line[0])
+      snprintf(out, n, "%.*s", (int)(n - 1), line);
+  }
+  fclose(f);
+}
+
+/* The gang's workers that exited with a configuration/data error count
+ * against their nodes; the verdict is over. */
+static void cfg_blame_nodes(sup *s) {
+  s->cfg_deadline_s = 0;
+  for (int p = 0; p < s->ngang; p++)
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      if (!w->cfg_fail)
+        continue;
+      char detail[512];
+      char msg[256];
+      log_last_line(s, w, msg, sizeof msg);
+      snprintf(detail, sizeof detail, "exit code %d (%s): %s", w->cfg_fail,
+               ft_exit_code_name(w->cfg_fail), msg[0] ? msg : w->fault_detail);
+      w->cfg_fail = 0;
+      sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, SUP_BLAME_COUNT);
+    }
+}
+
+/* Decides when every gang worker exited with the same configuration/data
+ * error (the run fails), or the deadline passed (their nodes' failures). */
+static void cfg_verdict(sup *s, int deadline_passed) {
+  if (!s->cfg_deadline_s || s->state >= SUP_FINISHING)
+    return;
+  int code = 0, alike = 1;
+  sup_worker *first = NULL;
+  for (int p = 0; p < s->ngang && alike; p++)
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      if (!w->cfg_fail || (code && w->cfg_fail != code)) {
+        alike = 0;
+        break;
+      }
+      code = w->cfg_fail;
+      if (!first)
+        first = w;
+    }
+  if (alike && first) {
+    char msg[256], reason[4608];
+    log_last_line(s, first, msg, sizeof msg); /* the worker's own words, with their context */
+    if (!msg[0])
+      snprintf(msg, sizeof msg, "%s", first->fault_detail);
+    const char *cause = code == FT_EXIT_DATA ? "data" : "config";
+    snprintf(reason, sizeof reason,
+             "every worker failed alike (exit code %d, %s error): %s (node %d slot %d; logs in "
+             "%s/logs/)",
+             code, cause, msg[0] ? msg : "no message", first->node, first->slot, s->state_dir);
+    fail_run(s, SUP_EXIT_FAILED, cause, reason);
+    return;
+  }
+  if (deadline_passed)
+    cfg_blame_nodes(s);
+}
+
 static void on_exit_status(sup *s, sup_worker *w, int status) {
   sup_node *nd = &s->nodes[w->node];
   char detail[128];
@@ -880,6 +978,14 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   }
   if (code == 0 || ours)
     return; /* orderly (or ours: the fault that caused it is already known) */
+  if ((code == FT_EXIT_USAGE || code == FT_EXIT_DATA) && s->trained_gen != s->gen) {
+    /* before the gang trains: the run's error or this node's? */
+    w->cfg_fail = code;
+    if (!s->cfg_deadline_s)
+      s->cfg_deadline_s = ft_now_s() + s->rf.watchdog.heartbeat_timeout_s;
+    cfg_verdict(s, 0);
+    return;
+  }
   if (code == FT_EXIT_GANG) {
     /* the peer is at fault: a silent (stopped, hung) one if there is one */
     if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)"))
@@ -981,6 +1087,8 @@ void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg) {
 
 void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
+  if (s->cfg_deadline_s && ft_now_s() >= s->cfg_deadline_s)
+    cfg_verdict(s, 1);
   if (s->state != SUP_STARTING && s->state != SUP_RUNNING &&
       !(s->state == SUP_RECOVERING &&
         (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))

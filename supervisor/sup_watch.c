@@ -145,6 +145,7 @@ void sup_watch_generation(sup *s) {
 void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
   int world = s->steptime_world, rank = w->rank;
   int64_t k = m->step.step;
+  s->trained_gen = s->gen; /* the gang trains: a worker's own error is its node's now */
   if (!s->strag || rank < 0 || rank >= world || k < 0)
     return;
   sup_steptime *t = &s->steptime[k % SUP_STEPTIME_SLOTS];
@@ -394,6 +395,12 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
   }
   case FT_FAULT_XID:
     on_xid(s, w, detail);
+    return;
+  case FT_FAULT_CONFIG:
+  case FT_FAULT_DATA:
+    /* the worker exits FT_EXIT_USAGE/FT_EXIT_DATA next; its message is the
+     * run's verdict if every worker says the same (sup_recovery.c) */
+    snprintf(w->fault_detail, sizeof w->fault_detail, "%s", detail);
     return;
   case FT_FAULT_COLLECTIVE_TIMEOUT:
   case FT_FAULT_OTHER: {

@@ -665,6 +665,13 @@ int train_main(const train_opts *o) {
   code = FT_EXIT_OK;
 
 out:
+  if (o->ctl && (code == FT_EXIT_USAGE || code == FT_EXIT_DATA)) {
+    /* a configuration or data error: the supervisor fails the run with this
+     * message if every worker reports the same (else it is this node's) */
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", ft_err_detail());
+    ctl_send_fault(o->ctl, code == FT_EXIT_DATA ? FT_FAULT_DATA : FT_FAULT_CONFIG, st.step, msg);
+  }
   if (logf)
     fclose(logf);
   wdog_stop(wd);

@@ -35,6 +35,11 @@
  *                         node I's workers wait D ms at step S (heartbeating),
  *                         send FAULT collective_timeout and exit 5
  *   FAKE_SLOW_RANK=R      rank R reports 5x step_ms (a straggler)
+ *   FAKE_START_EXIT=C [, FAKE_START_EXIT_NODE=I]
+ *                         after WELCOME, every worker (or node I's) sends FAULT
+ *                         data (C = 3) or config and exits with code C,
+ *                         saying "data.train: /fake/nodeI/...: no token
+ *                         shards match" (a bad local disk, or the run's data)
  *   FAKE_ONCE_DIR=DIR     the xid, collective and nan faults fire once per
  *                         test: a marker file DIR/<fault> records it
  * Every rank sends STEP (rank 0's carries the loss, the others' NaN);
@@ -375,6 +380,17 @@ int main(int argc, char **argv) {
   }
   g_hb_s = m.welcome.heartbeat_ms / 1000.0;
   ft_msg_release(&m);
+
+  /* a worker that cannot start: a data or configuration error of its own */
+  const char *bad = getenv("FAKE_START_EXIT");
+  int bad_node = env_int("FAKE_START_EXIT_NODE", -1);
+  if (bad && *bad && (bad_node < 0 || bad_node == node)) {
+    int code = atoi(bad);
+    char msg[256];
+    snprintf(msg, sizeof msg, "data.train: /fake/node%d/shard_*.bin: no token shards match", node);
+    send_fault(code == FT_EXIT_DATA ? FT_FAULT_DATA : FT_FAULT_CONFIG, -1, msg);
+    die(code, msg);
+  }
 
   /* wait for ASSIGN (heartbeating at gen 0) */
   for (;;) {
