@@ -1,6 +1,7 @@
 /*
  * ft_gpt2: GPT-2's parameter layout (groups), llm.c model files and
- * Hugging Face safetensors export. See ft_gpt2.h for the layout.
+ * Hugging Face safetensors (export, and a reader that checks every header
+ * field against the file before trusting it). See ft_gpt2.h for the layout.
  *
  * Why: the trainer shards parameters per group (one flat buffer per block),
  * while llm.c stores each tensor kind for all layers back to back and
@@ -300,30 +301,31 @@ int ft_gpt2_write_llmc(const char *path, const ft_gpt2_dims *d, const float *par
 /* One tensor of the export: where it lives in our layout and how it's written. */
 typedef struct {
   char name[64];
-  const float *src;
+  size_t off;        /* offset (elements) of the source tensor in our layout */
   size_t rows, cols; /* shape written: (rows, cols); cols 0 for 1-D */
-  int transpose;     /* src is (cols, rows) and must be transposed */
+  int transpose;     /* the source is (cols, rows) and must be transposed */
 } st_tensor;
 
 static size_t st_numel(const st_tensor *t) {
   return t->cols ? t->rows * t->cols : t->rows;
 }
 
-/* Builds the export list in Hugging Face's order; returns the count. */
-static int st_list(const ft_gpt2_dims *d, const float *P, st_tensor *out) {
+/* Builds the export list in Hugging Face's order; returns the count
+ * (4 + 12 L). */
+static int st_list(const ft_gpt2_dims *d, st_tensor *out) {
   size_t C = (size_t)d->channels;
   int n = 0;
 #define ST_ADD(nm, s, r, c, tr)                                                                    \
   do {                                                                                             \
     st_tensor *t_ = &out[n++];                                                                     \
     snprintf(t_->name, sizeof t_->name, "%s", nm);                                                 \
-    t_->src = (s);                                                                                 \
+    t_->off = (s);                                                                                 \
     t_->rows = (r);                                                                                \
     t_->cols = (c);                                                                                \
     t_->transpose = (tr);                                                                          \
   } while (0)
-  ST_ADD("wte.weight", P + ft_gpt2_group_offset(d, 0), (size_t)d->vocab_size, C, 0);
-  ST_ADD("wpe.weight", P + ft_gpt2_group_offset(d, 1), (size_t)d->max_seq_len, C, 0);
+  ST_ADD("wte.weight", ft_gpt2_group_offset(d, 0), (size_t)d->vocab_size, C, 0);
+  ST_ADD("wpe.weight", ft_gpt2_group_offset(d, 1), (size_t)d->max_seq_len, C, 0);
   static const struct {
     const char *suffix;
     int t;
@@ -344,7 +346,7 @@ static int st_list(const ft_gpt2_dims *d, const float *P, st_tensor *out) {
       {"mlp.c_proj.bias", FT_B_FCPROJB, 1, 0, 0},
   };
   for (int l = 0; l < d->n_layer; l++) {
-    const float *base = P + ft_gpt2_group_offset(d, 2 + l);
+    size_t base = ft_gpt2_group_offset(d, 2 + l);
     for (size_t k = 0; k < sizeof blk / sizeof blk[0]; k++) {
       char nm[64];
       snprintf(nm, sizeof nm, "h.%d.%s", l, blk[k].suffix);
@@ -352,7 +354,7 @@ static int st_list(const ft_gpt2_dims *d, const float *P, st_tensor *out) {
              blk[k].tr);
     }
   }
-  const float *lnf = P + ft_gpt2_group_offset(d, 2 + d->n_layer);
+  size_t lnf = ft_gpt2_group_offset(d, 2 + d->n_layer);
   ST_ADD("ln_f.weight", lnf, C, 0, 0);
   ST_ADD("ln_f.bias", lnf + C, C, 0, 0);
 #undef ST_ADD
@@ -387,7 +389,7 @@ int ft_gpt2_write_safetensors(const char *path, const ft_gpt2_dims *d, const flo
     rc = ft_err_set(FT_ENOMEM, "%s: out of memory", path);
     goto out;
   }
-  int nt = st_list(d, params, ts);
+  int nt = st_list(d, ts);
 
   /* Header: __metadata__ first, then tensors in write order, offsets contiguous. */
   root = cJSON_CreateObject();
@@ -439,9 +441,9 @@ int ft_gpt2_write_safetensors(const char *path, const ft_gpt2_dims *d, const flo
   opened = 1;
   rc = ft_afile_write(&f, hdr, 8 + hlen);
   for (int i = 0; i < nt && !rc; i++) {
-    const float *src = ts[i].src;
+    const float *src = params + ts[i].off;
     if (ts[i].transpose) {
-      transpose(tbuf, ts[i].src, ts[i].rows, ts[i].cols);
+      transpose(tbuf, src, ts[i].rows, ts[i].cols);
       src = tbuf;
     }
     rc = ft_afile_write(&f, src, st_numel(&ts[i]) * sizeof(float));
@@ -461,5 +463,317 @@ out:
   free(json);
   cJSON_Delete(root);
   free(ts);
+  return rc;
+}
+
+/* ---- safetensors: reading ------------------------------------------------ */
+
+static const struct {
+  const char *name;
+  unsigned size;
+} st_dtypes[] = {{"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+                 {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+                 {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+static unsigned st_dtype_size(const char *s) {
+  for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+    if (!strcmp(s, st_dtypes[i].name))
+      return st_dtypes[i].size;
+  return 0;
+}
+
+/* A JSON number that is an exact non-negative integer below 2^53. */
+static int st_uint(const cJSON *j, uint64_t *out) {
+  if (!cJSON_IsNumber(j))
+    return -1;
+  double v = j->valuedouble;
+  if (!(v >= 0 && v < 9007199254740992.0) || v != (double)(uint64_t)v)
+    return -1;
+  *out = (uint64_t)v;
+  return 0;
+}
+
+static int st_cmp_begin(const void *a, const void *b) {
+  const ft_st_tensor *x = a, *y = b;
+  if (x->begin != y->begin)
+    return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int st_cmp_name(const void *a, const void *b) {
+  return strcmp(((const ft_st_tensor *)a)->name, ((const ft_st_tensor *)b)->name);
+}
+
+int ft_st_parse_header(const char *name, const void *head, size_t head_len, uint64_t file_size,
+                       ft_st_tensor **out, int *nout, uint64_t *data_off) {
+  const unsigned char *h = head;
+  ft_st_tensor *ts = NULL;
+  cJSON *root = NULL;
+  int rc = FT_OK, nt = 0;
+  *out = NULL;
+  *nout = 0;
+  if (head_len < 8 || file_size < 8)
+    return ft_err_set(FT_EFORMAT, "%s: %llu bytes, too short for a safetensors file", name,
+                      (unsigned long long)file_size);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--)
+    hlen = hlen << 8 | h[i];
+  if (hlen < 2 || hlen > FT_ST_MAX_HEADER || hlen > file_size - 8)
+    return ft_err_set(FT_EFORMAT,
+                      "%s: safetensors header size %llu does not fit (file %llu bytes, at most "
+                      "%u)",
+                      name, (unsigned long long)hlen, (unsigned long long)file_size,
+                      FT_ST_MAX_HEADER);
+  if (hlen > head_len - 8)
+    return ft_err_set(FT_EINVAL, "%s: %zu bytes given, the header needs %llu", name, head_len,
+                      (unsigned long long)(8 + hlen));
+  uint64_t data_len = file_size - 8 - hlen;
+  const char *json = (const char *)h + 8, *end = NULL;
+  root = cJSON_ParseWithLengthOpts(json, (size_t)hlen, &end, 0);
+  if (!root || !cJSON_IsObject(root)) {
+    rc = ft_err_set(FT_EFORMAT, "%s: the safetensors header is not a JSON object", name);
+    goto out;
+  }
+  for (const char *p = end; p < json + hlen; p++)
+    if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+      rc = ft_err_set(FT_EFORMAT, "%s: bytes after the safetensors header's JSON object", name);
+      goto out;
+    }
+  int n = cJSON_GetArraySize(root);
+  ts = calloc(n > 0 ? (size_t)n : 1, sizeof *ts);
+  if (!ts) {
+    rc = ft_err_set(FT_ENOMEM, "%s: out of memory for %d tensors", name, n);
+    goto out;
+  }
+  for (const cJSON *e = root->child; e; e = e->next) {
+    const char *key = e->string ? e->string : "";
+    if (!strcmp(key, "__metadata__")) {
+      if (!cJSON_IsObject(e)) {
+        rc = ft_err_set(FT_EFORMAT, "%s: __metadata__ is not an object", name);
+        goto out;
+      }
+      for (const cJSON *m = e->child; m; m = m->next)
+        if (!cJSON_IsString(m)) {
+          rc = ft_err_set(FT_EFORMAT, "%s: __metadata__ value of '%.64s' is not a string", name,
+                          m->string ? m->string : "");
+          goto out;
+        }
+      continue;
+    }
+    ft_st_tensor *t = &ts[nt];
+    if (!*key || strlen(key) >= sizeof t->name) {
+      rc = ft_err_set(FT_EFORMAT, "%s: tensor name '%.64s' is empty or too long (at most %zu)",
+                      name, key, sizeof t->name - 1);
+      goto out;
+    }
+    snprintf(t->name, sizeof t->name, "%s", key);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    unsigned esz = cJSON_IsString(dt) ? st_dtype_size(dt->valuestring) : 0;
+    if (!cJSON_IsObject(e) || !esz || !cJSON_IsArray(shape) || !cJSON_IsArray(offs) ||
+        cJSON_GetArraySize(offs) != 2 || cJSON_GetArraySize(shape) > FT_ST_MAX_DIMS) {
+      rc = ft_err_set(FT_EFORMAT,
+                      "%s: tensor %s needs a known dtype, a shape of at most %d dims and two "
+                      "data_offsets",
+                      name, t->name, FT_ST_MAX_DIMS);
+      goto out;
+    }
+    snprintf(t->dtype, sizeof t->dtype, "%s", dt->valuestring);
+    uint64_t numel = 1;
+    t->ndim = 0;
+    for (const cJSON *s = shape->child; s; s = s->next) {
+      uint64_t v;
+      if (st_uint(s, &v) || (v && numel > UINT64_MAX / v)) {
+        rc = ft_err_set(FT_EFORMAT, "%s: tensor %s has a bad shape", name, t->name);
+        goto out;
+      }
+      numel *= v;
+      t->shape[t->ndim++] = v;
+    }
+    if (st_uint(cJSON_GetArrayItem(offs, 0), &t->begin) ||
+        st_uint(cJSON_GetArrayItem(offs, 1), &t->end) || t->begin > t->end || t->end > data_len) {
+      rc = ft_err_set(FT_EFORMAT,
+                      "%s: tensor %s: data_offsets are not within the %llu-byte data section", name,
+                      t->name, (unsigned long long)data_len);
+      goto out;
+    }
+    if (numel > UINT64_MAX / esz || numel * esz != t->end - t->begin) {
+      rc = ft_err_set(FT_EFORMAT,
+                      "%s: tensor %s: shape and dtype give %llu elements of %u bytes, its "
+                      "data_offsets hold %llu bytes",
+                      name, t->name, (unsigned long long)numel, esz,
+                      (unsigned long long)(t->end - t->begin));
+      goto out;
+    }
+    nt++;
+  }
+  /* Names are unique; the tensors tile the data section: no gap, no overlap. */
+  qsort(ts, (size_t)nt, sizeof *ts, st_cmp_name);
+  for (int i = 1; i < nt; i++)
+    if (!strcmp(ts[i - 1].name, ts[i].name)) {
+      rc = ft_err_set(FT_EFORMAT, "%s: tensor %s appears twice", name, ts[i].name);
+      goto out;
+    }
+  qsort(ts, (size_t)nt, sizeof *ts, st_cmp_begin);
+  uint64_t at = 0;
+  for (int i = 0; i < nt; i++) {
+    if (ts[i].begin != at) {
+      rc = ft_err_set(FT_EFORMAT,
+                      "%s: tensor %s starts at byte %llu of the data, expected %llu "
+                      "(a gap or an overlap)",
+                      name, ts[i].name, (unsigned long long)ts[i].begin, (unsigned long long)at);
+      goto out;
+    }
+    at = ts[i].end;
+  }
+  if (at != data_len) {
+    rc = ft_err_set(FT_EFORMAT, "%s: the tensors end at byte %llu of a %llu-byte data section",
+                    name, (unsigned long long)at, (unsigned long long)data_len);
+    goto out;
+  }
+  *out = ts;
+  *nout = nt;
+  if (data_off)
+    *data_off = 8 + hlen;
+  ts = NULL;
+out:
+  cJSON_Delete(root);
+  free(ts);
+  return rc;
+}
+
+static const ft_st_tensor *st_find(const ft_st_tensor *byname, int n, const char *name) {
+  ft_st_tensor key;
+  snprintf(key.name, sizeof key.name, "%s", name);
+  return bsearch(&key, byname, (size_t)n, sizeof key, st_cmp_name);
+}
+
+int ft_gpt2_read_safetensors(const char *path, int n_head, ft_gpt2_dims *d, float **params) {
+  int rc = FT_OK, nt = 0, nw = 0;
+  ft_st_tensor *ts = NULL;
+  st_tensor *want = NULL;
+  unsigned char *head = NULL;
+  float *P = NULL, *tbuf = NULL;
+  uint64_t data_off = 0;
+  char why[256];
+  *params = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return ft_err_set(FT_EIO, "%s: cannot open safetensors file: %s", path, strerror(errno));
+  struct stat st;
+  unsigned char len8[8];
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    rc = ft_err_set(FT_EIO, "%s: not a regular file", path);
+    goto out;
+  }
+  if (st.st_size < 8 || pread(fd, len8, 8, 0) != 8) {
+    rc = ft_err_set(FT_EFORMAT, "%s: %lld bytes, too short for a safetensors file", path,
+                    (long long)st.st_size);
+    goto out;
+  }
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--)
+    hlen = hlen << 8 | len8[i];
+  if (hlen > FT_ST_MAX_HEADER || hlen > (uint64_t)st.st_size - 8) {
+    rc = ft_st_parse_header(path, len8, 8, (uint64_t)st.st_size, &ts, &nt, NULL);
+    goto out; /* the parser words the error */
+  }
+  head = malloc(8 + hlen);
+  if (!head) {
+    rc = ft_err_set(FT_ENOMEM, "%s: out of memory for the header", path);
+    goto out;
+  }
+  if (pread(fd, head, 8 + hlen, 0) != (ssize_t)(8 + hlen)) {
+    rc = ft_err_set(FT_EIO, "%s: short read of the header", path);
+    goto out;
+  }
+  rc = ft_st_parse_header(path, head, 8 + hlen, (uint64_t)st.st_size, &ts, &nt, &data_off);
+  if (rc)
+    goto out;
+  qsort(ts, (size_t)nt, sizeof *ts, st_cmp_name);
+
+  /* Dims from the shapes: wte (V, C), wpe (maxT, C), layers h.0 .. h.L-1. */
+  const ft_st_tensor *wte = st_find(ts, nt, "wte.weight"), *wpe = st_find(ts, nt, "wpe.weight");
+  if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1] ||
+      wte->shape[0] > INT32_MAX || wpe->shape[0] > INT32_MAX || wte->shape[1] > INT32_MAX) {
+    rc = ft_err_set(FT_EFORMAT,
+                    "%s: not a GPT-2 model: needs 2-D wte.weight (V, C) and wpe.weight (maxT, C)",
+                    path);
+    goto out;
+  }
+  int L = 0;
+  for (;; L++) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "h.%d.ln_1.weight", L);
+    if (!st_find(ts, nt, nm) || L >= 4096)
+      break;
+  }
+  ft_gpt2_dims dd = {.max_seq_len = (int)wpe->shape[0],
+                     .vocab_size = (int)wte->shape[0],
+                     .n_layer = L,
+                     .n_head = n_head,
+                     .channels = (int)wte->shape[1]};
+  dd.padded_vocab_size = dd.vocab_size > 0 && dd.vocab_size <= (1 << 24)
+                             ? ft_gpt2_pad_vocab(dd.vocab_size)
+                             : dd.vocab_size;
+  if (dims_check(&dd, why, sizeof why)) {
+    rc = ft_err_set(FT_EFORMAT, "%s: %s", path, why);
+    goto out;
+  }
+  /* Every tensor of the layout, F32, with exactly its shape; checked before
+   * any allocation the size of the model. */
+  want = calloc((size_t)(4 + 12 * L), sizeof *want);
+  if (!want) {
+    rc = ft_err_set(FT_ENOMEM, "%s: out of memory", path);
+    goto out;
+  }
+  nw = st_list(&dd, want);
+  size_t maxbuf = 0;
+  for (int i = 0; i < nw; i++) {
+    const ft_st_tensor *t = st_find(ts, nt, want[i].name);
+    int nd = want[i].cols ? 2 : 1;
+    if (!t) {
+      rc = ft_err_set(FT_EFORMAT, "%s: tensor %s is missing", path, want[i].name);
+      goto out;
+    }
+    if (strcmp(t->dtype, "F32") || t->ndim != nd || t->shape[0] != want[i].rows ||
+        (nd == 2 && t->shape[1] != want[i].cols)) {
+      rc = ft_err_set(FT_EFORMAT, "%s: tensor %s is %s with %d dims, expected F32 (%zu%s%.0zu)",
+                      path, want[i].name, t->dtype, t->ndim, want[i].rows, nd == 2 ? ", " : "",
+                      want[i].cols);
+      goto out;
+    }
+    if (want[i].transpose && st_numel(&want[i]) > maxbuf)
+      maxbuf = st_numel(&want[i]);
+  }
+  P = calloc(ft_gpt2_num_params(&dd), sizeof(float));
+  tbuf = maxbuf ? malloc(maxbuf * sizeof(float)) : NULL;
+  if (!P || (maxbuf && !tbuf)) {
+    rc = ft_err_set(FT_ENOMEM, "%s: out of memory for %zu parameters", path,
+                    ft_gpt2_num_params(&dd));
+    goto out;
+  }
+  for (int i = 0; i < nw; i++) {
+    const ft_st_tensor *t = st_find(ts, nt, want[i].name);
+    size_t bytes = st_numel(&want[i]) * sizeof(float);
+    float *dst = want[i].transpose ? tbuf : P + want[i].off;
+    if (pread(fd, dst, bytes, (off_t)(data_off + t->begin)) != (ssize_t)bytes) {
+      rc = ft_err_set(FT_EIO, "%s: short read in tensor %s", path, want[i].name);
+      goto out;
+    }
+    if (want[i].transpose) /* the file holds (in, out); our layout (out, in) */
+      transpose(P + want[i].off, tbuf, want[i].cols, want[i].rows);
+  }
+  *d = dd;
+  *params = P;
+  P = NULL;
+out:
+  free(tbuf);
+  free(P);
+  free(want);
+  free(head);
+  free(ts);
+  close(fd);
   return rc;
 }

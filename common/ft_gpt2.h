@@ -23,6 +23,7 @@
 #define FT_GPT2_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,6 +90,42 @@ int ft_gpt2_write_llmc(const char *path, const ft_gpt2_dims *d, const float *par
 int ft_gpt2_write_safetensors(const char *path, const ft_gpt2_dims *d, const float *params,
                               const char *const *meta_keys, const char *const *meta_vals,
                               int n_meta);
+
+/* ---- safetensors reading -------------------------------------------------- */
+
+#define FT_ST_MAX_HEADER (100u << 20) /* the format's limit on the JSON header */
+#define FT_ST_MAX_DIMS 8
+
+/* One tensor of a safetensors header. */
+typedef struct ft_st_tensor {
+  char name[128];
+  char dtype[8]; /* "F32", "BF16", ... */
+  int ndim;
+  uint64_t shape[FT_ST_MAX_DIMS];
+  uint64_t begin, end; /* byte range in the data section, which follows the header */
+} ft_st_tensor;
+
+/* Parses a safetensors header: head holds the file's first head_len bytes
+ * (the 8-byte little-endian header size N, then N bytes of JSON), file_size
+ * is the whole file's size. Checks that N fits the file and FT_ST_MAX_HEADER;
+ * that the JSON is one object (trailing spaces allowed) whose __metadata__,
+ * if any, maps names to strings; that every other member is a tensor with a
+ * known dtype, a shape of at most FT_ST_MAX_DIMS integers, and data_offsets
+ * [begin, end] holding exactly shape x dtype bytes (no overflow); that names
+ * are unique and the tensors tile the data section with no gap or overlap.
+ * On success *out (malloc'd, caller frees) holds *n tensors sorted by begin
+ * and *data_off (may be NULL) is 8 + N. FT_EFORMAT (detail naming `name`),
+ * FT_EINVAL if head_len is shorter than 8 + N, FT_ENOMEM. */
+int ft_st_parse_header(const char *name, const void *head, size_t head_len, uint64_t file_size,
+                       ft_st_tensor **out, int *n, uint64_t *data_off);
+
+/* Reads a GPT-2 model from safetensors in Hugging Face's names and shapes
+ * (what ft_gpt2_write_safetensors writes: F32, Conv1D weights (in, out))
+ * into a new array in this layout (padding rows of wte zero). Dims come
+ * from the shapes (wte (V, C), wpe (maxT, C), layers h.0..h.L-1); the file
+ * does not hold n_head, the caller gives it. Tensors the layout does not
+ * use are ignored. Errors name the file: FT_EIO, FT_EFORMAT, FT_ENOMEM. */
+int ft_gpt2_read_safetensors(const char *path, int n_head, ft_gpt2_dims *d, float **params);
 
 #ifdef __cplusplus
 }

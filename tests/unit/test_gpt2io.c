@@ -6,7 +6,10 @@
  * lands every tensor at the right offset of our layout; bad files are
  * refused with the file named; safetensors: the header parsed with cJSON
  * (names, dtypes, shapes, contiguous offsets, metadata) and every tensor's
- * values checked, Conv1D weights transposed.
+ * values checked, Conv1D weights transposed; the export reads back bitwise
+ * (ft_gpt2_read_safetensors), and bad headers (sizes, dtypes, shapes,
+ * offsets with gaps or overlaps, duplicates, missing tensors) are refused
+ * naming the file and the tensor.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -389,11 +392,174 @@ static void test_safetensors(void **state) {
   free(p);
 }
 
+/* The export reads back: same dims (n_head given), every parameter the
+ * same bits, the padding rows of wte zero. */
+static void test_safetensors_roundtrip(void **state) {
+  float *p = random_params(&D, 5), *q = NULL;
+  const char *path = path_in("rt.safetensors");
+  ft_gpt2_dims d;
+  assert_int_equal(ft_gpt2_write_safetensors(path, &D, p, NULL, NULL, 0), FT_OK);
+  assert_int_equal(ft_gpt2_read_safetensors(path, D.n_head, &d, &q), FT_OK);
+  assert_memory_equal(&d, &D, sizeof d);
+  size_t n = ft_gpt2_num_params(&D), C = (size_t)D.channels;
+  for (size_t i = 0; i < n; i++) {
+    int pad = i >= (size_t)D.vocab_size * C && i < (size_t)D.padded_vocab_size * C;
+    float want = pad ? 0.0f : p[i];
+    if (memcmp(&q[i], &want, sizeof want) != 0)
+      fail_msg("parameter %zu: %g, want %g", i, q[i], want);
+  }
+  free(q);
+  /* n_head that does not divide C is refused, naming the file */
+  assert_int_equal(ft_gpt2_read_safetensors(path, 3, &d, &q), FT_EFORMAT);
+  assert_detail_has("rt.safetensors: channels 4 not divisible by n_head 3");
+  assert_null(q);
+  free(p);
+}
+
+/* A safetensors file from bytes: the header JSON, padded, then data_len
+ * bytes of data. Returns the file's size; buf must hold it. */
+static size_t st_build(unsigned char *buf, const char *json, size_t data_len) {
+  size_t j = strlen(json);
+  uint64_t h = j;
+  memcpy(buf, &h, 8);
+  memcpy(buf + 8, json, j);
+  memset(buf + 8 + j, 0x5a, data_len);
+  return 8 + j + data_len;
+}
+
+static void st_bad(const char *json, size_t data_len, const char *needle) {
+  unsigned char buf[1024];
+  ft_st_tensor *ts = (ft_st_tensor *)1;
+  int n = -1;
+  size_t len = st_build(buf, json, data_len);
+  int rc = ft_st_parse_header("x.st", buf, len, len, &ts, &n, NULL);
+  if (rc != FT_EFORMAT || !strstr(ft_err_detail(), needle))
+    fail_msg("%s: rc %d, detail \"%s\" lacks \"%s\"", json, rc, ft_err_detail(), needle);
+  assert_null(ts);
+  assert_int_equal(n, 0);
+}
+
+static void test_safetensors_header(void **state) {
+  unsigned char buf[1024];
+  ft_st_tensor *ts;
+  int n;
+  uint64_t off;
+  const char *good = "{\"__metadata__\":{\"format\":\"pt\"},"
+                     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+                     "\"a\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]},"
+                     "\"z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[16,16]}}   ";
+  size_t len = st_build(buf, good, 16);
+  assert_int_equal(ft_st_parse_header("x.st", buf, len, len, &ts, &n, &off), FT_OK);
+  assert_int_equal(n, 3);
+  assert_int_equal(off, 8 + strlen(good));
+  assert_string_equal(ts[0].name, "a"); /* sorted by begin */
+  assert_string_equal(ts[0].dtype, "BF16");
+  assert_int_equal(ts[0].ndim, 2);
+  assert_string_equal(ts[1].name, "b");
+  assert_int_equal(ts[1].begin, 8);
+  assert_int_equal(ts[1].end, 16);
+  free(ts);
+  /* the header must be all there */
+  assert_int_equal(ft_st_parse_header("x.st", buf, 20, len, &ts, &n, &off), FT_EINVAL);
+
+  st_bad("{", 0, "x.st: safetensors header size 1 does not fit");
+  len = st_build(buf, "{}", 0); /* no tensors: a valid, empty file */
+  assert_int_equal(ft_st_parse_header("x.st", buf, len, len, &ts, &n, &off), FT_OK);
+  assert_int_equal(n, 0);
+  free(ts);
+  uint64_t huge = 1000;
+  memcpy(buf, &huge, 8);
+  assert_int_equal(ft_st_parse_header("x.st", buf, 16, 16, &ts, &n, NULL), FT_EFORMAT);
+  assert_detail_has("header size 1000 does not fit (file 16 bytes");
+  st_bad("[1,2]", 0, "not a JSON object");
+  st_bad("{} x", 0, "bytes after the safetensors header's JSON object");
+  st_bad("{\"__metadata__\":{\"k\":1}}", 0, "__metadata__ value of 'k' is not a string");
+  st_bad("{\"a\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "tensor a needs a known dtype");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "bad shape");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "bad shape");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
+         "\"data_offsets\":[0,4]}}",
+         4, "bad shape");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+         "shape and dtype give 2 elements of 4 bytes, its data_offsets hold 4 bytes");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 4,
+         "data_offsets are not within the 4-byte data section");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4,
+         "data_offsets are not within");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+         12, "tensor b starts at byte 8 of the data, expected 4 (a gap or an overlap)");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, "(a gap or an overlap)");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8,
+         "the tensors end at byte 4 of a 8-byte data section");
+  st_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, "tensor a appears twice");
+}
+
+/* A GPT-2 file missing a tensor, or with a wrong dtype or shape, is refused
+ * naming the file and the tensor. */
+static void test_safetensors_not_gpt2(void **state) {
+  unsigned char buf[1024];
+  const char *path = path_in("bad.safetensors");
+  ft_gpt2_dims d;
+  float *q = (float *)1;
+  size_t len =
+      st_build(buf,
+               "{\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[0,32]},"
+               "\"wpe.weight\":{\"dtype\":\"F32\",\"shape\":[2,4],\"data_offsets\":[32,64]}}",
+               64);
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(buf, 1, len, fp), len);
+  fclose(fp);
+  assert_int_equal(ft_gpt2_read_safetensors(path, 2, &d, &q), FT_EFORMAT);
+  assert_detail_has("bad.safetensors: every dimension must be positive"); /* no layers */
+  assert_null(q);
+
+  /* a real export with one tensor renamed */
+  float *p = random_params(&D, 3);
+  assert_int_equal(ft_gpt2_write_safetensors(path, &D, p, NULL, NULL, 0), FT_OK);
+  fp = fopen(path, "r+b");
+  char head[4096];
+  assert_int_equal(fread(head, 1, sizeof head, fp), sizeof head);
+  char *hit = strstr(head + 8, "h.1.mlp.c_proj.bias");
+  assert_non_null(hit);
+  hit[2] = '7'; /* h.7.mlp.c_proj.bias: an extra tensor, ignored */
+  fseek(fp, hit + 2 - head, SEEK_SET);
+  fwrite(hit + 2, 1, 1, fp);
+  fclose(fp);
+  assert_int_equal(ft_gpt2_read_safetensors(path, 2, &d, &q), FT_EFORMAT);
+  assert_detail_has("bad.safetensors: tensor h.1.mlp.c_proj.bias is missing");
+
+  assert_int_equal(ft_gpt2_write_safetensors(path, &D, p, NULL, NULL, 0), FT_OK);
+  fp = fopen(path, "r+b");
+  assert_int_equal(fread(head, 1, sizeof head, fp), sizeof head);
+  hit = strstr(head + 8, "\"F32\"");
+  memcpy(hit, "\"I32\"", 5);
+  fseek(fp, hit - head, SEEK_SET);
+  fwrite(hit, 1, 5, fp);
+  fclose(fp);
+  assert_int_equal(ft_gpt2_read_safetensors(path, 2, &d, &q), FT_EFORMAT);
+  assert_detail_has("bad.safetensors: tensor wte.weight is I32 with 2 dims, expected F32 (10, 4)");
+  assert_int_equal(ft_gpt2_read_safetensors(path_in("nope.safetensors"), 2, &d, &q), FT_EIO);
+  assert_detail_has("nope.safetensors: cannot open safetensors file");
+  free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_layout),         cmocka_unit_test(test_llmc_roundtrip),
-      cmocka_unit_test(test_llmc_handbuilt), cmocka_unit_test(test_llmc_bad),
+      cmocka_unit_test(test_layout),
+      cmocka_unit_test(test_llmc_roundtrip),
+      cmocka_unit_test(test_llmc_handbuilt),
+      cmocka_unit_test(test_llmc_bad),
       cmocka_unit_test(test_safetensors),
+      cmocka_unit_test(test_safetensors_roundtrip),
+      cmocka_unit_test(test_safetensors_header),
+      cmocka_unit_test(test_safetensors_not_gpt2),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
