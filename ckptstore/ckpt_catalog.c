@@ -32,9 +32,14 @@
  * FT_EIO naming the file and the errno text RocksDB reports.
  *
  * Damage is reported, never skipped: paranoid checks, checksums verified on
- * every read, and WAL recovery that tolerates only an incomplete last record
- * (a write cut short by a crash or a full disk); a checksum mismatch in the
- * WAL, an SST or the MANIFEST fails the open or the read with FT_EDB naming
+ * every read, and WAL recovery in absolute consistency (any bad WAL record
+ * fails the open: dropping the records after it would silently lose
+ * commits). A write cut short by a full disk leaves no partial record (the
+ * failed batch is not retried in that file; the reopen starts a new WAL);
+ * one cut by a power loss would, and then the open fails like any other
+ * damage: the manifests are the truth and `ckpt rebuild-catalog` restores
+ * the checkpoints and their marks. A checksum mismatch in the WAL, an SST
+ * or the MANIFEST fails the open or the read with FT_EDB naming
  * the file and saying to run `ckpt rebuild-catalog`; a writer reads the
  * whole catalog once at open, so damage anywhere in it stops the open rather
  * than some later read (ckpt_store.c rebuilds
@@ -77,9 +82,11 @@ struct ckpt_catalog {
   char *dir;
 };
 
-/* RocksDB's WALRecoveryMode::kTolerateCorruptedTailRecords and an info-log
- * level above HEADER_LEVEL (5), which turns the info LOG off. */
-#define CAT_WAL_TOLERATE_TAIL 0
+/* RocksDB's WALRecoveryMode::kAbsoluteConsistency (kTolerateCorruptedTail-
+ * Records took a flipped length byte for a torn tail and silently dropped
+ * the commits after it), and an info-log level above HEADER_LEVEL (5),
+ * which turns the info LOG off. */
+#define CAT_WAL_ABSOLUTE 1
 #define CAT_INFO_LOG_OFF 6
 
 struct ckpt_batch {
@@ -287,7 +294,7 @@ int ckpt_catalog_open(const char *dir, int mode, ckpt_catalog **out) {
   rocksdb_writeoptions_set_sync(c->wopts, 1);
   rocksdb_readoptions_set_verify_checksums(c->ropts, 1);
   rocksdb_options_set_paranoid_checks(c->opts, 1);
-  rocksdb_options_set_wal_recovery_mode(c->opts, CAT_WAL_TOLERATE_TAIL);
+  rocksdb_options_set_wal_recovery_mode(c->opts, CAT_WAL_ABSOLUTE);
   rocksdb_options_set_info_log_level(c->opts, CAT_INFO_LOG_OFF);
   rocksdb_options_set_keep_log_file_num(c->opts, 2);
   rocksdb_options_set_max_open_files(c->opts, 64);
