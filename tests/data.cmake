@@ -12,7 +12,7 @@ ft_add_test(NAME test_gpt2io SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_gpt2io.
             LIBS ft_datatest LABELS unit TIMEOUT 60)
 
 if(TARGET ftdata)
-  foreach(t data_stats_bad data_synth data_encode)
+  foreach(t data_stats_bad data_synth data_encode data_args)
     ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/${t}.sh
                        LABELS integration TIMEOUT 120)
   endforeach()

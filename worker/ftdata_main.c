@@ -15,13 +15,19 @@
  * xoshiro256**), never rand(). Validation is the loader's own (data_open),
  * so `ftdata stats` refuses exactly what training would refuse.
  *
+ * Options go through getopt_long like the other programs, but with exact
+ * names only: a typo or an abbreviation is a usage error that names the
+ * option meant ("--tok" could otherwise silently mean "--tokens").
+ *
  * Single-threaded program; exit codes in the help text below.
  */
 #include "data.h"
 #include "ft_err.h"
+#include "ft_version.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -74,7 +80,10 @@ static const char help_text[] =
     "      from the data itself; on small corpora the bigram one is optimistic.)\n"
     "      Quote GLOB so the shell does not expand it.\n"
     "\n"
-    "  ftdata --help | ftdata help\n"
+    "  ftdata --help | ftdata help | ftdata --version\n"
+    "\n"
+    "Option names are exact (no abbreviations); --name=VALUE and --name VALUE\n"
+    "both work, and --help and --version go with any subcommand.\n"
     "\n"
     "Examples:\n"
     "  ftdata synth --out data/tiny\n"
@@ -105,24 +114,121 @@ static int exit_for(int rc) {
 
 /* ---- option parsing ------------------------------------------------------ */
 
-/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; advances *i. Returns
- * 1 on a match (val set), 0 if argv[*i] is another option, -1 if the value
- * is missing. */
-static int opt_value(int argc, char **argv, int *i, const char *name, const char **val) {
-  size_t n = strlen(name);
-  const char *a = argv[*i];
-  if (strncmp(a, name, n) != 0)
-    return 0;
-  if (a[n] == '=') {
-    *val = a + n + 1;
-    return 1;
+/* Options are parsed with getopt_long, after check_names has made sure
+ * that every "--name" the user typed is exactly one of the subcommand's
+ * (getopt_long would take any unambiguous prefix: "--tok" for "--tokens",
+ * and a typo of one option could silently be another's prefix). */
+
+/* Levenshtein distance, capped: the suggestions want distances up to 2. */
+static int distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  int d[40][40];
+  if (la >= 40 || lb >= 40)
+    return 99;
+  for (size_t i = 0; i <= la; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++)
+    d[0][j] = (int)j;
+  for (size_t i = 1; i <= la; i++)
+    for (size_t j = 1; j <= lb; j++) {
+      int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < v)
+        v = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < v)
+        v = d[i][j - 1] + 1;
+      d[i][j] = v;
+    }
+  return d[la][lb];
+}
+
+/* Refuses any "--name" in argv (up to a "--") that is not exactly an option
+ * of the table, naming the closest one ("did you mean --tokens?"): an
+ * option the typed name is a prefix of, or starts with, or is within 2
+ * edits of. Values of options
+ * that take one are skipped. Returns 0 or the usage exit code. */
+static int check_names(const char *cmd, int argc, char **argv, const struct option *opts) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--"))
+      break;
+    if (strncmp(a, "--", 2) != 0)
+      continue;
+    char name[64];
+    size_t n = strcspn(a + 2, "=");
+    snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), a + 2);
+    const struct option *hit = NULL, *near = NULL;
+    int best = 3;
+    for (const struct option *o = opts; o->name; o++) {
+      if (!strcmp(o->name, name)) {
+        hit = o;
+        break;
+      }
+      int dd = distance(name, o->name);
+      if (*name &&
+          (!strncmp(o->name, name, strlen(name)) || !strncmp(name, o->name, strlen(o->name))))
+        dd = 1; /* one is a prefix of the other: "--tok", "--val-fraction" */
+      if (dd < best) {
+        best = dd;
+        near = o;
+      }
+    }
+    if (!hit) {
+      if (near)
+        return usage_error("%s: unknown option '--%s', did you mean --%s?", cmd, name, near->name);
+      return usage_error("%s: unknown option '--%s'", cmd, name);
+    }
+    if (hit->has_arg == required_argument && !a[2 + n])
+      i++; /* "--name VALUE": skip the value */
   }
-  if (a[n] != '\0')
-    return 0;
-  if (*i + 1 >= argc)
-    return -1;
-  *val = argv[++*i];
-  return 1;
+  return 0;
+}
+
+/* The options every subcommand takes. */
+#define COMMON_OPTS                                                                                \
+  {"help", no_argument, NULL, 'h'}, {                                                              \
+    "version", no_argument, NULL, 'V'                                                              \
+  }
+
+/* getopt_long over argv (argv[0] the subcommand) after check_names. Calls
+ * on(ch, optarg, user) for each option; returns 0 when all were taken, or the
+ * exit code to end with (usage errors, --help, --version). Positional
+ * arguments end up in argv[optind..argc-1] (getopt_long moves them last). */
+typedef int (*opt_fn)(int ch, const char *arg, void *user);
+static int parse_opts(const char *cmd, int argc, char **argv, const struct option *opts, opt_fn on,
+                      void *user) {
+  int rc = check_names(cmd, argc, argv, opts);
+  if (rc)
+    return rc;
+  optind = 0; /* a full re-initialisation (GNU): each subcommand parses afresh */
+  opterr = 0;
+  int ch, li;
+  while ((ch = getopt_long(argc, argv, ":h", opts, &li)) != -1) {
+    switch (ch) {
+    case 'h':
+      fputs(help_text, stdout);
+      return EXIT_OK + 256; /* done, exit 0 */
+    case 'V':
+      ft_version_print("ftdata");
+      return EXIT_OK + 256;
+    case ':':
+      return usage_error("%s: %s needs a value", cmd, argv[optind - 1]);
+    case '?': /* names are checked: a short option, or a value given to a flag */
+      if (!strncmp(argv[optind - 1], "--", 2))
+        return usage_error("%s: option '%.*s' takes no value", cmd,
+                           (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
+      return usage_error("%s: unknown option '-%c'", cmd, optopt);
+    default:
+      rc = on(ch, optarg, user);
+      if (rc)
+        return rc;
+    }
+  }
+  return 0;
+}
+
+/* parse_opts's "stop here with exit code 0" (help, version) vs a real code. */
+static int finish(int rc) {
+  return rc >= 256 ? rc - 256 : rc;
 }
 
 static int parse_u64(const char *s, unsigned long long lo, unsigned long long hi,
@@ -241,31 +347,58 @@ static int write_splits(const char *prefix, const unsigned char *bytes, uint64_t
 
 /* ---- encode -------------------------------------------------------------- */
 
-static int cmd_encode(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *v;
-  double val_frac = 0.1;
-  unsigned long long shard_tokens = DEFAULT_SHARD_TOKENS;
-  for (int i = 0; i < argc; i++) {
-    int r;
-    if ((r = opt_value(argc, argv, &i, "--in", &v))) {
-      if (r < 0)
-        return usage_error("--in needs a file name");
-      in = v;
-    } else if ((r = opt_value(argc, argv, &i, "--out", &v))) {
-      if (r < 0)
-        return usage_error("--out needs a prefix");
-      out = v;
-    } else if ((r = opt_value(argc, argv, &i, "--val-frac", &v))) {
-      if (r < 0 || parse_frac(v, &val_frac))
-        return usage_error("--val-frac needs a number in [0, 1), got '%s'", r < 0 ? "" : v);
-    } else if ((r = opt_value(argc, argv, &i, "--shard-tokens", &v))) {
-      if (r < 0 || parse_u64(v, 1, INT32_MAX, &shard_tokens))
-        return usage_error("--shard-tokens needs an integer in 1..%d, got '%s'", INT32_MAX,
-                           r < 0 ? "" : v);
-    } else {
-      return usage_error("encode: unknown argument '%s'", argv[i]);
-    }
+typedef struct split_opts {
+  const char *in, *out;
+  double val_frac;
+  unsigned long long shard_tokens, ntok, seed;
+} split_opts;
+
+/* The options of encode and synth (each table lists the ones it takes). */
+static int on_split_opt(int ch, const char *v, void *user) {
+  split_opts *o = user;
+  switch (ch) {
+  case 'i':
+    o->in = v;
+    return 0;
+  case 'o':
+    o->out = v;
+    return 0;
+  case 'f':
+    if (parse_frac(v, &o->val_frac))
+      return usage_error("--val-frac needs a number in [0, 1), got '%s'", v);
+    return 0;
+  case 'k':
+    if (parse_u64(v, 1, INT32_MAX, &o->shard_tokens))
+      return usage_error("--shard-tokens needs an integer in 1..%d, got '%s'", INT32_MAX, v);
+    return 0;
+  case 't':
+    if (parse_u64(v, 2, 1ULL << 36, &o->ntok))
+      return usage_error("--tokens needs an integer in 2..%llu, got '%s'", 1ULL << 36, v);
+    return 0;
+  case 's':
+    if (parse_u64(v, 0, UINT64_MAX, &o->seed))
+      return usage_error("--seed needs a non-negative integer, got '%s'", v);
+    return 0;
   }
+  return usage_error("unhandled option");
+}
+
+static int cmd_encode(int argc, char **argv) {
+  static const struct option opts[] = {{"in", required_argument, NULL, 'i'},
+                                       {"out", required_argument, NULL, 'o'},
+                                       {"val-frac", required_argument, NULL, 'f'},
+                                       {"shard-tokens", required_argument, NULL, 'k'},
+                                       COMMON_OPTS,
+                                       {NULL, 0, NULL, 0}};
+  split_opts o = {.val_frac = 0.1, .shard_tokens = DEFAULT_SHARD_TOKENS};
+  int rc = parse_opts("encode", argc, argv, opts, on_split_opt, &o);
+  if (rc)
+    return finish(rc);
+  if (optind < argc)
+    return usage_error("encode: unexpected argument '%s'", argv[optind]);
+  const char *in = o.in, *out = o.out;
+  double val_frac = o.val_frac;
+  unsigned long long shard_tokens = o.shard_tokens;
   if (!in || !out)
     return usage_error("encode needs --in TEXT_FILE and --out PREFIX");
 
@@ -436,33 +569,25 @@ static void synth_corpus(sbuf *b, uint64_t seed) {
 }
 
 static int cmd_synth(int argc, char **argv) {
-  const char *out = NULL, *v;
-  double val_frac = 0.1;
-  unsigned long long ntok = DEFAULT_SYNTH_TOKENS, seed = 1337, shard_tokens = DEFAULT_SHARD_TOKENS;
-  for (int i = 0; i < argc; i++) {
-    int r;
-    if ((r = opt_value(argc, argv, &i, "--out", &v))) {
-      if (r < 0)
-        return usage_error("--out needs a prefix");
-      out = v;
-    } else if ((r = opt_value(argc, argv, &i, "--tokens", &v))) {
-      if (r < 0 || parse_u64(v, 2, 1ULL << 36, &ntok))
-        return usage_error("--tokens needs an integer in 2..%llu, got '%s'", 1ULL << 36,
-                           r < 0 ? "" : v);
-    } else if ((r = opt_value(argc, argv, &i, "--seed", &v))) {
-      if (r < 0 || parse_u64(v, 0, UINT64_MAX, &seed))
-        return usage_error("--seed needs a non-negative integer, got '%s'", r < 0 ? "" : v);
-    } else if ((r = opt_value(argc, argv, &i, "--val-frac", &v))) {
-      if (r < 0 || parse_frac(v, &val_frac))
-        return usage_error("--val-frac needs a number in [0, 1), got '%s'", r < 0 ? "" : v);
-    } else if ((r = opt_value(argc, argv, &i, "--shard-tokens", &v))) {
-      if (r < 0 || parse_u64(v, 1, INT32_MAX, &shard_tokens))
-        return usage_error("--shard-tokens needs an integer in 1..%d, got '%s'", INT32_MAX,
-                           r < 0 ? "" : v);
-    } else {
-      return usage_error("synth: unknown argument '%s'", argv[i]);
-    }
-  }
+  static const struct option opts[] = {{"out", required_argument, NULL, 'o'},
+                                       {"tokens", required_argument, NULL, 't'},
+                                       {"seed", required_argument, NULL, 's'},
+                                       {"val-frac", required_argument, NULL, 'f'},
+                                       {"shard-tokens", required_argument, NULL, 'k'},
+                                       COMMON_OPTS,
+                                       {NULL, 0, NULL, 0}};
+  split_opts o = {.val_frac = 0.1,
+                  .shard_tokens = DEFAULT_SHARD_TOKENS,
+                  .ntok = DEFAULT_SYNTH_TOKENS,
+                  .seed = 1337};
+  int rc = parse_opts("synth", argc, argv, opts, on_split_opt, &o);
+  if (rc)
+    return finish(rc);
+  if (optind < argc)
+    return usage_error("synth: unexpected argument '%s'", argv[optind]);
+  const char *out = o.out;
+  double val_frac = o.val_frac;
+  unsigned long long ntok = o.ntok, seed = o.seed, shard_tokens = o.shard_tokens;
   if (!out)
     return usage_error("synth needs --out PREFIX");
   sbuf b = {.buf = malloc(ntok), .len = 0, .cap = ntok};
@@ -609,31 +734,41 @@ out:
   return rc;
 }
 
-static int cmd_stats(int argc, char **argv) {
-  const char *pattern = NULL, *v;
-  int json = 0;
-  unsigned long long vocab = 256;
-  for (int i = 0; i < argc; i++) {
-    int r;
-    if (!strcmp(argv[i], "--json")) {
-      json = 1;
-    } else if ((r = opt_value(argc, argv, &i, "--vocab", &v))) {
-      if (r < 0 || parse_u64(v, 1, 65536, &vocab))
-        return usage_error("--vocab needs an integer in 1..65536, got '%s'", r < 0 ? "" : v);
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      return usage_error("stats: unknown option '%s'", argv[i]);
-    } else if (pattern) {
-      return usage_error("stats takes one GLOB (quote it: 'data/train_*.bin'); got '%s' and "
-                         "'%s'",
-                         pattern, argv[i]);
-    } else {
-      pattern = argv[i];
-    }
+typedef struct stats_opts {
+  int json;
+  unsigned long long vocab;
+} stats_opts;
+
+static int on_stats_opt(int ch, const char *v, void *user) {
+  stats_opts *o = user;
+  if (ch == 'j') {
+    o->json = 1;
+    return 0;
   }
+  if (parse_u64(v, 1, 65536, &o->vocab))
+    return usage_error("--vocab needs an integer in 1..65536, got '%s'", v);
+  return 0;
+}
+
+static int cmd_stats(int argc, char **argv) {
+  static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                       {"vocab", required_argument, NULL, 'v'},
+                                       COMMON_OPTS,
+                                       {NULL, 0, NULL, 0}};
+  stats_opts o = {.vocab = 256};
+  int rc = parse_opts("stats", argc, argv, opts, on_stats_opt, &o);
+  if (rc)
+    return finish(rc);
+  const char *pattern = optind < argc ? argv[optind] : NULL;
+  if (optind + 1 < argc)
+    return usage_error("stats takes one GLOB (quote it: 'data/train_*.bin'); got '%s' and '%s'",
+                       argv[optind], argv[optind + 1]);
+  int json = o.json;
+  unsigned long long vocab = o.vocab;
   if (!pattern)
     return usage_error("stats needs a GLOB, e.g. ftdata stats 'data/tiny_train_*.bin'");
   data_loader *dl = NULL;
-  int rc = data_open(pattern, (int)vocab, &dl);
+  rc = data_open(pattern, (int)vocab, &dl);
   if (rc) {
     fprintf(stderr, "ftdata: %s\n", ft_err_detail());
     return exit_for(rc);
@@ -687,21 +822,24 @@ int main(int argc, char **argv) {
   if (argc < 2)
     return usage_error("missing subcommand (encode, synth or stats)");
   const char *cmd = argv[1];
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(help_text, stdout);
-      return EXIT_OK;
-    }
-  }
-  if (!strcmp(cmd, "help")) {
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
     fputs(help_text, stdout);
     return EXIT_OK;
   }
+  if (!strcmp(cmd, "--version")) {
+    ft_version_print("ftdata");
+    return EXIT_OK;
+  }
+  /* Each subcommand parses argv + 1: its own name is getopt's argv[0]. */
   if (!strcmp(cmd, "encode"))
-    return cmd_encode(argc - 2, argv + 2);
+    return cmd_encode(argc - 1, argv + 1);
   if (!strcmp(cmd, "synth"))
-    return cmd_synth(argc - 2, argv + 2);
+    return cmd_synth(argc - 1, argv + 1);
   if (!strcmp(cmd, "stats"))
-    return cmd_stats(argc - 2, argv + 2);
+    return cmd_stats(argc - 1, argv + 1);
+  if (cmd[0] == '-')
+    return usage_error("'%s' before a subcommand: write `ftdata SUBCOMMAND [OPTIONS]` (encode, "
+                       "synth or stats)",
+                       cmd);
   return usage_error("unknown subcommand '%s' (expected encode, synth or stats)", cmd);
 }
