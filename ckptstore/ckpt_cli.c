@@ -40,7 +40,10 @@ static const char *usage_text =
     "  show STEP               a checkpoint's tensors: dtype, shape, chunks, sizes\n"
     "  restore STEP --to PATH  write the model as Hugging Face GPT-2 safetensors;\n"
     "         [--world N --rank R]  or rank R's raw FSDP shard of every tensor\n"
-    "                          (for a run of N ranks) as safetensors\n"
+    "                          (for a run of N ranks) as safetensors. PATH: a new\n"
+    "                          or existing regular file, or a folder (the file is\n"
+    "                          model.safetensors or rankR-of-N.safetensors in it);\n"
+    "                          anything else (a device, FIFO, link) is refused\n"
     "  verify [STEP]           re-read and re-hash every chunk of one checkpoint\n"
     "                          (or of all); damaged ones are marked bad\n"
     "  gc [--dry-run] [--keep-last N] [--keep-every M] [--grace SECONDS]\n"
@@ -413,8 +416,12 @@ static int cmd_restore(cli *c, const char *arg) {
     return usage_error("--world N and --rank R go together%s", "");
   if (c->world > 0 && c->rank >= c->world)
     return usage_error("--rank must be below --world%s", "");
+  char to[8192];
+  int rc = ckpt_cli_restore_target(c->to, c->world, c->rank, to, sizeof to);
+  if (rc)
+    return fail(rc, "restore");
   int64_t step;
-  int rc = parse_step(c, arg, &step);
+  rc = parse_step(c, arg, &step);
   ckpt_manifest *m = NULL;
   if (rc == FT_OK)
     rc = ckpt_store_load(c->s, c->run, step, &m);
@@ -426,22 +433,22 @@ static int cmd_restore(cli *c, const char *arg) {
             "ckpt: warning: checkpoint %s step %" PRId64
             " is marked bad; restoring it anyway as asked\n",
             i->run, i->step);
-  rc = ckpt_cli_restore(c->s, m, c->to, c->world > 0 ? c->world : 0, c->rank);
+  rc = ckpt_cli_restore(c->s, m, to, c->world > 0 ? c->world : 0, c->rank);
   if (rc) {
     int code = fail(rc, "restore");
     if (rc == FT_ECORRUPT)
       fprintf(stderr,
               "ckpt: nothing was written to %s; run 'ckpt verify %" PRId64
               "' and restore an older checkpoint ('ckpt ls')\n",
-              c->to, i->step);
+              to, i->step);
     ckpt_manifest_free(m);
     return code;
   }
   if (c->world > 0)
     printf("restored %s step %" PRId64 " rank %d of %d to %s\n", i->run, i->step, c->rank, c->world,
-           c->to);
+           to);
   else
-    printf("restored %s step %" PRId64 " (GPT-2, safetensors) to %s\n", i->run, i->step, c->to);
+    printf("restored %s step %" PRId64 " (GPT-2, safetensors) to %s\n", i->run, i->step, to);
   ckpt_manifest_free(m);
   return 0;
 }

@@ -15,6 +15,11 @@
  * Every byte comes through ckpt_store_read, which verifies each chunk's
  * SHA-256; a bad chunk stops the restore and nothing is left at PATH (files
  * are written to a temp name, fsynced and renamed).
+ *
+ * PATH: a new name, an existing regular file (replaced), or an existing
+ * folder (model.safetensors / rank<R>-of-<N>.safetensors inside it). Any
+ * other existing thing (a device such as /dev/full, a FIFO, a symbolic link)
+ * is refused before anything is read: the final rename would replace it.
  */
 #include "ckpt_cli.h"
 #include "ckpt_int.h"
@@ -29,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int json_int(const cJSON *o, const char *k, int *v) {
@@ -231,6 +237,45 @@ out:
   free(start);
   free(count);
   return rc;
+}
+
+static const char *kind_of(mode_t mode) {
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  if (S_ISLNK(mode))
+    return "a symbolic link";
+  if (S_ISDIR(mode))
+    return "a folder";
+  return "not a regular file";
+}
+
+int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size_t n) {
+  struct stat st;
+  int w;
+  if (stat(to, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (world > 0)
+      w = snprintf(out, n, "%s/rank%d-of-%d.safetensors", to, rank, world);
+    else
+      w = snprintf(out, n, "%s/model.safetensors", to);
+  } else {
+    w = snprintf(out, n, "%s", to);
+  }
+  if (w < 0 || (size_t)w >= n)
+    return ft_err_set(FT_EINVAL, "--to %s: path too long", to);
+  /* the rename at the end replaces whatever is at the path: only ever a
+   * regular file (never /dev/full, a FIFO, or the link instead of its target) */
+  if (lstat(out, &st) == 0 && !S_ISREG(st.st_mode))
+    return ft_err_set(FT_EINVAL,
+                      "--to %s: %s exists and is %s; restore writes regular files only and "
+                      "will not replace it (give a new file name, an existing file, or a folder)",
+                      to, out, kind_of(st.st_mode));
+  return FT_OK;
 }
 
 int ckpt_cli_restore(ckpt_store *s, const ckpt_manifest *m, const char *path, int world, int rank) {

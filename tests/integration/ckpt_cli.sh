@@ -46,6 +46,27 @@ head -c 400 "$T/m.safetensors" | grep -q "wte.weight" || fail "model has no wte.
 expect_rc 0 "$C" --store "$S" restore latest --to "$T/r1.safetensors" --world 2 --rank 1
 head -c 4000 "$T/r1.safetensors" | grep -q '"rank":"1"' || fail "shard metadata lacks the rank"
 expect_rc 2 "$C" --store "$S" restore 300 --to "$T/x" --world 2
+# --to never replaces anything but a regular file: a FIFO, a link, a device
+# (our own node standing in for /dev/full, so a regression cannot hurt the box)
+mkfifo "$T/fifo"
+expect_rc 2 "$C" --store "$S" restore 300 --to "$T/fifo"
+grep -q "is a FIFO" "$T/stderr" || fail "FIFO target: $(cat "$T/stderr")"
+[ -p "$T/fifo" ] || fail "restore replaced a FIFO"
+ln -s "$T/m.safetensors" "$T/link"
+expect_rc 2 "$C" --store "$S" restore 300 --to "$T/link"
+[ -L "$T/link" ] || fail "restore replaced a symbolic link"
+if [ "$(id -u)" = 0 ] && mknod "$T/full" c 1 7 2>/dev/null; then
+  expect_rc 2 "$C" --store "$S" restore 300 --to "$T/full"
+  grep -q "is a character device" "$T/stderr" || fail "device target: $(cat "$T/stderr")"
+  [ -c "$T/full" ] || fail "restore replaced a character device with a file"
+fi
+ls "$T" | grep -q '\.tmp\.' && fail "a refused restore left a temp file"
+mkdir "$T/out"
+expect_rc 0 "$C" --store "$S" restore 300 --to "$T/out"
+[ -s "$T/out/model.safetensors" ] || fail "restore into a folder: $(cat "$T/stdout")"
+expect_rc 0 "$C" --store "$S" restore 300 --to "$T/out" --world 2 --rank 1
+[ -s "$T/out/rank1-of-2.safetensors" ] || fail "shard restore into a folder: $(cat "$T/stdout")"
+expect_rc 0 "$C" --store "$S" restore 300 --to "$T/m.safetensors" # an existing file is replaced
 expect_rc 2 "$C" --store "$S" restore 300
 expect_rc 0 "$C" --store "$S" diff 100 300
 grep -q "param/h.0 .*changed" "$T/stdout" || fail "diff does not show param/h.0 changed"
