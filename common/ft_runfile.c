@@ -26,6 +26,9 @@
  *    string: every check reads within its length.
  *  - _load reads the whole file (at most FT_RUNFILE_MAX_BYTES) and hands it
  *    to _parse, which refuses NUL bytes (libfyaml would end the scalar there).
+ *  - A relative data.train/data.val written in the file is relative to the
+ *    file's directory: _parse prefixes it with that directory (the part of
+ *    the path before its last '/'), so a run works from any directory.
  *  - Only the first error is reported; the libfyaml document, parser and
  *    diagnostic object are always freed before returning.
  *
@@ -1125,6 +1128,32 @@ static int check_text(const char *text, size_t len, struct pos *at, char *why, s
   return 0;
 }
 
+/* A data glob written in the file and relative is relative to the run
+ * file's directory: prefix it with that directory (none for a run file in
+ * the current directory, so its globs stay as written). Globs from the
+ * defaults or ft_runfile_set are left relative to the current directory. */
+static int resolve_data_globs(struct ctx *c) {
+  const char *slash = strrchr(c->path, '/');
+  if (!slash)
+    return 0;
+  size_t dlen = slash == c->path ? 1 : (size_t)(slash - c->path); /* "/x.yaml": "/" */
+  static const char *const KEYS[] = {"data.train", "data.val"};
+  for (int k = 0; k < 2; k++) {
+    int i = find_field(KEYS[k]);
+    char *g = field_ptr(&FIELDS[i], c->rf), buf[sizeof c->rf->data.train];
+    if (c->at[i].line <= 0 || !g[0] || g[0] == '/')
+      continue;
+    int n = snprintf(buf, sizeof buf, "%.*s%s%s", (int)dlen, c->path,
+                     dlen == 1 && *c->path == '/' ? "" : "/", g);
+    if (n < 0 || (size_t)n >= FIELDS[i].size)
+      return fail_at(c, c->at[i], KEYS[k],
+                     "'%.40s' under the run file's directory is too long (at most %zu bytes)", g,
+                     FIELDS[i].size - 1);
+    memcpy(g, buf, (size_t)n + 1);
+  }
+  return 0;
+}
+
 int ft_runfile_parse(const char *name, const char *text, size_t len, ft_runfile *rf, char *err,
                      size_t errlen) {
   char dummy[8], what[96], msg[MSG];
@@ -1225,6 +1254,9 @@ int ft_runfile_parse(const char *name, const char *text, size_t len, ft_runfile 
     if (rc)
       goto out;
   }
+  rc = resolve_data_globs(c);
+  if (rc)
+    goto out;
 
   int idx = 0;
   if (validate_impl(rf, c->at, &idx, msg, sizeof msg)) {

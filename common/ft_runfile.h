@@ -56,6 +56,11 @@ typedef struct ft_train_cfg {
   char precision[8]; /* "fp32" | "bf16" */
 } ft_train_cfg;
 
+/* Globs of llm.c token shards. One written relative in a run file is
+ * relative to that file's directory: _load/_parse prefix it with the
+ * directory part of the path ("runs/a.yaml": "data/x_*.bin" becomes
+ * "runs/data/x_*.bin"). Defaults and ft_runfile_set values stay relative to
+ * the current directory. */
 typedef struct ft_data_cfg {
   char train[1024]; /* glob */
   char val[1024];   /* glob, may be "" */

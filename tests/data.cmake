@@ -17,3 +17,9 @@ if(TARGET ftdata)
                        LABELS integration TIMEOUT 120)
   endforeach()
 endif()
+# A run file's relative data glob, resolved against its directory, by the worker.
+if(TARGET ftdata AND TARGET worker)
+  ft_add_script_test(NAME data_runfile_dir
+                     COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_runfile_dir.sh
+                     LABELS integration TIMEOUT 120)
+endif()

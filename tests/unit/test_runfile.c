@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ft_err.h"
 #include "ft_gpt2.h"
@@ -67,7 +68,10 @@ static void test_full_file(void **state) {
   assert_true(rf->train.eps == 1.0e-6);
   assert_true(rf->train.seed == UINT64_MAX);
   assert_string_equal(rf->train.precision, "bf16");
-  assert_string_equal(rf->data.train, "data/full_train_*.bin");
+  /* relative to the run file's directory */
+  char glob[2048];
+  snprintf(glob, sizeof glob, "%s/data/full_train_*.bin", data_dir);
+  assert_string_equal(rf->data.train, glob);
   assert_string_equal(rf->data.val, "");
   assert_int_equal(rf->nodes.count, 3);
   assert_int_equal(rf->nodes.workers_per_node, 8);
@@ -112,8 +116,11 @@ static void test_flow_style(void **state) {
   assert_true(rf->train.lr == 0.01);
   assert_int_equal(rf->train.warmup, 0);
   assert_string_equal(rf->train.schedule, "constant");
-  assert_string_equal(rf->data.train, "a_*.bin");
-  assert_string_equal(rf->data.val, "b_*.bin");
+  char glob[2048];
+  snprintf(glob, sizeof glob, "%s/a_*.bin", data_dir);
+  assert_string_equal(rf->data.train, glob);
+  snprintf(glob, sizeof glob, "%s/b_*.bin", data_dir);
+  assert_string_equal(rf->data.val, glob);
   assert_int_equal(rf->nodes.count, 1);
   assert_int_equal(rf->nodes.nhosts, 2);
   assert_string_equal(rf->nodes.hosts[0], "h1");
@@ -237,6 +244,56 @@ static void test_memory_estimate(void **state) {
   /* 4 full fp32 copies + 4 half shards (world 2) of 120576 parameters, and
    * two arenas of activations */
   assert_true(bytes > 4.0 * 6 * params && bytes < 64.0 * 1024 * 1024);
+  free(rf);
+}
+
+/* A relative data glob written in a run file is relative to the file's
+ * directory; absolute globs, defaults and --set values are left alone, and
+ * a run file in the current directory keeps its globs as written. */
+static void test_data_globs_relative_to_file(void **state) {
+  char err[1024], cwd[1024];
+  ft_runfile *rf = malloc(sizeof *rf);
+  static const char text[] = "data: {train: /abs/x_*.bin, val: rel/v_*.bin}\n";
+  assert_int_equal(ft_runfile_parse("/some/dir/r.yaml", text, sizeof text - 1, rf, err, sizeof err),
+                   FT_OK);
+  assert_string_equal(rf->data.train, "/abs/x_*.bin");
+  assert_string_equal(rf->data.val, "/some/dir/rel/v_*.bin");
+  assert_int_equal(ft_runfile_parse("/r.yaml", text, sizeof text - 1, rf, err, sizeof err), FT_OK);
+  assert_string_equal(rf->data.val, "/rel/v_*.bin");
+  assert_int_equal(ft_runfile_parse("runs/r.yaml", text, sizeof text - 1, rf, err, sizeof err),
+                   FT_OK);
+  assert_string_equal(rf->data.val, "runs/rel/v_*.bin");
+  assert_int_equal(ft_runfile_parse("r.yaml", text, sizeof text - 1, rf, err, sizeof err), FT_OK);
+  assert_string_equal(rf->data.val, "rel/v_*.bin");
+
+  /* not written in the file: the defaults, and overrides, stay as they are */
+  static const char other[] = "run: x\n";
+  assert_int_equal(ft_runfile_parse("runs/r.yaml", other, sizeof other - 1, rf, err, sizeof err),
+                   FT_OK);
+  assert_string_equal(rf->data.train, "data/synth_train_*.bin");
+  assert_string_equal(rf->data.val, "data/synth_val_*.bin");
+  assert_int_equal(ft_runfile_set(rf, "data.train", "mine/*.bin", err, sizeof err), FT_OK);
+  assert_string_equal(rf->data.train, "mine/*.bin");
+
+  /* too long once under the directory: refused, naming the key */
+  char *longtext = malloc(1100);
+  snprintf(longtext, 1100, "data:\n  train: %01000d\n", 0);
+  char dir[200];
+  memset(dir, 'd', 150);
+  strcpy(dir + 150, "/r.yaml");
+  assert_int_equal(ft_runfile_parse(dir, longtext, strlen(longtext), rf, err, sizeof err),
+                   FT_ECONFIG);
+  assert_non_null(strstr(err, "/r.yaml:2:10: data.train: '0000"));
+  assert_non_null(strstr(err, "' under the run file's directory is too long (at most 1023 bytes)"));
+  free(longtext);
+
+  /* a run file named from its own directory */
+  assert_non_null(getcwd(cwd, sizeof cwd));
+  assert_int_equal(chdir(data_dir), 0);
+  int rc = ft_runfile_load("good_flow.yaml", rf, err, sizeof err);
+  assert_int_equal(chdir(cwd), 0);
+  assert_int_equal(rc, FT_OK);
+  assert_string_equal(rf->data.train, "a_*.bin");
   free(rf);
 }
 
@@ -661,8 +718,9 @@ static void test_config_json(void **state) {
                       "18446744073709551615");
   assert_string_equal(cJSON_GetObjectItemCaseSensitive(t, "schedule")->valuestring, "linear");
   assert_string_equal(cJSON_GetObjectItemCaseSensitive(t, "precision")->valuestring, "bf16");
-  assert_string_equal(cJSON_GetObjectItemCaseSensitive(d, "train")->valuestring,
-                      "data/full_train_*.bin");
+  char glob[2048];
+  snprintf(glob, sizeof glob, "%s/data/full_train_*.bin", data_dir);
+  assert_string_equal(cJSON_GetObjectItemCaseSensitive(d, "train")->valuestring, glob);
   assert_string_equal(cJSON_GetObjectItemCaseSensitive(d, "val")->valuestring, "");
   cJSON_Delete(j);
 
@@ -711,6 +769,7 @@ int main(void) {
       cmocka_unit_test(test_quoted_and_flow_strings),
       cmocka_unit_test(test_parse_buffer),
       cmocka_unit_test(test_memory_estimate),
+      cmocka_unit_test(test_data_globs_relative_to_file),
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_demo_example),
       cmocka_unit_test(test_bad_files),
