@@ -524,8 +524,11 @@ int ckpt_s3_xml_list(const char *xml, size_t n,
   if (token_n)
     token[0] = 0;
   int rc = xml_walk(xml, n, list_end, &l);
-  if (rc)
+  if (rc) {
+    if (token_n)
+      token[0] = 0;
     return rc;
+  }
   *truncated = l.truncated;
   if (l.truncated && !token[0])
     return ft_err_set(FT_EPROTO, "S3 list answer is truncated but has no NextContinuationToken");
@@ -556,12 +559,10 @@ int ckpt_s3_xml_field(const char *xml, size_t n, const char *root, const char *e
   if (out_n)
     out[0] = 0;
   int rc = xml_walk(xml, n, field_end, &f);
-  if (rc)
-    return rc;
-  if (!f.root_ok || !f.found) {
+  if (rc || !f.root_ok || !f.found) { /* nothing half-read comes back */
     if (out_n)
       out[0] = 0;
-    return ft_err_set(FT_ENOENT, "S3 answer has no <%s><%s>", root, elem);
+    return rc ? rc : ft_err_set(FT_ENOENT, "S3 answer has no <%s><%s>", root, elem);
   }
   return FT_OK;
 }
@@ -600,14 +601,12 @@ int ckpt_s3_xml_error(const char *xml, size_t n, char *code, size_t code_n, char
   if (msg_n)
     msg[0] = 0;
   int rc = xml_walk(xml, n, error_end, &e);
-  if (rc)
-    return rc;
-  if (!e.is_error) {
+  if (rc || !e.is_error) { /* nothing half-read comes back */
     if (code_n)
       code[0] = 0;
     if (msg_n)
       msg[0] = 0;
-    return FT_ENOENT;
+    return rc ? rc : FT_ENOENT;
   }
   return FT_OK;
 }

@@ -1,7 +1,10 @@
 # Tests of the S3 tier (ckptstore/ckpt_s3_*.c, ckpt_tier_s3.c): pure unit
-# tests, then tests against a real S3-protocol server (moto_server, or s3rver)
-# that each script starts on loopback and kills at the end. A script FAILS
-# when no server can run: S3 support is never "tested" by skipping.
+# tests (SigV4 against AWS's examples, the XML and credentials parsers), then
+# tests against moto_server with authentication enforced (every signature
+# checked, as AWS does: tests/integration/s3_lib.sh, chaos/moto_auth.py) that
+# each script starts on loopback and kills at the end. A script FAILS when
+# moto cannot run: S3 support is never "tested" by skipping, nor against a
+# server that accepts any signature.
 if(TARGET ftckpt AND TARGET ckpt AND TARGET ckpt_testwriter)
   ft_add_test(NAME test_ckpt_s3_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ckpt_s3_config.c
               LIBS ftckpt PkgConfig::LIBCURL LABELS unit TIMEOUT 60)

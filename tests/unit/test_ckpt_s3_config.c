@@ -464,6 +464,12 @@ static void test_xml_error_and_upload_id(void **st) {
   assert_int_equal(ckpt_s3_xml_error(ok, strlen(ok), code, sizeof code, msg, sizeof msg),
                    FT_ENOENT);
   assert_int_equal(ckpt_s3_xml_error("<Error>", 7, code, sizeof code, msg, sizeof msg), FT_EPROTO);
+  /* a broken body gives nothing half-read back (found by fuzz_s3_xml) */
+  const char *broken = "<Error><Code>NoSuchKey</Code><Message>m</Message></Erzor>";
+  assert_int_equal(ckpt_s3_xml_error(broken, strlen(broken), code, sizeof code, msg, sizeof msg),
+                   FT_EPROTO);
+  assert_string_equal(code, "");
+  assert_string_equal(msg, "");
 
   const char *init = "<?xml version=\"1.0\"?><InitiateMultipartUploadResult xmlns=\"http://s3."
                      "amazonaws.com/doc/2006-03-01/\"><Bucket>b</Bucket><Key>k&amp;</Key><UploadId>"
