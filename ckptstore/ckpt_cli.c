@@ -70,7 +70,10 @@ static const char *usage_text =
     "Options:\n"
     "  --store URI     the store (default: $CKPT_STORE)\n"
     "  --run NAME      the run, when the store holds several (default: the only one)\n"
-    "  --json          machine-readable output (ls, show)\n"
+    "  --json          machine-readable output: one JSON object per command\n"
+    "                  (verify, gc, diff, pin, unpin, restore, rebuild-catalog;\n"
+    "                  each has \"command\"), an array for ls, an object for show.\n"
+    "                  Errors still go to stderr with the exit codes below\n"
     "  -h, --help      this text\n"
     "\n"
     "For s3:// stores, verify also checks the bucket's copy of every chunk and\n"
@@ -120,6 +123,7 @@ typedef struct cli {
   const char *to;
   ckpt_store *s;
   char runbuf[128];
+  cJSON *jv; /* --json: verify's per-checkpoint results */
 } cli;
 
 int ckpt_cli_exit_code(int rc) {
@@ -156,6 +160,20 @@ static int fail(int rc, const char *what) {
   if (rc == FT_EBUSY)
     fprintf(stderr, "ckpt: this command changes the catalog; run it when the writer is done\n");
   return ckpt_cli_exit_code(rc);
+}
+
+/* --json: prints one object (the command's whole result) and frees it. */
+static void emit(cJSON *o) {
+  char *s = o ? cJSON_Print(o) : NULL;
+  printf("%s\n", s ? s : "{}");
+  free(s);
+  cJSON_Delete(o);
+}
+
+static cJSON *jobj(const char *command) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "command", command);
+  return o;
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -205,6 +223,30 @@ static int open_store(cli *c, int writer, int rebuild) {
   o.read_only = 0;
   o.rebuild_catalog = rebuild;
   return ckpt_store_open(c->store, &o, &c->s);
+}
+
+/* --run NAME must name a run the store has: a typo is an error (exit 3),
+ * never "0 checkpoints, no problems". */
+static int check_run(cli *c) {
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  int rc = ckpt_store_list(c->s, c->run, &v, &n);
+  free(v);
+  if (rc || n > 0)
+    return rc;
+  rc = ckpt_store_list(c->s, NULL, &v, &n);
+  if (rc)
+    return rc;
+  char list[1024] = "";
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0 && strcmp(v[i].run, v[i - 1].run) == 0)
+      continue;
+    size_t l = strlen(list);
+    snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", v[i].run);
+  }
+  free(v);
+  return ft_err_set(FT_ENOENT, "the store %s has no run '%s' (its runs: %s)", c->store, c->run,
+                    list[0] ? list : "none yet");
 }
 
 /* Picks the run: --run, or the only run in the store. */
@@ -444,11 +486,22 @@ static int cmd_restore(cli *c, const char *arg) {
     ckpt_manifest_free(m);
     return code;
   }
-  if (c->world > 0)
+  if (c->json) {
+    cJSON *o = jobj("restore");
+    cJSON_AddStringToObject(o, "run", i->run);
+    cJSON_AddNumberToObject(o, "step", (double)i->step);
+    cJSON_AddStringToObject(o, "state", ckpt_state_name(i->state));
+    cJSON_AddStringToObject(o, "format", c->world > 0 ? "shard" : "model");
+    cJSON_AddNumberToObject(o, "world", c->world > 0 ? c->world : 0);
+    cJSON_AddNumberToObject(o, "rank", c->world > 0 ? c->rank : 0);
+    cJSON_AddStringToObject(o, "path", to);
+    emit(o);
+  } else if (c->world > 0) {
     printf("restored %s step %" PRId64 " rank %d of %d to %s\n", i->run, i->step, c->rank, c->world,
            to);
-  else
+  } else {
     printf("restored %s step %" PRId64 " (GPT-2, safetensors) to %s\n", i->run, i->step, to);
+  }
   ckpt_manifest_free(m);
   return 0;
 }
@@ -459,19 +512,38 @@ static void verify_progress(void *ud, uint64_t done, uint64_t total) {
   ckpt_cli_progress(ud, done, total);
 }
 
+static void verify_json(cli *c, const char *run, int64_t step, const ckpt_verify_report *rep,
+                        int ok) {
+  cJSON *x = cJSON_CreateObject();
+  cJSON_AddStringToObject(x, "run", run);
+  cJSON_AddNumberToObject(x, "step", (double)step);
+  cJSON_AddBoolToObject(x, "ok", ok);
+  cJSON_AddNumberToObject(x, "chunks_checked", rep->chunks_checked);
+  cJSON_AddNumberToObject(x, "chunks_corrupt", rep->chunks_corrupt);
+  cJSON_AddNumberToObject(x, "chunks_missing", rep->chunks_missing);
+  cJSON_AddStringToObject(x, "problem", rep->first_problem);
+  cJSON_AddItemToArray(c->jv, x);
+}
+
 static int verify_one(cli *c, const char *run, int64_t step, int *problems) {
   ckpt_verify_report rep;
   char what[200];
   snprintf(what, sizeof what, "verify %s %" PRId64, run, step);
   int rc = ckpt_store_verify(c->s, run, step, &rep, verify_progress, what);
   if (rc == FT_OK) {
-    printf("ok    %s step %" PRId64 " (%d chunks)\n", run, step, rep.chunks_checked);
+    if (c->jv)
+      verify_json(c, run, step, &rep, 1);
+    else
+      printf("ok    %s step %" PRId64 " (%d chunks)\n", run, step, rep.chunks_checked);
     return FT_OK;
   }
   if (rc == FT_ECORRUPT) {
     (*problems)++;
-    printf("BAD   %s step %" PRId64 ": %d corrupt, %d missing of %d chunks\n      %s\n", run, step,
-           rep.chunks_corrupt, rep.chunks_missing, rep.chunks_checked, rep.first_problem);
+    if (c->jv)
+      verify_json(c, run, step, &rep, 0);
+    else
+      printf("BAD   %s step %" PRId64 ": %d corrupt, %d missing of %d chunks\n      %s\n", run,
+             step, rep.chunks_corrupt, rep.chunks_missing, rep.chunks_checked, rep.first_problem);
     return FT_OK;
   }
   return rc;
@@ -480,6 +552,8 @@ static int verify_one(cli *c, const char *run, int64_t step, int *problems) {
 static int cmd_verify(cli *c, const char *arg, int marking) {
   int problems = 0, rc = FT_OK, checked = 0;
   ckpt_store_set_scrub(c->s, 1); /* s3://: check and repair both copies */
+  if (c->json)
+    c->jv = cJSON_CreateArray();
   if (marking && ckpt_catalog_writable(c->s->cat) != FT_OK) {
     fprintf(stderr,
             "ckpt: note: %s\nckpt: verifying read-only; damaged checkpoints will be "
@@ -505,10 +579,25 @@ static int cmd_verify(cli *c, const char *arg, int marking) {
     }
     free(v);
   }
-  if (rc)
+  if (rc) {
+    cJSON_Delete(c->jv);
+    c->jv = NULL;
     return fail(rc, "verify");
+  }
   ckpt_tier_stats ts;
   ckpt_store_tier_stats(c->s, &ts);
+  if (c->json) {
+    cJSON *o = jobj("verify");
+    cJSON_AddNumberToObject(o, "checked", checked);
+    cJSON_AddNumberToObject(o, "damaged", problems);
+    cJSON_AddBoolToObject(o, "marked_bad", problems && marking);
+    cJSON_AddNumberToObject(o, "repaired_local", (double)ts.repaired_local);
+    cJSON_AddNumberToObject(o, "repaired_remote", (double)ts.repaired_remote);
+    cJSON_AddItemToObject(o, "checkpoints", c->jv);
+    c->jv = NULL;
+    emit(o);
+    return problems ? CKPT_EXIT_PROBLEM : 0;
+  }
   if (ts.has_remote && (ts.repaired_local || ts.repaired_remote))
     printf("repaired %" PRIu64 " chunk%s in the cache from the bucket and %" PRIu64
            " in the bucket from the cache\n",
@@ -533,6 +622,20 @@ static int cmd_gc(cli *c) {
   int rc = ckpt_store_gc(c->s, &r, c->dry_run, &rep);
   if (rc)
     return fail(rc, "gc");
+  if (c->json) {
+    cJSON *o = jobj("gc");
+    cJSON_AddBoolToObject(o, "dry_run", c->dry_run);
+    cJSON_AddNumberToObject(o, "checkpoints_deleted", rep.checkpoints_deleted);
+    cJSON_AddNumberToObject(o, "chunks_deleted", (double)rep.chunks_deleted);
+    cJSON_AddNumberToObject(o, "bytes_freed", (double)rep.bytes_freed);
+    cJSON_AddNumberToObject(o, "tmp_deleted", rep.tmp_deleted);
+    cJSON_AddBoolToObject(o, "sweep_only", rep.sweep_only);
+    cJSON_AddStringToObject(o, "note", rep.note);
+    emit(o);
+    if (rep.sweep_only)
+      fprintf(stderr, "ckpt: gc: %s\n", rep.note);
+    return rep.sweep_only ? CKPT_EXIT_STORE : 0;
+  }
   char b[32];
   human(rep.bytes_freed, b, sizeof b);
   printf("%s%d checkpoint%s, %" PRIu64 " chunks, %s\n", c->dry_run ? "would delete " : "deleted ",
@@ -555,27 +658,59 @@ static int cmd_pin(cli *c, const char *arg, int pin) {
     rc = ckpt_store_pin(c->s, c->run, step, pin);
   if (rc)
     return fail(rc, pin ? "pin" : "unpin");
+  if (c->json) {
+    cJSON *o = jobj(pin ? "pin" : "unpin");
+    cJSON_AddStringToObject(o, "run", c->run);
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddBoolToObject(o, "pinned", pin);
+    emit(o);
+    return 0;
+  }
   printf("%s %s step %" PRId64 "\n", pin ? "pinned" : "unpinned", c->run, step);
   return 0;
 }
 
 /* ---- rebuild-catalog ---------------------------------------------------------------- */
 
+typedef struct skip_acc {
+  int n;
+  cJSON *arr; /* --json */
+} skip_acc;
+
 static void rebuild_skipped(void *ud, const char *key, const char *why) {
-  (*(int *)ud)++;
+  skip_acc *a = ud;
+  a->n++;
   fprintf(stderr, "ckpt: rebuild-catalog: skipped %s: %s\n", key, why);
+  if (a->arr) {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "key", key);
+    cJSON_AddStringToObject(x, "why", why);
+    cJSON_AddItemToArray(a->arr, x);
+  }
 }
 
 static int cmd_rebuild(cli *c) {
-  int found = 0, added = 0, skipped = 0;
+  int found = 0, added = 0;
+  skip_acc sk = {.arr = c->json ? cJSON_CreateArray() : NULL};
   if (c->s->catalog_aside[0])
     fprintf(stderr, "ckpt: the damaged catalog was moved to %s\n", c->s->catalog_aside);
-  int rc = ckpt_store_rebuild_catalog_report(c->s, rebuild_skipped, &skipped, &found, &added);
-  if (rc)
+  int rc = ckpt_store_rebuild_catalog_report(c->s, rebuild_skipped, &sk, &found, &added);
+  if (rc) {
+    cJSON_Delete(sk.arr);
     return fail(rc, "rebuild-catalog");
-  printf("%d manifest%s in the store; %d checkpoint%s added to the catalog; %d skipped\n", found,
-         found == 1 ? "" : "s", added, added == 1 ? "" : "s", skipped);
-  return skipped ? CKPT_EXIT_PROBLEM : 0;
+  }
+  if (c->json) {
+    cJSON *o = jobj("rebuild-catalog");
+    cJSON_AddNumberToObject(o, "found", found);
+    cJSON_AddNumberToObject(o, "added", added);
+    cJSON_AddStringToObject(o, "damaged_catalog_moved_to", c->s->catalog_aside);
+    cJSON_AddItemToObject(o, "skipped", sk.arr);
+    emit(o);
+  } else {
+    printf("%d manifest%s in the store; %d checkpoint%s added to the catalog; %d skipped\n", found,
+           found == 1 ? "" : "s", added, added == 1 ? "" : "s", sk.n);
+  }
+  return sk.n ? CKPT_EXIT_PROBLEM : 0;
 }
 
 /* ---- diff ------------------------------------------------------------------------- */
@@ -601,6 +736,30 @@ static uint64_t changed_bytes(const ckpt_tensor *a, const ckpt_tensor *b) {
   return changed;
 }
 
+/* One row of diff's table (or of its JSON "tensors"). */
+static void diff_row(cJSON *arr, const char *name, const char *change, int64_t changed,
+                     uint64_t size) {
+  if (arr) {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "name", name);
+    cJSON_AddStringToObject(x, "change", change);
+    if (changed >= 0)
+      cJSON_AddNumberToObject(x, "changed_bytes", (double)changed);
+    else
+      cJSON_AddNullToObject(x, "changed_bytes");
+    cJSON_AddNumberToObject(x, "bytes", (double)size);
+    cJSON_AddItemToArray(arr, x);
+    return;
+  }
+  char x[32] = "-", y[32], pct[16] = "-";
+  human(size, y, sizeof y);
+  if (changed >= 0) {
+    human((uint64_t)changed, x, sizeof x);
+    snprintf(pct, sizeof pct, "%.1f", size ? 100.0 * (double)changed / (double)size : 0.0);
+  }
+  printf("%-28s %-10s %13s %13s %7s\n", name, change, x, y, pct);
+}
+
 static int cmd_diff(cli *c, const char *a1, const char *a2) {
   int64_t sa, sb;
   ckpt_manifest *ma = NULL, *mb = NULL;
@@ -615,23 +774,23 @@ static int cmd_diff(cli *c, const char *a1, const char *a2) {
     ckpt_manifest_free(ma);
     return fail(rc, "diff");
   }
-  printf("%s: step %" PRId64 " -> %" PRId64 "\n", c->run, sa, sb);
-  printf("%-28s %-10s %13s %13s %7s\n", "TENSOR", "CHANGE", "CHANGED", "SIZE", "%");
+  cJSON *arr = c->json ? cJSON_CreateArray() : NULL;
+  if (!arr) {
+    printf("%s: step %" PRId64 " -> %" PRId64 "\n", c->run, sa, sb);
+    printf("%-28s %-10s %13s %13s %7s\n", "TENSOR", "CHANGE", "CHANGED", "SIZE", "%");
+  }
   int i = 0, j = 0, nchanged = 0;
   uint64_t total_changed = 0;
   while (i < ma->ntensors || j < mb->ntensors) {
     int cmp = i >= ma->ntensors   ? 1
               : j >= mb->ntensors ? -1
                                   : strcmp(ma->tensors[i].name, mb->tensors[j].name);
-    char x[32], y[32];
     if (cmp < 0) {
-      human(ma->tensors[i].len, x, sizeof x);
-      printf("%-28s %-10s %13s %13s %7s\n", ma->tensors[i].name, "removed", "-", x, "-");
+      diff_row(arr, ma->tensors[i].name, "removed", -1, ma->tensors[i].len);
       nchanged++;
       i++;
     } else if (cmp > 0) {
-      human(mb->tensors[j].len, x, sizeof x);
-      printf("%-28s %-10s %13s %13s %7s\n", mb->tensors[j].name, "added", "-", x, "-");
+      diff_row(arr, mb->tensors[j].name, "added", -1, mb->tensors[j].len);
       nchanged++;
       j++;
     } else {
@@ -640,12 +799,7 @@ static int cmd_diff(cli *c, const char *a1, const char *a2) {
                      memcmp(ta->shape, tb->shape, sizeof ta->shape);
       uint64_t ch = reshaped ? tb->len : changed_bytes(ta, tb);
       if (ch || reshaped) {
-        char pct[16];
-        human(ch, x, sizeof x);
-        human(tb->len, y, sizeof y);
-        snprintf(pct, sizeof pct, "%.1f", tb->len ? 100.0 * (double)ch / (double)tb->len : 0.0);
-        printf("%-28s %-10s %13s %13s %7s\n", tb->name, reshaped ? "reshaped" : "changed", x, y,
-               pct);
+        diff_row(arr, tb->name, reshaped ? "reshaped" : "changed", (int64_t)ch, tb->len);
         nchanged++;
         total_changed += ch;
       }
@@ -653,10 +807,21 @@ static int cmd_diff(cli *c, const char *a1, const char *a2) {
       j++;
     }
   }
-  char t[32];
-  human(total_changed, t, sizeof t);
-  printf("%d tensor%s differ; %s changed (a chunk with any changed byte counts whole)\n", nchanged,
-         nchanged == 1 ? "" : "s", t);
+  if (arr) {
+    cJSON *o = jobj("diff");
+    cJSON_AddStringToObject(o, "run", c->run);
+    cJSON_AddNumberToObject(o, "from", (double)sa);
+    cJSON_AddNumberToObject(o, "to", (double)sb);
+    cJSON_AddNumberToObject(o, "tensors_changed", nchanged);
+    cJSON_AddNumberToObject(o, "bytes_changed", (double)total_changed);
+    cJSON_AddItemToObject(o, "tensors", arr);
+    emit(o);
+  } else {
+    char t[32];
+    human(total_changed, t, sizeof t);
+    printf("%d tensor%s differ; %s changed (a chunk with any changed byte counts whole)\n",
+           nchanged, nchanged == 1 ? "" : "s", t);
+  }
   ckpt_manifest_free(ma);
   ckpt_manifest_free(mb);
   return 0;
@@ -777,6 +942,10 @@ int main(int argc, char **argv) {
   }
   if (rc)
     return fail(rc, "cannot open the store");
+  if (c.run && !rebuild && (rc = check_run(&c)) != FT_OK) {
+    ckpt_store_free(c.s);
+    return fail(rc, cmd);
+  }
   int code;
   if (!strcmp(cmd, "ls"))
     code = cmd_ls(&c);

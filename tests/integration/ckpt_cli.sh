@@ -1,7 +1,9 @@
 #!/bin/bash
 # ckpt_cli: the `ckpt` program end to end against a real store: help and
-# exit codes, ls/show/restore/diff/pin/gc, run selection, and reading while
-# another process holds the writer lock.
+# exit codes, ls/show/restore/diff/pin/gc, run selection (an unknown --run
+# is exit 3), --json of every command, restore refusing non-regular targets,
+# gc removing stale manifest temp files, and reading while another process
+# holds the writer lock.
 set -u
 W="$FT_BUILD/tests/ckpt_testwriter"
 C="$FT_BIN/ckpt"
@@ -88,6 +90,56 @@ expect_rc 0 "$C" --store "$S" --run testrun ls
 [ "$(grep -c '^testrun' "$T/stdout")" -eq 2 ] || fail "gc kept the wrong set: $(cat "$T/stdout")"
 grep -q "committed\*" "$T/stdout" || fail "pinned marker missing"
 expect_rc 0 "$C" --store "$S" verify
+
+# an unknown run is an error (exit 3), never "0 checkpoints verified, no problems"
+for cmd in verify ls "pin 100" "show 100" gc; do
+  expect_rc 3 "$C" --store "$S" --run typo $cmd
+  grep -q "no run 'typo' (its runs: other, testrun)" "$T/stderr" ||
+    fail "--run typo $cmd: $(cat "$T/stderr")"
+done
+
+# --json: one object per command, with stable keys
+jkeys() { # FILE KEY...: the object in FILE has "command" and every KEY
+  python3 - "$@" <<'PY' || fail "--json output of $(head -c 300 "$1")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert isinstance(o, dict) and "command" in o, o
+missing = [k for k in sys.argv[2:] if k not in o]
+assert not missing, missing
+PY
+}
+expect_rc 0 "$C" --store "$S" --run testrun --json verify
+jkeys "$T/stdout" checked damaged marked_bad checkpoints
+grep -q '"ok":\s*true' "$T/stdout" || fail "verify --json: $(cat "$T/stdout")"
+grep -q "verified" "$T/stdout" && fail "verify --json printed text"
+expect_rc 0 "$C" --store "$S" --json gc --dry-run
+jkeys "$T/stdout" dry_run checkpoints_deleted chunks_deleted bytes_freed tmp_deleted sweep_only
+expect_rc 0 "$C" --store "$S" --run testrun --json diff 100 300
+jkeys "$T/stdout" run from to tensors_changed bytes_changed tensors
+expect_rc 0 "$C" --store "$S" --run testrun --json pin 300
+jkeys "$T/stdout" run step pinned
+expect_rc 0 "$C" --store "$S" --run testrun --json unpin 300
+jkeys "$T/stdout" run step pinned
+expect_rc 0 "$C" --store "$S" --run testrun --json restore 300 --to "$T/j.safetensors"
+jkeys "$T/stdout" run step state format world rank path
+[ -s "$T/j.safetensors" ] || fail "restore --json wrote no file"
+
+# temp files of manifest writes left by a crash: gc removes those older than a
+# minute whose writer is gone; a fresh one, or one of a live process, stays
+md="$T/store/manifests/testrun"
+sleep 0 &
+dead=$!
+wait $dead
+touch -d '2 minutes ago' "$md/00000000000000000100.json.tmp.$dead.1.1" \
+  "$md/00000000000000000100.mark.tmp.$dead.1.2" "$md/00000000000000000200.json.tmp.$$.1.3"
+touch "$md/00000000000000000300.json.tmp.$dead.1.4"
+expect_rc 0 "$C" --store "$S" gc
+grep -q "deleted 2 temp files" "$T/stdout" || fail "gc and temp files: $(cat "$T/stdout")"
+[ ! -e "$md/00000000000000000100.json.tmp.$dead.1.1" ] || fail "a stale manifest temp file stayed"
+[ ! -e "$md/00000000000000000100.mark.tmp.$dead.1.2" ] || fail "a stale mark temp file stayed"
+[ -e "$md/00000000000000000200.json.tmp.$$.1.3" ] || fail "gc removed a live writer's temp file"
+[ -e "$md/00000000000000000300.json.tmp.$dead.1.4" ] || fail "gc removed a fresh temp file"
+rm -f "$md"/*.tmp.*
 
 # another process holds the writer lock: readers work, writers get 5
 "$W" --store "$S" --run busy --steps 1000000 >/dev/null 2>&1 &
