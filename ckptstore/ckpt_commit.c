@@ -4,14 +4,12 @@
  *
  * States of one checkpoint (run, step), as the catalog records them:
  *
- *        (absent) ---set_state(PENDING)---> PENDING   (optional intent record)
- *        BAD ---commit (the step trained again)---> COMMITTED
- *           |                                  |
- *           +------------ commit ---------------+
- *                            |
- *                            v
- *                        COMMITTED ---set_state---> GOOD <---> BAD
- *                            +---------set_state / verify-----> BAD
+ *   (absent) --set_state(PENDING)--> PENDING     (optional intent record)
+ *   (absent), PENDING or BAD --commit--> COMMITTED (BAD: the step trained
+ *                                                   again after a rollback)
+ *   COMMITTED --set_state--> GOOD; COMMITTED or GOOD --set_state/verify--> BAD
+ *   BAD --set_state--> GOOD (an operator's call)
+ * A commit of a step that is COMMITTED or GOOD is refused (FT_EEXIST).
  *
  * Steps of ckpt_store_commit (the function performing each in brackets):
  *   C1 build the manifest from the shards: same (run, step), dtype and shape
@@ -28,12 +26,17 @@
  *      a chunk freshened after a GC took its clock reading is never swept by
  *      that GC.
  *   C4 write the manifest object beside the chunks, crash-safely
- *      [tier->put "manifests/<run>/<step>.json"].
+ *      [tier->put "manifests/<run>/<step>.json"]; when it replaces a record
+ *      (BAD, or a pinned PENDING), first its mark object (the state and pin
+ *      a catalog rebuild restores) [ckpt_store_put_mark].
  *   C5 one WriteBatch, written with sync=true [ckpt_catalog_write]:
  *      ckpt/info/<run>/<step> (state COMMITTED), ckpt/man/<run>/<step>, and a
  *      ckpt/chunk/<hash> entry for every chunk seen for the first time (for
  *      "new bytes"). This is the commit point.
  *   C6 release meta_mu.
+ * If C4 or C5 fails (a full disk: FT_ENOSPC naming the file), what C4 wrote
+ * is undone, best effort: the new manifest object deleted, or the replaced
+ * one and its mark put back, so no manifest is newer than the catalog.
  *
  * Invariants:
  *   I1 the catalog lists a checkpoint as COMMITTED/GOOD/BAD only if C5 ran,

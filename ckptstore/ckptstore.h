@@ -9,10 +9,18 @@
  * the store's tiers crash-safely. When every rank's shard is durable, one
  * process commits the checkpoint: its manifest is written as an object beside
  * the chunks and recorded in the catalog (RocksDB) by one synced WriteBatch.
- * Only then is it visible.
+ * Only then is it visible. A step marked BAD (a loss spike the run rolled
+ * back past) can be committed again: the re-trained checkpoint replaces it.
  *
- * URIs: "local:DIR" (a directory on this machine). The tier interface is
- * internal (ckpt_tier_int.h) so an S3 tier slots in beside it.
+ * URIs: "local:DIR" (a directory on this machine) or "s3://bucket/prefix"
+ * (the bucket behind a local cache directory, which also holds the
+ * catalog). The tier interface is internal (ckpt_tier_int.h).
+ *
+ * The manifests beside the chunks are the truth; the catalog is an index of
+ * them (plus states and pins, also kept as small mark objects beside the
+ * manifests) that ckpt_store_rebuild_catalog can rebuild. A damaged catalog,
+ * or a missing one in a store that has manifests, is an error (FT_EDB naming
+ * it), never an empty store.
  *
  * Ownership: every pointer argument is borrowed for the duration of the call
  * unless the comment says otherwise. Objects returned through **out are owned
@@ -20,6 +28,10 @@
  * no-op). Strings returned by accessors are valid until the object is freed.
  *
  * Errors: FT_* codes from common/ft_err.h; ft_err_detail() has the detail.
+ * No failure aborts the process: a full disk is FT_ENOSPC naming the file
+ * (chunk, manifest or catalog); the next write after space is back works
+ * without reopening the store, and a failed commit leaves every earlier
+ * checkpoint as it was.
  *
  * Threads: a ckpt_store may be used from several threads at once; callbacks
  * are not used: a submitted job is observed through its ckpt_job handle.
@@ -136,7 +148,10 @@ typedef struct ckpt_meta {
 /* Commits a checkpoint: checks that the shards are of (run, step), cover
  * every tensor's bytes exactly once, and that every chunk is durable; writes
  * the manifest object; then records it in the catalog with one synced
- * WriteBatch (state CKPT_COMMITTED). Shards stay owned by the caller. */
+ * WriteBatch (state CKPT_COMMITTED). Shards stay owned by the caller.
+ * (run, step) already COMMITTED or GOOD: FT_EEXIST. PENDING or BAD: replaced
+ * (the re-trained step after a rollback), keeping its pin. On failure
+ * (FT_ENOSPC, ...) nothing of it remains and earlier checkpoints are whole. */
 int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards, int nshards);
 
 /* ---- reading ------------------------------------------------------------ */
@@ -225,12 +240,15 @@ typedef struct ckpt_gc_report {
   char note[512];
 } ckpt_gc_report;
 /* Applies retention (pinned checkpoints are always kept), then deletes the
- * chunks that no kept manifest references. Safe against a concurrent commit;
- * the protocol is documented in ckpt_gc.c. dry_run: report only. */
+ * chunks that no kept manifest references, and temp files of manifest writes
+ * a crash left (older than a minute, their process gone). Safe against a
+ * concurrent commit; the protocol is documented in ckpt_gc.c. dry_run:
+ * report only. On a full disk (the catalog cannot be written) it still
+ * sweeps unreferenced chunks and says so in rep (sweep_only, note). */
 int ckpt_store_gc(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc_report *rep);
-/* Added: GC leaves unreferenced chunks younger than this alone (default
- * 3600 s), since they may belong to a checkpoint still being written by
- * another process. 0 suits a store nobody else writes (tests, offline). */
+/* GC leaves unreferenced chunks younger than this alone (default 3600 s),
+ * since they may belong to a checkpoint still being written by another
+ * process. 0 suits a store nobody else writes (tests, offline). */
 int ckpt_store_set_gc_grace(ckpt_store *s, int64_t seconds);
 
 /* ---- other components' records (ckpt_meta.c) ----------------------------- */
