@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The run file is snapshotted into the state directory at start, and every
+# launch reads the snapshot: deleting the run file mid-run and then losing
+# a node (every relaunched worker reads its --runfile) still recovers and
+# finishes.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+ST=$TMP/state
+mkdir -p "$ST"
+cp "$FT_SRC/examples/demo.yaml" "$TMP/run.yaml"
+
+FT_FAILPOINTS=kill_node_at_step=15 FAKE_STEP_MS=60 "$FT_BIN/supervise" --state "$ST" \
+  --worker "$FAKE" --steps 40 --set checkpoint.every_steps=5 \
+  --set watchdog.heartbeat_timeout_s=3 --spares 0 "$TMP/run.yaml" >"$ST.out" 2>&1 &
+SUP=$!
+for _ in $(seq 100); do [ -s "$ST/control.port" ] && break; sleep 0.05; done
+[ -s "$ST/control.port" ] || fail "no control.port"
+rm "$TMP/run.yaml"
+has_event "$ST" chaos_kill && fail "the node was killed before the run file was deleted"
+rc=0
+wait $SUP || rc=$?
+[ $rc -eq 0 ] || { cat "$ST.out"; fail "supervise exited $rc after the run file was deleted"; }
+has_event "$ST" chaos_kill || fail "no node was killed"
+has_event "$ST" run_done || fail "no run_done"
+[ "$(events "$ST" | grep -c worker_launched)" -gt 2 ] || fail "nothing was relaunched"
+cmp -s "$ST/run.yaml" "$FT_SRC/examples/demo.yaml" || fail "no snapshot in $ST/run.yaml"
+has_event "$ST" run_started "e[\"runfile\"] == \"$ST/run.yaml\"" || fail "run_started does not name the snapshot"
+pass "run file deleted mid-run: the relaunch used the snapshot; run done"
