@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A damaged catalog never silently restarts a run.
+#  - A catalog behind the store (an older copy put back: the store has
+#    manifests of the run newer than anything the catalog lists): supervise
+#    refuses with exit 4, naming the catalog and `ckpt rebuild-catalog`;
+#    after the rebuild it goes on from the newest checkpoint. --from-scratch
+#    goes on without the rebuild.
+#  - A catalog that cannot be opened (garbage in it): exit 4 with the
+#    store's message, nothing launched.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+ST=$TMP/state
+mkdir -p "$ST"
+CAT=$ST/store/catalog
+
+# a run interrupted after step 10, its catalog kept; then resumed to the end
+FAKE_STEP_MS=60 sup_bg "$ST" --spares 0
+for _ in $(seq 200); do
+  has_event "$ST" checkpoint_committed 'e["step"] >= 10' 2>/dev/null && break
+  sleep 0.05
+done
+kill -INT $SUP
+wait $SUP || true
+cp -a "$CAT" "$TMP/catalog.old"
+sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "the resumed run did not finish"; }
+has_checkpoint "local:$ST/store" 30 || fail "no checkpoint 30"
+
+# the old catalog put back: refused
+rm -rf "$CAT"
+cp -a "$TMP/catalog.old" "$CAT"
+starts=$(events "$ST" | grep -c run_started)
+rc=0
+sup_run "$ST" --spares 0 || rc=$?
+[ $rc -eq 4 ] || { cat "$ST.out"; fail "a catalog behind the store: exit $rc, want 4"; }
+grep -q "ckpt rebuild-catalog local:$ST/store" "$ST.out" || { cat "$ST.out"; fail "no rebuild-catalog advice"; }
+grep -q "$CAT" "$ST.out" || { cat "$ST.out"; fail "the message does not name the catalog"; }
+grep -q -- "--from-scratch" "$ST.out" || fail "the message does not mention --from-scratch"
+[ "$(events "$ST" | grep -c run_started)" -eq "$starts" ] || fail "a run started on a catalog behind the store"
+
+# --from-scratch goes on from the catalog's newest
+rc=0
+FAKE_STEP_MS=5 sup_run "$ST" --spares 0 --from-scratch || rc=$?
+[ $rc -eq 0 ] || { cat "$ST.out"; fail "--from-scratch: exit $rc"; }
+grep -q "catalog lacks checkpoints up to step 30" "$ST.out" || { cat "$ST.out"; fail "--from-scratch did not say what it skips"; }
+[ "$(events "$ST" | grep -c run_started)" -gt "$starts" ] || { cat "$ST.out"; fail "--from-scratch did not start the run"; }
+
+# rebuilt: goes on from step 30, which is the end
+rm -rf "$CAT"
+cp -a "$TMP/catalog.old" "$CAT"
+"$FT_BIN/ckpt" rebuild-catalog "local:$ST/store" >"$TMP/rebuild.out" 2>&1 || fail "rebuild-catalog: $(cat "$TMP/rebuild.out")"
+sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "after rebuild-catalog: exit $?"; }
+grep -q "final checkpoint (step 30) is committed" "$ST.out" || { cat "$ST.out"; fail "after the rebuild the run did not go on from step 30"; }
+
+# garbage in the catalog: the store's error, exit 4, nothing started
+starts=$(events "$ST" | grep -c run_started)
+for f in "$CAT"/*.sst "$CAT"/MANIFEST-*; do [ -f "$f" ] && head -c 4096 /dev/urandom >"$f"; done
+rc=0
+sup_run "$ST" --spares 0 || rc=$?
+[ $rc -eq 4 ] || { cat "$ST.out"; fail "a corrupt catalog: exit $rc, want 4"; }
+grep -q "cannot open the store" "$ST.out" || { cat "$ST.out"; fail "no store message"; }
+[ "$(events "$ST" | grep -c run_started)" -eq "$starts" ] || fail "a run started on a corrupt catalog"
+pass "a catalog behind the store or corrupt: exit 4 with the way out; never a silent restart"
