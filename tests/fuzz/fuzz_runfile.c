@@ -51,7 +51,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err2[1024];
     if (path) {
       int rc2 = ft_runfile_load(path, rf, err2, sizeof err2);
-      FUZZ_CHECK(rc2 == rc);
+      /* the one difference: a relative data glob under the file's
+       * directory ("/proc/self/fd") may grow too long */
+      FUZZ_CHECK(rc2 == rc || (rc == FT_OK && strstr(err2, "directory is too long")));
     }
   }
 out:
