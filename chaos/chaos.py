@@ -20,7 +20,8 @@ cache lost, and keys the server refuses.
 
 usage: chaos.py [--bin BUILD/bin] [--work DIR] [--suite node-loss|watchdog|s3]
                 [--worker PATH] [CASE ...]
-  --bin   the programs (default: build/bin of the repository this script is in)
+  --bin   the programs (default: $FT_BIN, else build/bin of the repository this
+          script is in)
   --work  the suite's folder (default: a new temporary folder, kept and named
           at the end)
 """
@@ -829,8 +830,8 @@ def run_cases(args, cases, ref, rows, failed):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap.add_argument("--bin", default=os.path.join(repo, "build", "bin"),
-                    help="the programs (default: %(default)s)")
+    ap.add_argument("--bin", default=os.environ.get("FT_BIN") or os.path.join(repo, "build", "bin"),
+                    help="the programs (default: $FT_BIN, else %(default)s)")
     ap.add_argument("--work", default=None,
                     help="the suite's folder (default: a new temporary folder)")
     ap.add_argument("--suite", default="node-loss", choices=sorted(SUITES))

@@ -270,7 +270,7 @@ int ckpt_s3_sigv4(const char *method, const char *uri, const char *query,
   enum { MAXH = 16, MAXQ = 16 };
   ckpt_s3_header h[MAXH];
   qparam qp[MAXQ];
-  char qcopy[8192], date[9], scope[128], names[512] = "";
+  char qcopy[16384], date[9], scope[128], names[512] = "";
   buf cr = {0}, sts = {0};
   uint8_t k[32], digest[32];
   char khex[65], sig[65];
