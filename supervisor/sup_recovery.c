@@ -972,7 +972,8 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   int stopping =
       s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
   if (stopping) { /* on_sigchld checks whether the gang stopped */
-    if (!(ours || code == FT_EXIT_OK || code == FT_EXIT_GANG || code == FT_EXIT_LOST))
+    if (!(ours || code == FT_EXIT_OK || code == FT_EXIT_GANG || code == FT_EXIT_LOST ||
+          code == FT_EXIT_STORE))
       sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, SUP_BLAME_COUNT);
     return;
   }
@@ -990,6 +991,21 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
     /* the peer is at fault: a silent (stopped, hung) one if there is one */
     if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)"))
       sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);
+  } else if (code == FT_EXIT_STORE) {
+    /* the store's fault, never the node's */
+    char msg[480];
+    log_last_line(s, w, msg, sizeof msg);
+    if (s->last_step >= s->final_step) {
+      char reason[1024];
+      snprintf(reason, sizeof reason,
+               "the final checkpoint (step %" PRId64 ") could not be written: %s (node %d slot %d)",
+               s->final_step, msg[0] ? msg : "store error", w->node, w->slot);
+      fail_run(s, SUP_EXIT_STORE, "store", reason);
+    } else {
+      char d[640];
+      snprintf(d, sizeof d, "%s: %s", detail, msg[0] ? msg : "store error");
+      sup_recovery_fault(s, "store_error", w->node, w->slot, w->pid, d, SUP_BLAME_NONE);
+    }
   } else if (code == FT_EXIT_LOST) {
     /* it lost us (our own stall, a network blip): nobody's node is at fault */
     sup_recovery_fault(s, "lost_supervisor", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);

@@ -357,6 +357,51 @@ static void on_xid(sup *s, sup_worker *w, const char *detail) {
     quarantine_spare(s, w->node, "Xid");
 }
 
+/* The errno name a storage error's text carries ("ENOSPC"), or NULL. */
+static const char *storage_errno(const char *d) {
+  static const struct {
+    const char *text, *name;
+  } known[] = {
+      {"no space left on device", "ENOSPC"}, {"quota exceeded", "EDQUOT"},
+      {"input/output error", "EIO"},         {"read-only file system", "EROFS"},
+      {"permission denied", "EACCES"},       {"timed out", "ETIMEDOUT"},
+  };
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (strcasestr(d, known[i].text))
+      return known[i].name;
+  return NULL;
+}
+
+/* A worker could not write its shard of a checkpoint: the store's fault,
+ * never the node's. The checkpoint is skipped (the last committed one stays
+ * the restore point), training goes on, the next checkpoint tries again. */
+static void on_storage(sup *s, sup_worker *w, int64_t step, const char *detail) {
+  char path[256] = ""; /* the first absolute path in the detail (a word starting with '/') */
+  for (const char *p = detail; *p; p++)
+    if (*p == '/' && (p == detail || strchr(" '\"(", p[-1]))) {
+      snprintf(path, sizeof path, "%.*s", (int)strcspn(p, ": ,)'\""), p);
+      break;
+    }
+  const char *en = storage_errno(detail);
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", w->node);
+  cJSON_AddNumberToObject(f, "slot", w->slot);
+  cJSON_AddNumberToObject(f, "rank", w->rank);
+  cJSON_AddNumberToObject(f, "step", (double)step);
+  cJSON_AddStringToObject(f, "path", path);
+  if (en)
+    cJSON_AddStringToObject(f, "errno", en);
+  else
+    cJSON_AddNullToObject(f, "errno");
+  cJSON_AddStringToObject(f, "detail", detail);
+  int final = step >= s->final_step;
+  sup_events_emit(s->ev, "storage_fault", f,
+                  "node %d slot %d cannot write its shard of step %" PRId64 " (%s%s%s): %s",
+                  w->node, w->slot, step, en ? en : "store error", path[0] ? " on " : "", path,
+                  final ? "the final checkpoint: the worker retries it, no node blamed"
+                        : "checkpoint skipped, training goes on, no node blamed");
+}
+
 void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
   const char *detail = m->fault.detail ? m->fault.detail : "";
   int current = m->gen == s->gen && w->gen == s->gen && w->rank >= 0 && sup_in_gang(s, w->node);
@@ -395,6 +440,9 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
   }
   case FT_FAULT_XID:
     on_xid(s, w, detail);
+    return;
+  case FT_FAULT_STORAGE:
+    on_storage(s, w, m->fault.step, detail);
     return;
   case FT_FAULT_CONFIG:
   case FT_FAULT_DATA:

@@ -29,3 +29,8 @@ if(TARGET supervise AND TARGET fake_worker)
   ft_add_script_test(NAME sup_config LABELS integration TIMEOUT 120
                      COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/sup_config.sh)
 endif()
+# Storage faults with the store on a tmpfs (root; skipped otherwise).
+if(TARGET supervise)
+  ft_add_script_test(NAME sup_storage LABELS integration TIMEOUT 120
+                     COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/sup_storage.sh)
+endif()

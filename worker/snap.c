@@ -54,6 +54,10 @@ struct snap {
   int inflight; /* submitted, not yet committed or failed */
   int stopping;
   int first_err;
+  int last_err;           /* of the checkpoint completed last (FT_OK: it is durable) */
+  char last_detail[512];  /* and its detail */
+  snap_fault_fn on_fault; /* a failed checkpoint (NULL: printed only) */
+  void *fault_ud;
 };
 
 static void pending_free(pending *p) {
@@ -94,12 +98,18 @@ static void *committer_main(void *arg) {
     s->staging_busy = 0; /* durable (or failed): the buffer is free */
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    int written = rc == FT_OK; /* a failed write is the store's fault */
+    char fail_detail[512] = "";
     if (rc == FT_OK)
       rc = s->on_durable ? s->on_durable(s->ud, &p->meta, shard)
                          : ckpt_store_commit(s->store, &p->meta, &shard, 1);
-    if (rc)
+    if (rc) {
       fprintf(stderr, "worker: checkpoint at step %" PRId64 " failed: %s: %s\n", p->meta.step,
               ft_strerror(rc), ft_err_detail());
+      snprintf(fail_detail, sizeof fail_detail, "%s", ft_err_detail());
+      if (s->on_fault && !written)
+        s->on_fault(s->fault_ud, p->meta.step, rc, ft_err_detail());
+    }
     ckpt_shard_free(shard);
 
     pthread_mutex_lock(&s->mu);
@@ -109,6 +119,8 @@ static void *committer_main(void *arg) {
     s->inflight--;
     if (rc && !s->first_err)
       s->first_err = rc;
+    s->last_err = rc;
+    snprintf(s->last_detail, sizeof s->last_detail, "%s", rc ? fail_detail : "");
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pending_free(p);
@@ -144,6 +156,24 @@ int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level,
   }
   *out = s;
   return FT_OK;
+}
+
+void snap_set_fault(snap *s, snap_fault_fn fn, void *ud) {
+  pthread_mutex_lock(&s->mu);
+  s->on_fault = fn;
+  s->fault_ud = ud;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int snap_drain_last(snap *s) {
+  pthread_mutex_lock(&s->mu);
+  while (s->inflight > 0)
+    pthread_cond_wait(&s->cv, &s->mu);
+  int rc = s->last_err;
+  if (rc)
+    ft_err_set(rc, "%s", s->last_detail); /* on the caller's thread */
+  pthread_mutex_unlock(&s->mu);
+  return rc;
 }
 
 int snap_drain(snap *s) {

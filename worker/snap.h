@@ -58,6 +58,17 @@ int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
 /* Waits until every submitted checkpoint is committed; returns the first
  * error of any commit (FT_OK if all committed). */
 int snap_drain(snap *s);
+/* The same wait; returns the error of the checkpoint completed last only
+ * (FT_OK: it is durable; else its detail is set on the calling thread), for
+ * a caller that skips failed checkpoints. */
+int snap_drain_last(snap *s);
+
+/* Called from the committer thread when a checkpoint of step fails (rc, and
+ * the detail, which names the file or request and the cause: a full disk,
+ * an I/O error, a quota, S3 refusing). A gang's worker reports it to the
+ * supervisor as FAULT storage and trains on. */
+typedef void (*snap_fault_fn)(void *ud, int64_t step, int rc, const char *detail);
+void snap_set_fault(snap *s, snap_fault_fn fn, void *ud);
 
 /* Newest committed step of the run, or FT_ENOENT. */
 int snap_latest(snap *s, int64_t *step);

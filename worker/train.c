@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -163,6 +164,24 @@ static int report_shard(void *ud, const ckpt_meta *meta, const ckpt_shard *shard
   return rc;
 }
 
+/* A checkpoint's shard could not be written (a full disk, an I/O error, a
+ * quota, S3 refusing): the store's fault, never this node's. Reported as
+ * FAULT storage (the detail names the file or request and the cause); the
+ * rank trains on and the next checkpoint tries again. */
+static void report_storage(void *ud, int64_t step, int rc, const char *detail) {
+  char msg[FT_WIRE_MAX_DETAIL + 1];
+  snprintf(msg, sizeof msg, "checkpoint of step %" PRId64 ": %s: %s", step, ft_strerror(rc),
+           detail);
+  ctl_send_fault((ctl *)ud, FT_FAULT_STORAGE, step, msg);
+}
+
+/* How long a gang's worker keeps retrying its shard of the FINAL checkpoint
+ * while the store refuses it, before it gives up with FT_EXIT_STORE: three
+ * heartbeat timeouts (the supervisor waits meanwhile; space may come back). */
+static double final_retry_s(const ft_runfile *rf) {
+  return 3 * rf->watchdog.heartbeat_timeout_s;
+}
+
 /* A collective failed: tell the supervisor (the peer that died is the
  * fault; this rank is healthy) and leave with FT_EXIT_GANG. */
 static int gang_broken(const train_opts *o, int rc, int64_t step) {
@@ -282,6 +301,9 @@ int train_main(const train_opts *o) {
   int rank = 0, world = 1, level = 1;
   int cuda = strcmp(rf->nodes.device, "cuda") == 0;
   int64_t restore_step = -1;
+  int final_rc = FT_OK; /* snap_take of the final step */
+  double last_loss = NAN;
+  char last_metrics[160] = "{}";
 
   ft_gpt2_dims d = {.max_seq_len = rf->model.seq_len,
                     .vocab_size = rf->model.vocab_size,
@@ -416,6 +438,8 @@ int train_main(const train_opts *o) {
       code = FT_EXIT_STORE;
       goto out;
     }
+    if (o->ctl)
+      snap_set_fault(sn, report_storage, o->ctl);
     int64_t last;
     if (!o->ctl && snap_latest(sn, &last) == FT_OK) {
       if (!o->resume) {
@@ -598,11 +622,17 @@ int train_main(const train_opts *o) {
       snprintf(metrics, sizeof metrics, "{\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}", loss, lr,
                norm);
       uint64_t c0 = ft_now_ns();
+      snprintf(last_metrics, sizeof last_metrics, "%s", metrics);
+      last_loss = loss;
       rc = snap_take(sn, e, rank, world, &st, config, loss, metrics);
+      final_rc = st.step == tc->steps ? rc : final_rc;
       if (rc) {
         fprintf(stderr, "worker: checkpoint at step %" PRId64 ": %s\n", st.step, ft_err_detail());
-        code = FT_EXIT_STORE;
-        goto out;
+        if (!o->ctl || rc == FT_ENOMEM) {
+          code = FT_EXIT_STORE;
+          goto out;
+        }
+        report_storage(o->ctl, st.step, rc, ft_err_detail()); /* skipped; training goes on */
       }
       stall_ms = (double)(ft_now_ns() - c0) * 1e-6;
     }
@@ -630,9 +660,39 @@ int train_main(const train_opts *o) {
     }
   }
 
-  if (sn) {
+  if (sn && !o->ctl) {
     rc = snap_drain(sn);
     if (rc) {
+      code = FT_EXIT_STORE;
+      goto out;
+    }
+  }
+  if (sn && o->ctl && st.step == tc->steps) {
+    /* The final checkpoint must be written: the earlier ones may have been
+     * skipped, this one is retried while the store refuses it (the
+     * supervisor waits), then the run ends with FT_EXIT_STORE. */
+    char why[512];
+    rc = final_rc ? final_rc : snap_drain_last(sn);
+    snprintf(why, sizeof why, "%s", ft_err_detail());
+    double give_up = ft_now_s() + final_retry_s(rf);
+    while (rc && ft_now_s() < give_up) {
+      struct timespec pause_ts = {1, 0};
+      nanosleep(&pause_ts, NULL);
+      rc = snap_take(sn, e, rank, world, &st, config, last_loss, last_metrics);
+      if (rc) {
+        snprintf(why, sizeof why, "%s", ft_err_detail());
+        report_storage(o->ctl, st.step, rc, why);
+      } else if ((rc = snap_drain_last(sn))) { /* reported by the committer */
+        snprintf(why, sizeof why, "%s", ft_err_detail());
+      }
+    }
+    if (rc) {
+      char msg[FT_WIRE_MAX_DETAIL + 1];
+      snprintf(msg, sizeof msg,
+               "the final checkpoint (step %" PRId64 ") could not be written for %.0f s: %s",
+               st.step, final_retry_s(rf), why);
+      fprintf(stderr, "worker: %s\n", msg);
+      ctl_send_fault(o->ctl, FT_FAULT_STORAGE, st.step, msg);
       code = FT_EXIT_STORE;
       goto out;
     }
