@@ -105,6 +105,17 @@ void ckpt_key_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]) {
   snprintf(buf, n, "ckpt/chunk/%s", hex);
 }
 
+void ckpt_key_info_prefix(char *buf, size_t n, const char *run) {
+  if (run)
+    snprintf(buf, n, "ckpt/info/%s/", run);
+  else
+    snprintf(buf, n, "ckpt/info/");
+}
+
+void ckpt_key_man_prefix(char *buf, size_t n) {
+  snprintf(buf, n, "ckpt/man/");
+}
+
 static int take_lock(const char *dir, int *fd_out) {
   char path[4096];
   snprintf(path, sizeof path, "%s.lock", dir);

@@ -161,9 +161,9 @@ static int mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
 /* G5 for one object. */
 static int sweep_cb(void *ud, const char *key) {
   gc_ctx *g = ud;
-  const char *name = key + strlen("chunks/");
+  const char *name = ckpt_objkey_chunk_name(key);
   uint8_t h[CKPT_HASH_LEN];
-  int valid = ckpt_unhex(name, h) == FT_OK;
+  int valid = name && ckpt_unhex(name, h) == FT_OK;
   if (valid && hs_has(&g->marked, h))
     return FT_OK;
   uint64_t size = 0;
@@ -258,11 +258,11 @@ static int tmp_file_cb(void *ud, const char *key) {
 /* Sweeps the manifest temp files left by crashed writers. */
 static int sweep_manifest_tmp(gc_ctx *g, int64_t t0) {
   tmp_ctx t = {.g = g, .cutoff = t0 - GC_TMP_AGE_S * 1000000000LL, .tier = g->s->tier};
-  int rc = t.tier->list(t.tier, "manifests/", tmp_run_cb, &t);
+  int rc = t.tier->list(t.tier, CKPT_OBJ_MANIFESTS, tmp_run_cb, &t);
   for (size_t i = 0; i < t.nruns; i++) {
     char sub[600];
     snprintf(sub, sizeof sub, "%s/", t.runs[i]);
-    if (rc == FT_OK && !strstr(t.runs[i] + strlen("manifests/"), "/"))
+    if (rc == FT_OK && !strstr(t.runs[i] + strlen(CKPT_OBJ_MANIFESTS), "/"))
       rc = t.tier->list(t.tier, sub, tmp_file_cb, &t);
     else if (rc == FT_OK)
       rc = tmp_file_cb(&t, t.runs[i]); /* a bucket lists whole keys */
@@ -360,7 +360,8 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
     if (rc)
       goto unlock;
   }
-  rc = ckpt_catalog_scan(s->cat, "ckpt/man/", mark_cb, &g); /* G4 */
+  ckpt_key_man_prefix(key, sizeof key);
+  rc = ckpt_catalog_scan(s->cat, key, mark_cb, &g); /* G4 */
 unlock:
   pthread_mutex_unlock(&s->meta_mu);
   if (rc)
@@ -372,7 +373,7 @@ unlock:
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
   }
-  rc = s->tier->list(s->tier, "chunks/", sweep_cb, &g); /* G5 */
+  rc = s->tier->list(s->tier, CKPT_OBJ_CHUNKS, sweep_cb, &g); /* G5 */
   if (rc == FT_OK)
     rc = sweep_manifest_tmp(&g, t0);
   if (!dry_run) {

@@ -154,21 +154,9 @@ void ckpt_batch_free(ckpt_batch *b);
 void ckpt_key_info(char *buf, size_t n, const char *run, int64_t step);
 void ckpt_key_man(char *buf, size_t n, const char *run, int64_t step);
 void ckpt_key_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]);
-
-/* Object keys in the tiers (the one place their formats are written):
- *   chunks/<hex>                        a chunk object
- *   manifests/<run>/<step %020lld>.json a checkpoint manifest
- * Each returns the length written (as snprintf) or -1 if it did not fit. */
-int ckpt_objkey_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]);
-int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step);
-/* The GOOD/BAD mark and pin of a checkpoint, beside its manifest:
- * manifests/<run>/<step %020lld>.mark (what a rebuild of the catalog reads). */
-int ckpt_objkey_mark(char *buf, size_t n, const char *run, int64_t step);
-/* Prefix of one run's manifests, "manifests/<run>/" (run NULL: "manifests/"). */
-int ckpt_objkey_manifest_dir(char *buf, size_t n, const char *run);
-/* Parses "<...>/<20 digits>.json" (a manifest key or file name) into *step;
- * 0 on success, -1 if the name is not a manifest's. */
-int ckpt_objkey_manifest_step(const char *key, int64_t *step);
+/* Scan prefixes: "ckpt/info/<run>/" (run NULL: every run's), "ckpt/man/". */
+void ckpt_key_info_prefix(char *buf, size_t n, const char *run);
+void ckpt_key_man_prefix(char *buf, size_t n);
 
 /* ---- the store (ckpt_store.c) --------------------------------------------- */
 

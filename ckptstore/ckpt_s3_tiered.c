@@ -187,10 +187,11 @@ typedef struct tiered {
 } tiered;
 
 static int is_chunk(const char *key) {
-  return strncmp(key, "chunks/", 7) == 0;
+  return ckpt_objkey_chunk_name(key) != NULL;
 }
+/* Manifests and their mark objects: journaled and retried until uploaded. */
 static int is_manifest(const char *key) {
-  return strncmp(key, "manifests/", 10) == 0;
+  return ckpt_objkey_in_manifests(key);
 }
 
 /* 1 if obj is a chunk object whose decoded bytes hash to the key's name. */
@@ -358,6 +359,8 @@ static int ensure_remote(tiered *td, const char *key) {
 
 /* B1: every chunk of the manifest first, then the manifest object. */
 static int upload_manifest(tiered *td, const char *key, const char *json) {
+  if (ckpt_objkey_manifest_step(key, NULL) != 0) /* a mark object: names no chunks */
+    return ckpt_tier_s3_put_flags(td->remote, key, json, strlen(json), 0);
   ckpt_manifest *m = NULL;
   int rc = ckpt_manifest_from_json(json, &m);
   if (rc)
@@ -366,7 +369,7 @@ static int upload_manifest(tiered *td, const char *key, const char *json) {
     for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++) {
       char hex[CKPT_HEX_LEN + 1], ck[128];
       ckpt_hex(m->tensors[t].chunks[c].hash, hex);
-      snprintf(ck, sizeof ck, "chunks/%s", hex);
+      ckpt_objkey_chunk(ck, sizeof ck, hex);
       rc = ensure_remote(td, ck);
     }
   ckpt_manifest_free(m);

@@ -48,24 +48,34 @@ typedef void (*skip_fn)(void *ud, const char *key, const char *why);
 static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn skipped, void *ud,
                                    int *found, int *added);
 
-int ckpt_objkey_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]) {
-  int w = snprintf(buf, n, "chunks/%s", hex);
+int ckpt_objkey_chunk(char *buf, size_t n, const char *hex) {
+  int w = snprintf(buf, n, CKPT_OBJ_CHUNKS "%s", hex);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 
 int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step) {
-  int w = snprintf(buf, n, "manifests/%s/%020" PRId64 ".json", run, step);
+  int w = snprintf(buf, n, CKPT_OBJ_MANIFESTS "%s/%020" PRId64 ".json", run, step);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 
 int ckpt_objkey_mark(char *buf, size_t n, const char *run, int64_t step) {
-  int w = snprintf(buf, n, "manifests/%s/%020" PRId64 ".mark", run, step);
+  int w = snprintf(buf, n, CKPT_OBJ_MANIFESTS "%s/%020" PRId64 ".mark", run, step);
   return w < 0 || (size_t)w >= n ? -1 : w;
 }
 
 int ckpt_objkey_manifest_dir(char *buf, size_t n, const char *run) {
-  int w = run ? snprintf(buf, n, "manifests/%s/", run) : snprintf(buf, n, "manifests/");
+  int w =
+      run ? snprintf(buf, n, CKPT_OBJ_MANIFESTS "%s/", run) : snprintf(buf, n, CKPT_OBJ_MANIFESTS);
   return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+const char *ckpt_objkey_chunk_name(const char *key) {
+  size_t p = strlen(CKPT_OBJ_CHUNKS);
+  return strncmp(key, CKPT_OBJ_CHUNKS, p) == 0 ? key + p : NULL;
+}
+
+int ckpt_objkey_in_manifests(const char *key) {
+  return strncmp(key, CKPT_OBJ_MANIFESTS, strlen(CKPT_OBJ_MANIFESTS)) == 0;
 }
 
 int ckpt_objkey_manifest_step(const char *key, int64_t *step) {
@@ -79,7 +89,8 @@ int ckpt_objkey_manifest_step(const char *key, int64_t *step) {
       return -1;
     v = v * 10 + (base[i] - '0');
   }
-  *step = v;
+  if (step)
+    *step = v;
   return 0;
 }
 
@@ -136,7 +147,7 @@ static int run_dir_cb(void *ud, const char *key) {
 static int has_manifests(ckpt_tier *tier) {
   mkeys runs = {0};
   int found = 0;
-  int rc = tier->list(tier, "manifests/", run_dir_cb, &runs);
+  int rc = tier->list(tier, CKPT_OBJ_MANIFESTS, run_dir_cb, &runs);
   for (size_t i = 0; rc == FT_OK && !found && i < runs.n; i++) {
     if (any_manifest_cb(&found, runs.v[i]) == 1)
       break; /* a bucket lists whole keys */
@@ -445,10 +456,7 @@ int ckpt_store_list(ckpt_store *s, const char *run, ckpt_info **out, size_t *n) 
   list_acc a = {0};
   *out = NULL;
   *n = 0;
-  if (run)
-    snprintf(prefix, sizeof prefix, "ckpt/info/%s/", run);
-  else
-    snprintf(prefix, sizeof prefix, "ckpt/info/");
+  ckpt_key_info_prefix(prefix, sizeof prefix, run);
   int rc = ckpt_catalog_scan(s->cat, prefix, list_cb, &a);
   if (rc) {
     free(a.v);
@@ -531,7 +539,7 @@ static int read_one(read_job *j, int ci, uint8_t **buf, size_t *cap) {
   const ckpt_chunk_ref *c = &j->t->chunks[ci];
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_hex(c->hash, hex);
-  snprintf(key, sizeof key, "chunks/%s", hex);
+  ckpt_objkey_chunk(key, sizeof key, hex);
   if (*cap < c->len) {
     free(*buf);
     *buf = malloc(c->len);
@@ -855,9 +863,9 @@ static int rebuild_one(ckpt_tier *tier, ckpt_catalog *cat, const char *objkey, c
 static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn skipped, void *ud,
                                    int *found, int *added) {
   mkeys k = {0}, all = {0};
-  int rc = tier->list(tier, "manifests/", mkeys_cb, &k);
+  int rc = tier->list(tier, CKPT_OBJ_MANIFESTS, mkeys_cb, &k);
   for (size_t i = 0; rc == FT_OK && i < k.n; i++) {
-    if (ends_with(k.v[i], ".json")) {
+    if (ckpt_objkey_manifest_step(k.v[i], NULL) == 0) {
       rc = mkeys_cb(&all, k.v[i]);
     } else if (!strstr(k.v[i], ".tmp.") && !ends_with(k.v[i], ".mark")) {
       char sub[600];
@@ -865,7 +873,7 @@ static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn s
       mkeys inner = {0};
       rc = tier->list(tier, sub, mkeys_cb, &inner);
       for (size_t j = 0; j < inner.n; j++) {
-        if (rc == FT_OK && ends_with(inner.v[j], ".json"))
+        if (rc == FT_OK && ckpt_objkey_manifest_step(inner.v[j], NULL) == 0)
           rc = mkeys_cb(&all, inner.v[j]);
         free(inner.v[j]);
       }

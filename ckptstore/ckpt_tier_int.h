@@ -47,4 +47,26 @@ struct ckpt_tier {
 /* Opens "local:DIR", creating DIR and its folders if create is set. */
 int ckpt_tier_local_open(const char *dir, int create, ckpt_tier **out);
 
+/* ---- object keys (ckpt_store.c: the one place their formats are written) --
+ *   chunks/<hex>                          a chunk object (64 hex digits)
+ *   manifests/<run>/<step %020lld>.json   a checkpoint manifest
+ *   manifests/<run>/<step %020lld>.mark   its GOOD/BAD mark and pin
+ * (and "<key>.tmp.<pid>.<tid>.<n>" temp files of the local tier's writes).
+ * The makers return the length written (as snprintf) or -1 if it did not
+ * fit in n. */
+#define CKPT_OBJ_CHUNKS "chunks/"
+#define CKPT_OBJ_MANIFESTS "manifests/"
+int ckpt_objkey_chunk(char *buf, size_t n, const char *hex);
+int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step);
+int ckpt_objkey_mark(char *buf, size_t n, const char *run, int64_t step);
+/* "manifests/<run>/" (run NULL: "manifests/"). */
+int ckpt_objkey_manifest_dir(char *buf, size_t n, const char *run);
+/* The <hex> part of "chunks/<hex>", or NULL if key is not under chunks/. */
+const char *ckpt_objkey_chunk_name(const char *key);
+/* 1 if key is under manifests/ (manifests, marks, temp files), else 0. */
+int ckpt_objkey_in_manifests(const char *key);
+/* Parses a checkpoint manifest's key or file name ("<...>/<20 digits>.json")
+ * into *step (may be NULL); 0 on success, -1 if it is not one. */
+int ckpt_objkey_manifest_step(const char *key, int64_t *step);
+
 #endif

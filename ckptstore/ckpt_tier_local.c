@@ -53,8 +53,9 @@ static int key_path(local_tier *lt, const char *key, char *buf, size_t n) {
   int w;
   if (strstr(key, "..") || key[0] == '/')
     return ft_err_set(FT_EINVAL, "local tier: bad key '%s'", key);
-  if (strncmp(key, "chunks/", 7) == 0 && strlen(key + 7) >= 2)
-    w = snprintf(buf, n, "%s/chunks/%.2s/%s", lt->dir, key + 7, key + 7);
+  const char *hex = ckpt_objkey_chunk_name(key);
+  if (hex && strlen(hex) >= 2)
+    w = snprintf(buf, n, "%s/" CKPT_OBJ_CHUNKS "%.2s/%s", lt->dir, hex, hex);
   else
     w = snprintf(buf, n, "%s/%s", lt->dir, key);
   if (w < 0 || (size_t)w >= n)
@@ -298,9 +299,9 @@ static int local_list(ckpt_tier *t, const char *prefix, int (*fn)(void *ud, cons
                       void *ud) {
   local_tier *lt = (local_tier *)t;
   char dir[PATH_MAX];
-  if (strcmp(prefix, "chunks/") == 0) {
-    snprintf(dir, sizeof dir, "%s/chunks", lt->dir);
-    return list_dir(dir, "chunks/", 1, fn, ud);
+  if (strcmp(prefix, CKPT_OBJ_CHUNKS) == 0) {
+    snprintf(dir, sizeof dir, "%s/" CKPT_OBJ_CHUNKS, lt->dir);
+    return list_dir(dir, CKPT_OBJ_CHUNKS, 1, fn, ud);
   }
   int rc = key_path(lt, prefix, dir, sizeof dir);
   if (rc)

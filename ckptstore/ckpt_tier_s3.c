@@ -39,8 +39,9 @@ int ckpt_tier_s3_object_key(const ckpt_s3_config *cfg, const char *key, char *bu
     return ft_err_set(FT_EINVAL, "s3 tier: bad key '%s'", key);
   const char *sep = cfg->prefix[0] ? "/" : "";
   int w;
-  if (strncmp(key, "chunks/", 7) == 0 && strlen(key + 7) >= 2)
-    w = snprintf(buf, n, "%s%schunks/%.2s/%s", cfg->prefix, sep, key + 7, key + 7);
+  const char *hex = ckpt_objkey_chunk_name(key);
+  if (hex && strlen(hex) >= 2)
+    w = snprintf(buf, n, "%s%s" CKPT_OBJ_CHUNKS "%.2s/%s", cfg->prefix, sep, hex, hex);
   else
     w = snprintf(buf, n, "%s%s%s", cfg->prefix, sep, key);
   if (w < 0 || (size_t)w >= n)
@@ -62,7 +63,7 @@ int ckpt_tier_s3_put_flags(ckpt_tier *t, const char *key, const void *data, size
 }
 
 static int s3_put(ckpt_tier *t, const char *key, const void *data, size_t len) {
-  int chunk = strncmp(key, "chunks/", 7) == 0;
+  int chunk = ckpt_objkey_chunk_name(key) != NULL;
   int rc = ckpt_tier_s3_put_flags(t, key, data, len, chunk ? CKPT_S3_CREATE_ONLY : 0);
   return rc == FT_EEXIST && chunk ? FT_OK : rc;
 }
@@ -127,8 +128,9 @@ static int list_cb(void *ud, const char *okey, uint64_t size, int64_t mtime) {
   const char *k = okey + l->strip;
   char key[2048];
   /* chunks/ab/<hex> -> chunks/<hex> */
-  if (strncmp(k, "chunks/", 7) == 0 && strlen(k) > 10 && k[9] == '/')
-    snprintf(key, sizeof key, "chunks/%s", k + 10);
+  const char *fan = ckpt_objkey_chunk_name(k);
+  if (fan && strlen(fan) > 3 && fan[2] == '/')
+    ckpt_objkey_chunk(key, sizeof key, fan + 3);
   else
     snprintf(key, sizeof key, "%s", k);
   return l->fn(l->ud, key);

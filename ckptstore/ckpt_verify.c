@@ -44,7 +44,7 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
       const ckpt_chunk_ref *ref = &tt->chunks[c];
       char hex[CKPT_HEX_LEN + 1], key[128];
       ckpt_hex(ref->hash, hex);
-      snprintf(key, sizeof key, "chunks/%s", hex);
+      ckpt_objkey_chunk(key, sizeof key, hex);
       uint8_t *obj = NULL;
       size_t objlen = 0;
       int r = s->tier->get(s->tier, key, &obj, &objlen);

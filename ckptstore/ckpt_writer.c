@@ -93,7 +93,7 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
     goto fail;
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_hex(ref.hash, hex);
-  snprintf(key, sizeof key, "chunks/%s", hex);
+  ckpt_objkey_chunk(key, sizeof key, hex);
   uint64_t size = 0;
   rc = s->tier->exists(s->tier, key, 1, &size, NULL);
   if (rc == FT_OK) { /* idempotent: the same bytes are already stored */
