@@ -91,4 +91,12 @@ static inline int sup_failures_quarantine(int count, int threshold) {
   return count >= (threshold < 1 ? 1 : threshold);
 }
 
+/* How long a worker has been silent at `now`, its last frame at last_msg_s,
+ * not counting the supervisor's own stall that ended at stall_end_s (0:
+ * none): while the supervisor did not run it read nothing, so silence
+ * before stall_end_s is never the worker's. */
+static inline double sup_silence_s(double now, double last_msg_s, double stall_end_s) {
+  return now - (last_msg_s > stall_end_s ? last_msg_s : stall_end_s);
+}
+
 #endif

@@ -791,6 +791,7 @@ int sup_recovery_blame_silent(sup *s, const char *why) {
   if (s->state != SUP_RUNNING && !(s->state == SUP_RECOVERING &&
                                    (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))
     return 0;
+  sup_loop_stall_check(s); /* a stall that ended in this very iteration */
   double limit = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
   double now = ft_now_s();
   sup_worker *silent[s->ngang * s->G + 1];
@@ -798,14 +799,15 @@ int sup_recovery_blame_silent(sup *s, const char *why) {
   for (int p = 0; p < s->ngang; p++)
     for (int j = 0; j < s->G; j++) {
       sup_worker *w = &s->nodes[s->gang[p]].w[j];
-      if (w->alive && w->rank >= 0 && w->gen == s->gen && now - w->last_msg_s > limit)
+      if (w->alive && w->rank >= 0 && w->gen == s->gen &&
+          sup_silence_s(now, w->last_msg_s, s->stall_end_s) > limit)
         silent[ns++] = w;
     }
   for (int i = 0; i < ns; i++) {
     sup_worker *w = silent[i];
     char detail[256];
     snprintf(detail, sizeof detail, "%s; silent for %.1f s (> 2 heartbeat intervals, %.1f s)", why,
-             now - w->last_msg_s, limit);
+             sup_silence_s(now, w->last_msg_s, s->stall_end_s), limit);
     signal_node(s, w->node, SIGKILL); /* a stopped process ignores SIGTERM */
     sup_recovery_fault(s, "hang", w->node, w->slot, w->pid, detail, SUP_BLAME_NODE);
   }
@@ -1109,16 +1111,18 @@ void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
       !(s->state == SUP_RECOVERING &&
         (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))
     return;
+  sup_loop_stall_check(s); /* our own stall is never a worker's silence */
   double now = ft_now_s(), limit = s->rf.watchdog.heartbeat_timeout_s;
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
     for (int j = 0; j < s->G; j++) {
       sup_worker *w = &s->nodes[n].w[j];
-      if (!w->alive || now - w->last_msg_s <= limit)
+      double quiet = sup_silence_s(now, w->last_msg_s, s->stall_end_s);
+      if (!w->alive || quiet <= limit)
         continue;
       char detail[128];
-      snprintf(detail, sizeof detail, "no message for %.1f s (heartbeat_timeout_s %.1f)",
-               now - w->last_msg_s, limit);
+      snprintf(detail, sizeof detail, "no message for %.1f s (heartbeat_timeout_s %.1f)", quiet,
+               limit);
       signal_node(s, n, SIGKILL);
       sup_recovery_fault(s, "hang", n, j, w->pid, detail, SUP_BLAME_NODE);
       return; /* the state changed; the next tick looks again */

@@ -148,6 +148,17 @@ static void test_failure_window(void **st) {
                      i < SUP_FAIL_HIST ? i + 1 : SUP_FAIL_HIST);
 }
 
+/* A worker's silence never includes the supervisor's own stall. */
+static void test_silence(void **st) {
+  /* no stall: plain silence */
+  assert_true(sup_silence_s(100.0, 90.0, 0.0) == 10.0);
+  /* the supervisor stalled until 99: the worker's last frame at 90 was
+   * before it, so only 1 s of silence is the worker's */
+  assert_true(sup_silence_s(100.0, 90.0, 99.0) == 1.0);
+  /* a frame after the stall: measured from the frame */
+  assert_true(sup_silence_s(100.0, 99.5, 99.0) == 0.5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rank),
@@ -159,6 +170,7 @@ int main(void) {
       cmocka_unit_test(test_shrink_batch_and_empty),
       cmocka_unit_test(test_more_faults_than_spares),
       cmocka_unit_test(test_failure_window),
+      cmocka_unit_test(test_silence),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
