@@ -80,11 +80,10 @@
  * waits until it is interrupted. That is the honest behaviour of "wait"
  * here; on a cluster a restarted supervisor with more nodes would resume.
  *
- * Known limit (ckptstore): a checkpoint marked BAD keeps its (run, step)
- * key, and ckpt_store_commit refuses a step that exists in a state other
- * than PENDING, so the re-trained timeline cannot commit a step that was
- * marked BAD ("checkpoint_failed" event; training goes on). The store needs
- * a way to replace a BAD checkpoint for that.
+ * A rolled-back timeline re-trains steps whose old checkpoints were marked
+ * BAD; ckpt_store_commit replaces a BAD step (ckptstore/ckpt_commit.c), so
+ * the re-trained checkpoints commit under the same step numbers and become
+ * the restore point of any later recovery (tests/integration/sup_loss.sh).
  */
 #include "sup_int.h"
 

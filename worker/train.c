@@ -1,5 +1,16 @@
 /*
- * train: the standalone training loop (see train.h).
+ * train: the training loop (see train.h), one code path for a standalone
+ * process (world 1, or --world W over a rendezvous folder) and a gang's
+ * worker under the supervisor (ctl: ASSIGN decides rank, world, restore
+ * step and skipped batches; STEP, SHARD_SAVED and FAULT go back). The model
+ * runs on an engine (engine.h: cpu = gpt2 + FSDP over Gloo, cuda = bf16
+ * FSDP over NCCL).
+ *
+ * Exits (FT_EXIT_*, common/ft_wire.h): a collective's failure is the peer's
+ * (FT_EXIT_GANG, FAULT collective_timeout/other); a configuration or data
+ * error is reported as FAULT config/data before FT_EXIT_USAGE/FT_EXIT_DATA;
+ * in a gang a checkpoint the store refuses is FAULT storage and skipped
+ * (training goes on), the final one is retried, then FT_EXIT_STORE.
  *
  * One optimizer step s (0-based) takes the global batch of sequences
  * [seq, seq + global_batch) from the loader, as accum = global/micro

@@ -1,5 +1,6 @@
 /*
- * train: the standalone training loop (one process, world size 1).
+ * train: the training loop of one process: standalone (world 1, or one
+ * rank of --world W), or a gang's worker under the supervisor (ctl).
  *
  * Reads the run file's model/train/data sections, initialises GPT-2 from
  * the seed (or an llm.c model file), trains with AdamW, linear warmup and

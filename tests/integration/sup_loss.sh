@@ -10,6 +10,9 @@
 #     counts against recovery.max_restarts, so the run fails (exit 1).
 #  3. a worker's FAULT nan (it waits for STOP) rolls back even under warn.
 #  4. warn: a spike is only an event.
+#  5. after a rollback_and_skip the re-trained steps commit again (the store
+#     replaces a BAD step), and a node lost right after that restores the
+#     re-trained checkpoint, not the one before the spike.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 SPIKE=(--set watchdog.loss_spike.window=10 --set watchdog.loss_spike.min_steps=5)
@@ -111,3 +114,22 @@ has_event "$ST4" rollback && fail "warn must not roll back"
 has_event "$ST4" fault_detected && fail "warn must not start a recovery"
 has_event "$ST4" run_done 'e["restarts"] == 0' || fail "warn run not done"
 pass "warn: event only"
+
+# ---- 5. the re-trained timeline commits; a node loss restores from it ----
+ST5=$TMP/state5
+FT_FAILPOINTS=kill_node_at_step=23 FAKE_SAVE_FIRST=1 FAKE_SPIKE_BATCH=19 sup_run "$ST5" --spares 1 \
+  "${SPIKE[@]}" --steps 30 --set recovery.on_loss_spike=rollback_and_skip \
+  --set recovery.skip_batches=3 || { cat "$ST5.out"; fail "rollback + node loss run exited $?"; }
+has_event "$ST5" rollback 'e["spike_step"] == 20 and e["restore_step"] == 15 and e["bad_steps"] == [20]' ||
+  fail "no rollback to 15 marking 20 bad"
+python3 - "$ST5/events.jsonl" <<'PY' || fail "step 20 was not committed again after the rollback"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1])]
+rb = min(i for i, e in enumerate(evs) if e["event"] == "rollback")
+assert any(e["event"] == "checkpoint_committed" and e["step"] == 20 and e["gen"] == 2 for e in evs[rb:])
+PY
+in_order "$ST5" rollback checkpoint_committed chaos_kill node_quarantined spare_promoted run_done ||
+  fail "events: $(events "$ST5" | tr '\n' ' ')"
+has_event "$ST5" generation_started 'e["gen"] == 3 and e["restore_step"] == 20 and e["nodes"] == [0, 2]' ||
+  fail "gen 3 should restore the re-trained step 20 on nodes [0, 2]: $(grep generation_started "$ST5/events.jsonl" | tail -1)"
+pass "re-trained steps commit after a rollback; a node loss restores the re-trained checkpoint"

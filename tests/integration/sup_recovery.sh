@@ -10,6 +10,8 @@
 #  3. the chaos failpoint kill_node_at_step kills the node's whole process
 #     group: the node is lost, quarantined at once (shrink / fail below).
 #  4. a hang: quarantined at once.
+#  5. the run file's chaos fault fires once per run: a supervisor killed and
+#     run again (the run resumes) does not inject it again.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
@@ -94,3 +96,23 @@ has_event "$ST4" fault_detected 'e["kind"] == "hang" and e["node"] == 1' || fail
 in_order "$ST4" fault_detected gang_stopped node_quarantined spare_promoted recovered run_done ||
   fail "hang recovery events: $(events "$ST4" | tr '\n' ' ')"
 pass "hang detected and recovered"
+
+# the run file's chaos fault fires once per run, also across a supervisor restart
+ST6=$TMP/state6
+mkdir -p "$ST6"
+FAKE_STEP_MS=100 sup_bg "$ST6" --spares 2 --steps 40 --set chaos.kill_node_at_step=8
+for _ in $(seq 300); do
+  has_event "$ST6" recovered 2>/dev/null && break
+  sleep 0.1
+done
+has_event "$ST6" chaos_kill || { cat "$ST6.out"; fail "the chaos fault did not fire"; }
+has_event "$ST6" recovered || { cat "$ST6.out"; fail "no recovery from the chaos fault"; }
+kill -9 $SUP
+wait $SUP 2>/dev/null || true
+for _ in $(seq 100); do pgrep -f "fake_worker.*$ST6/" >/dev/null || break; sleep 0.1; done
+sup_run "$ST6" --spares 2 --steps 40 --set chaos.kill_node_at_step=8 ||
+  { cat "$ST6.out"; fail "the resumed run exited $?"; }
+[ "$(events "$ST6" | grep -c chaos_kill)" -eq 1 ] ||
+  fail "the chaos fault fired again after the supervisor restart"
+has_event "$ST6" run_done || fail "the resumed run is not done"
+pass "chaos fault: once per run, also across a supervisor restart"
