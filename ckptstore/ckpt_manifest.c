@@ -18,6 +18,11 @@
  * Invariants of a built checkpoint manifest (ckpt_manifest_build):
  *   every tensor's bytes [0, nbytes) are covered by its chunks exactly once;
  *   chunks are sorted by offset; dtype and shape agree across shards.
+ * The parsers check them too (a manifest from disk or a bucket is input,
+ * checksum or not): every number an integer in its range, a valid run
+ * name, a known dtype, nbytes = dtype size x shape (no overflow), chunks
+ * tiling the tensor's (or part's) byte range in order, tensors of a
+ * checkpoint sorted by name without duplicates. Anything else is FT_EFORMAT.
  * Pure data code; thread-safe as long as objects are not shared mutably.
  */
 #include "ckpt_int.h"
@@ -54,7 +59,7 @@ uint64_t ckpt_tensor_nbytes(const char *dtype, int ndim, const int64_t *shape) {
     return 0;
   uint64_t n = (uint64_t)es;
   for (int i = 0; i < ndim; i++) {
-    if (shape[i] < 0)
+    if (shape[i] < 0 || (shape[i] > 0 && n > UINT64_MAX / (uint64_t)shape[i]))
       return 0;
     n *= (uint64_t)shape[i];
   }
@@ -157,6 +162,46 @@ static int get_num(const cJSON *o, const char *k, double *v) {
   return ft_err_set(FT_EFORMAT, "manifest: missing or non-numeric \"%s\"", k);
 }
 
+/* Largest integer a double (a JSON number) holds exactly: 2^53. */
+#define JSON_INT_MAX 9007199254740992.0
+
+/* v as an integer in [lo, hi]; FT_EFORMAT for NaN, fractions, out of range. */
+static int as_int(double v, double lo, double hi, const char *what, const char *k, int64_t *out) {
+  if (!(v >= lo && v <= hi) || v != floor(v))
+    return ft_err_set(FT_EFORMAT, "%s: \"%s\" is not an integer in [%.0f, %.0f]", what, k, lo, hi);
+  *out = (int64_t)v;
+  return FT_OK;
+}
+
+/* Checks a parsed tensor: known dtype, byte count that fits, chunks that
+ * tile [t->offset, t->offset + t->len) in order, each of at least a byte. */
+static int check_tensor(const ckpt_tensor *t, int with_range) {
+  uint64_t nbytes = ckpt_tensor_nbytes(t->dtype, t->ndim, t->shape);
+  int zero = 0;
+  for (int i = 0; i < t->ndim; i++)
+    zero |= t->shape[i] == 0;
+  if (nbytes == 0 && !(zero && ckpt_dtype_size(t->dtype)))
+    return ft_err_set(FT_EFORMAT, "manifest: tensor %s: unknown dtype '%s' or shape too large",
+                      t->name, t->dtype);
+  if (with_range ? t->offset > nbytes || t->len > nbytes - t->offset : t->len != nbytes)
+    return ft_err_set(FT_EFORMAT, "manifest: tensor %s: bytes do not match its dtype and shape",
+                      t->name);
+  uint64_t at = t->offset;
+  for (int c = 0; c < t->nchunks; c++) {
+    const ckpt_chunk_ref *r = &t->chunks[c];
+    if (r->offset != at || r->len == 0 || r->len > t->offset + t->len - at)
+      return ft_err_set(FT_EFORMAT,
+                        "manifest: tensor %s: chunk %d does not continue at byte %" PRIu64, t->name,
+                        c, at);
+    at += r->len;
+  }
+  if (at != t->offset + t->len)
+    return ft_err_set(FT_EFORMAT,
+                      "manifest: tensor %s: chunks end at byte %" PRIu64 ", not %" PRIu64, t->name,
+                      at, t->offset + t->len);
+  return FT_OK;
+}
+
 static const char *get_str(const cJSON *o, const char *k) {
   const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
   return cJSON_IsString(x) ? x->valuestring : NULL;
@@ -215,33 +260,43 @@ static int tensor_from_json(const cJSON *o, ckpt_tensor *t, int with_range) {
     return ft_err_set(FT_ENOMEM, "out of memory");
   snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
   const cJSON *x;
+  int64_t v = 0;
   cJSON_ArrayForEach(x, sh) {
-    if (!cJSON_IsNumber(x))
+    if (!cJSON_IsNumber(x) || as_int(x->valuedouble, 0, JSON_INT_MAX, name, "shape", &v))
       return ft_err_set(FT_EFORMAT, "manifest: tensor %s: bad shape", name);
-    t->shape[t->ndim++] = (int64_t)x->valuedouble;
+    t->shape[t->ndim++] = v;
   }
   double a = 0, b = 0;
+  int64_t ia = 0, ib = 0;
   int rc = with_range ? (get_num(o, "offset", &a) ? FT_EFORMAT : get_num(o, "len", &b))
                       : get_num(o, "nbytes", &b);
+  if (rc == FT_OK && with_range)
+    rc = as_int(a, 0, JSON_INT_MAX, name, "offset", &ia);
+  if (rc == FT_OK)
+    rc = as_int(b, 0, JSON_INT_MAX, name, with_range ? "len" : "nbytes", &ib);
   if (rc)
     return rc;
-  t->offset = (uint64_t)a;
-  t->len = (uint64_t)b;
+  t->offset = (uint64_t)ia;
+  t->len = (uint64_t)ib;
   cJSON_ArrayForEach(x, ch) {
     ckpt_chunk_ref c;
+    int64_t co = 0, cl = 0, cs = 0;
     const cJSON *e0 = cJSON_GetArrayItem(x, 0), *e1 = cJSON_GetArrayItem(x, 1),
                 *e2 = cJSON_GetArrayItem(x, 2), *e3 = cJSON_GetArrayItem(x, 3);
     if (!cJSON_IsNumber(e0) || !cJSON_IsNumber(e1) || !cJSON_IsString(e2) || !cJSON_IsNumber(e3) ||
-        ckpt_unhex(e2->valuestring, c.hash))
+        strlen(e2->valuestring) != CKPT_HEX_LEN || ckpt_unhex(e2->valuestring, c.hash) ||
+        as_int(e0->valuedouble, 0, JSON_INT_MAX, name, "chunk offset", &co) ||
+        as_int(e1->valuedouble, 1, JSON_INT_MAX, name, "chunk length", &cl) ||
+        as_int(e3->valuedouble, 0, JSON_INT_MAX, name, "chunk stored size", &cs))
       return ft_err_set(FT_EFORMAT, "manifest: tensor %s: malformed chunk entry", name);
-    c.offset = (uint64_t)e0->valuedouble;
-    c.len = (uint64_t)e1->valuedouble;
-    c.stored = (uint64_t)e3->valuedouble;
+    c.offset = (uint64_t)co;
+    c.len = (uint64_t)cl;
+    c.stored = (uint64_t)cs;
     rc = ckpt_tensor_add_chunk(t, &c);
     if (rc)
       return rc;
   }
-  return FT_OK;
+  return check_tensor(t, with_range);
 }
 
 /* ---- shards ------------------------------------------------------------------ */
@@ -299,10 +354,19 @@ int ckpt_shard_from_json(const char *json, ckpt_shard **out) {
     rc = ft_err_set(FT_EFORMAT, "shard manifest: missing run, step, rank, world or parts");
     goto out;
   }
+  int64_t istep = 0, irank = 0, iworld = 0;
+  if ((rc = as_int(step, 0, JSON_INT_MAX, "shard manifest", "step", &istep)) ||
+      (rc = as_int(world, 1, 1 << 20, "shard manifest", "world", &iworld)) ||
+      (rc = as_int(rank, 0, (double)iworld - 1, "shard manifest", "rank", &irank)))
+    goto out;
+  if (!ckpt_run_name_ok(run)) {
+    rc = ft_err_set(FT_EFORMAT, "shard manifest: bad run name");
+    goto out;
+  }
   sh->run = strdup(run);
-  sh->step = (int64_t)step;
-  sh->rank = (int)rank;
-  sh->world = (int)world;
+  sh->step = istep;
+  sh->rank = (int)irank;
+  sh->world = (int)iworld;
   int n = cJSON_GetArraySize(parts);
   sh->parts = calloc((size_t)(n ? n : 1), sizeof *sh->parts);
   if (!sh->run || !sh->parts) {
@@ -538,11 +602,21 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
     rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: missing fields");
     goto out;
   }
+  int64_t istep = 0, iparent = 0, iworld = 0, itms = 0;
+  if ((rc = as_int(step, 0, JSON_INT_MAX, "checkpoint manifest", "step", &istep)) ||
+      (rc = as_int(parent, -1, JSON_INT_MAX, "checkpoint manifest", "parent", &iparent)) ||
+      (rc = as_int(world, 1, 1 << 20, "checkpoint manifest", "world", &iworld)) ||
+      (rc = as_int(tms, 0, JSON_INT_MAX, "checkpoint manifest", "time_ms", &itms)))
+    goto out;
+  if (!ckpt_run_name_ok(run)) {
+    rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: bad run name");
+    goto out;
+  }
   snprintf(m->info.run, sizeof m->info.run, "%s", run);
-  m->info.step = (int64_t)step;
-  m->info.parent_step = (int64_t)parent;
-  m->info.world = (int)world;
-  m->info.time_ms = (int64_t)tms;
+  m->info.step = istep;
+  m->info.parent_step = iparent;
+  m->info.world = (int)iworld;
+  m->info.time_ms = itms;
   m->info.loss = loss;
   m->info.state = CKPT_COMMITTED;
   m->config = strdup(cfg);
@@ -560,6 +634,11 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
     rc = tensor_from_json(t, x, 0);
     if (rc)
       goto out;
+    if (m->ntensors > 1 && strcmp(m->tensors[m->ntensors - 2].name, x->name) >= 0) {
+      rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: tensors not sorted or repeated (%s)",
+                      x->name);
+      goto out;
+    }
     m->info.logical_bytes += x->len;
     m->info.nchunks += x->nchunks;
     for (int c = 0; c < x->nchunks; c++)
@@ -618,22 +697,31 @@ int ckpt_info_from_json(const char *json, ckpt_info *i) {
   rc = check_header(o, INFO_FORMAT, "checkpoint record");
   for (int k = 0; rc == FT_OK && k < 12; k++)
     rc = get_num(o, keys[k], &v[k]);
-  if (rc == FT_OK && !run)
-    rc = ft_err_set(FT_EFORMAT, "checkpoint record: no run");
+  if (rc == FT_OK && !ckpt_run_name_ok(run))
+    rc = ft_err_set(FT_EFORMAT, "checkpoint record: no run, or a bad run name");
+  /* every number but the loss is an integer in its range */
+  const double lo[12] = {0, -1, 0, CKPT_PENDING, 0, 0, 0, 0, 0, 0, 0, 0};
+  const double hi[12] = {
+      JSON_INT_MAX, JSON_INT_MAX, 1 << 20,      CKPT_BAD,     1,         0,
+      JSON_INT_MAX, JSON_INT_MAX, JSON_INT_MAX, JSON_INT_MAX, INT32_MAX, INT32_MAX};
+  int64_t iv[12] = {0};
+  for (int k = 0; rc == FT_OK && k < 12; k++)
+    if (k != 5)
+      rc = as_int(v[k], lo[k], hi[k], "checkpoint record", keys[k], &iv[k]);
   if (rc == FT_OK) {
     snprintf(i->run, sizeof i->run, "%s", run);
-    i->step = (int64_t)v[0];
-    i->parent_step = (int64_t)v[1];
-    i->world = (int)v[2];
-    i->state = (int)v[3];
-    i->pinned = (int)v[4];
+    i->step = iv[0];
+    i->parent_step = iv[1];
+    i->world = (int)iv[2];
+    i->state = (int)iv[3];
+    i->pinned = (int)iv[4];
     i->loss = v[5];
-    i->time_ms = (int64_t)v[6];
-    i->logical_bytes = (uint64_t)v[7];
-    i->stored_bytes = (uint64_t)v[8];
-    i->new_bytes = (uint64_t)v[9];
-    i->ntensors = (int)v[10];
-    i->nchunks = (int)v[11];
+    i->time_ms = iv[6];
+    i->logical_bytes = (uint64_t)iv[7];
+    i->stored_bytes = (uint64_t)iv[8];
+    i->new_bytes = (uint64_t)iv[9];
+    i->ntensors = (int)iv[10];
+    i->nchunks = (int)iv[11];
   }
   cJSON_Delete(o);
   return rc;
