@@ -55,8 +55,10 @@ typedef struct ckpt_s3_config {
  * FT_S3_REQUIRE, FT_S3_TIMEOUT_S, FT_S3_RETRIES, FT_S3_RETRY_BUDGET_S,
  * FT_S3_MULTIPART_MIB, FT_S3_PART_MIB, FT_S3_UPLOAD_THREADS, FT_S3_DRAIN_S)
  * and the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
- * AWS_SESSION_TOKEN; else the shared credentials file). FT_ECONFIG with a
- * message naming the variable (never its value if secret). */
+ * AWS_SESSION_TOKEN; else the shared credentials file, else the config
+ * file, profile AWS_PROFILE; the config file's region when no variable sets
+ * one). FT_ECONFIG with a message naming the variable or file (never a
+ * secret value); c->cred_source says where the keys came from. */
 int ckpt_s3_config_from_uri(const char *uri, ckpt_s3_config *c);
 /* Reads [profile] of a shared credentials file into c (FT_ENOENT if the file
  * or the profile is absent; FT_ECONFIG if it is not a valid INI file). The

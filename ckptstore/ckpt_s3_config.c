@@ -15,7 +15,10 @@
  * Credentials, first found wins: AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY
  * (+ AWS_SESSION_TOKEN); else the shared credentials file
  * (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials), profile AWS_PROFILE or
- * "default"; the file is parsed with inih. Error messages name variables
+ * "default"; else that profile in the config file (AWS_CONFIG_FILE or
+ * ~/.aws/config, "[profile NAME]"), as the AWS CLI looks. The region:
+ * AWS_REGION, AWS_DEFAULT_REGION, the profile's "region" in the config file,
+ * us-east-1. Both files are parsed with inih. Error messages name variables
  * and files, never secret values; cred_source says which was used, for the
  * client's message when the server refuses the keys.
  * Pure functions of their inputs and the environment; thread-safe if the
@@ -117,6 +120,8 @@ static char *cred_read_line(char *str, int num, void *stream) {
 typedef struct cred_ctx {
   const char *profile;
   ckpt_s3_config *c;
+  char *region; /* NULL: not wanted */
+  size_t region_n;
   cred_reader *rd;
   int found;
   int rc;
@@ -140,15 +145,21 @@ static int cred_on_value(void *user, const char *section, const char *name, cons
     x->rc = copy(x->c->secret_key, sizeof x->c->secret_key, value, "aws_secret_access_key");
   else if (strcmp(name, "aws_session_token") == 0)
     x->rc = copy(x->c->session_token, sizeof x->c->session_token, value, "aws_session_token");
+  else if (strcmp(name, "region") == 0 && x->region)
+    x->rc = copy(x->region, x->region_n, value, "region");
   return 1;
 }
 
-int ckpt_s3_config_read_credentials(const char *path, const char *profile, ckpt_s3_config *c) {
+/* [profile] of an AWS credentials or config file: the keys into c and, if
+ * region is not NULL, its region. need_keys: a profile without either key is
+ * FT_ENOENT, with one of the two FT_ECONFIG. */
+static int read_profile(const char *path, const char *profile, ckpt_s3_config *c, char *region,
+                        size_t region_n, int need_keys) {
   cred_reader rd = {0};
   rd.f = fopen(path, "r");
   if (!rd.f)
-    return ft_err_set(FT_ENOENT, "no shared credentials file %s", path);
-  cred_ctx x = {.profile = profile, .c = c, .rd = &rd};
+    return ft_err_set(FT_ENOENT, "no file %s", path);
+  cred_ctx x = {.profile = profile, .c = c, .region = region, .region_n = region_n, .rd = &rd};
   int bad = ini_parse_stream(cred_read_line, &rd, cred_on_value, &x);
   int eof = feof(rd.f);
   fclose(rd.f);
@@ -171,11 +182,32 @@ int ckpt_s3_config_read_credentials(const char *path, const char *profile, ckpt_
                       bad);
   if (!x.found)
     return ft_err_set(FT_ENOENT, "profile '%s' not in %s", profile, path);
-  if (!c->access_key[0] || !c->secret_key[0])
+  if (need_keys && !c->access_key[0] && !c->secret_key[0])
+    return ft_err_set(FT_ENOENT, "profile '%s' in %s has no keys", profile, path);
+  if (need_keys && (!c->access_key[0] || !c->secret_key[0]))
     return ft_err_set(FT_ECONFIG,
                       "profile '%s' in %s lacks aws_access_key_id or aws_secret_access_key",
                       profile, path);
   return FT_OK;
+}
+
+int ckpt_s3_config_read_credentials(const char *path, const char *profile, ckpt_s3_config *c) {
+  return read_profile(path, profile, c, NULL, 0, 1);
+}
+
+/* AWS_CONFIG_FILE, else ~/.aws/config */
+static void config_file(char *path, size_t n, int *from_env) {
+  const char *f = getenv("AWS_CONFIG_FILE"), *home = getenv("HOME");
+  *from_env = f && f[0];
+  if (*from_env)
+    snprintf(path, n, "%s", f);
+  else
+    snprintf(path, n, "%s/.aws/config", home ? home : "");
+}
+
+static const char *profile_name(void) {
+  const char *p = getenv("AWS_PROFILE");
+  return p && p[0] ? p : "default";
 }
 
 static int credentials(ckpt_s3_config *c) {
@@ -195,22 +227,32 @@ static int credentials(ckpt_s3_config *c) {
   if ((ak && ak[0]) != (sk && sk[0]))
     return ft_err_set(FT_ECONFIG, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set "
                                   "together");
-  char path[PATH_MAX];
+  /* the shared credentials file, then the config file (as the AWS CLI) */
+  char path[PATH_MAX], cpath[PATH_MAX];
   const char *f = getenv("AWS_SHARED_CREDENTIALS_FILE"), *home = getenv("HOME");
   if (f && f[0])
     snprintf(path, sizeof path, "%s", f);
   else
     snprintf(path, sizeof path, "%s/.aws/credentials", home ? home : "");
-  const char *prof = getenv("AWS_PROFILE");
-  int rc = ckpt_s3_config_read_credentials(path, prof && prof[0] ? prof : "default", c);
+  const char *prof = profile_name();
+  int rc = ckpt_s3_config_read_credentials(path, prof, c);
   snprintf(c->cred_source, sizeof c->cred_source, "profile '%.200s' of the credentials file %s%s",
-           prof && prof[0] ? prof : "default", path,
-           f && f[0] ? " (AWS_SHARED_CREDENTIALS_FILE)" : "");
+           prof, path, f && f[0] ? " (AWS_SHARED_CREDENTIALS_FILE)" : "");
+  if (rc != FT_ENOENT)
+    return rc;
+  int cenv;
+  config_file(cpath, sizeof cpath, &cenv);
+  memset(c->access_key, 0, sizeof c->access_key);
+  memset(c->secret_key, 0, sizeof c->secret_key);
+  memset(c->session_token, 0, sizeof c->session_token);
+  rc = read_profile(cpath, prof, c, NULL, 0, 1);
+  snprintf(c->cred_source, sizeof c->cred_source, "profile '%.200s' of the config file %s%s", prof,
+           cpath, cenv ? " (AWS_CONFIG_FILE)" : "");
   if (rc == FT_ENOENT)
     return ft_err_set(FT_ECONFIG,
                       "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
-                      "put them in %s (profile %s)",
-                      path, prof && prof[0] ? prof : "default");
+                      "put them in %s (profile %s; or in %s)",
+                      path, prof, cpath);
   return rc;
 }
 
@@ -251,7 +293,20 @@ int ckpt_s3_config_from_uri(const char *uri, ckpt_s3_config *c) {
   const char *region = getenv("AWS_REGION");
   if (!region || !region[0])
     region = getenv("AWS_DEFAULT_REGION");
-  if (!region || !region[0])
+  char cregion[sizeof c->region] = "";
+  if (!region || !region[0]) { /* the profile's region in the config file */
+    char cpath[PATH_MAX];
+    int cenv;
+    config_file(cpath, sizeof cpath, &cenv);
+    ckpt_s3_config tmp;
+    memset(&tmp, 0, sizeof tmp);
+    rc = read_profile(cpath, profile_name(), &tmp, cregion, sizeof cregion, 0);
+    ckpt_s3_config_wipe(&tmp);
+    if (rc && rc != FT_ENOENT)
+      return rc;
+    region = cregion;
+  }
+  if (!region[0])
     region = "us-east-1";
   if ((rc = copy(c->region, sizeof c->region, region, "AWS_REGION")))
     return rc;

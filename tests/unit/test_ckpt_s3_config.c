@@ -29,6 +29,7 @@ static void clear_env(void) {
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
     unsetenv(v[i]);
   setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials", 1);
+  setenv("AWS_CONFIG_FILE", "/nonexistent/config", 1);
   setenv("HOME", "/home/tester", 1);
 }
 
@@ -487,6 +488,44 @@ static void test_xml_error_and_upload_id(void **st) {
       FT_EPROTO);
 }
 
+/* ~/.aws/config: the profile's region when no variable names one, and its
+ * keys when neither the environment nor the credentials file has any */
+static void test_config_file_region_and_keys(void **st) {
+  clear_env();
+  char path[] = "/tmp/test_s3_configXXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  const char *text = "[default]\nregion = eu-central-1\noutput = json\n\n"
+                     "[profile dev]\nregion=ap-south-1\naws_access_key_id = CFGKEY\n"
+                     "aws_secret_access_key = CFGSECRET\ns3 =\n  max_concurrent_requests = 20\n";
+  assert_int_equal(write(fd, text, strlen(text)), (int)strlen(text));
+  close(fd);
+  setenv("AWS_CONFIG_FILE", path, 1);
+  ckpt_s3_config c;
+  /* [default] has a region but no keys: no credentials, both files named */
+  assert_int_equal(ckpt_s3_config_from_uri("s3://bkt/p", &c), FT_ECONFIG);
+  assert_non_null(strstr(ft_err_detail(), "no S3 credentials"));
+  assert_non_null(strstr(ft_err_detail(), "/nonexistent/credentials"));
+  assert_non_null(strstr(ft_err_detail(), path));
+  set_keys();
+  assert_int_equal(ckpt_s3_config_from_uri("s3://bkt/p", &c), FT_OK);
+  assert_string_equal(c.region, "eu-central-1");
+  assert_string_equal(c.endpoint, "https://s3.eu-central-1.amazonaws.com");
+  setenv("AWS_REGION", "us-west-2", 1); /* a variable wins over the file */
+  assert_int_equal(ckpt_s3_config_from_uri("s3://bkt/p", &c), FT_OK);
+  assert_string_equal(c.region, "us-west-2");
+  clear_env();
+  setenv("AWS_CONFIG_FILE", path, 1);
+  setenv("AWS_PROFILE", "dev", 1);
+  assert_int_equal(ckpt_s3_config_from_uri("s3://bkt/p", &c), FT_OK);
+  assert_string_equal(c.region, "ap-south-1");
+  assert_string_equal(c.access_key, "CFGKEY");
+  assert_string_equal(c.secret_key, "CFGSECRET");
+  assert_non_null(strstr(c.cred_source, "profile 'dev' of the config file"));
+  assert_non_null(strstr(c.cred_source, "AWS_CONFIG_FILE"));
+  unlink(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults_are_aws),
@@ -499,6 +538,7 @@ int main(void) {
       cmocka_unit_test(test_classify),
       cmocka_unit_test(test_cred_source_names_env_or_file_and_profile),
       cmocka_unit_test(test_credentials_file_as_people_write_it),
+      cmocka_unit_test(test_config_file_region_and_keys),
       cmocka_unit_test(test_sigv4_matches_aws_examples),
       cmocka_unit_test(test_uri_encoding_is_sigv4s),
       cmocka_unit_test(test_xml_list),
