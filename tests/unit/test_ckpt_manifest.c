@@ -1,7 +1,9 @@
 /*
  * test_ckpt_manifest: shard and checkpoint manifests: JSON round trips, the
  * checksum catching a changed byte, and the commit's coverage check (a
- * missing or doubly covered range is refused and nothing is listed).
+ * missing or doubly covered range is refused and nothing is listed); a
+ * sealed manifest that breaks an invariant (chunk gap or overlap, nbytes,
+ * dtype, world, step, run name, tensor order) is FT_EFORMAT.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -166,11 +168,88 @@ static void test_commit_coverage(void **st) {
     ckpt_shard_free(shards[i]);
 }
 
+/* A sealed manifest (its checksum right) that breaks what the store relies
+ * on is FT_EFORMAT, never a manifest: from disk or a bucket it is input. */
+static void expect_format(ckpt_manifest *m, const char *why) {
+  char *js = ckpt_manifest_to_json(m);
+  assert_non_null(js);
+  ckpt_manifest *back = NULL;
+  int rc = ckpt_manifest_from_json(js, &back);
+  if (rc != FT_EFORMAT)
+    fail_msg("%s: from_json gave %d (%s), not FT_EFORMAT", why, rc, ft_err_detail());
+  assert_null(back);
+  free(js);
+}
+
+static void test_manifest_checks_invariants(void **st) {
+  fx *f = *st;
+  ckpt_shard *sh[2] = {shard_of(f, 7, 0, 2, 0, N / 2), shard_of(f, 7, 1, 2, N / 2, N)};
+  ckpt_meta meta = {.run = "run", .step = 7, .parent_step = -1, .world = 2, .loss = 1};
+  ckpt_manifest *m = NULL;
+  assert_int_equal(ckpt_manifest_build(&meta, sh, 2, &m), FT_OK);
+  ckpt_tensor *t = &m->tensors[0];
+  assert_int_equal(t->nchunks, 2); /* one per shard */
+  char *js = ckpt_manifest_to_json(m);
+  ckpt_manifest *ok = NULL;
+  assert_int_equal(ckpt_manifest_from_json(js, &ok), FT_OK); /* the untouched one parses */
+  ckpt_manifest_free(ok);
+  free(js);
+
+  t->chunks[1].offset += 4; /* a gap between chunks */
+  expect_format(m, "gap");
+  t->chunks[1].offset -= 8; /* an overlap */
+  expect_format(m, "overlap");
+  t->chunks[1].offset += 4;
+  t->len += 4; /* nbytes that disagrees with dtype and shape */
+  expect_format(m, "nbytes");
+  t->len -= 4;
+  char dt[8];
+  memcpy(dt, t->dtype, sizeof dt);
+  snprintf(t->dtype, sizeof t->dtype, "f31");
+  expect_format(m, "dtype");
+  memcpy(t->dtype, dt, sizeof dt);
+  m->info.world = 0;
+  expect_format(m, "world 0");
+  m->info.world = 1;
+  m->info.step = -5;
+  expect_format(m, "negative step");
+  m->info.step = 7;
+  snprintf(m->info.run, sizeof m->info.run, "../etc");
+  expect_format(m, "run name");
+  snprintf(m->info.run, sizeof m->info.run, "run");
+  /* two tensors out of order: find() could not see one of them */
+  ckpt_tensor two[2];
+  two[0] = m->tensors[0];
+  two[1] = m->tensors[0];
+  two[0].name = "param/z";
+  ckpt_tensor *keep = m->tensors;
+  m->tensors = two;
+  m->ntensors = 2;
+  expect_format(m, "unsorted tensors");
+  two[0].name = two[1].name;
+  expect_format(m, "repeated tensor");
+  m->tensors = keep;
+  m->ntensors = 1;
+  ckpt_manifest_free(m);
+  ckpt_shard_free(sh[0]);
+  ckpt_shard_free(sh[1]);
+
+  /* a catalog record whose numbers are not integers in range */
+  ckpt_info i;
+  memset(&i, 0, sizeof i);
+  snprintf(i.run, sizeof i.run, "run");
+  i.state = 9;
+  char *ij = ckpt_info_to_json(&i);
+  assert_int_equal(ckpt_info_from_json(ij, &i), FT_EFORMAT);
+  free(ij);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_shard_json_checksum, setup, teardown),
       cmocka_unit_test_setup_teardown(test_manifest_json_checksum, setup, teardown),
       cmocka_unit_test_setup_teardown(test_commit_coverage, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_manifest_checks_invariants, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
