@@ -1,15 +1,16 @@
 /*
  * sup_commitq: checkpoint commits (and the retention GC after each) on a
- * thread of their own, for stores whose commit or GC may wait on the
- * network (s3://: with FT_S3_REQUIRE=both the commit waits until the chunks
- * are in the bucket, and GC lists the bucket in either mode).
+ * thread of their own, for every store: an s3:// commit may wait on the
+ * network (with FT_S3_REQUIRE=both until the chunks are in the bucket, and
+ * GC lists the bucket in either mode), and a local one on a slow disk (an
+ * fsync or a rename that takes seconds).
  *
  * Why: supervise is one libevent loop. A commit that blocks it for the
- * length of an S3 outage stops heartbeats and COMMITTED messages; the
- * workers then decide the supervisor is lost and exit, so a bucket outage
- * would stop training. With this queue the loop keeps serving the workers
- * while the bucket is away, and a commit lands (or fails, reported as
- * checkpoint_failed) when the store returns.
+ * length of an S3 outage or a disk stall stops heartbeats and COMMITTED
+ * messages; the workers then decide the supervisor is lost and exit, so a
+ * slow store would stop training. With this queue the loop keeps serving
+ * the workers while the store is slow, and a commit lands (or fails,
+ * reported as checkpoint_failed) when the store returns.
  *
  * Model: jobs are sup_pending_ckpt, committed strictly in push order by one
  * thread (work callback), then handed back to the loop thread (done
@@ -24,7 +25,6 @@
  * hold up the commits behind it. sup_commitq_busy says whether the store
  * may be inside a commit or GC (which hold the store's meta lock, possibly
  * for an outage): the loop defers its own state changes (GOOD marks) then.
- * Local stores do not use the queue (their commit is a local fsync).
  */
 #include "sup_commitq.h"
 

@@ -1,5 +1,5 @@
 /*
- * sup_events: the run's event log, DIR/events.jsonl (DESIGN section 11).
+ * sup_events: the run's event log, DIR/events.jsonl (docs/design.md).
  *
  * One JSON object per line: {"ts": unix seconds (ms precision), "event":
  * NAME, ...fields}. Each line is written with one write(2) on an O_APPEND

@@ -1,16 +1,48 @@
 /*
  * supervise: runs a training run and keeps it running through failures
- * (DESIGN sections 2, 9). This file: the command line, the run's resources
- * (state dir, checkpoint store, event log, control port, token, signals)
- * and the exit codes. The logic is in sup_run.c and sup_recovery.c.
+ * (docs/design.md). This file: the command line, the run's resources
+ * (state dir, checkpoint store, event log, control port, token, signals),
+ * the loop's own health (stalls, accept errors) and the exit codes. The
+ * logic is in sup_run.c and sup_recovery.c. main reads as its phases:
+ * parse_args, load_runfile, prepare_paths, open_store, alloc_pool,
+ * load_run_state, open_loop, run, cleanup.
  *
  * Decisions where the spec is silent (see also the top of each module):
- *  - The store is --store if given, else the run file's checkpoint.store
- *    when that is an s3:// URI, else "local:DIR/store" (absolute): a local
- *    checkpoint.store (default "local:state/store", relative to wherever
- *    supervise runs) is not used, so that local run state and the catalog
- *    always live under --state DIR.
- *  - An s3:// store (DESIGN: bucket + local cache tier) keeps its catalog,
+ *  - The store is --store if given, else the run file's checkpoint.store:
+ *    s3:// as it is, local:DIR relative to the run file's directory (as
+ *    its data globs are), except the default "local:state/store", which
+ *    means "local:DIR/store" (the store with the run state, where the
+ *    default --state puts it). run_started says which and why (store,
+ *    store_from).
+ *  - The run file is copied to DIR/run.yaml at every start and the workers
+ *    get that copy (editing or deleting the original mid-run changes
+ *    nothing); its relative data globs, which mean the original's
+ *    directory, are passed as absolute --set overrides.
+ *  - A catalog that lists less than the store holds for this run
+ *    (ckpt_store_catalog_behind: an old copy put back, a lost catalog
+ *    recreated) is refused with exit 4, naming the catalog and
+ *    `ckpt rebuild-catalog STORE`; --from-scratch goes on from the
+ *    catalog's newest checkpoint. A catalog the store cannot open is exit
+ *    4 with the store's message, --from-scratch or not: never a run from
+ *    step 0 on a damaged catalog.
+ *  - --unquarantine NODE|all rewrites the persisted run state (same gen
+ *    and status) without running anything; quarantine is otherwise
+ *    permanent for the run.
+ *  - Every terminal state ends the process: a run that fails before the
+ *    loop runs (too few usable nodes) never enters it, and a periodic
+ *    check ends a loop whose run is over with no process left.
+ *  - Stalls of the supervisor itself (the loop did not run: SIGSTOP, a long
+ *    callback, an overloaded host; or a suspend) are measured by a
+ *    highest-priority timer: event supervisor_stall {seconds, cause}, and
+ *    s->stall_end_s for the hang checks. No store I/O of a commit or GC
+ *    runs on the loop (sup_commitq, every store).
+ *  - Peers on the control port: RLIMIT_NOFILE is raised to its hard limit;
+ *    connections without an accepted HELLO are closed after
+ *    SUP_CONN_HELLO_TIMEOUT_S and capped (the oldest is evicted; the cap is
+ *    an eighth of the descriptors, at most SUP_CONN_MAX_UNAUTH, at least
+ *    twice the workers); accept errors (EMFILE) pause the listener 100 ms
+ *    doubling to 1 s; lines a peer can cause are rate limited.
+ *  - An s3:// store (bucket + local cache tier) keeps its catalog,
  *    and so the run state, in its cache, <FT_S3_CACHE>/catalog. When
  *    FT_S3_CACHE is unset supervise sets it to DIR/s3cache before opening
  *    the store, and local workers inherit it (they open the same URI as
@@ -79,20 +111,21 @@ static void usage(FILE *f) {
         "\n"
         "options:\n"
         "  --spares N      warm spare nodes (default 0)\n"
-        "  --state DIR     run state, event log, logs and the checkpoint store\n"
-        "                  (local:DIR/store) live here (default ./state)\n"
+        "  --state DIR     run state, event log, logs, the run file's copy (run.yaml)\n"
+        "                  and by default the checkpoint store live here (./state)\n"
         "  --steps N       override train.steps (forwarded to the workers)\n"
-        "  --store URI     another checkpoint store: local:PATH or s3://BUCKET/PREFIX\n"
-        "                  (default: the run file's checkpoint.store if it is s3://,\n"
-        "                  else local:DIR/store)\n"
+        "  --store URI     the checkpoint store: local:PATH or s3://BUCKET/PREFIX\n"
+        "                  (default: the run file's checkpoint.store, a local:DIR\n"
+        "                  relative to the run file's directory; its default,\n"
+        "                  local:state/store, means local:DIR/store)\n"
         "  --set KEY=VAL   override any run-file key, e.g. --set train.lr=1e-3\n"
         "                  (repeatable; forwarded to the workers)\n"
         "  --worker PATH   the worker program (default: `worker` beside supervise)\n"
         "  --from-scratch  go on even though the store has checkpoints of this run\n"
-        "                  that its catalog lacks (a damaged or lost catalog): train\n"
-        "                  from the catalog's newest checkpoint, or from step 0.\n"
+        "                  that its catalog does not list (an older catalog put back):\n"
+        "                  train from the catalog's newest checkpoint, or from step 0.\n"
         "                  Without it supervise refuses (exit 4); `ckpt rebuild-catalog\n"
-        "                  STORE` recovers them instead\n"
+        "                  STORE` lists them again instead\n"
         "  --unquarantine NODE|all\n"
         "                  put a quarantined node (or all) back into the run's pool:\n"
         "                  rewrites the persisted run state, says what it did, exits\n"
@@ -313,18 +346,40 @@ static void default_worker(char *out, size_t n) {
   snprintf(out, n, "%s/worker", dirname(exe));
 }
 
-/* The store: --store, else an s3:// checkpoint.store of the run file, else
- * local:DIR/store. An s3:// store's cache (and so its catalog, <cache>/catalog)
- * is FT_S3_CACHE, set to DIR/s3cache when the environment has none; the
- * workers the local launcher starts inherit it, so they share the cache. */
-static int resolve_store(sup *s, const char *store_arg) {
-  const char *uri = store_arg;
-  if (!uri && !strncmp(s->rf.checkpoint.store, "s3://", 5))
-    uri = s->rf.checkpoint.store;
-  if (!uri) {
+/* The store: --store, else the run file's checkpoint.store: an s3:// URI
+ * as it is, a local:DIR relative to the run file's directory; its default,
+ * local:state/store, means DIR/store (the store lives with the run state,
+ * as the default --state, ./state, makes it). An s3:// store's cache (and
+ * so its catalog, <cache>/catalog) is FT_S3_CACHE, set to DIR/s3cache when
+ * the environment has none; the workers the local launcher starts inherit
+ * it, so they share the cache. *from: where the choice came from. */
+#define DEFAULT_LOCAL_STORE "local:state/store"
+static int resolve_store(sup *s, const char *store_arg, const char **from) {
+  const char *uri = store_arg, *rs = s->rf.checkpoint.store;
+  *from = "--store";
+  if (!uri && !strncmp(rs, "s3://", 5)) {
+    uri = rs;
+    *from = "the run file's checkpoint.store";
+  }
+  if (!uri && (!strcmp(rs, DEFAULT_LOCAL_STORE) || strncmp(rs, "local:", 6))) {
+    *from = "the state directory";
     if (snprintf(s->store_uri, sizeof s->store_uri, "local:%s/store", s->state_dir) >=
         (int)sizeof s->store_uri) {
       fprintf(stderr, "supervise: --state path too long\n");
+      return -1;
+    }
+    return 0;
+  }
+  if (!uri) {
+    /* local:DIR of the run file: relative to the run file's directory */
+    const char *dir = rs + 6, *slash = strrchr(s->runfile_path, '/');
+    int n = dir[0] == '/'
+                ? snprintf(s->store_uri, sizeof s->store_uri, "%s", rs)
+                : snprintf(s->store_uri, sizeof s->store_uri, "local:%.*s/%s",
+                           (int)(slash ? slash - s->runfile_path : 0), s->runfile_path, dir);
+    *from = "the run file's checkpoint.store";
+    if (n >= (int)sizeof s->store_uri) {
+      fprintf(stderr, "supervise: checkpoint.store: path too long\n");
       return -1;
     }
     return 0;
@@ -357,8 +412,10 @@ typedef struct main_ctx {
   /* the command line */
   const char *state_dir, *store_arg, *worker, *steps, *runfile, *unquarantine;
   int spares, from_scratch;
-  const char **sets; /* the --set arguments (point into argv) */
+  const char **sets; /* the --set arguments (point into argv), then pin_data's */
   int nsets;
+  char set_train[1200], set_val[1200]; /* pin_data's --set arguments */
+  const char *store_from;              /* what chose the store (resolve_store) */
   /* what the phases found */
   char evpath[4200];
   int64_t latest; /* the newest committed checkpoint at start; -1: none */
@@ -552,6 +609,38 @@ out:
   return rc;
 }
 
+/* The run file's relative data globs are relative to its directory, which
+ * the snapshot (in DIR) does not share: the workers get them as absolute
+ * --set overrides, resolved as supervise resolved them. */
+static int pin_data(main_ctx *m) {
+  sup *s = m->s;
+  char cwd[PATH_MAX];
+  if (!getcwd(cwd, sizeof cwd)) {
+    fprintf(stderr, "supervise: getcwd: %s\n", strerror(errno));
+    return -1;
+  }
+  struct {
+    const char *key, *glob;
+    char *out;
+    size_t n;
+  } d[2] = {{"data.train", s->rf.data.train, m->set_train, sizeof m->set_train},
+            {"data.val", s->rf.data.val, m->set_val, sizeof m->set_val}};
+  for (int i = 0; i < 2; i++) {
+    if (!d[i].glob[0])
+      continue;
+    int abs = d[i].glob[0] == '/';
+    if (snprintf(d[i].out, d[i].n, "%s=%s%s%s", d[i].key, abs ? "" : cwd, abs ? "" : "/",
+                 d[i].glob) >= (int)d[i].n) {
+      fprintf(stderr, "supervise: %s: path too long\n", d[i].key);
+      return -1;
+    }
+    m->sets[m->nsets++] = d[i].out;
+  }
+  s->sets = m->sets;
+  s->nsets = m->nsets;
+  return 0;
+}
+
 /* The state dir, logs/, the run file's snapshot, the store's URI, the
  * worker program. */
 static int prepare_paths(main_ctx *m) {
@@ -569,7 +658,7 @@ static int prepare_paths(main_ctx *m) {
     fprintf(stderr, "supervise: %s: %s\n", m->state_dir, strerror(errno));
     return SUP_EXIT_USAGE;
   }
-  if (resolve_store(s, m->store_arg))
+  if (resolve_store(s, m->store_arg, &m->store_from))
     return SUP_EXIT_USAGE;
   if (m->unquarantine)
     return GO; /* nothing is launched */
@@ -578,7 +667,7 @@ static int prepare_paths(main_ctx *m) {
     fprintf(stderr, "supervise: cannot create %s: %s\n", logs, strerror(errno));
     return SUP_EXIT_USAGE;
   }
-  if (snapshot_runfile(s, m->runfile))
+  if (snapshot_runfile(s, m->runfile) || pin_data(m))
     return SUP_EXIT_USAGE;
   if (m->worker)
     snprintf(s->worker_path, sizeof s->worker_path, "%s", m->worker);
@@ -836,6 +925,7 @@ static int run(main_ctx *m) {
   cJSON_AddNumberToObject(f, "world", s->N * s->G);
   cJSON_AddNumberToObject(f, "spares", s->S);
   cJSON_AddStringToObject(f, "store", s->store_uri);
+  cJSON_AddStringToObject(f, "store_from", m->store_from);
   if (!strncmp(s->store_uri, "s3://", 5))
     cJSON_AddStringToObject(f, "s3_cache", getenv("FT_S3_CACHE"));
   cJSON_AddStringToObject(f, "runfile", s->runfile_path);
@@ -844,9 +934,9 @@ static int run(main_ctx *m) {
   cJSON_AddNumberToObject(f, "steps", (double)s->final_step);
   cJSON_AddNumberToObject(f, "restore_step", (double)m->latest);
   sup_events_emit(s->ev, "run_started", f,
-                  "run %s gen %" PRIu64 ": %d node(s) x %d worker(s) + %d spare(s), store %s, "
-                  "control port %d",
-                  s->rf.run, s->gen, s->N, s->G, s->S, s->store_uri, s->port);
+                  "run %s gen %" PRIu64 ": %d node(s) x %d worker(s) + %d spare(s), store %s "
+                  "(from %s), control port %d",
+                  s->rf.run, s->gen, s->N, s->G, s->S, s->store_uri, m->store_from, s->port);
   if (sup_persist(s, "running")) {
     fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
     return SUP_EXIT_STORE;
@@ -910,7 +1000,7 @@ static void raise_fd_limit(void) {
 
 int main(int argc, char **argv) {
   static sup S;
-  const char *sets[argc + 1];
+  const char *sets[argc + 3]; /* the --set arguments and pin_data's two */
   main_ctx m = {.s = &S, .sets = sets, .latest = -1};
   raise_fd_limit();
   int ex = parse_args(&m, argc, argv);

@@ -1,7 +1,7 @@
 # Tests of the supervisor's event loop and command line (sup_main, sup_conn,
 # sup_commitq, sup_run): terminal states, idle connections, own stalls.
 if(TARGET supervise)
-  foreach(t sup_terminal sup_stall sup_slowdisk sup_idle sup_snapshot sup_catalog)
+  foreach(t sup_terminal sup_stall sup_slowdisk sup_idle sup_snapshot sup_catalog sup_localstore)
     ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
                        LABELS integration TIMEOUT 120)
   endforeach()

@@ -2,7 +2,8 @@
 # The run file is snapshotted into the state directory at start, and every
 # launch reads the snapshot: deleting the run file mid-run and then losing
 # a node (every relaunched worker reads its --runfile) still recovers and
-# finishes.
+# finishes. With the real worker: the run file's relative data globs still
+# mean its own directory although the workers read the snapshot.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
@@ -26,3 +27,14 @@ has_event "$ST" run_done || fail "no run_done"
 cmp -s "$ST/run.yaml" "$FT_SRC/examples/demo.yaml" || fail "no snapshot in $ST/run.yaml"
 has_event "$ST" run_started "e[\"runfile\"] == \"$ST/run.yaml\"" || fail "run_started does not name the snapshot"
 pass "run file deleted mid-run: the relaunch used the snapshot; run done"
+
+# the real worker, a run file with relative data beside it, run from elsewhere
+mkdir -p "$TMP/r/data" "$TMP/elsewhere"
+synth_data "$TMP/r/data" 200000
+sed '/^chaos:/,$d' "$FT_SRC/examples/demo.yaml" >"$TMP/r/run.yaml"
+grep -q '"data/synth_train_\*.bin"' "$TMP/r/run.yaml" || fail "demo.yaml's data is not relative any more"
+(cd "$TMP/elsewhere" && "$FT_BIN/supervise" --state "$TMP/st2" --steps 10 \
+  --set checkpoint.every_steps=5 "$TMP/r/run.yaml" >"$TMP/st2.out" 2>&1) ||
+  { cat "$TMP/st2.out"; tail -5 "$TMP"/st2/logs/*; fail "the real worker could not train from the snapshot"; }
+has_event "$TMP/st2" run_done || fail "real worker: no run_done"
+pass "real worker: relative data of the run file found through the snapshot"
