@@ -34,6 +34,10 @@ case "$SECONDS_PER" in '' | *[!0-9]*)
 esac
 
 # ---- build ----------------------------------------------------------------
+if ! command -v clang >/dev/null 2>&1 || ! command -v clang++ >/dev/null 2>&1; then
+  echo "fuzz: clang and clang++ are needed (scripts/install-deps.sh installs them)" >&2
+  exit 2
+fi
 mkdir -p "$BUILD"
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   if ! CC=clang CXX=clang++ cmake -S "$SRC" -B "$BUILD" -DFT_FUZZ=ON -DWITH_CUDA=OFF \
