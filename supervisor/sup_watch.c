@@ -319,6 +319,7 @@ static int parse_xid(const char *d, int *xid, char *action, size_t alen, char *p
 static void quarantine_spare(sup *s, int n, const char *why) {
   sup_node *nd = &s->nodes[n];
   nd->role = SUP_ROLE_QUARANTINED;
+  snprintf(nd->why, sizeof nd->why, "%s (spare)", why);
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "node", n);
   cJSON_AddStringToObject(f, "reason", why);

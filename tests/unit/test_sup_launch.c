@@ -146,6 +146,35 @@ static void test_spawn(void **st) {
   unlink(log);
 }
 
+/* The host stand-in leads its own process group, which a worker joins; a
+ * worker killed alone leaves it running; killing the group kills it (that
+ * is how the supervisor tells a crash from a lost node). */
+static void test_host(void **st) {
+  pid_t host, w;
+  assert_int_equal(sup_launch_host(&host), 0);
+  assert_int_equal(getpgid(host), host);
+  char log[] = "/tmp/test_sup_launch_host.XXXXXX";
+  int fd = mkstemp(log);
+  assert_true(fd >= 0);
+  close(fd);
+  sup_spawn sp = {.cmd = "sleep 30", .token = "t", .log_path = log, .pgid = host};
+  assert_int_equal(sup_launch_spawn(&sp, &w), 0);
+  for (int i = 0; i < 100 && getpgid(w) != host; i++)
+    usleep(10000);
+  assert_int_equal(getpgid(w), host);
+  int status;
+  /* one worker killed: the host lives on */
+  assert_int_equal(kill(w, SIGKILL), 0);
+  assert_int_equal(waitpid(w, &status, 0), w);
+  usleep(50000);
+  assert_int_equal(waitpid(host, &status, WNOHANG), 0);
+  /* the whole group killed: the host dies of that signal */
+  assert_int_equal(kill(-host, SIGKILL), 0);
+  assert_int_equal(waitpid(host, &status, 0), host);
+  assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  unlink(log);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_argv),
@@ -153,6 +182,7 @@ int main(void) {
       cmocka_unit_test(test_quote_roundtrip),
       cmocka_unit_test(test_template),
       cmocka_unit_test(test_spawn),
+      cmocka_unit_test(test_host),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
