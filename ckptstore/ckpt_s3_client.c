@@ -119,19 +119,45 @@ static int buf_add(buf *b, const void *p, size_t n) {
   return 0;
 }
 
+/* "YYYY-MM-DDTHH:MM:SS[.fff]Z" (S3's LastModified) -> ns since the epoch;
+ * 0 for anything else, or a time an int64_t of ns cannot hold (after 2262). */
 static int64_t iso8601_ns(const char *s) {
+  static const int width[6] = {4, 2, 2, 2, 2, 2};
+  static const char sep[6] = {'-', '-', 'T', ':', ':', 0};
+  int v[6], ms = 0;
+  const char *p = s;
+  for (int i = 0; i < 6; i++) {
+    v[i] = 0;
+    for (int k = 0; k < width[i]; k++, p++) {
+      if (*p < '0' || *p > '9')
+        return 0;
+      v[i] = v[i] * 10 + (*p - '0');
+    }
+    if (sep[i] && *p++ != sep[i])
+      return 0;
+  }
+  if (*p == '.') {
+    int k = 0;
+    for (p++; k < 3 && *p >= '0' && *p <= '9'; k++, p++)
+      ms = ms * 10 + (*p - '0');
+    for (; k < 3; k++)
+      ms *= 10;
+  }
+  if (v[0] < 1970 || v[1] < 1 || v[1] > 12 || v[2] < 1 || v[2] > 31 || v[3] > 23 || v[4] > 59 ||
+      v[5] > 60)
+    return 0;
   struct tm tm;
   memset(&tm, 0, sizeof tm);
-  int ms = 0;
-  if (sscanf(s, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
-             &tm.tm_sec) != 6)
+  tm.tm_year = v[0] - 1900;
+  tm.tm_mon = v[1] - 1;
+  tm.tm_mday = v[2];
+  tm.tm_hour = v[3];
+  tm.tm_min = v[4];
+  tm.tm_sec = v[5];
+  time_t t = timegm(&tm);
+  if (t < 0 || (int64_t)t >= INT64_MAX / 1000000000LL)
     return 0;
-  const char *dot = strchr(s, '.');
-  if (dot)
-    ms = atoi(dot + 1) % 1000;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return ((int64_t)timegm(&tm) * 1000 + ms) * 1000000LL;
+  return ((int64_t)t * 1000 + ms) * 1000000LL;
 }
 
 static uint64_t rnd(void) {

@@ -432,6 +432,23 @@ static void test_xml_list(void **st) {
   assert_int_equal(trunc, 0);
   assert_string_equal(tok, "");
 
+  /* a date an int64_t of ns cannot hold, or not a date: 0 (found by
+   * fuzz_s3_xml: the product overflowed) */
+  const char *dates = "<ListBucketResult><Contents><Key>a</Key><LastModified>65729-01-01T00:00:"
+                      "00.000Z</LastModified></Contents><Contents><Key>b</Key><LastModified>"
+                      "2262-12-31T23:59:59Z</LastModified></Contents><Contents><Key>c</Key>"
+                      "<LastModified>2024-13-01T00:00:00Z</LastModified></Contents>"
+                      "<Contents><Key>d</Key><LastModified>1970-01-01T00:00:01.5Z</LastModified>"
+                      "</Contents></ListBucketResult>";
+  memset(&s, 0, sizeof s);
+  assert_int_equal(ckpt_s3_xml_list(dates, strlen(dates), seen_cb, &s, &trunc, tok, sizeof tok),
+                   FT_OK);
+  assert_int_equal(s.n, 4);
+  assert_int_equal(s.mt[0], 0);
+  assert_int_equal(s.mt[1], 0);
+  assert_int_equal(s.mt[2], 0);
+  assert_int_equal(s.mt[3], 1500000000LL);
+
   /* the callback's failure stops the walk and is returned */
   memset(&s, 0, sizeof s);
   s.n = 8;
