@@ -4,7 +4,7 @@
  * (state dir, checkpoint store, event log, control port, token, signals),
  * the loop's own health (stalls, accept errors) and the exit codes. The
  * logic is in sup_run.c and sup_recovery.c. main reads as its phases:
- * parse_args, load_runfile, prepare_paths, open_store, alloc_pool,
+ * parse_args, load_runfile, prepare_paths, open_store, snapshot, alloc_pool,
  * load_run_state, open_loop, run, cleanup.
  *
  * Decisions where the spec is silent (see also the top of each module):
@@ -641,8 +641,7 @@ static int pin_data(main_ctx *m) {
   return 0;
 }
 
-/* The state dir, logs/, the run file's snapshot, the store's URI, the
- * worker program. */
+/* The state dir, logs/, the store's URI, the worker program. */
 static int prepare_paths(main_ctx *m) {
   sup *s = m->s;
   struct stat st;
@@ -667,8 +666,6 @@ static int prepare_paths(main_ctx *m) {
     fprintf(stderr, "supervise: cannot create %s: %s\n", logs, strerror(errno));
     return SUP_EXIT_USAGE;
   }
-  if (snapshot_runfile(s, m->runfile) || pin_data(m))
-    return SUP_EXIT_USAGE;
   if (m->worker)
     snprintf(s->worker_path, sizeof s->worker_path, "%s", m->worker);
   else
@@ -738,6 +735,16 @@ static int open_store(main_ctx *m) {
             "; going on from %s\n",
             newest, known >= 0 ? "its newest" : "step 0");
   m->latest = known;
+  return GO;
+}
+
+/* The run file's snapshot, once the catalog's lock is ours (a second
+ * supervisor, refused, must not replace the running one's). */
+static int snapshot(main_ctx *m) {
+  if (m->unquarantine)
+    return GO;
+  if (snapshot_runfile(m->s, m->runfile) || pin_data(m))
+    return SUP_EXIT_USAGE;
   return GO;
 }
 
@@ -1010,6 +1017,8 @@ int main(int argc, char **argv) {
     ex = prepare_paths(&m);
   if (ex == GO)
     ex = open_store(&m);
+  if (ex == GO)
+    ex = snapshot(&m);
   if (ex == GO)
     ex = alloc_pool(&m);
   if (ex == GO)

@@ -2,7 +2,8 @@
 # The run file is snapshotted into the state directory at start, and every
 # launch reads the snapshot: deleting the run file mid-run and then losing
 # a node (every relaunched worker reads its --runfile) still recovers and
-# finishes. With the real worker: the run file's relative data globs still
+# finishes; a second supervisor, refused, does not touch the snapshot.
+# With the real worker: the run file's relative data globs still
 # mean its own directory although the workers read the snapshot.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
@@ -18,6 +19,13 @@ for _ in $(seq 100); do [ -s "$ST/control.port" ] && break; sleep 0.05; done
 [ -s "$ST/control.port" ] || fail "no control.port"
 rm "$TMP/run.yaml"
 has_event "$ST" chaos_kill && fail "the node was killed before the run file was deleted"
+# a second supervisor on the same state, with another run file, is refused
+# and leaves the running one's snapshot alone
+sed 's/^run: gpt2-tiny/run: gpt2-tiny  # changed/' "$FT_SRC/examples/demo.yaml" >"$TMP/other.yaml"
+rc=0
+"$FT_BIN/supervise" --state "$ST" --worker "$FAKE" "$TMP/other.yaml" >"$TMP/second.out" 2>&1 || rc=$?
+[ $rc -eq 4 ] || { cat "$TMP/second.out"; fail "a second supervisor should exit 4, got $rc"; }
+cmp -s "$ST/run.yaml" "$FT_SRC/examples/demo.yaml" || fail "the refused supervisor replaced the snapshot"
 rc=0
 wait $SUP || rc=$?
 [ $rc -eq 0 ] || { cat "$ST.out"; fail "supervise exited $rc after the run file was deleted"; }
