@@ -4,7 +4,8 @@
 # when_no_spares: fail) fails; run again with the same state it must say
 # why and exit 1 at once (it used to sit in its loop forever, holding the
 # catalog). `supervise --unquarantine all` puts the node back, and the next
-# run resumes and finishes.
+# run resumes and finishes. SIGTERM ends a run that waits for a spare
+# (when_no_spares: wait) with exit 130.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
@@ -47,3 +48,18 @@ grep -q "resuming run" "$ST.out" || fail "the run after --unquarantine did not r
 has_event "$ST" run_done || fail "no run_done"
 has_event "$ST" run_started 'e["world"] == 2' || fail "no run with both nodes"
 pass "terminal states exit; --unquarantine lets the run go on"
+
+# SIGTERM while waiting for a spare
+ST2=$TMP/state2
+mkdir -p "$ST2"
+FT_FAILPOINTS=kill_node_at_step=8 FAKE_STEP_MS=40 sup_bg "$ST2" --spares 0 \
+  --set recovery.when_no_spares=wait --set recovery.node_failures_to_quarantine=1
+for _ in $(seq 200); do has_event "$ST2" waiting_for_spare 2>/dev/null && break; sleep 0.1; done
+has_event "$ST2" waiting_for_spare || { cat "$ST2.out"; fail "the run does not wait for a spare"; }
+kill -TERM $SUP
+for _ in $(seq 200); do kill -0 $SUP 2>/dev/null || break; sleep 0.1; done
+kill -0 $SUP 2>/dev/null && { kill -9 $SUP; fail "SIGTERM did not end a run waiting for a spare"; }
+rc=0
+wait $SUP || rc=$?
+[ $rc -eq 130 ] || { cat "$ST2.out"; fail "SIGTERM while waiting: exit $rc, want 130"; }
+pass "SIGTERM ends a run that waits for a spare (130)"
