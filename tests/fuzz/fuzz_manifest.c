@@ -23,10 +23,8 @@
 #include "ckpt_int.h"
 #include "ft_err.h"
 
-
 static int allowed(int rc) {
-  return rc == FT_OK || rc == FT_ECORRUPT || rc == FT_EFORMAT || rc == FT_EINVAL ||
-         rc == FT_ENOMEM;
+  return rc == FT_OK || rc == FT_ECORRUPT || rc == FT_EFORMAT || rc == FT_EINVAL || rc == FT_ENOMEM;
 }
 
 /* The text with a correct checksum member in place of its last one. */
