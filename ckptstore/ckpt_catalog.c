@@ -87,6 +87,7 @@ struct ckpt_catalog {
  * the commits after it), and an info-log level above HEADER_LEVEL (5),
  * which turns the info LOG off. */
 #define CAT_WAL_ABSOLUTE 1
+#define CAT_WAL_SKIP_ANY 3 /* kSkipAnyCorruptedRecords: salvage only */
 #define CAT_INFO_LOG_OFF 6
 
 struct ckpt_batch {
@@ -469,6 +470,54 @@ int ckpt_catalog_write(ckpt_catalog *c, ckpt_batch *b) {
   if (err)
     return db_err(err, "write", c->dir);
   return FT_OK;
+}
+
+int ckpt_catalog_salvage(const char *from, ckpt_catalog *into, const char *prefix, int *copied) {
+  *copied = 0;
+  /* as lenient as RocksDB gets: take what still reads, stop at damage */
+  rocksdb_options_t *o = rocksdb_options_create();
+  rocksdb_options_set_paranoid_checks(o, 0);
+  rocksdb_options_set_wal_recovery_mode(o, CAT_WAL_SKIP_ANY);
+  rocksdb_options_set_info_log_level(o, CAT_INFO_LOG_OFF);
+  char *err = NULL;
+  rocksdb_t *db = rocksdb_open_for_read_only(o, from, 0, &err);
+  rocksdb_options_destroy(o);
+  if (err)
+    return db_err(err, "salvage: open read-only", from);
+  rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+  rocksdb_readoptions_set_verify_checksums(ro, 1);
+  rocksdb_iterator_t *it = rocksdb_create_iterator(db, ro);
+  size_t plen = strlen(prefix);
+  ckpt_batch *b = ckpt_batch_new();
+  int rc = b ? FT_OK : ft_err_set(FT_ENOMEM, "out of memory");
+  int n = 0;
+  for (rocksdb_iter_seek(it, prefix, plen); rc == FT_OK && rocksdb_iter_valid(it);
+       rocksdb_iter_next(it)) {
+    size_t kl, vl;
+    const char *k = rocksdb_iter_key(it, &kl);
+    if (kl < plen || memcmp(k, prefix, plen) != 0)
+      break;
+    const char *v = rocksdb_iter_value(it, &vl);
+    rocksdb_writebatch_put(b->wb, k, kl, v, vl);
+    n++;
+  }
+  rocksdb_iter_get_error(it, &err);
+  rocksdb_iter_destroy(it);
+  rocksdb_readoptions_destroy(ro);
+  rocksdb_close(db);
+  int scan = err ? db_err(err, "salvage: scan", from) : FT_OK;
+  if (rc == FT_OK && n > 0) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ft_err_detail());
+    rc = ckpt_catalog_write(into, b); /* frees b */
+    b = NULL;
+    if (rc == FT_OK) {
+      *copied = n;
+      ft_err_set(scan, "%s", saved);
+    }
+  }
+  ckpt_batch_free(b);
+  return rc ? rc : scan;
 }
 
 int ckpt_catalog_writable(ckpt_catalog *c) {

@@ -699,8 +699,13 @@ static void rebuild_skipped(void *ud, const char *key, const char *why) {
 static int cmd_rebuild(cli *c) {
   int found = 0, added = 0;
   skip_acc sk = {.arr = c->json ? cJSON_CreateArray() : NULL};
-  if (c->s->catalog_aside[0])
-    fprintf(stderr, "ckpt: the damaged catalog was moved to %s\n", c->s->catalog_aside);
+  if (c->s->catalog_aside[0]) {
+    fprintf(stderr,
+            "ckpt: the damaged catalog was moved to %s; %d record%s of other components "
+            "(the supervisor's run state) copied from it%s%s\n",
+            c->s->catalog_aside, c->s->salvaged_meta, c->s->salvaged_meta == 1 ? "" : "s",
+            c->s->salvage_error[0] ? "; not all could be read: " : "", c->s->salvage_error);
+  }
   int rc = ckpt_store_rebuild_catalog_report(c->s, rebuild_skipped, &sk, &found, &added);
   if (rc) {
     cJSON_Delete(sk.arr);

@@ -140,6 +140,11 @@ void ckpt_batch_del(ckpt_batch *b, const char *key);
  * earlier write error if needed), else the error (FT_ENOSPC on a full disk:
  * the catalog then stays readable). */
 int ckpt_catalog_writable(ckpt_catalog *c);
+/* Copies the keys under prefix that still read from the damaged catalog at
+ * from (opened read-only, as leniently as RocksDB allows) into into, in one
+ * batch; *copied: how many. FT_OK if every key was read, else the error
+ * that stopped the scan (what was read before it is copied anyway). */
+int ckpt_catalog_salvage(const char *from, ckpt_catalog *into, const char *prefix, int *copied);
 /* Writes the batch atomically with sync=true. Frees the batch either way.
  * A failure (FT_ENOSPC / FT_EIO naming the file) leaves the catalog as it
  * was; the next write reopens the database first. */
@@ -154,6 +159,8 @@ void ckpt_batch_free(ckpt_batch *b);
 void ckpt_key_info(char *buf, size_t n, const char *run, int64_t step);
 void ckpt_key_man(char *buf, size_t n, const char *run, int64_t step);
 void ckpt_key_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]);
+/* Other components' records (ckpt_meta.c) are "sup/<key>". */
+#define CKPT_META_PREFIX "sup/"
 /* Scan prefixes: "ckpt/info/<run>/" (run NULL: every run's), "ckpt/man/". */
 void ckpt_key_info_prefix(char *buf, size_t n, const char *run);
 void ckpt_key_man_prefix(char *buf, size_t n);
@@ -177,6 +184,8 @@ struct ckpt_store {
   int64_t gc_grace_s;
   char catalog_aside[4200]; /* where opts->rebuild_catalog moved a damaged
                                catalog; "" if it did not */
+  int salvaged_meta;        /* "sup/" records copied from it */
+  char salvage_error[512];  /* why not all of them ("" if all) */
 
   /* Commit and the GC decision are serialised by this mutex (ckpt_gc.c). */
   pthread_mutex_t meta_mu;

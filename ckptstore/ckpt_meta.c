@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define META_PREFIX "sup/"
+#define META_PREFIX CKPT_META_PREFIX
 #define META_KEY_MAX 512
 
 static int meta_key(char *buf, size_t n, const char *key) {

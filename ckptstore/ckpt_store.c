@@ -228,7 +228,15 @@ static int open_catalog(ckpt_store *s, const char *catdir, int is_s3, const ckpt
     }
   }
   int mode = s->read_only ? CKPT_CAT_READ : missing ? CKPT_CAT_CREATE : CKPT_CAT_WRITE;
-  return ckpt_catalog_open(catdir, mode, &s->cat);
+  rc = ckpt_catalog_open(catdir, mode, &s->cat);
+  if (rc == FT_OK && s->catalog_aside[0]) {
+    /* other components' records (the supervisor's run state) are in no
+     * manifest: keep what still reads of them */
+    int src = ckpt_catalog_salvage(s->catalog_aside, s->cat, CKPT_META_PREFIX, &s->salvaged_meta);
+    if (src)
+      snprintf(s->salvage_error, sizeof s->salvage_error, "%s", ft_err_detail());
+  }
+  return rc;
 }
 
 int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **out) {

@@ -257,6 +257,8 @@ static void count_skip(void *ud, const char *key, const char *why) {
 static void test_damaged_catalog_then_rebuild(void **st) {
   fx *f = *st;
   marked_store(f);
+  /* the supervisor's run state: in no manifest, salvaged from the old catalog */
+  assert_int_equal(ckpt_store_put_meta(f->s, "run/state", "{\"gen\":7}"), FT_OK);
   ckpt_store_free(f->s);
   /* a reopen flushes the WAL into an SST file; damage its middle */
   assert_int_equal(ckpt_store_open(f->uri, NULL, &f->s), FT_OK);
@@ -286,6 +288,11 @@ static void test_damaged_catalog_then_rebuild(void **st) {
   assert_int_equal(ckpt_store_open(f->uri, &rb, &f->s), FT_OK);
   assert_true(f->s->catalog_aside[0]);
   assert_true(tu_exists(f->s->catalog_aside));
+  assert_int_equal(f->s->salvaged_meta, 1);
+  char *meta = NULL;
+  assert_int_equal(ckpt_store_get_meta(f->s, "run/state", &meta), FT_OK);
+  assert_string_equal(meta, "{\"gen\":7}");
+  free(meta);
   int found = 0, added = 0, skipped = 0;
   assert_int_equal(ckpt_store_rebuild_catalog_report(f->s, count_skip, &skipped, &found, &added),
                    FT_OK);
