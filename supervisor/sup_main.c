@@ -64,7 +64,10 @@
  *    it itself (e.g. ssh -o SendEnv=FT_RUN_TOKEN).
  *  - The control port is also written to DIR/control.port (for tools and
  *    tests) and carried by the run_started event.
- *  - Events beyond the spec's list: worker_launched carries role;
+ *  - Events beyond the spec's list: supervisor_stall {seconds, cause,
+ *    gen, last_step}; run_started carries store_from and runfile (the
+ *    snapshot); connection_closed of peers without HELLO carries
+ *    "suppressed" when rate limiting left some out; worker_launched carries role;
  *    run_interrupted {signal, gen, last_step} on SIGINT/SIGTERM;
  *    waiting_for_spare {reason} once when when_no_spares: wait blocks;
  *    generation_started carries the skip list. The watchdog's events

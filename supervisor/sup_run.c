@@ -622,9 +622,12 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
     if (w)
       sup_events_emit(s->ev, "connection_closed", f, "node %d slot %d: %s", w->node, w->slot,
                       reason);
+    else if (suppressed)
+      sup_events_emit(s->ev, "connection_closed", f,
+                      "%s: %s (and %ld before it not logged: rate limited)", sup_conn_peer(c),
+                      reason, suppressed);
     else
-      sup_events_emit(s->ev, "connection_closed", f, "%s: %s%s", sup_conn_peer(c), reason,
-                      suppressed ? " (and more, rate limited)" : "");
+      sup_events_emit(s->ev, "connection_closed", f, "%s: %s", sup_conn_peer(c), reason);
   }
 }
 
