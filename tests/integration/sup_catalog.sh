@@ -5,8 +5,9 @@
 #    refuses with exit 4, naming the catalog and `ckpt rebuild-catalog`;
 #    after the rebuild it goes on from the newest checkpoint. --from-scratch
 #    goes on without the rebuild.
-#  - A catalog that cannot be opened (garbage in it): exit 4 with the
-#    store's message, nothing launched.
+#  - A catalog that cannot be opened (deleted, or garbage in it): exit 4
+#    with the store's message, nothing launched; after `ckpt
+#    rebuild-catalog` the run goes on from its newest checkpoint.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
@@ -51,6 +52,17 @@ cp -a "$TMP/catalog.old" "$CAT"
 sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "after rebuild-catalog: exit $?"; }
 grep -q "final checkpoint (step 30) is committed" "$ST.out" || { cat "$ST.out"; fail "after the rebuild the run did not go on from step 30"; }
 
+# no catalog at all (deleted) beside the store's manifests: exit 4, the
+# store's message, nothing started
+starts=$(events "$ST" | grep -c run_started)
+mv "$CAT" "$TMP/catalog.good"
+rc=0
+sup_run "$ST" --spares 0 || rc=$?
+[ $rc -eq 4 ] || { cat "$ST.out"; fail "a deleted catalog: exit $rc, want 4"; }
+grep -q "rebuild-catalog" "$ST.out" || { cat "$ST.out"; fail "a deleted catalog: no way out named"; }
+[ "$(events "$ST" | grep -c run_started)" -eq "$starts" ] || fail "a run started without a catalog"
+mv "$TMP/catalog.good" "$CAT"
+
 # garbage in the catalog: the store's error, exit 4, nothing started
 starts=$(events "$ST" | grep -c run_started)
 for f in "$CAT"/*.sst "$CAT"/MANIFEST-*; do [ -f "$f" ] && head -c 4096 /dev/urandom >"$f"; done
@@ -59,4 +71,7 @@ sup_run "$ST" --spares 0 || rc=$?
 [ $rc -eq 4 ] || { cat "$ST.out"; fail "a corrupt catalog: exit $rc, want 4"; }
 grep -q "cannot open the store" "$ST.out" || { cat "$ST.out"; fail "no store message"; }
 [ "$(events "$ST" | grep -c run_started)" -eq "$starts" ] || fail "a run started on a corrupt catalog"
-pass "a catalog behind the store or corrupt: exit 4 with the way out; never a silent restart"
+"$FT_BIN/ckpt" rebuild-catalog "local:$ST/store" >"$TMP/rebuild2.out" 2>&1 || fail "rebuild-catalog of a corrupt catalog: $(cat "$TMP/rebuild2.out")"
+sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "after rebuilding a corrupt catalog: exit $?"; }
+grep -q "final checkpoint (step 30) is committed" "$ST.out" || { cat "$ST.out"; fail "after rebuilding a corrupt catalog the run did not go on from step 30"; }
+pass "a catalog behind the store, missing or corrupt: exit 4 with the way out; never a silent restart"
