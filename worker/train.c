@@ -295,467 +295,566 @@ static void poison_targets(int32_t *tgt, size_t n, int V) {
     tgt[i] = (int32_t)(((uint32_t)tgt[i] * 2654435761u + 97u * (uint32_t)i) % (uint32_t)V);
 }
 
-int train_main(const train_opts *o) {
+/* ---- the training process, in phases ---------------------------------------
+ *
+ * train_main runs the phases below in order over one trainer; each returns
+ * FT_EXIT_OK to go on, or the exit code to stop with (it has printed why);
+ * trainer_free releases whatever the phases acquired. */
+
+typedef struct trainer {
+  const train_opts *o;
+  const ft_runfile *rf;
+  const ft_train_cfg *tc;
+  ft_gpt2_dims d;
+  int T, level, cuda;
+  data_loader *train, *val;
+  engine *e;
+  comm *cm;
+  snap *sn;
+  wdog *wd;
+  FILE *logf;
+  char *config, *ck_config; /* the run file's config JSON; the restored checkpoint's */
+  int32_t *inp, *tgt;       /* one micro-batch */
+  train_state st;
+  ctl_assign a;              /* gang mode: the supervisor's assignment */
+  int rank, world, B, accum; /* B: micro-batch; accum: micro-batches per step and rank */
+  int64_t restore_step;      /* -1: a fresh start */
+  int64_t slow_rank;         /* failpoint slow_rank; -1: none */
+  int final_rc;              /* snap_take of the final step */
+  double last_loss;          /* the newest checkpoint's loss and metrics, for a retry */
+  char last_metrics[160];
+} trainer;
+
+static void trainer_init(trainer *t, const train_opts *o) {
+  memset(t, 0, sizeof *t);
   const ft_runfile *rf = o->rf;
-  const ft_train_cfg *tc = &rf->train;
-  int code = FT_EXIT_FAIL, rc;
-  data_loader *train = NULL, *val = NULL;
-  engine *e = NULL;
-  comm *cm = NULL;
-  float *full = NULL;
-  snap *sn = NULL;
-  wdog *wd = NULL;
-  FILE *logf = NULL;
-  char *config = NULL, *ck_config = NULL;
-  int32_t *inp = NULL, *tgt = NULL;
-  train_state st = {0};
-  int rank = 0, world = 1, level = 1;
-  int cuda = strcmp(rf->nodes.device, "cuda") == 0;
-  int64_t restore_step = -1;
-  int final_rc = FT_OK; /* snap_take of the final step */
-  double last_loss = NAN;
-  char last_metrics[160] = "{}";
+  t->o = o;
+  t->rf = rf;
+  t->tc = &rf->train;
+  t->d = (ft_gpt2_dims){.max_seq_len = rf->model.seq_len,
+                        .vocab_size = rf->model.vocab_size,
+                        .padded_vocab_size = ft_gpt2_pad_vocab(rf->model.vocab_size),
+                        .n_layer = rf->model.n_layer,
+                        .n_head = rf->model.n_head,
+                        .channels = rf->model.n_embd};
+  t->T = rf->model.seq_len;
+  if (sscanf(rf->checkpoint.codec, "zstd:%d", &t->level) != 1)
+    t->level = 1;
+  t->cuda = strcmp(rf->nodes.device, "cuda") == 0;
+  t->world = 1;
+  t->restore_step = -1;
+  t->slow_rank = -1;
+  t->last_loss = NAN;
+  snprintf(t->last_metrics, sizeof t->last_metrics, "{}");
+}
 
-  ft_gpt2_dims d = {.max_seq_len = rf->model.seq_len,
-                    .vocab_size = rf->model.vocab_size,
-                    .padded_vocab_size = ft_gpt2_pad_vocab(rf->model.vocab_size),
-                    .n_layer = rf->model.n_layer,
-                    .n_head = rf->model.n_head,
-                    .channels = rf->model.n_embd};
-  int T = rf->model.seq_len;
-  if (sscanf(rf->checkpoint.codec, "zstd:%d", &level) != 1)
-    level = 1;
+static void trainer_free(trainer *t) {
+  if (t->logf)
+    fclose(t->logf);
+  wdog_stop(t->wd);
+  snap_free(t->sn);
+  engine_free(t->e);
+  comm_free(t->cm);
+  free(t->inp);
+  free(t->tgt);
+  free(t->config);
+  free(t->ck_config);
+  data_free(t->train);
+  data_free(t->val);
+  free(t->st.skips);
+}
 
-  rc = data_open(rf->data.train, rf->model.vocab_size, &train);
+/* The token shards, and the config JSON and its hash. */
+static int phase_data(trainer *t) {
+  const ft_runfile *rf = t->rf;
+  int rc = data_open(rf->data.train, rf->model.vocab_size, &t->train);
   if (rc) {
     fprintf(stderr, "worker: data.train: %s\n", ft_err_detail());
-    code = FT_EXIT_DATA;
-    goto out;
+    return FT_EXIT_DATA;
   }
-  if (!o->ctl && rf->data.val[0] && data_open(rf->data.val, rf->model.vocab_size, &val)) {
+  if (!t->o->ctl && rf->data.val[0] && data_open(rf->data.val, rf->model.vocab_size, &t->val)) {
     fprintf(stderr, "worker: warning: data.val: %s (no validation loss)\n", ft_err_detail());
-    val = NULL;
+    t->val = NULL;
   }
-  if (data_num_tokens(train) < (uint64_t)T + 1) {
+  if (data_num_tokens(t->train) < (uint64_t)t->T + 1) {
     fprintf(stderr, "worker: data.train: %" PRIu64 " tokens, fewer than seq_len+1 = %d\n",
-            data_num_tokens(train), T + 1);
-    code = FT_EXIT_DATA;
-    goto out;
+            data_num_tokens(t->train), t->T + 1);
+    return FT_EXIT_DATA;
   }
-  config = ft_runfile_config_json(rf);
-  sha256_hex(config, st.config_hash);
-  st.rng = tc->seed;
+  t->config = ft_runfile_config_json(rf);
+  sha256_hex(t->config, t->st.config_hash);
+  t->st.rng = t->tc->seed;
+  return FT_EXIT_OK;
+}
 
-  ctl_assign a = {0};
+/* Rank, world and the collectives: the supervisor's ASSIGN (a warm worker
+ * waits for it here, data loaded), or --world W over a folder. */
+static int phase_gang(trainer *t) {
+  const train_opts *o = t->o;
+  const ft_runfile *rf = t->rf;
+  int rc;
   if (o->ctl) {
-    rc = wdog_start(rf, o->ctl, o->node, o->slot, &wd);
+    rc = wdog_start(rf, o->ctl, o->node, o->slot, &t->wd);
     if (rc) {
       fprintf(stderr, "worker: watchdog.xid_actions: %s\n", ft_err_detail());
-      code = FT_EXIT_USAGE;
-      goto out;
+      return FT_EXIT_USAGE;
     }
-    /* A warm worker (and a spare) waits here, data loaded, until assigned. */
-    ctl_wait_assign(o->ctl, &a);
-    rank = a.rank;
-    world = a.world;
-    restore_step = a.restore_step;
+    ctl_wait_assign(o->ctl, &t->a);
+    t->rank = t->a.rank;
+    t->world = t->a.world;
+    t->restore_step = t->a.restore_step;
     comm_kv kv = ctl_kv(o->ctl);
-    comm_opts co = {.rank = rank,
-                    .world = world,
+    comm_opts co = {.rank = t->rank,
+                    .world = t->world,
                     .bind_addr = "127.0.0.1",
-                    .prefix = a.rdzv,
+                    .prefix = t->a.rdzv,
                     .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
-    rc = comm_for(cuda, 1, &co, &kv, &cm);
-    if (rc) {
-      code = gang_broken(o, rc, restore_step);
-      goto out;
-    }
+    rc = comm_for(t->cuda, 1, &co, &kv, &t->cm);
+    if (rc)
+      return gang_broken(o, rc, t->restore_step);
     fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n", o->node,
-            o->slot, rank, world, a.gen, restore_step >= 0 ? ", restoring" : "");
+            o->slot, t->rank, t->world, t->a.gen, t->restore_step >= 0 ? ", restoring" : "");
   } else if (o->world > 1) {
     /* Several standalone processes meeting through a folder (tests, debugging). */
     comm_kv kv;
-    rank = o->rank;
-    world = o->world;
-    comm_opts co = {.rank = rank,
-                    .world = world,
+    t->rank = o->rank;
+    t->world = o->world;
+    comm_opts co = {.rank = t->rank,
+                    .world = t->world,
                     .bind_addr = "127.0.0.1",
                     .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
     rc = comm_filestore_init(&kv, o->rdzv_dir);
     if (rc == FT_OK) {
-      rc = comm_for(cuda, 0, &co, &kv, &cm);
+      rc = comm_for(t->cuda, 0, &co, &kv, &t->cm);
       comm_filestore_release(&kv);
     }
     if (rc) {
-      fprintf(stderr, "worker: rank %d of %d: %s\n", rank, world, ft_err_detail());
-      code = FT_EXIT_GANG;
-      goto out;
+      fprintf(stderr, "worker: rank %d of %d: %s\n", t->rank, t->world, ft_err_detail());
+      return FT_EXIT_GANG;
     }
   }
-  int B = micro_for_world(tc, world, tc->micro_batch);
-  if (!B) {
-    fprintf(stderr, "worker: train.global_batch %d is not divisible by the world size %d\n",
-            tc->global_batch, world);
-    code = FT_EXIT_USAGE;
-    goto out;
-  }
-  int accum = tc->global_batch / (B * world);
+  return FT_EXIT_OK;
+}
 
+/* The engine at the largest micro-batch that fits, with the initial
+ * parameters (the seed's, or an llm.c model file's). */
+static int phase_engine(trainer *t) {
+  const train_opts *o = t->o;
+  const ft_train_cfg *tc = t->tc;
+  t->B = micro_for_world(tc, t->world, tc->micro_batch);
+  if (!t->B) {
+    fprintf(stderr, "worker: train.global_batch %d is not divisible by the world size %d\n",
+            tc->global_batch, t->world);
+    return FT_EXIT_USAGE;
+  }
+  t->accum = tc->global_batch / (t->B * t->world);
   /* Out of memory for the activations: halve the micro-batch, double the
    * accumulation (DESIGN 6). Every rank of a gang meets the same limit on
    * the same devices; one that does not would desynchronise the
    * collectives, which the watchdog then reports. */
-  while ((rc = engine_new(rf->nodes.device, &d, B, T, cm, rank, world, cuda_device_for(rank),
-                          &e)) == FT_ENOMEM &&
-         halve_micro(o, tc, world, restore_step, &B, &accum))
+  int rc;
+  while ((rc = engine_new(t->rf->nodes.device, &t->d, t->B, t->T, t->cm, t->rank, t->world,
+                          cuda_device_for(t->rank), &t->e)) == FT_ENOMEM &&
+         halve_micro(o, tc, t->world, t->restore_step, &t->B, &t->accum))
     ;
   if (rc) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
-    code = rc == FT_ECONFIG ? FT_EXIT_USAGE : FT_EXIT_FAIL;
-    goto out;
+    return rc == FT_ECONFIG ? FT_EXIT_USAGE : FT_EXIT_FAIL;
   }
-  if (cuda && !o->quiet && rank == 0)
-    fprintf(stderr, "worker: training on %s\n", engine_device_name(e));
+  if (t->cuda && !o->quiet && t->rank == 0)
+    fprintf(stderr, "worker: training on %s\n", engine_device_name(t->e));
   char pci[32];
-  if (wd && engine_device_pci(e, pci, sizeof pci) == FT_OK) /* real Xids, and the abort hook */
-    wdog_set_gpu(wd, pci, cm && comm_is_device(cm) ? cm : NULL);
-  full = malloc(ft_gpt2_num_params(&d) * sizeof *full);
+  if (t->wd && engine_device_pci(t->e, pci, sizeof pci) == FT_OK) /* real Xids, the abort hook */
+    wdog_set_gpu(t->wd, pci, t->cm && comm_is_device(t->cm) ? t->cm : NULL);
+  float *full = malloc(ft_gpt2_num_params(&t->d) * sizeof *full);
   if (!full) {
     fprintf(stderr, "worker: out of memory\n");
-    goto out;
+    return FT_EXIT_FAIL;
   }
-  gpt2_init_params(&d, full, tc->seed);
+  gpt2_init_params(&t->d, full, tc->seed);
   if (o->init_from) {
-    rc = init_from_llmc(&d, full, o->init_from);
+    rc = init_from_llmc(&t->d, full, o->init_from);
     if (rc) {
       fprintf(stderr, "worker: --init-from: %s\n", ft_err_detail());
-      code = exit_for(rc);
-      goto out;
+      free(full);
+      return exit_for(rc);
     }
   }
-  rc = engine_set_params(e, full);
+  rc = engine_set_params(t->e, full);
   free(full);
-  full = NULL;
   if (rc) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
-    goto out;
+    return FT_EXIT_FAIL;
   }
+  return FT_EXIT_OK;
+}
 
+/* The checkpoint store, and the restore: the supervisor's restore step in a
+ * gang (and its skip list, the whole history), the newest checkpoint with
+ * --resume standalone. */
+static int phase_restore(trainer *t) {
+  const train_opts *o = t->o;
+  const ft_runfile *rf = t->rf;
   if (o->store_uri) {
-    rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, level,
-                   o->ctl ? report_shard : NULL, o->ctl, &sn);
+    int rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, t->level,
+                       o->ctl ? report_shard : NULL, o->ctl, &t->sn);
     if (rc) {
       fprintf(stderr, "worker: checkpoint store %s: %s\n", o->store_uri, ft_err_detail());
-      code = FT_EXIT_STORE;
-      goto out;
+      return FT_EXIT_STORE;
     }
     if (o->ctl)
-      snap_set_fault(sn, report_storage, o->ctl);
+      snap_set_fault(t->sn, report_storage, o->ctl);
     int64_t last;
-    if (!o->ctl && snap_latest(sn, &last) == FT_OK) {
+    if (!o->ctl && snap_latest(t->sn, &last) == FT_OK) {
       if (!o->resume) {
         fprintf(
             stderr,
             "worker: store %s already holds checkpoints of run '%s' (newest: step %" PRId64
             ").\n  Pass --resume to continue that run, or choose another --store or run name.\n",
             o->store_uri, rf->run, last);
-        code = FT_EXIT_USAGE;
-        goto out;
+        return FT_EXIT_USAGE;
       }
-      restore_step = last;
+      t->restore_step = last;
     } else if (!o->ctl && o->resume) {
       fprintf(stderr, "worker: no checkpoint of run '%s' in %s yet: starting from step 0\n",
               rf->run, o->store_uri);
     }
-    if (restore_step >= 0) {
-      rc = snap_restore(sn, restore_step, e, &st, &ck_config);
+    if (t->restore_step >= 0) {
+      rc = snap_restore(t->sn, t->restore_step, t->e, &t->st, &t->ck_config);
       if (rc) {
-        fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", restore_step, ft_err_detail());
-        code = FT_EXIT_STORE;
-        goto out;
+        fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", t->restore_step,
+                ft_err_detail());
+        return FT_EXIT_STORE;
       }
       char hash[65];
-      sha256_hex(config, hash);
-      if (strcmp(hash, st.config_hash) != 0)
+      sha256_hex(t->config, hash);
+      if (strcmp(hash, t->st.config_hash) != 0)
         fprintf(stderr,
                 "worker: warning: the run file's config differs from checkpoint %" PRId64
                 "'s; the continued run will not match an uninterrupted one bit for bit\n",
-                restore_step);
-      if (rank == 0)
-        fprintf(stderr, "worker: resumed run '%s' from step %" PRId64 " (%s)\n", rf->run, st.step,
-                o->store_uri);
+                t->restore_step);
+      if (t->rank == 0)
+        fprintf(stderr, "worker: resumed run '%s' from step %" PRId64 " (%s)\n", rf->run,
+                t->st.step, o->store_uri);
     }
   }
   if (o->ctl) { /* the supervisor's skip list is the whole history: it wins */
-    free(st.skips);
-    st.skips = a.nskips ? calloc((size_t)a.nskips, sizeof *st.skips) : NULL;
-    st.nskips = st.skips ? a.nskips : 0;
-    if (st.nskips)
-      memcpy(st.skips, a.skips, (size_t)a.nskips * sizeof *st.skips);
+    train_state *st = &t->st;
+    free(st->skips);
+    st->skips = t->a.nskips ? calloc((size_t)t->a.nskips, sizeof *st->skips) : NULL;
+    st->nskips = st->skips ? t->a.nskips : 0;
+    if (st->nskips)
+      memcpy(st->skips, t->a.skips, (size_t)t->a.nskips * sizeof *st->skips);
   }
+  return FT_EXIT_OK;
+}
 
-  if (o->log_json && rank == 0) {
-    logf = fopen(o->log_json, st.step > 0 ? "a" : "w");
-    if (!logf) {
+/* The step log, the batch buffers, the banner. */
+static int phase_prepare(trainer *t) {
+  const train_opts *o = t->o;
+  const ft_train_cfg *tc = t->tc;
+  const ft_gpt2_dims *d = &t->d;
+  if (o->log_json && t->rank == 0) {
+    t->logf = fopen(o->log_json, t->st.step > 0 ? "a" : "w");
+    if (!t->logf) {
       fprintf(stderr, "worker: --log-json %s: cannot open for writing\n", o->log_json);
-      code = FT_EXIT_USAGE;
-      goto out;
+      return FT_EXIT_USAGE;
     }
   }
-
   /* sized for the largest micro-batch: a smaller one after an OOM fits */
-  inp = malloc((size_t)B * T * sizeof *inp);
-  tgt = malloc((size_t)B * T * sizeof *tgt);
-  if (!inp || !tgt) {
+  t->inp = malloc((size_t)t->B * t->T * sizeof *t->inp);
+  t->tgt = malloc((size_t)t->B * t->T * sizeof *t->tgt);
+  if (!t->inp || !t->tgt) {
     fprintf(stderr, "worker: out of memory\n");
-    goto out;
+    return FT_EXIT_FAIL;
   }
-  if (!o->quiet && rank == 0)
+  if (!o->quiet && t->rank == 0)
     fprintf(stderr,
             "worker: run '%s': %zu parameters, L=%d H=%d C=%d V=%d T=%d, global batch %d = "
             "%d x micro %d x %d rank(s), %" PRId64 " steps\n",
-            rf->run,
-            ft_gpt2_num_params(&d) - (size_t)(d.padded_vocab_size - d.vocab_size) * d.channels,
-            d.n_layer, d.n_head, d.channels, d.vocab_size, T, tc->global_batch, accum, B, world,
-            tc->steps);
+            t->rf->run,
+            ft_gpt2_num_params(d) - (size_t)(d->padded_vocab_size - d->vocab_size) * d->channels,
+            d->n_layer, d->n_head, d->channels, d->vocab_size, t->T, tc->global_batch, t->accum,
+            t->B, t->world, tc->steps);
+  if (!ft_failpoint("slow_rank", &t->slow_rank))
+    t->slow_rank = -1;
+  return FT_EXIT_OK;
+}
 
-  int64_t slow_rank = -1;
-  if (!ft_failpoint("slow_rank", &slow_rank))
-    slow_rank = -1;
-  while (st.step < tc->steps) {
-    uint64_t t0 = ft_now_ns();
-    double comm0 = engine_comm_seconds(e);
-    double lr = train_lr(tc, st.step), loss = 0;
-    st.seq = apply_skips(&st, st.seq, tc->global_batch);
-    int64_t batch = (int64_t)(st.seq / (uint64_t)tc->global_batch);
-    int nan_batch = 0;
-    engine_zero_grad(e);
-    for (int mb = 0; mb < accum; mb++) {
-      rc = fill_batch(train, st.seq, mb, rank, world, B, T, inp, tgt);
+/* One pass over the step's micro-batches into the gradients. *oom: a
+ * micro-batch ran out of memory (nothing printed; the caller decides). */
+static int micro_batches(trainer *t, int64_t batch, int *nan_batch, int *oom) {
+  *oom = 0;
+  for (int mb = 0; mb < t->accum; mb++) {
+    int rc = fill_batch(t->train, t->st.seq, mb, t->rank, t->world, t->B, t->T, t->inp, t->tgt);
+    if (rc) {
+      fprintf(stderr, "worker: %s\n", ft_err_detail());
+      return FT_EXIT_DATA;
+    }
+    if (ft_failpoint_at("poison_batch", batch))
+      poison_targets(t->tgt, (size_t)t->B * t->T, t->rf->model.vocab_size);
+    if (ft_failpoint_at("nan_batch", batch))
+      *nan_batch = 1;
+    rc = engine_micro(t->e, t->inp, t->tgt, 1.0f / (float)(t->accum * t->world));
+    if (rc == FT_ENOMEM) {
+      *oom = 1;
+      return FT_EXIT_FAIL;
+    }
+    if (rc)
+      return engine_failed(t->o, rc, t->st.step);
+  }
+  return FT_EXIT_OK;
+}
+
+/* The step's gradients. Out of memory: a world-1 run halves the
+ * micro-batch and redoes the whole step; a gang cannot (the other ranks are
+ * inside collectives): it fails and the supervisor restarts it. */
+static int accumulate(trainer *t, int64_t batch, int *nan_batch) {
+  const train_opts *o = t->o;
+  for (;;) {
+    int oom, code = micro_batches(t, batch, nan_batch, &oom);
+    if (!oom)
+      return code;
+    if (t->world == 1 && halve_micro(o, t->tc, t->world, t->st.step, &t->B, &t->accum)) {
+      int rc;
+      while ((rc = engine_set_micro(t->e, t->B)) == FT_ENOMEM &&
+             halve_micro(o, t->tc, t->world, t->st.step, &t->B, &t->accum))
+        ;
       if (rc) {
         fprintf(stderr, "worker: %s\n", ft_err_detail());
-        code = FT_EXIT_DATA;
-        goto out;
+        return FT_EXIT_FAIL;
       }
-      if (ft_failpoint_at("poison_batch", batch))
-        poison_targets(tgt, (size_t)B * T, rf->model.vocab_size);
-      if (ft_failpoint_at("nan_batch", batch))
-        nan_batch = 1;
-      rc = engine_micro(e, inp, tgt, 1.0f / (float)(accum * world));
-      if (rc == FT_ENOMEM && world == 1 && halve_micro(o, tc, world, st.step, &B, &accum)) {
-        /* a world-1 run re-sizes in place and redoes the step; a gang
-         * cannot (the other ranks are inside collectives): it fails below
-         * and the supervisor restarts it */
-        while ((rc = engine_set_micro(e, B)) == FT_ENOMEM &&
-               halve_micro(o, tc, world, st.step, &B, &accum))
-          ;
-        if (rc) {
-          fprintf(stderr, "worker: %s\n", ft_err_detail());
-          goto out;
-        }
-        engine_zero_grad(e);
-        mb = -1;
-        continue;
-      }
-      if (rc == FT_ENOMEM) {
-        fprintf(stderr, "worker: step %" PRId64 ": %s\n", st.step + 1, ft_err_detail());
-        if (o->ctl)
-          ctl_send_fault(o->ctl, FT_FAULT_OOM, st.step + 1, ft_err_detail());
-        goto out;
-      }
-      if (rc) {
-        code = engine_failed(o, rc, st.step);
-        goto out;
-      }
+      engine_zero_grad(t->e);
+      continue;
     }
-    rc = engine_loss(e, &loss);
-    if (rc) {
-      code = engine_failed(o, rc, st.step);
-      goto out;
-    }
-    if (nan_batch)
-      loss += NAN;
-    loss /= accum;
-    if (slow_rank == rank) { /* failpoint: this rank computes 3x slower */
-      double own = (double)(ft_now_ns() - t0) * 1e-9 - (engine_comm_seconds(e) - comm0);
-      usleep((useconds_t)(2e6 * own));
-    }
-    rc = engine_allreduce_sum(e, &loss, 1);
-    loss /= world;
-    float norm = 0;
-    if (rc == FT_OK)
-      rc = engine_grad_norm(e, &norm);
-    if (rc) {
-      code = engine_failed(o, rc, st.step);
-      goto out;
-    }
-    if (!isfinite(loss) || !isfinite(norm)) {
-      fprintf(stderr, "worker: step %" PRId64 ": non-finite loss %g or gradient norm %g\n",
-              st.step + 1, loss, norm);
-      if (o->ctl) { /* the update is not applied; the supervisor rolls back */
-        ctl_send_fault(o->ctl, FT_FAULT_NAN, st.step + 1, "non-finite loss or gradient norm");
-        fflush(NULL);
-        ctl_wait_stop(o->ctl);
-      }
-      goto out;
-    }
-    if (tc->grad_clip > 0 && norm > tc->grad_clip)
-      rc = engine_scale_grads(e, (float)(tc->grad_clip / norm));
-    if (rc == FT_OK)
-      rc = engine_adamw(e, (float)lr, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
-                        (float)tc->weight_decay, st.step + 1);
-    if (rc) {
-      fprintf(stderr, "worker: step %" PRId64 ": %s\n", st.step + 1, ft_err_detail());
-      goto out;
-    }
-    double fence_ms = engine_fence_ms(e);
-    st.step++;
-    st.seq += (uint64_t)tc->global_batch;
-    double ms = (double)(ft_now_ns() - t0) * 1e-6;
-    double tok_s = (double)tc->global_batch * T / (ms * 1e-3);
+    fprintf(stderr, "worker: step %" PRId64 ": %s\n", t->st.step + 1, ft_err_detail());
+    if (o->ctl)
+      ctl_send_fault(o->ctl, FT_FAULT_OOM, t->st.step + 1, ft_err_detail());
+    return FT_EXIT_FAIL;
+  }
+}
 
-    if (rank == 0) {
-      if (!o->quiet)
-        printf("step %5" PRId64 "/%" PRId64 " | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | "
-               "%8.0f tok/s\n",
-               st.step, tc->steps, loss, lr, norm, ms, tok_s);
-      fflush(stdout);
-    }
-    if (o->ctl) { /* every rank: its own compute time feeds straggler detection */
-      double own_ms = ms - (engine_comm_seconds(e) - comm0) * 1e3;
-      ctl_send_step(o->ctl, st.step, rank == 0 ? loss : NAN, norm, tok_s, own_ms);
-      ctl_set_step(o->ctl, st.step);
-    }
+/* The checkpoint of the step just taken, if one is due; *stall_ms: how long
+ * it held the loop (-1: none). A refused one is skipped in a gang. */
+static int checkpoint_step(trainer *t, double loss, double lr, float norm, double *stall_ms) {
+  const train_opts *o = t->o;
+  train_state *st = &t->st;
+  *stall_ms = -1;
+  if (!t->sn || !((o->ckpt_every > 0 && st->step % o->ckpt_every == 0) || st->step == t->tc->steps))
+    return FT_EXIT_OK;
+  snprintf(t->last_metrics, sizeof t->last_metrics,
+           "{\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}", loss, lr, norm);
+  t->last_loss = loss;
+  uint64_t c0 = ft_now_ns();
+  int rc = snap_take(t->sn, t->e, t->rank, t->world, st, t->config, loss, t->last_metrics);
+  if (st->step == t->tc->steps)
+    t->final_rc = rc;
+  if (rc) {
+    fprintf(stderr, "worker: checkpoint at step %" PRId64 ": %s\n", st->step, ft_err_detail());
+    if (!o->ctl || rc == FT_ENOMEM)
+      return FT_EXIT_STORE;
+    report_storage(o->ctl, st->step, rc, ft_err_detail()); /* skipped; training goes on */
+  }
+  *stall_ms = (double)(ft_now_ns() - c0) * 1e-6;
+  return FT_EXIT_OK;
+}
 
-    double stall_ms = -1;
-    if (sn && ((o->ckpt_every > 0 && st.step % o->ckpt_every == 0) || st.step == tc->steps)) {
-      char metrics[160];
-      snprintf(metrics, sizeof metrics, "{\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}", loss, lr,
-               norm);
-      uint64_t c0 = ft_now_ns();
-      snprintf(last_metrics, sizeof last_metrics, "%s", metrics);
-      last_loss = loss;
-      rc = snap_take(sn, e, rank, world, &st, config, loss, metrics);
-      final_rc = st.step == tc->steps ? rc : final_rc;
-      if (rc) {
-        fprintf(stderr, "worker: checkpoint at step %" PRId64 ": %s\n", st.step, ft_err_detail());
-        if (!o->ctl || rc == FT_ENOMEM) {
-          code = FT_EXIT_STORE;
-          goto out;
-        }
-        report_storage(o->ctl, st.step, rc, ft_err_detail()); /* skipped; training goes on */
-      }
-      stall_ms = (double)(ft_now_ns() - c0) * 1e-6;
+/* One optimizer step: gradients, clipping, AdamW, then the step's reports
+ * (terminal, supervisor, --log-json) and checkpoint. */
+static int train_step(trainer *t) {
+  const train_opts *o = t->o;
+  const ft_train_cfg *tc = t->tc;
+  train_state *st = &t->st;
+  engine *e = t->e;
+  uint64_t t0 = ft_now_ns();
+  double comm0 = engine_comm_seconds(e);
+  double lr = train_lr(tc, st->step), loss = 0;
+  st->seq = apply_skips(st, st->seq, tc->global_batch);
+  int64_t batch = (int64_t)(st->seq / (uint64_t)tc->global_batch);
+  int nan_batch = 0;
+  engine_zero_grad(e);
+  int code = accumulate(t, batch, &nan_batch);
+  if (code)
+    return code;
+  int rc = engine_loss(e, &loss);
+  if (rc)
+    return engine_failed(o, rc, st->step);
+  if (nan_batch)
+    loss += NAN;
+  loss /= t->accum;
+  if (t->slow_rank == t->rank) { /* failpoint: this rank computes 3x slower */
+    double own = (double)(ft_now_ns() - t0) * 1e-9 - (engine_comm_seconds(e) - comm0);
+    usleep((useconds_t)(2e6 * own));
+  }
+  rc = engine_allreduce_sum(e, &loss, 1);
+  loss /= t->world;
+  float norm = 0;
+  if (rc == FT_OK)
+    rc = engine_grad_norm(e, &norm);
+  if (rc)
+    return engine_failed(o, rc, st->step);
+  if (!isfinite(loss) || !isfinite(norm)) {
+    fprintf(stderr, "worker: step %" PRId64 ": non-finite loss %g or gradient norm %g\n",
+            st->step + 1, loss, norm);
+    if (o->ctl) { /* the update is not applied; the supervisor rolls back */
+      ctl_send_fault(o->ctl, FT_FAULT_NAN, st->step + 1, "non-finite loss or gradient norm");
+      fflush(NULL);
+      ctl_wait_stop(o->ctl);
     }
-    if (logf) {
-      fprintf(logf,
-              "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-              "\"tok_s\":%.1f",
-              st.step, loss, lr, norm, ms, tok_s);
-      if (stall_ms >= 0) /* the time the snapshot held the training loop */
-        fprintf(logf, ",\"ckpt_stall_ms\":%.3f,\"ckpt_bytes\":%zu", stall_ms,
-                engine_snapshot_bytes(e));
-      if (fence_ms > 0) /* this step's update waited for the last snapshot's copy */
-        fprintf(logf, ",\"ckpt_fence_ms\":%.3f", fence_ms);
-      fprintf(logf, "}\n");
-      fflush(logf);
-    }
-    if (ft_failpoint_at("crash_at_step", st.step)) {
-      fprintf(stderr, "worker: failpoint crash_at_step=%" PRId64 "\n", st.step);
-      raise(SIGKILL);
-    }
-    if (ft_failpoint_at("hang_at_step", st.step)) {
-      fprintf(stderr, "worker: failpoint hang_at_step=%" PRId64 ": hanging\n", st.step);
-      for (;;)
-        pause();
+    return FT_EXIT_FAIL;
+  }
+  if (tc->grad_clip > 0 && norm > tc->grad_clip)
+    rc = engine_scale_grads(e, (float)(tc->grad_clip / norm));
+  if (rc == FT_OK)
+    rc = engine_adamw(e, (float)lr, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
+                      (float)tc->weight_decay, st->step + 1);
+  if (rc) {
+    fprintf(stderr, "worker: step %" PRId64 ": %s\n", st->step + 1, ft_err_detail());
+    return FT_EXIT_FAIL;
+  }
+  double fence_ms = engine_fence_ms(e);
+  st->step++;
+  st->seq += (uint64_t)tc->global_batch;
+  double ms = (double)(ft_now_ns() - t0) * 1e-6;
+  double tok_s = (double)tc->global_batch * t->T / (ms * 1e-3);
+
+  if (t->rank == 0) {
+    if (!o->quiet)
+      printf("step %5" PRId64 "/%" PRId64 " | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | "
+             "%8.0f tok/s\n",
+             st->step, tc->steps, loss, lr, norm, ms, tok_s);
+    fflush(stdout);
+  }
+  if (o->ctl) { /* every rank: its own compute time feeds straggler detection */
+    double own_ms = ms - (engine_comm_seconds(e) - comm0) * 1e3;
+    ctl_send_step(o->ctl, st->step, t->rank == 0 ? loss : NAN, norm, tok_s, own_ms);
+    ctl_set_step(o->ctl, st->step);
+  }
+  double stall_ms;
+  code = checkpoint_step(t, loss, lr, norm, &stall_ms);
+  if (code)
+    return code;
+  if (t->logf) {
+    fprintf(t->logf,
+            "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
+            "\"tok_s\":%.1f",
+            st->step, loss, lr, norm, ms, tok_s);
+    if (stall_ms >= 0) /* the time the snapshot held the training loop */
+      fprintf(t->logf, ",\"ckpt_stall_ms\":%.3f,\"ckpt_bytes\":%zu", stall_ms,
+              engine_snapshot_bytes(e));
+    if (fence_ms > 0) /* this step's update waited for the last snapshot's copy */
+      fprintf(t->logf, ",\"ckpt_fence_ms\":%.3f", fence_ms);
+    fprintf(t->logf, "}\n");
+    fflush(t->logf);
+  }
+  if (ft_failpoint_at("crash_at_step", st->step)) {
+    fprintf(stderr, "worker: failpoint crash_at_step=%" PRId64 "\n", st->step);
+    raise(SIGKILL);
+  }
+  if (ft_failpoint_at("hang_at_step", st->step)) {
+    fprintf(stderr, "worker: failpoint hang_at_step=%" PRId64 ": hanging\n", st->step);
+    for (;;)
+      pause();
+  }
+  return FT_EXIT_OK;
+}
+
+/* A gang's final checkpoint must be written: the earlier ones may have been
+ * skipped, this one is retried while the store refuses it (the supervisor
+ * waits), then the run ends with FT_EXIT_STORE. */
+static int final_checkpoint(trainer *t) {
+  const train_opts *o = t->o;
+  train_state *st = &t->st;
+  char why[512];
+  int rc = t->final_rc ? t->final_rc : snap_drain_last(t->sn);
+  snprintf(why, sizeof why, "%s", ft_err_detail());
+  double give_up = ft_now_s() + final_retry_s(t->rf);
+  while (rc && ft_now_s() < give_up) {
+    struct timespec pause_ts = {1, 0};
+    nanosleep(&pause_ts, NULL);
+    rc = snap_take(t->sn, t->e, t->rank, t->world, st, t->config, t->last_loss, t->last_metrics);
+    if (rc) {
+      snprintf(why, sizeof why, "%s", ft_err_detail());
+      report_storage(o->ctl, st->step, rc, why);
+    } else if ((rc = snap_drain_last(t->sn))) { /* reported by the committer */
+      snprintf(why, sizeof why, "%s", ft_err_detail());
     }
   }
+  if (!rc)
+    return FT_EXIT_OK;
+  char msg[FT_WIRE_MAX_DETAIL + 1];
+  snprintf(msg, sizeof msg,
+           "the final checkpoint (step %" PRId64 ") could not be written for %.0f s: %s", st->step,
+           final_retry_s(t->rf), why);
+  fprintf(stderr, "worker: %s\n", msg);
+  ctl_send_fault(o->ctl, FT_FAULT_STORAGE, st->step, msg);
+  return FT_EXIT_STORE;
+}
 
-  if (sn && !o->ctl) {
-    rc = snap_drain(sn);
-    if (rc) {
-      code = FT_EXIT_STORE;
-      goto out;
-    }
-  }
-  if (sn && o->ctl && st.step == tc->steps) {
-    /* The final checkpoint must be written: the earlier ones may have been
-     * skipped, this one is retried while the store refuses it (the
-     * supervisor waits), then the run ends with FT_EXIT_STORE. */
-    char why[512];
-    rc = final_rc ? final_rc : snap_drain_last(sn);
-    snprintf(why, sizeof why, "%s", ft_err_detail());
-    double give_up = ft_now_s() + final_retry_s(rf);
-    while (rc && ft_now_s() < give_up) {
-      struct timespec pause_ts = {1, 0};
-      nanosleep(&pause_ts, NULL);
-      rc = snap_take(sn, e, rank, world, &st, config, last_loss, last_metrics);
-      if (rc) {
-        snprintf(why, sizeof why, "%s", ft_err_detail());
-        report_storage(o->ctl, st.step, rc, why);
-      } else if ((rc = snap_drain_last(sn))) { /* reported by the committer */
-        snprintf(why, sizeof why, "%s", ft_err_detail());
-      }
-    }
-    if (rc) {
-      char msg[FT_WIRE_MAX_DETAIL + 1];
-      snprintf(msg, sizeof msg,
-               "the final checkpoint (step %" PRId64 ") could not be written for %.0f s: %s",
-               st.step, final_retry_s(rf), why);
-      fprintf(stderr, "worker: %s\n", msg);
-      ctl_send_fault(o->ctl, FT_FAULT_STORAGE, st.step, msg);
-      code = FT_EXIT_STORE;
-      goto out;
-    }
+/* After the last step: checkpoints durable (standalone) or the final one
+ * written (gang; then the supervisor's STOP ends the process), the
+ * validation loss, the export. */
+static int phase_finish(trainer *t) {
+  const train_opts *o = t->o;
+  int rc;
+  if (t->sn && !o->ctl && snap_drain(t->sn))
+    return FT_EXIT_STORE;
+  if (t->sn && o->ctl && t->st.step == t->tc->steps) {
+    int code = final_checkpoint(t);
+    if (code)
+      return code;
   }
   if (o->ctl) {
     fflush(NULL);
     ctl_wait_stop(o->ctl); /* the supervisor ends the process once it has committed */
   }
   const float *params = NULL; /* the full model, for export */
-  if (o->export_path && (rc = engine_full_params(e, &params))) {
+  if (o->export_path && (rc = engine_full_params(t->e, &params))) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
-    goto out;
+    return FT_EXIT_FAIL;
   }
-  if (val) {
-    double vl = val_loss(e, T, val, 8);
+  if (t->val) {
+    double vl = val_loss(t->e, t->T, t->val, 8);
     if (!o->quiet && isfinite(vl))
-      printf("val loss %.6f (after %" PRId64 " steps)\n", vl, st.step);
-    if (logf && isfinite(vl))
-      fprintf(logf, "{\"step\":%" PRId64 ",\"val_loss\":%.9g}\n", st.step, vl);
+      printf("val loss %.6f (after %" PRId64 " steps)\n", vl, t->st.step);
+    if (t->logf && isfinite(vl))
+      fprintf(t->logf, "{\"step\":%" PRId64 ",\"val_loss\":%.9g}\n", t->st.step, vl);
   }
   if (o->export_path) {
-    rc = ft_gpt2_write_safetensors(o->export_path, &d, params, NULL, NULL, 0);
+    rc = ft_gpt2_write_safetensors(o->export_path, &t->d, params, NULL, NULL, 0);
     if (rc) {
       fprintf(stderr, "worker: --export %s: %s\n", o->export_path, ft_err_detail());
-      goto out;
+      return FT_EXIT_FAIL;
     }
     if (!o->quiet)
       fprintf(stderr, "worker: wrote %s (Hugging Face GPT-2 safetensors)\n", o->export_path);
   }
-  code = FT_EXIT_OK;
+  return FT_EXIT_OK;
+}
 
-out:
+int train_main(const train_opts *o) {
+  trainer t;
+  trainer_init(&t, o);
+  int code = phase_data(&t);
+  if (!code)
+    code = phase_gang(&t);
+  if (!code)
+    code = phase_engine(&t);
+  if (!code)
+    code = phase_restore(&t);
+  if (!code)
+    code = phase_prepare(&t);
+  while (!code && t.st.step < t.tc->steps)
+    code = train_step(&t);
+  if (!code)
+    code = phase_finish(&t);
   if (o->ctl && (code == FT_EXIT_USAGE || code == FT_EXIT_DATA)) {
     /* a configuration or data error: the supervisor fails the run with this
      * message if every worker reports the same (else it is this node's) */
     char msg[512];
     snprintf(msg, sizeof msg, "%s", ft_err_detail());
-    ctl_send_fault(o->ctl, code == FT_EXIT_DATA ? FT_FAULT_DATA : FT_FAULT_CONFIG, st.step, msg);
+    ctl_send_fault(o->ctl, code == FT_EXIT_DATA ? FT_FAULT_DATA : FT_FAULT_CONFIG, t.st.step, msg);
   }
-  if (logf)
-    fclose(logf);
-  wdog_stop(wd);
-  snap_free(sn);
-  engine_free(e);
-  comm_free(cm);
-  free(full);
-  free(inp);
-  free(tgt);
-  free(config);
-  free(ck_config);
-  data_free(train);
-  data_free(val);
-  free(st.skips);
+  trainer_free(&t);
   return code;
 }
