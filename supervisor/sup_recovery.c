@@ -15,6 +15,28 @@
  *                      |                      |  \--WAIT--> WAITING (re-plan every 1 s)
  *                      |                      \--FAIL--> FINISHING (exit 1) --> FAILED
  *      any state --SIGINT/SIGTERM--> FINISHING (exit 130)
+ *      STARTING/FORMING/ASSIGNED --every gang worker exits alike with a
+ *        configuration/data error--> FINISHING (exit 1, cause config/data)
+ *      RUNNING --a worker gave up on the final checkpoint (exit 4)-->
+ *        FINISHING (exit 4, cause store)
+ *
+ * WHO IS TO BLAME (invariant 6 below has the rules)
+ *  - a worker's crash or own exit code on a host that still answers: its
+ *    node's failure, counted; restart in place until the count reaches
+ *    recovery.node_failures_to_quarantine within node_failure_window_s;
+ *  - the node lost (its process group killed), a hang, a fatal Xid: the
+ *    node's, quarantined at once;
+ *  - FT_EXIT_GANG / FT_EXIT_LOST (lost the supervisor, e.g. during our own
+ *    stall) / FT_EXIT_STORE: nobody's (restart in place);
+ *  - FT_EXIT_USAGE / FT_EXIT_DATA before the gang trains: the run's if every
+ *    gang worker reports it alike within a heartbeat timeout (the run fails
+ *    with the workers' message), else the node's, counted;
+ *  - storage faults (FAULT storage: a shard the store refused) are events
+ *    only (sup_watch.c): the checkpoint is skipped, the last committed one
+ *    stays the restore point; a final checkpoint the workers cannot write
+ *    within their retries ends the run with exit 4;
+ *  - silence is measured from max(last frame, the end of the supervisor's
+ *    own stall): our stall is never a worker's hang.
  *
  * A loss fault is a fault with nobody blamed, preceded by the rollback
  * bookkeeping: every gang node is restarted in place, spares are untouched,
