@@ -773,6 +773,25 @@ static int alloc_pool(main_ctx *m) {
   return GO;
 }
 
+/* Why node n was quarantined, from the recovery notes sup_recovery.c keeps
+ * under "<run>/recovery" ({"nodes": [{"node", "reason"}...]}); "" if none. */
+static void quarantine_reason(sup *s, int n, char *out, size_t len) {
+  char key[256], *txt = NULL;
+  out[0] = 0;
+  snprintf(key, sizeof key, "%s/recovery", s->rf.run);
+  if (ckpt_store_get_meta(s->store, key, &txt))
+    return;
+  cJSON *o = cJSON_Parse(txt), *it;
+  free(txt);
+  cJSON *nodes = cJSON_GetObjectItem(o, "nodes"); /* NULL-safe */
+  cJSON_ArrayForEach(it, nodes) {
+    cJSON *nn = cJSON_GetObjectItem(it, "node"), *r = cJSON_GetObjectItem(it, "reason");
+    if (cJSON_IsNumber(nn) && nn->valueint == n && cJSON_IsString(r))
+      snprintf(out, len, "%s", r->valuestring);
+  }
+  cJSON_Delete(o);
+}
+
 /* --unquarantine: nodes back into the pool in the persisted state. */
 static int unquarantine(main_ctx *m, uint64_t pgen, const char *pstatus, int prestarts) {
   sup *s = m->s;
@@ -784,6 +803,9 @@ static int unquarantine(main_ctx *m, uint64_t pgen, const char *pstatus, int pre
       continue;
     s->nodes[n].role = SUP_ROLE_ACTIVE; /* not persisted: only quarantine is */
     k++;
+    char why[512];
+    quarantine_reason(s, n, why, sizeof why);
+    printf("supervise: node %d was quarantined%s%s\n", n, why[0] ? ": " : "", why);
     if (len < sizeof list)
       len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", len ? ", " : "", n);
   }

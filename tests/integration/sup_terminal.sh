@@ -42,6 +42,7 @@ set -e
 "$FT_BIN/supervise" --state "$ST" --unquarantine all "$FT_SRC/examples/demo.yaml" >"$TMP/uq.out" 2>&1 ||
   fail "--unquarantine all failed: $(cat "$TMP/uq.out")"
 grep -q "node(s) 1 taken out of quarantine" "$TMP/uq.out" || fail "--unquarantine said: $(cat "$TMP/uq.out")"
+grep -q "node 1 was quarantined: " "$TMP/uq.out" || fail "--unquarantine did not say why the node was out: $(cat "$TMP/uq.out")"
 
 FAKE_STEP_MS=20 sup_run "$ST" "${FAIL_ARGS[@]}" || { cat "$ST.out"; fail "the run after --unquarantine did not finish"; }
 grep -q "resuming run" "$ST.out" || fail "the run after --unquarantine did not resume"
