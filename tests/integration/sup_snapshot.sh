@@ -39,8 +39,9 @@ pass "run file deleted mid-run: the relaunch used the snapshot; run done"
 # the real worker, a run file with relative data beside it, run from elsewhere
 mkdir -p "$TMP/r/data" "$TMP/elsewhere"
 synth_data "$TMP/r/data" 200000
-sed '/^chaos:/,$d' "$FT_SRC/examples/demo.yaml" >"$TMP/r/run.yaml"
-grep -q '"data/synth_train_\*.bin"' "$TMP/r/run.yaml" || fail "demo.yaml's data is not relative any more"
+sed -e '/^chaos:/,$d' -e 's|^data:.*|data: {train: "data/synth_train_*.bin", val: "data/synth_val_*.bin"}|' \
+  "$FT_SRC/examples/demo.yaml" >"$TMP/r/run.yaml"
+grep -q '^data: {train: "data/synth_train_' "$TMP/r/run.yaml" || fail "no relative data globs in the run file"
 (cd "$TMP/elsewhere" && "$FT_BIN/supervise" --state "$TMP/st2" --steps 10 \
   --set checkpoint.every_steps=5 "$TMP/r/run.yaml" >"$TMP/st2.out" 2>&1) ||
   { cat "$TMP/st2.out"; tail -5 "$TMP"/st2/logs/*; fail "the real worker could not train from the snapshot"; }
