@@ -6,7 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 mkdir -p "$TMP/r" "$TMP/elsewhere"
-sed 's|store: "local:state/store"|store: "local:ckpts"|' "$FT_SRC/examples/demo.yaml" >"$TMP/r/run.yaml"
+sed 's|^  store: .*|  store: "local:ckpts"|' "$FT_SRC/examples/demo.yaml" >"$TMP/r/run.yaml"
 grep -q 'local:ckpts' "$TMP/r/run.yaml" || fail "demo.yaml has no checkpoint.store to replace"
 
 sup_at() { # STATE [args...]: supervise from $TMP/elsewhere on $TMP/r/run.yaml
