@@ -254,6 +254,9 @@ int sup_recovery_blame_silent(sup *s, const char *why);
 void sup_recovery_done(sup *s);
 /* The run cannot go on. */
 void sup_recovery_fail(sup *s, const char *reason);
+/* The run cannot end because the store refuses its final checkpoint: exit
+ * SUP_EXIT_STORE ("run_failed" cause "store"), no node blamed. */
+void sup_recovery_store_failed(sup *s, const char *reason);
 /* libevent callbacks */
 void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg);

@@ -402,6 +402,10 @@ void sup_recovery_fail(sup *s, const char *reason) {
   fail_run(s, SUP_EXIT_FAILED, "recovery", reason);
 }
 
+void sup_recovery_store_failed(sup *s, const char *reason) {
+  fail_run(s, SUP_EXIT_STORE, "store", reason);
+}
+
 /* ---- forming a gang ------------------------------------------------------- */
 
 static void assign(sup *s) {
@@ -1023,7 +1027,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
       snprintf(reason, sizeof reason,
                "the final checkpoint (step %" PRId64 ") could not be written: %s (node %d slot %d)",
                s->final_step, msg[0] ? msg : "store error", w->node, w->slot);
-      fail_run(s, SUP_EXIT_STORE, "store", reason);
+      sup_recovery_store_failed(s, reason);
     } else {
       char d[640];
       snprintf(d, sizeof d, "%s: %s", detail, msg[0] ? msg : "store error");
