@@ -84,7 +84,7 @@ static void test_cap_evicts_oldest_then_deadline(void **st) {
   struct event_base *base = event_base_new();
   rec r = {0};
   int p[4];
-  sup_conn_set_limits(0.3, 2);
+  sup_conn_set_limits(1.0, 2);
   sup_conn *authed = conn(base, &r, &p[0]);
   say_hello(base, p[0]);
   assert_int_equal(r.nclosed, 0);
@@ -98,7 +98,7 @@ static void test_cap_evicts_oldest_then_deadline(void **st) {
   assert_int_equal(r.closed_id[0], a_id);
   assert_non_null(strstr(r.reasons[0], "too many connections without HELLO"));
   assert_int_equal(sup_conn_unauth_count(), 2);
-  run_for(base, 0.6); /* past the HELLO deadline */
+  run_for(base, 1.5); /* past the HELLO deadline */
   assert_int_equal(r.nclosed, 3);
   assert_non_null(strstr(r.reasons[1], "no HELLO within"));
   assert_non_null(strstr(r.reasons[2], "no HELLO within"));
