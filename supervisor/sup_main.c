@@ -981,8 +981,11 @@ static int run(main_ctx *m) {
   /* A run can end before the loop runs (too few usable nodes): a
    * loopbreak then would be lost, so the loop runs only while something
    * is left to do. */
-  if (s->state < SUP_FINISHING || any_process_alive(s))
+  if (s->state < SUP_FINISHING || any_process_alive(s)) {
+    g_stall.last_s = ft_now_s(); /* the launch above is not a stall */
+    g_stall.boot_off = boot_minus_mono_s();
     event_base_dispatch(s->base);
+  }
   int ex = s->exit_code;
   if (ex == SUP_EXIT_DONE)
     printf("supervise: run %s done: %" PRId64 " steps, %d restart(s), generation %" PRIu64
