@@ -854,6 +854,7 @@ def main():
     if own_work:
         args.work = tempfile.mkdtemp(prefix=f"chaos-{args.suite}.")
         log(f"(the suite's files are in {args.work}; removed if every case passes)")
+    args.work = os.path.abspath(args.work)
     os.makedirs(args.work, exist_ok=True)
     data = os.path.join(args.work, "data")
     subprocess.run([os.path.join(args.bin, "ftdata"), "synth", "--out", data + "/synth",
