@@ -203,7 +203,7 @@ static void test_tier_layout_and_list(void **st) {
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_sha256(raw, strlen(raw), h);
   ckpt_hex(h, hex);
-  snprintf(key, sizeof key, "chunks/%s", hex);
+  assert_true(ckpt_objkey_chunk(key, sizeof key, hex) > 0);
   uint8_t *obj = NULL;
   size_t objlen = 0;
   assert_int_equal(ckpt_chunk_encode(raw, strlen(raw), 1, 1, &obj, &objlen), FT_OK);

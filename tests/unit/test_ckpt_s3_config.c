@@ -7,6 +7,7 @@
  * encoding, and the S3 XML answers (expat).
  */
 #include "ckpt_s3.h"
+#include "ckpt_tier_int.h"
 #include "ft_err.h"
 
 #include <curl/curl.h>
@@ -162,7 +163,7 @@ static void test_layout_mirrors_local_tier(void **st) {
   char k[512];
   const char *hex = "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789";
   char key[128];
-  snprintf(key, sizeof key, "chunks/%s", hex);
+  assert_true(ckpt_objkey_chunk(key, sizeof key, hex) > 0);
   snprintf(c.prefix, sizeof c.prefix, "runs/x");
   assert_int_equal(ckpt_tier_s3_object_key(&c, key, k, sizeof k), FT_OK);
   assert_string_equal(k, "runs/x/chunks/ab/abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
