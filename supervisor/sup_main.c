@@ -709,12 +709,17 @@ static int open_store(main_ctx *m) {
   if (m->unquarantine)
     return GO;
   int64_t newest = -1, known = -1;
-  rc = ckpt_store_catalog_behind(s->store, s->rf.run, &newest);
-  if (rc < 0) {
+  int behind = ckpt_store_catalog_behind(s->store, s->rf.run, &newest);
+  if (behind < 0 && strncmp(s->store_uri, "s3://", 5)) {
     fprintf(stderr, "supervise: cannot compare the catalog %s with the store %s: %s\n", cat,
             s->store_uri, ft_err_detail());
     return SUP_EXIT_STORE;
   }
+  if (behind < 0) /* the bucket is away: its uploads catch up later */
+    fprintf(stderr,
+            "supervise: warning: cannot compare the catalog %s with the bucket (%s); going on "
+            "with the catalog\n",
+            cat, ft_err_detail());
   rc = ckpt_store_latest(s->store, s->rf.run, INT64_MAX, &known);
   if (rc && rc != FT_ENOENT) {
     fprintf(stderr, "supervise: cannot read the catalog %s: %s\n", cat, ft_err_detail());
@@ -722,17 +727,17 @@ static int open_store(main_ctx *m) {
   }
   if (rc)
     known = -1;
-  if (newest > known && !m->from_scratch) {
+  if (behind == 1 && !m->from_scratch) {
     fprintf(stderr,
             "supervise: the catalog %s is behind the store %s: run %s has a checkpoint at step "
-            "%" PRId64 " that the catalog does not list (its newest: %" PRId64
+            "%" PRId64 " that the catalog does not list (the newest it would restore: %" PRId64
             "); starting now would train from an older step.\n"
             "  to recover it:  ckpt rebuild-catalog %s\n"
             "  to go on from the catalog's newest anyway: supervise --from-scratch ...\n",
             cat, s->store_uri, s->rf.run, newest, known, s->store_uri);
     return SUP_EXIT_STORE;
   }
-  if (newest > known)
+  if (behind == 1)
     fprintf(stderr,
             "supervise: --from-scratch: the catalog lacks checkpoints up to step %" PRId64
             "; going on from %s\n",
