@@ -1,5 +1,5 @@
 /*
- * ft_runfile: parse run.yaml (DESIGN section 4) into ft_runfile.
+ * ft_runfile: parse run.yaml (docs/design.md §2) into ft_runfile.
  *
  * What: one flat table (FIELDS) lists every leaf key by its dotted path, its
  * C type, where it lives in ft_runfile and its allowed values. Sections

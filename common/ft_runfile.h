@@ -1,5 +1,5 @@
 /*
- * ft_runfile: the run file (run.yaml) of DESIGN section 4, parsed with
+ * ft_runfile: the run file (run.yaml) of docs/design.md §2, parsed with
  * libfyaml into a plain struct with every default filled in.
  *
  * Unknown keys, wrong types and impossible values are errors naming

@@ -1,5 +1,5 @@
 /*
- * ft_wire: the supervisor <-> worker control protocol (DESIGN section 5),
+ * ft_wire: the supervisor <-> worker control protocol (docs/design.md §3),
  * as a pure codec: no sockets, no event loop, no threads of its own. Both the
  * supervisor (libevent) and the worker's control client link it.
  *
@@ -108,7 +108,7 @@
  *   environment variable FT_WIRE_TOKEN_ENV (never argv, never a log line).
  *   Not covered: the supervisor does not prove itself to the worker, and the
  *   frames after HELLO are not MACed; the transport is loopback or a trusted
- *   cluster network (DESIGN section 5).
+ *   cluster network (docs/design.md §3).
  *
  * GENERATIONS
  *   Generations start at 1 and only grow; 0 means "not in any gang" and is

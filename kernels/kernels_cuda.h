@@ -3,7 +3,7 @@
  * interface (no CUDA header is included; device memory is a plain pointer,
  * streams and events are opaque handles).
  *
- * Precision (DESIGN 6): activations and the parameters used for compute are
+ * Precision (docs/design.md §4): activations and the parameters used for compute are
  * bf16 (kc_bf16, the upper 16 bits of an IEEE float, round-to-nearest-even
  * on conversion); every reduction and every GEMM accumulates in fp32;
  * parameter gradients, fp32 master weights and AdamW moments are fp32.
@@ -25,7 +25,7 @@
  * kernel runs surface at the next synchronising call.
  *
  * Errors: every int function returns FT_OK (0), FT_ENOMEM (device or pinned
- * memory exhausted: the caller may retry smaller, DESIGN 6), FT_EINVAL (a
+ * memory exhausted: the caller may retry smaller, docs/design.md §4), FT_EINVAL (a
  * shape this implementation does not support, e.g. a head size other than
  * 16, 32, 64 or 128) or FT_ECUDA, with the CUDA/cuBLAS error name and
  * message recorded through ft_err_set (ft_err_detail()).

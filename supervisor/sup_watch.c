@@ -1,6 +1,6 @@
 /*
  * sup_watch: the watchdog's pure detectors (watchdog/) wired to the
- * supervisor's STEP and FAULT streams (DESIGN section 8):
+ * supervisor's STEP and FAULT streams (docs/watchdog.md):
  *   - loss spikes: wd_loss over rank 0's STEP losses, in step order, once
  *     per step; a SPIKE/NONFINITE verdict, or a FAULT nan/loss_spike from a
  *     gang worker, is a loss fault -> event "loss_spike", then

@@ -1,4 +1,4 @@
-# Tests of the watchdog detectors (watchdog/, DESIGN section 8). All pure unit
+# Tests of the watchdog detectors (watchdog/, docs/watchdog.md). All pure unit
 # tests: no GPU, no network, no root (test_wd_xid_source uses a temporary
 # file; its /dev/kmsg and permission cases adapt to what the machine allows).
 foreach(t action hb coll loss xid xid_source gpumap nvml straggler)

@@ -1,6 +1,6 @@
 /*
  * wd_action: the default action for each fault kind (see wd_action.h and
- * DESIGN section 8). Two constant tables; nothing else.
+ * docs/watchdog.md). Two constant tables; nothing else.
  */
 #include "wd_action.h"
 
@@ -15,7 +15,7 @@ static const char *const action_names[WD_ACTION_COUNT] = {
 #undef WD_ACTION_NAME_
 };
 
-/* Indexed by ft_fault_kind. Keep in step with DESIGN section 8 and
+/* Indexed by ft_fault_kind. Keep in step with docs/watchdog.md and
  * docs/watchdog.md. */
 static const struct {
   wd_action action;

@@ -1,5 +1,5 @@
 /*
- * wd_action: the fault taxonomy's default actions (DESIGN section 8).
+ * wd_action: the fault taxonomy's default actions (docs/watchdog.md).
  *
  * WHAT: maps each fault kind of the wire protocol (ft_fault_kind, common/
  * ft_wire.h) to the action the supervisor takes by default, and gives every

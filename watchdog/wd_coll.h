@@ -1,6 +1,6 @@
 /*
  * wd_coll: collective-operation timer for the worker's watchdog thread
- * (the "collective timeout" detector of DESIGN section 8).
+ * (the "collective timeout" detector of docs/watchdog.md).
  *
  * WHAT: the training thread calls wd_coll_begin(t, name, seq) before it
  * enqueues a collective and wd_coll_end(seq) when the collective has

@@ -1,5 +1,5 @@
 /*
- * wd_hb: heartbeat tracker (the "hang" detector of DESIGN section 8).
+ * wd_hb: heartbeat tracker (the "hang" detector of docs/watchdog.md).
  *
  * WHAT: N members (index 0..N-1: workers, or nodes) each heartbeat now and
  * then; wd_hb_check(t) lists those silent for longer than timeout_s, with the

@@ -1,6 +1,6 @@
 /*
  * wd_loss: loss-spike and NaN/Inf detector over the STEP stream
- * (DESIGN section 8, "loss spike / NaN").
+ * (docs/watchdog.md, "loss spike / NaN").
  *
  * WHAT: feed it one (step, loss, grad_norm) per optimizer step; it answers
  * OK, WARMUP, SPIKE or NONFINITE. A spike is a loss whose robust z-score

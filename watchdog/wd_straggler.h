@@ -1,5 +1,5 @@
 /*
- * wd_straggler: per-rank step-time outliers (DESIGN section 8, "straggler").
+ * wd_straggler: per-rank step-time outliers (docs/watchdog.md, "straggler").
  *
  * WHAT: once per step the caller passes every rank's step time (ms, or any
  * unit). Rank r is an outlier at a step when

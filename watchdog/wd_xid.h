@@ -1,6 +1,6 @@
 /*
  * wd_xid: GPU Xid kernel-log lines: parse, and classify into an action
- * (DESIGN section 8, "GPU Xid").
+ * (docs/watchdog.md, "GPU Xid").
  *
  * WHAT: wd_xid_parse() recognises the NVIDIA driver's Xid report anywhere in
  * one log line, in every form we know of:
@@ -15,7 +15,7 @@
  * domain, no function), the Xid number, the pid (-1 when absent or
  * '<unknown>'), the process name ("" when absent) and the message text.
  * wd_xid_classify() maps an Xid number to an action through a table whose
- * defaults follow DESIGN section 8 and which the run file can override.
+ * defaults follow docs/watchdog.md and which the run file can override.
  *
  * WHY: Xid lines are the earliest and cheapest signal of a dying GPU (< 1 s,
  * no NVML needed); the parser is the part that meets arbitrary bytes, so it

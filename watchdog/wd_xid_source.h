@@ -13,7 +13,7 @@
  *     waits for its newline; truncation restarts at offset 0, and a file
  *     replaced under the same path (log rotation) is reopened from its start.
  *
- * WHY: the < 1 s Xid latency of DESIGN section 8 needs the kernel log itself,
+ * WHY: the < 1 s Xid latency of docs/watchdog.md needs the kernel log itself,
  * not a polling nvidia-smi. The event loop owns the waiting: this module
  * never blocks.
  *

@@ -3,7 +3,7 @@
  * backend-neutral C interface.
  *
  * What: all-gather, reduce-scatter, all-reduce (fp32 and fp64 sums),
- * broadcast and barrier on host buffers, as FSDP needs them (DESIGN 6): each
+ * broadcast and barrier on host buffers, as FSDP needs them (docs/design.md §4): each
  * transformer block is one flat fp32 buffer, padded to a multiple of the
  * world size and split evenly, so rank r owns elements [r*count, (r+1)*count).
  *
@@ -109,7 +109,7 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 /* Returns once every rank has entered the barrier. */
 int comm_barrier(comm *c);
 
-/* ---- NCCL: device buffers (DESIGN 6) ---------------------------------------
+/* ---- NCCL: device buffers (docs/design.md §4) ---------------------------------------
  *
  * comm_nccl_new creates a NCCL communicator on CUDA device `device`: rank 0
  * makes the unique id and publishes it in kv (under opts->prefix +

@@ -1,5 +1,5 @@
 /*
- * ctl: the worker's control client (DESIGN section 5, common/ft_wire.h).
+ * ctl: the worker's control client (docs/design.md §3, common/ft_wire.h).
  *
  * Connects to the supervisor, proves the run token (read from the
  * environment, never argv), and keeps two threads: a reader that decodes

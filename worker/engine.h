@@ -1,7 +1,7 @@
 /*
  * engine: one rank's model, shards and optimizer behind one interface, so
  * the training loop (train.c) does not know whether it runs on the CPU or on
- * a GPU (DESIGN 6).
+ * a GPU (docs/design.md §4).
  *
  *   cpu  (engine_cpu.c):  gpt2.c on the fp32 CPU kernels, sharded by fsdp.c
  *                         over a Gloo comm (or none at world 1).

@@ -1,7 +1,7 @@
 /*
  * engine_cuda: the CUDA engine (engine.h). GPT-2 in bf16 on kernels_cuda.h
  * with fp32 master weights, gradients and AdamW moments, sharded FSDP-style
- * over a NCCL comm (DESIGN 6).
+ * over a NCCL comm (docs/design.md §4).
  *
  * Memory, per rank:
  *   shards (device): p, g, m, v fp32 and pb = bf16(p), shard_n each

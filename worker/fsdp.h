@@ -1,5 +1,5 @@
 /*
- * fsdp: fully sharded data parallelism over a comm (DESIGN section 6).
+ * fsdp: fully sharded data parallelism over a comm (docs/design.md §4).
  *
  * Each parameter group of the model (wte, wpe, each block, lnf: one flat
  * fp32 buffer each) is padded to a multiple of the world size W and split

@@ -1,6 +1,6 @@
 /*
  * shardmap: which elements of each parameter group a rank owns under FSDP,
- * and how those shards become checkpoint parts and come back (DESIGN 6, 7).
+ * and how those shards become checkpoint parts and come back (docs/design.md §4, §5).
  *
  * Group g (ft_gpt2 layout: wte, wpe, h.0..h.L-1, lnf) of n_g elements is
  * padded to a multiple of the world size W and split evenly: S_g =

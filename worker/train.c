@@ -449,7 +449,7 @@ static int phase_engine(trainer *t) {
   }
   t->accum = tc->global_batch / (t->B * t->world);
   /* Out of memory for the activations: halve the micro-batch, double the
-   * accumulation (DESIGN 6). Every rank of a gang meets the same limit on
+   * accumulation (docs/design.md §4). Every rank of a gang meets the same limit on
    * the same devices; one that does not would desynchronise the
    * collectives, which the watchdog then reports. */
   int rc;

@@ -2,7 +2,7 @@
  * wdog: the worker's Xid watcher thread (see wdog.h). It polls the source
  * every 100 ms (a regular file has no readiness to wait for; /dev/kmsg is
  * non-blocking here too), so a line reaches the supervisor well within the
- * < 1 s DESIGN asks of Xid detection.
+ * < 1 s the Xid detector promises (docs/watchdog.md).
  */
 #include "wdog.h"
 

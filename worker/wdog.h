@@ -1,5 +1,5 @@
 /*
- * wdog: the worker's watchdog thread for GPU Xid errors (DESIGN section 8).
+ * wdog: the worker's watchdog thread for GPU Xid errors (docs/watchdog.md).
  *
  * Follows the node's kernel log (watchdog.xid_source: /dev/kmsg, or a file
  * for drills and tests) from its end, parses each line with wd_xid, keeps

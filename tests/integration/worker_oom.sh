@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Out of memory: a worker whose micro-batch does not fit halves it and
-# doubles the accumulation, keeping the global batch (DESIGN 6). The
+# doubles the accumulation, keeping the global batch (docs/design.md §4). The
 # failpoint oom_above_micro=1 makes every micro-batch above 1 fail with
 # FT_ENOMEM, as a GPU would; the run configured with micro_batch 8 must
 # then train exactly as one configured with micro_batch 1 (same sequences,

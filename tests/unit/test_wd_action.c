@@ -1,6 +1,6 @@
 /*
  * Tests of wd_action (watchdog/wd_action.c): the default action per fault
- * kind follows DESIGN section 8, names round-trip, unknown input is refused.
+ * kind follows docs/watchdog.md, names round-trip, unknown input is refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
