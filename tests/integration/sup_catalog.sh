@@ -5,6 +5,7 @@
 #    refuses with exit 4, naming the catalog and `ckpt rebuild-catalog`;
 #    after the rebuild it goes on from the newest checkpoint. --from-scratch
 #    goes on without the rebuild.
+#  - A newest checkpoint marked BAD (rollback) is not a catalog behind.
 #  - A catalog that cannot be opened (deleted, or garbage in it): exit 4
 #    with the store's message, nothing launched; after `ckpt
 #    rebuild-catalog` the run goes on from its newest checkpoint.
@@ -49,7 +50,7 @@ grep -q "catalog lacks checkpoints up to step 30" "$ST.out" || { cat "$ST.out"; 
 rm -rf "$CAT"
 cp -a "$TMP/catalog.old" "$CAT"
 "$FT_BIN/ckpt" rebuild-catalog "local:$ST/store" >"$TMP/rebuild.out" 2>&1 || fail "rebuild-catalog: $(cat "$TMP/rebuild.out")"
-sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "after rebuild-catalog: exit $?"; }
+sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "after rebuild-catalog: not done"; }
 grep -q "final checkpoint (step 30) is committed" "$ST.out" || { cat "$ST.out"; fail "after the rebuild the run did not go on from step 30"; }
 
 # no catalog at all (deleted) beside the store's manifests: exit 4, the
@@ -72,6 +73,22 @@ sup_run "$ST" --spares 0 || rc=$?
 grep -q "cannot open the store" "$ST.out" || { cat "$ST.out"; fail "no store message"; }
 [ "$(events "$ST" | grep -c run_started)" -eq "$starts" ] || fail "a run started on a corrupt catalog"
 "$FT_BIN/ckpt" rebuild-catalog "local:$ST/store" >"$TMP/rebuild2.out" 2>&1 || fail "rebuild-catalog of a corrupt catalog: $(cat "$TMP/rebuild2.out")"
-sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "after rebuilding a corrupt catalog: exit $?"; }
+sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "after rebuilding a corrupt catalog: not done"; }
 grep -q "final checkpoint (step 30) is committed" "$ST.out" || { cat "$ST.out"; fail "after rebuilding a corrupt catalog the run did not go on from step 30"; }
+# a newest checkpoint marked BAD (a loss-spike rollback) is not a catalog
+# behind the store: a supervisor killed right after the rollback resumes
+ST3=$TMP/state3
+mkdir -p "$ST3"
+SPIKE=(--set watchdog.loss_spike.window=10 --set watchdog.loss_spike.min_steps=5
+  --set recovery.on_loss_spike=rollback_and_skip --set recovery.skip_batches=3 --steps 60)
+FAKE_STEP_MS=100 FAKE_SAVE_FIRST=1 FAKE_SPIKE_BATCH=19 sup_bg "$ST3" --spares 0 "${SPIKE[@]}"
+for _ in $(seq 300); do has_event "$ST3" checkpoint_bad 2>/dev/null && break; sleep 0.05; done
+kill -9 $SUP
+wait $SUP 2>/dev/null || true
+has_event "$ST3" checkpoint_bad 'e["step"] == 20' || { cat "$ST3.out"; fail "no checkpoint marked BAD"; }
+for _ in $(seq 50); do pgrep -f "fake_worker.*$ST3/" >/dev/null || break; sleep 0.1; done
+rc=0
+FAKE_SPIKE_BATCH=19 sup_run "$ST3" --spares 0 "${SPIKE[@]}" || rc=$?
+[ $rc -eq 0 ] || { cat "$ST3.out"; fail "a resume after a rollback: exit $rc, want 0"; }
+has_event "$ST3" run_done || fail "the run after the rollback did not finish"
 pass "a catalog behind the store, missing or corrupt: exit 4 with the way out; never a silent restart"
