@@ -13,6 +13,8 @@
 #include "ckpt_int.h"
 
 #include "ft_err.h"
+#include "ft_opts.h"
+#include "ft_version.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
@@ -82,6 +84,7 @@ static const char *usage_text =
     "                  each has \"command\"), an array for ls, an object for show.\n"
     "                  Errors still go to stderr with the exit codes below\n"
     "  -h, --help      this text\n"
+    "  --version       the version and the git revision it was built from\n"
     "\n"
     "For s3:// stores, verify also checks the bucket's copy of every chunk and\n"
     "repairs whichever copy (cache or bucket) is missing or damaged from the\n"
@@ -865,14 +868,21 @@ int main(int argc, char **argv) {
                                        {"rank", required_argument, 0, O_RANK},
                                        {"grace", required_argument, 0, O_GRACE},
                                        {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
   int ch, grace = 0;
+  char oerr[192];
+  if (ft_opts_check(argc, argv, opts, oerr, sizeof oerr))
+    return usage_error("%s", oerr);
   opterr = 0;
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     int e = 0;
     switch (ch) {
     case 'h':
       fputs(usage_text, stdout);
+      return 0;
+    case 'V':
+      ft_version_print("ckpt");
       return 0;
     case O_STORE:
       c.store = optarg;

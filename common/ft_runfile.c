@@ -42,6 +42,7 @@
 #include "ft_runfile.h"
 
 #include "ft_err.h"
+#include "ft_opts.h"
 
 #include <cjson/cJSON.h>
 #include <libfyaml.h>
@@ -240,32 +241,6 @@ static bool is_section(const char *key) {
   return false;
 }
 
-/* Optimal-string-alignment distance (Levenshtein plus adjacent swaps);
- * INT_MAX for strings too far apart in length to be within 2. */
-static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
-  enum { M = 64, FAR = 3 }; /* callers only want distances below FAR */
-  if (la >= M || lb >= M || la + FAR <= lb || lb + FAR <= la)
-    return INT_MAX; /* the distance is at least the difference in length */
-  int d[M][M];
-  for (size_t i = 0; i <= la; i++)
-    d[i][0] = (int)i;
-  for (size_t j = 0; j <= lb; j++)
-    d[0][j] = (int)j;
-  for (size_t i = 1; i <= la; i++)
-    for (size_t j = 1; j <= lb; j++) {
-      int cost = a[i - 1] != b[j - 1];
-      int v = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < v)
-        v = d[i][j - 1] + 1;
-      if (d[i - 1][j - 1] + cost < v)
-        v = d[i - 1][j - 1] + cost;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
-        v = d[i - 2][j - 2] + 1;
-      d[i][j] = v;
-    }
-  return d[la][lb];
-}
-
 /* The closest known name for `name` under section `prefix` ("" = top level):
  * a sibling within distance 2, else a leaf elsewhere whose last component is
  * `name` (e.g. "steps" at the top level -> "train.steps"). Writes "" if none. */
@@ -282,7 +257,7 @@ static void suggest(const char *prefix, const char *name, char *out, size_t outl
     }
     const char *dot = strchr(k, '.');
     size_t cl = dot ? (size_t)(dot - k) : strlen(k);
-    int d = edit_distance(name, nl, k, cl);
+    int d = ft_edit_distance(name, nl, k, cl);
     if (d < best) {
       best = d;
       snprintf(out, outlen, "%.*s", (int)cl, k);
@@ -304,7 +279,7 @@ static void suggest_dotted(const char *key, char *out, size_t outlen) {
   int best = 3;
   out[0] = 0;
   for (int i = 0; i < NFIELDS; i++) {
-    int d = edit_distance(key, strlen(key), FIELDS[i].key, strlen(FIELDS[i].key));
+    int d = ft_edit_distance(key, strlen(key), FIELDS[i].key, strlen(FIELDS[i].key));
     if (d < best) {
       best = d;
       snprintf(out, outlen, "%s", FIELDS[i].key);

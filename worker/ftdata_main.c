@@ -23,6 +23,7 @@
  */
 #include "data.h"
 #include "ft_err.h"
+#include "ft_opts.h"
 #include "ft_version.h"
 
 #include <cjson/cJSON.h>
@@ -114,74 +115,10 @@ static int exit_for(int rc) {
 
 /* ---- option parsing ------------------------------------------------------ */
 
-/* Options are parsed with getopt_long, after check_names has made sure
+/* Options are parsed with getopt_long, after ft_opts_check has made sure
  * that every "--name" the user typed is exactly one of the subcommand's
  * (getopt_long would take any unambiguous prefix: "--tok" for "--tokens",
  * and a typo of one option could silently be another's prefix). */
-
-/* Levenshtein distance, capped: the suggestions want distances up to 2. */
-static int distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  int d[40][40];
-  if (la >= 40 || lb >= 40)
-    return 99;
-  for (size_t i = 0; i <= la; i++)
-    d[i][0] = (int)i;
-  for (size_t j = 0; j <= lb; j++)
-    d[0][j] = (int)j;
-  for (size_t i = 1; i <= la; i++)
-    for (size_t j = 1; j <= lb; j++) {
-      int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < v)
-        v = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < v)
-        v = d[i][j - 1] + 1;
-      d[i][j] = v;
-    }
-  return d[la][lb];
-}
-
-/* Refuses any "--name" in argv (up to a "--") that is not exactly an option
- * of the table, naming the closest one ("did you mean --tokens?"): an
- * option the typed name is a prefix of, or starts with, or is within 2
- * edits of. Values of options
- * that take one are skipped. Returns 0 or the usage exit code. */
-static int check_names(const char *cmd, int argc, char **argv, const struct option *opts) {
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--"))
-      break;
-    if (strncmp(a, "--", 2) != 0)
-      continue;
-    char name[64];
-    size_t n = strcspn(a + 2, "=");
-    snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), a + 2);
-    const struct option *hit = NULL, *near = NULL;
-    int best = 3;
-    for (const struct option *o = opts; o->name; o++) {
-      if (!strcmp(o->name, name)) {
-        hit = o;
-        break;
-      }
-      int dd = distance(name, o->name);
-      if (*name &&
-          (!strncmp(o->name, name, strlen(name)) || !strncmp(name, o->name, strlen(o->name))))
-        dd = 1; /* one is a prefix of the other: "--tok", "--val-fraction" */
-      if (dd < best) {
-        best = dd;
-        near = o;
-      }
-    }
-    if (!hit) {
-      if (near)
-        return usage_error("%s: unknown option '--%s', did you mean --%s?", cmd, name, near->name);
-      return usage_error("%s: unknown option '--%s'", cmd, name);
-    }
-    if (hit->has_arg == required_argument && !a[2 + n])
-      i++; /* "--name VALUE": skip the value */
-  }
-  return 0;
-}
 
 /* The options every subcommand takes. */
 #define COMMON_OPTS                                                                                \
@@ -196,9 +133,10 @@ static int check_names(const char *cmd, int argc, char **argv, const struct opti
 typedef int (*opt_fn)(int ch, const char *arg, void *user);
 static int parse_opts(const char *cmd, int argc, char **argv, const struct option *opts, opt_fn on,
                       void *user) {
-  int rc = check_names(cmd, argc, argv, opts);
-  if (rc)
-    return rc;
+  char err[192];
+  if (ft_opts_check(argc, argv, opts, err, sizeof err))
+    return usage_error("%s: %s", cmd, err);
+  int rc;
   optind = 0; /* a full re-initialisation (GNU): each subcommand parses afresh */
   opterr = 0;
   int ch, li;

@@ -12,6 +12,8 @@
 #include "ft_runfile.h"
 #include "ft_wire.h"
 #include "ft_err.h"
+#include "ft_opts.h"
+#include "ft_version.h"
 #include "kernels.h"
 #include "train.h"
 
@@ -48,6 +50,7 @@ static void usage(FILE *f) {
              "  --quiet             no per-step lines\n"
              "  --gpus              print the number of visible CUDA devices and exit\n"
              "  -h, --help          this text\n"
+             "  --version           the version and the git revision it was built from\n"
              "gang mode (set by supervise):\n"
              "  --connect HOST:PORT the supervisor's control port\n"
              "  --node N --slot S   this worker's node and slot in the pool\n"
@@ -88,6 +91,7 @@ int main(int argc, char **argv) {
                                        {"rank", required_argument, 0, 'K'},
                                        {"rdzv", required_argument, 0, 'Z'},
                                        {"gpus", no_argument, 0, 'G'},
+                                       {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
   const char *connect_to = NULL;
   long node = -1, slot = -1;
@@ -96,6 +100,11 @@ int main(int argc, char **argv) {
   train_opts o = {0};
   char *end;
   int c;
+  char oerr[192];
+  if (ft_opts_check(argc, argv, opts, oerr, sizeof oerr)) {
+    fprintf(stderr, "worker: %s\n", oerr);
+    return FT_EXIT_USAGE;
+  }
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 'S':
@@ -179,6 +188,9 @@ int main(int argc, char **argv) {
       return 0;
     case 'h':
       usage(stdout);
+      return 0;
+    case 'V':
+      ft_version_print("worker");
       return 0;
     default:
       usage(stderr);
