@@ -998,6 +998,10 @@ static int run(main_ctx *m) {
            s->rf.run, s->final_step, s->restarts, s->gen, ft_now_s() - s->t_start_s, m->evpath);
   else if (ex == SUP_EXIT_FAILED)
     printf("supervise: run %s FAILED: %s (events in %s)\n", s->rf.run, s->fail_reason, m->evpath);
+  else if (ex == SUP_EXIT_STORE)
+    printf("supervise: run %s stopped by its store: %s (events in %s); run the same command "
+           "to resume from the last committed checkpoint\n",
+           s->rf.run, s->fail_reason, m->evpath);
   else if (ex == SUP_EXIT_INTERRUPTED)
     printf("supervise: run %s interrupted at step %" PRId64 "; run the same command to resume\n",
            s->rf.run, s->last_step);

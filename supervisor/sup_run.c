@@ -311,8 +311,17 @@ static void cq_gc(void *ud) {
 static void cq_done(void *ud, sup_pending_ckpt *p) {
   sup *s = ud;
   commit_report(s, p);
-  if (!p->rc && p->step >= s->final_step && s->state < SUP_FINISHING)
-    sup_recovery_done(s);
+  if (p->step >= s->final_step && s->state < SUP_FINISHING) {
+    if (!p->rc)
+      sup_recovery_done(s);
+    else {
+      /* the workers have nothing left to train: waiting would never end */
+      char why[700];
+      snprintf(why, sizeof why, "the store refused the final checkpoint (step %" PRId64 "): %s",
+               p->step, p->why);
+      sup_recovery_store_failed(s, why);
+    }
+  }
   pending_free(p);
 }
 
