@@ -166,7 +166,8 @@ static void usage(FILE *f) {
         "       too few usable nodes: see --unquarantine)\n"
         "  2    usage or run-file error\n"
         "  4    checkpoint store / catalog error (another supervisor holds it, a\n"
-        "       damaged catalog, a catalog behind the store: see --from-scratch)\n"
+        "       damaged catalog, a catalog behind the store: see --from-scratch;\n"
+        "       the store refused the final checkpoint: run again to resume)\n"
         "  130  interrupted (SIGINT/SIGTERM): the gang was stopped first\n",
         f);
 }
