@@ -19,6 +19,8 @@ pkgs=(
   libexpat1-dev         # S3 XML responses
   libinih-dev           # the AWS credentials file
   clang clang-format    # fuzz targets (libFuzzer), the format check
+  help2man              # man pages from --help
+  strace                # tests that slow the supervisor's disk (rename delays, EIO)
 )
 
 # The S3 tests, the S3 chaos suite and bench_s3 run moto_server with

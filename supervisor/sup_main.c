@@ -79,6 +79,8 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_opts.h"
+#include "ft_version.h"
 #include "sup_commitq.h"
 
 #include <errno.h>
@@ -108,9 +110,13 @@ static void usage(FILE *f) {
         "\n"
         "Runs the training run described by RUN.yaml on nodes.count nodes of\n"
         "nodes.workers_per_node worker processes each, plus N warm spare nodes, and\n"
-        "keeps it running: a node that dies or hangs is stopped, quarantined and\n"
-        "replaced by a spare, and the gang restarts from the last committed\n"
-        "checkpoint. Events go to DIR/events.jsonl, worker output to DIR/logs/.\n"
+        "keeps it running: a worker that dies on a host that still answers is\n"
+        "restarted in place; a node that is lost, hangs, or fails\n"
+        "recovery.node_failures_to_quarantine times in the window is quarantined\n"
+        "and replaced by a spare; either way the gang restarts from the last\n"
+        "committed checkpoint. A full store, a bad run file or missing data, and\n"
+        "the supervisor's own stalls never cost a node. Events go to\n"
+        "DIR/events.jsonl, worker output to DIR/logs/.\n"
         "\n"
         "options:\n"
         "  --spares N      warm spare nodes (default 0)\n"
@@ -134,6 +140,7 @@ static void usage(FILE *f) {
         "                  rewrites the persisted run state, says what it did, exits\n"
         "                  (0); the next run uses the node again\n"
         "  -h, --help      this text\n"
+        "  --version       the version and the git revision it was built from\n"
         "\n"
         "examples:\n"
         "  supervise examples/demo.yaml                 # 2 nodes, no spare\n"
@@ -426,12 +433,23 @@ typedef struct main_ctx {
 } main_ctx;
 
 static int parse_args(main_ctx *m, int argc, char **argv) {
-  static const struct option opts[] = {{"spares", 1, 0, 'p'},       {"state", 1, 0, 'd'},
-                                       {"steps", 1, 0, 'n'},        {"store", 1, 0, 's'},
-                                       {"set", 1, 0, 'S'},          {"worker", 1, 0, 'w'},
-                                       {"help", 0, 0, 'h'},         {"unquarantine", 1, 0, 'U'},
-                                       {"from-scratch", 0, 0, 'F'}, {0, 0, 0, 0}};
+  static const struct option opts[] = {{"spares", 1, 0, 'p'},
+                                       {"state", 1, 0, 'd'},
+                                       {"steps", 1, 0, 'n'},
+                                       {"store", 1, 0, 's'},
+                                       {"set", 1, 0, 'S'},
+                                       {"worker", 1, 0, 'w'},
+                                       {"help", 0, 0, 'h'},
+                                       {"unquarantine", 1, 0, 'U'},
+                                       {"from-scratch", 0, 0, 'F'},
+                                       {"version", 0, 0, 'V'},
+                                       {0, 0, 0, 0}};
   int ch;
+  char oerr[192];
+  if (ft_opts_check(argc, argv, opts, oerr, sizeof oerr)) {
+    fprintf(stderr, "supervise: %s\n", oerr);
+    return SUP_EXIT_USAGE;
+  }
   m->state_dir = "state";
   while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (ch) {
@@ -480,6 +498,9 @@ static int parse_args(main_ctx *m, int argc, char **argv) {
       break;
     case 'h':
       usage(stdout);
+      return SUP_EXIT_DONE;
+    case 'V':
+      ft_version_print("supervise");
       return SUP_EXIT_DONE;
     default:
       usage(stderr);

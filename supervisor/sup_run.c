@@ -524,7 +524,7 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   sup_conn_set_user(c, w);
   ft_msg wm;
   ft_msg_init(&wm, FT_MSG_WELCOME);
-  double hb = s->rf.watchdog.heartbeat_timeout_s * 1000.0 / 4.0;
+  double hb = ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s) * 1000.0;
   wm.welcome.heartbeat_ms = hb < 1                          ? 1
                             : hb > FT_WIRE_MAX_HEARTBEAT_MS ? FT_WIRE_MAX_HEARTBEAT_MS
                                                             : (uint32_t)hb;
