@@ -1,5 +1,6 @@
 /*
- * ft_file: crash-safe whole-file writes (see ft_file.h).
+ * ft_file: crash-safe whole-file writes and the write-every-byte loops
+ * (see ft_file.h).
  */
 #include "ft_file.h"
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,21 +39,48 @@ int ft_afile_open(ft_afile *f, const char *path) {
   return FT_OK;
 }
 
-int ft_afile_write(ft_afile *f, const void *buf, size_t n) {
+/* One write(2) or send(2) is capped at 1 GiB (Linux moves at most ~2 GiB). */
+enum { WRITE_CAP = 1 << 30 };
+
+int ft_write_all(int fd, const void *buf, size_t n, const char *what) {
   const char *p = buf;
   while (n) {
-    ssize_t w = write(f->fd, p, n > (1u << 30) ? (1u << 30) : n);
+    ssize_t w = write(fd, p, n > WRITE_CAP ? WRITE_CAP : n);
     if (w < 0 && errno == EINTR)
       continue;
     if (w < 0) {
       int e = errno;
-      return ft_err_set(e == ENOSPC || e == EDQUOT ? FT_ENOSPC : FT_EIO, "%s: write: %s", f->path,
-                        strerror(e));
+      int rc = ft_err_set(e == ENOSPC || e == EDQUOT ? FT_ENOSPC : FT_EIO, "%s: write: %s", what,
+                          strerror(e));
+      errno = e;
+      return rc;
     }
     p += w;
     n -= (size_t)w;
   }
   return FT_OK;
+}
+
+int ft_send_all(int fd, const void *buf, size_t n, const char *what) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = send(fd, p, n > WRITE_CAP ? WRITE_CAP : n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      int e = w < 0 ? errno : EPIPE;
+      int rc = ft_err_set(FT_ENET, "send to %s: %s", what, strerror(e));
+      errno = e;
+      return rc;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return FT_OK;
+}
+
+int ft_afile_write(ft_afile *f, const void *buf, size_t n) {
+  return ft_write_all(f->fd, buf, n, f->path);
 }
 
 void ft_afile_abort(ft_afile *f) {

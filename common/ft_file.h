@@ -12,6 +12,10 @@
  * ft_afile_commit (or ft_afile_abort on an error of the caller's). Errors
  * name the path; FT_ENOSPC for a full disk. Commit and abort always release
  * the temp file.
+ *
+ * Also the project's one "write every byte" loop: ft_write_all for files and
+ * pipes, ft_send_all for stream sockets. Both retry on EINTR and on short
+ * writes, so a signal or a full pipe never loses the tail of a buffer.
  */
 #ifndef FT_FILE_H
 #define FT_FILE_H
@@ -29,5 +33,13 @@ int ft_afile_write(ft_afile *f, const void *buf, size_t n);
 /* fsync, close, rename over path, fsync the directory. Always releases f. */
 int ft_afile_commit(ft_afile *f);
 void ft_afile_abort(ft_afile *f);
+
+/* Writes all n bytes of buf to fd with write(2), retrying on EINTR and short
+ * writes. On failure: FT_ENOSPC for a full disk or quota, FT_EIO otherwise,
+ * detail "WHAT: write: strerror"; errno is left as the failing write set it. */
+int ft_write_all(int fd, const void *buf, size_t n, const char *what);
+/* The same over a stream socket with send(2) and MSG_NOSIGNAL: a peer that
+ * has gone is FT_ENET ("send to WHAT: strerror"), never a SIGPIPE. */
+int ft_send_all(int fd, const void *buf, size_t n, const char *what);
 
 #endif

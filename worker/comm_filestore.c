@@ -10,6 +10,7 @@
 #include "comm_filestore.h"
 
 #include "ft_err.h"
+#include "ft_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,21 +51,6 @@ static char *key_path(const filestore *fs, const char *key) {
   return p;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-  const char *b = buf;
-  while (len) {
-    ssize_t w = write(fd, b, len);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    b += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
 static int fs_set(void *ud, const char *key, const void *val, size_t len) {
   filestore *fs = ud;
   int rc = FT_OK, fd = -1;
@@ -83,13 +69,19 @@ static int fs_set(void *ud, const char *key, const void *val, size_t len) {
     rc = ft_err_set(ft_err_from_errno(errno), "filestore set: open %s: %s", tmp, strerror(errno));
     goto out;
   }
-  if (write_all(fd, val, len) != 0 || close(fd) != 0) {
-    rc = ft_err_set(ft_err_from_errno(errno), "filestore set: write %s: %s", tmp, strerror(errno));
-    fd = -1;
+  /* Closed whether or not the write failed. */
+  rc = ft_write_all(fd, val, len, tmp);
+  int e = errno;
+  if (close(fd) != 0 && rc == FT_OK) {
+    e = errno;
+    rc = FT_EIO;
+  }
+  fd = -1;
+  if (rc != FT_OK) {
+    rc = ft_err_set(ft_err_from_errno(e), "filestore set: write %s: %s", tmp, strerror(e));
     unlink(tmp);
     goto out;
   }
-  fd = -1;
   if (rename(tmp, path) != 0) {
     rc = ft_err_set(ft_err_from_errno(errno), "filestore set: rename to %s: %s", path,
                     strerror(errno));

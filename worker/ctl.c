@@ -26,6 +26,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_file.h"
 #include "ft_wire.h"
 
 typedef struct kv_entry {
@@ -65,19 +66,6 @@ static void die_lost(const char *why) {
   _exit(FT_EXIT_LOST);
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n) {
-  while (n) {
-    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return ft_err_set(FT_ENET, "send to supervisor: %s", strerror(errno));
-    p += w;
-    n -= (size_t)w;
-  }
-  return FT_OK;
-}
-
 static int send_msg(ctl *c, ft_msg *m) {
   ft_buf b;
   ft_buf_init(&b);
@@ -85,7 +73,7 @@ static int send_msg(ctl *c, ft_msg *m) {
   int rc = ft_wire_encode(m, &b);
   if (rc == FT_OK) {
     pthread_mutex_lock(&c->send_mu);
-    rc = write_all(c->fd, b.data, b.len);
+    rc = ft_send_all(c->fd, b.data, b.len, "supervisor");
     pthread_mutex_unlock(&c->send_mu);
   }
   ft_buf_release(&b);
