@@ -25,6 +25,7 @@
 #include "ckpt_int.h"
 
 #include "ft_err.h"
+#include "ft_hex.h"
 
 #include <openssl/evp.h>
 #include <stdlib.h>
@@ -42,32 +43,13 @@ int ckpt_sha256(const void *data, size_t len, uint8_t out[CKPT_HASH_LEN]) {
 }
 
 void ckpt_hex(const uint8_t h[CKPT_HASH_LEN], char out[CKPT_HEX_LEN + 1]) {
-  static const char d[] = "0123456789abcdef";
-  for (int i = 0; i < CKPT_HASH_LEN; i++) {
-    out[2 * i] = d[h[i] >> 4];
-    out[2 * i + 1] = d[h[i] & 15];
-  }
-  out[CKPT_HEX_LEN] = 0;
-}
-
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  return -1;
+  ft_hex_encode(h, CKPT_HASH_LEN, out);
 }
 
 int ckpt_unhex(const char *hex, uint8_t out[CKPT_HASH_LEN]) {
   if (!hex || strlen(hex) != CKPT_HEX_LEN)
     return FT_EFORMAT;
-  for (int i = 0; i < CKPT_HASH_LEN; i++) {
-    int a = hexval(hex[2 * i]), b = hexval(hex[2 * i + 1]);
-    if (a < 0 || b < 0)
-      return FT_EFORMAT;
-    out[i] = (uint8_t)(a << 4 | b);
-  }
-  return FT_OK;
+  return ft_hex_decode(hex, CKPT_HASH_LEN, out, FT_HEX_LOWER);
 }
 
 int ckpt_dtype_size(const char *dtype) {

@@ -31,8 +31,10 @@
 
 /* SHA-256 of len bytes (OpenSSL EVP). */
 int ckpt_sha256(const void *data, size_t len, uint8_t out[CKPT_HASH_LEN]);
+/* A hash's name: 64 lowercase hex digits (ft_hex_encode). */
 void ckpt_hex(const uint8_t h[CKPT_HASH_LEN], char out[CKPT_HEX_LEN + 1]);
-/* Parses 64 lowercase hex digits; FT_EFORMAT otherwise. */
+/* Parses exactly 64 lowercase hex digits (ft_hex_decode, FT_HEX_LOWER: a
+ * content address has one spelling); FT_EFORMAT otherwise. */
 int ckpt_unhex(const char *hex, uint8_t out[CKPT_HASH_LEN]);
 /* Element size of a dtype name ("f32" -> 4), 0 if unknown. */
 int ckpt_dtype_size(const char *dtype);

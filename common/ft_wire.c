@@ -17,6 +17,7 @@
 #include "ft_wire.h"
 
 #include "ft_err.h"
+#include "ft_hex.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -875,17 +876,11 @@ static int ossl_fail(const char *what) {
   return ft_err_set(FT_EIO, "%s failed: %s", what, e ? buf : "no OpenSSL error queued");
 }
 
-static const char hexdig[] = "0123456789abcdef";
-
 int ft_wire_token_new(char out[FT_WIRE_TOKEN_HEX + 1]) {
   uint8_t raw[FT_WIRE_TOKEN_HEX / 2];
   if (RAND_bytes(raw, sizeof raw) != 1)
     return ossl_fail("RAND_bytes (token)");
-  for (size_t i = 0; i < sizeof raw; i++) {
-    out[2 * i] = hexdig[raw[i] >> 4];
-    out[2 * i + 1] = hexdig[raw[i] & 15];
-  }
-  out[FT_WIRE_TOKEN_HEX] = 0;
+  ft_hex_encode(raw, sizeof raw, out);
   OPENSSL_cleanse(raw, sizeof raw);
   return 0;
 }
@@ -896,27 +891,13 @@ int ft_wire_nonce_new(uint8_t nonce[FT_WIRE_NONCE_LEN]) {
   return 0;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /* Decodes the token into key[32]; never puts the token into an error text. */
 static int token_key(const char *token, uint8_t key[FT_WIRE_TOKEN_HEX / 2]) {
   if (!token || strnlen(token, FT_WIRE_TOKEN_HEX + 1) != FT_WIRE_TOKEN_HEX)
     return ft_err_set(FT_EINVAL, "run token must be %u hex characters", FT_WIRE_TOKEN_HEX);
-  for (size_t i = 0; i < FT_WIRE_TOKEN_HEX / 2; i++) {
-    int hi = hexval(token[2 * i]), lo = hexval(token[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      OPENSSL_cleanse(key, FT_WIRE_TOKEN_HEX / 2);
-      return ft_err_set(FT_EINVAL, "run token must be %u hex characters", FT_WIRE_TOKEN_HEX);
-    }
-    key[i] = (uint8_t)(hi << 4 | lo);
+  if (ft_hex_decode(token, FT_WIRE_TOKEN_HEX / 2, key, FT_HEX_ANY_CASE) != FT_OK) {
+    OPENSSL_cleanse(key, FT_WIRE_TOKEN_HEX / 2);
+    return ft_err_set(FT_EINVAL, "run token must be %u hex characters", FT_WIRE_TOKEN_HEX);
   }
   return 0;
 }

@@ -14,22 +14,13 @@
 #include <strings.h>
 
 #include "ft_err.h"
+#include "ft_hex.h"
 
 static const char XID_TAG[] = "NVRM: Xid";
 
 typedef struct cur {
   const char *p, *end;
 } cur;
-
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
 
 static void skip_spaces(cur *c) {
   while (c->p < c->end && (*c->p == ' ' || *c->p == '\t'))
@@ -53,10 +44,10 @@ static int starts_with(const cur *c, const char *lit) {
 static long read_hex(cur *c, int maxd) {
   long v = 0;
   int d = 0;
-  while (c->p < c->end && hexval(*c->p) >= 0) {
+  while (c->p < c->end && ft_hex_digit(*c->p, FT_HEX_ANY_CASE) >= 0) {
     if (++d > maxd)
       return -1;
-    v = v * 16 + hexval(*c->p);
+    v = v * 16 + ft_hex_digit(*c->p, FT_HEX_ANY_CASE);
     c->p++;
   }
   return d ? v : -1;

@@ -41,6 +41,7 @@
 #include "engine.h"
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_hex.h"
 #include "ft_failpoint.h"
 #include "ft_gpt2.h"
 #include "gpt2.h"
@@ -66,8 +67,7 @@ static void sha256_hex(const char *txt, char out[65]) {
   unsigned char md[32];
   unsigned int n = 0;
   EVP_Digest(txt, strlen(txt), md, &n, EVP_sha256(), NULL);
-  for (int i = 0; i < 32; i++)
-    sprintf(out + 2 * i, "%02x", md[i]);
+  ft_hex_encode(md, sizeof md, out);
 }
 
 /* Fills inp/tgt (B,T) with micro-batch `micro` of the global batch that
