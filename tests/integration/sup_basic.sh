@@ -44,8 +44,11 @@ FT_S3_REQUIRE=sometimes "$FT_BIN/supervise" --state "$TMP/s3" --store s3://bucke
   "$FT_SRC/examples/demo.yaml" 2>"$TMP/s3.err"
 [ $? -eq 4 ] || fail "FT_S3_REQUIRE=sometimes should exit 4"
 grep -q "FT_S3_REQUIRE" "$TMP/s3.err" || fail "s3 message names FT_S3_REQUIRE: $(cat "$TMP/s3.err")"
-"$FT_BIN/supervise" --help | grep -q "s3://" || fail "--help lacks s3://"
-"$FT_BIN/supervise" --help | grep -q "exit codes" || fail "--help lacks exit codes"
+# (read whole first: grep -q stops reading at its match, and with pipefail the
+# writer's SIGPIPE would fail the pipe)
+help=$("$FT_BIN/supervise" --help)
+grep -q "s3://" <<<"$help" || fail "--help lacks s3://"
+grep -q "exit codes" <<<"$help" || fail "--help lacks exit codes"
 set -e
 pass "usage errors"
 
