@@ -13,6 +13,7 @@
  */
 #include "ckpt_int.h"
 #include "ckpt_s3.h"
+#include "ft_clock.h"
 #include "ft_err.h"
 
 #include <math.h>
@@ -20,12 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int die(int rc, const char *what) {
   fprintf(stderr, "bench_s3: %s: %s: %s\n", what, ft_strerror(rc), ft_err_detail());
@@ -51,18 +46,18 @@ static int object(uint8_t *data, size_t n, const char *uri) {
   const char *key = ckpt_s3_client_config(c)->prefix;
   ckpt_s3_stats a, b;
   ckpt_s3_client_stats(c, &a);
-  double t0 = now();
+  double t0 = ft_now_s();
   if ((rc = ckpt_s3_client_put(c, key, data, n, 0)))
     return die(rc, "put");
-  double t1 = now();
+  double t1 = ft_now_s();
   ckpt_s3_client_stats(c, &b);
   line("ftckpt client PUT (one object)", n, t1 - t0, b.requests - a.requests);
   uint8_t *back = NULL;
   size_t bn = 0;
-  t0 = now();
+  t0 = ft_now_s();
   if ((rc = ckpt_s3_client_get(c, key, &back, &bn, 0)))
     return die(rc, "get");
-  t1 = now();
+  t1 = ft_now_s();
   ckpt_s3_client_stats(c, &a);
   line("ftckpt client GET (one object)", bn, t1 - t0, a.requests - b.requests);
   int same = bn == n && memcmp(back, data, n) == 0;
@@ -91,21 +86,21 @@ static int ckpt(uint8_t *data, size_t n, const char *uri, const char *cache2) {
                  .offset = 0,
                  .len = nf * 4,
                  .data = data};
-  double t0 = now();
+  double t0 = ft_now_s();
   ckpt_job *j = NULL;
   ckpt_shard *sh = NULL;
   if ((rc = ckpt_store_submit(s, "bench", 1, 0, 1, &p, 1, &j)))
     return die(rc, "submit");
   ckpt_job_released(j, 1);
-  double tr = now();
+  double tr = ft_now_s();
   if ((rc = ckpt_job_wait(j, &sh)))
     return die(rc, "wait");
-  double tl = now();
+  double tl = ft_now_s();
   ckpt_job_free(j);
   ckpt_meta m = {.run = "bench", .step = 1, .parent_step = -1, .world = 1, .loss = NAN};
   if ((rc = ckpt_store_commit(s, &m, &sh, 1)))
     return die(rc, "commit");
-  double t1 = now();
+  double t1 = ft_now_s();
   ckpt_shard_free(sh);
   ckpt_store_tier_stats(s, &b);
   printf("  (trainer blocked %.2f s until its buffer was released; shard in the cache after "
@@ -117,7 +112,7 @@ static int ckpt(uint8_t *data, size_t n, const char *uri, const char *cache2) {
   setenv("FT_S3_CACHE", cache2, 1);
   s = NULL;
   ckpt_store_opts ro = {.read_only = 1, .threads = 4};
-  t0 = now();
+  t0 = ft_now_s();
   if ((rc = ckpt_store_open(uri, &ro, &s)))
     return die(rc, "open from the bucket");
   ckpt_manifest *man = NULL;
@@ -128,7 +123,7 @@ static int ckpt(uint8_t *data, size_t n, const char *uri, const char *cache2) {
     return die(FT_ENOMEM, "malloc");
   if ((rc = ckpt_store_read(s, man, "param/w", 0, nf * 4, back)))
     return die(rc, "read");
-  t1 = now();
+  t1 = ft_now_s();
   ckpt_store_tier_stats(s, &a);
   line("ftckpt restore from the bucket (empty cache)", nf * 4, t1 - t0, a.requests);
   int same = memcmp(back, data, nf * 4) == 0;

@@ -62,6 +62,7 @@
  */
 #include "ckpt_int.h"
 
+#include "ft_clock.h"
 #include "ft_err.h"
 
 #include <errno.h>
@@ -300,11 +301,8 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
 
   pthread_mutex_lock(&s->meta_mu); /* G1 */
   int rc = s->read_only ? FT_OK : s->tier->now(s->tier, &t0);
-  if (s->read_only) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    t0 = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-  }
+  if (s->read_only)
+    t0 = ft_wall_ns();
   if (rc)
     goto unlock;
   g.cutoff = t0 - s->gc_grace_s * 1000000000LL;

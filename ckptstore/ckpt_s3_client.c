@@ -44,6 +44,7 @@
 #include "ckpt_s3.h"
 
 #include "ckpt_int.h"
+#include "ft_clock.h"
 #include "ft_err.h"
 
 #include <ctype.h>
@@ -163,21 +164,14 @@ static int64_t iso8601_ns(const char *s) {
 static uint64_t rnd(void) {
   static __thread uint64_t s;
   if (!s) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    s = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)(uintptr_t)&s) ^
+    uint64_t t = ft_now_ns();
+    s = ((t % 1000000000u) << 20) ^ (t / 1000000000u) ^ ((uint64_t)(uintptr_t)&s) ^
         0x9e3779b97f4a7c15ULL;
   }
   s ^= s << 13;
   s ^= s >> 7;
   s ^= s << 17;
   return s;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Percent-encodes s the way SigV4 wants (RFC 3986 unreserved kept, every
@@ -904,7 +898,7 @@ static int execute(ckpt_s3_client *c, rq *r) {
     return rc;
   ckpt_hex(h, hex);
   int attempts = (r->flags & CKPT_S3_FAST) ? 1 : c->cfg.retries;
-  double deadline = now_s() + c->cfg.retry_budget_s;
+  double deadline = ft_now_s() + c->cfg.retry_budget_s;
   for (int a = 0;; a++) {
     reset_resp(r);
     int cc = perform_once(c, r, hex);
@@ -947,7 +941,7 @@ static int execute(ckpt_s3_client *c, rq *r) {
         cap = c->cfg.retry_cap_ms;
       delay = (double)(rnd() % 1000000) / 1e6 * cap / 1000.0;
     }
-    if (!retry || a + 1 >= attempts || now_s() + delay > deadline) {
+    if (!retry || a + 1 >= attempts || ft_now_s() + delay > deadline) {
       char hint[sizeof c->cfg.cred_source + sizeof c->cfg.region + 200] = "";
       if (rc == FT_ECONFIG && cc == CURLE_OK) /* 401/403: final, never retried */
         snprintf(hint, sizeof hint,

@@ -50,6 +50,7 @@
 #include "ckpt_s3.h"
 
 #include "ckpt_int.h"
+#include "ft_clock.h"
 #include "ft_err.h"
 
 #include <dirent.h>
@@ -433,9 +434,7 @@ static void *uploader(void *arg) {
       snprintf(td->last_err, sizeof td->last_err, "%s: %s", it->key, ft_err_detail());
       it->fails++;
       int shift = it->fails < 5 ? it->fails : 5;
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_sec += 1 << shift; /* 2, 4, ... 32 s */
+      struct timespec ts = ft_wall_deadline(1000LL << shift); /* 2, 4, ... 32 s */
       pthread_cond_timedwait(&td->cv_stop, &td->mu, &ts);
       if (!td->stopping) {
         kset_put(&td->pending, it->key, K_QUEUED);
@@ -725,9 +724,7 @@ void ckpt_s3_tiered_stats_get(ckpt_tier *t, ckpt_s3_tiered_stats *st) {
 
 int ckpt_s3_tiered_flush(ckpt_tier *t, int timeout_s) {
   tiered *td = (tiered *)t;
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += timeout_s < 0 ? 0 : timeout_s;
+  struct timespec until = ft_wall_deadline(timeout_s < 0 ? 0 : 1000LL * timeout_s);
   int rc = FT_OK;
   pthread_mutex_lock(&td->mu);
   while (td->pending.n > 0 && rc == FT_OK) {

@@ -21,6 +21,7 @@
  */
 #include "ckpt_s3.h"
 
+#include "ft_clock.h"
 #include "ft_err.h"
 
 #include <stdio.h>
@@ -147,9 +148,7 @@ static int s3_list(ckpt_tier *t, const char *prefix, int (*fn)(void *ud, const c
 }
 
 static int s3_now(ckpt_tier *t, int64_t *now_ns) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  *now_ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+  *now_ns = ft_wall_ns();
   return FT_OK;
 }
 

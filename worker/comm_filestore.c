@@ -9,6 +9,7 @@
  */
 #include "comm_filestore.h"
 
+#include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_file.h"
 
@@ -96,15 +97,9 @@ out:
   return rc;
 }
 
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int fs_wait(void *ud, const char *const *keys, int nkeys, int timeout_ms) {
   filestore *fs = ud;
-  long long deadline = now_ms() + timeout_ms;
+  long long deadline = ft_now_ms() + timeout_ms;
   int i = 0;
   if (nkeys < 0 || (nkeys && !keys))
     return ft_err_set(FT_EINVAL, "filestore wait: bad key list");
@@ -124,7 +119,7 @@ static int fs_wait(void *ud, const char *const *keys, int nkeys, int timeout_ms)
     if (e != ENOENT)
       return ft_err_set(ft_err_from_errno(e), "filestore wait: stat key '%s': %s", keys[i],
                         strerror(e));
-    if (timeout_ms >= 0 && now_ms() >= deadline)
+    if (timeout_ms >= 0 && ft_now_ms() >= deadline)
       return ft_err_set(FT_ETIMEDOUT, "filestore wait: key '%s' (%d of %d) absent after %d ms",
                         keys[i], i + 1, nkeys, timeout_ms);
     struct timespec ts = {0, POLL_MS * 1000000L};

@@ -58,6 +58,7 @@
  */
 #include "comm_int.h"
 
+#include "ft_clock.h"
 #include "ft_err.h"
 
 #include <cuda_runtime_api.h>
@@ -88,12 +89,6 @@ typedef struct nccl_comm {
 } nccl_comm;
 
 typedef enum { K_ALLGATHER, K_REDUCE_SCATTER, K_ALLREDUCE, K_BROADCAST } coll_kind;
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The i-th sleep of a polling loop: 50 us for the first ms, then 1 ms. */
 static void nap(int i) {
@@ -170,14 +165,14 @@ static void nc_unlock(nccl_comm *n) {
 static void nccl_abort(void *impl) {
   nccl_comm *n = impl;
   __atomic_store_n(&n->abort_req, 1, __ATOMIC_RELEASE);
-  long long deadline = now_ms() + ABORT_LOCK_MS;
+  long long deadline = ft_now_ms() + ABORT_LOCK_MS;
   for (int i = 0;; i++) {
     if (pthread_mutex_trylock(&n->lock) == 0) {
       abort_locked(n);
       pthread_mutex_unlock(&n->lock);
       return;
     }
-    if (now_ms() >= deadline)
+    if (ft_now_ms() >= deadline)
       return; /* the owner aborts in nc_unlock when its call returns */
     nap(i);
   }
@@ -209,7 +204,7 @@ static int settle(nccl_comm *n, const char *op, long long deadline, int limit_ms
       return rc;
     if (st != ncclInProgress)
       return nccl_err(op, st, 1);
-    if (now_ms() >= deadline)
+    if (ft_now_ms() >= deadline)
       return ft_err_set(FT_ETIMEDOUT, "nccl %s: %s after %d ms", op, what, limit_ms);
     nap(i);
   }
@@ -218,7 +213,7 @@ static int settle(nccl_comm *n, const char *op, long long deadline, int limit_ms
 /* Waits until all work on stream s is done, polling the communicator for
  * asynchronous errors: FT_OK, FT_ECOMM, FT_ECUDA or FT_ETIMEDOUT. */
 static int wait_stream(nccl_comm *n, const char *op, cudaStream_t s, int timeout_ms) {
-  long long deadline = now_ms() + timeout_ms;
+  long long deadline = ft_now_ms() + timeout_ms;
   for (int i = 0;; i++) {
     cudaError_t q = cudaStreamQuery(s);
     if (q == cudaErrorNotReady)
@@ -233,7 +228,7 @@ static int wait_stream(nccl_comm *n, const char *op, cudaStream_t s, int timeout
       return nccl_err(op, st, 1);
     if (q == cudaSuccess)
       return FT_OK;
-    if (now_ms() >= deadline)
+    if (ft_now_ms() >= deadline)
       return ft_err_set(FT_ETIMEDOUT, "nccl %s: stream not done after %d ms (a peer hangs?)", op,
                         timeout_ms);
     nap(i);
@@ -262,7 +257,7 @@ static int enqueue(nccl_comm *n, const char *op, coll_kind k, const void *send, 
     return rc;
   if ((rc = get_state(n, op, &st)))
     return rc;
-  if (st == ncclInProgress && (rc = settle(n, op, now_ms() + n->timeout_ms, n->timeout_ms,
+  if (st == ncclInProgress && (rc = settle(n, op, ft_now_ms() + n->timeout_ms, n->timeout_ms,
                                            "earlier call still in progress")))
     return rc;
   if (st != ncclSuccess && st != ncclInProgress)
@@ -285,7 +280,7 @@ static int enqueue(nccl_comm *n, const char *op, coll_kind k, const void *send, 
   }
   nc_unlock(n);
   if (r == ncclInProgress)
-    return settle(n, op, now_ms() + n->timeout_ms, n->timeout_ms, "enqueue still in progress");
+    return settle(n, op, ft_now_ms() + n->timeout_ms, n->timeout_ms, "enqueue still in progress");
   return nccl_err(op, r, 0);
 }
 
@@ -489,7 +484,7 @@ static void nccl_destroy(void *impl) {
     ncclResult_t r = ncclCommFinalize(n->nc);
     nc_unlock(n);
     if (r == ncclInProgress)
-      rc = settle(n, "finalize", now_ms() + n->timeout_ms, n->timeout_ms, "not quiescent");
+      rc = settle(n, "finalize", ft_now_ms() + n->timeout_ms, n->timeout_ms, "not quiescent");
     else
       rc = nccl_err("finalize", r, 0);
   }
@@ -578,7 +573,7 @@ int comm_nccl_new(const comm_opts *o, const comm_kv *kv, int device, comm **out)
   int connect_ms = o->connect_timeout_ms            ? o->connect_timeout_ms
                    : o->timeout_ms > CONNECT_MIN_MS ? o->timeout_ms
                                                     : CONNECT_MIN_MS;
-  long long deadline = now_ms() + connect_ms;
+  long long deadline = ft_now_ms() + connect_ms;
 
   nccl_comm *n = calloc(1, sizeof *n);
   if (!n)
@@ -596,7 +591,7 @@ int comm_nccl_new(const comm_opts *o, const comm_kv *kv, int device, comm **out)
   if (!rc)
     rc = cuda_err("init", cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
   if (!rc) { /* one budget for the whole setup: what CUDA left of it */
-    long long left = deadline - now_ms();
+    long long left = deadline - ft_now_ms();
     rc = rendezvous(o, kv, left > 1 ? (int)left : 1, &id);
   }
   if (rc)

@@ -16,10 +16,11 @@
  */
 #include "kernels.h"
 
+#include "ft_clock.h"
+
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
-#include <time.h>
 
 void k_set_threads(int n) {
   if (n <= 0)
@@ -30,12 +31,6 @@ void k_set_threads(int n) {
 
 int k_get_threads(void) {
   return omp_get_max_threads();
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 double k_sgemm_gflops(int n, double min_seconds) {
@@ -57,11 +52,11 @@ double k_sgemm_gflops(int n, double min_seconds) {
   /* One untimed call: thread pool start-up, page faults. */
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
   long iters = 0;
-  double t0 = now_s(), el = 0.0;
+  double t0 = ft_now_s(), el = 0.0;
   do {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     iters++;
-    el = now_s() - t0;
+    el = ft_now_s() - t0;
   } while (el < min_seconds);
   if (el > 0.0)
     rate = 2.0 * (double)n * n * n * (double)iters / el / 1e9;
