@@ -60,6 +60,7 @@
  *      by a crashed sweep was unreferenced; the next sweep deletes it.
  * Dry run: G3, G5 and G6 only count.
  */
+#include "ckpt_hashset.h"
 #include "ckpt_int.h"
 
 #include "ft_clock.h"
@@ -74,37 +75,11 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct hashset {
-  uint8_t (*v)[CKPT_HASH_LEN];
-  size_t n, cap;
-} hashset;
-
-static int hs_add(hashset *h, const uint8_t *x) {
-  if (h->n == h->cap) {
-    size_t cap = h->cap ? 2 * h->cap : 1024;
-    void *n = realloc(h->v, cap * CKPT_HASH_LEN);
-    if (!n)
-      return ft_err_set(FT_ENOMEM, "out of memory");
-    h->v = n;
-    h->cap = cap;
-  }
-  memcpy(h->v[h->n++], x, CKPT_HASH_LEN);
-  return FT_OK;
-}
-
-static int hcmp(const void *a, const void *b) {
-  return memcmp(a, b, CKPT_HASH_LEN);
-}
-
-static int hs_has(const hashset *h, const uint8_t *x) {
-  return h->n && bsearch(x, h->v, h->n, CKPT_HASH_LEN, hcmp) != NULL;
-}
-
 typedef struct gc_ctx {
   ckpt_store *s;
   ckpt_info *dropped;
   size_t ndropped;
-  hashset marked;
+  ckpt_hashset marked; /* chunk hashes (G4) */
   int64_t cutoff;
   int dry_run;
   ckpt_gc_report *rep;
@@ -154,7 +129,7 @@ static int mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
   if (!is_dropped(g, m->info.run, m->info.step))
     for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
       for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++)
-        rc = hs_add(&g->marked, m->tensors[t].chunks[c].hash);
+        rc = ckpt_hashset_put(&g->marked, m->tensors[t].chunks[c].hash, CKPT_HASH_LEN, 1);
   ckpt_manifest_free(m);
   return rc;
 }
@@ -165,7 +140,7 @@ static int sweep_cb(void *ud, const char *key) {
   const char *name = ckpt_objkey_chunk_name(key);
   uint8_t h[CKPT_HASH_LEN];
   int valid = name && ckpt_unhex(name, h) == FT_OK;
-  if (valid && hs_has(&g->marked, h))
+  if (valid && ckpt_hashset_has(&g->marked, h, CKPT_HASH_LEN))
     return FT_OK;
   uint64_t size = 0;
   int64_t mtime = 0;
@@ -364,8 +339,6 @@ unlock:
   pthread_mutex_unlock(&s->meta_mu);
   if (rc)
     goto out;
-  if (g.marked.n > 1)
-    qsort(g.marked.v, g.marked.n, CKPT_HASH_LEN, hcmp);
   g.idx = ckpt_batch_new();
   if (!g.idx) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
@@ -396,7 +369,7 @@ unlock:
     }
   }
 out:
-  free(g.marked.v);
+  ckpt_hashset_release(&g.marked);
   free(g.dropped);
   free(v);
   return rc;

@@ -49,6 +49,7 @@
  */
 #include "ckpt_s3.h"
 
+#include "ckpt_hashset.h"
 #include "ckpt_int.h"
 #include "ft_clock.h"
 #include "ft_err.h"
@@ -64,99 +65,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- a small string set ------------------------------------------------------- */
+/* ---- key states in the ckpt_hashset sets ------------------------------------ */
 
 enum { K_QUEUED = 1, K_INFLIGHT = 2, K_KNOWN = 3 };
-
-typedef struct kent {
-  struct kent *next;
-  int state;
-  char key[];
-} kent;
-
-typedef struct kset {
-  kent **b;
-  size_t nb, n;
-} kset;
-
-static uint64_t khash(const char *s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-  return h;
-}
-
-static kent *kset_find(kset *s, const char *key) {
-  if (!s->nb)
-    return NULL;
-  for (kent *e = s->b[khash(key) % s->nb]; e; e = e->next)
-    if (!strcmp(e->key, key))
-      return e;
-  return NULL;
-}
-
-static int kset_grow(kset *s) {
-  size_t nb = s->nb ? s->nb * 2 : 1024;
-  kent **b = calloc(nb, sizeof *b);
-  if (!b)
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  for (size_t i = 0; i < s->nb; i++)
-    for (kent *e = s->b[i], *n; e; e = n) {
-      n = e->next;
-      size_t k = khash(e->key) % nb;
-      e->next = b[k];
-      b[k] = e;
-    }
-  free(s->b);
-  s->b = b;
-  s->nb = nb;
-  return FT_OK;
-}
-
-/* Adds key with state (or updates the state). */
-static int kset_put(kset *s, const char *key, int state) {
-  kent *e = kset_find(s, key);
-  if (e) {
-    e->state = state;
-    return FT_OK;
-  }
-  if (s->n + 1 > s->nb && kset_grow(s))
-    return FT_ENOMEM;
-  size_t l = strlen(key);
-  e = malloc(sizeof *e + l + 1);
-  if (!e)
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  memcpy(e->key, key, l + 1);
-  e->state = state;
-  size_t k = khash(key) % s->nb;
-  e->next = s->b[k];
-  s->b[k] = e;
-  s->n++;
-  return FT_OK;
-}
-
-static void kset_del(kset *s, const char *key) {
-  if (!s->nb)
-    return;
-  for (kent **p = &s->b[khash(key) % s->nb]; *p; p = &(*p)->next)
-    if (!strcmp((*p)->key, key)) {
-      kent *e = *p;
-      *p = e->next;
-      free(e);
-      s->n--;
-      return;
-    }
-}
-
-static void kset_release(kset *s) {
-  for (size_t i = 0; i < s->nb; i++)
-    for (kent *e = s->b[i], *n; e; e = n) {
-      n = e->next;
-      free(e);
-    }
-  free(s->b);
-  memset(s, 0, sizeof *s);
-}
 
 /* ---- the tier ------------------------------------------------------------------ */
 
@@ -177,8 +88,8 @@ typedef struct tiered {
   pthread_mutex_t mu;
   pthread_cond_t cv_work, cv_done, cv_stop;
   item *head, *tail;
-  kset pending; /* K_QUEUED / K_INFLIGHT */
-  kset known;   /* K_KNOWN: in the bucket */
+  ckpt_hashset pending; /* K_QUEUED / K_INFLIGHT */
+  ckpt_hashset known;   /* K_KNOWN: in the bucket */
   int stopping;
   pthread_t *th;
   int nth;
@@ -255,16 +166,16 @@ static void journal_del(tiered *td, const char *key) {
 static int enqueue_locked(tiered *td, const char *key, int force) {
   if (!td->nth)
     return FT_OK;
-  if (kset_find(&td->pending, key))
+  if (ckpt_hashset_has(&td->pending, key, strlen(key)))
     return FT_OK;
-  if (!force && kset_find(&td->known, key))
+  if (!force && ckpt_hashset_has(&td->known, key, strlen(key)))
     return FT_OK;
   size_t l = strlen(key);
   item *it = calloc(1, sizeof *it + l + 1);
   if (!it)
     return ft_err_set(FT_ENOMEM, "out of memory");
   memcpy(it->key, key, l + 1);
-  int rc = kset_put(&td->pending, key, K_QUEUED);
+  int rc = ckpt_hashset_put(&td->pending, key, strlen(key), K_QUEUED);
   if (rc) {
     free(it);
     return rc;
@@ -279,9 +190,9 @@ static int enqueue_locked(tiered *td, const char *key, int force) {
 }
 
 static void finish_locked(tiered *td, const char *key, int rc) {
-  kset_del(&td->pending, key);
+  ckpt_hashset_del(&td->pending, key, strlen(key));
   if (rc == FT_OK) {
-    kset_put(&td->known, key, K_KNOWN);
+    ckpt_hashset_put(&td->known, key, strlen(key), K_KNOWN);
     td->uploads_done++;
   } else {
     td->uploads_failed++;
@@ -313,10 +224,10 @@ static int ensure_remote(tiered *td, const char *key) {
   int mine = 0;
   pthread_mutex_lock(&td->mu);
   for (;;) {
-    kent *e = kset_find(&td->pending, key);
-    if (!e)
+    int *state = ckpt_hashset_get(&td->pending, key, strlen(key));
+    if (!state)
       break;
-    if (e->state == K_QUEUED) {
+    if (*state == K_QUEUED) {
       for (item **p = &td->head, *prev = NULL; *p; prev = *p, p = &(*p)->next)
         if (!strcmp((*p)->key, key)) {
           item *it = *p;
@@ -326,13 +237,13 @@ static int ensure_remote(tiered *td, const char *key) {
           free(it);
           break;
         }
-      e->state = K_INFLIGHT;
+      *state = K_INFLIGHT;
       mine = 1;
       break;
     }
     pthread_cond_wait(&td->cv_done, &td->mu);
   }
-  int known = kset_find(&td->known, key) != NULL;
+  int known = ckpt_hashset_has(&td->known, key, strlen(key));
   pthread_mutex_unlock(&td->mu);
   if (known && !mine)
     return FT_OK;
@@ -341,7 +252,7 @@ static int ensure_remote(tiered *td, const char *key) {
     rc = td->remote->exists(td->remote, key, 0, NULL, NULL);
     if (rc == FT_OK) {
       pthread_mutex_lock(&td->mu);
-      kset_put(&td->known, key, K_KNOWN);
+      ckpt_hashset_put(&td->known, key, strlen(key), K_KNOWN);
       pthread_mutex_unlock(&td->mu);
       return FT_OK;
     }
@@ -353,7 +264,7 @@ static int ensure_remote(tiered *td, const char *key) {
   if (mine)
     finish_locked(td, key, rc);
   else if (rc == FT_OK)
-    kset_put(&td->known, key, K_KNOWN);
+    ckpt_hashset_put(&td->known, key, strlen(key), K_KNOWN);
   pthread_mutex_unlock(&td->mu);
   return rc;
 }
@@ -424,7 +335,7 @@ static void *uploader(void *arg) {
     if (!td->head)
       td->tail = NULL;
     it->next = NULL;
-    kset_put(&td->pending, it->key, K_INFLIGHT);
+    ckpt_hashset_put(&td->pending, it->key, strlen(it->key), K_INFLIGHT);
     pthread_mutex_unlock(&td->mu);
     int rc = upload_key(td, it->key);
     pthread_mutex_lock(&td->mu);
@@ -437,7 +348,7 @@ static void *uploader(void *arg) {
       struct timespec ts = ft_wall_deadline(1000LL << shift); /* 2, 4, ... 32 s */
       pthread_cond_timedwait(&td->cv_stop, &td->mu, &ts);
       if (!td->stopping) {
-        kset_put(&td->pending, it->key, K_QUEUED);
+        ckpt_hashset_put(&td->pending, it->key, strlen(it->key), K_QUEUED);
         if (td->tail)
           td->tail->next = it;
         else
@@ -446,7 +357,7 @@ static void *uploader(void *arg) {
         pthread_cond_broadcast(&td->cv_done);
         continue;
       }
-      kset_del(&td->pending, it->key);
+      ckpt_hashset_del(&td->pending, it->key, strlen(it->key));
       pthread_cond_broadcast(&td->cv_done);
       free(it);
       continue;
@@ -477,7 +388,7 @@ static int td_put(ckpt_tier *t, const char *key, const void *data, size_t len) {
     if (rc)
       return ckpt_err_wrap(rc, "not durable in the bucket (FT_S3_REQUIRE=both)");
     pthread_mutex_lock(&td->mu);
-    kset_put(&td->known, key, K_KNOWN);
+    ckpt_hashset_put(&td->known, key, strlen(key), K_KNOWN);
     td->uploads_done++;
     pthread_mutex_unlock(&td->mu);
     return FT_OK;
@@ -514,7 +425,7 @@ static int scrub_remote(tiered *td, const char *key, const uint8_t *obj, size_t 
     return ckpt_err_wrap(rc, "repairing the bucket's copy of %s", key);
   pthread_mutex_lock(&td->mu);
   td->repaired_remote++;
-  kset_put(&td->known, key, K_KNOWN);
+  ckpt_hashset_put(&td->known, key, strlen(key), K_KNOWN);
   pthread_mutex_unlock(&td->mu);
   return FT_OK;
 }
@@ -562,7 +473,7 @@ static int td_get(ckpt_tier *t, const char *key, uint8_t **data, size_t *len) {
     pthread_mutex_lock(&td->mu);
     if (prc == FT_OK)
       td->repaired_local++;
-    kset_put(&td->known, key, K_KNOWN);
+    ckpt_hashset_put(&td->known, key, strlen(key), K_KNOWN);
     pthread_mutex_unlock(&td->mu);
     free(lo);
     *data = ro;
@@ -605,7 +516,7 @@ static int td_del(ckpt_tier *t, const char *key) {
   int lrc = td->local->del(td->local, key);
   int rrc = td->remote->del(td->remote, key);
   pthread_mutex_lock(&td->mu);
-  kset_del(&td->known, key);
+  ckpt_hashset_del(&td->known, key, strlen(key));
   pthread_mutex_unlock(&td->mu);
   if (lrc && lrc != FT_ENOENT)
     return lrc;
@@ -620,7 +531,7 @@ static int td_del_if_older(ckpt_tier *t, const char *key, int64_t cutoff_ns, uin
   if (rc == FT_EEXIST || (rc && rc != FT_ENOENT))
     return rc;
   pthread_mutex_lock(&td->mu);
-  kset_del(&td->known, key);
+  ckpt_hashset_del(&td->known, key, strlen(key));
   pthread_mutex_unlock(&td->mu);
   if (rc == FT_OK) {
     int r = td->remote->del(td->remote, key);
@@ -630,7 +541,7 @@ static int td_del_if_older(ckpt_tier *t, const char *key, int64_t cutoff_ns, uin
 }
 
 typedef struct list_ctx {
-  kset seen;
+  ckpt_hashset seen;
   int (*fn)(void *ud, const char *key);
   void *ud;
   int pass;
@@ -639,10 +550,10 @@ typedef struct list_ctx {
 static int list_cb(void *ud, const char *key) {
   list_ctx *l = ud;
   if (l->pass == 0) {
-    int rc = kset_put(&l->seen, key, K_KNOWN);
+    int rc = ckpt_hashset_put(&l->seen, key, strlen(key), K_KNOWN);
     return rc ? rc : l->fn(l->ud, key);
   }
-  return kset_find(&l->seen, key) ? FT_OK : l->fn(l->ud, key);
+  return ckpt_hashset_has(&l->seen, key, strlen(key)) ? FT_OK : l->fn(l->ud, key);
 }
 
 static int td_list(ckpt_tier *t, const char *prefix, int (*fn)(void *ud, const char *key),
@@ -654,7 +565,7 @@ static int td_list(ckpt_tier *t, const char *prefix, int (*fn)(void *ud, const c
     l.pass = 1;
     rc = td->remote->list(td->remote, prefix, list_cb, &l);
   }
-  kset_release(&l.seen);
+  ckpt_hashset_release(&l.seen);
   return rc;
 }
 
@@ -681,8 +592,8 @@ static void td_free(ckpt_tier *t) {
     n = it->next;
     free(it);
   }
-  kset_release(&td->pending);
-  kset_release(&td->known);
+  ckpt_hashset_release(&td->pending);
+  ckpt_hashset_release(&td->known);
   free(td->th);
   if (td->local)
     td->local->free(td->local);
