@@ -610,22 +610,17 @@ static int ecuda_scale_grads(void *impl, float s) {
   return kc_scale_f32(e->g, s, e->sm.shard_n, e->cs);
 }
 
-typedef struct seg_args {
+typedef struct adamw_args {
   ecuda *e;
-  int g, rc;
-  float lr, b1, b2, eps, wd;
+  float lr, b1, b2, eps;
   int64_t t;
-} seg_args;
+} adamw_args;
 
-/* AdamW on the intersection of segment [off, off+n) of group g with this
- * rank's range. */
-static void adamw_seg(void *ud, size_t off, size_t n, int decays) {
-  seg_args *a = ud;
+static int adamw_run(void *ud, size_t o, size_t n, float wd) {
+  adamw_args *a = ud;
   ecuda *e = a->e;
-  size_t o, cnt = shardmap_clip(&e->sm, a->g, off, n, &o);
-  if (cnt && !a->rc)
-    a->rc = kc_adamw(e->p + o, e->pb + o, e->g + o, e->mo + o, e->v + o, cnt, a->lr, a->b1, a->b2,
-                     a->eps, decays ? a->wd : 0.0f, a->t, e->cs);
+  return kc_adamw(e->p + o, e->pb + o, e->g + o, e->mo + o, e->v + o, n, a->lr, a->b1, a->b2,
+                  a->eps, wd, a->t, e->cs);
 }
 
 static int ecuda_adamw(void *impl, float lr, float beta1, float beta2, float eps, float wd,
@@ -644,12 +639,8 @@ static int ecuda_adamw(void *impl, float lr, float beta1, float beta2, float eps
     e->snap_pending = 0;
   }
   CK(grads_ready(e));
-  seg_args a = {e, 0, FT_OK, lr, beta1, beta2, eps, wd, t};
-  for (int g = 0; g < e->sm.ngroups && !a.rc; g++) {
-    a.g = g;
-    gpt2_group_segments(&e->d, g, adamw_seg, &a);
-  }
-  return a.rc;
+  adamw_args a = {e, lr, beta1, beta2, eps, t};
+  return gpt2_adamw_runs(&e->d, &e->sm, wd, adamw_run, &a);
 }
 
 static double ecuda_comm_seconds(void *impl) {

@@ -179,30 +179,22 @@ void fsdp_scale_grads(fsdp *f, float s) {
   k_scale(f->g, s, f->shard_n);
 }
 
-typedef struct seg_args {
+typedef struct adamw_args {
   fsdp *f;
-  int g;
-  float lr, b1, b2, eps, wd;
+  float lr, b1, b2, eps;
   int64_t t;
-} seg_args;
+} adamw_args;
 
-/* AdamW on the intersection of segment [off, off+n) of group g with this
- * rank's range. */
-static void adamw_seg(void *ud, size_t off, size_t n, int decays) {
-  seg_args *a = ud;
+static int adamw_run(void *ud, size_t o, size_t n, float wd) {
+  adamw_args *a = ud;
   fsdp *f = a->f;
-  size_t o, cnt = shardmap_clip(&f->sm, a->g, off, n, &o);
-  if (cnt)
-    k_adamw(f->p + o, f->g + o, f->mo + o, f->v + o, cnt, a->lr, a->b1, a->b2, a->eps,
-            decays ? a->wd : 0.0f, a->t);
+  k_adamw(f->p + o, f->g + o, f->mo + o, f->v + o, n, a->lr, a->b1, a->b2, a->eps, wd, a->t);
+  return FT_OK;
 }
 
 void fsdp_adamw(fsdp *f, float lr, float beta1, float beta2, float eps, float wd, int64_t t) {
-  seg_args a = {f, 0, lr, beta1, beta2, eps, wd, t};
-  for (int g = 0; g < f->ngroups; g++) {
-    a.g = g;
-    gpt2_group_segments(&f->m->d, g, adamw_seg, &a);
-  }
+  adamw_args a = {f, lr, beta1, beta2, eps, t};
+  gpt2_adamw_runs(&f->m->d, &f->sm, wd, adamw_run, &a);
 }
 
 int fsdp_nparts(const fsdp *f) {

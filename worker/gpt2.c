@@ -24,6 +24,7 @@
 
 #include "ft_err.h"
 #include "kernels.h"
+#include "shardmap.h"
 
 /* Per-layer activation tensors, in arena order. */
 enum {
@@ -357,24 +358,49 @@ void gpt2_group_segments(const ft_gpt2_dims *d, int g,
       fn(ud, ft_gpt2_block_offset(d, k), ft_gpt2_block_numel(d, k), ft_gpt2_block_decays(k));
 }
 
+typedef struct runs_walk {
+  const ft_gpt2_dims *d;
+  const shardmap *sm;
+  int g, rc;
+  float wd;
+  int (*fn)(void *ud, size_t off, size_t n, float wd);
+  void *ud;
+} runs_walk;
+
+static void walk_segment(void *ud, size_t off, size_t n, int decays) {
+  runs_walk *w = ud;
+  if (w->rc)
+    return;
+  size_t o = ft_gpt2_group_offset(w->d, w->g) + off, cnt = n;
+  if (w->sm)
+    cnt = shardmap_clip(w->sm, w->g, off, n, &o);
+  if (cnt)
+    w->rc = w->fn(w->ud, o, cnt, decays ? w->wd : 0.0f);
+}
+
+int gpt2_adamw_runs(const ft_gpt2_dims *d, const shardmap *sm, float wd,
+                    int (*fn)(void *ud, size_t off, size_t n, float wd), void *ud) {
+  runs_walk w = {d, sm, 0, FT_OK, wd, fn, ud};
+  int ngroups = sm ? sm->ngroups : ft_gpt2_ngroups(d);
+  for (w.g = 0; w.g < ngroups && !w.rc; w.g++)
+    gpt2_group_segments(d, w.g, walk_segment, &w);
+  return w.rc;
+}
+
 typedef struct adamw_args {
   gpt2 *m;
-  size_t base;
-  float lr, b1, b2, eps, wd;
+  float lr, b1, b2, eps;
   int64_t t;
 } adamw_args;
 
-static void adamw_segment(void *ud, size_t off, size_t n, int decays) {
+static int adamw_run(void *ud, size_t o, size_t n, float wd) {
   adamw_args *a = ud;
-  size_t o = a->base + off;
   k_adamw(a->m->params + o, a->m->grads + o, a->m->m + o, a->m->v + o, n, a->lr, a->b1, a->b2,
-          a->eps, decays ? a->wd : 0.0f, a->t);
+          a->eps, wd, a->t);
+  return FT_OK;
 }
 
 void gpt2_adamw(gpt2 *m, float lr, float beta1, float beta2, float eps, float wd, int64_t t) {
-  adamw_args a = {m, 0, lr, beta1, beta2, eps, wd, t};
-  for (int g = 0; g < ft_gpt2_ngroups(&m->d); g++) {
-    a.base = ft_gpt2_group_offset(&m->d, g);
-    gpt2_group_segments(&m->d, g, adamw_segment, &a);
-  }
+  adamw_args a = {m, lr, beta1, beta2, eps, t};
+  gpt2_adamw_runs(&m->d, NULL, wd, adamw_run, &a);
 }

@@ -81,6 +81,19 @@ float gpt2_grad_norm(const gpt2 *m);
  * setting: (offset within the group, count, decays). */
 void gpt2_group_segments(const ft_gpt2_dims *d, int g,
                          void (*fn)(void *ud, size_t off, size_t n, int decays), void *ud);
+/* The one walk of AdamW over a flat parameter buffer, shared by the CPU
+ * trainer, FSDP and the CUDA engine so that they update the same elements
+ * with the same decay in the same order. Calls fn(ud, off, n, wd) for every
+ * run of elements that shares one weight-decay setting, group by group, run
+ * by run (gpt2_group_segments): off is the run's offset in the buffer and wd
+ * the decay it gets (wd, or 0 where gpt2_group_segments says no decay).
+ * sm NULL: the buffer is the whole model (group offset + run offset). With a
+ * shardmap: the buffer is this rank's shard; each run is clipped to the
+ * rank's range, and runs it owns nothing of are skipped. Stops at fn's first
+ * non-zero return and returns it; FT_OK otherwise. */
+struct shardmap;
+int gpt2_adamw_runs(const ft_gpt2_dims *d, const struct shardmap *sm, float wd,
+                    int (*fn)(void *ud, size_t off, size_t n, float wd), void *ud);
 /* AdamW on every parameter; weight decay on 2-D weights and embeddings
  * only. t is the 1-based optimizer step. */
 void gpt2_adamw(gpt2 *m, float lr, float beta1, float beta2, float eps, float wd, int64_t t);
