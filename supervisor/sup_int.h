@@ -79,12 +79,12 @@ typedef struct sup_node {
   /* blame (sup_recovery.c): failures counted against the node, one per
    * recovery round at most; why it is quarantined (events, persisted) */
   sup_failures fails;
-  int counted;     /* a failure of this round is counted */
-  int nfailures;   /* failures inside the window when it was last counted */
-  char why[256];   /* the reason it is (or will be) quarantined */
-  pid_t host_pid;  /* local launcher: the node's host stand-in, leader of pgid */
-  int host_alive;  /* host_pid launched and not yet reaped */
-  int host_lost;   /* the host died from outside (SIGKILL): node lost */
+  int counted;    /* a failure of this round is counted */
+  int nfailures;  /* failures inside the window when it was last counted */
+  char why[256];  /* the reason it is (or will be) quarantined */
+  pid_t host_pid; /* local launcher: the node's host stand-in, leader of pgid */
+  int host_alive; /* host_pid launched and not yet reaped */
+  int host_lost;  /* the host died from outside (SIGKILL): node lost */
 } sup_node;
 
 /* How a fault is blamed (sup_recovery_fault's `blame`). */
