@@ -96,31 +96,18 @@ static int probe_devices(void) {
 
 /* ---- running a group of rank processes ---------------------------------- */
 
-typedef struct {
-  int world;      /* ranks in the comm */
-  int spawn;      /* ranks actually started (0..spawn-1); 0 means world */
-  int timeout_ms; /* comm_opts.timeout_ms */
-  int connect_timeout_ms;
-  int straggler; /* > 0: rank straggler-1 is SIGKILLed once all others exited */
-} group_opts;
+typedef test_group group_opts;
 
-static void rank_main(const group_opts *g, const char *kvdir, int rank, rank_fn fn, void *arg) {
+static void rank_main(const char *kvdir, int rank, const test_rank_ctx *x) {
+  const group_opts *g = x->g;
   comm_kv kv;
+  comm_opts o;
   comm *c = NULL;
-  int rc = comm_filestore_init(&kv, kvdir);
-  if (rc) {
-    fprintf(stderr, "rank %d: filestore: %s\n", rank, ft_err_detail());
-    _exit(RX_SETUP);
-  }
-  comm_opts o = {.rank = rank,
-                 .world = g->world,
-                 .bind_addr = NULL, /* not used by NCCL */
-                 .prefix = "gen1/",
-                 .timeout_ms = g->timeout_ms,
-                 .connect_timeout_ms = g->connect_timeout_ms};
-  long long t0 = test_ranks_now_ms();
-  rc = comm_nccl_new(&o, &kv, rank % ndev, &c);
-  long long took = test_ranks_now_ms() - t0;
+  /* bind_addr is not used by NCCL */
+  test_ranks_setup(kvdir, rank, g, NULL, &kv, &o);
+  long long t0 = ft_now_ms();
+  int rc = comm_nccl_new(&o, &kv, rank % ndev, &c);
+  long long took = ft_now_ms() - t0;
   comm_filestore_release(&kv);
   if (rc) {
     fprintf(stderr, "rank %d: comm_nccl_new after %lld ms: %s: %s\n", rank, took, ft_strerror(rc),
@@ -131,39 +118,18 @@ static void rank_main(const group_opts *g, const char *kvdir, int rank, rank_fn 
       _exit(RX_SLOW);
     _exit(rc == FT_ETIMEDOUT ? RX_DIED_ETIMEDOUT : RX_SETUP);
   }
-  rc = fn(c, rank, g->world, arg);
-  long long t1 = test_ranks_now_ms();
+  rc = ((rank_fn)x->fn)(c, rank, g->world, x->arg);
+  long long t1 = ft_now_ms();
   comm_free(c);
   if (rc == RX_OK || rc >= RX_DIED_ECOMM)
-    fprintf(stderr, "rank %d: comm_free took %lld ms\n", rank, test_ranks_now_ms() - t1);
+    fprintf(stderr, "rank %d: comm_free took %lld ms\n", rank, ft_now_ms() - t1);
   exit(rc);
 }
 
 /* Runs fn on g->spawn rank processes; status[r] = exit code, 128+signal, or HUNG. */
 static void run_group(const group_opts *g, rank_fn fn, void *arg, int status[MAXW]) {
-  char kvdir[256];
-  pid_t pid[MAXW];
-  int spawn = g->spawn ? g->spawn : g->world;
-  snprintf(kvdir, sizeof kvdir, "%s/ft_test_comm_nccl_kv.XXXXXX", test_ranks_tmpbase());
-  assert_non_null(mkdtemp(kvdir));
-  fflush(stdout);
-  fflush(stderr);
-  for (int r = 0; r < spawn; r++) {
-    pid[r] = fork();
-    assert_true(pid[r] >= 0);
-    if (pid[r] == 0)
-      rank_main(g, kvdir, r, fn, arg);
-  }
-  test_ranks_reap(pid, spawn, g->straggler, GROUP_DEADLINE_S, HUNG, status);
-  test_ranks_rm_tree(kvdir);
-}
-
-static void expect_all_ok(int world, const int status[MAXW]) {
-  for (int r = 0; r < world; r++) {
-    if (status[r] != RX_OK)
-      fprintf(stderr, "rank %d exited with %d\n", r, status[r]);
-    assert_int_equal(status[r], RX_OK);
-  }
+  test_ranks_run("comm_nccl", g, NULL, GROUP_DEADLINE_S, rank_main, (void (*)(void))fn, arg,
+                 status);
 }
 
 /* ---- device collectives with exact results ------------------------------ */
@@ -347,14 +313,14 @@ static int scenario_single(comm *c, int rank, int W, void *arg) {
   comm_abort(c);
   comm_abort(c); /* a second abort is a no-op */
   double d = 1;
-  long long t0 = test_ranks_now_ms();
+  long long t0 = ft_now_ms();
   CHECK(comm_dev_poll(c) == FT_ECOMM, "dev_poll after abort");
   CHECK(strstr(ft_err_detail(), "aborted") != NULL, "detail: %s", ft_err_detail());
   CHECK(comm_allreduce_f64(c, &d, 1) == FT_ECOMM, "allreduce_f64 after abort");
   CHECK(comm_dev_allreduce_f32(c, &x, 1, s) == FT_ECOMM, "dev_allreduce_f32 after abort");
   CHECK(comm_dev_wait(c, s, 0) == FT_ECOMM, "dev_wait after abort");
   CHECK(comm_barrier(c) == FT_ECOMM, "barrier after abort");
-  CHECK(test_ranks_now_ms() - t0 < 1000, "refusals took %lld ms", test_ranks_now_ms() - t0);
+  CHECK(ft_now_ms() - t0 < 1000, "refusals took %lld ms", ft_now_ms() - t0);
   cudaStreamDestroy(s);
   return RX_OK;
 }
@@ -363,7 +329,7 @@ static void test_single_rank(void **state) {
   int status[MAXW];
   group_opts g = {.world = 1, .timeout_ms = 20000};
   run_group(&g, scenario_single, NULL, status);
-  expect_all_ok(1, status);
+  test_ranks_expect_ok(1, status);
 }
 
 /* ---- scenario: nobody else shows up ------------------------------------- */
@@ -399,7 +365,7 @@ static void test_collectives_w2(void **state) {
   int status[MAXW];
   group_opts g = {.world = 2, .timeout_ms = 20000};
   run_group(&g, scenario_collectives, NULL, status);
-  expect_all_ok(2, status);
+  test_ranks_expect_ok(2, status);
 }
 
 /* ---- scenarios: a peer dies, or hangs and we abort ------------------------ */
@@ -443,9 +409,9 @@ static int scenario_death(comm *c, int rank, int W, void *arg) {
     return RX_SETUP;
   if (rank == 0 && a->abort_ms > 0 && pthread_create(&t, NULL, abort_later, &ab) != 0)
     return RX_SETUP;
-  long long start = test_ranks_now_ms();
+  long long start = ft_now_ms();
   for (long it = 0;; it++) {
-    long long t0 = test_ranks_now_ms();
+    long long t0 = ft_now_ms();
     int rc = comm_dev_allreduce_f32(c, d, DEATH_N, s);
     if (rc == FT_OK)
       rc = comm_dev_wait(c, s, wait_ms);
@@ -454,11 +420,11 @@ static int scenario_death(comm *c, int rank, int W, void *arg) {
       rc = comm_allreduce_f64(c, &x, 1);
     }
     if (rc == FT_OK) {
-      if (test_ranks_now_ms() - start > 30000)
+      if (ft_now_ms() - start > 30000)
         return RX_NOFAIL;
       continue;
     }
-    long long took = test_ranks_now_ms() - t0;
+    long long took = ft_now_ms() - t0;
     fprintf(stderr, "rank %d: iteration %ld failed after %lld ms: %s: %s\n", rank, it, took,
             ft_strerror(rc), ft_err_detail());
     CHECK(rc == FT_ECOMM || rc == FT_ETIMEDOUT, "rc %d", rc);
@@ -468,11 +434,11 @@ static int scenario_death(comm *c, int rank, int W, void *arg) {
     } else if (took > DEATH_TIMEOUT_MS + SLACK_MS) {
       return RX_SLOW;
     }
-    long long t1 = test_ranks_now_ms();
+    long long t1 = ft_now_ms();
     int rc2 = comm_dev_poll(c);
     CHECK(rc2 == FT_ECOMM, "after failure: rc %d", rc2);
     CHECK(strstr(ft_err_detail(), "failed earlier") != NULL, "detail: %s", ft_err_detail());
-    CHECK(test_ranks_now_ms() - t1 < 1000, "refusal took %lld ms", test_ranks_now_ms() - t1);
+    CHECK(ft_now_ms() - t1 < 1000, "refusal took %lld ms", ft_now_ms() - t1);
     return rc == FT_ECOMM ? RX_DIED_ECOMM : RX_DIED_ETIMEDOUT;
   }
 }

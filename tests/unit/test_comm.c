@@ -62,74 +62,36 @@ typedef int (*rank_fn)(comm *c, int rank, int world, const char *scratch, void *
 
 /* ---- running a group of rank processes ---------------------------------- */
 
-typedef struct {
-  int world;      /* ranks in the comm */
-  int spawn;      /* ranks actually started (0..spawn-1); normally world */
-  int timeout_ms; /* comm_opts.timeout_ms */
-  int connect_timeout_ms;
-  const char *scratch; /* a directory shared by the ranks (NULL: a fresh one) */
-  int straggler;       /* > 0: rank straggler-1 is SIGKILLed once all others exited */
-} group_opts;
+typedef test_group group_opts;
 
-static void rank_main(const group_opts *g, const char *kvdir, const char *scratch, int rank,
-                      rank_fn fn, void *arg) {
+static void rank_main(const char *kvdir, int rank, const test_rank_ctx *x) {
   comm_kv kv;
+  comm_opts o;
   comm *c = NULL;
-  int rc = comm_filestore_init(&kv, kvdir);
-  if (rc) {
-    fprintf(stderr, "rank %d: filestore: %s\n", rank, ft_err_detail());
-    _exit(RX_SETUP);
-  }
-  comm_opts o = {.rank = rank,
-                 .world = g->world,
-                 .bind_addr = "127.0.0.1",
-                 .prefix = "gen1/",
-                 .timeout_ms = g->timeout_ms,
-                 .connect_timeout_ms = g->connect_timeout_ms};
-  rc = comm_gloo_new(&o, &kv, &c);
+  test_ranks_setup(kvdir, rank, x->g, "127.0.0.1", &kv, &o);
+  int rc = comm_gloo_new(&o, &kv, &c);
   comm_filestore_release(&kv);
   if (rc) {
     fprintf(stderr, "rank %d: comm_gloo_new: %s: %s\n", rank, ft_strerror(rc), ft_err_detail());
     _exit(rc == FT_ETIMEDOUT ? RX_DIED_ETIMEDOUT : RX_SETUP);
   }
-  rc = fn(c, rank, g->world, scratch, arg);
+  rc = ((rank_fn)x->fn)(c, rank, x->g->world, x->scratch, x->arg);
   comm_free(c);
   exit(rc);
 }
 
 /* Runs fn on g->spawn rank processes; status[r] = exit code, 128+signal, or HUNG. */
 static void run_group(const group_opts *g, rank_fn fn, void *arg, int status[MAXW]) {
-  char kvdir[256], scratch[256];
-  pid_t pid[MAXW];
-  int spawn = g->spawn ? g->spawn : g->world;
-  snprintf(kvdir, sizeof kvdir, "%s/ft_test_comm_kv.XXXXXX", test_ranks_tmpbase());
-  assert_non_null(mkdtemp(kvdir));
+  char scratch[256];
   if (g->scratch) {
     snprintf(scratch, sizeof scratch, "%s", g->scratch);
   } else {
     snprintf(scratch, sizeof scratch, "%s/ft_test_comm_s.XXXXXX", test_ranks_tmpbase());
     assert_non_null(mkdtemp(scratch));
   }
-  fflush(stdout);
-  fflush(stderr);
-  for (int r = 0; r < spawn; r++) {
-    pid[r] = fork();
-    assert_true(pid[r] >= 0);
-    if (pid[r] == 0)
-      rank_main(g, kvdir, scratch, r, fn, arg);
-  }
-  test_ranks_reap(pid, spawn, g->straggler, GROUP_DEADLINE_S, HUNG, status);
-  test_ranks_rm_tree(kvdir);
+  test_ranks_run("comm", g, scratch, GROUP_DEADLINE_S, rank_main, (void (*)(void))fn, arg, status);
   if (!g->scratch)
     test_ranks_rm_tree(scratch);
-}
-
-static void expect_all_ok(int world, const int status[MAXW]) {
-  for (int r = 0; r < world; r++) {
-    if (status[r] != RX_OK)
-      fprintf(stderr, "rank %d exited with %d\n", r, status[r]);
-    assert_int_equal(status[r], RX_OK);
-  }
 }
 
 /* ---- scenario: collectives with exact, integer-valued results ------------ */
@@ -267,7 +229,7 @@ static void run_collectives(int W) {
   int status[MAXW];
   group_opts g = {.world = W, .timeout_ms = 20000};
   run_group(&g, scenario_collectives, NULL, status);
-  expect_all_ok(W, status);
+  test_ranks_expect_ok(W, status);
 }
 
 static void test_collectives_w2(void **state) {
@@ -393,7 +355,7 @@ static void run_determinism(int W) {
     det_arg a = {.run = run, .outdir = outdir};
     group_opts g = {.world = W, .timeout_ms = 20000};
     run_group(&g, scenario_determinism, &a, status);
-    expect_all_ok(W, status);
+    test_ranks_expect_ok(W, status);
   }
   det_inputs in[MAXW];
   for (int r = 0; r < W; r++)
@@ -495,9 +457,9 @@ static int scenario_death(comm *c, int rank, int W, const char *scratch, void *a
     if (pthread_create(&t, NULL, suicide, a) != 0)
       return RX_SETUP;
   }
-  long long start = test_ranks_now_ms();
+  long long start = ft_now_ms();
   for (long it = 0;; it++) {
-    long long t0 = test_ranks_now_ms();
+    long long t0 = ft_now_ms();
     int rc;
     switch (a->op >= 0 ? a->op : it % 3) {
     case 0:
@@ -511,22 +473,22 @@ static int scenario_death(comm *c, int rank, int W, const char *scratch, void *a
       break;
     }
     if (rc == FT_OK) {
-      if (test_ranks_now_ms() - start > 20000)
+      if (ft_now_ms() - start > 20000)
         return RX_NOFAIL; /* nobody died? */
       continue;
     }
-    long long took = test_ranks_now_ms() - t0;
+    long long took = ft_now_ms() - t0;
     fprintf(stderr, "rank %d: iteration %ld failed after %lld ms: %s: %s\n", rank, it, took,
             ft_strerror(rc), ft_err_detail());
     CHECK(rc == FT_ECOMM || rc == FT_ETIMEDOUT, "rc %d", rc);
     if (took > DEATH_TIMEOUT_MS + DEATH_SLACK_MS)
       return RX_SLOW;
     /* the comm is now broken: refused at once, without the network */
-    long long t1 = test_ranks_now_ms();
+    long long t1 = ft_now_ms();
     int rc2 = comm_barrier(c);
     CHECK(rc2 == FT_ECOMM, "after failure: rc %d", rc2);
     CHECK(strstr(ft_err_detail(), "failed earlier") != NULL, "detail: %s", ft_err_detail());
-    CHECK(test_ranks_now_ms() - t1 < 1000, "refusal took %lld ms", test_ranks_now_ms() - t1);
+    CHECK(ft_now_ms() - t1 < 1000, "refusal took %lld ms", ft_now_ms() - t1);
     free(send);
     free(recv);
     return rc == FT_ECOMM ? RX_DIED_ECOMM : RX_DIED_ETIMEDOUT;
