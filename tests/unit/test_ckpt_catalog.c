@@ -22,9 +22,7 @@ typedef struct fx {
 
 static int setup(void **st) {
   fx *f = calloc(1, sizeof *f);
-  f->dir = tu_tmpdir();
-  f->uri = tu_uri(f->dir);
-  if (ckpt_store_open(f->uri, NULL, &f->s))
+  if (tu_store_open(&f->dir, &f->uri, &f->s, NULL))
     return -1;
   *st = f;
   return 0;
@@ -32,10 +30,7 @@ static int setup(void **st) {
 
 static int teardown(void **st) {
   fx *f = *st;
-  ckpt_store_free(f->s);
-  tu_rmrf(f->dir);
-  free(f->dir);
-  free(f->uri);
+  tu_store_close(f->dir, f->uri, f->s);
   free(f);
   return 0;
 }

@@ -90,10 +90,10 @@ static void test_encode_decode(void **st) {
 }
 
 static void test_chunking_and_idempotence(void **st) {
-  char *dir = tu_tmpdir(), *uri = tu_uri(dir);
-  ckpt_store *s = NULL;
+  char *dir, *uri;
+  ckpt_store *s;
   ckpt_store_opts o = {.chunk_mib = 1, .threads = 2};
-  assert_int_equal(ckpt_store_open(uri, &o, &s), FT_OK);
+  assert_int_equal(tu_store_open(&dir, &uri, &s, &o), FT_OK);
   size_t n = (5u << 20) / 8; /* 2.5 MiB of f32 -> chunks of 1, 1, 0.5 MiB */
   float *w = malloc(n * 4);
   tu_fill(w, n, 2);
@@ -148,20 +148,17 @@ static void test_chunking_and_idempotence(void **st) {
   free(js);
   ckpt_shard_free(sh);
   ckpt_shard_free(sh2);
-  ckpt_store_free(s);
+  tu_store_close(dir, uri, s);
   free(w);
-  tu_rmrf(dir);
-  free(uri);
-  free(dir);
 }
 
 /* A bounded queue smaller than one checkpoint still completes, and the
  * buffer may be scribbled on as soon as the job says it is released. */
 static void test_backpressure_and_release(void **st) {
-  char *dir = tu_tmpdir(), *uri = tu_uri(dir);
-  ckpt_store *s = NULL;
+  char *dir, *uri;
+  ckpt_store *s;
   ckpt_store_opts o = {.chunk_mib = 1, .threads = 2, .queue_bytes = 1u << 20};
-  assert_int_equal(ckpt_store_open(uri, &o, &s), FT_OK);
+  assert_int_equal(tu_store_open(&dir, &uri, &s, &o), FT_OK);
   size_t n = (6u << 20) / 4;
   float *w = malloc(n * 4), *copy = malloc(n * 4), *out = malloc(n * 4);
   tu_fill(w, n, 5);
@@ -182,13 +179,10 @@ static void test_backpressure_and_release(void **st) {
   assert_int_equal(ckpt_store_read(s, man, "param/big", 0, n * 4, out), FT_OK);
   assert_memory_equal(out, copy, n * 4);
   ckpt_manifest_free(man);
-  ckpt_store_free(s);
+  tu_store_close(dir, uri, s);
   free(w);
   free(copy);
   free(out);
-  tu_rmrf(dir);
-  free(uri);
-  free(dir);
 }
 
 int main(void) {

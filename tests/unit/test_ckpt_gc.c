@@ -25,9 +25,7 @@ typedef struct fx {
  * differs; step 2 is pinned. */
 static int setup(void **st) {
   fx *f = calloc(1, sizeof *f);
-  f->dir = tu_tmpdir();
-  f->uri = tu_uri(f->dir);
-  if (ckpt_store_open(f->uri, NULL, &f->s))
+  if (tu_store_open(&f->dir, &f->uri, &f->s, NULL))
     return -1;
   ckpt_store_set_gc_grace(f->s, 0);
   tu_fill(f->shared, NS, 1000);
@@ -47,10 +45,7 @@ static int setup(void **st) {
 
 static int teardown(void **st) {
   fx *f = *st;
-  ckpt_store_free(f->s);
-  tu_rmrf(f->dir);
-  free(f->dir);
-  free(f->uri);
+  tu_store_close(f->dir, f->uri, f->s);
   free(f);
   return 0;
 }

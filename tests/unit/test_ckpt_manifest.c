@@ -23,10 +23,8 @@ typedef struct fx {
 
 static int setup(void **st) {
   fx *f = calloc(1, sizeof *f);
-  f->dir = tu_tmpdir();
-  f->uri = tu_uri(f->dir);
   ckpt_store_opts o = {.chunk_mib = 1};
-  if (ckpt_store_open(f->uri, &o, &f->s))
+  if (tu_store_open(&f->dir, &f->uri, &f->s, &o))
     return -1;
   f->w = malloc(N * 4);
   tu_fill(f->w, N, 9);
@@ -36,10 +34,7 @@ static int setup(void **st) {
 
 static int teardown(void **st) {
   fx *f = *st;
-  ckpt_store_free(f->s);
-  tu_rmrf(f->dir);
-  free(f->dir);
-  free(f->uri);
+  tu_store_close(f->dir, f->uri, f->s);
   free(f->w);
   free(f);
   return 0;

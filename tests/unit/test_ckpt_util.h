@@ -1,6 +1,7 @@
 /*
  * test_ckpt_util.h: helpers shared by the ckptstore unit tests (header-only,
- * static functions): temp store folders, deterministic weights-like data,
+ * static functions): temp store folders and the store set-up and tear-down,
+ * deterministic weights-like data,
  * one-call "write a checkpoint", counting chunk files.
  */
 #ifndef TEST_CKPT_UTIL_H
@@ -37,6 +38,26 @@ static inline void tu_rmrf(const char *dir) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0)
     fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* The set-up of every store test: a fresh temp folder (*dir), its local:
+ * URI (*uri) and the store opened there with o (NULL: the defaults) (*s).
+ * Returns ckpt_store_open's code; *dir and *uri are set even then, so
+ * tu_store_close still cleans up. */
+static inline int tu_store_open(char **dir, char **uri, ckpt_store **s, const ckpt_store_opts *o) {
+  *dir = tu_tmpdir();
+  *uri = tu_uri(*dir);
+  *s = NULL;
+  return ckpt_store_open(*uri, o, s);
+}
+
+/* The tear-down: frees the store (NULL is fine), removes the folder and
+ * frees the two strings. */
+static inline void tu_store_close(char *dir, char *uri, ckpt_store *s) {
+  ckpt_store_free(s);
+  tu_rmrf(dir);
+  free(dir);
+  free(uri);
 }
 
 static inline uint64_t tu_rng(uint64_t *s) {
