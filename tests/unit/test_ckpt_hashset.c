@@ -6,7 +6,8 @@
  * Keys are whole byte strings: embedded NULs count, a prefix is a different
  * key, the empty key is a key. put of a present key sets its value; get
  * gives a value that can be changed in place; del removes one key and no
- * other. Then 300000 random operations on 50000 binary keys that share long
+ * other. Keys that differ only in their last bytes, many in one bucket,
+ * keep their own values. Then 300000 random operations on 50000 binary keys that share long
  * prefixes (through several doublings of the table) against a plain
  * reference array, and the count stays exact. Release empties the set, which is usable again.
  */
@@ -142,9 +143,38 @@ static void test_random_against_reference(void **state) {
   free(ref);
 }
 
+/* 1000 keys of 32 bytes that differ only in their last 8 bytes, in a table
+ * of 1024 buckets: many share a bucket. Each must keep its own value, and
+ * 1000 absent keys of the same shape must not be found. */
+static void test_shared_prefix(void **state) {
+  (void)state;
+  enum { K = 1000 };
+  ckpt_hashset s = {0};
+  uint8_t key[32];
+  memset(key, 'p', 24);
+  for (uint64_t i = 0; i < K; i++) {
+    uint64_t v = i * 2; /* even tails present, odd ones absent */
+    memcpy(key + 24, &v, 8);
+    assert_int_equal(ckpt_hashset_put(&s, key, sizeof key, (int)i + 1), FT_OK);
+  }
+  assert_int_equal(s.n, K);
+  for (uint64_t i = 0; i < K; i++) {
+    uint64_t v = i * 2;
+    memcpy(key + 24, &v, 8);
+    int *got = ckpt_hashset_get(&s, key, sizeof key);
+    assert_non_null(got);
+    assert_int_equal(*got, (int)i + 1);
+    v = i * 2 + 1;
+    memcpy(key + 24, &v, 8);
+    assert_false(ckpt_hashset_has(&s, key, sizeof key));
+  }
+  ckpt_hashset_release(&s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_basic),
+      cmocka_unit_test(test_shared_prefix),
       cmocka_unit_test(test_random_against_reference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
