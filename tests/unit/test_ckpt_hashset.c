@@ -7,9 +7,10 @@
  * key, the empty key is a key. put of a present key sets its value; get
  * gives a value that can be changed in place; del removes one key and no
  * other. Keys that differ only in their last bytes, many in one bucket,
- * keep their own values. Then 300000 random operations on 50000 binary keys that share long
- * prefixes (through several doublings of the table) against a plain
- * reference array, and the count stays exact. Release empties the set, which is usable again.
+ * keep their own values. Then 300000 random operations on 50000 binary keys
+ * that share long prefixes (through several doublings of the table) against
+ * a plain reference array, and the count stays exact. Release empties the
+ * set, which is usable again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
