@@ -109,6 +109,7 @@
  */
 #include "sup_int.h"
 
+#include "ft_bug.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "sup_launch.h"
@@ -137,6 +138,132 @@ static cJSON *int_array(const int *v, int n) {
   return a;
 }
 
+/* ---- checked invariants -----------------------------------------------------
+ *
+ * check_state() asserts what the INVARIANTS and the STATES above say and the
+ * struct can show (as SQLite's assert_pager_state). Every transition in the
+ * TRANSITIONS table, and each libevent callback that drives them, calls it
+ * on entry and on exit (ENTER/LEAVE). A transition may call another one
+ * half-way (plan_and_launch quarantines the old gang's nodes, then fails the
+ * run): only the outermost call checks, so the checks see the state between
+ * two transitions, never a half-made one. Compiled in where
+ * FT_CHECK_INVARIANTS is (Debug and sanitizer builds; common/ft_bug.h).
+ * Each transition X's body is X_t(); X() is X_t() between enter() and
+ * leave(). */
+
+static int node_alive(const sup *s, int n);
+
+#if FT_INVARIANTS_ON
+static int check_depth;
+static const sup *check_last_sup;
+static uint64_t check_last_gen;
+
+static void check_state(const sup *s) {
+  /* state x rphase: the combinations of the STATES diagram */
+  switch (s->state) {
+  case SUP_STARTING: /* NONE before sup_recovery_start, FORMING after */
+    FT_ASSERT_INV(s->rphase == SUP_RP_NONE || s->rphase == SUP_RP_FORMING, "STARTING, rphase %d",
+                  s->rphase);
+    break;
+  case SUP_RUNNING:
+  case SUP_FINISHING:
+  case SUP_DONE:
+  case SUP_FAILED:
+    FT_ASSERT_INV(s->rphase == SUP_RP_NONE, "state %d, rphase %d", s->state, s->rphase);
+    break;
+  case SUP_RECOVERING:
+    FT_ASSERT_INV(s->rphase != SUP_RP_NONE, "RECOVERING without a phase");
+    break;
+  default:
+    FT_BUG("supervisor state %d", (int)s->state);
+  }
+  FT_ASSERT_INV(s->rphase >= SUP_RP_NONE && s->rphase <= SUP_RP_ASSIGNED, "rphase %d", s->rphase);
+  /* 1: gen only grows (within this process) */
+  if (check_last_sup == s)
+    FT_ASSERT_INV(s->gen >= check_last_gen, "gen went back from %" PRIu64 " to %" PRIu64,
+                  check_last_gen, s->gen);
+  check_last_sup = s;
+  check_last_gen = s->gen;
+  /* 3: every round counts; one past max_restarts ends the run */
+  if (s->state < SUP_FINISHING)
+    FT_ASSERT_INV(s->restarts <= s->rf.recovery.max_restarts, "restarts %d > max_restarts %d",
+                  s->restarts, s->rf.recovery.max_restarts);
+  if (s->state == SUP_DONE)
+    FT_ASSERT_INV(s->exit_code == SUP_EXIT_DONE, "DONE with exit code %d", s->exit_code);
+  if (s->state == SUP_FAILED)
+    FT_ASSERT_INV(s->exit_code == SUP_EXIT_FAILED, "FAILED with exit code %d", s->exit_code);
+  /* the wait timer runs only while WAITING (FINISHING has none pending) */
+  if (s->waitpoll && evtimer_pending(s->waitpoll, NULL))
+    FT_ASSERT_INV(s->state == SUP_RECOVERING && s->rphase == SUP_RP_WAITING,
+                  "waitpoll pending in state %d rphase %d", s->state, s->rphase);
+  /* the gang: distinct nodes of the pool */
+  FT_ASSERT_INV(s->ngang >= 0 && s->ngang <= s->nnodes, "ngang %d of %d nodes", s->ngang,
+                s->nnodes);
+  unsigned char seen[SUP_MAX_NODES] = {0};
+  for (int p = 0; p < s->ngang; p++) {
+    int n = s->gang[p];
+    FT_ASSERT_INV(n >= 0 && n < s->nnodes && !seen[n], "gang[%d] = %d", p, n);
+    seen[n] = 1;
+  }
+  int started = !(s->state == SUP_STARTING && s->rphase == SUP_RP_NONE);
+  if (s->state >= SUP_FINISHING || !started)
+    return;
+  FT_ASSERT_INV(s->ngang > 0, "state %d with an empty gang", s->state);
+  /* the gang between plans (STARTING, RUNNING, FORMING, ASSIGNED) is ACTIVE
+   * nodes; while STOPPING/WAITING the old gang may hold nodes the failed
+   * plan quarantined (dead: the plan runs once the gang stopped) */
+  int replanning =
+      s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
+  for (int n = 0; n < s->nnodes; n++) {
+    const sup_node *nd = &s->nodes[n];
+    if (seen[n])
+      FT_ASSERT_INV(nd->role == SUP_ROLE_ACTIVE ||
+                        (replanning && nd->role == SUP_ROLE_QUARANTINED && !node_alive(s, n)),
+                    "gang node %d has role %s", n, sup_role_name(nd->role));
+    else
+      FT_ASSERT_INV(nd->role != SUP_ROLE_ACTIVE, "node %d is ACTIVE outside the gang", n);
+    /* 4: a quarantined node is never launched again; one still alive is
+     * being killed (an Xid on a spare) */
+    if (nd->role == SUP_ROLE_QUARANTINED)
+      FT_ASSERT_INV(!node_alive(s, n) || nd->kill_sent, "quarantined node %d alive", n);
+    if (nd->role == SUP_ROLE_IDLE || nd->role == SUP_ROLE_LOST)
+      FT_ASSERT_INV(!nd->faulty, "node %d (%s) marked faulty", n, sup_role_name(nd->role));
+  }
+  /* 2 and the ranks: a gang that trains (RUNNING, ASSIGNED) was assigned in
+   * this gen, world = ngang*G, rank = position*G + slot */
+  if (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)) {
+    for (int p = 0; p < s->ngang; p++)
+      for (int j = 0; j < s->G; j++) {
+        const sup_worker *w = &s->nodes[s->gang[p]].w[j];
+        FT_ASSERT_INV(w->gen == s->gen && w->rank == sup_gang_rank(p, j, s->G) &&
+                          w->rank < s->ngang * s->G,
+                      "node %d slot %d: gen %" PRIu64 " rank %d in gen %" PRIu64 " world %d",
+                      s->gang[p], j, w->gen, w->rank, s->gen, s->ngang * s->G);
+      }
+  }
+  /* FORMING: the new gang's workers are not assigned yet */
+  if (s->rphase == SUP_RP_FORMING)
+    for (int p = 0; p < s->ngang; p++)
+      for (int j = 0; j < s->G; j++) {
+        const sup_worker *w = &s->nodes[s->gang[p]].w[j];
+        FT_ASSERT_INV(w->gen != s->gen, "node %d slot %d assigned while FORMING", s->gang[p], j);
+      }
+}
+
+static void enter(const sup *s) {
+  if (check_depth++ == 0)
+    check_state(s);
+}
+
+static void leave(const sup *s) {
+  if (--check_depth == 0)
+    check_state(s);
+}
+#else
+static void enter(const sup *s) {}
+static void leave(const sup *s) {}
+#endif
+
 /* ---- launching ------------------------------------------------------------ */
 
 static void host_reap(sup *s, int n);
@@ -161,12 +288,11 @@ static int launch_node(sup *s, int n, const char *role) {
   nd->term_sent = nd->kill_sent = 0;
   nd->faulty = 0;
   nd->host_lost = 0;
+  /* the host stand-in is reaped with the node's last worker (host_reap),
+   * and only a stopped node is launched */
+  if (nd->host_alive || node_alive(s, n))
+    FT_BUG("node %d launched while its host %d or a worker is alive", n, (int)nd->host_pid);
   nd->host_pid = 0;
-  if (nd->host_alive) { /* cannot happen (reaped with the last worker): be sure */
-    kill(nd->host_pid, SIGKILL);
-    waitpid(nd->host_pid, NULL, 0);
-    nd->host_alive = 0;
-  }
   if (!s->command_launcher) {
     /* the host's stand-in leads the node's process group (sup_launch.h) */
     int rc = sup_launch_host(&nd->host_pid);
@@ -325,7 +451,7 @@ static void load_notes(sup *s) {
 
 /* ---- finishing ------------------------------------------------------------ */
 
-static void maybe_finished(sup *s) {
+static void maybe_finished_t(sup *s) {
   if (s->state != SUP_FINISHING || any_alive(s))
     return;
   if (s->exit_code == SUP_EXIT_DONE) {
@@ -344,6 +470,12 @@ static void maybe_finished(sup *s) {
     s->state = SUP_FAILED;
   }
   event_base_loopbreak(s->base);
+}
+
+static void maybe_finished(sup *s) {
+  enter(s);
+  maybe_finished_t(s);
+  leave(s);
 }
 
 /* Stops every process: STOP(why) to the connected, SIGTERM to all, SIGKILL
@@ -366,7 +498,7 @@ static void stop_everyone(sup *s, ft_stop_reason why, const char *detail, double
   maybe_finished(s);
 }
 
-void sup_recovery_done(sup *s) {
+static void done_t(sup *s) {
   if (s->state >= SUP_FINISHING)
     return;
   s->exit_code = SUP_EXIT_DONE;
@@ -378,10 +510,16 @@ void sup_recovery_done(sup *s) {
         signal_node(s, n, SIGTERM);
 }
 
+void sup_recovery_done(sup *s) {
+  enter(s);
+  done_t(s);
+  leave(s);
+}
+
 /* Ends the run: exit_code (SUP_EXIT_FAILED, SUP_EXIT_STORE), "run_failed"
  * with its cause: "recovery" (no nodes, max_restarts, ...), "config",
  * "data" (every worker failed alike) or "store". */
-static void fail_run(sup *s, int exit_code, const char *cause, const char *reason) {
+static void fail_run_t(sup *s, int exit_code, const char *cause, const char *reason) {
   if (s->state >= SUP_FINISHING)
     return;
   snprintf(s->fail_reason, sizeof s->fail_reason, "%s", reason);
@@ -398,6 +536,12 @@ static void fail_run(sup *s, int exit_code, const char *cause, const char *reaso
   stop_everyone(s, FT_STOP_SHUTDOWN, reason, 2.0);
 }
 
+static void fail_run(sup *s, int exit_code, const char *cause, const char *reason) {
+  enter(s);
+  fail_run_t(s, exit_code, cause, reason);
+  leave(s);
+}
+
 void sup_recovery_fail(sup *s, const char *reason) {
   fail_run(s, SUP_EXIT_FAILED, "recovery", reason);
 }
@@ -408,7 +552,7 @@ void sup_recovery_store_failed(sup *s, const char *reason) {
 
 /* ---- forming a gang ------------------------------------------------------- */
 
-static void assign(sup *s) {
+static void assign_t(sup *s) {
   int64_t restore = -1;
   if (ckpt_store_latest(s->store, s->rf.run, INT64_MAX, &restore) != 0)
     restore = -1;
@@ -458,6 +602,12 @@ static void assign(sup *s) {
   }
 }
 
+static void assign(sup *s) {
+  enter(s);
+  assign_t(s);
+  leave(s);
+}
+
 static int gang_ready(const sup *s) {
   for (int p = 0; p < s->ngang; p++)
     for (int j = 0; j < s->G; j++) {
@@ -468,14 +618,20 @@ static int gang_ready(const sup *s) {
   return 1;
 }
 
-void sup_recovery_hello(sup *s, sup_worker *w) {
+static void hello_t(sup *s, sup_worker *w) {
   int forming =
       s->state == SUP_STARTING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_FORMING);
   if (forming && gang_ready(s))
     assign(s);
 }
 
-void sup_recovery_first_step(sup *s, int64_t step) {
+void sup_recovery_hello(sup *s, sup_worker *w) {
+  enter(s);
+  hello_t(s, w);
+  leave(s);
+}
+
+static void first_step_t(sup *s, int64_t step) {
   double now = ft_now_s();
   int64_t lost = s->fault_last_step - (s->restore_step < 0 ? 0 : s->restore_step);
   cJSON *f = cJSON_CreateObject();
@@ -495,14 +651,26 @@ void sup_recovery_first_step(sup *s, int64_t step) {
   s->rphase = SUP_RP_NONE;
 }
 
+void sup_recovery_first_step(sup *s, int64_t step) {
+  enter(s);
+  first_step_t(s, step);
+  leave(s);
+}
+
 /* ---- recovery -------------------------------------------------------------- */
 
 static void plan_and_launch(sup *s);
 
-void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg) {
+static void waitpoll_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   if (s->state == SUP_RECOVERING && s->rphase == SUP_RP_WAITING)
     plan_and_launch(s);
+}
+
+void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg) {
+  enter(arg);
+  waitpoll_t(fd, what, arg);
+  leave(arg);
 }
 
 /* Takes node n out of the pool, saying why (node_quarantined). */
@@ -517,7 +685,7 @@ static void quarantine(sup *s, int n) {
                   nd->why);
 }
 
-static void plan_and_launch(sup *s) {
+static void plan_and_launch_t(sup *s) {
   int faulty[SUP_MAX_NODES] = {0}, spares[SUP_MAX_NODES], nsp = 0;
   for (int n = 0; n < s->nnodes; n++)
     faulty[n] = s->nodes[n].faulty;
@@ -556,6 +724,8 @@ static void plan_and_launch(sup *s) {
     evtimer_add(s->waitpoll, &tv);
     return;
   }
+  if (plan.verdict != SUP_PLAN_OK)
+    FT_BUG("sup_gang_plan verdict %d", plan.verdict);
   for (int i = 0; i < plan.nquarantine; i++)
     quarantine(s, plan.quarantine[i]);
   /* nodes that failed on a host that still answers: restarted in place */
@@ -612,7 +782,13 @@ static void plan_and_launch(sup *s) {
     assign(s);
 }
 
-static void check_stopped(sup *s) {
+static void plan_and_launch(sup *s) {
+  enter(s);
+  plan_and_launch_t(s);
+  leave(s);
+}
+
+static void check_stopped_t(sup *s) {
   if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
     return;
   for (int p = 0; p < s->ngang; p++)
@@ -628,8 +804,14 @@ static void check_stopped(sup *s) {
   plan_and_launch(s);
 }
 
-void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
-                        int blame) {
+static void check_stopped(sup *s) {
+  enter(s);
+  check_stopped_t(s);
+  leave(s);
+}
+
+static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
+                    int blame) {
   if (s->state >= SUP_FINISHING)
     return;
   int joining =
@@ -716,10 +898,17 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
   check_stopped(s);
 }
 
+void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
+                        int blame) {
+  enter(s);
+  fault_t(s, kind, node, slot, pid, detail, blame);
+  leave(s);
+}
+
 /* Marks every checkpoint of the run with step > restore BAD (event
  * "checkpoint_bad" each) and collects their steps into bad (a JSON array).
  * A checkpoint we cannot mark would be restored later: that is an error. */
-static int mark_bad_after(sup *s, int64_t restore, int64_t spike_step, cJSON *bad) {
+static int mark_bad_after_t(sup *s, int64_t restore, int64_t spike_step, cJSON *bad) {
   ckpt_info *list = NULL;
   size_t n = 0;
   int rc = ckpt_store_list(s->store, s->rf.run, &list, &n);
@@ -747,8 +936,15 @@ static int mark_bad_after(sup *s, int64_t restore, int64_t spike_step, cJSON *ba
   return rc;
 }
 
-int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const char *detail,
-                            int force) {
+static int mark_bad_after(sup *s, int64_t restore, int64_t spike_step, cJSON *bad) {
+  enter(s);
+  int rc = mark_bad_after_t(s, restore, spike_step, bad);
+  leave(s);
+  return rc;
+}
+
+static int loss_fault_t(sup *s, int64_t spike_step, const char *kind, const char *detail,
+                        int force) {
   /* only a gang that trains: RUNNING, or a new gen before its first STEP */
   if (!(s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)))
     return 0;
@@ -812,7 +1008,15 @@ int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const 
   return 1;
 }
 
-int sup_recovery_blame_silent(sup *s, const char *why) {
+int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const char *detail,
+                            int force) {
+  enter(s);
+  int rc = loss_fault_t(s, spike_step, kind, detail, force);
+  leave(s);
+  return rc;
+}
+
+static int blame_silent_t(sup *s, const char *why) {
   if (s->state != SUP_RUNNING && !(s->state == SUP_RECOVERING &&
                                    (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))
     return 0;
@@ -839,7 +1043,14 @@ int sup_recovery_blame_silent(sup *s, const char *why) {
   return ns;
 }
 
-int sup_recovery_start(sup *s) {
+int sup_recovery_blame_silent(sup *s, const char *why) {
+  enter(s);
+  int rc = blame_silent_t(s, why);
+  leave(s);
+  return rc;
+}
+
+static int start_t(sup *s) {
   load_notes(s);
   sup_plan plan;
   int roles[SUP_MAX_NODES];
@@ -872,6 +1083,13 @@ int sup_recovery_start(sup *s) {
       return rc;
   }
   return FT_OK;
+}
+
+int sup_recovery_start(sup *s) {
+  enter(s);
+  int rc = start_t(s);
+  leave(s);
+  return rc;
 }
 
 /* ---- detection ------------------------------------------------------------- */
@@ -1103,7 +1321,7 @@ static void host_reap(sup *s, int n) {
   on_host_exit(s, n, status, we_killed);
 }
 
-void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg) {
+static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   for (;;) {
     int status;
@@ -1128,7 +1346,13 @@ void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg) {
   maybe_finished(s);
 }
 
-void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
+void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg) {
+  enter(arg);
+  on_sigchld_t(fd, what, arg);
+  leave(arg);
+}
+
+static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   if (s->cfg_deadline_s && ft_now_s() >= s->cfg_deadline_s)
     cfg_verdict(s, 1);
@@ -1155,8 +1379,14 @@ void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
   }
 }
 
+void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
+  enter(arg);
+  on_tick_t(fd, what, arg);
+  leave(arg);
+}
+
 /* grace timer: SIGKILL whatever was asked to stop and is still there */
-void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg) {
+static void on_grace_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   int stopping = s->state == SUP_RECOVERING && s->rphase == SUP_RP_STOPPING;
   for (int n = 0; n < s->nnodes; n++)
@@ -1164,7 +1394,13 @@ void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg) {
       signal_node(s, n, SIGKILL);
 }
 
-void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg) {
+void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg) {
+  enter(arg);
+  on_grace_t(fd, what, arg);
+  leave(arg);
+}
+
+static void on_signal_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   int sig = (int)fd;
   if (s->interrupted) {
@@ -1186,4 +1422,10 @@ void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg) {
   sup_events_emit(s->ev, "run_interrupted", f, "signal %d: stopping the gang; run again to resume",
                   sig);
   stop_everyone(s, FT_STOP_SHUTDOWN, "supervisor interrupted", 2.0);
+}
+
+void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg) {
+  enter(arg);
+  on_signal_t(fd, what, arg);
+  leave(arg);
 }
