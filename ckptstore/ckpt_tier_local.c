@@ -24,6 +24,7 @@
 #include "ckpt_tier_int.h"
 
 #include "ft_err.h"
+#include "ft_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -121,18 +122,9 @@ static int local_put(ckpt_tier *t, const char *key, const void *data, size_t len
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0)
     return errno_err(errno, "create", tmp);
-  const uint8_t *p = data;
-  size_t left = len;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      rc = errno_err(errno, "write", tmp);
-      goto fail;
-    }
-    p += w;
-    left -= (size_t)w;
+  if (ft_write_all(fd, data, len, tmp)) {
+    rc = errno_err(errno, "write", tmp); /* errno is the write's */
+    goto fail;
   }
   if (fsync(fd) != 0) {
     rc = errno_err(errno, "fsync", tmp);

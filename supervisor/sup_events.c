@@ -10,6 +10,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,25 +80,13 @@ char *sup_events_format(double ts, const char *name, const cJSON *fields) {
 
 int sup_events_emit(sup_events *ev, const char *name, cJSON *fields, const char *human_fmt, ...) {
   int rc = FT_OK;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  double now = (double)ft_wall_ns() * 1e-9;
   char *line = sup_events_format(now, name, fields);
   if (!line) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
   }
-  size_t n = strlen(line), off = 0;
-  while (off < n) {
-    ssize_t w = write(ev->fd, line + off, n - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      rc = ft_err_set(ft_err_from_errno(errno), "events.jsonl: %s", strerror(errno));
-      break;
-    }
-    off += (size_t)w;
-  }
+  rc = ft_write_all(ev->fd, line, strlen(line), "events.jsonl");
   if (!rc && fsync(ev->fd) != 0)
     rc = ft_err_set(ft_err_from_errno(errno), "events.jsonl fsync: %s", strerror(errno));
   if (rc && !ev->write_failed && ev->human) {

@@ -79,6 +79,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_file.h"
 #include "ft_opts.h"
 #include "ft_version.h"
 #include "sup_commitq.h"
@@ -605,14 +606,8 @@ static int snapshot_runfile(sup *s, const char *runfile) {
       goto out;
     if (n == 0)
       break;
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(out, buf + off, (size_t)(n - off));
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w < 0)
-        goto out;
-      off += w;
-    }
+    if (ft_write_all(out, buf, (size_t)n, tmp))
+      goto out;
   }
   if (fsync(out) || close(out)) {
     out = -1;

@@ -55,6 +55,7 @@
 #include "ckptstore.h"
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_file.h"
 #include "ft_runfile.h"
 #include "ft_wire.h"
 
@@ -97,15 +98,8 @@ static void send_msg(ft_msg *m) {
     m->gen = g_gen; /* 0 until ASSIGN: an idle spare */
   if (ft_wire_encode(m, &b))
     die(FT_EXIT_FAIL, ft_err_detail());
-  size_t off = 0;
-  while (off < b.len) {
-    ssize_t w = send(g_fd, b.data + off, b.len - off, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      die(FT_EXIT_LOST, "supervisor lost (send)");
-    off += (size_t)w;
-  }
+  if (ft_send_all(g_fd, b.data, b.len, "supervisor"))
+    die(FT_EXIT_LOST, "supervisor lost (send)");
   ft_buf_release(&b);
 }
 
