@@ -49,12 +49,21 @@
  *   I3 a crash after C5 loses nothing: the batch was synced.
  * Chunk files themselves are durable before any job reports done (temp file,
  * fsync, rename, fsync of the folder: ckpt_tier_local.c).
+ *
+ * Checked (FT_ASSERT_INV, Debug and sanitizer builds; common/ft_bug.h):
+ * meta_mu is held from C2 to C5 and released by this thread at C6; before
+ * C4 the manifest covers every byte of every tensor exactly once and its
+ * record's totals add up (check_manifest); after C5 the record reads back
+ * COMMITTED with the manifest's chunks (I1); after a failed C4/C5 the
+ * catalog still holds what it held before the commit (I2).
  */
 #include "ckpt_int.h"
 
+#include "ft_bug.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +73,79 @@ static int ref_cmp(const void *a, const void *b) {
   return memcmp(((const ckpt_chunk_ref *)a)->hash, ((const ckpt_chunk_ref *)b)->hash,
                 CKPT_HASH_LEN);
 }
+
+#if FT_INVARIANTS_ON
+/* meta_mu is held (by this commit: it took it at C2; no other thread can
+ * release it) */
+static void check_locked(ckpt_store *s, const char *step) {
+  int rc = pthread_mutex_trylock(&s->meta_mu);
+  FT_ASSERT_INV(rc == EBUSY, "%s: meta_mu not held (trylock %d)", step, rc);
+}
+
+/* C1's promise, and the totals C3 added up, just before the manifest is
+ * written (C4): every tensor's chunks cover [0, nbytes) in order, each byte
+ * once; the record counts the tensors, chunks and bytes it lists. */
+static void check_manifest(const ckpt_manifest *m, const ckpt_meta *meta) {
+  const ckpt_info *in = &m->info;
+  FT_ASSERT_INV(!strcmp(in->run, meta->run) && in->step == meta->step,
+                "manifest of %s/%" PRId64 " for %s/%" PRId64, in->run, in->step, meta->run,
+                meta->step);
+  FT_ASSERT_INV(in->state == CKPT_COMMITTED, "manifest state %d", in->state);
+  FT_ASSERT_INV(in->ntensors == m->ntensors, "ntensors %d != %d", in->ntensors, m->ntensors);
+  uint64_t logical = 0, stored = 0;
+  int nchunks = 0;
+  for (int t = 0; t < m->ntensors; t++) {
+    const ckpt_tensor *tt = &m->tensors[t];
+    if (t > 0)
+      FT_ASSERT_INV(strcmp(m->tensors[t - 1].name, tt->name) < 0, "tensors not sorted at %s",
+                    tt->name);
+    FT_ASSERT_INV(tt->len == ckpt_tensor_nbytes(tt->dtype, tt->ndim, tt->shape),
+                  "tensor %s: %" PRIu64 " bytes for its dtype and shape", tt->name, tt->len);
+    uint64_t at = 0;
+    for (int c = 0; c < tt->nchunks; c++) {
+      const ckpt_chunk_ref *r = &tt->chunks[c];
+      FT_ASSERT_INV(r->offset == at && r->len > 0,
+                    "tensor %s chunk %d: bytes %" PRIu64 "+%" PRIu64 ", expected from %" PRIu64,
+                    tt->name, c, r->offset, r->len, at);
+      at += r->len;
+      stored += r->stored;
+    }
+    FT_ASSERT_INV(at == tt->len, "tensor %s: chunks cover %" PRIu64 " of %" PRIu64 " bytes",
+                  tt->name, at, tt->len);
+    logical += tt->len;
+    nchunks += tt->nchunks;
+  }
+  FT_ASSERT_INV(in->nchunks == nchunks && in->logical_bytes == logical &&
+                    in->stored_bytes == stored && in->new_bytes <= stored,
+                "record totals: %d chunks, %" PRIu64 " logical, %" PRIu64 " stored, %" PRIu64
+                " new; counted %d, %" PRIu64 ", %" PRIu64,
+                in->nchunks, in->logical_bytes, in->stored_bytes, in->new_bytes, nchunks, logical,
+                stored);
+}
+
+/* After C5 (I1): the catalog lists the checkpoint COMMITTED, with the
+ * manifest's chunks. After a failed C4/C5 (I2): it holds what it held. */
+static void check_after(ckpt_store *s, const ckpt_manifest *m, int committed, int had_old,
+                        const ckpt_info *old) {
+  ckpt_info now;
+  int rc = ckpt_store_get_info(s, m->info.run, m->info.step, &now);
+  if (committed) {
+    FT_ASSERT_INV(rc == FT_OK && now.state == CKPT_COMMITTED && now.nchunks == m->info.nchunks &&
+                      now.pinned == m->info.pinned,
+                  "%s step %" PRId64 " after C5: rc %d, state %d", m->info.run, m->info.step, rc,
+                  rc ? -1 : now.state);
+  } else if (rc == FT_OK || rc == FT_ENOENT) { /* a catalog that cannot be read proves nothing */
+    FT_ASSERT_INV(had_old ? rc == FT_OK && now.state == old->state : rc == FT_ENOENT,
+                  "%s step %" PRId64 " after a failed commit: rc %d, state %d (was %d)",
+                  m->info.run, m->info.step, rc, rc ? -1 : now.state, had_old ? old->state : -1);
+  }
+}
+#else
+static void check_locked(ckpt_store *s, const char *step) {}
+static void check_manifest(const ckpt_manifest *m, const ckpt_meta *meta) {}
+static void check_after(ckpt_store *s, const ckpt_manifest *m, int committed, int had_old,
+                        const ckpt_info *old) {}
+#endif
 
 int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards,
                       int nshards) {
@@ -94,6 +176,7 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   int was_pinned = rc == FT_OK && old.pinned;
   int had_old = rc == FT_OK;
 
+  check_locked(s, "C3");
   int nrefs = m->info.nchunks;
   refs = malloc((size_t)(nrefs ? nrefs : 1) * sizeof *refs);
   if (!refs) {
@@ -175,6 +258,8 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     if (rc)
       goto out;
   }
+  check_manifest(m, meta);
+  check_locked(s, "C4");
   rc = s->tier->put(s->tier, okey, mjs, strlen(mjs)); /* C4 */
   if (rc)
     goto undo;
@@ -182,10 +267,13 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   ckpt_batch_put(b, key, ijs, strlen(ijs));
   ckpt_key_man(key, sizeof key, meta->run, meta->step);
   ckpt_batch_put(b, key, mjs, strlen(mjs));
+  check_locked(s, "C5");
   rc = ckpt_catalog_write(s->cat, b); /* C5: the commit point */
   b = NULL;
-  if (rc == FT_OK)
+  if (rc == FT_OK) {
+    check_after(s, m, 1, had_old, &old);
     goto out;
+  }
 undo:
   /* C4 or C5 failed (a full disk, an I/O error): the catalog is as it was;
    * leave the tier as it was too, so no manifest object looks newer than
@@ -200,11 +288,14 @@ undo:
       s->tier->del(s->tier, okey);
     if (had_old)
       ckpt_store_put_mark(s, &old);
+    check_after(s, m, 0, had_old, &old);
     ft_err_set(rc, "commit of %s step %" PRId64 " failed, earlier checkpoints are untouched: %s",
                meta->run, meta->step, saved);
   }
 out:
-  pthread_mutex_unlock(&s->meta_mu); /* C6 */
+  if (pthread_mutex_unlock(&s->meta_mu)) /* C6 (an error-checking mutex in checked builds) */
+    FT_BUG("commit of %s step %" PRId64 ": meta_mu was not held by this thread", meta->run,
+           meta->step);
   ckpt_batch_free(b);
   free(mjs);
   free(ijs);

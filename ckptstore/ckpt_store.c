@@ -17,6 +17,11 @@
  *   (none)    -> PENDING     intent record (no manifest yet)
  *   COMMITTED -> GOOD | BAD; GOOD -> BAD; BAD -> GOOD (an operator's call)
  * PENDING -> COMMITTED only through ckpt_store_commit.
+ * Checked in Debug and sanitizer builds (FT_ASSERT_INV, common/ft_bug.h):
+ * meta_mu is an error-checking mutex there (a second lock by its holder, an
+ * unlock by another thread are FT_BUG, not a hang); a change of state or pin
+ * is one of the transitions above, made under meta_mu, and the record reads
+ * back what was written (check_marked).
  *
  * URIs: "local:DIR" (the local tier) or "s3://bucket/prefix" (the tiered
  * tier of ckpt_s3_tiered.c: a cache directory in front of the bucket; the
@@ -34,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ft_bug.h"
 #include "ft_err.h"
 
 #include <cjson/cJSON.h>
@@ -307,7 +313,15 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
   s->zstd_level = o.zstd_level ? o.zstd_level : 1;
   s->queue_bytes = o.queue_bytes ? o.queue_bytes : (size_t)1 << 30;
   s->gc_grace_s = 3600;
+#if FT_INVARIANTS_ON
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+  pthread_mutex_init(&s->meta_mu, &ma);
+  pthread_mutexattr_destroy(&ma);
+#else
   pthread_mutex_init(&s->meta_mu, NULL);
+#endif
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv_work, NULL);
   pthread_cond_init(&s->cv_space, NULL);
@@ -667,7 +681,48 @@ int ckpt_store_read(ckpt_store *s, const ckpt_manifest *m, const char *tensor, u
 /* Records a changed mark: the mark object first, then the catalog; if the
  * catalog write fails, the old mark object is put back (best effort), so a
  * rebuild sees what the catalog last held. */
+/* Locks and unlocks meta_mu for set_state and pin: FT_BUG if the mutex says
+ * this thread holds it already or does not hold it (error-checking in
+ * checked builds; always 0 otherwise). */
+static void meta_lock(ckpt_store *s) {
+  int rc = pthread_mutex_lock(&s->meta_mu);
+  if (rc)
+    FT_BUG("meta_mu: lock failed (%d): this thread holds it already", rc);
+}
+
+static void meta_unlock(ckpt_store *s) {
+  int rc = pthread_mutex_unlock(&s->meta_mu);
+  if (rc)
+    FT_BUG("meta_mu: unlock failed (%d): this thread does not hold it", rc);
+}
+
+#if FT_INVARIANTS_ON
+/* A change of a record (put_marked): under meta_mu, one of the transitions
+ * in the header (or a pin alone), and, once written, what reads back. */
+static void check_marked(ckpt_store *s, const ckpt_info *old, const ckpt_info *now, int written) {
+  int rc = pthread_mutex_trylock(&s->meta_mu);
+  FT_ASSERT_INV(rc == EBUSY, "record change without meta_mu (trylock %d)", rc);
+  FT_ASSERT_INV(!strcmp(old->run, now->run) && old->step == now->step,
+                "%s/%" PRId64 " became %s/%" PRId64, old->run, old->step, now->run, now->step);
+  if (old->state != now->state)
+    FT_ASSERT_INV(old->state != CKPT_PENDING && (now->state == CKPT_GOOD || now->state == CKPT_BAD),
+                  "%s step %" PRId64 ": %s -> %s is no transition", now->run, now->step,
+                  ckpt_state_name(old->state), ckpt_state_name(now->state));
+  if (!written)
+    return;
+  ckpt_info back;
+  rc = ckpt_store_get_info(s, now->run, now->step, &back);
+  FT_ASSERT_INV(rc == FT_OK && back.state == now->state && back.pinned == now->pinned,
+                "%s step %" PRId64 " reads back rc %d state %d pinned %d, wrote %d %d", now->run,
+                now->step, rc, rc ? -1 : back.state, rc ? -1 : back.pinned, now->state,
+                now->pinned);
+}
+#else
+static void check_marked(ckpt_store *s, const ckpt_info *old, const ckpt_info *now, int written) {}
+#endif
+
 static int put_marked(ckpt_store *s, const ckpt_info *old, const ckpt_info *now) {
+  check_marked(s, old, now, 0);
   int rc = ckpt_store_put_mark(s, now);
   if (rc)
     return ckpt_err_wrap(rc, "recording the mark of %s step %" PRId64, now->run, now->step);
@@ -677,6 +732,8 @@ static int put_marked(ckpt_store *s, const ckpt_info *old, const ckpt_info *now)
     snprintf(saved, sizeof saved, "%s", ft_err_detail());
     ckpt_store_put_mark(s, old);
     ft_err_set(rc, "%s", saved);
+  } else {
+    check_marked(s, old, now, 1);
   }
   return rc;
 }
@@ -688,7 +745,7 @@ int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state
   if (state < CKPT_PENDING || state > CKPT_BAD || !ckpt_run_name_ok(run))
     return ft_err_set(FT_EINVAL, "set_state: bad state %d or run name '%s'", state,
                       run ? run : "(null)");
-  pthread_mutex_lock(&s->meta_mu);
+  meta_lock(s);
   ckpt_info info;
   rc = ckpt_store_get_info(s, run, step, &info);
   if (rc == FT_ENOENT && state == CKPT_PENDING) {
@@ -716,7 +773,7 @@ int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state
   now.state = state;
   rc = put_marked(s, &info, &now);
 out:
-  pthread_mutex_unlock(&s->meta_mu);
+  meta_unlock(s);
   return rc;
 }
 
@@ -724,7 +781,7 @@ int ckpt_store_pin(ckpt_store *s, const char *run, int64_t step, int pinned) {
   int rc = writable(s, "pinning");
   if (rc)
     return rc;
-  pthread_mutex_lock(&s->meta_mu);
+  meta_lock(s);
   ckpt_info info;
   rc = ckpt_store_get_info(s, run, step, &info);
   if (rc == FT_OK && info.pinned != !!pinned) {
@@ -732,7 +789,7 @@ int ckpt_store_pin(ckpt_store *s, const char *run, int64_t step, int pinned) {
     now.pinned = !!pinned;
     rc = put_marked(s, &info, &now);
   }
-  pthread_mutex_unlock(&s->meta_mu);
+  meta_unlock(s);
   return rc;
 }
 
