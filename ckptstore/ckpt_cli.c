@@ -842,6 +842,74 @@ static int cmd_diff(cli *c, const char *a1, const char *a2) {
   return 0;
 }
 
+/* ---- the command table ---------------------------------------------------------------
+ *
+ * One row per command, as git's commands[]: its operands, how it opens the
+ * store, and the function that runs it. main() looks the name up once and
+ * calls the row's handler; a new command is one row and one handler. */
+
+enum {
+  CMD_REBUILD = 1,     /* the operand (if any) names the store; its catalog may be missing */
+  CMD_RO_FALLBACK = 2, /* a store locked by a writer is opened read-only (verify) */
+};
+
+/* a1, a2: the operands (NULL when absent); marking: the store is open as
+ * the writer, so damage found may be recorded (verify) */
+typedef int (*cmd_fn)(cli *c, const char *a1, const char *a2, int marking);
+
+static int run_ls(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_ls(c);
+}
+static int run_show(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_show(c, a1);
+}
+static int run_restore(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_restore(c, a1);
+}
+static int run_verify(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_verify(c, a1, marking);
+}
+static int run_gc(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_gc(c);
+}
+static int run_pin(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_pin(c, a1, 1);
+}
+static int run_unpin(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_pin(c, a1, 0);
+}
+static int run_diff(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_diff(c, a1, a2);
+}
+static int run_rebuild(cli *c, const char *a1, const char *a2, int marking) {
+  return cmd_rebuild(c);
+}
+
+static const struct ckpt_cmd {
+  const char *name;
+  int min, max; /* operands */
+  int writer;   /* opens the store as its catalog's writer */
+  int flags;    /* CMD_* */
+  cmd_fn run;
+} cmds[] = {
+    {"ls", 0, 0, 0, 0, run_ls},
+    {"show", 1, 1, 0, 0, run_show},
+    {"restore", 1, 1, 0, 0, run_restore},
+    {"verify", 0, 1, 1, CMD_RO_FALLBACK, run_verify},
+    {"gc", 0, 0, 1, 0, run_gc},
+    {"pin", 1, 1, 1, 0, run_pin},
+    {"unpin", 1, 1, 1, 0, run_unpin},
+    {"diff", 2, 2, 0, 0, run_diff},
+    {"rebuild-catalog", 0, 1, 1, CMD_REBUILD, run_rebuild},
+};
+
+static const struct ckpt_cmd *cmd_find(const char *name) {
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    if (!strcmp(name, cmds[i].name))
+      return &cmds[i];
+  return NULL;
+}
+
 /* ---- main -------------------------------------------------------------------------- */
 
 static int parse_int(const char *opt, const char *arg, int *v) {
@@ -929,21 +997,13 @@ int main(int argc, char **argv) {
   const char *a1 = optind + 1 < argc ? argv[optind + 1] : NULL;
   const char *a2 = optind + 2 < argc ? argv[optind + 2] : NULL;
   int nargs = argc - optind - 1;
-  struct {
-    const char *name;
-    int min, max, writer;
-  } cmds[] = {{"ls", 0, 0, 0},     {"show", 1, 1, 0}, {"restore", 1, 1, 0},
-              {"verify", 0, 1, 1}, {"gc", 0, 0, 1},   {"pin", 1, 1, 1},
-              {"unpin", 1, 1, 1},  {"diff", 2, 2, 0}, {"rebuild-catalog", 0, 1, 1}};
-  int k = -1;
-  for (int i = 0; i < (int)(sizeof cmds / sizeof cmds[0]); i++)
-    if (strcmp(cmd, cmds[i].name) == 0)
-      k = i;
-  if (k < 0)
+  const struct ckpt_cmd *k = cmd_find(cmd);
+  if (!k)
     return usage_error("unknown command '%s'", cmd);
-  if (nargs < cmds[k].min || nargs > cmds[k].max)
+  if (nargs < k->min || nargs > k->max)
     return usage_error("wrong number of arguments for '%s'", cmd);
-  if (!strcmp(cmd, "rebuild-catalog") && a1)
+  int rebuild = (k->flags & CMD_REBUILD) != 0;
+  if (rebuild && a1)
     c.store = a1;
   if (!c.store || !c.store[0])
     return usage_error("no store: pass --store URI or set CKPT_STORE (e.g. local:state/store)%s",
@@ -951,10 +1011,9 @@ int main(int argc, char **argv) {
   if (c.run && !ckpt_run_name_ok(c.run))
     return usage_error("'%s' is not a valid run name", c.run);
 
-  int writer = cmds[k].writer, marking = writer;
-  int rebuild = !strcmp(cmd, "rebuild-catalog");
-  int rc = open_store(&c, writer, rebuild);
-  if (rc == FT_EBUSY && strcmp(cmd, "verify") == 0) {
+  int marking = k->writer;
+  int rc = open_store(&c, k->writer, rebuild);
+  if (rc == FT_EBUSY && (k->flags & CMD_RO_FALLBACK)) {
     fprintf(stderr,
             "ckpt: note: %s\nckpt: verifying read-only; damaged checkpoints will be "
             "reported but not marked bad\n",
@@ -968,25 +1027,7 @@ int main(int argc, char **argv) {
     ckpt_store_free(c.s);
     return fail(rc, cmd);
   }
-  int code;
-  if (!strcmp(cmd, "ls"))
-    code = cmd_ls(&c);
-  else if (!strcmp(cmd, "show"))
-    code = cmd_show(&c, a1);
-  else if (!strcmp(cmd, "restore"))
-    code = cmd_restore(&c, a1);
-  else if (!strcmp(cmd, "verify"))
-    code = cmd_verify(&c, a1, marking);
-  else if (!strcmp(cmd, "gc"))
-    code = cmd_gc(&c);
-  else if (!strcmp(cmd, "pin"))
-    code = cmd_pin(&c, a1, 1);
-  else if (!strcmp(cmd, "unpin"))
-    code = cmd_pin(&c, a1, 0);
-  else if (!strcmp(cmd, "rebuild-catalog"))
-    code = cmd_rebuild(&c);
-  else
-    code = cmd_diff(&c, a1, a2);
+  int code = k->run(&c, a1, a2, marking);
   ckpt_store_free(c.s);
   return code;
 }
