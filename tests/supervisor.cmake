@@ -6,6 +6,9 @@ if(TARGET supervise)
     ft_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c
                 LIBS ftsup LABELS unit TIMEOUT 60)
   endforeach()
+  # common/ft_bug.h: FT_BUG and FT_ASSERT_INV, which sup_recovery.c's check_state uses
+  ft_add_test(NAME test_ft_bug SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ft_bug.c
+              LIBS ftcommon LABELS unit TIMEOUT 60)
   ft_add_test(NAME test_sup_meta SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_meta.c
               LIBS ftckpt LABELS unit TIMEOUT 60)
 
