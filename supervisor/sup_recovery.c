@@ -232,6 +232,9 @@ static void check_state(const sup *s) {
   /* 2 and the ranks: a gang that trains (RUNNING, ASSIGNED) was assigned in
    * this gen, world = ngang*G, rank = position*G + slot */
   if (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)) {
+    /* the step timing was sized for this gen's world (0: none kept) */
+    FT_ASSERT_INV(s->steptime_world == 0 || s->steptime_world == s->ngang * s->G,
+                  "step times for world %d, gang world %d", s->steptime_world, s->ngang * s->G);
     for (int p = 0; p < s->ngang; p++)
       for (int j = 0; j < s->G; j++) {
         const sup_worker *w = &s->nodes[s->gang[p]].w[j];
