@@ -308,11 +308,11 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
   }
   s->read_only = o.read_only || o.shard_writer;
   s->shard_writer = o.shard_writer;
-  s->threads = o.threads ? o.threads : 2;
-  s->chunk_mib = o.chunk_mib ? o.chunk_mib : 4;
-  s->zstd_level = o.zstd_level ? o.zstd_level : 1;
-  s->queue_bytes = o.queue_bytes ? o.queue_bytes : (size_t)1 << 30;
-  s->gc_grace_s = 3600;
+  s->threads = o.threads ? o.threads : CKPT_DEFAULT_THREADS;
+  s->chunk_mib = o.chunk_mib ? o.chunk_mib : CKPT_DEFAULT_CHUNK_MIB;
+  s->zstd_level = o.zstd_level ? o.zstd_level : CKPT_DEFAULT_ZSTD_LEVEL;
+  s->queue_bytes = o.queue_bytes ? o.queue_bytes : CKPT_DEFAULT_QUEUE_BYTES;
+  s->gc_grace_s = CKPT_DEFAULT_GC_GRACE_S;
 #if FT_INVARIANTS_ON
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);

@@ -61,6 +61,15 @@ enum ckpt_state {
 };
 const char *ckpt_state_name(int state); /* "pending", "committed", ... */
 
+/* The store's defaults, for the options left at 0 below. */
+#define CKPT_DEFAULT_THREADS 2
+#define CKPT_DEFAULT_CHUNK_MIB 4
+#define CKPT_DEFAULT_ZSTD_LEVEL 1
+#define CKPT_DEFAULT_QUEUE_BYTES ((size_t)1 << 30)
+/* GC leaves chunks younger than this alone: they may belong to a checkpoint
+ * still being written (ckpt_store_set_gc_grace, `ckpt gc --grace`). */
+#define CKPT_DEFAULT_GC_GRACE_S 3600
+
 typedef struct ckpt_store_opts {
   const char *catalog_dir; /* RocksDB catalog; NULL: <local dir>/catalog */
   int read_only;           /* 1: open the catalog as a reader (works while a
@@ -68,11 +77,11 @@ typedef struct ckpt_store_opts {
   int shard_writer;        /* 1: write chunks (submit) but open the catalog
                               as a reader: a gang's worker, whose shards the
                               supervisor (the catalog's writer) commits */
-  int threads;             /* background writer threads; 0: 2 */
-  int chunk_mib;           /* max chunk size; 0: 4 */
-  int zstd_level;          /* 0: 1 */
+  int threads;             /* background writer threads; 0: CKPT_DEFAULT_THREADS */
+  int chunk_mib;           /* max chunk size; 0: CKPT_DEFAULT_CHUNK_MIB */
+  int zstd_level;          /* 0: CKPT_DEFAULT_ZSTD_LEVEL */
   size_t queue_bytes;      /* bound on bytes submitted but not yet written;
-                              0: 1 GiB. See ckpt_store_submit. */
+                              0: CKPT_DEFAULT_QUEUE_BYTES. See ckpt_store_submit. */
   int rebuild_catalog;     /* 1 (writers): a missing catalog is created empty
                               and a damaged one moved aside (to
                               <catalog>.damaged.<time>) and replaced by an

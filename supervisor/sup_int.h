@@ -38,6 +38,14 @@
 #define SUP_EXIT_STORE 4
 #define SUP_EXIT_INTERRUPTED 130
 
+/* Grace periods: how long processes asked to stop (STOP + SIGTERM) get
+ * before SIGKILL. A finished run's workers get longer: they may still be
+ * flushing their last checkpoint's shards. */
+#define SUP_GRACE_STOP_S 2.0 /* recovery rounds, failures, interrupts */
+#define SUP_GRACE_DONE_S 5.0 /* the run is done */
+/* when_no_spares: wait re-plans this often (seconds). */
+#define SUP_WAIT_REPLAN_S 1
+
 typedef enum sup_state {
   SUP_STARTING = 0, /* first gang launched, not yet assigned */
   SUP_RUNNING,      /* the gang trains */

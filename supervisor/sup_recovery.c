@@ -444,6 +444,8 @@ static void load_notes(sup *s) {
     if (!cJSON_IsNumber(n) || n->valueint < 0 || n->valueint >= s->nnodes)
       continue;
     sup_node *nd = &s->nodes[n->valueint];
+    if (nd->role != SUP_ROLE_QUARANTINED)
+      continue; /* taken out of quarantine (--unquarantine): a clean slate */
     if (cJSON_IsString(r))
       snprintf(nd->why, sizeof nd->why, "%s", r->valuestring);
     if (cJSON_IsNumber(k))
@@ -505,7 +507,7 @@ static void done_t(sup *s) {
   if (s->state >= SUP_FINISHING)
     return;
   s->exit_code = SUP_EXIT_DONE;
-  stop_everyone(s, FT_STOP_DONE, "run done", 5.0);
+  stop_everyone(s, FT_STOP_DONE, "run done", SUP_GRACE_DONE_S);
   /* workers that never connected get no STOP: terminate them */
   for (int n = 0; n < s->nnodes; n++)
     for (int j = 0; j < s->G; j++)
@@ -536,7 +538,7 @@ static void fail_run_t(sup *s, int exit_code, const char *cause, const char *rea
   sup_events_emit(s->ev, "run_failed", f, "%s", reason);
   if (sup_persist(s, "failed"))
     fprintf(stderr, "supervise: cannot persist the run's status: %s\n", ft_err_detail());
-  stop_everyone(s, FT_STOP_SHUTDOWN, reason, 2.0);
+  stop_everyone(s, FT_STOP_SHUTDOWN, reason, SUP_GRACE_STOP_S);
 }
 
 static void fail_run(sup *s, int exit_code, const char *cause, const char *reason) {
@@ -723,7 +725,7 @@ static void plan_and_launch_t(sup *s) {
       sup_events_emit(s->ev, "waiting_for_spare", f, "%s", plan.reason);
     }
     s->rphase = SUP_RP_WAITING;
-    struct timeval tv = {1, 0};
+    struct timeval tv = {SUP_WAIT_REPLAN_S, 0};
     evtimer_add(s->waitpoll, &tv);
     return;
   }
@@ -889,7 +891,7 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
       sup_stop_worker(s, &s->nodes[n].w[j], FT_STOP_RECOVERING, "gang stopped for recovery");
     signal_node(s, n, SIGTERM);
   }
-  struct timeval tv = {2, 0};
+  struct timeval tv = {(long)SUP_GRACE_STOP_S, 0};
   evtimer_add(s->grace, &tv);
   /* configuration/data exits still waiting for a verdict: their nodes' */
   if (s->cfg_deadline_s)
@@ -1424,7 +1426,7 @@ static void on_signal_t(evutil_socket_t fd, short what, void *arg) {
   cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
   sup_events_emit(s->ev, "run_interrupted", f, "signal %d: stopping the gang; run again to resume",
                   sig);
-  stop_everyone(s, FT_STOP_SHUTDOWN, "supervisor interrupted", 2.0);
+  stop_everyone(s, FT_STOP_SHUTDOWN, "supervisor interrupted", SUP_GRACE_STOP_S);
 }
 
 void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg) {

@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
 
-sup_run "$ST" --spares 1 || { cat "$ST.out"; fail "supervise exited $?"; }
+sup_run "$ST" --spares 1 || { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
 in_order "$ST" run_started worker_launched generation_started checkpoint_committed run_done ||
   fail "events out of order: $(events "$ST" | tr '\n' ' ')"
 has_event "$ST" run_started 'e["world"] == 2 and e["spares"] == 1 and e["gen"] == 1' ||
@@ -55,6 +55,6 @@ pass "usage errors"
 # the command launcher: sh -c "env {argv}" with the token in sh's environment
 ST2=$TMP/state_cmd
 sup_run "$ST2" --spares 1 --set nodes.launcher=command --set 'nodes.command=env {argv}' ||
-  { cat "$ST2.out"; fail "command launcher run exited $?"; }
+  { rc=$?; cat "$ST2.out"; fail "command launcher run exited $rc"; }
 has_event "$ST2" run_done || fail "command launcher run not done"
 pass "command launcher"

@@ -46,7 +46,7 @@ pass "config error everywhere: the run fails, no node blamed"
 # ---- 3. one node's data error: that node's failure, counted ----
 ST=$TMP/s3
 FAKE_START_EXIT=3 FAKE_START_EXIT_NODE=1 sup_run "$ST" --spares 1 ||
-  { cat "$ST.out"; fail "one node's data error: supervise exited $?"; }
+  { rc=$?; cat "$ST.out"; fail "one node's data error: supervise exited $rc"; }
 has_event "$ST" run_failed && fail "one node's data error failed the run"
 has_event "$ST" fault_detected 'e["node"] == 1 and e["failures"] == 1 and not e["quarantine"] and "exit code 3 (data)" in e["detail"] and "/fake/node1/" in e["detail"]' ||
   fail "first data exit: $(grep fault_detected "$ST/events.jsonl" | head -1)"

@@ -15,7 +15,7 @@ source "$(dirname "$0")/sup_lib.sh"
 # ---- 1. Xid quarantine ----
 ST=$TMP/s1
 FAKE_XID_NODE=1 FAKE_XID_STEP=12 FAKE_XID_ACTION=quarantine sup_run "$ST" --spares 1 ||
-  { cat "$ST.out"; fail "xid quarantine run exited $?"; }
+  { rc=$?; cat "$ST.out"; fail "xid quarantine run exited $rc"; }
 has_event "$ST" xid 'e["node"] == 1 and e["slot"] == 0 and e["xid"] == 79 and e["action"] == "quarantine" and e["pci"] == "0000:01:00"' ||
   fail "xid event fields: $(grep '"xid"' "$ST/events.jsonl" | head -1)"
 has_event "$ST" fault_detected 'e["kind"] == "xid" and e["node"] == 1 and e["blamed"]' || fail "xid not blamed"
@@ -28,7 +28,7 @@ pass "xid quarantine"
 ST=$TMP/s2
 mkdir -p "$TMP/once2"
 FAKE_ONCE_DIR=$TMP/once2 FAKE_XID_NODE=1 FAKE_XID_STEP=12 FAKE_XID_ACTION=restart FAKE_XID=13 \
-  sup_run "$ST" --spares 1 || { cat "$ST.out"; fail "xid restart run exited $?"; }
+  sup_run "$ST" --spares 1 || { rc=$?; cat "$ST.out"; fail "xid restart run exited $rc"; }
 has_event "$ST" fault_detected 'e["kind"] == "xid" and not e["blamed"]' || fail "restart xid should blame nobody"
 has_event "$ST" node_quarantined && fail "restart xid quarantined a node"
 has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 1]' || fail "gen 2 should keep nodes [0, 1]"
@@ -38,7 +38,7 @@ pass "xid restart"
 # ---- 3. Xid report ----
 ST=$TMP/s3
 FAKE_XID_NODE=0 FAKE_XID_STEP=5 FAKE_XID_ACTION=report FAKE_XID=31 sup_run "$ST" --spares 0 ||
-  { cat "$ST.out"; fail "xid report run exited $?"; }
+  { rc=$?; cat "$ST.out"; fail "xid report run exited $rc"; }
 has_event "$ST" xid 'e["xid"] == 31 and e["action"] == "report" and e["node"] == 0' || fail "no xid report event"
 has_event "$ST" fault_detected && fail "report must not start a recovery"
 has_event "$ST" run_done 'e["restarts"] == 0' || fail "xid report run not done"
@@ -52,7 +52,7 @@ ST=$TMP/s4
 mkdir -p "$TMP/once4"
 FAKE_ONCE_DIR=$TMP/once4 FAKE_HANG_NODE=1 FAKE_HANG_STEP=12 FAKE_COLL_NODE=0 FAKE_COLL_STEP=12 \
   FAKE_COLL_DELAY_MS=4500 sup_run "$ST" --spares 1 --set watchdog.heartbeat_timeout_s=6 ||
-  { cat "$ST.out"; fail "collective run exited $?"; }
+  { rc=$?; cat "$ST.out"; fail "collective run exited $rc"; }
 has_event "$ST" fault_detected 'e["kind"] == "hang" and e["node"] == 1 and e["blamed"] and "collective" in e["detail"]' ||
   fail "node 1 not blamed for the collective failure: $(grep fault_detected "$ST/events.jsonl")"
 has_event "$ST" fault_detected 'e["node"] == 0 and e["blamed"]' && fail "node 0 blamed"
@@ -63,7 +63,7 @@ pass "collective failure blames the silent node"
 
 # ---- 5. straggler ----
 ST=$TMP/s5
-FAKE_SLOW_RANK=1 sup_run "$ST" --spares 0 || { cat "$ST.out"; fail "straggler run exited $?"; }
+FAKE_SLOW_RANK=1 sup_run "$ST" --spares 0 || { rc=$?; cat "$ST.out"; fail "straggler run exited $rc"; }
 has_event "$ST" straggler 'e["rank"] == 1 and e["node"] == 1 and e["slot"] == 0 and e["ratio"] > 4' ||
   fail "no straggler event for rank 1"
 has_event "$ST" straggler 'e["rank"] == 0' && fail "rank 0 flagged"

@@ -68,7 +68,7 @@ for name, data in cases.items():
 s = conn(); s.close()
 print("hostile: %d cases closed" % len(cases))
 PY
-wait $SUP || { cat "$ST.out"; fail "supervise exited $? after hostile clients"; }
+wait $SUP || { rc=$?; cat "$ST.out"; fail "supervise exited $rc after hostile clients"; }
 has_event "$ST" run_done || fail "run not done"
 n=$(events "$ST" | grep -c connection_closed || true)
 [ "$n" -ge 7 ] || fail "expected >= 7 connection_closed events, got $n"

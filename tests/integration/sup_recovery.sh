@@ -17,7 +17,7 @@ source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
 
 FAKE_DIE_NODE=1 FAKE_DIE_STEP=12 sup_run "$ST" --spares 1 ||
-  { cat "$ST.out"; fail "supervise exited $?"; }
+  { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
 in_order "$ST" run_started generation_started checkpoint_committed fault_detected gang_stopped \
   node_restarted generation_started fault_detected gang_stopped node_quarantined \
   spare_promoted generation_started recovered run_done ||
@@ -68,7 +68,7 @@ pass "failures outside the window: restarted in place every time"
 # no spare, shrink: the failpoint kills the gang's last node at step 8
 ST2=$TMP/state2
 FT_FAILPOINTS=kill_node_at_step=8 sup_run "$ST2" --spares 0 --set recovery.when_no_spares=shrink ||
-  { cat "$ST2.out"; fail "supervise (shrink) exited $?"; }
+  { rc=$?; cat "$ST2.out"; fail "supervise (shrink) exited $rc"; }
 has_event "$ST2" chaos_kill 'e["node"] == 1' || fail "no chaos_kill"
 has_event "$ST2" node_quarantined 'e["node"] == 1 and e["reason"].startswith("node lost")' ||
   fail "the chaos kill should lose node 1: $(grep node_quarantined "$ST2/events.jsonl")"
@@ -91,7 +91,7 @@ pass "no spare: fail"
 # after heartbeat_timeout_s (3 s) the hang check kills the node and recovers
 ST4=$TMP/state4
 FAKE_HANG_NODE=1 FAKE_HANG_STEP=12 sup_run "$ST4" --spares 1 ||
-  { cat "$ST4.out"; fail "supervise (hang) exited $?"; }
+  { rc=$?; cat "$ST4.out"; fail "supervise (hang) exited $rc"; }
 has_event "$ST4" fault_detected 'e["kind"] == "hang" and e["node"] == 1' || fail "no hang detected"
 in_order "$ST4" fault_detected gang_stopped node_quarantined spare_promoted recovered run_done ||
   fail "hang recovery events: $(events "$ST4" | tr '\n' ' ')"
@@ -111,7 +111,7 @@ kill -9 $SUP
 wait $SUP 2>/dev/null || true
 for _ in $(seq 100); do pgrep -f "fake_worker.*$ST6/" >/dev/null || break; sleep 0.1; done
 sup_run "$ST6" --spares 2 --steps 40 --set chaos.kill_node_at_step=8 ||
-  { cat "$ST6.out"; fail "the resumed run exited $?"; }
+  { rc=$?; cat "$ST6.out"; fail "the resumed run exited $rc"; }
 [ "$(events "$ST6" | grep -c chaos_kill)" -eq 1 ] ||
   fail "the chaos fault fired again after the supervisor restart"
 has_event "$ST6" run_done || fail "the resumed run is not done"

@@ -30,7 +30,7 @@ wait $SUP 2>/dev/null || true
 for _ in $(seq 50); do pgrep -f "fake_worker.*$ST" >/dev/null || break; sleep 0.1; done
 pgrep -f "fake_worker.*$ST" >/dev/null && fail "orphaned workers still running"
 
-sup_run "$ST" --spares 1 || { cat "$ST.out"; fail "resume exited $?"; }
+sup_run "$ST" --spares 1 || { rc=$?; cat "$ST.out"; fail "resume exited $rc"; }
 grep -q "resuming" "$ST.out" || fail "no resume message"
 has_event "$ST" generation_started 'e["gen"] == 2 and e["restore_step"] >= 10' ||
   fail "resume should start gen 2 from a committed step"

@@ -64,3 +64,30 @@ rc=0
 wait $SUP || rc=$?
 [ $rc -eq 130 ] || { cat "$ST2.out"; fail "SIGTERM while waiting: exit $rc, want 130"; }
 pass "SIGTERM ends a run that waits for a spare (130)"
+
+# A node taken out of quarantine starts with a clean slate: the failures that
+# quarantined it do not count again. Node 1 dies at step 12 every time; with
+# node_failures_to_quarantine 2 the first run restarts it once, then
+# quarantines it (and fails: no spares). After --unquarantine, the next run
+# must again restart it in place first, not quarantine it on its first death.
+ST3=$TMP/state3
+mkdir -p "$ST3"
+TWO=(--spares 0 --set recovery.when_no_spares=fail --set recovery.node_failures_to_quarantine=2)
+rc=0
+FAKE_DIE_NODE=1 FAKE_DIE_STEP=12 sup_run "$ST3" "${TWO[@]}" || rc=$?
+[ $rc -eq 1 ] || { cat "$ST3.out"; fail "node 1 dying twice should fail the run, got $rc"; }
+has_event "$ST3" node_quarantined 'e["node"] == 1 and e["failures"] == 2' ||
+  fail "node 1 not quarantined after 2 failures: $(events "$ST3" | tr '\n' ' ')"
+"$FT_BIN/supervise" --state "$ST3" --unquarantine 1 "$FT_SRC/examples/demo.yaml" >/dev/null 2>&1 ||
+  fail "--unquarantine 1 failed"
+n0=$(wc -l <"$ST3/events.jsonl")
+rc=0
+FAKE_DIE_NODE=1 FAKE_DIE_STEP=12 sup_run "$ST3" "${TWO[@]}" || rc=$?
+tail -n +$((n0 + 1)) "$ST3/events.jsonl" >"$TMP/run3.jsonl"
+python3 - "$TMP/run3.jsonl" <<'PY' || fail "after --unquarantine, node 1's first death should restart it in place: $(grep -E 'node_(restarted|quarantined)' "$TMP/run3.jsonl" | tr '\n' ' ')"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1])]
+first = next(e for e in evs if e["event"] in ("node_restarted", "node_quarantined") and e["node"] == 1)
+assert first["event"] == "node_restarted" and first["failures"] == 1, first
+PY
+pass "a node out of quarantine starts with no failures counted"
