@@ -25,6 +25,7 @@
 #include "ckpt_int.h"
 
 #include "ft_err.h"
+#include "ft_file.h"
 #include "ft_gpt2.h"
 
 #include <cjson/cJSON.h>
@@ -114,20 +115,6 @@ static const char *st_dtype(const char *d) {
   return NULL;
 }
 
-static int write_all(int fd, const void *p, size_t n, const char *path) {
-  const uint8_t *b = p;
-  while (n > 0) {
-    ssize_t w = write(fd, b, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0)
-      return ft_err_set(ft_err_from_errno(errno), "write %s: %s", path, strerror(errno));
-    b += w;
-    n -= (size_t)w;
-  }
-  return FT_OK;
-}
-
 static int restore_shard(ckpt_store *s, const ckpt_manifest *m, const char *path, int world,
                          int rank) {
   const ckpt_info *info = ckpt_manifest_info(m);
@@ -202,10 +189,10 @@ static int restore_shard(ckpt_store *s, const ckpt_manifest *m, const char *path
   uint8_t le[8];
   for (int i = 0; i < 8; i++)
     le[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-  if ((rc = write_all(fd, le, 8, tmp)) || (rc = write_all(fd, json, jlen, tmp)))
+  if ((rc = ft_write_all(fd, le, 8, tmp)) || (rc = ft_write_all(fd, json, jlen, tmp)))
     goto out;
   for (size_t i = jlen; i < hlen; i++)
-    if ((rc = write_all(fd, " ", 1, tmp)))
+    if ((rc = ft_write_all(fd, " ", 1, tmp)))
       goto out;
   for (int i = 0; i < nt; i++) {
     ckpt_tensor_info t;
@@ -214,7 +201,7 @@ static int restore_shard(ckpt_store *s, const ckpt_manifest *m, const char *path
     rc = ckpt_store_read(s, m, t.name, start[i] * es, count[i] * es, data);
     if (rc)
       goto out;
-    if ((rc = write_all(fd, data, count[i] * es, tmp)))
+    if ((rc = ft_write_all(fd, data, count[i] * es, tmp)))
       goto out;
     ckpt_cli_progress("restore", (uint64_t)i + 1, (uint64_t)nt);
   }
