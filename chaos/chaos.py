@@ -563,11 +563,29 @@ class S3Run(Run):
         return max(st for st, _ in s) if s else -1
 
 
+def metrics(run):
+    """The supervisor's /metrics (its address in STATE/http.addr), unlabelled
+    samples only: {name: value}."""
+    import urllib.request
+    addr = open(os.path.join(run.state, "http.addr")).read().strip()
+    body = urllib.request.urlopen(f"http://{addr}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in body.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
+            out[parts[0]] = float(parts[1])
+    return out
+
+
 def outage(run, mode, after_step, secs=S3_OUTAGE, then=None):
     """Waits for checkpoint after_step, then sets the proxy to `mode` (and
     `then`, if given, for the second half) for `secs` seconds. Returns (start,
     end, steps rank 0 trained meanwhile, checkpoint_committed events meanwhile)."""
     run.wait_event(committed(after_step), 120, f"checkpoint {after_step}")
+    m = metrics(run)
+    if m.get("ftsup_s3_requests_total", 0) <= 0 or m.get("ftsup_s3_sent_bytes_total", 0) <= 0:
+        raise Fail(f"{run.name}: /metrics shows no S3 traffic after checkpoint {after_step}: "
+                   f"{ {k: v for k, v in m.items() if k.startswith('ftsup_s3')} }")
     s0 = run.trained_step()
     t0 = time.time()
     run.srv.set_mode(mode)

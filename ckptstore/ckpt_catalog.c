@@ -264,6 +264,19 @@ static int use_db(ckpt_catalog *c, int for_write) {
   return use_db(c, for_write);
 }
 
+int ckpt_catalog_refresh(ckpt_catalog *c) {
+  pthread_rwlock_wrlock(&c->rw);
+  int rc = FT_OK;
+  if (c->read_only && c->db_ro) {
+    if (c->db)
+      rocksdb_close(c->db);
+    c->db = NULL;
+    rc = open_db(c, 0); /* on failure the next use tries again */
+  }
+  pthread_rwlock_unlock(&c->rw);
+  return rc;
+}
+
 /* Reads every key and value once, so every data block's checksum is
  * checked now rather than when some later read happens to reach it. */
 static int verify_all(ckpt_catalog *c) {

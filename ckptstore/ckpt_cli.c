@@ -43,9 +43,12 @@ static const char *usage_text =
     "  restore STEP --to PATH  write the model as Hugging Face GPT-2 safetensors;\n"
     "         [--world N --rank R]  or rank R's raw FSDP shard of every tensor\n"
     "                          (for a run of N ranks) as safetensors. PATH: a new\n"
-    "                          or existing regular file, or a folder (the file is\n"
-    "                          model.safetensors or rankR-of-N.safetensors in it);\n"
-    "                          anything else (a device, FIFO, link) is refused\n"
+    "                          or existing regular file, or a folder (existing, or\n"
+    "                          ending in '/'): for the model a Hugging Face model\n"
+    "                          directory (model.safetensors + config.json, loads\n"
+    "                          with GPT2LMHeadModel.from_pretrained), for a shard\n"
+    "                          rankR-of-N.safetensors in it; anything else (a\n"
+    "                          device, FIFO, link) is refused\n"
     "  verify [STEP]           re-read and re-hash every chunk of one checkpoint\n"
     "                          (or of all); damaged ones are marked bad (not\n"
     "                          while another writer holds the catalog or the\n"
@@ -91,12 +94,14 @@ static const char *usage_text =
     "other; restore reads the cache first and the bucket second.\n"
     "\n"
     "Environment (s3:// stores):\n"
-    "  FT_S3_ENDPOINT     e.g. http://127.0.0.1:9000 (default AWS:\n"
+    "  FT_S3_ENDPOINT     e.g. http://localhost:9000 (default AWS:\n"
     "                     https://s3.REGION.amazonaws.com)\n"
     "  AWS_REGION         or AWS_DEFAULT_REGION (default us-east-1)\n"
     "  FT_S3_ADDRESSING   path | virtual (default: path with an endpoint)\n"
     "  FT_S3_CACHE        cache directory (default ~/.cache/ftsup/BUCKET/PREFIX)\n"
     "  FT_S3_REQUIRE      both | local: where a commit must be durable\n"
+    "  FT_S3_CACHE_PER_HOST 1: each host has its own cache (node-local disk):\n"
+    "                     chunks count as written once in the bucket\n"
     "  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, or the\n"
     "  shared credentials file (AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE)\n"
     "  FT_S3_TIMEOUT_S, FT_S3_RETRIES, FT_S3_RETRY_BUDGET_S, FT_S3_MULTIPART_MIB,\n"
@@ -107,6 +112,7 @@ static const char *usage_text =
     "  ckpt ls                              # what is there, and how big\n"
     "  ckpt show latest                     # tensors of the newest checkpoint\n"
     "  ckpt restore 300 --to model.safetensors\n"
+    "  ckpt restore 300 --to hf-model/          # then from_pretrained(\"hf-model\")\n"
     "  ckpt restore 300 --to r1.safetensors --world 4 --rank 1\n"
     "  ckpt verify && echo all good         # exit 1 if any chunk is damaged\n"
     "  ckpt gc --dry-run --keep-last 5 --keep-every 1000\n"
@@ -468,8 +474,8 @@ static int cmd_restore(cli *c, const char *arg) {
     return usage_error("--world N and --rank R go together%s", "");
   if (c->world > 0 && c->rank >= c->world)
     return usage_error("--rank must be below --world%s", "");
-  char to[8192];
-  int rc = ckpt_cli_restore_target(c->to, c->world, c->rank, to, sizeof to);
+  char to[8192], config[8192];
+  int rc = ckpt_cli_restore_target(c->to, c->world, c->rank, to, sizeof to, config, sizeof config);
   if (rc)
     return fail(rc, "restore");
   int64_t step;
@@ -485,7 +491,7 @@ static int cmd_restore(cli *c, const char *arg) {
             "ckpt: warning: checkpoint %s step %" PRId64
             " is marked bad; restoring it anyway as asked\n",
             i->run, i->step);
-  rc = ckpt_cli_restore(c->s, m, to, c->world > 0 ? c->world : 0, c->rank);
+  rc = ckpt_cli_restore(c->s, m, to, config, c->world > 0 ? c->world : 0, c->rank);
   if (rc) {
     int code = fail(rc, "restore");
     if (rc == FT_ECORRUPT)
@@ -505,12 +511,15 @@ static int cmd_restore(cli *c, const char *arg) {
     cJSON_AddNumberToObject(o, "world", c->world > 0 ? c->world : 0);
     cJSON_AddNumberToObject(o, "rank", c->world > 0 ? c->rank : 0);
     cJSON_AddStringToObject(o, "path", to);
+    if (config[0])
+      cJSON_AddStringToObject(o, "config", config);
     emit(o);
   } else if (c->world > 0) {
     printf("restored %s step %" PRId64 " rank %d of %d to %s\n", i->run, i->step, c->rank, c->world,
            to);
   } else {
-    printf("restored %s step %" PRId64 " (GPT-2, safetensors) to %s\n", i->run, i->step, to);
+    printf("restored %s step %" PRId64 " (GPT-2, safetensors%s) to %s\n", i->run, i->step,
+           config[0] ? " + config.json" : "", config[0] ? c->to : to);
   }
   ckpt_manifest_free(m);
   return 0;

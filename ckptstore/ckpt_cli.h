@@ -22,12 +22,17 @@ int ckpt_cli_exit_code(int rc);
 /* Progress line on stderr when it is a terminal; no-op otherwise. */
 void ckpt_cli_progress(const char *what, uint64_t done, uint64_t total);
 
-/* `ckpt restore`: world == 0 writes the GPT-2 model as safetensors; world >
- * 0 writes rank's raw FSDP shard of every tensor. Returns an FT_* code. */
-int ckpt_cli_restore(ckpt_store *s, const ckpt_manifest *m, const char *path, int world, int rank);
-/* The file `restore --to TO` writes: TO, or a file in it if TO is a folder.
- * FT_EINVAL (saying what it is) if that path exists and is not a regular
- * file: restore never replaces a device, FIFO or link. */
-int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size_t n);
+/* `ckpt restore`: world == 0 writes the GPT-2 model as safetensors at path
+ * (and its config.json at config unless that is NULL or ""); world > 0
+ * writes rank's raw FSDP shard of every tensor. Returns an FT_* code. */
+int ckpt_cli_restore(ckpt_store *s, const ckpt_manifest *m, const char *path, const char *config,
+                     int world, int rank);
+/* The files `restore --to TO` writes: out = TO, or a file in it if TO is a
+ * folder (existing, or ending in '/'); config = the model's config.json in
+ * that folder, or "" (a shard, or a file target). FT_EINVAL (saying what it
+ * is) if a path exists and is not a regular file: restore never replaces a
+ * device, FIFO or link. */
+int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size_t n, char *config,
+                            size_t config_len);
 
 #endif

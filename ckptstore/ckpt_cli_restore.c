@@ -16,8 +16,10 @@
  * SHA-256; a bad chunk stops the restore and nothing is left at PATH (files
  * are written to a temp name, fsynced and renamed).
  *
- * PATH: a new name, an existing regular file (replaced), or an existing
- * folder (model.safetensors / rank<R>-of-<N>.safetensors inside it). Any
+ * PATH: a new name, an existing regular file (replaced), or a folder (an
+ * existing one, or a path ending in '/', made): rank<R>-of-<N>.safetensors
+ * in it for a shard; for the model a Hugging Face model directory,
+ * model.safetensors beside config.json (ft_gpt2_export_paths). Any
  * other existing thing (a device such as /dev/full, a FIFO, a symbolic link)
  * is refused before anything is read: the final rename would replace it.
  */
@@ -47,7 +49,8 @@ static int json_int(const cJSON *o, const char *k, int *v) {
   return FT_OK;
 }
 
-static int restore_model(ckpt_store *s, const ckpt_manifest *m, const char *path) {
+static int restore_model(ckpt_store *s, const ckpt_manifest *m, const char *path,
+                         const char *config) {
   const ckpt_info *info = ckpt_manifest_info(m);
   cJSON *cfg = cJSON_Parse(ckpt_manifest_config_json(m));
   const cJSON *model = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "model") : NULL;
@@ -100,6 +103,8 @@ static int restore_model(ckpt_store *s, const ckpt_manifest *m, const char *path
   const char *keys[] = {"run", "step"};
   const char *vals[] = {info->run, step};
   rc = ft_gpt2_write_safetensors(path, &d, params, keys, vals, 2);
+  if (!rc && config && config[0])
+    rc = ft_gpt2_write_hf_config(config, &d);
 out:
   free(params);
   cJSON_Delete(cfg);
@@ -226,30 +231,16 @@ out:
   return rc;
 }
 
-static const char *kind_of(mode_t mode) {
-  if (S_ISCHR(mode))
-    return "a character device";
-  if (S_ISBLK(mode))
-    return "a block device";
-  if (S_ISFIFO(mode))
-    return "a FIFO";
-  if (S_ISSOCK(mode))
-    return "a socket";
-  if (S_ISLNK(mode))
-    return "a symbolic link";
-  if (S_ISDIR(mode))
-    return "a folder";
-  return "not a regular file";
-}
-
-int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size_t n) {
+int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size_t n, char *config,
+                            size_t config_len) {
   struct stat st;
   int w;
+  if (config_len)
+    config[0] = 0;
+  if (world == 0) /* the model: one file, or a Hugging Face model directory */
+    return ft_gpt2_export_paths(to, out, n, config, config_len);
   if (stat(to, &st) == 0 && S_ISDIR(st.st_mode)) {
-    if (world > 0)
-      w = snprintf(out, n, "%s/rank%d-of-%d.safetensors", to, rank, world);
-    else
-      w = snprintf(out, n, "%s/model.safetensors", to);
+    w = snprintf(out, n, "%s/rank%d-of-%d.safetensors", to, rank, world);
   } else {
     w = snprintf(out, n, "%s", to);
   }
@@ -261,12 +252,13 @@ int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size
     return ft_err_set(FT_EINVAL,
                       "--to %s: %s exists and is %s; restore writes regular files only and "
                       "will not replace it (give a new file name, an existing file, or a folder)",
-                      to, out, kind_of(st.st_mode));
+                      to, out, ft_file_kind(st.st_mode));
   return FT_OK;
 }
 
-int ckpt_cli_restore(ckpt_store *s, const ckpt_manifest *m, const char *path, int world, int rank) {
+int ckpt_cli_restore(ckpt_store *s, const ckpt_manifest *m, const char *path, const char *config,
+                     int world, int rank) {
   if (world > 0)
     return restore_shard(s, m, path, world, rank);
-  return restore_model(s, m, path);
+  return restore_model(s, m, path, config);
 }

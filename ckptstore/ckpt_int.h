@@ -142,6 +142,9 @@ void ckpt_batch_del(ckpt_batch *b, const char *key);
  * earlier write error if needed), else the error (FT_ENOSPC on a full disk:
  * the catalog then stays readable). */
 int ckpt_catalog_writable(ckpt_catalog *c);
+/* A reader's view catches up with the writer's (what it has synced by
+ * now): the read-only database is reopened. A no-op for the writer. */
+int ckpt_catalog_refresh(ckpt_catalog *c);
 /* Copies the keys under prefix that still read from the damaged catalog at
  * from (opened read-only, as leniently as RocksDB allows) into into, in one
  * batch; *copied: how many. FT_OK if every key was read, else the error
@@ -175,6 +178,8 @@ int ckpt_err_wrap(int rc, const char *fmt, ...) __attribute__((format(printf, 2,
 
 typedef struct ckpt_task ckpt_task;
 
+typedef struct ckpt_mem ckpt_mem;
+
 struct ckpt_store {
   char *uri;
   ckpt_tier *tier;
@@ -203,7 +208,23 @@ struct ckpt_store {
   pthread_t *pool;
   int njobs_live;
   pthread_cond_t cv_jobs;
+
+  /* Chunks kept in memory (NULL: none), and where reads found their bytes
+   * (ckpt_store_read_stats; atomics). */
+  ckpt_mem *mem;
+  uint64_t rd_mem_bytes, rd_tier_bytes, rd_mem_rejected;
 };
+
+/* ckpt_memory.c: chunks kept in memory, by hash (ckpt_store_keep_in_memory). */
+int ckpt_mem_new(uint64_t max_bytes, ckpt_mem **out);
+void ckpt_mem_free(ckpt_mem *m);
+/* Keeps a copy of the chunk named hash (a no-op with m NULL, for bytes
+ * already kept, or when out of memory). */
+void ckpt_mem_put(ckpt_mem *m, const uint8_t *hash, const void *data, uint64_t len);
+/* Copies the chunk named hash of len bytes into dst: 1, or 0 if not kept.
+ * The caller verifies the hash. */
+int ckpt_mem_get(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len);
+int ckpt_mem_has(ckpt_mem *m, const uint8_t *hash, uint64_t len);
 
 int ckpt_writer_start(ckpt_store *s);
 void ckpt_writer_stop(ckpt_store *s);

@@ -45,6 +45,8 @@ typedef struct ckpt_s3_config {
   size_t part_size;           /* >= 5 MiB (S3's minimum) */
   char cache_dir[PATH_MAX];   /* fast tier + catalog */
   int require_both;           /* commit durable on local AND S3 */
+  int cache_per_host;         /* FT_S3_CACHE_PER_HOST=1: each host its own cache
+                                 (node-local disk); see ckpt_s3_tiered.c */
   int upload_threads;
   int drain_s;       /* at close, wait this long for background uploads */
   int list_max_keys; /* ListObjectsV2 page size; 0: the server's (1000) */
@@ -52,7 +54,7 @@ typedef struct ckpt_s3_config {
 
 /* Parses "s3://bucket[/prefix]" and the environment (FT_S3_ENDPOINT,
  * AWS_REGION / AWS_DEFAULT_REGION, FT_S3_ADDRESSING, FT_S3_CACHE,
- * FT_S3_REQUIRE, FT_S3_TIMEOUT_S, FT_S3_RETRIES, FT_S3_RETRY_BUDGET_S,
+ * FT_S3_REQUIRE, FT_S3_CACHE_PER_HOST, FT_S3_TIMEOUT_S, FT_S3_RETRIES, FT_S3_RETRY_BUDGET_S,
  * FT_S3_MULTIPART_MIB, FT_S3_PART_MIB, FT_S3_UPLOAD_THREADS, FT_S3_DRAIN_S)
  * and the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
  * AWS_SESSION_TOKEN; else the shared credentials file, else the config
@@ -86,6 +88,10 @@ typedef struct ckpt_s3_stats {
 /* The config is copied. */
 int ckpt_s3_client_new(const ckpt_s3_config *cfg, ckpt_s3_client **out);
 void ckpt_s3_client_free(ckpt_s3_client *c);
+/* From any thread: every request of c in flight is abandoned within about
+ * a second and fails, as does every later one, with FT_ECANCELED (a
+ * closing store does not wait out retries against a server that hangs). */
+void ckpt_s3_client_cancel(ckpt_s3_client *c);
 /* Keys below are full object keys in the bucket (the caller adds the
  * prefix). put: multipart above cfg->multipart_threshold. */
 int ckpt_s3_client_put(ckpt_s3_client *c, const char *key, const void *data, size_t len, int flags);

@@ -69,6 +69,7 @@ struct ckpt_s3_client {
   CURL *idle[POOL_MAX];
   int nidle;
   ckpt_s3_stats st; /* atomics */
+  int cancel;       /* atomic: ckpt_s3_client_cancel was called */
 };
 
 typedef struct buf {
@@ -780,6 +781,13 @@ static void url_host(const char *url, char *out, size_t n) {
  * request carries exactly the headers it signs (plus Content-Length, Accept
  * and curl's defaults, which SigV4 does not need signed); "Expect:" only
  * removes curl's "Expect: 100-continue" and is neither sent nor signed. */
+/* libcurl calls this at least once a second during a transfer, idle or
+ * not: non-zero aborts it (CURLE_ABORTED_BY_CALLBACK). */
+static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+  (void)dt, (void)dn, (void)ut, (void)un;
+  return __atomic_load_n(&((ckpt_s3_client *)ud)->cancel, __ATOMIC_RELAXED);
+}
+
 static int perform_once(ckpt_s3_client *c, rq *r, const char *payload_hex) {
   char url[4096], host[600], amz_date[20], path[4096];
   char auth[1024], hdr[4200];
@@ -855,6 +863,9 @@ static int perform_once(ckpt_s3_client *c, rq *r, const char *payload_hex) {
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
   if (!strcmp(r->method, "HEAD")) {
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (!strcmp(r->method, "PUT")) {
@@ -900,6 +911,9 @@ static int execute(ckpt_s3_client *c, rq *r) {
   int attempts = (r->flags & CKPT_S3_FAST) ? 1 : c->cfg.retries;
   double deadline = ft_now_s() + c->cfg.retry_budget_s;
   for (int a = 0;; a++) {
+    if (__atomic_load_n(&c->cancel, __ATOMIC_RELAXED))
+      return ft_err_set(FT_ECANCELED, "S3 %s s3://%s/%s: cancelled (the store is closing)",
+                        r->method, c->cfg.bucket, r->key);
     reset_resp(r);
     int cc = perform_once(c, r, hex);
     __atomic_add_fetch(&c->st.requests, 1, __ATOMIC_RELAXED);
@@ -975,6 +989,10 @@ int ckpt_s3_client_new(const ckpt_s3_config *cfg, ckpt_s3_client **out) {
   pthread_mutex_init(&c->mu, NULL);
   *out = c;
   return FT_OK;
+}
+
+void ckpt_s3_client_cancel(ckpt_s3_client *c) {
+  __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED);
 }
 
 void ckpt_s3_client_free(ckpt_s3_client *c) {

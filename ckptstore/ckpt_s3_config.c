@@ -344,6 +344,17 @@ int ckpt_s3_config_from_uri(const char *uri, ckpt_s3_config *c) {
     c->require_both = 0;
   else
     return ft_err_set(FT_ECONFIG, "FT_S3_REQUIRE='%s': expected local or both", req);
+  const char *per = getenv("FT_S3_CACHE_PER_HOST");
+  if (!per || !per[0] || strcmp(per, "0") == 0)
+    c->cache_per_host = 0;
+  else if (strcmp(per, "1") == 0)
+    c->cache_per_host = 1;
+  else
+    return ft_err_set(FT_ECONFIG, "FT_S3_CACHE_PER_HOST='%s': expected 0 or 1", per);
+  if (c->cache_per_host && !c->require_both)
+    return ft_err_set(FT_ECONFIG,
+                      "FT_S3_CACHE_PER_HOST=1 needs FT_S3_REQUIRE=both: with a cache on each "
+                      "host, the bucket is the only place every host sees");
 
   const char *cache = getenv("FT_S3_CACHE");
   int w;

@@ -37,14 +37,22 @@
  *   B4 GC timestamps are the cache's: exists/freshen/now go to the cache;
  *      del_if_older deletes from the bucket what it deletes from the cache,
  *      and bucket-only chunks by their LastModified.
+ *   B5 FT_S3_CACHE_PER_HOST=1 (each host its own cache, e.g. on node-local
+ *      disk; the supervisor commits from another host): a writer's chunk is
+ *      durable only once it is in the bucket (td_sync), and exists, also
+ *      with freshen, falls back to the bucket when the cache lacks the key.
+ *      A bucket-only chunk cannot be freshened; the commit that names it
+ *      and a GC never run at once (one catalog writer, and a commit and a
+ *      GC both hold the store's meta lock).
  *
  * Threads: cfg.upload_threads uploaders (writable stores only) take keys
  * from a FIFO. mu guards the queue, the "pending" set (queued or in flight)
  * and the "known" set (confirmed in the bucket by this process). A thread
  * that must ensure a chunk that is still queued takes it out of the queue
  * and uploads it itself, so a manifest upload never waits on a queue that
- * no thread serves. Close waits up to cfg.drain_s for the queue to empty;
- * what is left is journaled (manifests) or re-checked when a manifest that
+ * no thread serves. Close waits up to cfg.drain_s for the queue to empty,
+ * then abandons the requests in flight (ckpt_s3_client_cancel: it does not
+ * wait out their retries); what is left is journaled (manifests) or re-checked when a manifest that
  * names it is uploaded (chunks).
  */
 #include "ckpt_s3.h"
@@ -506,9 +514,23 @@ static int td_get(ckpt_tier *t, const char *key, uint8_t **data, size_t *len) {
 static int td_exists(ckpt_tier *t, const char *key, int freshen, uint64_t *size, int64_t *mtime) {
   tiered *td = (tiered *)t;
   int rc = td->local->exists(td->local, key, freshen, size, mtime);
-  if (rc != FT_ENOENT || freshen)
+  if (rc != FT_ENOENT || (freshen && !td->cfg.cache_per_host))
     return rc; /* B4: writers and commits look at the cache only */
+  /* B5: with a cache on each host, a chunk another host wrote is only in
+   * the bucket (its writer synced it there before its shard counted) */
   return td->remote->exists(td->remote, key, 0, size, mtime);
+}
+
+/* B5 (FT_S3_CACHE_PER_HOST=1): a chunk counts as durable once it is in the
+ * bucket, since the process that commits (the supervisor, on another host)
+ * sees only its own cache and the bucket. The uploads of a shard's chunks
+ * then run on the writer's threads (the trainer still does not wait: the
+ * writer pool is asynchronous), bounded by the S3 retry budget. */
+static int td_sync(ckpt_tier *t, const char *key) {
+  tiered *td = (tiered *)t;
+  if (!td->cfg.cache_per_host || !is_chunk(key))
+    return FT_OK;
+  return ensure_remote(td, key);
 }
 
 static int td_del(ckpt_tier *t, const char *key) {
@@ -579,7 +601,10 @@ static void td_free(ckpt_tier *t) {
   if (!td)
     return;
   if (td->nth) {
-    ckpt_s3_tiered_flush(t, td->cfg.drain_s); /* best effort; the rest is journaled */
+    /* best effort; the rest is journaled. What is still in flight after
+     * drain_s is abandoned rather than retried for retry_budget_s */
+    if (ckpt_s3_tiered_flush(t, td->cfg.drain_s))
+      ckpt_s3_client_cancel(ckpt_tier_s3_client(td->remote));
     pthread_mutex_lock(&td->mu);
     td->stopping = 1;
     pthread_cond_broadcast(&td->cv_work);
@@ -696,8 +721,10 @@ int ckpt_s3_tiered_open(const ckpt_s3_config *cfg, int writable, ckpt_tier **out
                       .del_if_older = td_del_if_older,
                       .list = td_list,
                       .now = td_now,
+                      .sync = td_sync,
                       .free = td_free,
-                      .desc = td->desc};
+                      .desc = td->desc,
+                      .foreign_commits = td->cfg.cache_per_host};
   snprintf(td->desc, sizeof td->desc, "s3://%s/%s (cache %s)", cfg->bucket, cfg->prefix,
            cfg->cache_dir);
   ckpt_s3_client *c = NULL;

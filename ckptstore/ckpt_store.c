@@ -375,6 +375,7 @@ void ckpt_store_free(ckpt_store *s) {
   if (!s)
     return;
   ckpt_writer_stop(s);
+  ckpt_mem_free(s->mem);
   ckpt_catalog_close(s->cat);
   if (s->tier)
     s->tier->free(s->tier);
@@ -491,6 +492,22 @@ int ckpt_store_list(ckpt_store *s, const char *run, ckpt_info **out, size_t *n) 
   return FT_OK;
 }
 
+int ckpt_store_keep_in_memory(ckpt_store *s, uint64_t max_bytes) {
+  if (s->mem)
+    return FT_OK;
+  return ckpt_mem_new(max_bytes, &s->mem);
+}
+
+void ckpt_store_read_stats(ckpt_store *s, ckpt_read_stats *st) {
+  st->memory_bytes = __atomic_load_n(&s->rd_mem_bytes, __ATOMIC_RELAXED);
+  st->store_bytes = __atomic_load_n(&s->rd_tier_bytes, __ATOMIC_RELAXED);
+  st->memory_rejected = __atomic_load_n(&s->rd_mem_rejected, __ATOMIC_RELAXED);
+}
+
+int ckpt_store_refresh(ckpt_store *s) {
+  return ckpt_catalog_refresh(s->cat);
+}
+
 int ckpt_store_latest(ckpt_store *s, const char *run, int64_t max_step, int64_t *step) {
   ckpt_info *v = NULL;
   size_t n = 0;
@@ -513,10 +530,47 @@ int ckpt_store_latest(ckpt_store *s, const char *run, int64_t max_step, int64_t 
 
 /* ---- loading --------------------------------------------------------------------- */
 
+/* A checkpoint this process's catalog does not know, read from its
+ * manifest object (foreign_commits: another host's process committed it;
+ * B1 of ckpt_s3_tiered.c: a manifest reaches the bucket only after every
+ * chunk it names). The manifest checks its own trailing hash. */
+static int load_foreign(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out) {
+  char key[256];
+  uint8_t *data = NULL;
+  size_t len = 0;
+  ckpt_objkey_manifest(key, sizeof key, run, step);
+  int rc = s->tier->get(s->tier, key, &data, &len);
+  if (rc == FT_ENOENT)
+    return ft_err_set(FT_ENOENT,
+                      "no checkpoint of run '%s' at step %" PRId64
+                      " (neither in this host's catalog nor as %s in the bucket)",
+                      run, step, key);
+  if (rc)
+    return rc;
+  char *js = malloc(len + 1);
+  if (!js) {
+    free(data);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  memcpy(js, data, len);
+  js[len] = 0;
+  free(data);
+  ckpt_manifest *m = NULL;
+  rc = ckpt_manifest_from_json(js, &m);
+  free(js);
+  if (rc)
+    return ckpt_err_wrap(rc, "%s", key);
+  m->info.state = CKPT_COMMITTED;
+  *out = m;
+  return FT_OK;
+}
+
 int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out) {
   *out = NULL;
   ckpt_info info;
   int rc = ckpt_store_get_info(s, run, step, &info);
+  if (rc == FT_ENOENT && s->tier->foreign_commits)
+    return load_foreign(s, run, step, out);
   if (rc)
     return rc;
   if (info.state == CKPT_PENDING)
@@ -555,20 +609,28 @@ typedef struct read_job {
   int rc;   /* first error (under mu) */
   char err[512];
   pthread_mutex_t mu;
+  int prefetch; /* ckpt_store_prefetch: not a read of the stats */
 } read_job;
 
-static int read_one(read_job *j, int ci, uint8_t **buf, size_t *cap) {
-  const ckpt_chunk_ref *c = &j->t->chunks[ci];
+/* The chunk's bytes from memory, if kept there and still hashing to its
+ * name: 1, else 0 (a mismatch is counted; the tier is read instead). */
+static int read_memory(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
+  if (!ckpt_mem_get(j->s->mem, c->hash, buf, c->len))
+    return 0;
+  uint8_t h[CKPT_HASH_LEN];
+  if (ckpt_sha256(buf, c->len, h) == FT_OK && memcmp(h, c->hash, CKPT_HASH_LEN) == 0) {
+    __atomic_add_fetch(&j->s->rd_mem_bytes, c->len, __ATOMIC_RELAXED);
+    return 1;
+  }
+  __atomic_add_fetch(&j->s->rd_mem_rejected, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* The chunk's bytes from the tier, decoded and verified. */
+static int read_tier(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_hex(c->hash, hex);
   ckpt_objkey_chunk(key, sizeof key, hex);
-  if (*cap < c->len) {
-    free(*buf);
-    *buf = malloc(c->len);
-    *cap = *buf ? c->len : 0;
-    if (!*buf)
-      return ft_err_set(FT_ENOMEM, "out of memory reading a chunk");
-  }
   uint8_t *obj = NULL;
   size_t objlen = 0;
   int rc = j->s->tier->get(j->s->tier, key, &obj, &objlen);
@@ -578,11 +640,32 @@ static int read_one(read_job *j, int ci, uint8_t **buf, size_t *cap) {
                       hex, j->t->name, c->offset, c->offset + c->len);
   if (rc)
     return rc;
-  rc = ckpt_chunk_decode(obj, objlen, c->hash, *buf, c->len);
+  rc = ckpt_chunk_decode(obj, objlen, c->hash, buf, c->len);
   free(obj);
   if (rc)
     return ckpt_err_wrap(rc, "refusing to use a chunk of %s (bytes %" PRIu64 "..%" PRIu64 ")",
                          j->t->name, c->offset, c->offset + c->len);
+  if (!j->prefetch)
+    __atomic_add_fetch(&j->s->rd_tier_bytes, c->len, __ATOMIC_RELAXED);
+  return FT_OK;
+}
+
+/* Chunk ci into the job's destination: from memory if it is kept there
+ * and verifies, else from the tier. */
+static int read_one(read_job *j, int ci, uint8_t **buf, size_t *cap) {
+  const ckpt_chunk_ref *c = &j->t->chunks[ci];
+  if (*cap < c->len) {
+    free(*buf);
+    *buf = malloc(c->len);
+    *cap = *buf ? c->len : 0;
+    if (!*buf)
+      return ft_err_set(FT_ENOMEM, "out of memory reading a chunk");
+  }
+  if (!read_memory(j, c, *buf)) {
+    int rc = read_tier(j, c, *buf);
+    if (rc)
+      return rc;
+  }
   uint64_t a = c->offset > j->offset ? c->offset : j->offset;
   uint64_t b = c->offset + c->len < j->offset + j->len ? c->offset + c->len : j->offset + j->len;
   memcpy(j->dst + (a - j->offset), *buf + (a - c->offset), b - a);
@@ -674,6 +757,49 @@ int ckpt_store_read(ckpt_store *s, const ckpt_manifest *m, const char *tensor, u
   if (j.rc)
     return ft_err_set(j.rc, "%s", j.err);
   return FT_OK;
+}
+
+int ckpt_store_prefetch(ckpt_store *s, const char *run, int64_t step, const int *cancel,
+                        uint64_t *fetched) {
+  if (fetched)
+    *fetched = 0;
+  if (!s->mem)
+    return ft_err_set(FT_EINVAL, "prefetch: the store keeps nothing in memory");
+  ckpt_manifest *m = NULL;
+  int rc = ckpt_store_load(s, run, step, &m);
+  if (rc)
+    return rc;
+  read_job j = {.s = s, .prefetch = 1};
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  for (int ti = 0; ti < m->ntensors && rc == FT_OK; ti++) {
+    j.t = &m->tensors[ti];
+    for (int ci = 0; ci < j.t->nchunks; ci++) {
+      const ckpt_chunk_ref *c = &j.t->chunks[ci];
+      if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED))
+        goto out;
+      if (ckpt_mem_has(s->mem, c->hash, c->len))
+        continue;
+      if (cap < c->len) {
+        free(buf);
+        buf = malloc(c->len);
+        cap = buf ? c->len : 0;
+        if (!buf) {
+          rc = ft_err_set(FT_ENOMEM, "out of memory prefetching a chunk");
+          break;
+        }
+      }
+      if ((rc = read_tier(&j, c, buf)))
+        break;
+      ckpt_mem_put(s->mem, c->hash, buf, c->len);
+      if (fetched)
+        *fetched += c->len;
+    }
+  }
+out:
+  free(buf);
+  ckpt_manifest_free(m);
+  return rc;
 }
 
 /* ---- states and pins -------------------------------------------------------------------- */

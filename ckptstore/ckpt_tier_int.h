@@ -40,8 +40,18 @@ struct ckpt_tier {
    * leftovers of interrupted writes (keys that are not a valid name). */
   int (*list)(ckpt_tier *t, const char *prefix, int (*fn)(void *ud, const char *key), void *ud);
   int (*now)(ckpt_tier *t, int64_t *now_ns);
+  /* Optional (NULL: nothing to do): makes the object put (or found) under
+   * key durable where every process that commits may look for it. The S3
+   * tier with a cache on each host (FT_S3_CACHE_PER_HOST=1) uploads it to
+   * the bucket now, or waits for its upload; the writer calls it before a
+   * chunk counts as durable. */
+  int (*sync)(ckpt_tier *t, const char *key);
   void (*free)(ckpt_tier *t);
   const char *desc; /* e.g. the directory, for messages */
+  /* 1: checkpoints are committed through other hosts' caches (the S3 tier
+   * with FT_S3_CACHE_PER_HOST=1): this process's catalog may lack a
+   * committed checkpoint whose manifest object is in the bucket */
+  int foreign_commits;
 };
 
 /* Opens "local:DIR", creating DIR and its folders if create is set. */

@@ -91,6 +91,7 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
   rc = ckpt_sha256(t->data, t->len, ref.hash);
   if (rc)
     goto fail;
+  ckpt_mem_put(s->mem, ref.hash, t->data, t->len); /* the nearest copy for a restore */
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_hex(ref.hash, hex);
   ckpt_objkey_chunk(key, sizeof key, hex);
@@ -113,6 +114,8 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
   } else {
     goto fail;
   }
+  if (s->tier->sync && (rc = s->tier->sync(s->tier, key)) != FT_OK)
+    goto fail;
   j->shard->parts[t->part].chunks[t->idx] = ref;
   goto out;
 fail:

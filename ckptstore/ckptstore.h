@@ -187,6 +187,32 @@ int ckpt_store_list(ckpt_store *s, const char *run, ckpt_info **out, size_t *n);
 /* Newest checkpoint of run whose state is COMMITTED or GOOD (never BAD or
  * PENDING) and whose step <= max_step (INT64_MAX: any). FT_ENOENT if none. */
 int ckpt_store_latest(ckpt_store *s, const char *run, int64_t max_step, int64_t *step);
+/* A store whose catalog was opened as a reader (read_only, shard_writer)
+ * sees it as of its open: this catches up with what the writer has
+ * committed since (a long-lived worker before a restore). A no-op for the
+ * writer. */
+int ckpt_store_refresh(ckpt_store *s);
+
+/* Keeps a copy of every chunk this process writes in its memory, at most
+ * max_bytes (the chunks written longest ago are dropped first; twice a
+ * snapshot keeps the newest one whole). ckpt_store_read then takes a chunk
+ * from memory when it is there and still hashes to its name, else from
+ * the tiers. */
+int ckpt_store_keep_in_memory(ckpt_store *s, uint64_t max_bytes);
+/* Where this process's reads found their chunk bytes since the open. */
+typedef struct ckpt_read_stats {
+  uint64_t memory_bytes;    /* from memory (verified) */
+  uint64_t store_bytes;     /* from the tiers (verified) */
+  uint64_t memory_rejected; /* chunks in memory that failed their hash */
+} ckpt_read_stats;
+void ckpt_store_read_stats(ckpt_store *s, ckpt_read_stats *st);
+/* Reads every chunk of checkpoint (run, step) that is not in memory yet
+ * from the tiers into memory (ckpt_store_keep_in_memory first), each
+ * verified by its hash: a warm spare holding the newest checkpoint before
+ * it is needed. Stops early, with FT_OK, once *cancel (read atomically;
+ * NULL: never) is non-zero. *fetched (may be NULL): bytes read. */
+int ckpt_store_prefetch(ckpt_store *s, const char *run, int64_t step, const int *cancel,
+                        uint64_t *fetched);
 
 int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out);
 void ckpt_manifest_free(ckpt_manifest *m);

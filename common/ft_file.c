@@ -127,3 +127,21 @@ out:
   ft_afile_abort(f);
   return rc;
 }
+
+const char *ft_file_kind(unsigned mode) {
+  if (S_ISDIR(mode))
+    return "a folder";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  if (S_ISLNK(mode))
+    return "a symbolic link";
+  if (S_ISREG(mode))
+    return "a regular file";
+  return "not a regular file";
+}

@@ -42,4 +42,8 @@ int ft_write_all(int fd, const void *buf, size_t n, const char *what);
  * has gone is FT_ENET ("send to WHAT: strerror"), never a SIGPIPE. */
 int ft_send_all(int fd, const void *buf, size_t n, const char *what);
 
+/* What a st_mode is, for messages that refuse to replace it: "a folder",
+ * "a character device", "a FIFO", "a symbolic link", ... */
+const char *ft_file_kind(unsigned mode);
+
 #endif

@@ -466,6 +466,112 @@ out:
   return rc;
 }
 
+/* ---- Hugging Face model directory --------------------------------------- */
+
+/* FT_OK when path is absent or a regular file. */
+static int regular_or_absent(const char *to, const char *path) {
+  struct stat st;
+  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return ft_err_set(FT_EINVAL,
+                      "%s: %s exists and is %s; an export writes regular files only and will "
+                      "not replace it (give a new name, an existing file, or a folder)",
+                      to, path, ft_file_kind(st.st_mode));
+  return FT_OK;
+}
+
+int ft_gpt2_export_paths(const char *to, char *model, size_t model_len, char *config,
+                         size_t config_len) {
+  size_t n = strlen(to);
+  struct stat st;
+  int folder = n > 0 && to[n - 1] == '/';
+  if (!folder && stat(to, &st) == 0 && S_ISDIR(st.st_mode))
+    folder = 1;
+  int w1, w2;
+  if (folder) {
+    const char *sep = n > 0 && to[n - 1] == '/' ? "" : "/";
+    w1 = snprintf(model, model_len, "%s%smodel.safetensors", to, sep);
+    w2 = snprintf(config, config_len, "%s%sconfig.json", to, sep);
+  } else {
+    w1 = snprintf(model, model_len, "%s", to);
+    w2 = config_len ? snprintf(config, config_len, "%s", "") : 0;
+  }
+  if (w1 < 0 || (size_t)w1 >= model_len || w2 < 0 || (size_t)w2 >= config_len)
+    return ft_err_set(FT_EINVAL, "%s: path too long", to);
+  if (folder && mkdir(to, 0777) != 0 && errno != EEXIST)
+    return ft_err_set(FT_EIO, "%s: cannot make the folder: %s", to, strerror(errno));
+  int rc = regular_or_absent(to, model);
+  if (!rc && folder)
+    rc = regular_or_absent(to, config);
+  return rc;
+}
+
+int ft_gpt2_write_hf_config(const char *path, const ft_gpt2_dims *d) {
+  char why[256];
+  if (dims_check(d, why, sizeof why))
+    return ft_err_set(FT_EINVAL, "%s: %s", path, why);
+  cJSON *o = cJSON_CreateObject();
+  cJSON *arch = o ? cJSON_AddArrayToObject(o, "architectures") : NULL;
+  if (!arch) {
+    cJSON_Delete(o);
+    return ft_err_set(FT_ENOMEM, "%s: out of memory", path);
+  }
+  cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+  cJSON_AddStringToObject(o, "model_type", "gpt2");
+  cJSON_AddNumberToObject(o, "vocab_size", d->vocab_size);
+  cJSON_AddNumberToObject(o, "n_positions", d->max_seq_len);
+  cJSON_AddNumberToObject(o, "n_ctx", d->max_seq_len);
+  cJSON_AddNumberToObject(o, "n_embd", d->channels);
+  cJSON_AddNumberToObject(o, "n_layer", d->n_layer);
+  cJSON_AddNumberToObject(o, "n_head", d->n_head);
+  cJSON_AddNullToObject(o, "n_inner"); /* 4 * n_embd, as trained */
+  /* the kernels' GELU is the tanh approximation; LayerNorm's epsilon 1e-5 */
+  cJSON_AddStringToObject(o, "activation_function", "gelu_new");
+  cJSON_AddNumberToObject(o, "layer_norm_epsilon", 1e-5);
+  /* trained without dropout */
+  cJSON_AddNumberToObject(o, "resid_pdrop", 0.0);
+  cJSON_AddNumberToObject(o, "embd_pdrop", 0.0);
+  cJSON_AddNumberToObject(o, "attn_pdrop", 0.0);
+  cJSON_AddNumberToObject(o, "initializer_range", 0.02);
+  cJSON_AddBoolToObject(o, "scale_attn_weights", 1);
+  cJSON_AddBoolToObject(o, "tie_word_embeddings", 1); /* the head is wte */
+  cJSON_AddBoolToObject(o, "use_cache", 1);
+  /* GPT-2's own vocabulary ends in <|endoftext|>; the byte-level one that
+   * ftdata makes has no special token */
+  if (d->vocab_size == 50257) {
+    cJSON_AddNumberToObject(o, "bos_token_id", 50256);
+    cJSON_AddNumberToObject(o, "eos_token_id", 50256);
+  } else {
+    cJSON_AddNullToObject(o, "bos_token_id");
+    cJSON_AddNullToObject(o, "eos_token_id");
+  }
+  cJSON_AddStringToObject(o, "torch_dtype", "float32");
+  char *json = cJSON_Print(o);
+  cJSON_Delete(o);
+  if (!json)
+    return ft_err_set(FT_ENOMEM, "%s: out of memory", path);
+  ft_afile f = {.fd = -1};
+  int rc = ft_afile_open(&f, path);
+  if (!rc) {
+    if (!(rc = ft_afile_write(&f, json, strlen(json))) && !(rc = ft_afile_write(&f, "\n", 1)))
+      rc = ft_afile_commit(&f);
+    else
+      ft_afile_abort(&f);
+  }
+  free(json);
+  return rc;
+}
+
+int ft_gpt2_export(const char *to, const ft_gpt2_dims *d, const float *params,
+                   const char *const *meta_keys, const char *const *meta_vals, int n_meta) {
+  char model[4096], config[4096];
+  int rc = ft_gpt2_export_paths(to, model, sizeof model, config, sizeof config);
+  if (!rc)
+    rc = ft_gpt2_write_safetensors(model, d, params, meta_keys, meta_vals, n_meta);
+  if (!rc && config[0])
+    rc = ft_gpt2_write_hf_config(config, d);
+  return rc;
+}
+
 /* ---- safetensors: reading ------------------------------------------------ */
 
 static const struct {

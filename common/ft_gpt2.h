@@ -91,6 +91,31 @@ int ft_gpt2_write_safetensors(const char *path, const ft_gpt2_dims *d, const flo
                               const char *const *meta_keys, const char *const *meta_vals,
                               int n_meta);
 
+/* ---- Hugging Face model directory --------------------------------------- */
+
+/* Where an export to `to` goes. A folder target -- `to` is an existing
+ * folder or ends in '/' (then created, one level) -- gets a Hugging Face
+ * model directory: model = TO/model.safetensors, config = TO/config.json.
+ * Anything else is one safetensors file: model = TO, config = "". Refuses,
+ * before anything is written, a target that exists and is not a regular
+ * file (a device, FIFO or symbolic link: the final rename would replace
+ * it). FT_EINVAL naming the path, FT_EIO if the folder cannot be made. */
+int ft_gpt2_export_paths(const char *to, char *model, size_t model_len, char *config,
+                         size_t config_len);
+
+/* The config.json `transformers` needs to load the model with
+ * GPT2LMHeadModel.from_pretrained: GPT2Config's keys (n_layer, n_head,
+ * n_embd, n_positions, n_ctx, vocab_size, gelu_new, layer_norm_epsilon
+ * 1e-5, no dropout, tied embeddings, float32), written crash-safe. */
+int ft_gpt2_write_hf_config(const char *path, const ft_gpt2_dims *d);
+
+/* The export both `worker --export` and `ckpt restore --to` do: resolves
+ * `to` with ft_gpt2_export_paths, writes the safetensors and, for a folder,
+ * config.json beside it (the safetensors first, so a folder holding a
+ * config.json holds its weights). */
+int ft_gpt2_export(const char *to, const ft_gpt2_dims *d, const float *params,
+                   const char *const *meta_keys, const char *const *meta_vals, int n_meta);
+
 /* ---- safetensors reading -------------------------------------------------- */
 
 #define FT_ST_MAX_HEADER (100u << 20) /* the format's limit on the JSON header */

@@ -84,7 +84,8 @@ struct field {
 static const char *const W_SCHEDULE[] = {"cosine", "linear", "constant", NULL};
 static const char *const W_PRECISION[] = {"fp32", "bf16", NULL};
 static const char *const W_DEVICE[] = {"cpu", "cuda", NULL};
-static const char *const W_LAUNCHER[] = {"local", "command", NULL};
+static const char *const W_LAUNCHER[] = {"local", "command", "ssh", "slurm", NULL};
+static const char *const W_BOOL[] = {"true", "false", NULL};
 static const char *const W_ON_SPIKE[] = {"rollback", "rollback_and_skip", "warn", NULL};
 static const char *const W_NO_SPARES[] = {"shrink", "wait", "fail", NULL};
 
@@ -127,6 +128,7 @@ static const struct field FIELDS[] = {
     F_DBL("train.eps", train.eps, 0, 1, LO_OPEN),
     {.key = "train.seed", .kind = K_U64, AT(train.seed)},
     F_WORD("train.precision", train.precision, W_PRECISION),
+    F_I64("train.val_every", train.val_every, 0, STEPS_MAX),
     F_STR("data.train", data.train, 0, C_NONE, NULL),
     F_STR("data.val", data.val, EMPTY_OK, C_NONE, NULL),
     F_INT("nodes.count", nodes.count, 1, FT_RUNFILE_MAX_NODES),
@@ -135,6 +137,13 @@ static const struct field FIELDS[] = {
     F_WORD("nodes.launcher", nodes.launcher, W_LAUNCHER),
     F_STR("nodes.command", nodes.command, EMPTY_OK, C_NONE, NULL),
     {.key = "nodes.hosts", .kind = K_HOSTS, AT(nodes.hosts)},
+    F_STR("nodes.iface", nodes.iface, EMPTY_OK, C_NONE, NULL),
+    F_INT("nodes.threads", nodes.threads, 0, 4096),
+    F_STR("nodes.workdir", nodes.workdir, EMPTY_OK, C_NONE, NULL),
+    F_STR("nodes.srun_args", nodes.srun_args, EMPTY_OK, C_NONE, NULL),
+    F_STR("supervisor.listen", supervisor.listen, EMPTY_OK, C_NONE, NULL),
+    F_STR("supervisor.advertise", supervisor.advertise, EMPTY_OK, C_NONE, NULL),
+    F_STR("supervisor.http", supervisor.http, EMPTY_OK, C_NONE, NULL),
     F_I64("checkpoint.every_steps", checkpoint.every_steps, 0, STEPS_MAX),
     F_DBL("checkpoint.every_seconds", checkpoint.every_seconds, 0, YEAR_S, 0),
     F_STR("checkpoint.store", checkpoint.store, 0, C_STORE, NULL),
@@ -143,6 +152,7 @@ static const struct field FIELDS[] = {
     F_INT("checkpoint.chunk_mib", checkpoint.chunk_mib, 1, 1024),
     F_STR("checkpoint.codec", checkpoint.codec, 0, C_CODEC, NULL),
     F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, 3600, LO_OPEN),
+    F_DBL("watchdog.start_timeout_s", watchdog.start_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, 86400, LO_OPEN),
     F_INT("watchdog.loss_spike.window", watchdog.spike_window, 2, 100000),
     F_DBL("watchdog.loss_spike.zscore", watchdog.spike_zscore, 0, 1000, LO_OPEN),
@@ -155,6 +165,9 @@ static const struct field FIELDS[] = {
     F_WORD("recovery.when_no_spares", recovery.when_no_spares, W_NO_SPARES),
     F_INT("recovery.node_failures_to_quarantine", recovery.node_failures_to_quarantine, 1, 1000),
     F_DBL("recovery.node_failure_window_s", recovery.node_failure_window_s, 0, YEAR_S, LO_OPEN),
+    F_WORD("recovery.drain", recovery.drain, W_BOOL),
+    F_WORD("recovery.in_process", recovery.in_process, W_BOOL),
+    F_DBL("recovery.rejoin_timeout_s", recovery.rejoin_timeout_s, 0, YEAR_S, LO_OPEN),
     F_I64("chaos.kill_node_at_step", chaos.kill_node_at_step, 0, STEPS_MAX),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
@@ -206,6 +219,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   SETS(c->codec, "zstd:1");
   ft_watchdog_cfg *w = &rf->watchdog;
   w->heartbeat_timeout_s = 10;
+  w->start_timeout_s = 60;
   w->collective_timeout_s = 30;
   w->spike_window = 50;
   w->spike_zscore = 6.0;
@@ -217,6 +231,9 @@ void ft_runfile_defaults(ft_runfile *rf) {
   SETS(rf->recovery.when_no_spares, "shrink");
   rf->recovery.node_failures_to_quarantine = 2;
   rf->recovery.node_failure_window_s = 600;
+  SETS(rf->recovery.drain, "true");
+  SETS(rf->recovery.in_process, "false");
+  rf->recovery.rejoin_timeout_s = 10;
 }
 
 /* ---- small helpers --------------------------------------------------------- */

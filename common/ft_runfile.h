@@ -54,6 +54,7 @@ typedef struct ft_train_cfg {
   double beta1, beta2, eps;
   uint64_t seed;
   char precision[8]; /* "fp32" | "bf16" */
+  int64_t val_every; /* validation loss every this many steps; 0: never */
 } ft_train_cfg;
 
 /* Globs of llm.c token shards. One written relative in a run file is
@@ -70,11 +71,30 @@ typedef struct ft_nodes_cfg {
   int count;
   int workers_per_node;
   char device[8];    /* "cpu" | "cuda" */
-  char launcher[16]; /* "local" | "command" */
-  char command[512];
+  char launcher[16]; /* "local" | "command" | "ssh" | "slurm" */
+  char command[512]; /* command: the template ({host}, {argv}); ssh: the ssh
+                        part ("" = "ssh -T -o BatchMode=yes {host}") */
   int nhosts;
   char hosts[64][128];
+  char iface[64];      /* the interface (name, or an address of this host)
+                          workers bind Gloo to; "" = the one on the route to
+                          the supervisor (env FT_IFACE overrides) */
+  int threads;         /* kernel threads per worker; 0 = cores / workers on the host */
+  char workdir[1024];  /* remote launchers: the workers' directory; "" = supervise's */
+  char srun_args[512]; /* slurm: extra srun arguments, e.g. "--mpi=none" */
 } ft_nodes_cfg;
+
+/* The supervisor's control port. */
+typedef struct ft_supervisor_cfg {
+  char listen[256];    /* HOST:PORT (or :PORT) to bind; "" = loopback with the
+                          local launcher, every interface with a remote one;
+                          port 0 = any */
+  char advertise[256]; /* HOST[:PORT] workers dial; "" = the bound address, or
+                          for a wildcard bind this host's address on the route
+                          to the first worker host */
+  char http[256];      /* the operator's HTTP port (/metrics, /status):
+                          HOST:PORT; "" = loopback, any free port; "off" */
+} ft_supervisor_cfg;
 
 typedef struct ft_ckpt_cfg {
   int64_t every_steps;  /* 0: off */
@@ -88,6 +108,7 @@ typedef struct ft_ckpt_cfg {
 
 typedef struct ft_watchdog_cfg {
   double heartbeat_timeout_s;
+  double start_timeout_s; /* launch to HELLO: a start slower than this is a hang */
   double collective_timeout_s;
   int spike_window;
   double spike_zscore;
@@ -107,6 +128,15 @@ typedef struct ft_recovery_cfg {
    * Xid, host unreachable) quarantine at once. */
   int node_failures_to_quarantine;
   double node_failure_window_s;
+  /* slurm launcher: a node quarantined for a hardware cause is drained in
+   * Slurm (scontrol update ... state=drain reason="ftsup: ...") */
+  char drain[8]; /* "true" | "false" */
+  /* Survivors of a fault elsewhere keep their process: they abort their
+   * collectives, wait for the next generation's ASSIGN, re-form the comm
+   * and restore in place; one that has not rejoined within
+   * rejoin_timeout_s is restarted as a process. */
+  char in_process[8]; /* "true" | "false" */
+  double rejoin_timeout_s;
 } ft_recovery_cfg;
 
 /* Faults a run asks for on purpose (demos, drills); all off by default. */
@@ -122,6 +152,7 @@ typedef struct ft_runfile {
   ft_train_cfg train;
   ft_data_cfg data;
   ft_nodes_cfg nodes;
+  ft_supervisor_cfg supervisor;
   ft_ckpt_cfg checkpoint;
   ft_watchdog_cfg watchdog;
   ft_recovery_cfg recovery;

@@ -459,6 +459,8 @@ int ft_wire_encode(const ft_msg *m, ft_buf *out) {
     break;
   case FT_MSG_HEARTBEAT:
     w_i64(&w, m->heartbeat.step);
+    w_u32(&w, m->heartbeat.seq);
+    w_u32(&w, m->heartbeat.rtt_us);
     break;
   case FT_MSG_STEP:
     w_i64(&w, m->step.step);
@@ -466,6 +468,7 @@ int ft_wire_encode(const ft_msg *m, ft_buf *out) {
     w_f64(&w, m->step.grad_norm);
     w_f64(&w, m->step.tokens_per_s);
     w_f64(&w, m->step.step_ms);
+    w_f64(&w, m->step.val_loss);
     break;
   case FT_MSG_SHARD_SAVED:
     w_i64(&w, m->shard_saved.step);
@@ -694,6 +697,8 @@ static void decode_payload(rd *r, ft_msg *m) {
   }
   case FT_MSG_HEARTBEAT:
     m->heartbeat.step = r_i64(r, "step");
+    m->heartbeat.seq = r_u32(r, "seq");
+    m->heartbeat.rtt_us = r_u32(r, "rtt_us");
     break;
   case FT_MSG_STEP:
     m->step.step = r_i64(r, "step");
@@ -701,6 +706,7 @@ static void decode_payload(rd *r, ft_msg *m) {
     m->step.grad_norm = r_f64(r, "grad_norm");
     m->step.tokens_per_s = r_f64(r, "tokens_per_s");
     m->step.step_ms = r_f64(r, "step_ms");
+    m->step.val_loss = r_f64(r, "val_loss");
     break;
   case FT_MSG_SHARD_SAVED:
     m->shard_saved.step = r_i64(r, "step");

@@ -54,11 +54,15 @@
  *                         1 <= world <= FT_WIRE_MAX_WORLD, rank < world,
  *                         restore_step >= -1 (-1: fresh start),
  *                         skips are GLOBAL BATCH INDEX ranges [first, end), 0 <= first < end
- *   5  HEARTBEAT    W->S  step i64 (>= -1: last completed step, -1 none)
- *                   S->W  (the supervisor echoes it, so a worker notices a
- *                         lost supervisor)
+ *   5  HEARTBEAT    W->S  step i64 (>= -1: last completed step, -1 none),
+ *                         seq u32 (this beat's number), rtt_us u32 (the
+ *                         last beat's round trip in us, 0: none measured)
+ *                   S->W  (the supervisor echoes step and seq, so a worker
+ *                         notices a lost supervisor and times the round
+ *                         trip of its control link; rtt_us 0)
  *   6  STEP         W->S  step i64 (>= 0), loss f64, grad_norm f64,
- *                         tokens_per_s f64, step_ms f64 (any bits, NaN too:
+ *                         tokens_per_s f64, step_ms f64, val_loss f64 (NaN
+ *                         but at train.val_every steps) (any bits, NaN too:
  *                         judging them is the watchdog's job)
  *   7  SHARD_SAVED  W->S  step i64 (>= 0), rank u32 (< FT_WIRE_MAX_WORLD),
  *                         manifest str (JSON text, <= FT_WIRE_MAX_MANIFEST)
@@ -131,7 +135,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_WIRE_VERSION 1
+#define FT_WIRE_VERSION 3 /* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin */
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */
@@ -241,14 +245,22 @@ typedef enum ft_fault_kind {
   X(FT_STOP_RECOVERING, 2, "recovering")             /* gang stopped for recovery */               \
   X(FT_STOP_SHUTDOWN, 3, "shutdown")                 /* supervisor is exiting */                   \
   X(FT_STOP_EVICTED, 4, "evicted")                   /* node quarantined or not needed */          \
-  X(FT_STOP_PROTOCOL_ERROR, 5, "protocol_error")     /* peer sent something bad */
+  X(FT_STOP_PROTOCOL_ERROR, 5, "protocol_error")     /* peer sent something bad */                 \
+  X(FT_STOP_REJOIN, 6, "rejoin") /* leave this generation, keep the process: see below */
 
 typedef enum ft_stop_reason {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
   FT_STOP_REASONS(FT_WIRE_ENUM_)
 #undef FT_WIRE_ENUM_
 } ft_stop_reason;
-#define FT_STOP_REASON_COUNT 6
+#define FT_STOP_REASON_COUNT 7
+/* STOP rejoin (recovery.in_process) carries the NEW generation and does not
+ * end the process: the worker leaves its collectives, frees its comm, and
+ * once out says so with a HEARTBEAT of that generation (until then its
+ * frames carry the old one, which the supervisor tolerates from it alone);
+ * then it waits for that generation's ASSIGN. A worker built before
+ * version 3 would exit on it, which is the process restart it falls back
+ * to. */
 
 typedef enum ft_kv_status {
   FT_KV_OK = 0,      /* every key exists; values follow in the keys' order */
@@ -320,10 +332,13 @@ typedef struct ft_msg {
     } assign;
     struct {
       int64_t step;
+      uint32_t seq;    /* the beat's number; the echo carries it back */
+      uint32_t rtt_us; /* W->S: the last echoed beat's round trip; 0: none */
     } heartbeat;
     struct {
       int64_t step;
       double loss, grad_norm, tokens_per_s, step_ms;
+      double val_loss; /* NaN: none this step */
     } step;
     struct {
       int64_t step;

@@ -25,7 +25,37 @@ struct sup_events {
   FILE *human;
   double t0; /* ft_now_s at open */
   int write_failed;
+  sup_events_hook hook;
+  void *hook_arg;
+  int tty;            /* human is a terminal */
+  char progress[256]; /* the progress line shown ("" none) */
 };
+
+static void progress_erase(sup_events *ev) {
+  if (ev->tty && ev->progress[0])
+    fputs("\r\033[K", ev->human);
+}
+
+static void progress_draw(sup_events *ev) {
+  if (ev->tty && ev->progress[0]) {
+    fputs(ev->progress, ev->human);
+    fflush(ev->human);
+  }
+}
+
+void sup_events_progress(sup_events *ev, const char *line) {
+  if (!ev || !ev->tty)
+    return;
+  progress_erase(ev);
+  snprintf(ev->progress, sizeof ev->progress, "%s", line ? line : "");
+  progress_draw(ev);
+  fflush(ev->human);
+}
+
+void sup_events_set_hook(sup_events *ev, sup_events_hook fn, void *arg) {
+  ev->hook = fn;
+  ev->hook_arg = arg;
+}
 
 int sup_events_open(const char *path, FILE *human, sup_events **out) {
   *out = NULL;
@@ -39,6 +69,7 @@ int sup_events_open(const char *path, FILE *human, sup_events **out) {
     return ft_err_set(ft_err_from_errno(e), "open %s: %s", path, strerror(e));
   }
   ev->human = human;
+  ev->tty = human && isatty(fileno(human));
   ev->t0 = ft_now_s();
   *out = ev;
   return FT_OK;
@@ -51,7 +82,8 @@ void sup_events_free(sup_events *ev) {
   free(ev);
 }
 
-char *sup_events_format(double ts, const char *name, const cJSON *fields) {
+/* The whole event as an object: ts (ms precision), event, the fields. */
+static cJSON *event_object(double ts, const char *name, const cJSON *fields) {
   cJSON *o = cJSON_CreateObject();
   if (!o)
     return NULL;
@@ -63,8 +95,12 @@ char *sup_events_format(double ts, const char *name, const cJSON *fields) {
     for (const cJSON *f = fields->child; f; f = f->next)
       if (f->string && strcmp(f->string, "ts") && strcmp(f->string, "event"))
         cJSON_AddItemToObject(o, f->string, cJSON_Duplicate(f, 1));
-  char *txt = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
+  return o;
+}
+
+/* o as one line with its newline (malloc'd), or NULL. */
+static char *event_line(const cJSON *o) {
+  char *txt = o ? cJSON_PrintUnformatted(o) : NULL;
   if (!txt)
     return NULL;
   size_t n = strlen(txt);
@@ -78,10 +114,18 @@ char *sup_events_format(double ts, const char *name, const cJSON *fields) {
   return line;
 }
 
+char *sup_events_format(double ts, const char *name, const cJSON *fields) {
+  cJSON *o = event_object(ts, name, fields);
+  char *line = event_line(o);
+  cJSON_Delete(o);
+  return line;
+}
+
 int sup_events_emit(sup_events *ev, const char *name, cJSON *fields, const char *human_fmt, ...) {
   int rc = FT_OK;
   double now = (double)ft_wall_ns() * 1e-9;
-  char *line = sup_events_format(now, name, fields);
+  cJSON *obj = event_object(now, name, fields);
+  char *line = event_line(obj);
   if (!line) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
@@ -95,6 +139,7 @@ int sup_events_emit(sup_events *ev, const char *name, cJSON *fields, const char 
             ft_err_detail());
   }
   if (ev->human) {
+    progress_erase(ev);
     fprintf(ev->human, "[%8.3fs] %s: ", ft_now_s() - ev->t0, name);
     if (human_fmt) {
       va_list ap;
@@ -108,9 +153,13 @@ int sup_events_emit(sup_events *ev, const char *name, cJSON *fields, const char 
       free(j);
     }
     fputc('\n', ev->human);
+    progress_draw(ev);
     fflush(ev->human);
   }
+  if (ev->hook) /* the object the line was printed from */
+    ev->hook(ev->hook_arg, cJSON_GetNumberValue(cJSON_GetObjectItem(obj, "ts")), name, obj);
 out:
+  cJSON_Delete(obj);
   free(line);
   cJSON_Delete(fields);
   return rc;

@@ -31,6 +31,20 @@ void sup_events_free(sup_events *ev); /* NULL is a no-op */
 int sup_events_emit(sup_events *ev, const char *name, cJSON *fields, const char *human_fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Calls fn(arg, ts, name, line) after each event is written: line is the
+ * whole event (ts, event, fields), borrowed for the call. One hook; NULL
+ * removes it. For the operator's view (sup_http.c), which folds events
+ * into metrics and the status. */
+typedef void (*sup_events_hook)(void *arg, double ts, const char *name, const cJSON *event);
+void sup_events_set_hook(sup_events *ev, sup_events_hook fn, void *arg);
+
+/* The progress line: on a terminal (the human stream is a TTY) line is
+ * drawn in place at the bottom ("\r", erase to the end of the line), taken
+ * away before each event's human line and drawn again after it; NULL takes
+ * it away for good. Elsewhere it does nothing: the "step" events are the
+ * plain progress lines there. line is copied. */
+void sup_events_progress(sup_events *ev, const char *line);
+
 /* The same line as emit would write, without writing it (for tests):
  * malloc'd, caller frees; NULL on allocation failure. fields is borrowed. */
 char *sup_events_format(double ts, const char *name, const cJSON *fields);

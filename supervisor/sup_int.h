@@ -20,6 +20,7 @@
 #include "ft_wire.h"
 #include "sup_conn.h"
 #include "sup_events.h"
+#include "sup_history.h"
 #include "sup_gang.h"
 #include "sup_kv.h"
 #include "sup_rollback.h"
@@ -45,6 +46,8 @@
 #define SUP_GRACE_DONE_S 5.0 /* the run is done */
 /* when_no_spares: wait re-plans this often (seconds). */
 #define SUP_WAIT_REPLAN_S 1
+/* scontrol drains running at once, at most (one per quarantined node) */
+#define SUP_MAX_DRAINS 32
 
 typedef enum sup_state {
   SUP_STARTING = 0, /* first gang launched, not yet assigned */
@@ -76,6 +79,14 @@ typedef struct sup_worker {
    * detail of its last FAULT (config/data/storage), for the run's verdict */
   int cfg_fail;
   char fault_detail[256];
+  /* its control link's last round trip (HEARTBEAT rtt_us), and when it came */
+  double rtt_ms, rtt_at_s;
+  /* in-process rejoin (recovery.in_process): the generation it trained in
+   * when asked to leave it (0: not asked), so its late frames of that
+   * generation are tolerated; rejoined: it said it is out (a frame of the
+   * current generation) and waits for ASSIGN */
+  uint64_t rejoin_from;
+  int rejoined;
 } sup_worker;
 
 typedef struct sup_node {
@@ -93,6 +104,7 @@ typedef struct sup_node {
   pid_t host_pid; /* local launcher: the node's host stand-in, leader of pgid */
   int host_alive; /* host_pid launched and not yet reaped */
   int host_lost;  /* the host died from outside (SIGKILL): node lost */
+  int rejoin;     /* its workers were asked to rejoin in process this round */
 } sup_node;
 
 /* How a fault is blamed (sup_recovery_fault's `blame`). */
@@ -115,6 +127,8 @@ typedef struct sup_pending_ckpt {
   int rc;
   double ms;
   char why[512];
+  /* its sizes and the run's in the store after it (0: unknown) */
+  uint64_t logical, stored, new_bytes, run_logical, run_stored;
 } sup_pending_ckpt;
 
 /* One accepted (step, loss) of rank 0, to rebuild the loss window. */
@@ -143,19 +157,30 @@ typedef struct sup {
   const char *const *sets;
   int nsets;
   int N, S, G, nnodes;
-  int no_spares; /* enum sup_no_spares */
-  int command_launcher;
+  int no_spares;        /* enum sup_no_spares */
+  int command_launcher; /* workers started by sh -c (command and ssh launchers) */
+  int ssh_launcher;     /* ... over ssh, the token on stdin */
+  int slurm_launcher;   /* ... one srun job step per node inside a Slurm
+                           allocation; rf.nodes.hosts holds its hosts */
 
   /* resources */
   struct event_base *base;
   struct evconnlistener *lis;
   int port;
-  char connect_addr[64];
+  char connect_addr[300]; /* what workers dial (--connect): the advertised HOST:PORT */
   char token[FT_WIRE_TOKEN_HEX + 1];
   ckpt_store *store;
   sup_events *ev;
   sup_kv *kv;
-  struct event *tick, *grace, *waitpoll;
+  struct event *tick, *grace, *waitpoll, *rejoin_timer, *coll_timer;
+  /* in process: a collective failure nobody's silence explains yet
+   * (sup_recovery_collective_failed) */
+  struct {
+    uint64_t gen;
+    int node, slot;
+    pid_t pid;
+    char detail[256];
+  } coll;
   struct event *sig_chld, *sig_int, *sig_term;
 
   /* the pool and the gang */
@@ -168,11 +193,19 @@ typedef struct sup {
   sup_rphase rphase;
   uint64_t gen;
   int restarts;
+  int rejoined_nodes; /* nodes of this round's gang that rejoined in process */
   int exit_code;
   char fail_reason[512];
   double t_start_s;  /* ft_now_s at start */
   int64_t last_step; /* last step rank 0 reported in this process */
-  double last_loss, last_tps;
+  double last_loss, last_tps, last_step_ms, last_val_loss;
+  double last_step_at_s; /* ft_now_s of rank 0's last STEP; 0: none yet */
+  sup_history *hist;     /* STATE/history.bin (sup_history.h); NULL: none */
+  int hist_failed;       /* its write failure was reported */
+  struct sup_http *http; /* the operator's HTTP port (sup_http.c); NULL: off */
+  /* the terminal's progress line (sup_run.c): the pace since a mark */
+  double pace_t, pace_rate, progress_next_s;
+  int64_t pace_step;
   int64_t restore_step; /* of the current generation */
   int chaos_done;
   int64_t final_step; /* train.steps */
@@ -193,6 +226,9 @@ typedef struct sup {
   wd_straggler *strag; /* NULL when world < 2 */
   sup_steptime steptime[SUP_STEPTIME_SLOTS];
   int steptime_world;
+  wd_straggler *linkstrag; /* slow links: per gang node round trips; NULL: off */
+  double link_next_s;      /* the next judgement of the links */
+  int64_t link_round;
 
   /* the recovery in progress */
   double t_detect_s, t_stopped_s;
@@ -203,12 +239,24 @@ typedef struct sup {
    * SIGSTOP, a monotonic clock jump). Silence of a worker that overlaps
    * such a stall is never blamed on the worker. */
   double stall_end_s; /* ft_now_s when the last own stall ended; 0: none */
+  /* ft_now_s when every worker was last found silent at once (the
+   * supervisor's own isolation, sup_recovery.c isolated()); 0: never */
+  double isolated_s;
 
   /* a gang worker exited with a configuration or data error before the
    * gang trained: the verdict (every worker alike: the run fails; else the
    * node's failure) falls by this time (sup_recovery.c); 0: none pending */
   double cfg_deadline_s;
   uint64_t trained_gen; /* the last generation that reported a STEP (sup_watch.c) */
+
+  /* Slurm drains in flight: `scontrol update ... state=drain` processes
+   * (sup_recovery.c), reaped like workers; the run ends after them */
+  struct sup_drain {
+    pid_t pid;
+    int node;
+    char reason[300];
+  } drains[SUP_MAX_DRAINS];
+  int ndrains;
 } sup;
 
 enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };
@@ -271,6 +319,19 @@ void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg);
+/* recovery.rejoin_timeout_s passed: survivors not yet out of their old
+ * generation are restarted as processes. */
+void sup_recovery_on_rejoin_timeout(evutil_socket_t fd, short what, void *arg);
+/* In process (recovery.in_process), a worker of the current generation
+ * reported a failed collective and nobody is silent: its peers stay in
+ * their processes, so no exit will start the recovery. If 2 heartbeat
+ * intervals later the generation still trains and still nobody is silent
+ * (a partition between workers, a collective timeout), a round starts with
+ * nobody blamed ("collective_failure"). */
+void sup_recovery_collective_failed(sup *s, sup_worker *w, const char *detail);
+void sup_recovery_on_coll_timer(evutil_socket_t fd, short what, void *arg);
+/* Worker w (asked to rejoin in process) is out of its old generation. */
+void sup_recovery_rejoined(sup *s, sup_worker *w);
 
 /* ---- sup_watch.c -------------------------------------------------------- */
 int sup_watch_init(sup *s);
@@ -286,6 +347,28 @@ int sup_watch_loss(sup *s, const ft_msg *m);
 void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m);
 /* A checkpoint was committed. */
 void sup_watch_committed(sup *s, int64_t step);
+/* From the tick: judges the gang's control-link round trips (slow links),
+ * at most once per heartbeat interval. */
+void sup_watch_links(sup *s, double now);
+
+/* ---- sup_http.c --------------------------------------------------------- */
+/* The operator's HTTP port (/metrics, /status) on spec ("" = loopback, any
+ * free port; "off": none; from names where spec came from, for errors);
+ * its address in STATE/http.addr. */
+int sup_http_open(sup *s, const char *spec, const char *from);
+const char *sup_http_addr(const sup *s); /* "HOST:PORT", or NULL when off */
+void sup_http_free(sup *s);
+/* `supervise status STATE [--json]` (argv[0] is "status"). */
+int sup_status_main(int argc, char **argv);
+/* `supervise report STATE --out FILE` (argv[0] is "report"). */
+int sup_report_main(int argc, char **argv);
+
+/* Node n's host (nodes.hosts, or the Slurm allocation's), for events and
+ * messages; NULL when the run has no host list (local launcher, or a
+ * command/ssh run on localhost). */
+static inline const char *sup_node_host(const sup *s, int n) {
+  return n >= 0 && n < s->rf.nodes.nhosts ? s->rf.nodes.hosts[n] : NULL;
+}
 
 static inline int sup_in_gang(const sup *s, int node) {
   for (int i = 0; i < s->ngang; i++)

@@ -7,6 +7,13 @@
  * sigprocmask and exec. The parent also calls setpgid(child, pgid), the
  * usual fix for the race in which the parent signals the group before the
  * child has joined it.
+ *
+ * The ssh launcher's stdin text (the token) goes into a fresh pipe before
+ * fork: a pipe holds at least PIPE_BUF (4096) bytes, so writing the 65 bytes
+ * of "TOKEN\n" to an empty one completes at once; the write end is also
+ * O_NONBLOCK, so a short or failed write is an error, never a stalled event
+ * loop. The write end is closed before the child runs anything, so ssh sees
+ * the text and then end of file.
  */
 #include "sup_launch.h"
 
@@ -15,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +41,7 @@ void sup_argv_free(char **argv) {
 }
 
 char **sup_worker_argv(const sup_worker_args *a) {
-  int max = 16 + 2 * a->nsets, n = 0;
+  int max = 18 + 2 * a->nsets, n = 0;
   char **v = calloc((size_t)max, sizeof *v);
   if (!v)
     return NULL;
@@ -49,9 +57,11 @@ char **sup_worker_argv(const sup_worker_args *a) {
   PUSH("--node");
   snprintf(num, sizeof num, "%d", a->node);
   PUSH(num);
-  PUSH("--slot");
-  snprintf(num, sizeof num, "%d", a->slot);
-  PUSH(num);
+  if (a->slot >= 0) {
+    PUSH("--slot");
+    snprintf(num, sizeof num, "%d", a->slot);
+    PUSH(num);
+  }
   PUSH("--store");
   PUSH(a->store);
   PUSH("--runfile");
@@ -70,6 +80,8 @@ char **sup_worker_argv(const sup_worker_args *a) {
     snprintf(num, sizeof num, "%d", a->threads);
     PUSH(num);
   }
+  if (a->token_stdin)
+    PUSH("--token-stdin");
 #undef PUSH
   return v;
 fail:
@@ -163,7 +175,126 @@ char *sup_template_expand(const char *tmpl, const char *host, const char *argv_t
   return out;
 }
 
-/* environ without any FT_RUN_TOKEN, plus FT_RUN_TOKEN=token. */
+/* "a" + "b" + "c" with NULL for a failed part; frees what it is given. */
+static char *cat3(char *a, const char *b, char *c) {
+  char *out = NULL;
+  if (a && b && c) {
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    out = malloc(la + lb + lc + 1);
+    if (out) {
+      memcpy(out, a, la);
+      memcpy(out + la, b, lb);
+      memcpy(out + la + lb, c, lc + 1);
+    }
+  }
+  free(a);
+  free(c);
+  return out;
+}
+
+char *sup_ssh_command(const char *ssh_part, const char *host, const char *workdir,
+                      char *const *argv) {
+  /* the remote shell's command line */
+  char *remote = cat3(strdup("cd "), "", sup_shell_quote(workdir));
+  remote = cat3(remote, " && exec ", sup_shell_join(argv));
+  /* the local shell's: ssh's options, the host, and the remote command as
+   * one word */
+  char *qhost = sup_shell_quote(host);
+  char *local = NULL;
+  if (qhost && strstr(ssh_part, "{host}"))
+    local = sup_template_expand(ssh_part, qhost, "");
+  else if (qhost)
+    local = cat3(strdup(ssh_part), " ", strdup(qhost));
+  free(qhost);
+  char *qremote = remote ? sup_shell_quote(remote) : NULL;
+  free(remote);
+  return cat3(local, " ", qremote);
+}
+
+int sup_abs_worker(char **argv) {
+  if (argv[0][0] != '/' && strchr(argv[0], '/')) {
+    char *abs = realpath(argv[0], NULL);
+    if (!abs)
+      return ft_err_set(FT_EIO, "the worker %s: %s", argv[0], strerror(errno));
+    free(argv[0]);
+    argv[0] = abs;
+  }
+  return FT_OK;
+}
+
+int sup_ssh_launch_command(const char *ssh_part, const char *host, const char *workdir, char **argv,
+                           char **cmd) {
+  char cwd[PATH_MAX];
+  if (!workdir[0]) {
+    if (!getcwd(cwd, sizeof cwd))
+      return ft_err_set(FT_EIO, "getcwd: %s", strerror(errno));
+    workdir = cwd;
+  }
+  int rc = sup_abs_worker(argv);
+  if (rc)
+    return rc;
+  *cmd = sup_ssh_command(ssh_part[0] ? ssh_part : SUP_SSH_DEFAULT, host, workdir, argv);
+  return *cmd ? FT_OK : ft_err_set(FT_ENOMEM, "out of memory");
+}
+
+char **sup_srun_argv(const sup_srun_args *a, char *const *worker_argv) {
+  int nw = 0, nx = 0;
+  while (worker_argv[nw])
+    nw++;
+  for (const char *p = a->extra; *p;) { /* words of extra: an upper bound */
+    while (*p == ' ' || *p == '\t')
+      p++;
+    if (*p)
+      nx++;
+    while (*p && *p != ' ' && *p != '\t')
+      p++;
+  }
+  int max = 16 + nx + nw, n = 0;
+  char **v = calloc((size_t)max, sizeof *v);
+  if (!v)
+    return NULL;
+  char opt[1200];
+#define PUSHF(...)                                                                                 \
+  do {                                                                                             \
+    snprintf(opt, sizeof opt, __VA_ARGS__);                                                        \
+    if (!(v[n++] = strdup(opt)))                                                                   \
+      goto fail;                                                                                   \
+  } while (0)
+  PUSHF("srun");
+  PUSHF("--nodes=1");
+  PUSHF("--ntasks=%d", a->ntasks);
+  PUSHF("--nodelist=%s", a->host);
+  PUSHF("--overlap");
+  PUSHF("--export=ALL");
+  PUSHF("--kill-on-bad-exit=0");
+  PUSHF("--input=none");
+  PUSHF("--label");
+  PUSHF("--job-name=%s", a->name);
+  PUSHF("--chdir=%s", a->workdir);
+  for (const char *p = a->extra; *p;) {
+    while (*p == ' ' || *p == '\t')
+      p++;
+    const char *b = p;
+    while (*p && *p != ' ' && *p != '\t')
+      p++;
+    if (p > b)
+      PUSHF("%.*s", (int)(p - b), b);
+  }
+  PUSHF("/bin/sh");
+  PUSHF("-c");
+  PUSHF("%s", SUP_SRUN_SLOT_SH);
+  for (int i = 0; i < nw; i++)
+    if (!(v[n++] = strdup(worker_argv[i])))
+      goto fail;
+#undef PUSHF
+  return v;
+fail:
+  sup_argv_free(v);
+  return NULL;
+}
+
+/* environ without any FT_RUN_TOKEN, plus FT_RUN_TOKEN=token unless token is
+ * NULL. */
 static char **make_env(const char *token, char **tokvar) {
   size_t n = 0;
   for (char **e = environ; *e; e++)
@@ -175,6 +306,11 @@ static char **make_env(const char *token, char **tokvar) {
   for (char **e = environ; *e; e++)
     if (!(strncmp(*e, FT_WIRE_TOKEN_ENV, plen) == 0 && (*e)[plen] == '='))
       env[k++] = *e;
+  *tokvar = NULL;
+  if (!token) {
+    env[k] = NULL;
+    return env;
+  }
   size_t tl = plen + 1 + strlen(token) + 1;
   *tokvar = malloc(tl);
   if (!*tokvar) {
@@ -187,8 +323,33 @@ static char **make_env(const char *token, char **tokvar) {
   return env;
 }
 
+/* A pipe holding text and then end of file: *rfd the read end (O_CLOEXEC;
+ * the child dup2s it). */
+static int text_pipe(const char *text, int *rfd) {
+  size_t n = strlen(text);
+  int p[2];
+  if (n > PIPE_BUF)
+    return ft_err_set(FT_EINVAL, "stdin text of %zu bytes is more than a pipe takes at once", n);
+  if (pipe2(p, O_CLOEXEC) != 0)
+    return ft_err_set(FT_EIO, "pipe: %s", strerror(errno));
+  ssize_t w = -1;
+  if (fcntl(p[1], F_SETFL, O_NONBLOCK) == 0) {
+    do
+      w = write(p[1], text, n);
+    while (w < 0 && errno == EINTR);
+  }
+  int err = errno;
+  close(p[1]);
+  if (w != (ssize_t)n) {
+    close(p[0]);
+    return ft_err_set(FT_EIO, "write to the stdin pipe: %s", w < 0 ? strerror(err) : "short write");
+  }
+  *rfd = p[0];
+  return FT_OK;
+}
+
 int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
-  int rc = FT_OK, logfd = -1, nullfd = -1;
+  int rc = FT_OK, logfd = -1, infd = -1;
   char *tokvar = NULL;
   char **env = make_env(sp->token, &tokvar);
   if (!env)
@@ -198,10 +359,16 @@ int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
     rc = ft_err_set(ft_err_from_errno(errno), "open %s: %s", sp->log_path, strerror(errno));
     goto out;
   }
-  nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (nullfd < 0) {
-    rc = ft_err_set(FT_EIO, "open /dev/null: %s", strerror(errno));
-    goto out;
+  if (sp->stdin_text) {
+    rc = text_pipe(sp->stdin_text, &infd);
+    if (rc)
+      goto out;
+  } else {
+    infd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (infd < 0) {
+      rc = ft_err_set(FT_EIO, "open /dev/null: %s", strerror(errno));
+      goto out;
+    }
   }
   char *shargv[] = {"/bin/sh", "-c", (char *)sp->cmd, NULL};
   char *const *argv = sp->cmd ? shargv : sp->argv;
@@ -217,7 +384,7 @@ int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    dup2(nullfd, 0);
+    dup2(infd, 0);
     dup2(logfd, 1);
     dup2(logfd, 2);
     for (int fd = 3; fd < 1024; fd++) /* nothing of ours leaks (catalog lock!) */
@@ -236,8 +403,8 @@ int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
 out:
   if (logfd >= 0)
     close(logfd);
-  if (nullfd >= 0)
-    close(nullfd);
+  if (infd >= 0)
+    close(infd);
   free(tokvar);
   free(env);
   return rc;

@@ -58,28 +58,46 @@
  *  - If the final step's checkpoint is already committed at start (the
  *    supervisor died between that commit and recording "done"), the run is
  *    marked done and supervise exits 0 without launching anything.
- *  - The command launcher substitutes "localhost" for {host} when
- *    nodes.hosts has no entry for a node. FT_RUN_TOKEN is exported into
- *    sh's environment; a template that crosses machines (ssh) must forward
- *    it itself (e.g. ssh -o SendEnv=FT_RUN_TOKEN).
+ *  - The command and ssh launchers put every node on "localhost" when
+ *    nodes.hosts is empty; a list shorter than nodes + spares is refused
+ *    at start (exit 2). The slurm launcher fills nodes.hosts from the
+ *    allocation (slurm_hosts; a nodes.hosts of the run file is refused).
+ *    The command launcher exports
+ *    FT_RUN_TOKEN into sh's environment (a template that crosses machines
+ *    must forward it itself); the ssh launcher writes it to ssh's stdin
+ *    instead (sup_launch.h, docs/multihost.md).
  *  - The control port is also written to DIR/control.port (for tools and
  *    tests) and carried by the run_started event.
+ *  - Addresses (bind_control): the control port binds --listen >
+ *    supervisor.listen > loopback (local launcher) or 0.0.0.0 (any other);
+ *    ":PORT" keeps that default host. Workers dial --advertise >
+ *    supervisor.advertise > the bound address > for a wildcard bind this
+ *    host's address on the route to nodes.hosts[0] (loopback when there
+ *    is none). An advertised name is passed as it is (workers resolve it).
+ *    The advertised HOST:PORT goes to DIR/supervisor.addr (written whole,
+ *    renamed in) and, with the bound one, to run_started (listen,
+ *    advertise). A bind that fails (in use, not this host's) is exit 2.
  *  - Events beyond the spec's list: supervisor_stall {seconds, cause,
- *    gen, last_step}; run_started carries store_from and runfile (the
- *    snapshot); connection_closed of peers without HELLO carries
- *    "suppressed" when rate limiting left some out; worker_launched carries role;
+ *    gen, last_step}; run_started carries store_from, runfile (the
+ *    snapshot), launcher and hosts (node i's host, when there is a list);
+ *    connection_closed of peers without HELLO carries "suppressed" when
+ *    rate limiting left some out; worker_launched carries role;
  *    run_interrupted {signal, gen, last_step} on SIGINT/SIGTERM;
  *    waiting_for_spare {reason} once when when_no_spares: wait blocks;
- *    generation_started carries the skip list. The watchdog's events
- *    (loss_spike, checkpoint_bad, checkpoint_good, rollback, xid,
- *    straggler, straggler_cleared) are described in sup_watch.c and
- *    sup_recovery.c.
+ *    generation_started carries the skip list; worker_launched,
+ *    fault_detected, node_quarantined and straggler carry "host" when the
+ *    run has a host list (nodes.hosts or the Slurm allocation). The
+ *    watchdog's events (loss_spike, checkpoint_bad, checkpoint_good,
+ *    rollback, xid, straggler, straggler_cleared) are described in
+ *    sup_watch.c, and the slurm launcher's (node_drained, drain_failed,
+ *    node_unreachable, steps_unanswered) in sup_recovery.c.
  */
 #include "sup_int.h"
 
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_file.h"
+#include "ft_net.h"
 #include "ft_opts.h"
 #include "ft_version.h"
 #include "sup_commitq.h"
@@ -99,15 +117,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 static void usage(FILE *f) {
   fputs("usage: supervise [--spares N] [--state DIR] [--steps N] [--store URI]\n"
-        "                 [--set KEY=VALUE]... [--worker PATH] [--from-scratch] RUN.yaml\n"
+        "                 [--set KEY=VALUE]... [--worker PATH] [--from-scratch]\n"
+        "                 [--listen HOST:PORT] [--advertise HOST[:PORT]]\n"
+        "                 [--http HOST:PORT|off] RUN.yaml\n"
         "       supervise [--state DIR] [--store URI] --unquarantine NODE|all RUN.yaml\n"
+        "       supervise status DIR [--json]   (what a run is doing; --help there)\n"
+        "       supervise report DIR --out FILE (the dashboard as one HTML file)\n"
         "\n"
         "Runs the training run described by RUN.yaml on nodes.count nodes of\n"
         "nodes.workers_per_node worker processes each, plus N warm spare nodes, and\n"
@@ -131,6 +157,21 @@ static void usage(FILE *f) {
         "  --set KEY=VAL   override any run-file key, e.g. --set train.lr=1e-3\n"
         "                  (repeatable; forwarded to the workers)\n"
         "  --worker PATH   the worker program (default: `worker` beside supervise)\n"
+        "  --listen HOST:PORT\n"
+        "                  bind the control port here (also :PORT, HOST; port 0 or\n"
+        "                  none: any free port); overrides supervisor.listen. Default:\n"
+        "                  loopback with the local launcher, every interface (0.0.0.0)\n"
+        "                  with a remote one\n"
+        "  --advertise HOST[:PORT]\n"
+        "                  the address workers dial (their --connect); overrides\n"
+        "                  supervisor.advertise. Default: the bound address, or for\n"
+        "                  0.0.0.0 this host's address on the route to the first of\n"
+        "                  nodes.hosts. Written to DIR/supervisor.addr\n"
+        "  --http HOST:PORT|off\n"
+        "                  the operator's read-only HTTP port: / (the dashboard),\n"
+        "                  /metrics (Prometheus) and /status (JSON); overrides\n"
+        "                  supervisor.http. Default:\n"
+        "                  loopback, any free port, written to DIR/http.addr\n"
         "  --from-scratch  go on even though the store has checkpoints of this run\n"
         "                  that its catalog does not list (an older catalog put back):\n"
         "                  train from the catalog's newest checkpoint, or from step 0.\n"
@@ -150,6 +191,11 @@ static void usage(FILE *f) {
         "  FT_FAILPOINTS=kill_node_at_step=60 supervise --spares 1 examples/demo.yaml\n"
         "      # kills the gang's last node at step 60 and shows the recovery\n"
         "  supervise --state /tmp/s1 examples/demo.yaml  # again: resumes the run\n"
+        "  supervise --listen 0.0.0.0:7000 --advertise head.cluster run.yaml\n"
+        "      # workers on other hosts dial head.cluster:7000 (nodes.launcher: ssh)\n"
+        "  supervise status /tmp/s1                     # from another terminal\n"
+        "  supervise report /tmp/s1 --out report.html   # loss curve, faults, nodes, timeline\n"
+        "  curl -s http://$(cat /tmp/s1/http.addr)/metrics\n"
         "\n"
         "S3 stores (--store s3://BUCKET/PREFIX): chunks go to a local cache first and\n"
         "are uploaded in the background; the catalog (and the run state) live in the\n"
@@ -159,7 +205,7 @@ static void usage(FILE *f) {
         "default: commit once in the bucket too). `ckpt --store s3://BUCKET/PREFIX`\n"
         "with the same FT_S3_CACHE lists the run's checkpoints; with an empty cache it\n"
         "rebuilds the catalog from the bucket. Example:\n"
-        "  FT_S3_ENDPOINT=http://127.0.0.1:9000 supervise --store s3://ckpts/run1 run.yaml\n"
+        "  FT_S3_ENDPOINT=http://localhost:9000 supervise --store s3://ckpts/run1 run.yaml\n"
         "\n"
         "If supervise itself dies, run the same command again with the same --state:\n"
         "it resumes from the last committed checkpoint with a new generation.\n"
@@ -423,28 +469,27 @@ typedef struct main_ctx {
   sup *s;
   /* the command line */
   const char *state_dir, *store_arg, *worker, *steps, *runfile, *unquarantine;
-  int spares, from_scratch;
+  const char *listen_arg, *advertise_arg; /* --listen, --advertise */
+  const char *http_arg;                   /* --http */
+  int spares, spares_given, from_scratch;
   const char **sets; /* the --set arguments (point into argv), then pin_data's */
   int nsets;
   char set_train[1200], set_val[1200]; /* pin_data's --set arguments */
   const char *store_from;              /* what chose the store (resolve_store) */
   /* what the phases found */
   char evpath[4200];
-  int64_t latest; /* the newest committed checkpoint at start; -1: none */
+  char listen[300], advertise[300]; /* the bound and the advertised HOST:PORT */
+  int64_t latest;                   /* the newest committed checkpoint at start; -1: none */
 } main_ctx;
 
 static int parse_args(main_ctx *m, int argc, char **argv) {
-  static const struct option opts[] = {{"spares", 1, 0, 'p'},
-                                       {"state", 1, 0, 'd'},
-                                       {"steps", 1, 0, 'n'},
-                                       {"store", 1, 0, 's'},
-                                       {"set", 1, 0, 'S'},
-                                       {"worker", 1, 0, 'w'},
-                                       {"help", 0, 0, 'h'},
-                                       {"unquarantine", 1, 0, 'U'},
-                                       {"from-scratch", 0, 0, 'F'},
-                                       {"version", 0, 0, 'V'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {{"spares", 1, 0, 'p'},       {"state", 1, 0, 'd'},
+                                       {"steps", 1, 0, 'n'},        {"store", 1, 0, 's'},
+                                       {"set", 1, 0, 'S'},          {"worker", 1, 0, 'w'},
+                                       {"help", 0, 0, 'h'},         {"unquarantine", 1, 0, 'U'},
+                                       {"from-scratch", 0, 0, 'F'}, {"version", 0, 0, 'V'},
+                                       {"listen", 1, 0, 'L'},       {"advertise", 1, 0, 'A'},
+                                       {"http", 1, 0, 'H'},         {0, 0, 0, 0}};
   int ch;
   char oerr[192];
   if (ft_opts_check(argc, argv, opts, oerr, sizeof oerr)) {
@@ -462,6 +507,7 @@ static int parse_args(main_ctx *m, int argc, char **argv) {
         return SUP_EXIT_USAGE;
       }
       m->spares = (int)v;
+      m->spares_given = 1;
       break;
     }
     case 'd':
@@ -497,6 +543,24 @@ static int parse_args(main_ctx *m, int argc, char **argv) {
     case 'F':
       m->from_scratch = 1;
       break;
+    case 'H':
+      m->http_arg = optarg;
+      break;
+    case 'L':
+    case 'A': {
+      ft_hostport hp;
+      if (ft_net_parse(optarg, &hp)) {
+        fprintf(stderr, "supervise: --%s: %s\n", ch == 'L' ? "listen" : "advertise",
+                ft_err_detail());
+        return SUP_EXIT_USAGE;
+      }
+      if (ch == 'A' && !hp.host[0]) {
+        fprintf(stderr, "supervise: --advertise: '%s' has no host\n", optarg);
+        return SUP_EXIT_USAGE;
+      }
+      *(ch == 'L' ? &m->listen_arg : &m->advertise_arg) = optarg;
+      break;
+    }
     case 'h':
       usage(stdout);
       return SUP_EXIT_DONE;
@@ -513,6 +577,108 @@ static int parse_args(main_ctx *m, int argc, char **argv) {
     return SUP_EXIT_USAGE;
   }
   m->runfile = argv[optind];
+  return GO;
+}
+
+/* Runs argv (PATH searched) and reads its stdout into out (NUL-terminated;
+ * what does not fit is cut). Its stderr stays ours. Returns its wait
+ * status, or -1 with errno when it could not be run. Used at start only,
+ * before the loop and the store's threads exist. */
+static int run_capture(char *const argv[], char *out, size_t cap) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC))
+    return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  pid_t pid;
+  int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  if (err) {
+    close(p[0]);
+    errno = err;
+    return -1;
+  }
+  size_t got = 0;
+  for (;;) {
+    char sink[512];
+    char *dst = got + 1 < cap ? out + got : sink;
+    size_t room = got + 1 < cap ? cap - 1 - got : sizeof sink;
+    ssize_t r = read(p[0], dst, room);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    if (dst != sink)
+      got += (size_t)r;
+  }
+  out[got] = 0;
+  close(p[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return -1;
+  return status;
+}
+
+/* The slurm launcher's hosts: the allocation's nodes (SLURM_JOB_NODELIST,
+ * expanded by `scontrol show hostnames`), in Slurm's order, into
+ * nodes.hosts: the first nodes.count are the active nodes, the rest warm
+ * spares (all of them unless --spares says fewer). */
+static int slurm_hosts(main_ctx *m) {
+  sup *s = m->s;
+  const char *job = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST");
+  if (!job || !*job || !list || !*list) {
+    fprintf(stderr,
+            "supervise: nodes.launcher is slurm but %s is not set: run supervise inside "
+            "an allocation (sbatch or salloc; see docs/multihost.md)\n",
+            !job || !*job ? "SLURM_JOB_ID" : "SLURM_JOB_NODELIST");
+    return SUP_EXIT_USAGE;
+  }
+  if (s->rf.nodes.nhosts) {
+    fprintf(stderr,
+            "%s: nodes.hosts is set, but the slurm launcher takes its hosts from the "
+            "allocation (SLURM_JOB_NODELIST=%s); remove nodes.hosts\n",
+            m->runfile, list);
+    return SUP_EXIT_USAGE;
+  }
+  static char out[64 * 1024];
+  char *argv[] = {"scontrol", "show", "hostnames", (char *)list, NULL};
+  int st = run_capture(argv, out, sizeof out);
+  if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+    fprintf(stderr, "supervise: scontrol show hostnames %s: %s\n", list,
+            st < 0 ? strerror(errno) : "failed (its message is above)");
+    return SUP_EXIT_USAGE;
+  }
+  int max = (int)(sizeof s->rf.nodes.hosts / sizeof s->rf.nodes.hosts[0]), n = 0;
+  char *save = NULL;
+  for (char *h = strtok_r(out, " \t\r\n", &save); h; h = strtok_r(NULL, " \t\r\n", &save)) {
+    if (strlen(h) >= sizeof s->rf.nodes.hosts[0]) {
+      fprintf(stderr, "supervise: the allocation's node name '%.40s...' is too long\n", h);
+      return SUP_EXIT_USAGE;
+    }
+    if (n < max)
+      snprintf(s->rf.nodes.hosts[n], sizeof s->rf.nodes.hosts[0], "%s", h);
+    n++;
+  }
+  if (n < s->N) {
+    fprintf(stderr,
+            "supervise: the allocation (job %s) has %d node(s), %s, but nodes.count is %d: "
+            "ask for at least %d (sbatch/salloc -N)\n",
+            job, n, list, s->N, s->N);
+    return SUP_EXIT_USAGE;
+  }
+  int spare = (n < max ? n : max) - s->N;
+  if (m->spares_given && m->spares > spare) {
+    fprintf(stderr,
+            "supervise: --spares %d: the allocation (job %s, %s) has %d node(s) beyond "
+            "nodes.count %d\n",
+            m->spares, job, list, n - s->N, s->N);
+    return SUP_EXIT_USAGE;
+  }
+  s->S = m->spares_given ? m->spares : spare;
+  s->rf.nodes.nhosts = s->N + s->S;
   return GO;
 }
 
@@ -547,11 +713,39 @@ static int load_runfile(main_ctx *m) {
   s->N = s->rf.nodes.count;
   s->S = m->spares;
   s->G = s->rf.nodes.workers_per_node;
+  if (!strcmp(s->rf.nodes.launcher, "command"))
+    s->command_launcher = 1;
+  else if (!strcmp(s->rf.nodes.launcher, "ssh"))
+    s->command_launcher = s->ssh_launcher = 1;
+  else if (!strcmp(s->rf.nodes.launcher, "slurm"))
+    s->command_launcher = s->slurm_launcher = 1;
+  else if (strcmp(s->rf.nodes.launcher, "local")) {
+    fprintf(stderr, "supervise: nodes.launcher: unknown '%s' (local | command | ssh | slurm)\n",
+            s->rf.nodes.launcher);
+    return SUP_EXIT_USAGE;
+  }
+  if (s->command_launcher && !s->ssh_launcher && !s->slurm_launcher && !s->rf.nodes.command[0]) {
+    fprintf(stderr, "supervise: nodes.launcher is command but nodes.command is empty\n");
+    return SUP_EXIT_USAGE;
+  }
+  if (s->slurm_launcher) {
+    int ex = slurm_hosts(m);
+    if (ex != GO)
+      return ex;
+  }
   s->nnodes = s->N + s->S;
   s->final_step = s->rf.train.steps;
   s->last_step = -1;
   if (s->nnodes > SUP_MAX_NODES) {
     fprintf(stderr, "supervise: %d nodes + %d spares is more than %d\n", s->N, s->S, SUP_MAX_NODES);
+    return SUP_EXIT_USAGE;
+  }
+  /* a short host list would put the last nodes on "localhost" */
+  if (s->command_launcher && s->rf.nodes.nhosts > 0 && s->rf.nodes.nhosts < s->nnodes) {
+    fprintf(stderr,
+            "%s: nodes.hosts lists %d host(s) but the run needs %d (nodes.count %d + %d "
+            "spare(s)); list one host per node, or none for localhost\n",
+            m->runfile, s->rf.nodes.nhosts, s->nnodes, s->N, s->S);
     return SUP_EXIT_USAGE;
   }
   s->no_spares = sup_no_spares_parse(s->rf.recovery.when_no_spares);
@@ -565,17 +759,6 @@ static int load_runfile(main_ctx *m) {
             "%s: train.global_batch %d is not divisible by the world size %d "
             "(nodes.count x nodes.workers_per_node)\n",
             m->runfile, s->rf.train.global_batch, s->N * s->G);
-    return SUP_EXIT_USAGE;
-  }
-  if (!strcmp(s->rf.nodes.launcher, "command"))
-    s->command_launcher = 1;
-  else if (strcmp(s->rf.nodes.launcher, "local")) {
-    fprintf(stderr, "supervise: nodes.launcher: unknown '%s' (local | command)\n",
-            s->rf.nodes.launcher);
-    return SUP_EXIT_USAGE;
-  }
-  if (s->command_launcher && !s->rf.nodes.command[0]) {
-    fprintf(stderr, "supervise: nodes.launcher is command but nodes.command is empty\n");
     return SUP_EXIT_USAGE;
   }
   return GO;
@@ -895,6 +1078,134 @@ static int load_run_state(main_ctx *m) {
   return GO;
 }
 
+/* The control port. Bound to --listen, else supervisor.listen, else
+ * loopback (local launcher) or every interface (a remote one); a bind that
+ * fails is a usage error (exit 2) naming the address and where it came
+ * from. Workers are told (--connect) --advertise, else
+ * supervisor.advertise, else the bound address, else (a wildcard) this
+ * host's address on the route to the first of nodes.hosts; that address is
+ * written to DIR/supervisor.addr. */
+static int bind_control(main_ctx *m) {
+  sup *s = m->s;
+  const char *spec = m->listen_arg ? m->listen_arg : s->rf.supervisor.listen;
+  int remote = strcmp(s->rf.nodes.launcher, "local") != 0;
+  const char *from = m->listen_arg ? "--listen"
+                     : spec[0]     ? "supervisor.listen"
+                     : remote      ? "the default of a remote launcher"
+                                   : "the default of the local launcher";
+  ft_hostport hp = {.port = 0};
+  ft_sockaddr sa, bound;
+  char a[320];
+  int fd = -1, one = 1;
+  if (spec[0] && ft_net_parse(spec, &hp)) {
+    fprintf(stderr, "supervise: %s: %s\n", from, ft_err_detail());
+    return SUP_EXIT_USAGE;
+  }
+  int port = hp.port < 0 ? 0 : hp.port;
+  if (hp.host[0] || remote) {
+    if (ft_net_resolve(hp.host, port, 1, &sa)) {
+      fprintf(stderr, "supervise: %s: %s\n", from, ft_err_detail());
+      return SUP_EXIT_USAGE;
+    }
+  } else
+    ft_net_loopback(port, &sa);
+  ft_net_format(&sa, 1, a, sizeof a);
+  fd = socket(sa.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+      bind(fd, (struct sockaddr *)&sa.ss, sa.len) || listen(fd, 128)) {
+    int e = errno;
+    fprintf(stderr, "supervise: cannot listen on %s (from %s): %s%s\n", a, from, strerror(e),
+            e == EADDRNOTAVAIL ? " (not an address of this host)" : "");
+    if (fd >= 0)
+      close(fd);
+    return SUP_EXIT_USAGE;
+  }
+  s->lis = evconnlistener_new(s->base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+                              -1, fd);
+  if (!s->lis) {
+    close(fd);
+    return SUP_EXIT_FAILED;
+  }
+  evconnlistener_set_error_cb(s->lis, accept_error_cb);
+  bound.len = sizeof bound.ss;
+  getsockname(fd, (struct sockaddr *)&bound.ss, &bound.len);
+  s->port = ft_net_port(&bound);
+  ft_net_format(&bound, 1, m->listen, sizeof m->listen);
+
+  const char *aspec = m->advertise_arg ? m->advertise_arg : s->rf.supervisor.advertise;
+  const char *afrom = m->advertise_arg ? "--advertise" : "supervisor.advertise";
+  if (aspec[0]) {
+    ft_hostport ap;
+    if (ft_net_parse(aspec, &ap) || !ap.host[0]) {
+      fprintf(stderr, "supervise: %s: %s\n", afrom,
+              ap.host[0] ? ft_err_detail() : "an address to advertise needs a host");
+      return SUP_EXIT_USAGE;
+    }
+    snprintf(m->advertise, sizeof m->advertise, strchr(ap.host, ':') ? "[%s]:%d" : "%s:%d", ap.host,
+             ap.port < 0 ? s->port : ap.port);
+  } else if (!ft_net_is_wildcard(&bound)) {
+    snprintf(m->advertise, sizeof m->advertise, "%s", m->listen);
+  } else {
+    /* every interface: the one the first host's packets would come back to */
+    ft_sockaddr peer, mine;
+    const char *first = s->rf.nodes.nhosts ? s->rf.nodes.hosts[0] : "";
+    if (first[0] && ft_net_resolve(first, 0, 0, &peer)) {
+      fprintf(stderr,
+              "supervise: nodes.hosts[0]: %s; set supervisor.advertise (or --advertise) to the "
+              "address workers dial\n",
+              ft_err_detail());
+      return SUP_EXIT_USAGE;
+    }
+    if (!first[0])
+      ft_net_loopback(0, &peer);
+    if (ft_net_route_to(&peer, &mine)) {
+      fprintf(stderr, "supervise: %s; set supervisor.advertise (or --advertise)\n",
+              ft_err_detail());
+      return SUP_EXIT_USAGE;
+    }
+    if (mine.ss.ss_family == AF_INET6)
+      ((struct sockaddr_in6 *)&mine.ss)->sin6_port = htons((uint16_t)s->port);
+    else
+      ((struct sockaddr_in *)&mine.ss)->sin_port = htons((uint16_t)s->port);
+    ft_net_format(&mine, 1, m->advertise, sizeof m->advertise);
+  }
+  if (strlen(m->advertise) >= sizeof s->connect_addr) {
+    fprintf(stderr, "supervise: %s: '%s' is too long\n", afrom, m->advertise);
+    return SUP_EXIT_USAGE;
+  }
+  snprintf(s->connect_addr, sizeof s->connect_addr, "%s", m->advertise);
+  char path[4300], line[340];
+  ft_afile af;
+  int n = snprintf(line, sizeof line, "%s\n", m->advertise);
+  snprintf(path, sizeof path, "%s/supervisor.addr", s->state_dir);
+  if (ft_afile_open(&af, path) || ft_afile_write(&af, line, (size_t)n) || ft_afile_commit(&af)) {
+    fprintf(stderr, "supervise: %s\n", ft_err_detail());
+    return SUP_EXIT_FAILED;
+  }
+  return GO;
+}
+
+/* STATE/history.bin, every step's loss (sup_history.h). One that is not a
+ * history is kept aside under another name, never overwritten; without a
+ * history the run goes on (the dashboard then draws from now on). */
+static void open_history(sup *s) {
+  char path[4300], aside[4400];
+  snprintf(path, sizeof path, "%s/history.bin", s->state_dir);
+  int rc = sup_history_open(path, 1, 0, &s->hist);
+  if (rc == FT_EFORMAT) {
+    snprintf(aside, sizeof aside, "%s.damaged.%lld", path, (long long)(ft_wall_ms() / 1000));
+    if (rename(path, aside) == 0) {
+      fprintf(stderr, "supervise: warning: %s; kept as %s, a new history starts\n", ft_err_detail(),
+              aside);
+      rc = sup_history_open(path, 1, 0, &s->hist);
+    }
+  }
+  if (rc) {
+    fprintf(stderr, "supervise: warning: no step history (the run goes on): %s\n", ft_err_detail());
+    s->hist = NULL;
+  }
+}
+
 /* The event log, the token, the loop with its listener, signals and timers,
  * and the commit threads. */
 static int open_loop(main_ctx *m) {
@@ -905,6 +1216,7 @@ static int open_loop(main_ctx *m) {
     fprintf(stderr, "supervise: %s\n", ft_err_detail());
     return SUP_EXIT_USAGE;
   }
+  open_history(s);
   if (ft_wire_token_new(s->token)) {
     fprintf(stderr, "supervise: cannot make a run token: %s\n", ft_err_detail());
     return SUP_EXIT_FAILED;
@@ -929,33 +1241,29 @@ static int open_loop(main_ctx *m) {
   if (cap < 2L * s->nnodes * s->G + 4)
     cap = 2L * s->nnodes * s->G + 4;
   sup_conn_set_limits(SUP_CONN_HELLO_TIMEOUT_S, (int)cap);
-  struct sockaddr_in sin = {
-      .sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  s->lis = evconnlistener_new_bind(
-      s->base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
-      (struct sockaddr *)&sin, sizeof sin);
-  if (!s->lis) {
-    fprintf(stderr, "supervise: cannot listen on 127.0.0.1: %s\n", strerror(errno));
-    return SUP_EXIT_FAILED;
-  }
-  evconnlistener_set_error_cb(s->lis, accept_error_cb);
-  struct sockaddr_in bound;
-  socklen_t bl = sizeof bound;
-  getsockname(evconnlistener_get_fd(s->lis), (struct sockaddr *)&bound, &bl);
-  s->port = ntohs(bound.sin_port);
-  snprintf(s->connect_addr, sizeof s->connect_addr, "127.0.0.1:%d", s->port);
+  int rc = bind_control(m);
+  if (rc != GO)
+    return rc;
   if (write_port_file(s))
     fprintf(stderr, "supervise: cannot write %s/control.port: %s\n", s->state_dir, strerror(errno));
+  if (sup_http_open(s, m->http_arg ? m->http_arg : s->rf.supervisor.http,
+                    m->http_arg ? "--http" : "supervisor.http")) {
+    fprintf(stderr, "supervise: %s\n", ft_err_detail());
+    return SUP_EXIT_USAGE;
+  }
   s->sig_chld = evsignal_new(s->base, SIGCHLD, sup_recovery_on_sigchld, s);
   s->sig_int = evsignal_new(s->base, SIGINT, sup_recovery_on_signal, s);
   s->sig_term = evsignal_new(s->base, SIGTERM, sup_recovery_on_signal, s);
   s->tick = event_new(s->base, -1, EV_PERSIST, sup_recovery_on_tick, s);
   s->grace = evtimer_new(s->base, sup_recovery_on_grace, s);
   s->waitpoll = evtimer_new(s->base, sup_recovery_waitpoll, s);
+  s->rejoin_timer = evtimer_new(s->base, sup_recovery_on_rejoin_timeout, s);
+  s->coll_timer = evtimer_new(s->base, sup_recovery_on_coll_timer, s);
   g_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
   g_stall.ev = event_new(s->base, -1, EV_PERSIST, stall_cb, s);
   if (!s->sig_chld || !s->sig_int || !s->sig_term || !s->tick || !s->grace || !s->waitpoll ||
-      !g_accept_resume || !g_stall.ev || event_priority_set(g_stall.ev, 0))
+      !s->rejoin_timer || !s->coll_timer || !g_accept_resume || !g_stall.ev ||
+      event_priority_set(g_stall.ev, 0))
     return SUP_EXIT_FAILED;
   event_add(s->sig_chld, NULL);
   event_add(s->sig_int, NULL);
@@ -973,11 +1281,18 @@ static int open_loop(main_ctx *m) {
 static int run(main_ctx *m) {
   sup *s = m->s;
   s->t_start_s = ft_now_s();
+  s->last_val_loss = NAN; /* none before the first train.val_every step */
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "run", s->rf.run);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   cJSON_AddNumberToObject(f, "world", s->N * s->G);
   cJSON_AddNumberToObject(f, "spares", s->S);
+  cJSON_AddStringToObject(f, "launcher", s->rf.nodes.launcher);
+  if (s->rf.nodes.nhosts) { /* node i's host: actives, then spares */
+    cJSON *h = cJSON_AddArrayToObject(f, "hosts");
+    for (int i = 0; i < s->rf.nodes.nhosts && i < s->nnodes; i++)
+      cJSON_AddItemToArray(h, cJSON_CreateString(s->rf.nodes.hosts[i]));
+  }
   cJSON_AddStringToObject(f, "store", s->store_uri);
   cJSON_AddStringToObject(f, "store_from", m->store_from);
   if (!strncmp(s->store_uri, "s3://", 5))
@@ -985,12 +1300,18 @@ static int run(main_ctx *m) {
   cJSON_AddStringToObject(f, "runfile", s->runfile_path);
   cJSON_AddNumberToObject(f, "pid", getpid());
   cJSON_AddNumberToObject(f, "port", s->port);
+  cJSON_AddStringToObject(f, "listen", m->listen);
+  cJSON_AddStringToObject(f, "advertise", m->advertise);
+  if (sup_http_addr(s))
+    cJSON_AddStringToObject(f, "http", sup_http_addr(s));
   cJSON_AddNumberToObject(f, "steps", (double)s->final_step);
   cJSON_AddNumberToObject(f, "restore_step", (double)m->latest);
   sup_events_emit(s->ev, "run_started", f,
                   "run %s gen %" PRIu64 ": %d node(s) x %d worker(s) + %d spare(s), store %s "
-                  "(from %s), control port %d",
-                  s->rf.run, s->gen, s->N, s->G, s->S, s->store_uri, m->store_from, s->port);
+                  "(from %s), control port %d on %s, workers dial %s%s%s%s",
+                  s->rf.run, s->gen, s->N, s->G, s->S, s->store_uri, m->store_from, s->port,
+                  m->listen, m->advertise, sup_http_addr(s) ? "; dashboard http://" : "",
+                  sup_http_addr(s) ? sup_http_addr(s) : "", sup_http_addr(s) ? "/" : "");
   if (sup_persist(s, "running")) {
     fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
     return SUP_EXIT_STORE;
@@ -1008,6 +1329,7 @@ static int run(main_ctx *m) {
     g_stall.boot_off = boot_minus_mono_s();
     event_base_dispatch(s->base);
   }
+  sup_events_progress(s->ev, NULL); /* the summary below replaces it */
   int ex = s->exit_code;
   if (ex == SUP_EXIT_DONE)
     printf("supervise: run %s done: %" PRId64 " steps, %d restart(s), generation %" PRIu64
@@ -1031,9 +1353,10 @@ static void cleanup(main_ctx *m) {
   sup_pending_clear(s);
   sup_watch_free(s);
   sup_conn_free_all();
+  sup_http_free(s);
   sup_kv_free(s->kv);
-  struct event *evs[] = {s->tick,    s->grace,    s->waitpoll,     s->sig_chld,
-                         s->sig_int, s->sig_term, g_accept_resume, g_stall.ev};
+  struct event *evs[] = {s->tick,     s->grace,   s->waitpoll, s->rejoin_timer, s->coll_timer,
+                         s->sig_chld, s->sig_int, s->sig_term, g_accept_resume, g_stall.ev};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i])
       event_free(evs[i]);
@@ -1041,6 +1364,7 @@ static void cleanup(main_ctx *m) {
     evconnlistener_free(s->lis);
   if (s->base)
     event_base_free(s->base);
+  sup_history_free(s->hist); /* flushes */
   sup_events_free(s->ev);
   ckpt_store_free(s->store);
   if (s->nodes)
@@ -1063,6 +1387,10 @@ int main(int argc, char **argv) {
   static sup S;
   const char *sets[argc + 3]; /* the --set arguments and pin_data's two */
   main_ctx m = {.s = &S, .sets = sets, .latest = -1};
+  if (argc > 1 && !strcmp(argv[1], "status"))
+    return sup_status_main(argc - 1, argv + 1);
+  if (argc > 1 && !strcmp(argv[1], "report"))
+    return sup_report_main(argc - 1, argv + 1);
   raise_fd_limit();
   int ex = parse_args(&m, argc, argv);
   if (ex == GO)

@@ -36,7 +36,14 @@
  *    stays the restore point; a final checkpoint the workers cannot write
  *    within their retries ends the run with exit 4;
  *  - silence is measured from max(last frame, the end of the supervisor's
- *    own stall): our stall is never a worker's hang.
+ *    own stall): our stall is never a worker's hang;
+ *  - every worker, spares included, silent at once on two or more nodes:
+ *    our own isolation (isolated()), nobody's; a warm spare silent while
+ *    the gang is heard: that spare's node (spares_silent());
+ *  - slurm launcher: a step that does not end when srun is told to kill
+ *    it: its node's (node_unreachable), unless every node's is late
+ *    (steps_unanswered, nobody's); a step that could not start while no
+ *    other node's did: nobody's (launch_failed).
  *
  * A loss fault is a fault with nobody blamed, preceded by the rollback
  * bookkeeping: every gang node is restarted in place, spares are untouched,
@@ -117,6 +124,8 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,9 +135,7 @@
 #include <unistd.h>
 
 static double wall_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  return (double)ft_wall_ns() * 1e-9;
 }
 
 static cJSON *int_array(const int *v, int n) {
@@ -267,6 +274,14 @@ static void enter(const sup *s) {}
 static void leave(const sup *s) {}
 #endif
 
+/* A libevent callback: its body (NAME_t) between enter and leave. */
+#define EVENT_ENTRY(name, body)                                                                    \
+  void name(evutil_socket_t fd, short what, void *arg) {                                           \
+    enter(arg);                                                                                    \
+    body(fd, what, arg);                                                                           \
+    leave(arg);                                                                                    \
+  }
+
 /* ---- launching ------------------------------------------------------------ */
 
 static void host_reap(sup *s, int n);
@@ -275,20 +290,86 @@ static void cfg_blame_nodes(sup *s);
 /* Kernel threads per worker under the local launcher: the machine's cores
  * shared by the gang's workers (spares idle, so they don't count). Each
  * worker spinning its own full-size OpenMP team on shared cores would make
- * every step many times slower. 0 (the worker decides) for remote hosts. */
+ * every step many times slower. Remote hosts: nodes.threads, and when that
+ * is 0 the worker decides on its host (its cores / nodes.workers_per_node). */
 static int local_threads(const sup *s) {
   if (s->command_launcher)
-    return 0;
+    return s->rf.nodes.threads;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int active = s->rf.nodes.count * s->G;
   int t = active > 0 ? (int)(cores / active) : 1;
   return t > 0 ? t : 1;
 }
 
+/* Starts node n's worker j (the slurm launcher: the node's whole job step,
+ * every slot) as the launcher says; *pid: the process we wait for. */
+static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
+  sup_node *nd = &s->nodes[n];
+  sup_worker_args a = {.worker = s->worker_path,
+                       .connect = s->connect_addr,
+                       .node = n,
+                       .slot = s->slurm_launcher ? -1 : j,
+                       .store = s->store_uri,
+                       .runfile = s->runfile_path,
+                       .steps = s->steps_override,
+                       .sets = s->sets,
+                       .nsets = s->nsets,
+                       .threads = local_threads(s),
+                       .token_stdin = s->ssh_launcher};
+  char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL;
+  char log[4200];
+  if (s->slurm_launcher)
+    snprintf(log, sizeof log, "%s/logs/node%d.log", s->state_dir, n);
+  else
+    snprintf(log, sizeof log, "%s/logs/node%d.slot%d.log", s->state_dir, n, j);
+  if (!argv)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  int rc = FT_OK;
+  const char *host = n < s->rf.nodes.nhosts ? s->rf.nodes.hosts[n] : "localhost";
+  if (s->slurm_launcher) {
+    char cwd[PATH_MAX], name[300];
+    const char *wd = s->rf.nodes.workdir;
+    if (!wd[0])
+      wd = getcwd(cwd, sizeof cwd) ? cwd : "/";
+    snprintf(name, sizeof name, "ftsup.%s.node%d", s->rf.run, n);
+    sup_srun_args sa = {
+        .host = host, .ntasks = s->G, .workdir = wd, .name = name, .extra = s->rf.nodes.srun_args};
+    rc = sup_abs_worker(argv);
+    if (!rc && !(srun = sup_srun_argv(&sa, argv)))
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+  } else if (s->ssh_launcher) {
+    rc = sup_ssh_launch_command(s->rf.nodes.command, host, s->rf.nodes.workdir, argv, &cmd);
+  } else if (s->command_launcher) {
+    char *text = sup_shell_join(argv);
+    cmd = text ? sup_template_expand(s->rf.nodes.command, host, text) : NULL;
+    free(text);
+    if (!cmd)
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  if (!rc) {
+    /* ssh: the token on stdin, in no environment (sup_launch.h) */
+    char tokline[FT_WIRE_TOKEN_HEX + 2];
+    snprintf(tokline, sizeof tokline, "%s\n", s->token);
+    sup_spawn sp = {.argv = srun ? srun : argv,
+                    .cmd = cmd,
+                    .token = s->ssh_launcher ? NULL : s->token,
+                    .stdin_text = s->ssh_launcher ? tokline : NULL,
+                    .log_path = log,
+                    .pgid = nd->pgid};
+    rc = sup_launch_spawn(&sp, pid);
+    explicit_bzero(tokline, sizeof tokline);
+  }
+  sup_argv_free(argv);
+  sup_argv_free(srun);
+  free(cmd);
+  return rc;
+}
+
 static int launch_node(sup *s, int n, const char *role) {
   sup_node *nd = &s->nodes[n];
   nd->pgid = 0;
   nd->term_sent = nd->kill_sent = 0;
+  nd->rejoin = 0;
   nd->faulty = 0;
   nd->host_lost = 0;
   /* the host stand-in is reaped with the node's last worker (host_reap),
@@ -304,44 +385,19 @@ static int launch_node(sup *s, int n, const char *role) {
     nd->host_alive = 1;
     nd->pgid = nd->host_pid;
   }
+  pid_t step_pid = 0; /* slurm: the node's one srun, shared by its slots */
   for (int j = 0; j < s->G; j++) {
     sup_worker *w = &nd->w[j];
     if (w->conn)
       sup_conn_close(w->conn, "", 0);
-    sup_worker_args a = {.worker = s->worker_path,
-                         .connect = s->connect_addr,
-                         .node = n,
-                         .slot = j,
-                         .store = s->store_uri,
-                         .runfile = s->runfile_path,
-                         .steps = s->steps_override,
-                         .sets = s->sets,
-                         .nsets = s->nsets,
-                         .threads = local_threads(s)};
-    char **argv = sup_worker_argv(&a), *cmd = NULL;
-    char log[4200];
-    snprintf(log, sizeof log, "%s/logs/node%d.slot%d.log", s->state_dir, n, j);
-    if (!argv)
-      return ft_err_set(FT_ENOMEM, "out of memory");
-    int rc = FT_OK;
-    if (s->command_launcher) {
-      char *text = sup_shell_join(argv);
-      const char *host = n < s->rf.nodes.nhosts ? s->rf.nodes.hosts[n] : "localhost";
-      cmd = text ? sup_template_expand(s->rf.nodes.command, host, text) : NULL;
-      free(text);
-      if (!cmd)
-        rc = ft_err_set(FT_ENOMEM, "out of memory");
+    pid_t pid = step_pid;
+    if (!pid) {
+      int rc = spawn_worker(s, n, j, &pid);
+      if (rc)
+        return rc;
+      if (s->slurm_launcher)
+        step_pid = pid;
     }
-    pid_t pid = 0;
-    if (!rc) {
-      sup_spawn sp = {
-          .argv = argv, .cmd = cmd, .token = s->token, .log_path = log, .pgid = nd->pgid};
-      rc = sup_launch_spawn(&sp, &pid);
-    }
-    sup_argv_free(argv);
-    free(cmd);
-    if (rc)
-      return rc;
     if (j == 0 && !nd->pgid)
       nd->pgid = pid;
     w->pid = pid;
@@ -351,12 +407,16 @@ static int launch_node(sup *s, int n, const char *role) {
     w->fault_detail[0] = 0;
     w->rank = -1;
     w->gen = 0;
+    w->rejoin_from = 0;
+    w->rejoined = 0;
     w->last_msg_s = ft_now_s();
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "node", n);
     cJSON_AddNumberToObject(f, "slot", j);
     cJSON_AddNumberToObject(f, "pid", pid);
     cJSON_AddStringToObject(f, "role", role);
+    if (sup_node_host(s, n))
+      cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
     sup_events_emit(s->ev, "worker_launched", f, "node %d slot %d pid %d (%s)", n, j, (int)pid,
                     role);
   }
@@ -383,6 +443,21 @@ static void signal_node(sup *s, int n, int sig) {
   sup_node *nd = &s->nodes[n];
   if (!node_alive(s, n))
     return;
+  if (s->slurm_launcher) {
+    /* srun turns SIGTERM into SIGKILL of every task of its step, through
+     * slurmstepd on the node (a SIGKILL of srun itself would leave them
+     * running). A kill after an earlier SIGTERM finds srun still there:
+     * its node does not answer (cut off, lost), so srun goes itself; what
+     * is left on such a host stops when it loses us (FT_EXIT_LOST). */
+    int again = sig == SIGKILL && (nd->kill_sent || nd->term_sent);
+    if (sig == SIGTERM)
+      nd->term_sent = 1;
+    if (sig == SIGKILL)
+      nd->kill_sent = 1;
+    if (nd->pgid > 0)
+      kill(-nd->pgid, again ? SIGKILL : SIGTERM);
+    return;
+  }
   if (sig == SIGTERM)
     nd->term_sent = 1;
   if (sig == SIGKILL)
@@ -392,6 +467,84 @@ static void signal_node(sup *s, int n, int sig) {
   for (int j = 0; j < s->G; j++)
     if (nd->w[j].alive && nd->w[j].pid > 0)
       kill(nd->w[j].pid, sig);
+}
+
+/* ---- in-process rejoin (recovery.in_process) ------------------------------------
+ *
+ * On a fault, a gang node none of whose workers is blamed, all alive,
+ * connected and in the gang, is not stopped: each worker gets STOP rejoin
+ * with the new generation (ft_wire.h), leaves its collectives and answers
+ * with a frame of that generation (sup_recovery_rejoined). Such a node
+ * counts as stopped once all its workers have answered, is not relaunched
+ * by the plan, and gets the new generation's ASSIGN like a fresh one. A
+ * worker of it that exits, a blame that lands on it, or
+ * recovery.rejoin_timeout_s without an answer: the node falls back to a
+ * process restart (SIGTERM, the grace timer's SIGKILL, a relaunch). */
+
+static int rejoin_eligible(const sup *s, int n) {
+  const sup_node *nd = &s->nodes[n];
+  if (strcmp(s->rf.recovery.in_process, "true") != 0 || nd->role != SUP_ROLE_ACTIVE || nd->faulty ||
+      nd->counted || nd->host_lost || nd->term_sent || nd->kill_sent)
+    return 0;
+  for (int j = 0; j < s->G; j++) {
+    const sup_worker *w = &nd->w[j];
+    if (!w->alive || !w->conn || !w->hello || w->rank < 0)
+      return 0;
+  }
+  return 1;
+}
+
+static int node_rejoined(const sup *s, int n) {
+  const sup_node *nd = &s->nodes[n];
+  if (!nd->rejoin)
+    return 0;
+  for (int j = 0; j < s->G; j++)
+    if (!nd->w[j].alive || !nd->w[j].rejoined)
+      return 0;
+  return 1;
+}
+
+/* Asks node n's workers to leave generation s->gen - 1 (or older) in process. */
+static void rejoin_request(sup *s, int n) {
+  sup_node *nd = &s->nodes[n];
+  nd->rejoin = 1;
+  for (int j = 0; j < s->G; j++) {
+    sup_worker *w = &nd->w[j];
+    /* the oldest generation its late frames may carry: the one it trains in,
+     * or (asked again before its ASSIGN) the one it answered in */
+    if (!w->rejoin_from)
+      w->rejoin_from = w->gen;
+    w->rejoined = 0;
+    ft_msg m;
+    ft_msg_init(&m, FT_MSG_STOP);
+    m.stop.reason = FT_STOP_REJOIN;
+    m.stop.detail = "a fault elsewhere: rejoin the next generation in process";
+    sup_send(s, w->conn, &m, s->gen);
+  }
+}
+
+/* Node n leaves the in-process path: its workers are stopped as processes. */
+static void rejoin_fallback(sup *s, int n, const char *why) {
+  sup_node *nd = &s->nodes[n];
+  if (!nd->rejoin)
+    return;
+  nd->rejoin = 0;
+  for (int j = 0; j < s->G; j++) {
+    nd->w[j].rejoin_from = 0;
+    nd->w[j].rejoined = 0;
+  }
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  cJSON_AddStringToObject(f, "reason", why);
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  sup_events_emit(s->ev, "rejoin_fallback", f, "node %d is restarted as a process: %s", n, why);
+  for (int j = 0; j < s->G; j++)
+    sup_stop_worker(s, &nd->w[j], FT_STOP_RECOVERING, "gang stopped for recovery");
+  signal_node(s, n, SIGTERM);
+  if (!evtimer_pending(s->grace, NULL)) {
+    struct timeval tv = {(long)SUP_GRACE_STOP_S, 0};
+    evtimer_add(s->grace, &tv);
+  }
 }
 
 /* ---- why nodes left, persisted ------------------------------------------------
@@ -457,7 +610,7 @@ static void load_notes(sup *s) {
 /* ---- finishing ------------------------------------------------------------ */
 
 static void maybe_finished_t(sup *s) {
-  if (s->state != SUP_FINISHING || any_alive(s))
+  if (s->state != SUP_FINISHING || any_alive(s) || s->ndrains)
     return;
   if (s->exit_code == SUP_EXIT_DONE) {
     cJSON *f = cJSON_CreateObject();
@@ -570,6 +723,9 @@ static void assign_t(sup *s) {
   for (int p = 0; p < s->ngang; p++)
     for (int j = 0; j < s->G; j++) {
       sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      s->nodes[s->gang[p]].rejoin = 0;
+      w->rejoin_from = 0;
+      w->rejoined = 0;
       w->rank = sup_gang_rank(p, j, s->G);
       w->gen = s->gen;
       w->last_msg_s = ft_now_s();
@@ -648,6 +804,7 @@ static void first_step_t(sup *s, int64_t step) {
   cJSON_AddNumberToObject(f, "steps_lost", (double)(lost < 0 ? 0 : lost));
   cJSON_AddNumberToObject(f, "restore_step", (double)s->restore_step);
   cJSON_AddNumberToObject(f, "first_step", (double)step);
+  cJSON_AddNumberToObject(f, "rejoined_in_process", s->rejoined_nodes);
   sup_events_emit(s->ev, "recovered", f,
                   "gen %" PRIu64 " trains again at step %" PRId64
                   " (%.0f ms after detection, %" PRId64 " step(s) lost)",
@@ -672,22 +829,107 @@ static void waitpoll_t(evutil_socket_t fd, short what, void *arg) {
     plan_and_launch(s);
 }
 
-void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg) {
-  enter(arg);
-  waitpoll_t(fd, what, arg);
-  leave(arg);
-}
+EVENT_ENTRY(sup_recovery_waitpoll, waitpoll_t)
 
 /* Takes node n out of the pool, saying why (node_quarantined). */
+/* ---- Slurm drains ----------------------------------------------------------
+ *
+ * A node quarantined under the slurm launcher (recovery.drain: true) is
+ * drained, so no later job lands on it either:
+ *   scontrol update nodename=HOST state=drain reason="ftsup: WHY at step S, run R"
+ * Only node faults quarantine (storage, configuration, loss faults and the
+ * supervisor's own isolation never do), so only they drain. scontrol runs as
+ * a child of the loop, never waited for in place: its end is reaped with the
+ * workers' (on_sigchld) and told as node_drained {node, host, reason} or
+ * drain_failed {node, host, reason, detail}. The run ends only after every
+ * drain it started ended. An operator undoes one with
+ *   scontrol update nodename=HOST state=resume */
+
+static void drain_event(sup *s, const struct sup_drain *d, int status) {
+  const char *host = sup_node_host(s, d->node);
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", d->node);
+  cJSON_AddStringToObject(f, "host", host);
+  cJSON_AddStringToObject(f, "reason", d->reason);
+  if (status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    sup_events_emit(s->ev, "node_drained", f, "node %d: Slurm node %s drained (%s)", d->node, host,
+                    d->reason);
+    return;
+  }
+  char detail[600], path[4200], line[480] = "";
+  snprintf(path, sizeof path, "%s/logs/drain.node%d.log", s->state_dir, d->node);
+  FILE *lf = fopen(path, "r");
+  if (lf) {
+    char buf[480];
+    while (fgets(buf, sizeof buf, lf))
+      if (buf[0] != '\n')
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(buf, "\n"), buf);
+    fclose(lf);
+  }
+  if (status < 0)
+    snprintf(detail, sizeof detail, "%s", ft_err_detail());
+  else if (WIFEXITED(status))
+    snprintf(detail, sizeof detail, "scontrol exit code %d%s%s", WEXITSTATUS(status),
+             line[0] ? ": " : "", line);
+  else
+    snprintf(detail, sizeof detail, "scontrol signal %d",
+             WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cJSON_AddStringToObject(f, "detail", detail);
+  sup_events_emit(s->ev, "drain_failed", f, "node %d: Slurm node %s not drained: %s", d->node, host,
+                  detail);
+}
+
+static void drain_start(sup *s, int n) {
+  struct sup_drain d = {.node = n};
+  char arg_node[200], arg_reason[320], log[4200];
+  /* one line of at most ~250 characters in sinfo -R */
+  snprintf(d.reason, sizeof d.reason, "ftsup: %.160s at step %" PRId64 ", run %.48s",
+           s->nodes[n].why, s->last_step, s->rf.run);
+  for (char *c = d.reason; *c; c++)
+    if (*c == '\n' || *c == '\r')
+      *c = ' ';
+  snprintf(arg_node, sizeof arg_node, "nodename=%s", s->rf.nodes.hosts[n]);
+  snprintf(arg_reason, sizeof arg_reason, "reason=%s", d.reason);
+  snprintf(log, sizeof log, "%s/logs/drain.node%d.log", s->state_dir, n);
+  char *argv[] = {"scontrol", "update", arg_node, "state=drain", arg_reason, NULL};
+  if (s->ndrains == SUP_MAX_DRAINS) {
+    ft_err_set(FT_EINVAL, "%d drains already running", SUP_MAX_DRAINS);
+    drain_event(s, &d, -1);
+    return;
+  }
+  sup_spawn sp = {.argv = argv, .log_path = log};
+  if (sup_launch_spawn(&sp, &d.pid)) {
+    drain_event(s, &d, -1);
+    return;
+  }
+  s->drains[s->ndrains++] = d;
+}
+
+/* pid was a drain's scontrol: tells how it went. 0 if it was not one. */
+static int drain_reaped(sup *s, pid_t pid, int status) {
+  for (int i = 0; i < s->ndrains; i++)
+    if (s->drains[i].pid == pid) {
+      struct sup_drain d = s->drains[i];
+      s->drains[i] = s->drains[--s->ndrains];
+      drain_event(s, &d, status);
+      return 1;
+    }
+  return 0;
+}
+
 static void quarantine(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
   nd->role = SUP_ROLE_QUARANTINED;
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "node", n);
+  if (sup_node_host(s, n))
+    cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
   cJSON_AddStringToObject(f, "reason", nd->why);
   cJSON_AddNumberToObject(f, "failures", nd->nfailures);
   sup_events_emit(s->ev, "node_quarantined", f, "node %d is not used again in this run: %s", n,
                   nd->why);
+  if (s->slurm_launcher && !strcmp(s->rf.recovery.drain, "true"))
+    drain_start(s, n);
 }
 
 static void plan_and_launch_t(sup *s) {
@@ -774,7 +1016,12 @@ static void plan_and_launch_t(sup *s) {
   if (sup_persist(s, "running"))
     fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
   s->rphase = SUP_RP_FORMING;
+  s->rejoined_nodes = 0;
   for (int i = 0; i < plan.nrestart; i++) {
+    if (node_rejoined(s, plan.restart[i])) { /* in process: it waits for ASSIGN */
+      s->rejoined_nodes++;
+      continue;
+    }
     int rc = launch_node(s, plan.restart[i], "active");
     if (rc) {
       char why[512];
@@ -797,9 +1044,10 @@ static void check_stopped_t(sup *s) {
   if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
     return;
   for (int p = 0; p < s->ngang; p++)
-    if (node_alive(s, s->gang[p]))
+    if (node_alive(s, s->gang[p]) && !node_rejoined(s, s->gang[p]))
       return;
   evtimer_del(s->grace);
+  evtimer_del(s->rejoin_timer);
   s->t_stopped_s = ft_now_s();
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
@@ -844,11 +1092,19 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "kind", kind);
   cJSON_AddNumberToObject(f, "node", node);
+  if (sup_node_host(s, node))
+    cJSON_AddStringToObject(f, "host", sup_node_host(s, node));
   cJSON_AddNumberToObject(f, "slot", slot);
   cJSON_AddNumberToObject(f, "pid", pid);
   cJSON_AddNumberToObject(f, "step", (double)s->last_step);
   cJSON_AddStringToObject(f, "detail", detail);
   cJSON_AddNumberToObject(f, "detected_at", (double)(long long)(wall_s() * 1000) / 1000);
+  /* training made no progress from rank 0's last STEP to here: the time
+   * the fault cost before it was known (null before the gang's first) */
+  if (s->last_step_at_s > 0)
+    cJSON_AddNumberToObject(f, "stalled_s", round((ft_now_s() - s->last_step_at_s) * 1000) / 1000);
+  else
+    cJSON_AddNullToObject(f, "stalled_s");
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   cJSON_AddBoolToObject(f, "blamed", nd != NULL);
   cJSON_AddNumberToObject(f, "failures", nd ? nd->nfailures : 0);
@@ -862,6 +1118,8 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
                   joining ? " [joins the recovery in progress]" : "");
   if (s->chaos_done)
     persist_notes(s); /* the chaos fault fired: never again in this run */
+  if (nd && (nd->faulty || nd->counted))
+    rejoin_fallback(s, node, "blamed for a fault while rejoining");
   if (joining)
     return;
 
@@ -885,14 +1143,26 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
   s->state = SUP_RECOVERING;
   s->rphase = SUP_RP_STOPPING;
   sup_pending_clear(s);
+  int rejoining = 0;
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
+    if (rejoin_eligible(s, n)) {
+      rejoin_request(s, n);
+      rejoining++;
+      continue;
+    }
+    rejoin_fallback(s, n, "not eligible this round"); /* asked in an earlier round */
     for (int j = 0; j < s->G; j++)
       sup_stop_worker(s, &s->nodes[n].w[j], FT_STOP_RECOVERING, "gang stopped for recovery");
     signal_node(s, n, SIGTERM);
   }
   struct timeval tv = {(long)SUP_GRACE_STOP_S, 0};
   evtimer_add(s->grace, &tv);
+  if (rejoining) {
+    double d = s->rf.recovery.rejoin_timeout_s;
+    struct timeval rt = {(long)d, (long)((d - (double)(long)d) * 1e6)};
+    evtimer_add(s->rejoin_timer, &rt);
+  }
   /* configuration/data exits still waiting for a verdict: their nodes' */
   if (s->cfg_deadline_s)
     cfg_blame_nodes(s);
@@ -1021,6 +1291,55 @@ int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const 
   return rc;
 }
 
+/* ---- the supervisor's own isolation ----------------------------------------
+ *
+ * When the supervisor's host is cut off (its link down, a partition on its
+ * side), every worker goes silent at once: blaming each as a "hang" would
+ * quarantine (and drain) every healthy node. So before a silence is blamed
+ * on a node: if every live worker we know of, the gang's and the warm
+ * spares' alike, has been silent for more than 2 heartbeat intervals
+ * (healthy workers heartbeat every interval, even inside a collective),
+ * and they are on at least 2 nodes, the silence is on our side. The event
+ * is a fault of kind "supervisor_isolated" with nobody blamed: the gang is
+ * restarted in place, and its workers, which have lost us too, stop by
+ * themselves (FT_EXIT_LOST) and commit nothing (the generation is fenced).
+ * One node alone (no spare) cannot be told from its own hang: it stays a
+ * hang. Returns 1 if it acted (the caller blames nobody). quiet: the
+ * silence that triggered the check. */
+static int isolated(sup *s, double now, double quiet) {
+  double thr = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
+  int nworkers = 0, nnodes = 0;
+  for (int n = 0; n < s->nnodes; n++) {
+    const sup_node *nd = &s->nodes[n];
+    int in = sup_in_gang(s, n);
+    if (!in && nd->role != SUP_ROLE_SPARE)
+      continue;
+    int counted = 0;
+    for (int j = 0; j < s->G; j++) {
+      const sup_worker *w = &nd->w[j];
+      if (!w->alive || !w->hello) /* never heard: a slow start says nothing of us */
+        continue;
+      if (sup_silence_s(now, w->last_msg_s, s->stall_end_s) <= thr)
+        return 0; /* someone is still heard: not us */
+      nworkers++;
+      counted = 1;
+    }
+    nnodes += counted;
+  }
+  if (nnodes < 2)
+    return 0;
+  char detail[256];
+  snprintf(detail, sizeof detail,
+           "all %d workers on %d nodes (spares included) silent at once, the longest for %.1f s: "
+           "the supervisor's side of the network, not the nodes; nobody blamed",
+           nworkers, nnodes, quiet);
+  s->isolated_s = now;
+  for (int p = 0; p < s->ngang; p++)
+    signal_node(s, s->gang[p], SIGKILL); /* whatever still runs there stops */
+  sup_recovery_fault(s, "supervisor_isolated", -1, -1, 0, detail, SUP_BLAME_NONE);
+  return 1;
+}
+
 static int blame_silent_t(sup *s, const char *why) {
   if (s->state != SUP_RUNNING && !(s->state == SUP_RECOVERING &&
                                    (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))
@@ -1037,6 +1356,8 @@ static int blame_silent_t(sup *s, const char *why) {
           sup_silence_s(now, w->last_msg_s, s->stall_end_s) > limit)
         silent[ns++] = w;
     }
+  if (ns && isolated(s, now, sup_silence_s(now, silent[0]->last_msg_s, s->stall_end_s)))
+    return ns;
   for (int i = 0; i < ns; i++) {
     sup_worker *w = silent[i];
     char detail[256];
@@ -1121,7 +1442,10 @@ static sup_worker *worker_by_pid(sup *s, pid_t pid) {
 /* The last non-empty line of a worker's log, into out. */
 static void log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
   char path[4200], line[512];
-  snprintf(path, sizeof path, "%s/logs/node%d.slot%d.log", s->state_dir, w->node, w->slot);
+  if (s->slurm_launcher) /* the node's one step log, slots labelled */
+    snprintf(path, sizeof path, "%s/logs/node%d.log", s->state_dir, w->node);
+  else
+    snprintf(path, sizeof path, "%s/logs/node%d.slot%d.log", s->state_dir, w->node, w->slot);
   out[0] = 0;
   FILE *f = fopen(path, "r");
   if (!f)
@@ -1190,6 +1514,45 @@ static void cfg_verdict(sup *s, int deadline_passed) {
     cfg_blame_nodes(s);
 }
 
+/* 1 if a gang node other than n has a worker that said HELLO since it was
+ * launched: launching works on some node. */
+static int other_hello(const sup *s, int n) {
+  for (int p = 0; p < s->ngang; p++)
+    if (s->gang[p] != n)
+      for (int j = 0; j < s->G; j++)
+        if (s->nodes[s->gang[p]].w[j].hello)
+          return 1;
+  return 0;
+}
+
+/* The slurm launcher: a step that could not start because the allocation
+ * itself is gone (Slurm ended the job: a node failed and the job was not
+ * submitted with --no-kill, its time limit, scancel). Nothing can be
+ * launched any more, so relaunching until max_restarts only hides that:
+ * the run fails at once, naming it, nobody blamed. Read from srun's own
+ * message (its last line in STATE/logs/nodeN.log). Returns 1 if so. */
+static int allocation_gone(sup *s, const sup_worker *w) {
+  static const char *const gone[] = {"Expired or invalid job", "Invalid job id",
+                                     "already completing or completed", "has been revoked",
+                                     "Job has been cancelled"};
+  char msg[480];
+  log_last_line(s, w, msg, sizeof msg);
+  for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
+    if (!strstr(msg, gone[i]))
+      continue;
+    const char *job = getenv("SLURM_JOB_ID");
+    char reason[768];
+    snprintf(reason, sizeof reason,
+             "the Slurm allocation (job %s) has ended, nothing more can be launched (node %d: "
+             "%s); Slurm ends a job when one of its nodes fails unless it was submitted with "
+             "--no-kill (sbatch/salloc -k): resume with the same --state in a new allocation",
+             job ? job : "?", w->node, msg);
+    fail_run_t(s, SUP_EXIT_FAILED, "allocation", reason);
+    return 1;
+  }
+  return 0;
+}
+
 static void on_exit_status(sup *s, sup_worker *w, int status) {
   sup_node *nd = &s->nodes[w->node];
   char detail[128];
@@ -1204,6 +1567,8 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
     sup_conn_close(w->conn, "", 0);
   if (s->state >= SUP_FINISHING)
     return;
+  if (nd->rejoin)
+    rejoin_fallback(s, w->node, "a worker exited while rejoining");
   if (nd->role == SUP_ROLE_SPARE) {
     nd->role = SUP_ROLE_LOST;
     cJSON *f = cJSON_CreateObject();
@@ -1219,6 +1584,8 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   if (!sup_in_gang(s, w->node))
     return;
   int ours = (sig == SIGTERM && nd->term_sent) || (sig == SIGKILL && nd->kill_sent);
+  if (s->slurm_launcher) /* srun exits with its tasks' codes, whatever we sent */
+    ours = nd->term_sent || nd->kill_sent;
   int stopping =
       s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
   if (stopping) { /* on_sigchld checks whether the gang stopped */
@@ -1259,6 +1626,18 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   } else if (code == FT_EXIT_LOST) {
     /* it lost us (our own stall, a network blip): nobody's node is at fault */
     sup_recovery_fault(s, "lost_supervisor", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);
+  } else if (s->slurm_launcher && !w->hello && allocation_gone(s, w)) {
+    return;
+  } else if (s->slurm_launcher && !w->hello && !other_hello(s, w->node)) {
+    /* srun could not start the step ("Communication connection failure")
+     * and no other node's step has started either: we may be the ones cut
+     * off (see isolated()), so nobody is blamed; a node that alone cannot
+     * be reached is found by the next round (hang, node_unreachable) */
+    char msg[480], d[640];
+    log_last_line(s, w, msg, sizeof msg);
+    snprintf(d, sizeof d, "%s before its workers said HELLO: %s", detail,
+             msg[0] ? msg : "(no output)");
+    sup_recovery_fault(s, "launch_failed", w->node, w->slot, w->pid, d, SUP_BLAME_NONE);
   } else
     sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, SUP_BLAME_COUNT);
 }
@@ -1336,10 +1715,14 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
     sup_worker *w = worker_by_pid(s, pid);
     if (w) {
       int n = w->node;
-      on_exit_status(s, w, status);
+      /* the slurm launcher's srun stands for every slot of its node */
+      for (; w; w = worker_by_pid(s, pid))
+        on_exit_status(s, w, status);
       host_reap(s, n);
       continue;
     }
+    if (drain_reaped(s, pid, status))
+      continue;
     for (int n = 0; n < s->nnodes; n++)
       if (s->nodes[n].host_alive && s->nodes[n].host_pid == pid) {
         on_host_exit(s, n, status, 0);
@@ -1351,10 +1734,64 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
   maybe_finished(s);
 }
 
-void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg) {
-  enter(arg);
-  on_sigchld_t(fd, what, arg);
-  leave(arg);
+EVENT_ENTRY(sup_recovery_on_sigchld, on_sigchld_t)
+
+/* A warm spare whose workers went silent (its host lost power or was cut
+ * off; spares heartbeat like everyone) leaves the pool now, quarantined
+ * (and drained under Slurm), rather than being found out when it is
+ * promoted. Only while some gang worker is still heard (within 2
+ * heartbeat intervals): when nobody is, the silence is the supervisor's
+ * own isolation (isolated()), not the spare's. */
+static void spares_silent(sup *s, double now, double limit) {
+  /* heard: a worker that said HELLO spoke within 2 heartbeat intervals
+   * (a freshly launched one has said nothing yet) */
+  double thr = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
+  int heard = 0;
+  for (int p = 0; p < s->ngang && !heard; p++)
+    for (int j = 0; j < s->G; j++) {
+      const sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      if (w->alive && w->hello && sup_silence_s(now, w->last_msg_s, s->stall_end_s) <= thr)
+        heard = 1;
+    }
+  if (!heard)
+    return;
+  for (int n = 0; n < s->nnodes; n++) {
+    sup_node *nd = &s->nodes[n];
+    if (nd->role != SUP_ROLE_SPARE)
+      continue;
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &nd->w[j];
+      double quiet = sup_silence_s(now, w->last_msg_s, s->stall_end_s);
+      double lim = !w->hello && s->rf.watchdog.start_timeout_s > limit
+                       ? s->rf.watchdog.start_timeout_s /* still starting */
+                       : limit;
+      if (!w->alive || quiet <= lim)
+        continue;
+      signal_node(s, n, SIGKILL);
+      if (w->last_msg_s <= s->isolated_s) {
+        /* silent since our own isolation: it lost us, as the gang did,
+         * and is out of the pool; not its fault */
+        nd->role = SUP_ROLE_LOST;
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "node", n);
+        cJSON_AddNumberToObject(f, "slot", j);
+        cJSON_AddStringToObject(f, "detail", "silent since the supervisor's own isolation");
+        sup_events_emit(s->ev, "spare_lost", f,
+                        "spare node %d (slot %d) silent since the supervisor's own isolation "
+                        "leaves the pool",
+                        n, j);
+        break;
+      }
+      snprintf(nd->why, sizeof nd->why,
+               w->hello ? "hang: spare slot %d silent for %.1f s (heartbeat_timeout_s %.1f)"
+                        : "hang: spare slot %d: no HELLO %.1f s after its launch "
+                          "(watchdog.start_timeout_s %.1f)",
+               j, quiet, lim);
+      quarantine(s, n);
+      persist_notes(s);
+      break;
+    }
+  }
 }
 
 static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
@@ -1367,16 +1804,29 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
     return;
   sup_loop_stall_check(s); /* our own stall is never a worker's silence */
   double now = ft_now_s(), limit = s->rf.watchdog.heartbeat_timeout_s;
+  spares_silent(s, now, limit);
+  if (s->state == SUP_RUNNING)
+    sup_watch_links(s, now);
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
     for (int j = 0; j < s->G; j++) {
       sup_worker *w = &s->nodes[n].w[j];
       double quiet = sup_silence_s(now, w->last_msg_s, s->stall_end_s);
-      if (!w->alive || quiet <= limit)
+      /* not yet heard since its launch: a start, judged on start_timeout_s */
+      double lim = !w->hello && s->rf.watchdog.start_timeout_s > limit
+                       ? s->rf.watchdog.start_timeout_s
+                       : limit;
+      if (!w->alive || quiet <= lim)
         continue;
-      char detail[128];
-      snprintf(detail, sizeof detail, "no message for %.1f s (heartbeat_timeout_s %.1f)", quiet,
-               limit);
+      if (w->hello && isolated(s, now, quiet))
+        return;
+      char detail[160];
+      if (w->hello)
+        snprintf(detail, sizeof detail, "no message for %.1f s (heartbeat_timeout_s %.1f)", quiet,
+                 limit);
+      else
+        snprintf(detail, sizeof detail,
+                 "no HELLO %.1f s after its launch (watchdog.start_timeout_s %.1f)", quiet, lim);
       signal_node(s, n, SIGKILL);
       sup_recovery_fault(s, "hang", n, j, w->pid, detail, SUP_BLAME_NODE);
       return; /* the state changed; the next tick looks again */
@@ -1384,26 +1834,151 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   }
 }
 
+/* The step history's buffered records go out once a tick; a write that
+ * fails is reported once (the history then lives in memory only). */
+static void flush_history(sup *s) {
+  if (!s->hist || sup_history_flush(s->hist) == FT_OK || s->hist_failed)
+    return;
+  s->hist_failed = 1;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(f, "reason", sup_history_error(s->hist));
+  sup_events_emit(s->ev, "history_failed", f, "%s (the run goes on; the dashboard keeps its copy)",
+                  sup_history_error(s->hist));
+}
+
 void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
   enter(arg);
+  flush_history(arg);
   on_tick_t(fd, what, arg);
   leave(arg);
+}
+
+/* The slurm launcher, at the end of a recovery's grace: a gang node whose
+ * job step has not ended although srun was told to kill it does not answer
+ * Slurm either (its slurmstepd is gone or cut off: the host lost power or
+ * its link is down). That is the node's fault, found here even when its
+ * workers were not yet silent long enough to count as a hang (a dead
+ * host's connections close at once; its peers fail their collective). If
+ * every node of a gang of two or more does not answer, the cause is on our
+ * side (the supervisor's host cut off): nobody is blamed. */
+static void blame_unanswered(sup *s) {
+  int late[SUP_MAX_NODES], nl = 0;
+  for (int p = 0; p < s->ngang; p++)
+    if (node_alive(s, s->gang[p]))
+      late[nl++] = s->gang[p];
+  if (!nl)
+    return;
+  double grace = ft_now_s() - s->t_detect_s;
+  if (nl == s->ngang && nl >= 2) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddItemToObject(f, "nodes", int_array(late, nl));
+    cJSON_AddNumberToObject(f, "seconds", (double)(long long)(grace * 10) / 10);
+    sup_events_emit(s->ev, "steps_unanswered", f,
+                    "no job step of the gang's %d nodes ended %.1f s after srun was told to kill "
+                    "it: the supervisor's side does not reach Slurm's nodes; no node blamed",
+                    nl, grace);
+    return;
+  }
+  for (int i = 0; i < nl; i++) {
+    sup_node *nd = &s->nodes[late[i]];
+    if (nd->faulty)
+      continue;
+    char detail[256];
+    snprintf(detail, sizeof detail,
+             "its Slurm job step on %s did not end %.1f s after srun was told to kill it: the "
+             "host does not answer",
+             s->rf.nodes.hosts[late[i]], grace);
+    sup_recovery_fault(s, "node_unreachable", late[i], -1, nd->w[0].pid, detail, SUP_BLAME_NODE);
+  }
 }
 
 /* grace timer: SIGKILL whatever was asked to stop and is still there */
 static void on_grace_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   int stopping = s->state == SUP_RECOVERING && s->rphase == SUP_RP_STOPPING;
+  if (stopping && s->slurm_launcher)
+    blame_unanswered(s);
   for (int n = 0; n < s->nnodes; n++)
-    if (s->state == SUP_FINISHING || (stopping && sup_in_gang(s, n)))
+    if (s->state == SUP_FINISHING || (stopping && sup_in_gang(s, n) && !s->nodes[n].rejoin))
       signal_node(s, n, SIGKILL);
 }
 
-void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg) {
-  enter(arg);
-  on_grace_t(fd, what, arg);
-  leave(arg);
+static int gang_trains(const sup *s) {
+  return s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED);
 }
+
+static void collective_failed_t(sup *s, sup_worker *w, const char *detail) {
+  if (strcmp(s->rf.recovery.in_process, "true") != 0 || !gang_trains(s) ||
+      evtimer_pending(s->coll_timer, NULL))
+    return;
+  s->coll.gen = s->gen;
+  s->coll.node = w->node;
+  s->coll.slot = w->slot;
+  s->coll.pid = w->pid;
+  snprintf(s->coll.detail, sizeof s->coll.detail, "%s", detail);
+  double d = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
+  struct timeval tv = {(long)d, (long)((d - (double)(long)d) * 1e6)};
+  evtimer_add(s->coll_timer, &tv);
+}
+
+void sup_recovery_collective_failed(sup *s, sup_worker *w, const char *detail) {
+  enter(s);
+  collective_failed_t(s, w, detail);
+  leave(s);
+}
+
+static void on_coll_timer_t(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  if (s->gen != s->coll.gen || !gang_trains(s))
+    return; /* a round started meanwhile: the failure was its */
+  if (blame_silent_t(s, "a collective failed"))
+    return;
+  char detail[400];
+  snprintf(detail, sizeof detail, "node %d slot %d: %s; every worker still answers", s->coll.node,
+           s->coll.slot, s->coll.detail);
+  fault_t(s, "collective_failure", s->coll.node, s->coll.slot, s->coll.pid, detail, SUP_BLAME_NONE);
+}
+
+EVENT_ENTRY(sup_recovery_on_coll_timer, on_coll_timer_t)
+
+/* rejoin timer: survivors still in their old generation go as processes */
+static void on_rejoin_timeout_t(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
+    return;
+  char why[128];
+  snprintf(why, sizeof why,
+           "not out of its old generation after %.1f s (recovery.rejoin_timeout_s)",
+           s->rf.recovery.rejoin_timeout_s);
+  for (int p = 0; p < s->ngang; p++)
+    if (s->nodes[s->gang[p]].rejoin && !node_rejoined(s, s->gang[p]))
+      rejoin_fallback(s, s->gang[p], why);
+  check_stopped(s);
+}
+
+EVENT_ENTRY(sup_recovery_on_rejoin_timeout, on_rejoin_timeout_t)
+
+static void rejoined_t(sup *s, sup_worker *w) {
+  int n = w->node;
+  if (!node_rejoined(s, n))
+    return;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  cJSON_AddNumberToObject(f, "ms", (double)(long long)((ft_now_s() - s->t_detect_s) * 1e3));
+  sup_events_emit(s->ev, "node_rejoined", f,
+                  "node %d left its generation in process (%.0f ms after detection)", n,
+                  (ft_now_s() - s->t_detect_s) * 1e3);
+  check_stopped(s);
+}
+
+void sup_recovery_rejoined(sup *s, sup_worker *w) {
+  enter(s);
+  rejoined_t(s, w);
+  leave(s);
+}
+
+EVENT_ENTRY(sup_recovery_on_grace, on_grace_t)
 
 static void on_signal_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
@@ -1429,8 +2004,4 @@ static void on_signal_t(evutil_socket_t fd, short what, void *arg) {
   stop_everyone(s, FT_STOP_SHUTDOWN, "supervisor interrupted", SUP_GRACE_STOP_S);
 }
 
-void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg) {
-  enter(arg);
-  on_signal_t(fd, what, arg);
-  leave(arg);
-}
+EVENT_ENTRY(sup_recovery_on_signal, on_signal_t)

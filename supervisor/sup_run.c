@@ -254,8 +254,25 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
   p->rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
   p->ms = (ft_now_s() - t0) * 1e3;
   p->why[0] = 0;
-  if (p->rc)
+  if (p->rc) {
     snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+    return;
+  }
+  /* sizes for the operator's view: this checkpoint's, and the run's (what
+   * its checkpoints hold, and what their chunks take once each) */
+  ckpt_info *list = NULL;
+  size_t n = 0;
+  if (ckpt_store_list(s->store, s->rf.run, &list, &n) == 0)
+    for (size_t i = 0; i < n; i++) {
+      p->run_logical += list[i].logical_bytes;
+      p->run_stored += list[i].new_bytes;
+      if (list[i].step == p->step) {
+        p->logical = list[i].logical_bytes;
+        p->stored = list[i].stored_bytes;
+        p->new_bytes = list[i].new_bytes;
+      }
+    }
+  free(list);
 }
 
 static void retention_gc(sup *s) {
@@ -284,6 +301,13 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
   cJSON_AddNumberToObject(f, "world", p->world);
   cJSON_AddNumberToObject(f, "commit_ms", round(p->ms * 1000) / 1000);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  if (p->logical) {
+    cJSON_AddNumberToObject(f, "logical_bytes", (double)p->logical);
+    cJSON_AddNumberToObject(f, "stored_bytes", (double)p->stored);
+    cJSON_AddNumberToObject(f, "new_bytes", (double)p->new_bytes);
+    cJSON_AddNumberToObject(f, "run_logical_bytes", (double)p->run_logical);
+    cJSON_AddNumberToObject(f, "run_stored_bytes", (double)p->run_stored);
+  }
   sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d) in %.1f ms",
                   p->step, p->world, p->ms);
   sup_watch_committed(s, p->step);
@@ -294,6 +318,13 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
     for (int j = 0; j < s->G; j++) {
       sup_worker *w = &s->nodes[s->gang[i]].w[j];
       if (w->conn && w->gen == s->gen)
+        sup_send(s, w->conn, &m, s->gen);
+    }
+  /* warm spares too: with recovery.in_process they fetch it into memory */
+  for (int n = 0; n < s->nnodes; n++)
+    for (int j = 0; s->nodes[n].role == SUP_ROLE_SPARE && j < s->G; j++) {
+      sup_worker *w = &s->nodes[n].w[j];
+      if (w->conn && w->hello)
         sup_send(s, w->conn, &m, s->gen);
     }
 }
@@ -426,11 +457,60 @@ out:
 
 /* ---- STEP ------------------------------------------------------------------ */
 
+/* The progress line on a terminal (sup_events_progress), at most 5 times a
+ * second: step/total, %, ETA at the pace of the last few seconds, loss,
+ * tokens/s, generation, spares left. */
+static void progress(sup *s, int64_t step) {
+  double now = ft_now_s();
+  if (step < s->pace_step || !s->pace_t) { /* the first step, a rollback or a restore */
+    s->pace_t = now, s->pace_step = step, s->pace_rate = 0;
+  } else if (now - s->pace_t >= 2.0) {
+    s->pace_rate = (double)(step - s->pace_step) / (now - s->pace_t);
+    s->pace_t = now, s->pace_step = step;
+  }
+  if (now < s->progress_next_s)
+    return;
+  s->progress_next_s = now + 0.2;
+  int spares = 0;
+  for (int n = 0; n < s->nnodes; n++)
+    spares += s->nodes[n].role == SUP_ROLE_SPARE;
+  char eta[32] = "?";
+  if (s->pace_rate > 0) {
+    long left = (long)((double)(s->final_step - step) / s->pace_rate + 0.5);
+    if (left >= 3600)
+      snprintf(eta, sizeof eta, "%ldh%02ldm", left / 3600, left / 60 % 60);
+    else
+      snprintf(eta, sizeof eta, "%ldm%02lds", left / 60, left % 60);
+  }
+  char line[256];
+  snprintf(line, sizeof line,
+           "step %" PRId64 "/%" PRId64 " (%.1f%%) | ETA %s | loss %.4f | %.1fk tok/s | gen %" PRIu64
+           " | spares %d",
+           step, s->final_step,
+           s->final_step > 0 ? 100.0 * (double)step / (double)s->final_step : 0, eta, s->last_loss,
+           s->last_tps / 1e3, s->gen, spares);
+  sup_events_progress(s->ev, line);
+}
+
 static void on_step(sup *s, const ft_msg *m) {
   int64_t step = m->step.step;
   s->last_step = step;
   s->last_loss = m->step.loss;
   s->last_tps = m->step.tokens_per_s;
+  s->last_step_ms = m->step.step_ms;
+  s->last_step_at_s = ft_now_s();
+  if (isfinite(m->step.val_loss))
+    s->last_val_loss = m->step.val_loss;
+  if (s->hist) {
+    sup_hist_rec r = {.ts = (double)ft_wall_ns() * 1e-9,
+                      .step = step,
+                      .loss = (float)m->step.loss,
+                      .val_loss = (float)m->step.val_loss,
+                      .step_ms = (float)m->step.step_ms,
+                      .tokens_per_s = (float)m->step.tokens_per_s};
+    sup_history_add(s->hist, &r);
+  }
+  progress(s, step);
   int64_t every = s->rf.checkpoint.every_steps;
   if (every > 0 && step % every == 0) {
     cJSON *f = cJSON_CreateObject();
@@ -442,6 +522,8 @@ static void on_step(sup *s, const ft_msg *m) {
     cJSON_AddNumberToObject(f, "tokens_per_s", isfinite(s->last_tps) ? s->last_tps : 0);
     cJSON_AddNumberToObject(f, "step_ms", isfinite(m->step.step_ms) ? m->step.step_ms : 0);
     cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+    if (isfinite(s->last_val_loss))
+      cJSON_AddNumberToObject(f, "val_loss", s->last_val_loss);
     sup_events_emit(s->ev, "step", f, "step %" PRId64 " loss %.4f (%.0f tok/s)", step, m->step.loss,
                     s->last_tps);
   }
@@ -533,6 +615,16 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   return 0;
 }
 
+/* The echo of a HEARTBEAT (same gen, step and seq): the worker times its
+ * control link by it and knows we live. */
+static void echo_beat(sup *s, sup_conn *c, const ft_msg *m) {
+  ft_msg hb;
+  ft_msg_init(&hb, FT_MSG_HEARTBEAT);
+  hb.heartbeat.step = m->heartbeat.step;
+  hb.heartbeat.seq = m->heartbeat.seq;
+  sup_send(s, c, &hb, m->gen);
+}
+
 static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   sup *s = ud;
   sup_worker *w = sup_conn_user(c);
@@ -541,6 +633,39 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     return;
   w->last_msg_s = ft_now_s();
   int g = ft_wire_check_gen(m, s->gen);
+  if (g == 1 && w->rejoin_from && m->gen >= w->rejoin_from) {
+    /* a survivor asked to rejoin in process, not out of its old generation
+     * yet: its heartbeats are answered, its FAULT (the collective the
+     * rejoin broke) is logged, the rest is dropped */
+    if (m->type == FT_MSG_HEARTBEAT) {
+      echo_beat(s, c, m);
+    } else if (m->type == FT_MSG_FAULT) {
+      cJSON *f = cJSON_CreateObject();
+      cJSON_AddNumberToObject(f, "node", w->node);
+      cJSON_AddNumberToObject(f, "slot", w->slot);
+      cJSON_AddStringToObject(f, "kind", ft_fault_kind_name(m->fault.kind));
+      cJSON_AddNumberToObject(f, "step", (double)m->fault.step);
+      cJSON_AddNumberToObject(f, "gen", (double)m->gen);
+      cJSON_AddStringToObject(f, "detail", m->fault.detail ? m->fault.detail : "");
+      sup_events_emit(s->ev, "worker_fault", f,
+                      "node %d slot %d %s at step %" PRId64 " (generation %" PRIu64
+                      ", left in process): %s",
+                      w->node, w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step, m->gen,
+                      m->fault.detail ? m->fault.detail : "");
+    }
+    return;
+  }
+  if (g == 0 && w->rejoin_from && !w->rejoined && m->gen == s->gen) {
+    /* its first frame of the new generation: it is out of the old one
+     * (rejoin_from stays until its ASSIGN: a frame of the old generation
+     * may still be on its way) */
+    w->rejoined = 1;
+    sup_recovery_rejoined(s, w);
+    if (m->type == FT_MSG_HEARTBEAT) {
+      echo_beat(s, c, m);
+    }
+    return;
+  }
   if (g == 1) {
     snprintf(reason, sizeof reason, "stale generation %" PRIu64 " (current %" PRIu64 ")", m->gen,
              s->gen);
@@ -552,7 +677,7 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     sup_conn_close(c, reason, 1);
     return;
   }
-  if (g < 0 || (m->gen != 0 && m->gen != w->gen)) {
+  if (g < 0 || (m->gen != 0 && m->gen != w->gen && !(w->rejoined && m->gen == s->gen))) {
     snprintf(reason, sizeof reason,
              "%s with generation %" PRIu64 ", but node %d slot %d has %" PRIu64,
              ft_msg_type_name(m->type), m->gen, w->node, w->slot, w->gen);
@@ -562,10 +687,11 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   int current = m->gen == s->gen && w->rank >= 0;
   switch (m->type) {
   case FT_MSG_HEARTBEAT: {
-    ft_msg hb;
-    ft_msg_init(&hb, FT_MSG_HEARTBEAT);
-    hb.heartbeat.step = m->heartbeat.step;
-    sup_send(s, c, &hb, m->gen);
+    echo_beat(s, c, m);
+    if (m->heartbeat.rtt_us) {
+      w->rtt_ms = m->heartbeat.rtt_us * 1e-3;
+      w->rtt_at_s = ft_now_s();
+    }
     break;
   }
   case FT_MSG_STEP:

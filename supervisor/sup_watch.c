@@ -13,8 +13,24 @@
  *   - collective failures: FAULT collective_timeout/other -> blame the
  *     silent workers (sup_recovery_blame_silent);
  *   - stragglers: wd_straggler over every rank's step_ms, once every rank
- *     has reported a step; events "straggler" / "straggler_cleared", report
- *     only.
+ *     has reported a step; events "straggler" / "straggler_cleared" (cause
+ *     "compute"), report only;
+ *   - slow links: a second wd_straggler over each gang node's control-link
+ *     round trip (the largest of its workers' HEARTBEAT rtt_us), judged once
+ *     per heartbeat interval. A synchronous gang waits for its slowest link,
+ *     so step times cannot say whose link is slow (everyone's collectives
+ *     stretch alike, and each rank's step_ms leaves them out); the
+ *     supervisor's own link to each host is a third vantage point: a host
+ *     whose link is rate-limited or congested queues our heartbeats behind
+ *     its collective traffic. Round trips under LINK_FLOOR_MS count as that
+ *     floor (a LAN's jitter is not a slow host); a node is an outlier at
+ *     LINK_RATIO x the median of the others, flagged after LINK_HITS of its
+ *     last LINK_WINDOW judgements: events "straggler" / "straggler_cleared"
+ *     with cause "link", the node, its host and rtt_ms; report only. A
+ *     stall of the supervisor's own loop delays every echo alike, so it
+ *     flags nobody. When supervise itself runs on a gang host (SLURMD_NODENAME
+ *     under sbatch) and the gang has fewer than 3 nodes, a slow link of its
+ *     own host would make the other node look slow: links are not judged.
  *
  * NO DOUBLE FEEDING. Steps re-run after any recovery (a rollback, or a node
  * loss that restores an older checkpoint) must not enter the loss window
@@ -48,6 +64,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void links_reset(sup *s);
 
 #define HIST_TRIM 65536 /* history kept beyond the window (steps) */
 
@@ -95,6 +113,8 @@ void sup_watch_free(sup *s) {
   s->loss = NULL;
   wd_straggler_free(s->strag);
   s->strag = NULL;
+  wd_straggler_free(s->linkstrag);
+  s->linkstrag = NULL;
   steptime_free(s);
   free(s->losshist);
   s->losshist = NULL;
@@ -115,6 +135,7 @@ void sup_watch_generation(sup *s) {
   }
   s->loss_fed = r;
 
+  links_reset(s);
   wd_straggler_free(s->strag);
   s->strag = NULL;
   steptime_free(s);
@@ -141,6 +162,86 @@ void sup_watch_generation(sup *s) {
 }
 
 /* ---- stragglers --------------------------------------------------------- */
+
+enum { LINK_WINDOW = 8, LINK_HITS = 4 };
+#define LINK_RATIO 3.0
+#define LINK_FLOOR_MS 20.0
+
+/* Links are judged when the gang has 2+ nodes and supervise is not one of
+ * fewer than 3 gang hosts itself (see the header). */
+static int links_judged(const sup *s) {
+  if (s->ngang < 2)
+    return 0;
+  const char *me = getenv("SLURMD_NODENAME");
+  if (!me || !*me || s->ngang >= 3)
+    return 1;
+  for (int p = 0; p < s->ngang; p++) {
+    const char *h = sup_node_host(s, s->gang[p]);
+    if (h && !strcmp(h, me))
+      return 0;
+  }
+  return 1;
+}
+
+static void links_reset(sup *s) {
+  wd_straggler_free(s->linkstrag);
+  s->linkstrag = NULL;
+  s->link_round = 0;
+  if (!links_judged(s))
+    return;
+  wd_straggler_cfg lc = {
+      .nranks = s->ngang, .ratio = LINK_RATIO, .window = LINK_WINDOW, .min_hits = LINK_HITS};
+  if (wd_straggler_new(&lc, &s->linkstrag))
+    fprintf(stderr, "supervise: no slow-link detection: %s\n", ft_err_detail());
+}
+
+void sup_watch_links(sup *s, double now) {
+  double every = ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
+  if (!s->linkstrag || now < s->link_next_s)
+    return;
+  s->link_next_s = now + every;
+  int n = s->ngang;
+  double rtt[n];
+  for (int p = 0; p < n; p++) {
+    sup_node *nd = &s->nodes[s->gang[p]];
+    rtt[p] = NAN; /* no fresh round trip from every worker: no observation */
+    double worst = 0;
+    int fresh = 1;
+    for (int j = 0; j < s->G && fresh; j++) {
+      const sup_worker *w = &nd->w[j];
+      fresh = w->gen == s->gen && w->rtt_at_s > now - 2 * every;
+      if (w->rtt_ms > worst)
+        worst = w->rtt_ms;
+    }
+    if (fresh)
+      rtt[p] = worst > LINK_FLOOR_MS ? worst : LINK_FLOOR_MS;
+  }
+  wd_strag_event evs[n];
+  int ne = wd_straggler_step(s->linkstrag, s->link_round++, rtt, evs, n);
+  for (int i = 0; i < ne; i++) {
+    int node = s->gang[evs[i].rank], flagged = evs[i].kind == WD_STRAG_FLAGGED;
+    double ms = 0;
+    for (int j = 0; j < s->G; j++)
+      if (s->nodes[node].w[j].rtt_ms > ms)
+        ms = s->nodes[node].w[j].rtt_ms;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "cause", "link");
+    cJSON_AddNumberToObject(f, "node", node);
+    const char *host = sup_node_host(s, node);
+    if (host)
+      cJSON_AddStringToObject(f, "host", host);
+    cJSON_AddNumberToObject(f, "rtt_ms", round(ms * 10) / 10);
+    cJSON_AddNumberToObject(f, "ratio", round(evs[i].ratio * 1000) / 1000);
+    cJSON_AddNumberToObject(f, "step", (double)s->last_step);
+    if (flagged)
+      cJSON_AddNumberToObject(f, "hits", evs[i].hits);
+    sup_events_emit(s->ev, flagged ? "straggler" : "straggler_cleared", f,
+                    "node %d%s%s: its link %s (control round trip %.0f ms, %.1fx the others' "
+                    "median)",
+                    node, host ? ", host " : "", host ? host : "",
+                    flagged ? "is slow" : "is no longer slow", ms, evs[i].ratio);
+  }
+}
 
 void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
   int world = s->steptime_world, rank = w->rank;
@@ -170,16 +271,22 @@ void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
     int r = evs[i].rank, node = s->gang[r / s->G], slot = r % s->G;
     int flagged = evs[i].kind == WD_STRAG_FLAGGED;
     cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "cause", "compute");
     cJSON_AddNumberToObject(f, "rank", r);
     cJSON_AddNumberToObject(f, "node", node);
     cJSON_AddNumberToObject(f, "slot", slot);
+    const char *host = sup_node_host(s, node);
+    if (host)
+      cJSON_AddStringToObject(f, "host", host);
     cJSON_AddNumberToObject(f, "ratio", round(evs[i].ratio * 1000) / 1000);
     cJSON_AddNumberToObject(f, "step", (double)k);
     if (flagged)
       cJSON_AddNumberToObject(f, "hits", evs[i].hits);
     sup_events_emit(s->ev, flagged ? "straggler" : "straggler_cleared", f,
-                    "rank %d (node %d slot %d) %s at step %" PRId64 " (%.2fx the others' median)",
-                    r, node, slot, flagged ? "is slow" : "is no longer slow", k, evs[i].ratio);
+                    "rank %d (node %d slot %d%s%s) %s at step %" PRId64
+                    " (%.2fx the others' median)",
+                    r, node, slot, host ? ", host " : "", host ? host : "",
+                    flagged ? "is slow" : "is no longer slow", k, evs[i].ratio);
   }
 }
 
@@ -458,7 +565,8 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
     char why[160];
     snprintf(why, sizeof why, "node %d slot %d reported %s", w->node, w->slot,
              ft_fault_kind_name(m->fault.kind));
-    sup_recovery_blame_silent(s, why);
+    if (!sup_recovery_blame_silent(s, why))
+      sup_recovery_collective_failed(s, w, detail);
     return;
   }
   default:

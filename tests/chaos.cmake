@@ -10,3 +10,5 @@ if(FT_PYTHON3 AND TARGET supervise)
   ft_add_script_test(NAME chaos_s3 LABELS chaos TIMEOUT 600
                      COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/run_chaos.sh s3)
 endif()
+ft_add_script_test(NAME goodput_calc LABELS unit TIMEOUT 30
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/goodput_calc.sh)

@@ -86,7 +86,7 @@ endforeach()
 function(ft_cuemu_script_test name)
   add_test(NAME ${name} COMMAND ${ARGN})
   set_tests_properties(${name} PROPERTIES LABELS "cuemu" TIMEOUT 600 SKIP_RETURN_CODE ${FT_SKIP_RC}
-                       ENVIRONMENT "FT_BIN=${EMU_OUT}/bin;FT_SRC=${CMAKE_SOURCE_DIR};FT_BUILD=${CMAKE_BINARY_DIR}")
+                       ENVIRONMENT "FT_BIN=${EMU_OUT}/bin;FT_SRC=${CMAKE_SOURCE_DIR};FT_BUILD=${CMAKE_BINARY_DIR};${FT_TEST_ENV}")
 endfunction()
 ft_cuemu_script_test(worker_cuemu_curve ${CMAKE_SOURCE_DIR}/tests/gpu/worker_cuda_curve.sh)
 ft_cuemu_script_test(worker_cuemu_resume ${CMAKE_SOURCE_DIR}/tests/integration/worker_resume.sh cuda)

@@ -2,7 +2,8 @@
 # integration tests that run the real `supervise` with a protocol-conformant
 # fake worker (tests/integration/fake_worker.c) and a hostile client.
 if(TARGET supervise)
-  foreach(t test_sup_kv test_sup_gang test_sup_events test_sup_launch test_sup_rollback)
+  foreach(t test_sup_kv test_sup_gang test_sup_events test_sup_history test_sup_launch
+            test_sup_rollback)
     ft_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c
                 LIBS ftsup LABELS unit TIMEOUT 60)
   endforeach()
@@ -20,4 +21,29 @@ if(TARGET supervise)
     ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
                        LABELS integration TIMEOUT 90)
   endforeach()
+  # Addresses: the control port and Gloo across hosts made of network
+  # namespaces (root; skips with 77 elsewhere), and the local defaults.
+  ft_add_script_test(NAME sup_netns COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_netns.sh
+                     LABELS integration TIMEOUT 180)
+  set_tests_properties(sup_netns PROPERTIES RESOURCE_LOCK cluster)
+  ft_add_script_test(NAME sup_listen COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_listen.sh
+                     LABELS integration TIMEOUT 90)
+  # A silent warm spare leaves the pool at once.
+  # Every worker silent at once: the supervisor's isolation, nobody blamed.
+  ft_add_script_test(NAME sup_isolated COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_isolated.sh
+                     LABELS integration TIMEOUT 90)
+  # The operator's HTTP port: a real Prometheus scrapes it; supervise status.
+  ft_add_script_test(NAME sup_http COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_http.sh
+                     LABELS integration TIMEOUT 180)
+  # The dashboard and the report in headless Chromium (kill, Xid, spike).
+  ft_add_script_test(NAME sup_dashboard COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_dashboard.sh
+                     LABELS integration TIMEOUT 300)
+  # The progress line on a terminal (script(1) gives supervise a pty).
+  ft_add_script_test(NAME sup_progress COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_progress.sh
+                     LABELS integration TIMEOUT 90)
+  # In-process restart with the real worker: pids kept, bits equal, fallback.
+  ft_add_script_test(NAME sup_inprocess COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_inprocess.sh
+                     LABELS integration TIMEOUT 180)
+  ft_add_script_test(NAME sup_spare_silent COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_spare_silent.sh
+                     LABELS integration TIMEOUT 90)
 endif()

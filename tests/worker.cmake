@@ -7,6 +7,8 @@ ft_add_script_test(NAME worker_baddata LABELS integration TIMEOUT 120
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_baddata.sh)
 ft_add_script_test(NAME worker_modelfiles LABELS integration TIMEOUT 120
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_modelfiles.sh)
+ft_add_script_test(NAME hf_dir LABELS integration TIMEOUT 180
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/hf_dir.sh)
 ft_add_script_test(NAME worker_learns LABELS integration TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_learns.sh)
 ft_add_script_test(NAME fsdp_world4 LABELS integration TIMEOUT 300

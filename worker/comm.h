@@ -62,8 +62,10 @@ typedef struct comm_kv {
 
 typedef struct comm_opts {
   int rank, world;        /* 0 <= rank < world */
-  const char *bind_addr;  /* address of this host's interface, e.g. "127.0.0.1";
-                             the listening port is chosen by the kernel */
+  const char *bind_addr;  /* an address of this host, e.g. "10.0.0.2" (train.c
+                             picks it: FT_IFACE, nodes.iface, the route to the
+                             supervisor); the listening port is chosen by
+                             the kernel */
   const char *prefix;     /* key prefix, e.g. "gen3/"; NULL means "" */
   int timeout_ms;         /* per collective (> 0): one older than this fails
                              with FT_ETIMEDOUT */

@@ -14,6 +14,7 @@
 #include "ctl.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,11 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_file.h"
+#include "ft_net.h"
 #include "ft_wire.h"
 
 typedef struct kv_entry {
@@ -48,11 +51,18 @@ struct ctl {
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  uint64_t gen;
+  uint64_t gen;       /* heartbeats' generation */
+  uint64_t train_gen; /* the training thread's: of the ASSIGN it took (its STEPs, shards, KV) */
+  uint64_t abort_gen; /* the newest STOP rejoin's (0: none): leave every older generation */
+  int waiting;        /* out of its gang after a rejoin, waiting for ASSIGN */
+  int64_t committed;  /* the newest COMMITTED step heard (-1: none) */
   int have_assign;
   ctl_assign assign;
   int64_t step;
   uint64_t last_rx_ns;
+  uint32_t hb_seq;     /* the last beat sent */
+  uint64_t hb_sent_ns; /* when */
+  uint32_t rtt_us;     /* the last echoed beat's round trip (0: none yet) */
   uint32_t next_req;
   uint32_t reply_req; /* req of the KV_VALUE in reply_* (0: none) */
   int reply_status;
@@ -122,6 +132,41 @@ static void cache_put(ctl *c, const char *key, const void *val, size_t len) {
   c->cache = e;
 }
 
+/* A heartbeat now, under mu (the beater's, or a rejoin's acknowledgement). */
+static ft_msg beat_locked(ctl *c) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_HEARTBEAT);
+  m.gen = c->gen;
+  m.heartbeat.step = c->step;
+  uint64_t now = ft_now_ns();
+  if (c->hb_sent_ns) { /* the last beat is still unanswered: its round trip is at least this */
+    uint64_t us = (now - c->hb_sent_ns) / 1000u;
+    c->rtt_us = us > UINT32_MAX ? UINT32_MAX : us > c->rtt_us ? (uint32_t)us : c->rtt_us;
+  }
+  m.heartbeat.seq = ++c->hb_seq;
+  m.heartbeat.rtt_us = c->rtt_us;
+  c->hb_sent_ns = now;
+  return m;
+}
+
+/* STOP rejoin (ft_wire.h): remembered for the training thread, which leaves
+ * its generation at its next collective, step or wait; if it is already
+ * out (waiting), the acknowledgement goes now in the new generation. */
+static void on_rejoin_locked(ctl *c, uint64_t gen) {
+  if (gen <= c->abort_gen)
+    return;
+  c->abort_gen = gen;
+  fprintf(stderr, "worker: node %u slot %u: rejoin in generation %" PRIu64 " (in process)\n",
+          c->node, c->slot, gen);
+  if (c->waiting) {
+    c->gen = gen;
+    ft_msg b = beat_locked(c);
+    if (send_msg(c, &b))
+      die_lost(ft_err_detail());
+  }
+  pthread_cond_broadcast(&c->cv);
+}
+
 static void *reader_main(void *arg) {
   ctl *c = arg;
   for (;;) {
@@ -133,8 +178,10 @@ static void *reader_main(void *arg) {
     c->last_rx_ns = ft_now_ns();
     switch (m.type) {
     case FT_MSG_ASSIGN:
-      if (!c->have_assign) {
+      /* one per generation; a later one replaces it (in-process rejoin) */
+      if (!c->have_assign || m.gen > c->assign.gen) {
         c->have_assign = 1;
+        free(c->assign.skips);
         c->gen = m.gen;
         c->assign.gen = m.gen;
         c->assign.rank = (int)m.assign.rank;
@@ -163,12 +210,29 @@ static void *reader_main(void *arg) {
       pthread_cond_broadcast(&c->cv);
       break;
     case FT_MSG_STOP:
+      if (m.stop.reason == FT_STOP_REJOIN) {
+        on_rejoin_locked(c, m.gen);
+        break;
+      }
       fprintf(stderr, "worker: node %u slot %u: STOP (%s%s%s): exiting\n", c->node, c->slot,
               ft_stop_reason_name(m.stop.reason), m.stop.detail && *m.stop.detail ? ": " : "",
               m.stop.detail ? m.stop.detail : "");
       fflush(NULL);
       _exit(FT_EXIT_OK);
-    default: /* HEARTBEAT echoes and COMMITTED only prove the supervisor lives */
+    case FT_MSG_HEARTBEAT: /* the echo of our last beat times the control link */
+      if (m.heartbeat.seq == c->hb_seq && c->hb_sent_ns) {
+        uint64_t us = (c->last_rx_ns - c->hb_sent_ns) / 1000u;
+        c->rtt_us = us == 0 ? 1 : us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+        c->hb_sent_ns = 0;
+      }
+      break;
+    case FT_MSG_COMMITTED:
+      if (m.committed.step > c->committed) {
+        c->committed = m.committed.step;
+        pthread_cond_broadcast(&c->cv);
+      }
+      break;
+    default:
       break;
     }
     pthread_mutex_unlock(&c->mu);
@@ -183,31 +247,32 @@ static void *beater_main(void *arg) {
     usleep(c->heartbeat_ms * 1000u);
     pthread_mutex_lock(&c->mu);
     double silent = (double)(ft_now_ns() - c->last_rx_ns) * 1e-9;
-    ft_msg m;
-    ft_msg_init(&m, FT_MSG_HEARTBEAT);
-    m.gen = c->gen;
-    m.heartbeat.step = c->step;
-    pthread_mutex_unlock(&c->mu);
     if (silent > c->hb_timeout_s) {
       char why[96];
       snprintf(why, sizeof why, "nothing heard for %.1f s", silent);
       die_lost(why);
     }
+    /* sent under mu: frames leave in the order their generations were set,
+     * so none of an old generation follows a rejoin's acknowledgement */
+    ft_msg m = beat_locked(c);
     if (send_msg(c, &m))
       die_lost(ft_err_detail());
+    pthread_mutex_unlock(&c->mu);
   }
   return NULL;
 }
 
+/* addr: HOST:PORT, the host a name, an IPv4 address or [an IPv6 one]
+ * (ft_net_parse); every address the name resolves to is tried in turn. */
 static int tcp_connect(const char *addr, int *fd_out) {
-  char host[256];
-  const char *colon = strrchr(addr, ':');
-  if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host)
-    return ft_err_set(FT_EINVAL, "--connect wants HOST:PORT, got '%s'", addr);
-  memcpy(host, addr, (size_t)(colon - addr));
-  host[colon - addr] = 0;
+  ft_hostport hp;
+  if (ft_net_parse(addr, &hp) || !hp.host[0] || hp.port <= 0)
+    return ft_err_set(FT_EINVAL, "--connect wants HOST:PORT (a name or an address), got '%s'",
+                      addr);
+  char port[16];
+  snprintf(port, sizeof port, "%d", hp.port);
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-  int e = getaddrinfo(host, colon + 1, &hints, &res);
+  int e = getaddrinfo(hp.host, port, &hints, &res);
   if (e)
     return ft_err_set(FT_ENET, "resolve %s: %s", addr, gai_strerror(e));
   int fd = -1, rc = FT_ENET;
@@ -231,6 +296,15 @@ static int tcp_connect(const char *addr, int *fd_out) {
   return FT_OK;
 }
 
+int ctl_local_addr(const ctl *c, char *buf, size_t len) {
+  ft_sockaddr a;
+  a.len = sizeof a.ss;
+  if (getsockname(c->fd, (struct sockaddr *)&a.ss, &a.len))
+    return ft_err_set(FT_ENET, "getsockname of the control connection: %s", strerror(errno));
+  ft_net_format(&a, 0, buf, len);
+  return FT_OK;
+}
+
 int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node, uint32_t slot,
                 double hb_timeout_s, ctl **out) {
   *out = NULL;
@@ -245,6 +319,7 @@ int ctl_connect(const char *addr, const char *run, const char *token, uint32_t n
   c->slot = slot;
   c->hb_timeout_s = hb_timeout_s;
   c->step = -1;
+  c->committed = -1;
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->send_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
@@ -312,11 +387,71 @@ fail:
 
 int ctl_wait_assign(ctl *c, ctl_assign *a) {
   pthread_mutex_lock(&c->mu);
-  while (!c->have_assign)
+  /* a generation newer than the one taken, and not one left already */
+  while (!c->have_assign || c->assign.gen <= c->train_gen || c->assign.gen < c->abort_gen)
     pthread_cond_wait(&c->cv, &c->mu);
   *a = c->assign;
+  c->train_gen = c->assign.gen;
+  c->waiting = 0;
   pthread_mutex_unlock(&c->mu);
   return FT_OK;
+}
+
+void ctl_wake(ctl *c) {
+  pthread_mutex_lock(&c->mu);
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+int64_t ctl_wait_committed(ctl *c, int64_t after, int timeout_ms, const int *stop) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += timeout_ms / 1000;
+  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&c->mu);
+  int64_t r;
+  for (;;) {
+    if (__atomic_load_n(stop, __ATOMIC_RELAXED)) {
+      r = -2;
+      break;
+    }
+    if (c->committed > after) {
+      r = c->committed;
+      break;
+    }
+    if (pthread_cond_timedwait(&c->cv, &c->mu, &until)) {
+      r = c->committed;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return r;
+}
+
+int ctl_aborted(ctl *c) {
+  pthread_mutex_lock(&c->mu);
+  int r = c->abort_gen > c->train_gen;
+  pthread_mutex_unlock(&c->mu);
+  return r;
+}
+
+uint64_t ctl_rejoin(ctl *c) {
+  pthread_mutex_lock(&c->mu);
+  while (c->abort_gen <= c->train_gen)
+    pthread_cond_wait(&c->cv, &c->mu);
+  c->gen = c->abort_gen;
+  c->waiting = 1;
+  ft_msg b = beat_locked(c); /* the acknowledgement: a frame of the new generation */
+  uint64_t g = c->gen;
+  int rc = send_msg(c, &b);
+  pthread_mutex_unlock(&c->mu);
+  if (rc)
+    die_lost(ft_err_detail());
+  return g;
 }
 
 void ctl_set_step(ctl *c, int64_t step) {
@@ -325,14 +460,16 @@ void ctl_set_step(ctl *c, int64_t step) {
   pthread_mutex_unlock(&c->mu);
 }
 
+/* The training thread's generation (0 before its first ASSIGN). */
 static uint64_t cur_gen(ctl *c) {
   pthread_mutex_lock(&c->mu);
-  uint64_t g = c->gen;
+  uint64_t g = c->train_gen;
   pthread_mutex_unlock(&c->mu);
   return g;
 }
 
-int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double tok_s, double ms) {
+int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double tok_s, double ms,
+                  double val_loss) {
   ft_msg m;
   ft_msg_init(&m, FT_MSG_STEP);
   m.gen = cur_gen(c);
@@ -341,6 +478,7 @@ int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double to
   m.step.grad_norm = grad_norm;
   m.step.tokens_per_s = tok_s;
   m.step.step_ms = ms;
+  m.step.val_loss = val_loss;
   return send_msg(c, &m);
 }
 
@@ -383,7 +521,8 @@ static int kv_query(ctl *c, const char *const *keys, int nkeys, uint32_t timeout
   ft_msg_init(&m, FT_MSG_KV_GET);
   pthread_mutex_lock(&c->mu);
   uint32_t req = ++c->next_req;
-  m.gen = c->gen;
+  uint64_t gen = c->train_gen;
+  m.gen = gen;
   pthread_mutex_unlock(&c->mu);
   m.kv_get.req = req;
   m.kv_get.timeout_ms = timeout_ms;
@@ -393,8 +532,15 @@ static int kv_query(ctl *c, const char *const *keys, int nkeys, uint32_t timeout
   if (rc)
     return rc;
   pthread_mutex_lock(&c->mu);
-  while (c->reply_req != req)
+  /* a rejoin ends the wait: the supervisor answers no older generation */
+  while (c->reply_req != req && c->abort_gen <= gen)
     pthread_cond_wait(&c->cv, &c->mu);
+  if (c->reply_req != req) {
+    rc = ft_err_set(FT_ECOMM, "rendezvous of generation %" PRIu64 " abandoned: rejoin in %" PRIu64,
+                    gen, c->abort_gen);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+  }
   if (c->reply_status != FT_KV_OK) {
     rc = ft_err_set(FT_ETIMEDOUT, "rendezvous: key '%s'%s not published within %u ms", keys[0],
                     nkeys > 1 ? " (and others)" : "", timeout_ms);
@@ -445,7 +591,9 @@ comm_kv ctl_kv(ctl *c) {
 }
 
 void ctl_wait_stop(ctl *c) {
-  (void)c;
-  for (;;)
-    pause(); /* the reader thread exits the process on STOP or loss */
+  /* the reader thread exits the process on STOP or loss; a rejoin returns */
+  pthread_mutex_lock(&c->mu);
+  while (c->abort_gen <= c->train_gen)
+    pthread_cond_wait(&c->cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
 }

@@ -28,24 +28,47 @@ typedef struct ctl_assign {
   int64_t restore_step; /* -1: fresh start */
   char rdzv[256];       /* key prefix for the collectives' rendezvous */
   int nskips;           /* global batch-index ranges never to train on */
-  int64_t (*skips)[2];  /* [first, end); valid for the process's lifetime */
+  int64_t (*skips)[2];  /* [first, end); valid until the next ASSIGN arrives */
 } ctl_assign;
 
-/* Connects to addr ("HOST:PORT") and completes the handshake as (node,
+/* Connects to addr ("HOST:PORT": a host name, an IPv4 address, or an
+ * IPv6 one in brackets) and completes the handshake as (node,
  * slot) of run. hb_timeout_s: how long without any frame from the
  * supervisor before the worker gives up. */
 int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node, uint32_t slot,
                 double hb_timeout_s, ctl **out);
-/* Blocks until the supervisor assigns this worker to a gang. */
+/* This host's address on the control connection (the route to the
+ * supervisor), without a port, e.g. "10.0.0.2". */
+int ctl_local_addr(const ctl *c, char *buf, size_t len);
+/* Blocks until the supervisor assigns this worker to a gang: a generation
+ * newer than the last one taken and not older than a rejoin's. */
 int ctl_wait_assign(ctl *c, ctl_assign *a);
+/* In-process rejoin (recovery.in_process; STOP rejoin in ft_wire.h).
+ * ctl_aborted: 1 once the supervisor asked this worker to leave the
+ * generation it trains in. ctl_rejoin: called by the training thread once
+ * out of that generation (comm freed): waits for the request if it has not
+ * come yet, acknowledges it (a heartbeat of the new generation) and
+ * returns the new generation; ctl_wait_assign then takes its ASSIGN. */
+int ctl_aborted(ctl *c);
+/* For a thread beside a worker waiting for its ASSIGN (a warm spare): the
+ * newest checkpoint step the supervisor said is committed once it is past
+ * `after`, or whatever it is after timeout_ms; -2 once *stop is non-zero
+ * (set it, then ctl_wake). */
+int64_t ctl_wait_committed(ctl *c, int64_t after, int timeout_ms, const int *stop);
+/* Wakes every thread waiting in ctl. */
+void ctl_wake(ctl *c);
+uint64_t ctl_rejoin(ctl *c);
 /* The last completed step, carried by heartbeats. */
 void ctl_set_step(ctl *c, int64_t step);
-int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double tok_s, double ms);
+/* val_loss: NaN but at train.val_every steps (rank 0). */
+int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double tok_s, double ms,
+                  double val_loss);
 int ctl_send_shard(ctl *c, int64_t step, int rank, const char *manifest_json);
 int ctl_send_fault(ctl *c, int kind, int64_t step, const char *detail);
 /* The rendezvous key/value store served by the supervisor, for comm. */
 comm_kv ctl_kv(ctl *c);
-/* Blocks until the supervisor sends STOP (the process then exits). */
+/* Blocks until the supervisor sends STOP (the process then exits), or asks
+ * this worker to rejoin (returns). */
 void ctl_wait_stop(ctl *c);
 
 #endif

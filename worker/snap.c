@@ -327,6 +327,25 @@ fail:
   return rc;
 }
 
+int snap_keep_in_memory(snap *s, uint64_t max_bytes) {
+  return ckpt_store_keep_in_memory(s->store, max_bytes);
+}
+
+int snap_prefetch(snap *s, int64_t step, const int *cancel, uint64_t *bytes) {
+  *bytes = 0;
+  int rc = ckpt_store_refresh(s->store);
+  if (rc == FT_OK && step < 0) { /* the newest the catalog knows (a resumed run) */
+    rc = ckpt_store_latest(s->store, s->run, INT64_MAX, &step);
+    if (rc == FT_ENOENT)
+      return FT_OK;
+  }
+  return rc ? rc : ckpt_store_prefetch(s->store, s->run, step, cancel, bytes);
+}
+
+void snap_read_stats(snap *s, ckpt_read_stats *st) {
+  ckpt_store_read_stats(s->store, st);
+}
+
 int snap_latest(snap *s, int64_t *step) {
   return ckpt_store_latest(s->store, s->run, INT64_MAX, step);
 }
@@ -334,7 +353,11 @@ int snap_latest(snap *s, int64_t *step) {
 int snap_restore(snap *s, int64_t step, engine *e, train_state *st, char **config_json) {
   ckpt_manifest *man = NULL;
   *config_json = NULL;
-  int rc = ckpt_store_load(s->store, s->run, step, &man);
+  /* a worker that lives on from an older generation (in-process rejoin)
+   * sees the catalog as of its open: catch up with the supervisor's commits */
+  int rc = ckpt_store_refresh(s->store);
+  if (rc == FT_OK)
+    rc = ckpt_store_load(s->store, s->run, step, &man);
   if (rc)
     return rc;
   rc = state_from_json(ckpt_manifest_state_json(man), st);

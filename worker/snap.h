@@ -70,6 +70,20 @@ int snap_drain_last(snap *s);
 typedef void (*snap_fault_fn)(void *ud, int64_t step, int rc, const char *detail);
 void snap_set_fault(snap *s, snap_fault_fn fn, void *ud);
 
+/* Keeps a copy of the chunks this rank writes in memory (at most
+ * max_bytes): a restore in this process (an in-process rejoin) reads them
+ * from there, each verified by its hash, before the store. */
+int snap_keep_in_memory(snap *s, uint64_t max_bytes);
+/* Checkpoint `step` (-1: the newest the catalog knows now; none: FT_OK with
+ * nothing read) read into memory (snap_keep_in_memory first), each chunk
+ * verified: a warm spare holds it before it is needed. The manifest comes
+ * from the store, so a worker whose catalog is a per-host cache's (S3)
+ * fetches what the supervisor committed. *bytes: bytes read. Stops early
+ * once *cancel is non-zero. */
+int snap_prefetch(snap *s, int64_t step, const int *cancel, uint64_t *bytes);
+/* Where this process's restores found their chunk bytes so far. */
+void snap_read_stats(snap *s, ckpt_read_stats *st);
+
 /* Newest committed step of the run, or FT_ENOENT. */
 int snap_latest(snap *s, int64_t *step);
 /* Restores this rank's shards of checkpoint `step` (written at any world

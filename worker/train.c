@@ -12,6 +12,10 @@
  * in a gang a checkpoint the store refuses is FAULT storage and skipped
  * (training goes on), the final one is retried, then FT_EXIT_STORE.
  *
+ * Gloo binds an address of this host (gloo_addr): FT_IFACE > nodes.iface >
+ * the control connection's local address (the route to the supervisor, so
+ * peers on other hosts can reach it) > loopback for --world runs alone.
+ *
  * One optimizer step s (0-based) takes the global batch of sequences
  * [seq, seq + global_batch) from the loader, as accum = global/micro
  * micro-batches; the loss of the step is the mean of the micro-batch means.
@@ -22,8 +26,10 @@
  */
 #include "train.h"
 
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -42,6 +48,7 @@
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_hex.h"
+#include "ft_net.h"
 #include "ft_failpoint.h"
 #include "ft_gpt2.h"
 #include "gpt2.h"
@@ -193,8 +200,17 @@ static double final_retry_s(const ft_runfile *rf) {
   return 3 * rf->watchdog.heartbeat_timeout_s;
 }
 
+/* Not an exit code: the phases' way of saying "leave this generation and
+ * rejoin the next one in this process" (recovery.in_process; rejoin()). */
+#define TRAIN_REJOIN (-1)
+
+static int in_process(const train_opts *o) {
+  return o->ctl && strcmp(o->rf->recovery.in_process, "true") == 0;
+}
+
 /* A collective failed: tell the supervisor (the peer that died is the
- * fault; this rank is healthy) and leave with FT_EXIT_GANG. */
+ * fault; this rank is healthy) and leave with FT_EXIT_GANG, or, in
+ * process, leave the generation (TRAIN_REJOIN). */
 static int gang_broken(const train_opts *o, int rc, int64_t step) {
   char detail[512];
   snprintf(detail, sizeof detail, "%s", ft_err_detail());
@@ -202,7 +218,7 @@ static int gang_broken(const train_opts *o, int rc, int64_t step) {
   if (o->ctl)
     ctl_send_fault(o->ctl, rc == FT_ETIMEDOUT ? FT_FAULT_COLLECTIVE_TIMEOUT : FT_FAULT_OTHER, step,
                    detail);
-  return FT_EXIT_GANG;
+  return in_process(o) ? TRAIN_REJOIN : FT_EXIT_GANG;
 }
 
 /* An engine call of step `step` failed: a collective's failure is the
@@ -316,7 +332,11 @@ typedef struct trainer {
   char *config, *ck_config; /* the run file's config JSON; the restored checkpoint's */
   int32_t *inp, *tgt;       /* one micro-batch */
   train_state st;
-  ctl_assign a;              /* gang mode: the supervisor's assignment */
+  ctl_assign a;                          /* gang mode: the supervisor's assignment */
+  char addr[INET6_ADDRSTRLEN + 1];       /* the address Gloo binds */
+  uint64_t assign_ns;                    /* when this generation's ASSIGN was taken */
+  int pf_stop;                           /* the prefetch thread stops (join_gang) */
+  double ms_comm, ms_engine, ms_restore; /* what the generation's start took */
   int rank, world, B, accum; /* B: micro-batch; accum: micro-batches per step and rank */
   int64_t restore_step;      /* -1: a fresh start */
   int64_t slow_rank;         /* failpoint slow_rank; -1: none */
@@ -372,7 +392,8 @@ static int phase_data(trainer *t) {
     fprintf(stderr, "worker: data.train: %s\n", ft_err_detail());
     return FT_EXIT_DATA;
   }
-  if (!t->o->ctl && rf->data.val[0] && data_open(rf->data.val, rf->model.vocab_size, &t->val)) {
+  if ((!t->o->ctl || t->tc->val_every > 0) && rf->data.val[0] &&
+      data_open(rf->data.val, rf->model.vocab_size, &t->val)) {
     fprintf(stderr, "worker: warning: data.val: %s (no validation loss)\n", ft_err_detail());
     t->val = NULL;
   }
@@ -387,33 +408,154 @@ static int phase_data(trainer *t) {
   return FT_EXIT_OK;
 }
 
+/* The address Gloo binds (docs/multihost.md): FT_IFACE (an interface name
+ * or an address of this host) > nodes.iface > in a gang this host's
+ * address on the control connection (the route to the supervisor), alone
+ * (--world) loopback. Printed once, with why. */
+static int gloo_addr(const trainer *t, char *buf, size_t len) {
+  const train_opts *o = t->o;
+  const char *env = getenv("FT_IFACE");
+  const char *spec = env && env[0] ? env : t->rf->nodes.iface;
+  const char *key = env && env[0] ? "FT_IFACE" : "nodes.iface";
+  char why[160];
+  ft_sockaddr a;
+  if (spec[0]) {
+    if (ft_net_iface(spec, &a)) {
+      fprintf(stderr, "worker: %s=%s: %s\n", key, spec, ft_err_detail());
+      return FT_EXIT_USAGE;
+    }
+    ft_net_format(&a, 0, buf, len);
+    snprintf(why, sizeof why, "%s=%s", key, spec);
+  } else if (o->ctl) {
+    if (ctl_local_addr(o->ctl, buf, len)) {
+      fprintf(stderr, "worker: %s\n", ft_err_detail());
+      return FT_EXIT_GANG;
+    }
+    snprintf(why, sizeof why, "route to the supervisor");
+  } else {
+    ft_net_loopback(0, &a);
+    ft_net_format(&a, 0, buf, len);
+    snprintf(why, sizeof why, "loopback");
+  }
+  if (o->ctl)
+    fprintf(stderr, "worker: node %u slot %u: gloo on %s (%s)\n", o->node, o->slot, buf, why);
+  else
+    fprintf(stderr, "worker: rank %d of %d: gloo on %s (%s)\n", o->rank, o->world, buf, why);
+  return FT_EXIT_OK;
+}
+
 /* Rank, world and the collectives: the supervisor's ASSIGN (a warm worker
  * waits for it here, data loaded), or --world W over a folder. */
+/* The checkpoint store, once. In process (recovery.in_process) it keeps in
+ * memory the chunks this rank writes and a spare fetches: twice the whole
+ * training state (a spare may replace any rank; the newest whole). */
+static int open_store(trainer *t) {
+  const train_opts *o = t->o;
+  const ft_runfile *rf = t->rf;
+  if (!o->store_uri || t->sn)
+    return FT_EXIT_OK;
+  int rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, t->level,
+                     o->ctl ? report_shard : NULL, o->ctl, &t->sn);
+  if (rc) {
+    fprintf(stderr, "worker: checkpoint store %s: %s\n", o->store_uri, ft_err_detail());
+    return FT_EXIT_STORE;
+  }
+  if (o->ctl)
+    snap_set_fault(t->sn, report_storage, o->ctl);
+  if (in_process(o)) {
+    uint64_t chunk = (uint64_t)(rf->checkpoint.chunk_mib > 0 ? rf->checkpoint.chunk_mib : 4) << 20;
+    uint64_t state = 3 * (uint64_t)ft_gpt2_num_params(&t->d) * sizeof(float);
+    if (snap_keep_in_memory(t->sn, 2 * (state + chunk)))
+      fprintf(stderr, "worker: warning: no snapshots in memory: %s\n", ft_err_detail());
+  }
+  return FT_EXIT_OK;
+}
+
+/* A worker waiting for its first ASSIGN (a warm spare, in process) reads
+ * each newly committed checkpoint into memory meanwhile, so that if it
+ * replaces a rank its restore reads no store. */
+static void *prefetch_main(void *arg) {
+  trainer *t = arg;
+  const train_opts *o = t->o;
+  int64_t have = -2, want = -1; /* -1: the newest in the catalog */
+  while (want != -2) {
+    if (want != have) {
+      uint64_t bytes = 0, t0 = ft_now_ns();
+      int rc = snap_prefetch(t->sn, want, &t->pf_stop, &bytes);
+      if (__atomic_load_n(&t->pf_stop, __ATOMIC_RELAXED))
+        break;
+      if (rc)
+        fprintf(stderr, "worker: node %u slot %u: prefetch of checkpoint %" PRId64 ": %s\n",
+                o->node, o->slot, want, ft_err_detail());
+      else if (bytes && want >= 0)
+        fprintf(stderr,
+                "worker: node %u slot %u: checkpoint %" PRId64 " in memory (%.2f MiB fetched in "
+                "%.0f ms)\n",
+                o->node, o->slot, want, (double)bytes / 1048576.0,
+                (double)(ft_now_ns() - t0) * 1e-6);
+      else if (bytes)
+        fprintf(stderr,
+                "worker: node %u slot %u: the newest checkpoint in memory (%.2f MiB fetched in "
+                "%.0f ms)\n",
+                o->node, o->slot, (double)bytes / 1048576.0, (double)(ft_now_ns() - t0) * 1e-6);
+      have = want;
+    }
+    want = ctl_wait_committed(o->ctl, have < 0 ? -1 : have, 2000, &t->pf_stop);
+  }
+  return NULL;
+}
+
+static int join_gang(trainer *t) {
+  const train_opts *o = t->o;
+  pthread_t pf;
+  int prefetching = 0;
+  if (t->sn && in_process(o) && !t->e) { /* not after a rejoin: its own chunks are in memory */
+    t->pf_stop = 0;
+    prefetching = pthread_create(&pf, NULL, prefetch_main, t) == 0;
+  }
+  ctl_wait_assign(o->ctl, &t->a);
+  if (prefetching) {
+    __atomic_store_n(&t->pf_stop, 1, __ATOMIC_RELAXED);
+    ctl_wake(o->ctl);
+    pthread_join(pf, NULL);
+  }
+  t->assign_ns = ft_now_ns();
+  t->rank = t->a.rank;
+  t->world = t->a.world;
+  t->restore_step = t->a.restore_step;
+  comm_kv kv = ctl_kv(o->ctl);
+  comm_opts co = {.rank = t->rank,
+                  .world = t->world,
+                  .bind_addr = t->addr,
+                  .prefix = t->a.rdzv,
+                  .timeout_ms = (int)(t->rf->watchdog.collective_timeout_s * 1000)};
+  int rc = comm_for(t->cuda, 1, &co, &kv, &t->cm);
+  if (rc)
+    return gang_broken(o, rc, t->restore_step);
+  t->ms_comm = (double)(ft_now_ns() - t->assign_ns) * 1e-6;
+  fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n", o->node,
+          o->slot, t->rank, t->world, t->a.gen, t->restore_step >= 0 ? ", restoring" : "");
+  return FT_EXIT_OK;
+}
+
 static int phase_gang(trainer *t) {
   const train_opts *o = t->o;
   const ft_runfile *rf = t->rf;
+  char *addr = t->addr;
   int rc;
+  if (o->ctl || o->world > 1) {
+    rc = gloo_addr(t, addr, sizeof t->addr);
+    if (rc)
+      return rc;
+  }
   if (o->ctl) {
     rc = wdog_start(rf, o->ctl, o->node, o->slot, &t->wd);
     if (rc) {
       fprintf(stderr, "worker: watchdog.xid_actions: %s\n", ft_err_detail());
       return FT_EXIT_USAGE;
     }
-    ctl_wait_assign(o->ctl, &t->a);
-    t->rank = t->a.rank;
-    t->world = t->a.world;
-    t->restore_step = t->a.restore_step;
-    comm_kv kv = ctl_kv(o->ctl);
-    comm_opts co = {.rank = t->rank,
-                    .world = t->world,
-                    .bind_addr = "127.0.0.1",
-                    .prefix = t->a.rdzv,
-                    .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
-    rc = comm_for(t->cuda, 1, &co, &kv, &t->cm);
-    if (rc)
-      return gang_broken(o, rc, t->restore_step);
-    fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n", o->node,
-            o->slot, t->rank, t->world, t->a.gen, t->restore_step >= 0 ? ", restoring" : "");
+    int code = in_process(o) ? open_store(t) : FT_EXIT_OK; /* a spare fetches meanwhile */
+    return code ? code : join_gang(t);
   } else if (o->world > 1) {
     /* Several standalone processes meeting through a folder (tests, debugging). */
     comm_kv kv;
@@ -421,7 +563,7 @@ static int phase_gang(trainer *t) {
     t->world = o->world;
     comm_opts co = {.rank = t->rank,
                     .world = t->world,
-                    .bind_addr = "127.0.0.1",
+                    .bind_addr = addr,
                     .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
     rc = comm_filestore_init(&kv, o->rdzv_dir);
     if (rc == FT_OK) {
@@ -436,11 +578,39 @@ static int phase_gang(trainer *t) {
   return FT_EXIT_OK;
 }
 
+/* The initial parameters (the seed's, or an llm.c model file's) into the engine. */
+static int initial_weights(trainer *t) {
+  const train_opts *o = t->o;
+  float *full = malloc(ft_gpt2_num_params(&t->d) * sizeof *full);
+  if (!full) {
+    fprintf(stderr, "worker: out of memory\n");
+    return FT_EXIT_FAIL;
+  }
+  gpt2_init_params(&t->d, full, t->tc->seed);
+  int rc;
+  if (o->init_from) {
+    rc = init_from_llmc(&t->d, full, o->init_from);
+    if (rc) {
+      fprintf(stderr, "worker: --init-from: %s\n", ft_err_detail());
+      free(full);
+      return exit_for(rc);
+    }
+  }
+  rc = engine_set_params(t->e, full);
+  free(full);
+  if (rc) {
+    fprintf(stderr, "worker: %s\n", ft_err_detail());
+    return FT_EXIT_FAIL;
+  }
+  return FT_EXIT_OK;
+}
+
 /* The engine at the largest micro-batch that fits, with the initial
- * parameters (the seed's, or an llm.c model file's). */
+ * parameters unless a restore is to set them. */
 static int phase_engine(trainer *t) {
   const train_opts *o = t->o;
   const ft_train_cfg *tc = t->tc;
+  uint64_t e0 = ft_now_ns();
   t->B = micro_for_world(tc, t->world, tc->micro_batch);
   if (!t->B) {
     fprintf(stderr, "worker: train.global_batch %d is not divisible by the world size %d\n",
@@ -466,27 +636,10 @@ static int phase_engine(trainer *t) {
   char pci[32];
   if (t->wd && engine_device_pci(t->e, pci, sizeof pci) == FT_OK) /* real Xids, the abort hook */
     wdog_set_gpu(t->wd, pci, t->cm && comm_is_device(t->cm) ? t->cm : NULL);
-  float *full = malloc(ft_gpt2_num_params(&t->d) * sizeof *full);
-  if (!full) {
-    fprintf(stderr, "worker: out of memory\n");
-    return FT_EXIT_FAIL;
-  }
-  gpt2_init_params(&t->d, full, tc->seed);
-  if (o->init_from) {
-    rc = init_from_llmc(&t->d, full, o->init_from);
-    if (rc) {
-      fprintf(stderr, "worker: --init-from: %s\n", ft_err_detail());
-      free(full);
-      return exit_for(rc);
-    }
-  }
-  rc = engine_set_params(t->e, full);
-  free(full);
-  if (rc) {
-    fprintf(stderr, "worker: %s\n", ft_err_detail());
-    return FT_EXIT_FAIL;
-  }
-  return FT_EXIT_OK;
+  /* a gang's restore sets every shard: no initial weights to draw */
+  int code = o->ctl && o->store_uri && t->restore_step >= 0 ? FT_EXIT_OK : initial_weights(t);
+  t->ms_engine = (double)(ft_now_ns() - e0) * 1e-6;
+  return code;
 }
 
 /* The checkpoint store, and the restore: the supervisor's restore step in a
@@ -495,15 +648,11 @@ static int phase_engine(trainer *t) {
 static int phase_restore(trainer *t) {
   const train_opts *o = t->o;
   const ft_runfile *rf = t->rf;
-  if (o->store_uri) {
-    int rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, t->level,
-                       o->ctl ? report_shard : NULL, o->ctl, &t->sn);
-    if (rc) {
-      fprintf(stderr, "worker: checkpoint store %s: %s\n", o->store_uri, ft_err_detail());
-      return FT_EXIT_STORE;
-    }
-    if (o->ctl)
-      snap_set_fault(t->sn, report_storage, o->ctl);
+  int code = open_store(t);
+  if (code)
+    return code;
+  if (t->sn) {
+    int rc;
     int64_t last;
     if (!o->ctl && snap_latest(t->sn, &last) == FT_OK) {
       if (!o->resume) {
@@ -520,7 +669,21 @@ static int phase_restore(trainer *t) {
               rf->run, o->store_uri);
     }
     if (t->restore_step >= 0) {
+      ckpt_read_stats r0, r1;
+      snap_read_stats(t->sn, &r0);
+      uint64_t t0 = ft_now_ns();
       rc = snap_restore(t->sn, t->restore_step, t->e, &t->st, &t->ck_config);
+      snap_read_stats(t->sn, &r1);
+      t->ms_restore = (double)(ft_now_ns() - t0) * 1e-6;
+      if (o->ctl && rc == FT_OK)
+        fprintf(stderr,
+                "worker: node %u slot %u: restored step %" PRId64 " in %.0f ms: %.2f MiB from "
+                "memory, %.2f MiB from the store; %" PRIu64 " chunk(s) in memory failed their "
+                "hash\n",
+                o->node, o->slot, t->restore_step, (double)(ft_now_ns() - t0) * 1e-6,
+                (double)(r1.memory_bytes - r0.memory_bytes) / 1048576.0,
+                (double)(r1.store_bytes - r0.store_bytes) / 1048576.0,
+                r1.memory_rejected - r0.memory_rejected);
       if (rc) {
         fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", t->restore_step,
                 ft_err_detail());
@@ -554,7 +717,11 @@ static int phase_prepare(trainer *t) {
   const train_opts *o = t->o;
   const ft_train_cfg *tc = t->tc;
   const ft_gpt2_dims *d = &t->d;
-  if (o->log_json && t->rank == 0) {
+  if (t->logf && t->rank != 0) { /* a rejoin moved this worker off rank 0 */
+    fclose(t->logf);
+    t->logf = NULL;
+  }
+  if (o->log_json && t->rank == 0 && !t->logf) {
     t->logf = fopen(o->log_json, t->st.step > 0 ? "a" : "w");
     if (!t->logf) {
       fprintf(stderr, "worker: --log-json %s: cannot open for writing\n", o->log_json);
@@ -578,6 +745,12 @@ static int phase_prepare(trainer *t) {
             t->B, t->world, tc->steps);
   if (!ft_failpoint("slow_rank", &t->slow_rank))
     t->slow_rank = -1;
+  if (o->ctl)
+    fprintf(stderr,
+            "worker: node %u slot %u: generation %" PRIu64 " ready %.0f ms after its ASSIGN "
+            "(comm %.0f ms, engine %.0f ms, restore %.0f ms)\n",
+            o->node, o->slot, t->a.gen, (double)(ft_now_ns() - t->assign_ns) * 1e-6, t->ms_comm,
+            t->ms_engine, t->ms_restore);
   return FT_EXIT_OK;
 }
 
@@ -659,6 +832,38 @@ static int checkpoint_step(trainer *t, double loss, double lr, float norm, doubl
   return FT_EXIT_OK;
 }
 
+/* The validation loss at a train.val_every step, collective (every rank
+ * calls it): the full parameters gathered, rank r evaluates micro-batches
+ * r, r + world, ... of the first VAL_BATCHES of the validation data, and
+ * the sums are added over the ranks. The weights are only read: training
+ * goes on bit for bit as without it. */
+#define VAL_BATCHES 8
+static int val_loss_gang(trainer *t, double *out) {
+  *out = NAN;
+  const float *full;
+  int rc = engine_full_params(t->e, &full);
+  if (rc)
+    return rc;
+  uint64_t nseq = data_num_sequences(t->val, t->T);
+  int nb = (int)(nseq / (uint64_t)t->B);
+  if (nb > VAL_BATCHES)
+    nb = VAL_BATCHES;
+  double acc[2] = {0, 0}; /* sum of micro-batch losses, their number */
+  for (int i = t->rank; i < nb; i += t->world) {
+    double l = NAN;
+    if ((rc = fill_batch(t->val, 0, i, 0, 1, t->B, t->T, t->inp, t->tgt)) ||
+        (rc = engine_eval(t->e, t->inp, t->tgt, &l)))
+      return rc;
+    acc[0] += (float)l;
+    acc[1] += 1;
+  }
+  if ((rc = engine_allreduce_sum(t->e, acc, 2)))
+    return rc;
+  if (acc[1] > 0)
+    *out = acc[0] / acc[1];
+  return FT_OK;
+}
+
 /* One optimizer step: gradients, clipping, AdamW, then the step's reports
  * (terminal, supervisor, --log-json) and checkpoint. */
 static int train_step(trainer *t) {
@@ -666,6 +871,8 @@ static int train_step(trainer *t) {
   const ft_train_cfg *tc = t->tc;
   train_state *st = &t->st;
   engine *e = t->e;
+  if (in_process(o) && ctl_aborted(o->ctl))
+    return TRAIN_REJOIN; /* the supervisor ended this generation (a fault elsewhere) */
   uint64_t t0 = ft_now_ns();
   double comm0 = engine_comm_seconds(e);
   double lr = train_lr(tc, st->step), loss = 0;
@@ -700,6 +907,7 @@ static int train_step(trainer *t) {
       ctl_send_fault(o->ctl, FT_FAULT_NAN, st->step + 1, "non-finite loss or gradient norm");
       fflush(NULL);
       ctl_wait_stop(o->ctl);
+      return TRAIN_REJOIN; /* it returns only to rejoin (the rollback, in process) */
     }
     return FT_EXIT_FAIL;
   }
@@ -717,17 +925,23 @@ static int train_step(trainer *t) {
   st->seq += (uint64_t)tc->global_batch;
   double ms = (double)(ft_now_ns() - t0) * 1e-6;
   double tok_s = (double)tc->global_batch * t->T / (ms * 1e-3);
+  double vl = NAN; /* not timed: ms and tok_s are the training step's */
+  if (t->val && tc->val_every > 0 && st->step % tc->val_every == 0 && (rc = val_loss_gang(t, &vl)))
+    return engine_failed(o, rc, st->step);
 
   if (t->rank == 0) {
     if (!o->quiet)
       printf("step %5" PRId64 "/%" PRId64 " | loss %.6f | lr %.3e | norm %.4f | %7.1f ms | "
-             "%8.0f tok/s\n",
-             st->step, tc->steps, loss, lr, norm, ms, tok_s);
+             "%8.0f tok/s%s",
+             st->step, tc->steps, loss, lr, norm, ms, tok_s, isfinite(vl) ? "" : "\n");
+    if (!o->quiet && isfinite(vl))
+      printf(" | val %.6f\n", vl);
     fflush(stdout);
   }
   if (o->ctl) { /* every rank: its own compute time feeds straggler detection */
     double own_ms = ms - (engine_comm_seconds(e) - comm0) * 1e3;
-    ctl_send_step(o->ctl, st->step, t->rank == 0 ? loss : NAN, norm, tok_s, own_ms);
+    ctl_send_step(o->ctl, st->step, t->rank == 0 ? loss : NAN, norm, tok_s, own_ms,
+                  t->rank == 0 ? vl : NAN);
     ctl_set_step(o->ctl, st->step);
   }
   double stall_ms;
@@ -744,6 +958,8 @@ static int train_step(trainer *t) {
               engine_snapshot_bytes(e));
     if (fence_ms > 0) /* this step's update waited for the last snapshot's copy */
       fprintf(t->logf, ",\"ckpt_fence_ms\":%.3f", fence_ms);
+    if (isfinite(vl))
+      fprintf(t->logf, ",\"val_loss\":%.9g", vl);
     fprintf(t->logf, "}\n");
     fflush(t->logf);
   }
@@ -755,6 +971,12 @@ static int train_step(trainer *t) {
     fprintf(stderr, "worker: failpoint hang_at_step=%" PRId64 ": hanging\n", st->step);
     for (;;)
       pause();
+  }
+  int64_t min_ms; /* a pace no faster than this (a test's faults land mid-run) */
+  if (ft_failpoint("min_step_ms", &min_ms) && min_ms > 0) {
+    double left_s = (double)min_ms * 1e-3 - (double)(ft_now_ns() - t0) * 1e-9;
+    if (left_s > 0)
+      usleep((useconds_t)(left_s * 1e6));
   }
   return FT_EXIT_OK;
 }
@@ -807,6 +1029,7 @@ static int phase_finish(trainer *t) {
   if (o->ctl) {
     fflush(NULL);
     ctl_wait_stop(o->ctl); /* the supervisor ends the process once it has committed */
+    return TRAIN_REJOIN;   /* or, in process, a fault elsewhere sends this rank back */
   }
   const float *params = NULL; /* the full model, for export */
   if (o->export_path && (rc = engine_full_params(t->e, &params))) {
@@ -821,14 +1044,57 @@ static int phase_finish(trainer *t) {
       fprintf(t->logf, "{\"step\":%" PRId64 ",\"val_loss\":%.9g}\n", t->st.step, vl);
   }
   if (o->export_path) {
-    rc = ft_gpt2_write_safetensors(o->export_path, &t->d, params, NULL, NULL, 0);
+    rc = ft_gpt2_export(o->export_path, &t->d, params, NULL, NULL, 0);
     if (rc) {
-      fprintf(stderr, "worker: --export %s: %s\n", o->export_path, ft_err_detail());
+      fprintf(stderr, "worker: --export %s\n", ft_err_detail());
       return FT_EXIT_FAIL;
     }
     if (!o->quiet)
-      fprintf(stderr, "worker: wrote %s (Hugging Face GPT-2 safetensors)\n", o->export_path);
+      fprintf(stderr, "worker: wrote %s (Hugging Face GPT-2)\n", o->export_path);
   }
+  return FT_EXIT_OK;
+}
+
+/* In-process restart (recovery.in_process): out of the generation in this
+ * process. The comm goes first (peers blocked on this rank fail at once),
+ * then the engine, once the checkpoint in flight has released its staging
+ * buffer; the data files, the store, the watchdog, the control connection
+ * and (on CUDA) the device context stay. Then the supervisor hears that
+ * this rank is out (ctl_rejoin) and join_gang waits for the next ASSIGN. */
+static int rejoin(trainer *t) {
+  const train_opts *o = t->o;
+  uint64_t t0 = ft_now_ns(), old = t->a.gen;
+  char pci[32];
+  if (t->wd && t->e && engine_device_pci(t->e, pci, sizeof pci) == FT_OK)
+    wdog_set_gpu(t->wd, pci, NULL); /* its abort hook must not outlive the comm */
+  comm_free(t->cm);
+  t->cm = NULL;
+  if (t->sn)
+    snap_drain_last(t->sn); /* the engine's staging buffer is in the store's hands until then */
+  engine_free(t->e);
+  t->e = NULL;
+  free(t->inp);
+  free(t->tgt);
+  t->inp = t->tgt = NULL;
+  free(t->ck_config);
+  t->ck_config = NULL;
+  /* the state of a fresh start; the restore replaces it */
+  free(t->st.skips);
+  memset(&t->st, 0, sizeof t->st);
+  sha256_hex(t->config, t->st.config_hash);
+  t->st.rng = t->tc->seed;
+  t->final_rc = 0;
+  t->ms_restore = 0;
+  t->last_loss = NAN;
+  snprintf(t->last_metrics, sizeof t->last_metrics, "{}");
+  int64_t delay_ms; /* failpoint: out late (the supervisor's rejoin deadline) */
+  if (ft_failpoint("rejoin_delay_ms", &delay_ms) && delay_ms > 0)
+    usleep((useconds_t)(delay_ms * 1000));
+  uint64_t gen = ctl_rejoin(o->ctl);
+  fprintf(stderr,
+          "worker: node %u slot %u: left generation %" PRIu64 " in %.0f ms, in process; "
+          "waiting for generation %" PRIu64 "\n",
+          o->node, o->slot, old, (double)(ft_now_ns() - t0) * 1e-6, gen);
   return FT_EXIT_OK;
 }
 
@@ -838,16 +1104,23 @@ int train_main(const train_opts *o) {
   int code = phase_data(&t);
   if (!code)
     code = phase_gang(&t);
-  if (!code)
-    code = phase_engine(&t);
-  if (!code)
-    code = phase_restore(&t);
-  if (!code)
-    code = phase_prepare(&t);
-  while (!code && t.st.step < t.tc->steps)
-    code = train_step(&t);
-  if (!code)
-    code = phase_finish(&t);
+  for (;;) {
+    if (!code)
+      code = phase_engine(&t);
+    if (!code)
+      code = phase_restore(&t);
+    if (!code)
+      code = phase_prepare(&t);
+    while (!code && t.st.step < t.tc->steps)
+      code = train_step(&t);
+    if (!code)
+      code = phase_finish(&t);
+    if (code != TRAIN_REJOIN)
+      break;
+    code = rejoin(&t);
+    if (!code)
+      code = join_gang(&t);
+  }
   if (o->ctl && (code == FT_EXIT_USAGE || code == FT_EXIT_DATA)) {
     /* a configuration or data error: the supervisor fails the run with this
      * message if every worker reports the same (else it is this node's) */

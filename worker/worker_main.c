@@ -1,17 +1,27 @@
 /*
  * worker: the training process. Standalone (one process, world size 1), or
  * one rank of a gang launched by `supervise` (--connect).
+ *
+ * The run token of a gang comes in FT_RUN_TOKEN, or, with --token-stdin
+ * (the ssh launcher, which has no environment to pass it in without
+ * SendEnv), as the first line of stdin: never on the command line.
+ * Kernel threads of a gang worker: --threads, else nodes.threads, else this
+ * host's online cores / nodes.workers_per_node (the launcher of a remote
+ * host cannot know its cores); a standalone worker uses all cores.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl.h"
 #include "engine.h"
 #include "ft_runfile.h"
 #include "ft_wire.h"
 #include "ft_err.h"
+#include "ft_gpt2.h"
 #include "ft_opts.h"
 #include "ft_version.h"
 #include "kernels.h"
@@ -45,16 +55,24 @@ static void usage(FILE *f) {
              "  --resume            continue from the newest committed checkpoint of the run\n"
              "                      in the store (exact: same bits as an uninterrupted run)\n"
              "  --init-from FILE    start from an llm.c model file (fp32, version 3)\n"
-             "  --export PATH       write the final model as Hugging Face GPT-2 safetensors\n"
-             "  --threads N         threads for the kernels (default: all cores)\n"
+             "  --export PATH       write the final model as Hugging Face GPT-2 safetensors;\n"
+             "                      PATH an existing folder or ending in '/': a model\n"
+             "                      directory (model.safetensors + config.json) that\n"
+             "                      GPT2LMHeadModel.from_pretrained(PATH) loads\n"
+             "  --threads N         threads for the kernels (default: all cores; in a gang\n"
+             "                      nodes.threads, else cores / nodes.workers_per_node)\n"
              "  --quiet             no per-step lines\n"
              "  --gpus              print the number of visible CUDA devices and exit\n"
              "  -h, --help          this text\n"
              "  --version           the version and the git revision it was built from\n"
              "gang mode (set by supervise):\n"
-             "  --connect HOST:PORT the supervisor's control port\n"
+             "  --connect HOST:PORT the supervisor's control port (a name or an address;\n"
+             "                      Gloo binds FT_IFACE, else nodes.iface, else this\n"
+             "                      host's address on the route to it)\n"
              "  --node N --slot S   this worker's node and slot in the pool\n"
              "  --runfile PATH      the run file\n"
+             "  --token-stdin       read the run token from the first line of stdin when\n"
+             "                      FT_RUN_TOKEN is not set (the ssh launcher)\n"
              "several standalone ranks without a supervisor (tests, debugging; no checkpoints):\n"
              "  --world W --rank R --rdzv DIR   rank R of W, meeting through folder DIR\n"
              "\n"
@@ -68,6 +86,49 @@ static void usage(FILE *f) {
              "  internal error)   2 usage or run-file error   3 bad or missing data\n"
              "  4 checkpoint store error   5 a collective failed (a peer died or hung)\n"
              "  6 the supervisor was lost (no training without a supervisor)\n");
+}
+
+/* The run token from the first line of stdin ("HEX\n", or HEX and end of
+ * file): FT_EINVAL when stdin is empty or the line is not a token. */
+static int read_token(char *buf, size_t n) {
+  size_t len = 0;
+  while (len + 1 < n) { /* byte by byte: nothing after the line is consumed */
+    ssize_t r = read(0, buf + len, 1);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return ft_err_set(FT_EIO, "read stdin: %s", strerror(errno));
+    if (r == 0 || buf[len] == '\n')
+      break;
+    len++;
+  }
+  buf[len] = 0;
+  if (len && buf[len - 1] == '\r')
+    buf[--len] = 0;
+  if (!len)
+    return ft_err_set(FT_EINVAL, "no run token on stdin (%s is not set either)", FT_WIRE_TOKEN_ENV);
+  if (ft_wire_token_check(buf))
+    return ft_err_set(FT_EINVAL, "the line on stdin is not a run token (%u hex digits)",
+                      FT_WIRE_TOKEN_HEX);
+  return FT_OK;
+}
+
+/* A gang worker's kernel threads (see the top of this file), logged. */
+static int gang_threads(int threads, const ft_runfile *rf, long node, long slot) {
+  const char *why = "--threads";
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (!threads && rf->nodes.threads > 0) {
+    threads = rf->nodes.threads;
+    why = "nodes.threads";
+  } else if (!threads) {
+    threads = (int)(cores / rf->nodes.workers_per_node);
+    if (threads < 1)
+      threads = 1;
+    why = "cores / nodes.workers_per_node";
+  }
+  fprintf(stderr, "worker: node %ld slot %ld: %d kernel threads (%s; %ld cores online)\n", node,
+          slot, threads, why, cores);
+  return threads;
 }
 
 int main(int argc, char **argv) {
@@ -92,11 +153,12 @@ int main(int argc, char **argv) {
                                        {"rdzv", required_argument, 0, 'Z'},
                                        {"gpus", no_argument, 0, 'G'},
                                        {"version", no_argument, 0, 'V'},
+                                       {"token-stdin", no_argument, 0, 'T'},
                                        {0, 0, 0, 0}};
   const char *connect_to = NULL;
   long node = -1, slot = -1;
   const char *runfile = NULL, *steps = NULL, *sets[32];
-  int nsets = 0, threads = 0;
+  int nsets = 0, threads = 0, token_stdin = 0;
   train_opts o = {0};
   char *end;
   int c;
@@ -183,6 +245,9 @@ int main(int argc, char **argv) {
     case 'Z':
       o.rdzv_dir = optarg;
       break;
+    case 'T':
+      token_stdin = 1;
+      break;
     case 'G':
       printf("%d\n", engine_cuda_devices());
       return 0;
@@ -197,13 +262,23 @@ int main(int argc, char **argv) {
       return FT_EXIT_USAGE;
     }
   }
-  if (!runfile || optind != argc || (connect_to && (node < 0 || slot < 0))) {
+  if (!runfile || optind != argc || (connect_to && (node < 0 || slot < 0)) ||
+      (token_stdin && !connect_to)) {
     fprintf(stderr, "worker: %s\n\n",
-            !runfile     ? "--standalone RUN.yaml (or --connect ... --runfile RUN.yaml) is required"
-            : connect_to ? "--connect needs --node and --slot"
-                         : "unexpected argument");
+            !runfile ? "--standalone RUN.yaml (or --connect ... --runfile RUN.yaml) is required"
+            : token_stdin && !connect_to ? "--token-stdin needs --connect"
+            : connect_to                 ? "--connect needs --node and --slot"
+                                         : "unexpected argument");
     usage(stderr);
     return FT_EXIT_USAGE;
+  }
+
+  if (o.export_path) { /* refuse a device or FIFO before hours of training */
+    char model[4096], config[4096];
+    if (ft_gpt2_export_paths(o.export_path, model, sizeof model, config, sizeof config)) {
+      fprintf(stderr, "worker: --export %s\n", ft_err_detail());
+      return FT_EXIT_USAGE;
+    }
   }
 
   static ft_runfile rf;
@@ -249,14 +324,25 @@ int main(int argc, char **argv) {
     fprintf(stderr, "worker: --world W needs --rank R < W and --rdzv DIR, and takes no store\n");
     return FT_EXIT_USAGE;
   }
+  const char *token = getenv(FT_WIRE_TOKEN_ENV);
+  char tokbuf[FT_WIRE_TOKEN_HEX + 64];
+  if (connect_to && !token && token_stdin) {
+    if (read_token(tokbuf, sizeof tokbuf)) {
+      fprintf(stderr, "worker: --token-stdin: %s\n", ft_err_detail());
+      return FT_EXIT_USAGE;
+    }
+    token = tokbuf;
+  }
+  if (connect_to)
+    threads = gang_threads(threads, &rf, node, slot);
   if (threads)
     k_set_threads(threads);
   o.rf = &rf;
   if (connect_to) {
     o.node = (uint32_t)node;
     o.slot = (uint32_t)slot;
-    if (ctl_connect(connect_to, rf.run, getenv(FT_WIRE_TOKEN_ENV), o.node, o.slot,
-                    rf.watchdog.heartbeat_timeout_s, &o.ctl)) {
+    if (ctl_connect(connect_to, rf.run, token, o.node, o.slot, rf.watchdog.heartbeat_timeout_s,
+                    &o.ctl)) {
       fprintf(stderr, "worker: node %ld slot %ld: %s\n", node, slot, ft_err_detail());
       return FT_EXIT_LOST;
     }

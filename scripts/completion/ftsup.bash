@@ -20,6 +20,12 @@ _ftsup_complete() {
     return
   fi
   case "${prog##*/}" in
+  supervise) # the first word: a subcommand or the run file
+    if [ "$COMP_CWORD" = 1 ]; then
+      COMPREPLY=($(compgen -W "status report" -- "$cur") $(compgen -f -- "$cur"))
+      return
+    fi
+    ;;
   ckpt | ftdata)
     local i have=0
     for ((i = 1; i < COMP_CWORD; i++)); do

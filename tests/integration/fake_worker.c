@@ -40,9 +40,13 @@
  *                         data (C = 3) or config and exits with code C,
  *                         saying "data.train: /fake/nodeI/...: no token
  *                         shards match" (a bad local disk, or the run's data)
+ *   FAKE_GATE=FILE        no step is taken while FILE does not exist (the
+ *                         worker heartbeats meanwhile): a test orders its
+ *                         own action before a step-driven fault
  *   FAKE_ONCE_DIR=DIR     the xid, collective and nan faults fire once per
  *                         test: a marker file DIR/<fault> records it
- * Every rank sends STEP (rank 0's carries the loss, the others' NaN);
+ * Every rank sends STEP (rank 0's carries the loss, the others' NaN; at
+ * train.val_every steps rank 0's carries a validation loss, loss + 0.25);
  * rank 0 logs "fake_worker: step K batch B" for each step.
  *
  * Also: fake_worker --meta-get URI KEY prints the catalog record KEY (the
@@ -468,7 +472,13 @@ int main(int argc, char **argv) {
   int64_t b = 0;
   for (int64_t k = 1; k <= restore; k++)
     b = skip_rule(skips, nskips, b) + 1;
+  const char *gate = getenv("FAKE_GATE");
   for (int64_t step = restore < 0 ? 1 : restore + 1; step <= last; step++) {
+    while (gate && *gate && access(gate, F_OK) != 0)
+      if (recv_msg(&m, 0.02)) {
+        common_msg(&m);
+        ft_msg_release(&m);
+      }
     b = skip_rule(skips, nskips, b);
     int64_t batch = b++;
     if (rank == 0)
@@ -533,6 +543,8 @@ int main(int argc, char **argv) {
     sm.step.grad_norm = 1.0;
     sm.step.tokens_per_s = 1000.0;
     sm.step.step_ms = rank == slow_rank ? 5.0 * step_ms : step_ms;
+    int64_t ve = rf.train.val_every;
+    sm.step.val_loss = rank == 0 && ve > 0 && step % ve == 0 ? loss + 0.25 : NAN;
     send_msg(&sm);
     if (ckpt && !(save_first && rank == 0))
       save_shard(st, step, rank, world, loss);

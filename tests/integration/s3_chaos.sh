@@ -8,7 +8,9 @@
 #   D  down for longer than the retry budget   -> the commit is reported as
 #      failed (writer exits 1), nothing partial is listed; later commits work
 #   E  FT_S3_REQUIRE=local while the server hangs -> every commit returns
-#      (training never waits for S3); the journal uploads them when it is back
+#      (training never waits for S3), and the close abandons the requests
+#      in flight after FT_S3_DRAIN_S instead of retrying them; the journal
+#      uploads them when it is back
 #   F  a chunk deleted / corrupted in the bucket -> restore uses the cache;
 #      verify repairs the bucket; a bucket-only restore of a chunk with no
 #      good copy anywhere fails loudly (exit 1), never with wrong bytes
@@ -95,15 +97,21 @@ sed 's/^/    /' "$T/wD" | cut -c1-400
 # ---- E --------------------------------------------------------------------------
 export FT_S3_CACHE="$T/cE"
 "$C" --store "$S" ls >/dev/null || fail "E: ls"
+: >"$T/proxy.log"
 echo hang >"$T/mode"
-FT_S3_REQUIRE=local FT_S3_DRAIN_S=1 "$W" --store "$S" --start 13 --steps 3 "${ARGS[@]}" >"$T/wE" 2>&1 ||
+FT_S3_REQUIRE=local FT_S3_DRAIN_S=1 FT_S3_UPLOAD_THREADS=2 "$W" --store "$S" --start 13 --steps 3 "${ARGS[@]}" >"$T/wE" 2>&1 ||
   fail "E: require=local writer with a hanging server: $(cat "$T/wE")"
 [ "$(committed "$T/wE")" = "13 14 15 " ] || fail "E: committed: $(committed "$T/wE")"
+# at close, after FT_S3_DRAIN_S, the uploads in flight are abandoned: each
+# of the 2 upload threads sent a request or two (the stall timeout is 2 s),
+# none went on retrying (30 attempts, 40 s) against the hanging server
+nh=$(grep -c '^hang ' "$T/proxy.log")
+[ "$nh" -ge 1 ] && [ "$nh" -le 4 ] || fail "E: $nh requests met the hang, want 1-4 (2 threads, abandoned at close)"
 echo ok >"$T/mode"
 sleep 0.3
 FT_S3_REQUIRE=local "$C" --store "$S" rebuild-catalog >/dev/null || fail "E: reopen"
 [ "$(ls "$T/cE/uploads" | wc -l)" -eq 0 ] || fail "E: journal left: $(ls "$T/cE/uploads")"
-echo "ok E: require=local: 3 commits with the server hanging; uploaded once it answered"
+echo "ok E: require=local: 3 commits with the server hanging ($nh requests hung, abandoned at close); uploaded once it answered"
 
 # ---- F --------------------------------------------------------------------------
 export FT_S3_CACHE="$T/cA"

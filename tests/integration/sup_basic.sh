@@ -49,6 +49,18 @@ grep -q "FT_S3_REQUIRE" "$TMP/s3.err" || fail "s3 message names FT_S3_REQUIRE: $
 help=$("$FT_BIN/supervise" --help)
 grep -q "s3://" <<<"$help" || fail "--help lacks s3://"
 grep -q "exit codes" <<<"$help" || fail "--help lacks exit codes"
+# a host list shorter than nodes + spares would put nodes on localhost
+"$FT_BIN/supervise" --state "$TMP/short" --worker "$FAKE" --spares 1 --set nodes.launcher=command \
+  --set 'nodes.command=env {argv}' --set nodes.hosts=a,b "$FT_SRC/examples/demo.yaml" 2>"$TMP/short.err"
+[ $? -eq 2 ] || fail "a 2-host list for 3 nodes should exit 2"
+grep -q "nodes.hosts lists 2 host(s) but the run needs 3" "$TMP/short.err" ||
+  fail "short host list message: $(cat "$TMP/short.err")"
+# the slurm launcher outside an allocation
+env -u SLURM_JOB_ID -u SLURM_JOB_NODELIST "$FT_BIN/supervise" --state "$TMP/noalloc" \
+  --set nodes.launcher=slurm "$FT_SRC/examples/demo.yaml" 2>"$TMP/noalloc.err"
+[ $? -eq 2 ] || fail "the slurm launcher outside an allocation should exit 2"
+grep -q "SLURM_JOB_ID is not set: run supervise inside an allocation" "$TMP/noalloc.err" ||
+  fail "outside-allocation message: $(cat "$TMP/noalloc.err")"
 set -e
 pass "usage errors"
 

@@ -13,9 +13,10 @@ for _ in $(seq 100); do [ -s "$ST/control.port" ] && break; sleep 0.1; done
 [ -s "$ST/control.port" ] || fail "no control.port"
 PORT=$(cat "$ST/control.port")
 
-python3 - "$PORT" <<'PY'
+VERSION=$(sed -n 's/^#define FT_WIRE_VERSION \([0-9]*\).*/\1/p' "$FT_SRC/common/ft_wire.h")
+python3 - "$PORT" "$VERSION" <<'PY'
 import os, socket, struct, sys, time
-port = int(sys.argv[1])
+port, VERSION = int(sys.argv[1]), int(sys.argv[2])
 
 def conn():
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -24,14 +25,14 @@ def conn():
     body = b""
     while len(body) < n:
         body += s.recv(n - len(body))
-    assert body[0] == 1 and body[1] == 1, "first frame must be a CHALLENGE"
+    assert body[0] == VERSION and body[1] == 1, "first frame must be a CHALLENGE"
     return s
 
 def wstr(b):
     return struct.pack(">I", len(b)) + b
 
 def frame(t, payload):
-    return struct.pack(">IBB", len(payload) + 2, 1, t) + payload
+    return struct.pack(">IBB", len(payload) + 2, VERSION, t) + payload
 
 def closed(s):
     s.settimeout(5)
@@ -47,7 +48,7 @@ def closed(s):
 
 cases = {
     "garbage": os.urandom(64) + b"\xff" * 8,
-    "huge frame before HELLO": struct.pack(">IBB", 1 << 20, 1, 2) + b"x" * 100,
+    "huge frame before HELLO": struct.pack(">IBB", 1 << 20, VERSION, 2) + b"x" * 100,
     "bad version": struct.pack(">IBB", 10, 9, 2) + b"x" * 8,
     "bad MAC": frame(2, wstr(b"gpt2-tiny") + struct.pack(">QIII", 0, 0, 0, 1234) + b"\0" * 32),
     "another run": frame(2, wstr(b"other-run") + struct.pack(">QIII", 0, 0, 0, 1234) + b"\1" * 32),

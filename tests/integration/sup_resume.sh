@@ -9,7 +9,9 @@ source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
 mkdir -p "$ST"
 
-FAKE_STEP_MS=60 sup_bg "$ST" --spares 1
+# 0.2 s steps: 30 steps last 6 s, so the first supervisor still runs (and
+# holds the catalog) when the second starts, also on a loaded machine
+FAKE_STEP_MS=200 sup_bg "$ST" --spares 1
 for _ in $(seq 200); do
   has_event "$ST" checkpoint_committed 'e["step"] >= 10' 2>/dev/null && break
   sleep 0.1

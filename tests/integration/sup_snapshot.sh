@@ -11,7 +11,9 @@ ST=$TMP/state
 mkdir -p "$ST"
 cp "$FT_SRC/examples/demo.yaml" "$TMP/run.yaml"
 
-FT_FAILPOINTS=kill_node_at_step=15 FAKE_STEP_MS=60 "$FT_BIN/supervise" --state "$ST" \
+# the workers take no step before the gate file exists, so the run file is
+# gone before the node is killed however loaded the machine is
+FAKE_GATE=$TMP/gate FT_FAILPOINTS=kill_node_at_step=15 FAKE_STEP_MS=60 "$FT_BIN/supervise" --state "$ST" \
   --worker "$FAKE" --steps 40 --set checkpoint.every_steps=5 \
   --set watchdog.heartbeat_timeout_s=3 --spares 0 "$TMP/run.yaml" >"$ST.out" 2>&1 &
 SUP=$!
@@ -19,6 +21,7 @@ for _ in $(seq 100); do [ -s "$ST/control.port" ] && break; sleep 0.05; done
 [ -s "$ST/control.port" ] || fail "no control.port"
 rm "$TMP/run.yaml"
 has_event "$ST" chaos_kill && fail "the node was killed before the run file was deleted"
+touch "$TMP/gate"
 # a second supervisor on the same state, with another run file, is refused
 # and leaves the running one's snapshot alone
 sed 's/^run: gpt2-tiny/run: gpt2-tiny  # changed/' "$FT_SRC/examples/demo.yaml" >"$TMP/other.yaml"

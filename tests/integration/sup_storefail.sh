@@ -14,7 +14,9 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 ST=$TMP/state
 mkdir -p "$ST"
 
-FAKE_STEP_MS=100 sup_bg "$ST" --spares 0 --steps 30 --set checkpoint.every_steps=10
+# steps of 0.4 s: the 10 steps after checkpoint 20 leave strace time to attach
+# on a loaded machine before the final checkpoint's renames
+FAKE_STEP_MS=400 sup_bg "$ST" --spares 0 --steps 30 --set checkpoint.every_steps=10
 for _ in $(seq 300); do
   has_event "$ST" checkpoint_committed 'e["step"] == 20' 2>/dev/null && break
   sleep 0.05

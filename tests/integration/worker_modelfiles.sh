@@ -58,8 +58,8 @@ PY
   --set train.weight_decay=0 --log-json "$TMP/b.jsonl"
 python3 - "$TMP/a.jsonl" "$TMP/b.jsonl" <<'PY' || fail "the model started from the llm.c file is not the exported one"
 import json, sys
-va = [json.loads(l)["val_loss"] for l in open(sys.argv[1]) if "val_loss" in l][0]
-vb = [json.loads(l)["val_loss"] for l in open(sys.argv[2]) if "val_loss" in l][0]
+va = [json.loads(l)["val_loss"] for l in open(sys.argv[1]) if "val_loss" in l][-1]  # the final one
+vb = [json.loads(l)["val_loss"] for l in open(sys.argv[2]) if "val_loss" in l][-1]
 print(f"val loss of the trained model {va:.7f}, of the same model through llm.c's file {vb:.7f}")
 sys.exit(0 if abs(va - vb) < 1e-5 else 1)
 PY

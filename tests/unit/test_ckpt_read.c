@@ -4,6 +4,9 @@
  * uneven ranges is read back at world 1 and world 2 (FSDP slices), by a
  * separate read-only store handle. A damaged chunk is refused (FT_ECORRUPT)
  * and never copied out; verify reports it and marks the checkpoint bad.
+ * A store that keeps its chunks in memory (ckpt_store_keep_in_memory) reads
+ * them from there (the chunk files on disk may even be damaged), within its
+ * bound: the chunks written longest ago are read from disk again.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,8 +196,73 @@ static void test_corrupt_chunk_refused(void **st) {
   free(out);
 }
 
+static void test_memory_first(void **st) {
+  (void)st;
+  char *dir, *uri;
+  ckpt_store *s = NULL;
+  ckpt_store_opts o = {.chunk_mib = 1, .threads = 2};
+  assert_int_equal(tu_store_open(&dir, &uri, &s, &o), FT_OK);
+  assert_int_equal(ckpt_store_keep_in_memory(s, 5u << 20), FT_OK);
+  float *v[3], *out = malloc(NBIG * 4);
+  for (int k = 0; k < 3; k++) {
+    v[k] = malloc(NBIG * 4);
+    tu_fill(v[k], NBIG, 40 + (uint64_t)k);
+  }
+  ckpt_part p = tu_part("param/big", v[0], NBIG, 0, NBIG);
+  assert_int_equal(tu_commit(s, "mem", 1, &p, 1), FT_OK);
+  ckpt_manifest *m = NULL;
+  assert_int_equal(ckpt_store_load(s, "mem", 1, &m), FT_OK);
+  /* every chunk file damaged: the reads must not touch them */
+  const ckpt_tensor *t = &m->tensors[ckpt_manifest_find(m, "param/big")];
+  for (int c = 0; c < t->nchunks; c++) {
+    char path[4300];
+    struct stat sb;
+    tu_chunk_path(dir, t->chunks[c].hash, path, sizeof path);
+    assert_int_equal(stat(path, &sb), 0);
+    tu_flip(path, (long)sb.st_size / 2);
+  }
+  ckpt_read_stats r0, r1;
+  ckpt_store_read_stats(s, &r0);
+  assert_int_equal(ckpt_store_read(s, m, "param/big", 0, NBIG * 4, out), FT_OK);
+  assert_memory_equal(out, v[0], NBIG * 4);
+  ckpt_store_read_stats(s, &r1);
+  assert_int_equal(r1.memory_bytes - r0.memory_bytes, NBIG * 4);
+  assert_int_equal(r1.store_bytes - r0.store_bytes, 0);
+  assert_int_equal(r1.memory_rejected, 0);
+  /* another handle on the same store has nothing in memory: the damage shows */
+  ckpt_store *r = NULL;
+  ckpt_store_opts ro = {.read_only = 1};
+  assert_int_equal(ckpt_store_open(uri, &ro, &r), FT_OK);
+  assert_int_equal(ckpt_store_read(r, m, "param/big", 0, NBIG * 4, out), FT_ECORRUPT);
+  ckpt_store_free(r);
+  ckpt_manifest_free(m);
+  /* two more checkpoints (3 MiB each): step 1 and then the first chunks of
+   * step 2 leave the 5 MiB bound, step 3 stays whole */
+  for (int k = 1; k < 3; k++) {
+    p = tu_part("param/big", v[k], NBIG, 0, NBIG);
+    assert_int_equal(tu_commit(s, "mem", 1 + k, &p, 1), FT_OK);
+  }
+  for (int k = 2; k >= 1; k--) {
+    assert_int_equal(ckpt_store_load(s, "mem", 1 + k, &m), FT_OK);
+    ckpt_store_read_stats(s, &r0);
+    assert_int_equal(ckpt_store_read(s, m, "param/big", 0, NBIG * 4, out), FT_OK);
+    assert_memory_equal(out, v[k], NBIG * 4);
+    ckpt_store_read_stats(s, &r1);
+    if (k == 2) /* the newest: all from memory */
+      assert_int_equal(r1.store_bytes - r0.store_bytes, 0);
+    else
+      assert_true(r1.store_bytes > r0.store_bytes && r1.memory_bytes > r0.memory_bytes);
+    ckpt_manifest_free(m);
+  }
+  for (int k = 0; k < 3; k++)
+    free(v[k]);
+  free(out);
+  tu_store_close(dir, uri, s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_memory_first),
       cmocka_unit_test_setup_teardown(test_reshard, setup, teardown),
       cmocka_unit_test_setup_teardown(test_arbitrary_ranges, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_chunk_refused, setup, teardown),

@@ -1,5 +1,6 @@
-/* Unit tests of supervisor/sup_launch.c: argv, shell quoting, templates, and
- * one real spawn (process group, environment token, log file). */
+/* Unit tests of supervisor/sup_launch.c: argv, shell quoting, templates, the
+ * ssh launcher's command (through two real shells, as ssh runs it), and real
+ * spawns (process group, environment token, token on stdin, log file). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,8 @@
 #include <cmocka.h>
 
 #include "sup_launch.h"
+
+#include "ft_err.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -59,6 +62,94 @@ static void test_argv(void **st) {
     assert_string_not_equal(v[n], "--steps");
   assert_int_equal(n, 11);
   sup_argv_free(v);
+  a.token_stdin = 1;
+  a.threads = 3;
+  v = sup_worker_argv(&a);
+  for (n = 0; v[n]; n++)
+    ;
+  assert_int_equal(n, 14);
+  assert_string_equal(v[11], "--threads");
+  assert_string_equal(v[12], "3");
+  sup_argv_free(v);
+  a.slot = -1; /* the slurm launcher's tasks add --slot themselves */
+  v = sup_worker_argv(&a);
+  for (n = 0; v[n]; n++)
+    assert_string_not_equal(v[n], "--slot");
+  assert_int_equal(n, 12);
+  sup_argv_free(v);
+  a.slot = 1;
+  v = sup_worker_argv(&a);
+  assert_string_equal(v[11], "--threads");
+  assert_string_equal(v[12], "3");
+  assert_string_equal(v[13], "--token-stdin");
+  sup_argv_free(v);
+}
+
+/* The slurm launcher's srun argv: the step's options, nodes.srun_args split
+ * on blanks, and a task command that adds --slot $SLURM_LOCALID (run here
+ * through a real /bin/sh, as each task runs it). */
+static void test_srun_argv(void **st) {
+  char *worker[] = {"/bin/echo", "--node", "2", "x y", NULL};
+  sup_srun_args a = {.host = "h3",
+                     .ntasks = 4,
+                     .workdir = "/w d",
+                     .name = "ftsup-r1-node2",
+                     .extra = "  --mpi=none\t--cpu-bind=none "};
+  char **v = sup_srun_argv(&a, worker);
+  assert_non_null(v);
+  const char *want[] = {"srun",
+                        "--nodes=1",
+                        "--ntasks=4",
+                        "--nodelist=h3",
+                        "--overlap",
+                        "--export=ALL",
+                        "--kill-on-bad-exit=0",
+                        "--input=none",
+                        "--label",
+                        "--job-name=ftsup-r1-node2",
+                        "--chdir=/w d",
+                        "--mpi=none",
+                        "--cpu-bind=none",
+                        "/bin/sh",
+                        "-c",
+                        SUP_SRUN_SLOT_SH,
+                        "/bin/echo",
+                        "--node",
+                        "2",
+                        "x y"};
+  int n = 0;
+  for (; v[n]; n++) {
+    assert_true(n < 20);
+    assert_string_equal(v[n], want[n]);
+  }
+  assert_int_equal(n, 20);
+  /* the task's command, as slurmstepd runs it with SLURM_LOCALID=3 */
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t c = fork();
+  if (c == 0) {
+    dup2(p[1], 1);
+    setenv("SLURM_LOCALID", "3", 1);
+    execv(v[13], v + 13);
+    _exit(127);
+  }
+  close(p[1]);
+  char out[256] = {0};
+  ssize_t got = 0, r;
+  while ((r = read(p[0], out + got, sizeof out - 1 - (size_t)got)) > 0)
+    got += r;
+  close(p[0]);
+  int status;
+  assert_int_equal(waitpid(c, &status, 0), c);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_string_equal(out, "--node 2 x y --slot 3\n");
+  sup_argv_free(v);
+  a.extra = "";
+  v = sup_srun_argv(&a, worker);
+  for (n = 0; v[n]; n++)
+    ;
+  assert_int_equal(n, 18);
+  sup_argv_free(v);
 }
 
 static void check_quote(const char *in, const char *want) {
@@ -105,6 +196,75 @@ static void test_template(void **st) {
   t = sup_template_expand("env {argv}", "", "x");
   assert_string_equal(t, "env x");
   free(t);
+}
+
+static void test_ssh_command(void **st) {
+  char *argv[] = {"/b/worker", "--node", "1", "--token-stdin", NULL};
+  char *c = sup_ssh_command("ssh -T {host}", "h1", "/w", argv);
+  assert_string_equal(c, "ssh -T h1 'cd /w && exec /b/worker --node 1 --token-stdin'");
+  free(c);
+  /* no {host}: appended; odd host and workdir quoted for their shells */
+  c = sup_ssh_command("ssh -F cfg", "a b", "/w d", argv);
+  assert_string_equal(c, "ssh -F cfg 'a b' 'cd '\\''/w d'\\'' && exec /b/worker --node 1 "
+                         "--token-stdin'");
+  free(c);
+}
+
+/* As ssh runs it: the local shell runs the ssh part, whose last word the
+ * "remote" shell runs (here sh -c "$2" stands for ssh HOST WORD). The
+ * remote side's cwd is the workdir, and every argument arrives as it was. */
+static void test_ssh_roundtrip(void **st) {
+  char dir[] = "/tmp/test_sup_ssh it's $HOME.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char *argv[] = {"sh", "-c", "pwd; printf '%s|' \"$@\"", "x", "a b", "it's", "$HOME", "`x`",
+                  "",   NULL};
+  char *c = sup_ssh_command("sh -c 'exec sh -c \"$2\"' fakessh {host}", "h1", dir, argv);
+  assert_non_null(c);
+  char *outer = sup_shell_quote(c);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "sh -c %s", outer);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char out[1024] = {0};
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  assert_int_equal(pclose(p), 0);
+  out[n] = 0;
+  char want[1024];
+  snprintf(want, sizeof want, "%s\na b|it's|$HOME|`x`||", dir);
+  assert_string_equal(out, want);
+  free(outer);
+  free(c);
+  rmdir(dir);
+}
+
+/* The ssh launcher's spawn: the text on stdin, then end of file (cat
+ * ends), and no FT_RUN_TOKEN in the environment, not even the parent's. */
+static void test_spawn_stdin(void **st) {
+  char log[] = "/tmp/test_sup_launch_stdin.XXXXXX";
+  int fd = mkstemp(log);
+  assert_true(fd >= 0);
+  close(fd);
+  setenv("FT_RUN_TOKEN", "stale-token-from-parent", 1);
+  sup_spawn sp = {.cmd = "read l; echo got=$l; cat; echo eof env=${FT_RUN_TOKEN-unset}",
+                  .stdin_text = "abc\nmore\n",
+                  .log_path = log};
+  pid_t pid;
+  int status;
+  assert_int_equal(sup_launch_spawn(&sp, &pid), 0);
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  FILE *f = fopen(log, "r");
+  char buf[4096] = {0};
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  assert_string_equal(buf, "got=abc\nmore\neof env=unset\n");
+  /* more than a pipe takes at once: refused, nothing started */
+  static char big[70000];
+  memset(big, 'x', sizeof big - 1);
+  sp.stdin_text = big;
+  assert_int_equal(sup_launch_spawn(&sp, &pid), FT_EINVAL);
+  unlink(log);
 }
 
 static void test_spawn(void **st) {
@@ -181,6 +341,10 @@ int main(void) {
       cmocka_unit_test(test_quote),
       cmocka_unit_test(test_quote_roundtrip),
       cmocka_unit_test(test_template),
+      cmocka_unit_test(test_ssh_command),
+      cmocka_unit_test(test_srun_argv),
+      cmocka_unit_test(test_ssh_roundtrip),
+      cmocka_unit_test(test_spawn_stdin),
       cmocka_unit_test(test_spawn),
       cmocka_unit_test(test_host),
   };

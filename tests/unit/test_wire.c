@@ -133,6 +133,8 @@ static void assert_same(const ft_msg *a, const ft_msg *b) {
     break;
   case FT_MSG_HEARTBEAT:
     assert_true(a->heartbeat.step == b->heartbeat.step);
+    assert_int_equal(a->heartbeat.seq, b->heartbeat.seq);
+    assert_int_equal(a->heartbeat.rtt_us, b->heartbeat.rtt_us);
     break;
   case FT_MSG_STEP:
     assert_true(a->step.step == b->step.step);
@@ -140,6 +142,7 @@ static void assert_same(const ft_msg *a, const ft_msg *b) {
     assert_true(dbits(a->step.grad_norm) == dbits(b->step.grad_norm));
     assert_true(dbits(a->step.tokens_per_s) == dbits(b->step.tokens_per_s));
     assert_true(dbits(a->step.step_ms) == dbits(b->step.step_ms));
+    assert_true(dbits(a->step.val_loss) == dbits(b->step.val_loss));
     break;
   case FT_MSG_SHARD_SAVED:
     assert_true(a->shard_saved.step == b->shard_saved.step);
@@ -231,6 +234,8 @@ static void make_msg(int type, ft_msg *m) {
     break;
   case FT_MSG_HEARTBEAT:
     m->heartbeat.step = 99;
+    m->heartbeat.seq = 0xfffffffeu;
+    m->heartbeat.rtt_us = 123456;
     break;
   case FT_MSG_STEP:
     m->step.step = 1234;
@@ -238,6 +243,7 @@ static void make_msg(int type, ft_msg *m) {
     m->step.grad_norm = 0.75;
     m->step.tokens_per_s = 123456.5;
     m->step.step_ms = 812.125;
+    m->step.val_loss = NAN;
     break;
   case FT_MSG_SHARD_SAVED:
     m->shard_saved.step = 1200;
@@ -544,7 +550,7 @@ static void test_frame_len_bad(void **state) {
   const uint8_t zero[] = {0, 0, 0, 0};
   assert_int_equal(ft_wire_frame_len(zero, 4, &fl), FT_EPROTO);
   assert_non_null(strstr(ft_err_detail(), "shorter"));
-  const uint8_t one[] = {0, 0, 0, 1, 1};
+  const uint8_t one[] = {0, 0, 0, 1, FT_WIRE_VERSION};
   assert_int_equal(ft_wire_frame_len(one, 5, &fl), FT_EPROTO);
   const uint8_t huge[] = {0xff, 0xff, 0xff, 0xff};
   assert_int_equal(ft_wire_frame_len(huge, 4, &fl), FT_EPROTO);
@@ -556,17 +562,17 @@ static void test_frame_len_bad(void **state) {
   over[3] = (uint8_t)(FT_WIRE_MAX_FRAME + 1);
   assert_int_equal(ft_wire_frame_len(over, 4, &fl), FT_EPROTO);
   /* exactly the max is fine (need more bytes) */
-  const uint8_t max[] = {0x01, 0x00, 0x00, 0x00, 1};
+  const uint8_t max[] = {0x01, 0x00, 0x00, 0x00, FT_WIRE_VERSION};
   assert_int_equal(ft_wire_frame_len(max, 5, &fl), 0);
   /* but not before authentication */
   assert_int_equal(ft_wire_frame_len_max(max, 5, FT_WIRE_PREAUTH_MAX_FRAME, &fl), FT_EPROTO);
-  const uint8_t small[] = {0, 0, 0x10, 0x00, 1};
+  const uint8_t small[] = {0, 0, 0x10, 0x00, FT_WIRE_VERSION};
   assert_int_equal(ft_wire_frame_len_max(small, 5, FT_WIRE_PREAUTH_MAX_FRAME, &fl), 0);
   /* version is checked as soon as its byte is there */
-  const uint8_t v2[] = {0, 0, 0, 10, 2};
-  assert_int_equal(ft_wire_frame_len(v2, 4, &fl), 0);
-  assert_int_equal(ft_wire_frame_len(v2, 5, &fl), FT_EPROTO);
-  assert_non_null(strstr(ft_err_detail(), "version 2"));
+  const uint8_t v1[] = {0, 0, 0, 10, 2}; /* version 2: before STOP rejoin */
+  assert_int_equal(ft_wire_frame_len(v1, 4, &fl), 0);
+  assert_int_equal(ft_wire_frame_len(v1, 5, &fl), FT_EPROTO);
+  assert_non_null(strstr(ft_err_detail(), "version 2, expected 3"));
   const uint8_t v0[] = {0, 0, 0, 2, 0, 5};
   assert_int_equal(ft_wire_frame_len(v0, 6, &fl), FT_EPROTO);
 }
@@ -606,7 +612,7 @@ static void tb_filled(tb *t, size_t n, char c) {
 static void tb_start(tb *t, uint8_t type, uint64_t gen) {
   t->n = 0;
   tb_u32(t, 0);
-  tb_u8(t, 1);
+  tb_u8(t, FT_WIRE_VERSION);
   tb_u8(t, type);
   tb_str(t, "run");
   tb_u64(t, gen);
@@ -642,7 +648,7 @@ static void test_malformed(void **state) {
   /* the hand-built baseline is accepted (so the failures below are real) */
   tb_start(&t, FT_MSG_STEP, 3);
   tb_u64(&t, 5);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     tb_u64(&t, dbits(1.5));
   tb_ok(&t);
 
@@ -651,9 +657,9 @@ static void test_malformed(void **state) {
   expect_proto(t.d, 5, "shorter");
   tb_done(&t);
   expect_proto(t.d, t.n - 1, "length field"); /* frame shorter than its length */
-  t.d[4] = 2;
-  expect_proto(t.d, t.n, "version 2");
-  t.d[4] = 1;
+  t.d[4] = FT_WIRE_VERSION + 1;
+  expect_proto(t.d, t.n, "expected 3");
+  t.d[4] = FT_WIRE_VERSION;
   for (unsigned ty = 0; ty < 256; ty++) {
     if (ty >= FT_MSG_TYPE_MIN && ty <= FT_MSG_TYPE_MAX)
       continue;
@@ -675,7 +681,7 @@ static void test_malformed(void **state) {
   /* run id: empty, too long, NUL inside, absurd length */
   t.n = 0;
   tb_u32(&t, 0);
-  tb_u8(&t, 1);
+  tb_u8(&t, FT_WIRE_VERSION);
   tb_u8(&t, FT_MSG_COMMITTED);
   tb_str(&t, "");
   tb_u64(&t, 1);
@@ -711,6 +717,8 @@ static void test_malformed(void **state) {
   tb_bad(&t, "generation 0");
   tb_start(&t, FT_MSG_HEARTBEAT, 0);
   tb_u64(&t, 5);
+  tb_u32(&t, 1);
+  tb_u32(&t, 250);
   tb_ok(&t);
 
   /* steps out of range */
@@ -719,10 +727,12 @@ static void test_malformed(void **state) {
   tb_bad(&t, "COMMITTED.step: -1 is negative");
   tb_start(&t, FT_MSG_HEARTBEAT, 1);
   tb_u64(&t, (uint64_t)-2);
+  tb_u32(&t, 1);
+  tb_u32(&t, 0);
   tb_bad(&t, "HEARTBEAT.step: -2");
   tb_start(&t, FT_MSG_STEP, 1);
   tb_u64(&t, 0x8000000000000000ull);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     tb_u64(&t, 0);
   tb_bad(&t, "STEP.step");
 
@@ -846,7 +856,7 @@ static void test_malformed(void **state) {
   tb_start(&t, FT_MSG_STOP, 1);
   tb_u8(&t, FT_STOP_REASON_COUNT);
   tb_str(&t, "x");
-  tb_bad(&t, "STOP.reason: 6 out of range");
+  tb_bad(&t, "STOP.reason: 7 out of range");
   tb_start(&t, FT_MSG_STOP, 1);
   tb_u8(&t, FT_STOP_DONE);
   tb_filled(&t, FT_WIRE_MAX_DETAIL + 1, 'd');

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# How fast a supervised run on the namespace Slurm cluster notices a lost
+# host and trains again, beside what Slurm itself notices in the same run.
+#
+# A 2-node run (the tiny demo model, heartbeat timeout 3 s) under the slurm
+# launcher on a cluster of 2 + 2*R hosts (R spares per fault kind). Faults,
+# one at a time, each once the previous recovery has trained for a while:
+# R x an active host loses power (host_power_off), R x an active host's
+# link is cut (host_link down). Per fault it prints: time to detect (the
+# injection to the first fault_detected), what it was detected as, time to
+# the new gang's first step, steps lost; and, for power losses, when Slurm's
+# controller first showed the node as not responding (sinfo '*'), its own
+# detection with SlurmdTimeout=10 s, the reference a user without the
+# supervisor would wait for. Then the run's goodput (chaos/goodput.py).
+# Targets (issue 13): a dead host detected in < 1 s, a cut-off host within
+# the heartbeat timeout + 1 s, detection to first new step < 5 s.
+#
+# usage: bench/bench_cluster_recovery.sh [BUILD_DIR] [R]   (root; default build, R=2)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SRC=$PWD
+B=$(cd "${1:-build}" && pwd)
+R=${2:-2}
+. tests/cluster/cluster.sh
+reason=$(cluster_can_run) || {
+  echo "$reason"
+  exit 77
+}
+T=$(mktemp -d "${TMPDIR:-/tmp}/ftcbench.XXXXXX")
+C=$T/cluster
+cleanup() {
+  cluster_down "$C"
+  rm -rf "$T"
+}
+trap cleanup EXIT
+NH=$((2 + 2 * R))
+cluster_up "$C" "$NH" >/dev/null
+RUN=$C/shared/run
+mkdir -p "$RUN"
+"$B/bin/ftdata" synth --out "$RUN/synth" --tokens 400000 >/dev/null
+sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
+  -e "s|^data:.*|data: {train: \"$RUN/synth_train_*.bin\", val: \"$RUN/synth_val_*.bin\"}|" \
+  -e 's|  launcher: local|  launcher: slurm|' -e 's|  steps: 300|  steps: 100000|' \
+  -e "s|  store: .*|  store: \"local:$C/shared/ckpt\"|" -e 's|  every_steps: 25|  every_steps: 10|' \
+  -e 's|  heartbeat_timeout_s: 10|  heartbeat_timeout_s: 3|' \
+  "$SRC/examples/demo.yaml" >"$RUN/run.yaml"
+ST=$RUN/state
+EV=$ST/events.jsonl
+(cd "$RUN" && cluster_exec head salloc -N"$NH" "$B/bin/supervise" --state "$ST" run.yaml) \
+  >"$T/sup.out" 2>&1 &
+SUP=$!
+
+count() {
+  local n
+  n=$(grep -c "\"event\":\"$1\"" "$EV" 2>/dev/null) || true
+  echo "${n:-0}"
+}
+wait_for() { # EVENT N SECONDS: until EVENT has appeared N times
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    [ "$(count "$1")" -ge "$2" ] && return 0
+    kill -0 $SUP 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+active_host() { # a host of the current gang
+  python3 - "$EV" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+hosts = next(e for e in ev if e["event"] == "run_started")["hosts"]
+gen = [e for e in ev if e["event"] == "generation_started"][-1]
+print(hosts[gen["nodes"][-1]])
+PY
+}
+now() { python3 -c 'import time; print(f"{time.time():.3f}")'; }
+
+wait_for checkpoint_committed 1 120 || {
+  tail -20 "$T/sup.out"
+  echo "bench: the run did not start"
+  exit 1
+}
+: >"$T/faults.jsonl"
+: >"$T/slurm.txt"
+rec=0
+notices=()
+for kind in power_off link_down; do
+  for ((i = 0; i < R; i++)); do
+    sleep 4
+    h=$(active_host)
+    t0=$(now)
+    if [ $kind = power_off ]; then host_power_off "$h"; else host_link "$h" down; fi
+    echo "{\"ts\": $t0, \"kind\": \"$kind $h\"}" >>"$T/faults.jsonl"
+    if [ $kind = power_off ]; then
+      ( # Slurm's own notice: the node marked not responding
+        for ((j = 0; j < 600; j++)); do
+          if cluster_exec head sinfo -h -N -n "$h" -o '%T' 2>/dev/null | grep -q '\*\|down'; then
+            echo "$h $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")" >>"$T/slurm.txt"
+            break
+          fi
+          sleep 0.1
+        done
+      ) &
+      notices+=($!)
+    fi
+    rec=$((rec + 1))
+    wait_for recovered "$rec" 60 || {
+      tail -20 "$T/sup.out"
+      echo "bench: no recovery after $kind of $h"
+      exit 1
+    }
+  done
+done
+sleep 4
+wait "${notices[@]}" # Slurm's notices
+kill -INT $SUP 2>/dev/null || true
+wait $SUP || true
+
+echo "supervised run under Slurm: 2 active nodes, heartbeat_timeout_s 3, $((2 * R)) faults"
+python3 - "$EV" "$T/faults.jsonl" "$T/slurm.txt" "$SRC/chaos" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[4])
+import goodput
+ev = goodput.load(sys.argv[1]); faults = goodput.load(sys.argv[2])
+slurm = dict(l.split() for l in open(sys.argv[3]) if l.strip())
+r = goodput.analyse(ev, faults)
+print(f"{'fault':<18} {'detect s':>9} {'detected as':<17} {'to 1st step s':>13} {'lost':>5}  reference")
+for f in r["faults"]:
+    kind, host = f["kind"].split()
+    ref = (f"Slurm noticed after {slurm[host]} s (SlurmdTimeout 10)" if host in slurm
+           else "heartbeat timeout 3 s")
+    target = "< 1 s" if kind == "power_off" else "< 4 s (timeout + 1)"
+    print(f"{f['kind']:<18} {f['detect_s']:>9.2f} {str(f['detected_as']):<17} "
+          f"{f['recover_s']:>13.2f} {str(f['steps_lost']):>5}  target {target}; {ref}")
+print(f"goodput {100 * r['goodput']:.1f}% over {r['wall_s']:.0f} s "
+      f"(a fault every ~{r['wall_s'] / max(1, len(faults)):.0f} s; target >= 95% at one per 60 s)")
+PY

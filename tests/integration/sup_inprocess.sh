@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# In-process restart (recovery.in_process, issue 15 part 1), with the real
+# worker: the demo model, 2 nodes + 1 spare, node 1 lost at step 15 (the run
+# file's chaos.kill_node_at_step kills its whole process group).
+#  1. in process: node 0's worker is not relaunched (one worker_launched for
+#     node 0, and that pid answers kill -0 until the end), it left its
+#     generation in process (node_rejoined), the spare replaced node 1, and
+#     the final weights are bit for bit those of the same run restarted as
+#     processes (recovery.in_process: false). Node 0 restored from its own
+#     memory, the spare from the checkpoint it fetched into memory while it
+#     waited (no chunk byte from the store in either restore);
+#  2. a chunk damaged in memory (failpoint corrupt_memory_chunk): its hash
+#     fails, that chunk comes from the store, the weights are the same;
+#  3. a survivor that does not get out of its generation within
+#     recovery.rejoin_timeout_s (the worker failpoint rejoin_delay_ms holds
+#     it) falls back to a process restart (rejoin_fallback, node 0 launched
+#     again), and the run still ends with the same weights.
+. "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+synth_data "$TMP"
+
+# run_one NAME IN_PROCESS [VAR=VALUE ...]: a supervised run in $TMP/NAME
+run_one() {
+  local name=$1 inp=$2
+  shift 2
+  sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
+    -e "s|^data:.*|data: {train: \"$TMP/synth_train_*.bin\", val: \"$TMP/synth_val_*.bin\"}|" \
+    -e 's|  steps: 300|  steps: 40|' -e "s|  store: .*|  store: \"local:$TMP/$name/store\"|" \
+    -e 's|  every_steps: 25|  every_steps: 5|' -e 's|  val_every: 25|  val_every: 0|' \
+    "$FT_SRC/examples/demo.yaml" >"$TMP/$name.yaml"
+  cat >>"$TMP/$name.yaml" <<EOF
+  in_process: $inp
+  rejoin_timeout_s: 2
+chaos: {kill_node_at_step: 15}
+EOF
+  mkdir -p "$TMP/$name"
+  env FT_FAILPOINTS="min_step_ms=60${FP:+,$FP}" "$@" "$FT_BIN/supervise" --state "$TMP/$name/st" \
+    --worker "$FT_BIN/worker" --spares 1 "$TMP/$name.yaml" >"$TMP/$name.out" 2>&1 ||
+    {
+      tail -30 "$TMP/$name.out"
+      fail "$name: supervise exited $?"
+    }
+  "$FT_BIN/ckpt" --store "local:$TMP/$name/store" restore 40 --to "$TMP/$name.safetensors" \
+    >/dev/null || fail "$name: no final checkpoint"
+}
+
+# launched NAME NODE: how many workers were launched for node NODE
+launched() {
+  python3 - "$TMP/$1/st/events.jsonl" "$2" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+print(sum(1 for e in ev if e["event"] == "worker_launched" and e["node"] == int(sys.argv[2])))
+PY
+}
+
+FP= run_one procs false
+has_event "$TMP/procs/st" node_rejoined && fail "procs: a node rejoined in process with in_process false"
+[ "$(launched procs 0)" = 2 ] || fail "procs: node 0 should be launched twice, got $(launched procs 0)"
+
+# in process; a watcher checks that node 0's first worker lives on
+FP= run_one inproc true &
+RUN=$!
+pid0=
+for ((i = 0; i < 200; i++)); do
+  pid0=$(python3 -c '
+import json, sys
+try:
+    ev = [json.loads(l) for l in open(sys.argv[1])]
+except OSError:
+    ev = []
+p = [e["pid"] for e in ev if e["event"] == "worker_launched" and e["node"] == 0]
+print(p[0] if p else "")' "$TMP/inproc/st/events.jsonl" 2>/dev/null)
+  [ -n "$pid0" ] && break
+  sleep 0.1
+done
+[ -n "$pid0" ] || fail "inproc: node 0 never launched"
+alive_through=0
+while kill -0 $RUN 2>/dev/null; do
+  if grep -q '"event": *"node_rejoined"' "$TMP/inproc/st/events.jsonl" 2>/dev/null &&
+    grep -q '"event": *"recovered"' "$TMP/inproc/st/events.jsonl" 2>/dev/null; then
+    kill -0 "$pid0" 2>/dev/null && alive_through=1
+    break
+  fi
+  sleep 0.05
+done
+wait $RUN || fail "inproc: the run failed"
+ST=$TMP/inproc/st
+in_order "$ST" chaos_kill fault_detected node_rejoined gang_stopped node_quarantined spare_promoted \
+  generation_started recovered run_done ||
+  fail "inproc: events out of order: $(events "$ST" | tr '\n' ' ')"
+has_event "$ST" node_rejoined 'e["node"] == 0 and e["gen"] == 2' || fail "inproc: node 0 did not rejoin"
+has_event "$ST" rejoin_fallback && fail "inproc: a fallback: $(grep rejoin_fallback "$ST/events.jsonl")"
+has_event "$ST" recovered 'e["rejoined_in_process"] == 1' || fail "inproc: recovered: $(grep '"recovered"' "$ST/events.jsonl")"
+has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 2]' ||
+  fail "inproc: generation 2 should be nodes [0, 2]"
+[ "$(launched inproc 0)" = 1 ] || fail "inproc: node 0 was launched $(launched inproc 0) times"
+[ $alive_through = 1 ] || fail "inproc: node 0's first worker (pid $pid0) did not live through the recovery"
+grep -q "left generation 1 in .* ms, in process" "$ST/logs/node0.slot0.log" ||
+  fail "inproc: node 0's log: $(tail -5 "$ST/logs/node0.slot0.log")"
+cmp -s "$TMP/procs.safetensors" "$TMP/inproc.safetensors" ||
+  fail "inproc: the final weights differ from the process restart's"
+grep -Eq "restored step [0-9]+ in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from the store; 0 chunk" \
+  "$ST/logs/node0.slot0.log" || fail "inproc: node 0 did not restore from its memory alone: $(grep restored "$ST/logs/node0.slot0.log")"
+R=$(sed -n 's/.*restored step \([0-9]*\) .*/\1/p' "$ST/logs/node0.slot0.log")
+grep -q "checkpoint $R in memory ([0-9.]* MiB fetched" "$ST/logs/node2.slot0.log" ||
+  fail "inproc: the spare did not fetch checkpoint $R while waiting: $(grep 'in memory' "$ST/logs/node2.slot0.log")"
+grep -Eq "restored step $R in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from the store" \
+  "$ST/logs/node2.slot0.log" || fail "inproc: the spare should restore from its memory: $(grep restored "$ST/logs/node2.slot0.log")"
+ms=$(python3 -c '
+import json, sys
+print([json.loads(l) for l in open(sys.argv[1]) if "\"recovered\"" in l][0]["detect_to_first_step_ms"])' "$ST/events.jsonl")
+pass "in process: node 0 kept pid $pid0, rejoined generation 2 with the spare, both restored step $R from memory, first step ${ms} ms after detection; weights equal to the process restart's"
+
+# a chunk damaged in node 0's memory: detected by its hash, read from the store
+FP=corrupt_memory_chunk=1 run_one corrupt true
+ST=$TMP/corrupt/st
+has_event "$ST" node_rejoined 'e["node"] == 0' || fail "corrupt: node 0 did not rejoin"
+grep -Eq "MiB from memory, [0-9.]*[1-9][0-9.]* MiB from the store; 1 chunk\(s\) in memory failed their hash" \
+  "$ST/logs/node0.slot0.log" || fail "corrupt: node 0's restore: $(grep restored "$ST/logs/node0.slot0.log")"
+cmp -s "$TMP/procs.safetensors" "$TMP/corrupt.safetensors" ||
+  fail "corrupt: the final weights differ from the process restart's"
+pass "a chunk damaged in memory fails its hash and is read from the store; same weights"
+
+# the fallback: node 0 held in its old generation past rejoin_timeout_s
+FP=rejoin_delay_ms=6000 run_one slow true
+ST=$TMP/slow/st
+has_event "$ST" rejoin_fallback 'e["node"] == 0 and "rejoin_timeout_s" in e["reason"]' ||
+  fail "slow: no rejoin_fallback for node 0: $(events "$ST" | tr '\n' ' ')"
+has_event "$ST" node_rejoined && fail "slow: node 0 rejoined although held past the deadline"
+[ "$(launched slow 0)" = 2 ] || fail "slow: node 0 should be relaunched, launched $(launched slow 0) times"
+has_event "$ST" run_done || fail "slow: the run did not finish"
+cmp -s "$TMP/procs.safetensors" "$TMP/slow.safetensors" ||
+  fail "slow: the final weights differ from the process restart's"
+pass "a survivor held past recovery.rejoin_timeout_s is restarted as a process; same weights"
