@@ -225,6 +225,9 @@ void ckpt_mem_put(ckpt_mem *m, const uint8_t *hash, const void *data, uint64_t l
  * The caller verifies the hash. */
 int ckpt_mem_get(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len);
 int ckpt_mem_has(ckpt_mem *m, const uint8_t *hash, uint64_t len);
+/* ckpt_mem_get for a copy that is not a restore's (a push to a buddy):
+ * the failpoint corrupt_memory_chunk leaves it alone. */
+int ckpt_mem_copy(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len);
 
 int ckpt_writer_start(ckpt_store *s);
 void ckpt_writer_stop(ckpt_store *s);

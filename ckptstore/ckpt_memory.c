@@ -123,7 +123,7 @@ int ckpt_mem_has(ckpt_mem *m, const uint8_t *hash, uint64_t len) {
   return has;
 }
 
-int ckpt_mem_get(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len) {
+static int copy_out(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len, int restore) {
   if (!m)
     return 0;
   pthread_mutex_lock(&m->mu);
@@ -131,10 +131,18 @@ int ckpt_mem_get(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len) {
   int found = c && c->len == len;
   if (found) {
     memcpy(dst, c->data, len);
-    int64_t nth; /* failpoint: the nth chunk read from memory was damaged there */
-    if (ft_failpoint("corrupt_memory_chunk", &nth) && ++m->gets == nth && len)
+    int64_t nth; /* failpoint: the nth chunk a restore read from memory was damaged there */
+    if (restore && ft_failpoint("corrupt_memory_chunk", &nth) && ++m->gets == nth && len)
       ((uint8_t *)dst)[len / 2] ^= 0x40;
   }
   pthread_mutex_unlock(&m->mu);
   return found;
+}
+
+int ckpt_mem_get(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len) {
+  return copy_out(m, hash, dst, len, 1);
+}
+
+int ckpt_mem_copy(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len) {
+  return copy_out(m, hash, dst, len, 0);
 }

@@ -151,6 +151,7 @@ static const struct field FIELDS[] = {
     F_INT("checkpoint.keep_every", checkpoint.keep_every, 0, 1000000000),
     F_INT("checkpoint.chunk_mib", checkpoint.chunk_mib, 1, 1024),
     F_STR("checkpoint.codec", checkpoint.codec, 0, C_CODEC, NULL),
+    F_WORD("checkpoint.replicate", checkpoint.replicate, W_BOOL),
     F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.start_timeout_s", watchdog.start_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, 86400, LO_OPEN),
@@ -233,6 +234,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   rf->recovery.node_failure_window_s = 600;
   SETS(rf->recovery.drain, "true");
   SETS(rf->recovery.in_process, "false");
+  SETS(rf->checkpoint.replicate, "false");
   rf->recovery.rejoin_timeout_s = 10;
 }
 

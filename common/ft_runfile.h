@@ -103,7 +103,8 @@ typedef struct ft_ckpt_cfg {
   int keep_last;
   int keep_every;
   int chunk_mib;
-  char codec[16]; /* "zstd:LEVEL" */
+  char codec[16];    /* "zstd:LEVEL" */
+  char replicate[8]; /* "true" | "false": push each shard into buddies' memory */
 } ft_ckpt_cfg;
 
 typedef struct ft_watchdog_cfg {

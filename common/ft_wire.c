@@ -111,6 +111,7 @@ int ft_wire_sender(int type) {
   case FT_MSG_KV_GET:
     return FT_WIRE_FROM_WORKER;
   case FT_MSG_HEARTBEAT:
+  case FT_MSG_REPLICA:
     return FT_WIRE_FROM_SUPERVISOR | FT_WIRE_FROM_WORKER;
   }
   return 0;
@@ -247,6 +248,7 @@ static int gen_zero_allowed(int type) {
   case FT_MSG_HEARTBEAT:
   case FT_MSG_FAULT:
   case FT_MSG_STOP:
+  case FT_MSG_REPLICA:
     return 1;
   }
   return 0;
@@ -320,6 +322,7 @@ static int check_msg(const ft_msg *m, int err) {
                         FT_STOP_REASON_COUNT - 1);
     return 0;
   case FT_MSG_KV_SET:
+  case FT_MSG_REPLICA:
     return 0;
   case FT_MSG_KV_GET:
     if (m->kv_get.timeout_ms > FT_WIRE_MAX_KV_TIMEOUT_MS)
@@ -508,6 +511,9 @@ int ft_wire_encode(const ft_msg *m, ft_buf *out) {
     w_u32(&w, m->kv_value.nvals);
     for (uint32_t i = 0; i < m->kv_value.nvals && !w.err; i++)
       w_blob(&w, m->kv_value.vals[i].data, m->kv_value.vals[i].len, FT_WIRE_MAX_VALUE, "vals[]");
+    break;
+  case FT_MSG_REPLICA:
+    w_str(&w, m->replica.addrs, 0, FT_WIRE_MAX_ADDRS, "addrs");
     break;
   }
   if (!w.err && out->len - start - 4 > FT_WIRE_MAX_FRAME)
@@ -807,6 +813,10 @@ static void decode_payload(rd *r, ft_msg *m) {
     }
     break;
   }
+  case FT_MSG_REPLICA:
+    v = r_view(r, 0, FT_WIRE_MAX_ADDRS, 1, "addrs");
+    m->replica.addrs = r->err ? "" : r_strdup(r, m, 0, v);
+    break;
   }
 }
 
@@ -916,14 +926,21 @@ int ft_wire_token_check(const char *token) {
 }
 
 #define HELLO_LABEL "ftsup-hello-v1" /* followed by its NUL on the MAC input */
+#define MAX_LABEL 32u
 #define MAX_NONCE 64u
 
-int ft_wire_hmac(const char *token, const uint8_t *nonce, size_t nonce_len, const char *run,
-                 uint64_t gen, uint32_t node, uint32_t slot, uint32_t pid,
-                 uint8_t mac[FT_WIRE_MAC_LEN]) {
+/* HMAC-SHA256 keyed with the token over
+ *   label 0x00 | nonce_len u32 | nonce | run_len u32 | run | tail
+ * (tail: fixed-width fields of the protocol, at most 64 bytes). */
+static int labelled_mac(const char *token, const char *label, const uint8_t *nonce,
+                        size_t nonce_len, const char *run, const uint8_t *tail, size_t tail_len,
+                        uint8_t mac[FT_WIRE_MAC_LEN]) {
   uint8_t key[FT_WIRE_TOKEN_HEX / 2];
-  uint8_t msg[sizeof HELLO_LABEL + 4 + MAX_NONCE + 4 + FT_WIRE_MAX_RUN + 8 + 3 * 4];
+  uint8_t msg[MAX_LABEL + 1 + 4 + MAX_NONCE + 4 + FT_WIRE_MAX_RUN + 64];
+  size_t label_len = strnlen(label, MAX_LABEL + 1);
   size_t run_len = run ? strnlen(run, FT_WIRE_MAX_RUN + 1) : 0;
+  if (label_len > MAX_LABEL || tail_len > 64)
+    return ft_err_set(FT_EINVAL, "hmac: label or fields too long");
   if (!nonce || nonce_len == 0 || nonce_len > MAX_NONCE)
     return ft_err_set(FT_EINVAL, "hmac: nonce length %zu out of range 1..%u", nonce_len, MAX_NONCE);
   if (run_len < 1 || run_len > FT_WIRE_MAX_RUN)
@@ -932,8 +949,8 @@ int ft_wire_hmac(const char *token, const uint8_t *nonce, size_t nonce_len, cons
   if (rc)
     return rc;
   size_t n = 0;
-  memcpy(msg, HELLO_LABEL, sizeof HELLO_LABEL); /* with the NUL */
-  n += sizeof HELLO_LABEL;
+  memcpy(msg, label, label_len + 1); /* with the NUL */
+  n += label_len + 1;
   put32(msg + n, (uint32_t)nonce_len);
   n += 4;
   memcpy(msg + n, nonce, nonce_len);
@@ -942,20 +959,33 @@ int ft_wire_hmac(const char *token, const uint8_t *nonce, size_t nonce_len, cons
   n += 4;
   memcpy(msg + n, run, run_len);
   n += run_len;
-  put64(msg + n, gen);
-  n += 8;
-  put32(msg + n, node);
-  n += 4;
-  put32(msg + n, slot);
-  n += 4;
-  put32(msg + n, pid);
-  n += 4;
+  if (tail_len)
+    memcpy(msg + n, tail, tail_len);
+  n += tail_len;
   unsigned int mac_len = 0;
   if (!HMAC(EVP_sha256(), key, (int)sizeof key, msg, n, mac, &mac_len) ||
       mac_len != FT_WIRE_MAC_LEN)
     rc = ossl_fail("HMAC-SHA256");
   OPENSSL_cleanse(key, sizeof key);
   return rc;
+}
+
+int ft_wire_hmac(const char *token, const uint8_t *nonce, size_t nonce_len, const char *run,
+                 uint64_t gen, uint32_t node, uint32_t slot, uint32_t pid,
+                 uint8_t mac[FT_WIRE_MAC_LEN]) {
+  uint8_t tail[8 + 3 * 4];
+  put64(tail, gen);
+  put32(tail + 8, node);
+  put32(tail + 12, slot);
+  put32(tail + 16, pid);
+  return labelled_mac(token, HELLO_LABEL, nonce, nonce_len, run, tail, sizeof tail, mac);
+}
+
+int ft_wire_hmac_label(const char *token, const char *label, const uint8_t *nonce, size_t nonce_len,
+                       const char *run, uint8_t mac[FT_WIRE_MAC_LEN]) {
+  if (!label || !strcmp(label, HELLO_LABEL))
+    return ft_err_set(FT_EINVAL, "hmac: the label must name another protocol than HELLO's");
+  return labelled_mac(token, label, nonce, nonce_len, run, NULL, 0, mac);
 }
 
 int ft_wire_hello_sign(ft_msg *hello, const char *token, const uint8_t nonce[FT_WIRE_NONCE_LEN]) {

@@ -83,6 +83,13 @@
  *                         status OK: nvals = number of keys asked for
  *                         (1..FT_WIRE_MAX_KEYS), values in the keys' order;
  *                         status TIMEOUT: nvals = 0
+ *  14  REPLICA      W->S  addrs str (<= FT_WIRE_MAX_ADDRS): "HOST:PORT", where
+ *                         this worker's replica server (ckpt_replica.h)
+ *                         takes other workers' chunks into its memory
+ *                   S->W  addrs str: the replica servers this worker pushes
+ *                         its saved shards to (its buddies), comma-separated;
+ *                         "" = none. Sent after ASSIGN and whenever the set
+ *                         changes. Generation 0 allowed (spares serve too).
  *
  * HANDSHAKE (the token is proven before anything else is accepted)
  *
@@ -135,7 +142,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_WIRE_VERSION 3 /* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin */
+/* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA */
+#define FT_WIRE_VERSION 4
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */
@@ -152,6 +160,7 @@
 #define FT_WIRE_MAX_KEYS 64u               /* keys per KV_GET / values per KV_VALUE */
 #define FT_WIRE_MAX_KV_TIMEOUT_MS 3600000u /* one hour */
 #define FT_WIRE_MAX_HEARTBEAT_MS 3600000u
+#define FT_WIRE_MAX_ADDRS 4096u /* REPLICA addrs */
 #define FT_WIRE_NONCE_LEN 32u
 #define FT_WIRE_MAC_LEN 32u
 #define FT_WIRE_TOKEN_HEX 64u /* token: 32 random bytes as hex */
@@ -207,7 +216,8 @@ static inline double ft_wire_heartbeat_interval_s(double heartbeat_timeout_s) {
   X(FT_MSG_STOP, 10, "STOP")                                                                       \
   X(FT_MSG_KV_SET, 11, "KV_SET")                                                                   \
   X(FT_MSG_KV_GET, 12, "KV_GET")                                                                   \
-  X(FT_MSG_KV_VALUE, 13, "KV_VALUE")
+  X(FT_MSG_KV_VALUE, 13, "KV_VALUE")                                                               \
+  X(FT_MSG_REPLICA, 14, "REPLICA")
 
 typedef enum ft_msg_type {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
@@ -215,7 +225,7 @@ typedef enum ft_msg_type {
 #undef FT_WIRE_ENUM_
 } ft_msg_type;
 #define FT_MSG_TYPE_MIN 1
-#define FT_MSG_TYPE_MAX 13
+#define FT_MSG_TYPE_MAX 14
 
 /* The fault taxonomy shared with the watchdog and the supervisor. */
 #define FT_FAULT_KINDS(X)                                                                          \
@@ -374,6 +384,9 @@ typedef struct ft_msg {
       const ft_wire_blob *vals;
       uint32_t nvals;
     } kv_value;
+    struct {
+      const char *addrs;
+    } replica;
   };
   void *owned_[2]; /* decode's allocations; private */
 } ft_msg;
@@ -446,6 +459,13 @@ int ft_wire_nonce_new(uint8_t nonce[FT_WIRE_NONCE_LEN]);
 int ft_wire_hmac(const char *token, const uint8_t *nonce, size_t nonce_len, const char *run,
                  uint64_t gen, uint32_t node, uint32_t slot, uint32_t pid,
                  uint8_t mac[FT_WIRE_MAC_LEN]);
+/* The same construction for another protocol that proves the run token
+ * (the checkpoint replica channel, ckpt_replica.h): HMAC-SHA256 keyed with
+ * the token over label 0x00 | nonce_len u32 | nonce | run_len u32 | run.
+ * The label keeps a MAC of one protocol from being accepted by another;
+ * HELLO's own label is refused (FT_EINVAL). */
+int ft_wire_hmac_label(const char *token, const char *label, const uint8_t *nonce, size_t nonce_len,
+                       const char *run, uint8_t mac[FT_WIRE_MAC_LEN]);
 /* Sets hello->hello.mac from hello's own fields (type must be HELLO). */
 int ft_wire_hello_sign(ft_msg *hello, const char *token, const uint8_t nonce[FT_WIRE_NONCE_LEN]);
 /* 0 if hello's MAC is right for this token and nonce; FT_EPROTO ("HELLO MAC

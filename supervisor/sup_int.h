@@ -87,6 +87,10 @@ typedef struct sup_worker {
    * current generation) and waits for ASSIGN */
   uint64_t rejoin_from;
   int rejoined;
+  /* checkpoint.replicate: its replica server ("" none: not connected, or it
+   * serves none), and the buddy list last sent to it */
+  char replica[300];
+  char buddies[FT_WIRE_MAX_ADDRS + 1];
 } sup_worker;
 
 typedef struct sup_node {
@@ -273,6 +277,10 @@ int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts);
 int sup_send(sup *s, sup_conn *c, ft_msg *m, uint64_t gen);
 void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *detail);
 void sup_pending_clear(sup *s);
+/* checkpoint.replicate: sends each gang worker its buddies (the replica
+ * servers of the next gang node's worker of the same slot and of every
+ * warm spare's) where they changed since it was last told. */
+void sup_send_buddies(sup *s);
 /* Starts the threads that commit (and GC) off the loop (sup_commitq); every
  * store uses them. */
 int sup_run_commitq_start(sup *s);

@@ -740,7 +740,9 @@ static void assign_t(sup *s) {
       m.assign.nskips = (uint32_t)s->nskips;
       if (w->conn)
         sup_send(s, w->conn, &m, s->gen);
+      snprintf(w->buddies, sizeof w->buddies, "?"); /* told again, even "" */
     }
+  sup_send_buddies(s);
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   cJSON_AddNumberToObject(f, "world", world);

@@ -615,6 +615,40 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   return 0;
 }
 
+static void add_addr(char *list, size_t cap, const char *addr) {
+  size_t n = strlen(list);
+  if (!addr[0] || n + strlen(addr) + 2 > cap)
+    return;
+  snprintf(list + n, cap - n, "%s%s", n ? "," : "", addr);
+}
+
+void sup_send_buddies(sup *s) {
+  for (int p = 0; p < s->ngang; p++)
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      if (!w->conn || w->gen != s->gen || !w->replica[0])
+        continue;
+      char list[FT_WIRE_MAX_ADDRS + 1] = "";
+      if (s->ngang > 1) {
+        const sup_worker *next = &s->nodes[s->gang[(p + 1) % s->ngang]].w[j];
+        if (next->conn)
+          add_addr(list, sizeof list, next->replica);
+      }
+      for (int n = 0; n < s->nnodes; n++) {
+        const sup_worker *sp = &s->nodes[n].w[j];
+        if (s->nodes[n].role == SUP_ROLE_SPARE && sp->conn && sp->hello)
+          add_addr(list, sizeof list, sp->replica);
+      }
+      if (!strcmp(list, w->buddies))
+        continue;
+      ft_msg m;
+      ft_msg_init(&m, FT_MSG_REPLICA);
+      m.replica.addrs = list;
+      if (sup_send(s, w->conn, &m, s->gen) == 0)
+        snprintf(w->buddies, sizeof w->buddies, "%s", list);
+    }
+}
+
 /* The echo of a HEARTBEAT (same gen, step and seq): the worker times its
  * control link by it and knows we live. */
 static void echo_beat(sup *s, sup_conn *c, const ft_msg *m) {
@@ -728,6 +762,10 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     if (current)
       on_kv_get(s, w, m);
     break;
+  case FT_MSG_REPLICA: /* where its replica server listens */
+    snprintf(w->replica, sizeof w->replica, "%s", m->replica.addrs);
+    sup_send_buddies(s);
+    break;
   default:
     break;
   }
@@ -742,6 +780,11 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
   if (w) {
     sup_kv_drop_owner(s->kv, sup_conn_id(c));
     w->conn = NULL;
+    snprintf(w->buddies, sizeof w->buddies, "?");
+    if (w->replica[0]) { /* no more pushes to it */
+      w->replica[0] = 0;
+      sup_send_buddies(s);
+    }
   }
   if (is_error) {
     long suppressed = 0;

@@ -68,6 +68,9 @@ struct ctl {
   int reply_status;
   ft_msg reply; /* the last KV_VALUE, owned */
   kv_entry *cache;
+  char token[FT_WIRE_TOKEN_HEX + 1];   /* the run token (the replica channel proves it too) */
+  char buddies[FT_WIRE_MAX_ADDRS + 1]; /* the newest REPLICA list (checkpoint.replicate) */
+  uint64_t buddies_ver;                /* REPLICA lists received */
 };
 
 static void die_lost(const char *why) {
@@ -226,6 +229,10 @@ static void *reader_main(void *arg) {
         c->hb_sent_ns = 0;
       }
       break;
+    case FT_MSG_REPLICA: /* where to push this rank's shards from now on */
+      snprintf(c->buddies, sizeof c->buddies, "%s", m.replica.addrs ? m.replica.addrs : "");
+      c->buddies_ver++;
+      break;
     case FT_MSG_COMMITTED:
       if (m.committed.step > c->committed) {
         c->committed = m.committed.step;
@@ -315,6 +322,7 @@ int ctl_connect(const char *addr, const char *run, const char *token, uint32_t n
     return ft_err_set(FT_ENOMEM, "out of memory");
   c->fd = -1;
   snprintf(c->run, sizeof c->run, "%s", run);
+  snprintf(c->token, sizeof c->token, "%s", token);
   c->node = node;
   c->slot = slot;
   c->hb_timeout_s = hb_timeout_s;
@@ -490,6 +498,26 @@ int ctl_send_shard(ctl *c, int64_t step, int rank, const char *manifest_json) {
   m.shard_saved.rank = (uint32_t)rank;
   m.shard_saved.manifest = manifest_json;
   return send_msg(c, &m);
+}
+
+int ctl_send_replica(ctl *c, const char *addr) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_REPLICA);
+  m.gen = cur_gen(c);
+  m.replica.addrs = addr;
+  return send_msg(c, &m);
+}
+
+uint64_t ctl_buddies(ctl *c, char *buf, size_t len) {
+  pthread_mutex_lock(&c->mu);
+  snprintf(buf, len, "%s", c->buddies);
+  uint64_t v = c->buddies_ver;
+  pthread_mutex_unlock(&c->mu);
+  return v;
+}
+
+const char *ctl_token(const ctl *c) {
+  return c->token;
 }
 
 int ctl_send_fault(ctl *c, int kind, int64_t step, const char *detail) {

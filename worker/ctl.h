@@ -16,6 +16,7 @@
 #ifndef CTL_H
 #define CTL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comm.h"
@@ -65,6 +66,14 @@ int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double to
                   double val_loss);
 int ctl_send_shard(ctl *c, int64_t step, int rank, const char *manifest_json);
 int ctl_send_fault(ctl *c, int kind, int64_t step, const char *detail);
+/* checkpoint.replicate: tells the supervisor where this worker's replica
+ * server listens ("HOST:PORT"); ctl_buddies copies the newest list of
+ * replica servers the supervisor said to push to (comma-separated, "" none)
+ * and returns how many lists have come (0: none yet). */
+int ctl_send_replica(ctl *c, const char *addr);
+uint64_t ctl_buddies(ctl *c, char *buf, size_t len);
+/* The run token this worker proved (for the replica channel). */
+const char *ctl_token(const ctl *c);
 /* The rendezvous key/value store served by the supervisor, for comm. */
 comm_kv ctl_kv(ctl *c);
 /* Blocks until the supervisor sends STOP (the process then exits), or asks

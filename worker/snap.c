@@ -327,6 +327,10 @@ fail:
   return rc;
 }
 
+ckpt_store *snap_store(snap *s) {
+  return s->store;
+}
+
 int snap_keep_in_memory(snap *s, uint64_t max_bytes) {
   return ckpt_store_keep_in_memory(s->store, max_bytes);
 }

@@ -52,6 +52,7 @@
 #include "ft_failpoint.h"
 #include "ft_gpt2.h"
 #include "gpt2.h"
+#include "buddy.h"
 #include "snap.h"
 #include "wdog.h"
 
@@ -208,6 +209,17 @@ static int in_process(const train_opts *o) {
   return o->ctl && strcmp(o->rf->recovery.in_process, "true") == 0;
 }
 
+/* checkpoint.replicate: shards pushed into buddies' memory (buddy.h) */
+static int replicate(const train_opts *o) {
+  return o->ctl && strcmp(o->rf->checkpoint.replicate, "true") == 0;
+}
+
+/* Whether this worker keeps chunks in memory: to restore from them in
+ * process, or to hold (and serve) its buddies'. */
+static int memory_tier(const train_opts *o) {
+  return in_process(o) || replicate(o);
+}
+
 /* A collective failed: tell the supervisor (the peer that died is the
  * fault; this rank is healthy) and leave with FT_EXIT_GANG, or, in
  * process, leave the generation (TRAIN_REJOIN). */
@@ -327,6 +339,7 @@ typedef struct trainer {
   engine *e;
   comm *cm;
   snap *sn;
+  buddy *bd; /* checkpoint.replicate; set once, before the first shard */
   wdog *wd;
   FILE *logf;
   char *config, *ck_config; /* the run file's config JSON; the restored checkpoint's */
@@ -372,6 +385,7 @@ static void trainer_free(trainer *t) {
   if (t->logf)
     fclose(t->logf);
   wdog_stop(t->wd);
+  buddy_stop(t->bd);
   snap_free(t->sn);
   engine_free(t->e);
   comm_free(t->cm);
@@ -444,29 +458,45 @@ static int gloo_addr(const trainer *t, char *buf, size_t len) {
   return FT_EXIT_OK;
 }
 
-/* Rank, world and the collectives: the supervisor's ASSIGN (a warm worker
- * waits for it here, data loaded), or --world W over a folder. */
-/* The checkpoint store, once. In process (recovery.in_process) it keeps in
- * memory the chunks this rank writes and a spare fetches: twice the whole
- * training state (a spare may replace any rank; the newest whole). */
+/* snap's on_durable in a gang: the shard goes to the supervisor, then
+ * (checkpoint.replicate) to the buddies. */
+static int shard_saved(void *ud, const ckpt_meta *meta, const ckpt_shard *shard) {
+  trainer *t = ud;
+  int rc = report_shard(t->o->ctl, meta, shard);
+  if (rc == FT_OK)
+    buddy_offer(__atomic_load_n(&t->bd, __ATOMIC_ACQUIRE), shard);
+  return rc;
+}
+
+/* The checkpoint store, once. With a memory tier (recovery.in_process,
+ * checkpoint.replicate) it keeps in memory the chunks this rank writes and
+ * a spare fetches or is pushed: twice the whole training state (a spare may
+ * replace any rank; the newest whole). */
 static int open_store(trainer *t) {
   const train_opts *o = t->o;
   const ft_runfile *rf = t->rf;
   if (!o->store_uri || t->sn)
     return FT_EXIT_OK;
   int rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, t->level,
-                     o->ctl ? report_shard : NULL, o->ctl, &t->sn);
+                     o->ctl ? shard_saved : NULL, t, &t->sn);
   if (rc) {
     fprintf(stderr, "worker: checkpoint store %s: %s\n", o->store_uri, ft_err_detail());
     return FT_EXIT_STORE;
   }
   if (o->ctl)
     snap_set_fault(t->sn, report_storage, o->ctl);
-  if (in_process(o)) {
+  if (memory_tier(o)) {
     uint64_t chunk = (uint64_t)(rf->checkpoint.chunk_mib > 0 ? rf->checkpoint.chunk_mib : 4) << 20;
     uint64_t state = 3 * (uint64_t)ft_gpt2_num_params(&t->d) * sizeof(float);
     if (snap_keep_in_memory(t->sn, 2 * (state + chunk)))
       fprintf(stderr, "worker: warning: no snapshots in memory: %s\n", ft_err_detail());
+    else if (replicate(o)) {
+      buddy *bd = NULL;
+      if (buddy_start(t->sn, o->ctl, t->addr, rf->run, o->node, o->slot, &bd))
+        fprintf(stderr, "worker: warning: no replicas (checkpoint.replicate): %s\n",
+                ft_err_detail());
+      __atomic_store_n(&t->bd, bd, __ATOMIC_RELEASE);
+    }
   }
   return FT_EXIT_OK;
 }
@@ -509,7 +539,9 @@ static int join_gang(trainer *t) {
   const train_opts *o = t->o;
   pthread_t pf;
   int prefetching = 0;
-  if (t->sn && in_process(o) && !t->e) { /* not after a rejoin: its own chunks are in memory */
+  /* not after a rejoin (its own chunks are in memory), nor where buddies
+   * push them */
+  if (t->sn && in_process(o) && !replicate(o) && !t->e) {
     t->pf_stop = 0;
     prefetching = pthread_create(&pf, NULL, prefetch_main, t) == 0;
   }
@@ -554,7 +586,8 @@ static int phase_gang(trainer *t) {
       fprintf(stderr, "worker: watchdog.xid_actions: %s\n", ft_err_detail());
       return FT_EXIT_USAGE;
     }
-    int code = in_process(o) ? open_store(t) : FT_EXIT_OK; /* a spare fetches meanwhile */
+    /* a spare fetches, or is pushed, checkpoints meanwhile */
+    int code = memory_tier(o) ? open_store(t) : FT_EXIT_OK;
     return code ? code : join_gang(t);
   } else if (o->world > 1) {
     /* Several standalone processes meeting through a folder (tests, debugging). */

@@ -11,7 +11,12 @@
 #     waited (no chunk byte from the store in either restore);
 #  2. a chunk damaged in memory (failpoint corrupt_memory_chunk): its hash
 #     fails, that chunk comes from the store, the weights are the same;
-#  3. a survivor that does not get out of its generation within
+#  3. checkpoint.replicate: every rank pushes each shard into the memory of
+#     the spare (and of the other rank); the spare does not fetch from the
+#     store while it waits, and still restores node 1's shard with no chunk
+#     byte from the store: it came from node 1 before node 1 died. Same
+#     weights.
+#  4. a survivor that does not get out of its generation within
 #     recovery.rejoin_timeout_s (the worker failpoint rejoin_delay_ms holds
 #     it) falls back to a process restart (rejoin_fallback, node 0 launched
 #     again), and the run still ends with the same weights.
@@ -26,7 +31,7 @@ run_one() {
   sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
     -e "s|^data:.*|data: {train: \"$TMP/synth_train_*.bin\", val: \"$TMP/synth_val_*.bin\"}|" \
     -e 's|  steps: 300|  steps: 40|' -e "s|  store: .*|  store: \"local:$TMP/$name/store\"|" \
-    -e 's|  every_steps: 25|  every_steps: 5|' -e 's|  val_every: 25|  val_every: 0|' \
+    -e "s|  every_steps: 25|  every_steps: 5\n  replicate: ${REPL:-false}|" -e 's|  val_every: 25|  val_every: 0|' \
     "$FT_SRC/examples/demo.yaml" >"$TMP/$name.yaml"
   cat >>"$TMP/$name.yaml" <<EOF
   in_process: $inp
@@ -120,6 +125,22 @@ grep -Eq "MiB from memory, [0-9.]*[1-9][0-9.]* MiB from the store; 1 chunk\(s\) 
 cmp -s "$TMP/procs.safetensors" "$TMP/corrupt.safetensors" ||
   fail "corrupt: the final weights differ from the process restart's"
 pass "a chunk damaged in memory fails its hash and is read from the store; same weights"
+
+# buddies: the spare holds node 1's shards because node 1 pushed them
+REPL=true FP= run_one buddy true
+ST=$TMP/buddy/st
+has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 2]' ||
+  fail "buddy: generation 2 should be nodes [0, 2]"
+grep -q "replica server on " "$ST/logs/node2.slot0.log" || fail "buddy: the spare serves no replicas"
+grep -q "in the memory of " "$ST/logs/node1.slot0.log" ||
+  fail "buddy: node 1 pushed nothing: $(grep -i replica "$ST/logs/node1.slot0.log")"
+grep -q "MiB fetched" "$ST/logs/node2.slot0.log" && fail "buddy: the spare fetched from the store"
+R=$(sed -n 's/.*restored step \([0-9]*\) .*/\1/p' "$ST/logs/node2.slot0.log")
+grep -Eq "restored step $R in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from the store; 0 chunk" \
+  "$ST/logs/node2.slot0.log" || fail "buddy: the spare should restore from pushed memory alone: $(grep restored "$ST/logs/node2.slot0.log")"
+cmp -s "$TMP/procs.safetensors" "$TMP/buddy.safetensors" ||
+  fail "buddy: the final weights differ from the process restart's"
+pass "replicas: the spare restored node 1's step $R from what node 1 pushed into its memory; same weights"
 
 # the fallback: node 0 held in its old generation past rejoin_timeout_s
 FP=rejoin_delay_ms=6000 run_one slow true

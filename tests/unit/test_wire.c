@@ -186,6 +186,9 @@ static void assert_same(const ft_msg *a, const ft_msg *b) {
                             a->kv_value.vals[i].len);
     }
     break;
+  case FT_MSG_REPLICA:
+    assert_string_equal(str_or_empty(a->replica.addrs), str_or_empty(b->replica.addrs));
+    break;
   }
 }
 
@@ -278,6 +281,9 @@ static void make_msg(int type, ft_msg *m) {
     m->kv_value.status = FT_KV_OK;
     m->kv_value.vals = g_vals;
     m->kv_value.nvals = 3;
+    break;
+  case FT_MSG_REPLICA:
+    m->replica.addrs = "10.0.0.2:40123,[fd00::3]:40777";
     break;
   }
 }
@@ -569,10 +575,10 @@ static void test_frame_len_bad(void **state) {
   const uint8_t small[] = {0, 0, 0x10, 0x00, FT_WIRE_VERSION};
   assert_int_equal(ft_wire_frame_len_max(small, 5, FT_WIRE_PREAUTH_MAX_FRAME, &fl), 0);
   /* version is checked as soon as its byte is there */
-  const uint8_t v1[] = {0, 0, 0, 10, 2}; /* version 2: before STOP rejoin */
+  const uint8_t v1[] = {0, 0, 0, 10, 3}; /* version 3: before REPLICA */
   assert_int_equal(ft_wire_frame_len(v1, 4, &fl), 0);
   assert_int_equal(ft_wire_frame_len(v1, 5, &fl), FT_EPROTO);
-  assert_non_null(strstr(ft_err_detail(), "version 2, expected 3"));
+  assert_non_null(strstr(ft_err_detail(), "version 3, expected 4"));
   const uint8_t v0[] = {0, 0, 0, 2, 0, 5};
   assert_int_equal(ft_wire_frame_len(v0, 6, &fl), FT_EPROTO);
 }
@@ -658,7 +664,7 @@ static void test_malformed(void **state) {
   tb_done(&t);
   expect_proto(t.d, t.n - 1, "length field"); /* frame shorter than its length */
   t.d[4] = FT_WIRE_VERSION + 1;
-  expect_proto(t.d, t.n, "expected 3");
+  expect_proto(t.d, t.n, "expected 4");
   t.d[4] = FT_WIRE_VERSION;
   for (unsigned ty = 0; ty < 256; ty++) {
     if (ty >= FT_MSG_TYPE_MIN && ty <= FT_MSG_TYPE_MAX)
@@ -1260,6 +1266,15 @@ static void test_hmac(void **state) {
   assert_int_equal(ft_wire_hmac(token, nonce, 0, "r", 0, 0, 0, 0, mac), FT_EINVAL);
   assert_int_equal(ft_wire_hmac(token, nonce, 65, "r", 0, 0, 0, 0, mac), FT_EINVAL);
   assert_int_equal(ft_wire_hmac(token, nonce, 32, "", 0, 0, 0, 0, mac), FT_EINVAL);
+  /* another protocol's MAC (the replica channel): never HELLO's label,
+   * and not HELLO's MAC for the same nonce and run */
+  assert_int_equal(ft_wire_hmac_label(token, "ftsup-hello-v1", nonce, 32, "gpt2-124m", mac),
+                   FT_EINVAL);
+  assert_int_equal(ft_wire_hmac_label(token, "ftsup-replica-v1", nonce, 32, "gpt2-124m", mac), 0);
+  assert_memory_not_equal(mac, ref, 32);
+  uint8_t mac2[32];
+  assert_int_equal(ft_wire_hmac_label(other, "ftsup-replica-v1", nonce, 32, "gpt2-124m", mac2), 0);
+  assert_memory_not_equal(mac, mac2, 32);
   ft_msg noth;
   make_msg(FT_MSG_STEP, &noth);
   assert_int_equal(ft_wire_hello_sign(&noth, token, nonce), FT_EINVAL);
@@ -1322,7 +1337,7 @@ static void test_names(void **state) {
   assert_string_equal(ft_msg_type_name(FT_MSG_HELLO), "HELLO");
   assert_string_equal(ft_msg_type_name(FT_MSG_KV_VALUE), "KV_VALUE");
   assert_string_equal(ft_msg_type_name(0), "?");
-  assert_string_equal(ft_msg_type_name(14), "?");
+  assert_string_equal(ft_msg_type_name(15), "?");
   for (int t = FT_MSG_TYPE_MIN; t <= FT_MSG_TYPE_MAX; t++) {
     assert_string_not_equal(ft_msg_type_name(t), "?");
     assert_true(ft_wire_sender(t) != 0);
