@@ -61,7 +61,7 @@ rest, src = {}, "-"
 for p in sorted(glob.glob(f"{st}/logs/node*.slot*.log")):
     node = re.search(r"node(\d+)\.", p).group(1)
     for l in open(p):
-        m = re.search(r"restored step \d+ in (\d+) ms: ([\d.]+) MiB from memory, ([\d.]+) MiB from the store", l)
+        m = re.search(r"restored step \d+ in (\d+) ms: ([\d.]+) MiB from memory, [\d.]+ MiB from buddies, ([\d.]+) MiB from the store", l)
         if m:
             rest[node] = int(m.group(1))
             if node == "0":

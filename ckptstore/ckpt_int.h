@@ -213,6 +213,10 @@ struct ckpt_store {
    * (ckpt_store_read_stats; atomics). */
   ckpt_mem *mem;
   uint64_t rd_mem_bytes, rd_tier_bytes, rd_mem_rejected;
+  /* the remote source (ckpt_store_set_remote; NULL: none), and its reads */
+  ckpt_remote_fn remote;
+  void *remote_ud;
+  uint64_t rd_remote_bytes, rd_remote_rejected;
 };
 
 /* ckpt_memory.c: chunks kept in memory, by hash (ckpt_store_keep_in_memory). */

@@ -11,6 +11,7 @@
 
 #include "ckpt_int.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 #include "ft_file.h"
 #include "ft_net.h"
 #include "ft_wire.h"
@@ -45,6 +46,7 @@ struct ckpt_replica {
   int stopping;
   int conns[CKPT_REPLICA_MAX_CONN]; /* -1: free */
   int nconns;
+  int64_t served; /* chunks served (failpoint corrupt_replica_chunk) */
   ckpt_replica_stats st;
 };
 
@@ -117,20 +119,18 @@ static void serve_conn(ckpt_replica *r, int fd) {
   uint8_t *buf = NULL;
   uint64_t cap = 0;
   for (;;) {
-    uint8_t hdr[CKPT_HASH_LEN + 8];
-    if (recv_all(fd, hdr, sizeof hdr, "replica client"))
+    uint8_t op, hdr[CKPT_HASH_LEN + 8];
+    if (recv_all(fd, &op, 1, "replica client"))
       break; /* the client is done (or gone) */
+    if ((op != 'P' && op != 'G') || recv_all(fd, hdr, sizeof hdr, "replica client")) {
+      count(r, &r->st.conns_refused, 1);
+      break;
+    }
     uint64_t len = get64be(hdr + CKPT_HASH_LEN);
     if (len > CKPT_REPLICA_MAX_CHUNK) {
       (void)ft_send_all(fd, "R", 1, "replica client");
       count(r, &r->st.conns_refused, 1);
       break;
-    }
-    if (ckpt_mem_has(r->store->mem, hdr, len)) {
-      count(r, &r->st.chunks_had, 1);
-      if (ft_send_all(fd, "H", 1, "replica client"))
-        break;
-      continue;
     }
     if (len > cap) {
       uint8_t *nb = realloc(buf, len ? len : 1);
@@ -138,6 +138,25 @@ static void serve_conn(ckpt_replica *r, int fd) {
         break;
       buf = nb;
       cap = len;
+    }
+    if (op == 'G') {
+      int have = ckpt_mem_copy(r->store->mem, hdr, buf, len);
+      int64_t nth; /* failpoint: the nth chunk served is damaged on its way */
+      if (have && ft_failpoint("corrupt_replica_chunk", &nth) &&
+          __atomic_add_fetch(&r->served, 1, __ATOMIC_RELAXED) == nth && len)
+        buf[len / 2] ^= 0x40;
+      if (have)
+        count(r, &r->st.chunks_served, 1);
+      if (ft_send_all(fd, have ? "Y" : "N", 1, "replica client") ||
+          (have && ft_send_all(fd, buf, len, "replica client")))
+        break;
+      continue;
+    }
+    if (ckpt_mem_has(r->store->mem, hdr, len)) {
+      count(r, &r->st.chunks_had, 1);
+      if (ft_send_all(fd, "H", 1, "replica client"))
+        break;
+      continue;
     }
     if (ft_send_all(fd, "W", 1, "replica client") || recv_all(fd, buf, len, "replica client"))
       break;
@@ -331,15 +350,66 @@ static int dial(const char *addr, int *out) {
   return FT_OK;
 }
 
+/* A connection to the replica server at addr, past its MAC check. */
+static int open_session(const char *addr, const char *token, const char *run, int *out) {
+  int fd = -1;
+  int rc = dial(addr, &fd);
+  if (rc)
+    return rc;
+  uint8_t hello[MAGIC_LEN + FT_WIRE_NONCE_LEN], mac[FT_WIRE_MAC_LEN];
+  char ok = 0;
+  rc = recv_all(fd, hello, sizeof hello, addr);
+  if (!rc && memcmp(hello, MAGIC, MAGIC_LEN) != 0)
+    rc = ft_err_set(FT_EPROTO, "%s is not a checkpoint replica server", addr);
+  if (!rc)
+    rc = ft_wire_hmac_label(token, LABEL, hello + MAGIC_LEN, FT_WIRE_NONCE_LEN, run, mac);
+  if (!rc)
+    rc = ft_send_all(fd, mac, sizeof mac, addr);
+  if (!rc && (recv_all(fd, &ok, 1, addr) || ok != 'K'))
+    rc = ft_err_set(FT_EPROTO, "replica %s refused this run's token", addr);
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  *out = fd;
+  return FT_OK;
+}
+
+int ckpt_replica_fetch(const char *addr, const char *token, const char *run,
+                       const uint8_t hash[CKPT_HASH_LEN], uint64_t len, void *buf) {
+  if (len > CKPT_REPLICA_MAX_CHUNK)
+    return ft_err_set(FT_EINVAL, "replica fetch: a chunk of %llu bytes is over the limit",
+                      (unsigned long long)len);
+  int fd = -1;
+  int rc = open_session(addr, token, run, &fd);
+  if (rc)
+    return rc;
+  uint8_t hdr[1 + CKPT_HASH_LEN + 8] = {'G'};
+  memcpy(hdr + 1, hash, CKPT_HASH_LEN);
+  put64be(hdr + 1 + CKPT_HASH_LEN, len);
+  char ans = 0;
+  rc = ft_send_all(fd, hdr, sizeof hdr, addr);
+  if (!rc)
+    rc = recv_all(fd, &ans, 1, addr);
+  if (!rc && ans == 'N')
+    rc = ft_err_set(FT_ENOENT, "replica %s does not hold the chunk", addr);
+  else if (!rc && ans != 'Y')
+    rc = ft_err_set(FT_EPROTO, "replica %s: unexpected answer to a fetch", addr);
+  if (!rc)
+    rc = recv_all(fd, buf, len, addr);
+  close(fd);
+  return rc;
+}
+
 static int push_chunk(int fd, ckpt_store *s, const ckpt_chunk_ref *c, uint8_t *buf,
                       const char *addr, ckpt_push_stats *st) {
   if (!ckpt_mem_copy(s->mem, c->hash, buf, c->len)) {
     st->chunks_absent++;
     return FT_OK;
   }
-  uint8_t hdr[CKPT_HASH_LEN + 8];
-  memcpy(hdr, c->hash, CKPT_HASH_LEN);
-  put64be(hdr + CKPT_HASH_LEN, c->len);
+  uint8_t hdr[1 + CKPT_HASH_LEN + 8] = {'P'};
+  memcpy(hdr + 1, c->hash, CKPT_HASH_LEN);
+  put64be(hdr + 1 + CKPT_HASH_LEN, c->len);
   char ans;
   int rc = ft_send_all(fd, hdr, sizeof hdr, addr);
   if (!rc)
@@ -384,22 +454,11 @@ int ckpt_replica_push(ckpt_store *s, const ckpt_shard *shard, const char *addr, 
     return ft_err_set(FT_EINVAL, "replica push: a chunk of %llu bytes is over the limit",
                       (unsigned long long)maxlen);
   int fd = -1;
-  int rc = dial(addr, &fd);
+  int rc = open_session(addr, token, run, &fd);
   if (rc)
     return rc;
-  uint8_t hello[MAGIC_LEN + FT_WIRE_NONCE_LEN], mac[FT_WIRE_MAC_LEN];
-  char ok = 0;
-  rc = recv_all(fd, hello, sizeof hello, addr);
-  if (!rc && memcmp(hello, MAGIC, MAGIC_LEN) != 0)
-    rc = ft_err_set(FT_EPROTO, "%s is not a checkpoint replica server", addr);
-  if (!rc)
-    rc = ft_wire_hmac_label(token, LABEL, hello + MAGIC_LEN, FT_WIRE_NONCE_LEN, run, mac);
-  if (!rc)
-    rc = ft_send_all(fd, mac, sizeof mac, addr);
-  if (!rc && (recv_all(fd, &ok, 1, addr) || ok != 'K'))
-    rc = ft_err_set(FT_EPROTO, "replica %s refused this run's token", addr);
-  uint8_t *buf = rc ? NULL : malloc(maxlen);
-  if (!rc && !buf)
+  uint8_t *buf = malloc(maxlen);
+  if (!buf)
     rc = ft_err_set(FT_ENOMEM, "replica push: out of memory");
   for (int i = 0; !rc && i < shard->nparts; i++)
     for (int k = 0; !rc && k < shard->parts[i].nchunks; k++) {

@@ -16,13 +16,17 @@
  *                     nonce, run): the run token proves the client is of
  *                     this run (a wrong MAC: the server closes)
  *   server -> client  'K'
- *   then, per chunk:
- *   client -> server  hash (32), len u64
- *   server -> client  'H' (has it: nothing follows), 'W' (wants it), or 'R'
- *                     (len over CKPT_REPLICA_MAX_CHUNK: the server closes)
- *   client -> server  on 'W': len bytes
- *   server -> client  'K' kept, or 'X' the bytes do not hash to their name
- *                     (dropped)
+ *   then requests, each: op (1 byte), hash (32), len u64, where op is
+ *   'P' (push):
+ *     server -> client  'H' (has it: nothing follows), 'W' (wants it), or
+ *                       'R' (len over CKPT_REPLICA_MAX_CHUNK: it closes)
+ *     client -> server  on 'W': len bytes
+ *     server -> client  'K' kept, or 'X' the bytes do not hash to their
+ *                       name (dropped)
+ *   'G' (get: a restore whose own memory lacks the chunk):
+ *     server -> client  'Y' and len bytes, or 'N' (not held); the client
+ *                       verifies the hash before using them
+ *   any other op: the server closes.
  * Every read and write has a deadline (CKPT_REPLICA_IO_TIMEOUT_S): a silent
  * or slow peer is dropped, never waited on. The server holds at most
  * CKPT_REPLICA_MAX_CONN connections; the memory it fills is the store's
@@ -35,6 +39,10 @@
 #define CKPT_REPLICA_H
 
 #include <stdint.h>
+
+#ifndef CKPT_HASH_LEN
+#define CKPT_HASH_LEN 32
+#endif
 
 #include "ckptstore.h"
 
@@ -49,6 +57,7 @@ typedef struct ckpt_replica_stats {
   uint64_t bytes_kept;      /* their bytes */
   uint64_t chunks_had;      /* offered, already in memory */
   uint64_t chunks_rejected; /* bytes that did not hash to their name */
+  uint64_t chunks_served;   /* sent to a restore ('G') */
   uint64_t conns_refused;   /* a wrong MAC, a malformed frame, too many */
 } ckpt_replica_stats;
 
@@ -78,5 +87,11 @@ typedef struct ckpt_push_stats {
  * (may be NULL) is added to. */
 int ckpt_replica_push(ckpt_store *s, const ckpt_shard *shard, const char *addr, const char *token,
                       const char *run, const int *cancel, ckpt_push_stats *st);
+
+/* One chunk (hash, len bytes) from the memory of the replica server at
+ * addr into buf: FT_OK (the caller verifies its hash), FT_ENOENT (not
+ * held), or the errors of ckpt_replica_push. */
+int ckpt_replica_fetch(const char *addr, const char *token, const char *run,
+                       const uint8_t hash[CKPT_HASH_LEN], uint64_t len, void *buf);
 
 #endif

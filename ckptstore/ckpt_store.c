@@ -502,6 +502,13 @@ void ckpt_store_read_stats(ckpt_store *s, ckpt_read_stats *st) {
   st->memory_bytes = __atomic_load_n(&s->rd_mem_bytes, __ATOMIC_RELAXED);
   st->store_bytes = __atomic_load_n(&s->rd_tier_bytes, __ATOMIC_RELAXED);
   st->memory_rejected = __atomic_load_n(&s->rd_mem_rejected, __ATOMIC_RELAXED);
+  st->remote_bytes = __atomic_load_n(&s->rd_remote_bytes, __ATOMIC_RELAXED);
+  st->remote_rejected = __atomic_load_n(&s->rd_remote_rejected, __ATOMIC_RELAXED);
+}
+
+void ckpt_store_set_remote(ckpt_store *s, ckpt_remote_fn fn, void *ud) {
+  s->remote = fn;
+  s->remote_ud = ud;
 }
 
 int ckpt_store_refresh(ckpt_store *s) {
@@ -626,6 +633,23 @@ static int read_memory(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
   return 0;
 }
 
+/* The chunk's bytes from the remote source (another process's memory), if
+ * it has them and they hash to the chunk's name: 1 (and the chunk is kept
+ * in memory), else 0 (a mismatch is counted; the tier is read instead). */
+static int read_remote(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
+  ckpt_store *s = j->s;
+  if (!s->remote || !s->remote(s->remote_ud, c->hash, c->len, buf))
+    return 0;
+  uint8_t h[CKPT_HASH_LEN];
+  if (ckpt_sha256(buf, c->len, h) == FT_OK && memcmp(h, c->hash, CKPT_HASH_LEN) == 0) {
+    __atomic_add_fetch(&s->rd_remote_bytes, c->len, __ATOMIC_RELAXED);
+    ckpt_mem_put(s->mem, c->hash, buf, c->len);
+    return 1;
+  }
+  __atomic_add_fetch(&s->rd_remote_rejected, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
 /* The chunk's bytes from the tier, decoded and verified. */
 static int read_tier(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
   char hex[CKPT_HEX_LEN + 1], key[128];
@@ -651,7 +675,8 @@ static int read_tier(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
 }
 
 /* Chunk ci into the job's destination: from memory if it is kept there
- * and verifies, else from the tier. */
+ * and verifies, else from the remote source if it has it and it verifies,
+ * else from the tier. */
 static int read_one(read_job *j, int ci, uint8_t **buf, size_t *cap) {
   const ckpt_chunk_ref *c = &j->t->chunks[ci];
   if (*cap < c->len) {
@@ -661,7 +686,7 @@ static int read_one(read_job *j, int ci, uint8_t **buf, size_t *cap) {
     if (!*buf)
       return ft_err_set(FT_ENOMEM, "out of memory reading a chunk");
   }
-  if (!read_memory(j, c, *buf)) {
+  if (!read_memory(j, c, *buf) && !read_remote(j, c, *buf)) {
     int rc = read_tier(j, c, *buf);
     if (rc)
       return rc;

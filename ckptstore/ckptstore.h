@@ -199,11 +199,21 @@ int ckpt_store_refresh(ckpt_store *s);
  * from memory when it is there and still hashes to its name, else from
  * the tiers. */
 int ckpt_store_keep_in_memory(ckpt_store *s, uint64_t max_bytes);
+/* A source of chunks between this process's memory and the tiers (the
+ * memory of other processes: ckpt_replica.h): fn copies chunk (hash, len)
+ * into buf and returns 1, or 0 when no such source has it. The store
+ * verifies the hash (a mismatch is counted, and the tiers are read), and
+ * keeps the chunk in memory. fn is called from the read threads at once.
+ * NULL fn: none. */
+typedef int (*ckpt_remote_fn)(void *ud, const uint8_t *hash, uint64_t len, void *buf);
+void ckpt_store_set_remote(ckpt_store *s, ckpt_remote_fn fn, void *ud);
 /* Where this process's reads found their chunk bytes since the open. */
 typedef struct ckpt_read_stats {
   uint64_t memory_bytes;    /* from memory (verified) */
+  uint64_t remote_bytes;    /* from the remote source (verified) */
   uint64_t store_bytes;     /* from the tiers (verified) */
   uint64_t memory_rejected; /* chunks in memory that failed their hash */
+  uint64_t remote_rejected; /* chunks from the remote source that failed it */
 } ckpt_read_stats;
 void ckpt_store_read_stats(ckpt_store *s, ckpt_read_stats *st);
 /* Reads every chunk of checkpoint (run, step) that is not in memory yet

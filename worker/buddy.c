@@ -118,6 +118,18 @@ static void *pusher_main(void *arg) {
   return NULL;
 }
 
+/* The store's remote source: chunk (hash, len) from the first buddy that
+ * holds it (the store verifies it). */
+static int fetch(void *ud, const uint8_t *hash, uint64_t len, void *buf) {
+  buddy *b = ud;
+  char list[FT_WIRE_MAX_ADDRS + 1];
+  ctl_buddies(b->c, list, sizeof list);
+  for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save))
+    if (ckpt_replica_fetch(a, ctl_token(b->c), b->run, hash, len, buf) == FT_OK)
+      return 1;
+  return 0;
+}
+
 int buddy_start(snap *sn, ctl *c, const char *host, const char *run, uint32_t node, uint32_t slot,
                 buddy **out) {
   *out = NULL;
@@ -143,6 +155,7 @@ int buddy_start(snap *sn, ctl *c, const char *host, const char *run, uint32_t no
     free(b);
     return ft_err_set(FT_ENOMEM, "no thread for the replica pushes");
   }
+  ckpt_store_set_remote(snap_store(sn), fetch, b);
   fprintf(stderr, "worker: node %u slot %u: replica server on %s\n", node, slot,
           ckpt_replica_addr(b->srv));
   rc = ctl_send_replica(c, ckpt_replica_addr(b->srv));
@@ -171,6 +184,7 @@ void buddy_stop(buddy *b) {
   pthread_cond_broadcast(&b->cv);
   pthread_mutex_unlock(&b->mu);
   pthread_join(b->th, NULL);
+  ckpt_store_set_remote(snap_store(b->sn), NULL, NULL);
   ckpt_replica_stop(b->srv);
   free(b->pending);
   pthread_mutex_destroy(&b->mu);

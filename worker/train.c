@@ -711,12 +711,13 @@ static int phase_restore(trainer *t) {
       if (o->ctl && rc == FT_OK)
         fprintf(stderr,
                 "worker: node %u slot %u: restored step %" PRId64 " in %.0f ms: %.2f MiB from "
-                "memory, %.2f MiB from the store; %" PRIu64 " chunk(s) in memory failed their "
-                "hash\n",
+                "memory, %.2f MiB from buddies, %.2f MiB from the store; %" PRIu64
+                " chunk(s) in memory and %" PRIu64 " from buddies failed their hash\n",
                 o->node, o->slot, t->restore_step, (double)(ft_now_ns() - t0) * 1e-6,
                 (double)(r1.memory_bytes - r0.memory_bytes) / 1048576.0,
+                (double)(r1.remote_bytes - r0.remote_bytes) / 1048576.0,
                 (double)(r1.store_bytes - r0.store_bytes) / 1048576.0,
-                r1.memory_rejected - r0.memory_rejected);
+                r1.memory_rejected - r0.memory_rejected, r1.remote_rejected - r0.remote_rejected);
       if (rc) {
         fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", t->restore_step,
                 ft_err_detail());

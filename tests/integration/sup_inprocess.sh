@@ -11,11 +11,14 @@
 #     waited (no chunk byte from the store in either restore);
 #  2. a chunk damaged in memory (failpoint corrupt_memory_chunk): its hash
 #     fails, that chunk comes from the store, the weights are the same;
-#  3. checkpoint.replicate: every rank pushes each shard into the memory of
-#     the spare (and of the other rank); the spare does not fetch from the
-#     store while it waits, and still restores node 1's shard with no chunk
-#     byte from the store: it came from node 1 before node 1 died. Same
-#     weights.
+#  3. checkpoint.replicate, with process restarts: each rank pushes its
+#     shards into the memory of the spare and of the other rank; the spare
+#     fetches nothing from the store while it waits; after the loss both
+#     restore with no chunk byte from the store: the spare node 1's shard
+#     from its own memory, the relaunched node 0 its own from the spare's
+#     (ckpt_store_set_remote). A chunk damaged on its way from the buddy
+#     (failpoint corrupt_replica_chunk) fails its hash and comes from the
+#     store. Same weights each time.
 #  4. a survivor that does not get out of its generation within
 #     recovery.rejoin_timeout_s (the worker failpoint rejoin_delay_ms holds
 #     it) falls back to a process restart (rejoin_fallback, node 0 launched
@@ -104,12 +107,12 @@ grep -q "left generation 1 in .* ms, in process" "$ST/logs/node0.slot0.log" ||
   fail "inproc: node 0's log: $(tail -5 "$ST/logs/node0.slot0.log")"
 cmp -s "$TMP/procs.safetensors" "$TMP/inproc.safetensors" ||
   fail "inproc: the final weights differ from the process restart's"
-grep -Eq "restored step [0-9]+ in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from the store; 0 chunk" \
+grep -Eq "restored step [0-9]+ in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from buddies, 0.00 MiB from the store; 0 chunk" \
   "$ST/logs/node0.slot0.log" || fail "inproc: node 0 did not restore from its memory alone: $(grep restored "$ST/logs/node0.slot0.log")"
 R=$(sed -n 's/.*restored step \([0-9]*\) .*/\1/p' "$ST/logs/node0.slot0.log")
 grep -q "checkpoint $R in memory ([0-9.]* MiB fetched" "$ST/logs/node2.slot0.log" ||
   fail "inproc: the spare did not fetch checkpoint $R while waiting: $(grep 'in memory' "$ST/logs/node2.slot0.log")"
-grep -Eq "restored step $R in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from the store" \
+grep -Eq "restored step $R in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from buddies, 0.00 MiB from the store" \
   "$ST/logs/node2.slot0.log" || fail "inproc: the spare should restore from its memory: $(grep restored "$ST/logs/node2.slot0.log")"
 ms=$(python3 -c '
 import json, sys
@@ -120,27 +123,41 @@ pass "in process: node 0 kept pid $pid0, rejoined generation 2 with the spare, b
 FP=corrupt_memory_chunk=1 run_one corrupt true
 ST=$TMP/corrupt/st
 has_event "$ST" node_rejoined 'e["node"] == 0' || fail "corrupt: node 0 did not rejoin"
-grep -Eq "MiB from memory, [0-9.]*[1-9][0-9.]* MiB from the store; 1 chunk\(s\) in memory failed their hash" \
+grep -Eq "MiB from memory, 0.00 MiB from buddies, [0-9.]*[1-9][0-9.]* MiB from the store; 1 chunk\(s\) in memory and 0 from buddies failed their hash" \
   "$ST/logs/node0.slot0.log" || fail "corrupt: node 0's restore: $(grep restored "$ST/logs/node0.slot0.log")"
 cmp -s "$TMP/procs.safetensors" "$TMP/corrupt.safetensors" ||
   fail "corrupt: the final weights differ from the process restart's"
 pass "a chunk damaged in memory fails its hash and is read from the store; same weights"
 
-# buddies: the spare holds node 1's shards because node 1 pushed them
-REPL=true FP= run_one buddy true
+# buddies, with process restarts: node 0 is relaunched and takes its shard
+# from the memory of the spare (now rank 1), which node 0 pushed it to; the
+# spare takes node 1's from its own memory, where node 1 pushed it
+REPL=true FP= run_one buddy false
 ST=$TMP/buddy/st
 has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 2]' ||
   fail "buddy: generation 2 should be nodes [0, 2]"
+[ "$(launched buddy 0)" = 2 ] || fail "buddy: node 0 should be relaunched"
 grep -q "replica server on " "$ST/logs/node2.slot0.log" || fail "buddy: the spare serves no replicas"
 grep -q "in the memory of " "$ST/logs/node1.slot0.log" ||
   fail "buddy: node 1 pushed nothing: $(grep -i replica "$ST/logs/node1.slot0.log")"
 grep -q "MiB fetched" "$ST/logs/node2.slot0.log" && fail "buddy: the spare fetched from the store"
 R=$(sed -n 's/.*restored step \([0-9]*\) .*/\1/p' "$ST/logs/node2.slot0.log")
-grep -Eq "restored step $R in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from the store; 0 chunk" \
+grep -Eq "restored step $R in [0-9]+ ms: [0-9.]*[1-9][0-9.]* MiB from memory, 0.00 MiB from buddies, 0.00 MiB from the store; 0 chunk" \
   "$ST/logs/node2.slot0.log" || fail "buddy: the spare should restore from pushed memory alone: $(grep restored "$ST/logs/node2.slot0.log")"
+grep -Eq "restored step $R in [0-9]+ ms: 0.00 MiB from memory, [0-9.]*[1-9][0-9.]* MiB from buddies, 0.00 MiB from the store; 0 chunk" \
+  "$ST/logs/node0.slot0.log" || fail "buddy: node 0 should restore from its buddy alone: $(grep restored "$ST/logs/node0.slot0.log")"
 cmp -s "$TMP/procs.safetensors" "$TMP/buddy.safetensors" ||
   fail "buddy: the final weights differ from the process restart's"
-pass "replicas: the spare restored node 1's step $R from what node 1 pushed into its memory; same weights"
+pass "replicas: step $R restored with no byte from the store: node 1's by the spare from its own memory, node 0's (relaunched) from the spare's; same weights"
+
+# a chunk damaged on its way from the buddy: its hash fails, the store has it
+REPL=true FP=corrupt_replica_chunk=1 run_one buddybad false
+ST=$TMP/buddybad/st
+grep -Eq "MiB from memory, [0-9.]*[1-9][0-9.]* MiB from buddies, [0-9.]*[1-9][0-9.]* MiB from the store; 0 chunk\(s\) in memory and 1 from buddies failed their hash" \
+  "$ST/logs/node0.slot0.log" || fail "buddybad: node 0's restore: $(grep restored "$ST/logs/node0.slot0.log")"
+cmp -s "$TMP/procs.safetensors" "$TMP/buddybad.safetensors" ||
+  fail "buddybad: the final weights differ from the process restart's"
+pass "a chunk damaged on its way from a buddy fails its hash and is read from the store; same weights"
 
 # the fallback: node 0 held in its old generation past rejoin_timeout_s
 FP=rejoin_delay_ms=6000 run_one slow true

@@ -5,7 +5,9 @@
  * it comes from memory. A second push sends nothing (the buddy has every
  * chunk). A wrong run token is refused; a peer that sends bytes that do
  * not hash to their name gets 'X' and nothing is kept; a chunk over the
- * limit gets 'R'; a stop with a silent peer connected returns.
+ * limit gets 'R'; a stop with a silent peer connected returns. A third
+ * handle restores through the buddy (ckpt_store_set_remote), a damaged
+ * chunk on the way (failpoint corrupt_replica_chunk) read from the store.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,6 +45,13 @@ static int raw_client(const char *addr, int good) {
                    FT_OK);
   assert_int_equal(send(fd, mac, sizeof mac, 0), (ssize_t)sizeof mac);
   return fd;
+}
+
+static const char *fetch_addr;
+
+static int fetch_from(void *ud, const uint8_t *hash, uint64_t len, void *buf) {
+  (void)ud;
+  return ckpt_replica_fetch(fetch_addr, TOKEN, "rep", hash, len, buf) == FT_OK;
 }
 
 static char answer(int fd) {
@@ -100,6 +109,31 @@ static void test_push_and_read_from_memory(void **st) {
   assert_int_equal(ps.chunks_sent, 0);
   assert_int_equal(ps.chunks_had, 4);
 
+  /* a third process restores through the buddy (the store's remote
+   * source): the first chunk served arrives damaged (failpoint
+   * corrupt_replica_chunk=1), fails its hash and is read from the store */
+  ckpt_store *c = NULL;
+  assert_int_equal(ckpt_store_open(uri, &ro, &c), FT_OK);
+  assert_int_equal(ckpt_store_keep_in_memory(c, 8u << 20), FT_OK);
+  fetch_addr = addr;
+  ckpt_store_set_remote(c, fetch_from, NULL);
+  ckpt_manifest *mc = NULL;
+  assert_int_equal(ckpt_store_load(c, "rep", 5, &mc), FT_OK);
+  assert_int_equal(ckpt_store_read(c, mc, "param/big", 0, N * 4, out), FT_OK);
+  assert_memory_equal(out, v, N * 4);
+  ckpt_read_stats rc3;
+  ckpt_store_read_stats(c, &rc3);
+  assert_int_equal(rc3.remote_rejected, 1);
+  assert_int_equal(rc3.remote_bytes + rc3.store_bytes, N * 4);
+  assert_true(rc3.store_bytes >= (1u << 20) && rc3.store_bytes < N * 4);
+  assert_int_equal(rc3.memory_bytes, 0);
+  uint8_t h0[CKPT_HASH_LEN];
+  memset(h0, 0x5a, sizeof h0);
+  assert_int_equal(ckpt_replica_fetch(addr, TOKEN, "rep", h0, 16, out), FT_ENOENT);
+  assert_int_equal(ckpt_replica_fetch(addr, OTHER, "rep", h0, 16, out), FT_EPROTO);
+  ckpt_manifest_free(mc);
+  ckpt_store_free(c);
+
   /* every chunk file damaged: the buddy reads it all from its memory */
   ckpt_manifest *mf = NULL;
   assert_int_equal(ckpt_store_load(b, "rep", 5, &mf), FT_OK);
@@ -121,17 +155,26 @@ static void test_push_and_read_from_memory(void **st) {
   /* a hostile peer: bytes that are not what they claim, and a huge chunk */
   int fd = raw_client(addr, 1);
   assert_int_equal(answer(fd), 'K');
-  uint8_t hdr[CKPT_HASH_LEN + 8] = {0}, junk[16] = {1, 2, 3};
-  memset(hdr, 0xab, CKPT_HASH_LEN);
-  hdr[CKPT_HASH_LEN + 7] = sizeof junk;
+  uint8_t hdr[1 + CKPT_HASH_LEN + 8] = {'P'}, junk[16] = {1, 2, 3};
+  memset(hdr + 1, 0xab, CKPT_HASH_LEN);
+  hdr[CKPT_HASH_LEN + 8] = sizeof junk;
   assert_int_equal(send(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
   assert_int_equal(answer(fd), 'W');
   assert_int_equal(send(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
   assert_int_equal(answer(fd), 'X');
-  memset(hdr + CKPT_HASH_LEN, 0x7f, 8);
+  hdr[0] = 'G'; /* and it was not kept */
+  assert_int_equal(send(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
+  assert_int_equal(answer(fd), 'N');
+  hdr[0] = 'P';
+  memset(hdr + 1 + CKPT_HASH_LEN, 0x7f, 8);
   assert_int_equal(send(fd, hdr, sizeof hdr, 0), (ssize_t)sizeof hdr);
   assert_int_equal(answer(fd), 'R');
   assert_int_equal(answer(fd), 0); /* and closed */
+  close(fd);
+  fd = raw_client(addr, 1); /* an unknown request: closed */
+  assert_int_equal(answer(fd), 'K');
+  assert_int_equal(send(fd, "Z", 1, 0), 1);
+  assert_int_equal(answer(fd), 0);
   close(fd);
   ckpt_replica_stats_get(r, &rs);
   assert_int_equal(rs.chunks_rejected, 1);
@@ -163,6 +206,7 @@ static void test_push_and_read_from_memory(void **st) {
 }
 
 int main(void) {
+  setenv("FT_FAILPOINTS", "corrupt_replica_chunk=1", 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_push_and_read_from_memory),
   };
