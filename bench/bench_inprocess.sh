@@ -12,7 +12,9 @@
 #   re-form   stopped to the new generation assigned (launches, HELLOs)
 #   restore0  node 0's restore (the survivor; the worker's "restored step"
 #             line), and where its bytes came from (memory / store)
-#   restore2  node 2's (the spare that replaced node 1: from the store)
+#   restore2  node 2's (the spare that replaced node 1: from the store, or
+#             with in_process from what it fetched while waiting, or with
+#             checkpoint.replicate from what node 1 pushed into it)
 #   first     detection to the new generation's first step (recovered),
 #             which includes one step's compute: step is the run's median
 # Sizes: the demo model (0.8 MB of training state) and L=6 C=384 (about
@@ -31,13 +33,13 @@ if [ -n "${KEEP:-}" ]; then echo "bench_inprocess: runs kept in $T"; else trap '
 "$B/bin/ftdata" synth --out "$T/synth" --tokens 400000 >/dev/null
 export OMP_WAIT_POLICY=passive
 
-# run NAME IN_PROCESS MODEL STEPS KILL_AT
+# run NAME IN_PROCESS MODEL STEPS KILL_AT [REPLICATE]
 run() {
-  local name=$1 inp=$2 model=$3 steps=$4 kill=$5
+  local name=$1 inp=$2 model=$3 steps=$4 kill=$5 repl=${6:-false}
   sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
     -e "s|^data:.*|data: {train: \"$T/synth_train_*.bin\", val: \"$T/synth_val_*.bin\"}|" \
     -e "s|^model:.*|model: $model|" -e "s|  steps: 300|  steps: $steps|" \
-    -e "s|  store: .*|  store: \"local:$T/$name/store\"|" -e 's|  every_steps: 25|  every_steps: 5|' \
+    -e "s|  store: .*|  store: \"local:$T/$name/store\"|" -e "s|  every_steps: 25|  every_steps: 5\n  replicate: $repl|" \
     -e 's|  val_every: 25|  val_every: 0|' "$SRC/examples/demo.yaml" >"$T/$name.yaml"
   printf '  in_process: %s\nchaos: {kill_node_at_step: %s}\n' "$inp" "$kill" >>"$T/$name.yaml"
   mkdir -p "$T/$name"
@@ -61,29 +63,36 @@ rest, src = {}, "-"
 for p in sorted(glob.glob(f"{st}/logs/node*.slot*.log")):
     node = re.search(r"node(\d+)\.", p).group(1)
     for l in open(p):
-        m = re.search(r"restored step \d+ in (\d+) ms: ([\d.]+) MiB from memory, [\d.]+ MiB from buddies, ([\d.]+) MiB from the store", l)
+        m = re.search(r"restored step \d+ in (\d+) ms: ([\d.]+) MiB from memory, ([\d.]+) MiB from buddies, ([\d.]+) MiB from the store", l)
         if m:
             rest[node] = int(m.group(1))
             if node == "0":
-                src = f"{float(m.group(2)):.1f} MiB mem / {float(m.group(3)):.1f} MiB store"
+                src = (f"{float(m.group(2)):.1f} mem / {float(m.group(3)):.1f} buddies / "
+                       f"{float(m.group(4)):.1f} store (MiB)")
 steps = sorted(float(m.group(1)) for p in glob.glob(f"{st}/logs/node0.slot0.log")
                for m in re.finditer(r"\|\s+([\d.]+) ms \|", open(p).read()))
 step = steps[len(steps) // 2] if steps else 0
-print(f"{name:<18} {f['stalled_s'] * 1e3:6.0f} {g['ms']:6.0f} {reform:7.0f} "
+print(f"{name:<21} {f['stalled_s'] * 1e3:6.0f} {g['ms']:6.0f} {reform:7.0f} "
       f"{rest.get('0', 0):8.0f} {rest.get('2', 0):7.0f} {r['detect_to_first_step_ms']:7.0f} "
       f"{step:6.0f}   {src}")
 PY
 }
 
 echo "bench_inprocess: ms; node 1 lost, node 2 (a warm spare) replaces it, node 0 survives"
-printf '%-18s %6s %6s %7s %8s %7s %7s %6s   %s\n' run detect stop re-form restore0 restore2 first step "node 0's restore"
+printf '%-21s %6s %6s %7s %8s %7s %7s %6s   %s\n' run detect stop re-form restore0 restore2 first step "node 0's restore"
 SMALL='{n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 256, seq_len: 64}'
 BIG='{n_layer: 6, n_head: 6, n_embd: 384, vocab_size: 256, seq_len: 64}'
 FT_FAILPOINTS=min_step_ms=60 run demo-process false "$SMALL" 40 15
 FT_FAILPOINTS=min_step_ms=60 run demo-in-process true "$SMALL" 40 15
+FT_FAILPOINTS=min_step_ms=60 run demo-process+buddies false "$SMALL" 40 15 true
+FT_FAILPOINTS=min_step_ms=60 run demo-in-proc+buddies true "$SMALL" 40 15 true
 run 127MB-process false "$BIG" 14 8
 run 127MB-in-process true "$BIG" 14 8
+run 127MB-process+buddies false "$BIG" 14 8 true
+run 127MB-in-proc+buddies true "$BIG" 14 8 true
 echo "reference: the process rows (every worker relaunched, every rank restored from the store)"
+echo "+buddies: checkpoint.replicate (the spare holds node 1's shard pushed by node 1; a"
+echo "relaunched node 0 takes its own from the spare's memory)"
 
 # every_step NAME MODEL STEPS: median step ms without checkpoints, with one
 # every step, and the median stall

@@ -13,8 +13,12 @@
 # and the final weights are bit-identical to a fault-free run at the same
 # world size. The run restarts in process (recovery.in_process): the other
 # active host's worker stays in its process and rejoins across the
-# namespaces (node_rejoined, rejoined_in_process 1), and the promoted spare
-# restores the checkpoint it fetched while it waited, reading no store.
+# namespaces (node_rejoined, rejoined_in_process 1). Every rank pushes its
+# shards into the memory of the other active host and of the spares
+# (checkpoint.replicate), so the promoted spare restores the lost host's
+# shard from what that host pushed into it across the namespaces before it
+# lost power: no rank of the new generation reads the store, and no spare
+# fetched from it while it waited.
 # Prints goodput and the time to detect and to recover.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -27,7 +31,8 @@ export FT_S3_CACHE=$C/local/s3cache # node-local on every host (cluster.sh)
 export FT_S3_CACHE_PER_HOST=1       # so a chunk counts once it is in the bucket
 ftc_runfile "$RUN/run.yaml" $STEPS "$STORE"
 ST=$RUN/state
-ftc_supervise "$ST" 4 "$RUN/run.yaml" --set recovery.in_process=true
+ftc_supervise "$ST" 4 "$RUN/run.yaml" --set recovery.in_process=true \
+  --set checkpoint.replicate=true
 ftc_wait "$ST" checkpoint_committed 1
 victim=$(ftc_active_host "$ST")
 ftc_fault "$TMP/faults.jsonl" "power_off $victim"
@@ -49,8 +54,12 @@ assert not named('rejoin_fallback'), named('rejoin_fallback')
 cluster_exec head sinfo -R -h -o '%n|%E' | grep -q "^$victim|ftsup: " ||
   fail "sinfo -R does not show $victim drained by ftsup: $(cluster_exec head sinfo -R -h -o '%n|%E')"
 grep -h "restored step" "$ST"/logs/node*.log | grep -v ", 0.00 MiB from the store" &&
-  fail "a rank of the new generation read the store (above; fetched while waiting: $(grep -h 'in memory (\|prefetch' "$ST"/logs/node*.log))"
-pass "$victim lost power: quarantined, drained in Slurm, a spare took its place, the other active host rejoined in process, no restore read the store, run done"
+  fail "a rank of the new generation read the store (above; pushes: $(grep -h 'replica' "$ST"/logs/node*.log))"
+grep -h "MiB fetched" "$ST"/logs/node*.log && fail "a spare fetched from the store while it waited (above)"
+grep -qh "in the memory of " "$ST"/logs/node*.log || fail "no rank pushed a checkpoint to a buddy"
+grep -h "restored step" "$ST"/logs/node*.log | grep -q "[1-9][0-9.]* MiB from memory" ||
+  fail "no restore from memory: $(grep -h 'restored step' "$ST"/logs/node*.log)"
+pass "$victim lost power: quarantined, drained in Slurm, a spare took its place from the lost host's pushed shards, the other active host rejoined in process, no restore read the store, run done"
 
 # The catalog lives in the cache of the supervisor's host (head, whose
 # $C/local is the cluster's common dir); a fresh cache elsewhere rebuilds it
