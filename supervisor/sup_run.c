@@ -537,12 +537,15 @@ static void on_step(sup *s, const ft_msg *m) {
   int armed = ft_failpoint("kill_node_at_step", &at) || at > 0; /* the failpoint wins */
   if (!s->chaos_done && s->state == SUP_RUNNING && armed && step >= at && s->ngang > 0) {
     s->chaos_done = 1;
-    sup_node *nd = &s->nodes[s->gang[s->ngang - 1]];
+    int64_t pos = s->ngang - 1; /* the last node; failpoint kill_gang_position=P: P's */
+    if (ft_failpoint("kill_gang_position", &pos) && (pos < 0 || pos >= s->ngang))
+      pos = s->ngang - 1;
+    int victim = s->gang[pos];
+    sup_node *nd = &s->nodes[victim];
     cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "node", s->gang[s->ngang - 1]);
+    cJSON_AddNumberToObject(f, "node", victim);
     cJSON_AddNumberToObject(f, "step", (double)step);
-    sup_events_emit(s->ev, "chaos_kill", f, "SIGKILL node %d at step %" PRId64,
-                    s->gang[s->ngang - 1], step);
+    sup_events_emit(s->ev, "chaos_kill", f, "SIGKILL node %d at step %" PRId64, victim, step);
     if (nd->pgid > 0)
       kill(-nd->pgid, SIGKILL);
     for (int j = 0; j < s->G; j++)

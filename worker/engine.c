@@ -53,6 +53,12 @@ int engine_new(const char *backend, const ft_gpt2_dims *d, int B, int T, comm *c
   return ft_err_set(FT_EINVAL, "engine: unknown backend '%s' (cpu or cuda)", backend);
 }
 
+int engine_set_comm(engine *e, comm *c, int rank, int world) {
+  if (!e->ops->set_comm)
+    return ft_err_set(FT_ESTATE, "engine %s: no new comm for a live engine", e->ops->name);
+  return e->ops->set_comm(e->impl, c, rank, world);
+}
+
 void engine_free(engine *e) {
   if (!e)
     return;

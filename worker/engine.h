@@ -119,5 +119,12 @@ int engine_snapshot(engine *e, ckpt_part *parts, char (*names)[64], engine_fence
 size_t engine_snapshot_bytes(const engine *e);
 /* Reads this rank's shards from a checkpoint written at any world size. */
 int engine_restore(engine *e, ckpt_store *s, const ckpt_manifest *man);
+/* Keeps the engine for a new generation of the same world size (an
+ * in-process rejoin): comm c, rank `rank`; its memory (already touched,
+ * which on a fresh engine costs most of a first step) is reused, its
+ * weights and moments zeroed until a restore sets them. FT_ESTATE where
+ * the backend cannot (CUDA: its NCCL resources belong to the old comm),
+ * FT_EINVAL for another world size: then make a new engine. */
+int engine_set_comm(engine *e, comm *c, int rank, int world);
 
 #endif

@@ -28,6 +28,16 @@ typedef struct ecpu {
   double loss_sum;
 } ecpu;
 
+static int ecpu_set_comm(void *impl, comm *c, int rank, int world) {
+  ecpu *e = impl;
+  int rc = fsdp_set_comm(e->f, c, rank, world);
+  if (rc == FT_OK) {
+    e->c = c;
+    e->rank = rank;
+  }
+  return rc;
+}
+
 static void ecpu_destroy(void *impl) {
   ecpu *e = impl;
   fsdp_free(e->f);
@@ -166,6 +176,7 @@ static const struct engine_ops ecpu_ops = {
     .snapshot_bytes = ecpu_snapshot_bytes,
     .snapshot = ecpu_snapshot,
     .restore = ecpu_restore,
+    .set_comm = ecpu_set_comm,
 };
 
 int engine_cpu_new(const ft_gpt2_dims *d, int B, int T, comm *c, int rank, int world,

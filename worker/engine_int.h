@@ -31,6 +31,7 @@ struct engine_ops {
   size_t (*snapshot_bytes)(void *impl);
   int (*snapshot)(void *impl, ckpt_part *parts, char (*names)[64], engine_fence *fence);
   int (*restore)(void *impl, ckpt_store *s, const ckpt_manifest *man);
+  int (*set_comm)(void *impl, comm *c, int rank, int world); /* NULL: not supported */
 };
 
 struct engine {

@@ -123,6 +123,20 @@ int fsdp_new(gpt2 *m, comm *c, int rank, int world, fsdp **out) {
   return FT_OK;
 }
 
+int fsdp_set_comm(fsdp *f, comm *c, int rank, int world) {
+  if (world != f->world || rank < 0 || rank >= world || (!c && world != 1))
+    return ft_err_set(FT_EINVAL, "fsdp: rank %d of world %d for an engine of world %d", rank, world,
+                      f->world);
+  f->c = c;
+  f->rank = rank;
+  f->sm.rank = rank;
+  memset(f->p, 0, f->shard_n * sizeof(float));
+  memset(f->g, 0, f->shard_n * sizeof(float));
+  memset(f->mo, 0, f->shard_n * sizeof(float));
+  memset(f->v, 0, f->shard_n * sizeof(float));
+  return FT_OK;
+}
+
 void fsdp_rebind(fsdp *f, gpt2 *m) {
   if (f->m && f->m->hooks == &f->hooks)
     f->m->hooks = NULL;

@@ -42,6 +42,12 @@ void fsdp_free(fsdp *f);
 /* Moves the hooks to model m (same dims, e.g. re-allocated for another
  * micro-batch); the shards are untouched. m's gradients are zeroed. */
 void fsdp_rebind(fsdp *f, gpt2 *m);
+/* Moves f to comm c as rank `rank` of the same world (an in-process
+ * rejoin): the shard layout does not depend on the rank, so only whose
+ * elements the shards hold changes; shards, gradients and moments are
+ * zeroed (a restore or fsdp_shard_from_model sets them). FT_EINVAL for
+ * another world size. */
+int fsdp_set_comm(fsdp *f, comm *c, int rank, int world);
 
 /* Takes this rank's shards of m's current parameters (every rank holds the
  * same full initialisation, e.g. from the seed) and zeroes the moments. */

@@ -655,8 +655,20 @@ static int phase_engine(trainer *t) {
    * accumulation (docs/design.md §4). Every rank of a gang meets the same limit on
    * the same devices; one that does not would desynchronise the
    * collectives, which the watchdog then reports. */
-  int rc;
-  while ((rc = engine_new(t->rf->nodes.device, &t->d, t->B, t->T, t->cm, t->rank, t->world,
+  int rc = FT_ESTATE;
+  if (t->e) { /* an in-process rejoin kept it: reuse it at the same world size */
+    if (engine_micro_batch(t->e) == t->B)
+      rc = engine_set_comm(t->e, t->cm, t->rank, t->world);
+    if (rc) {
+      engine_free(t->e);
+      t->e = NULL;
+    } else {
+      fprintf(stderr, "worker: node %u slot %u: the engine of the last generation kept\n", o->node,
+              o->slot);
+    }
+  }
+  while (!t->e &&
+         (rc = engine_new(t->rf->nodes.device, &t->d, t->B, t->T, t->cm, t->rank, t->world,
                           cuda_device_for(t->rank), &t->e)) == FT_ENOMEM &&
          halve_micro(o, tc, t->world, t->restore_step, &t->B, &t->accum))
     ;
@@ -1105,8 +1117,8 @@ static int rejoin(trainer *t) {
   t->cm = NULL;
   if (t->sn)
     snap_drain_last(t->sn); /* the engine's staging buffer is in the store's hands until then */
-  engine_free(t->e);
-  t->e = NULL;
+  /* the engine stays (phase_engine reuses it at the same world size): its
+   * comm pointer dangles until then and nothing uses it */
   free(t->inp);
   free(t->tgt);
   t->inp = t->tgt = NULL;

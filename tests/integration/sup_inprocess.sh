@@ -9,8 +9,11 @@
 #     processes (recovery.in_process: false). Node 0 restored from its own
 #     memory, the spare from the checkpoint it fetched into memory while it
 #     waited (no chunk byte from the store in either restore);
-#  2. a chunk damaged in memory (failpoint corrupt_memory_chunk): its hash
-#     fails, that chunk comes from the store, the weights are the same;
+#     Node 0 kept its engine (its memory already touched).
+#  2. node 0 lost instead (failpoint kill_gang_position): node 1 keeps its
+#     engine as rank 1; a chunk damaged in its memory (failpoint
+#     corrupt_memory_chunk) fails its hash, that chunk comes from the
+#     store, the weights are the same;
 #  3. checkpoint.replicate, with process restarts: each rank pushes its
 #     shards into the memory of the spare and of the other rank; the spare
 #     fetches nothing from the store while it waits; after the loss both
@@ -103,6 +106,8 @@ has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 2]' ||
   fail "inproc: generation 2 should be nodes [0, 2]"
 [ "$(launched inproc 0)" = 1 ] || fail "inproc: node 0 was launched $(launched inproc 0) times"
 [ $alive_through = 1 ] || fail "inproc: node 0's first worker (pid $pid0) did not live through the recovery"
+grep -q "the engine of the last generation kept" "$ST/logs/node0.slot0.log" ||
+  fail "inproc: node 0 did not keep its engine: $(tail -5 "$ST/logs/node0.slot0.log")"
 grep -q "left generation 1 in .* ms, in process" "$ST/logs/node0.slot0.log" ||
   fail "inproc: node 0's log: $(tail -5 "$ST/logs/node0.slot0.log")"
 cmp -s "$TMP/procs.safetensors" "$TMP/inproc.safetensors" ||
@@ -119,15 +124,22 @@ import json, sys
 print([json.loads(l) for l in open(sys.argv[1]) if "\"recovered\"" in l][0]["detect_to_first_step_ms"])' "$ST/events.jsonl")
 pass "in process: node 0 kept pid $pid0, rejoined generation 2 with the spare, both restored step $R from memory, first step ${ms} ms after detection; weights equal to the process restart's"
 
-# a chunk damaged in node 0's memory: detected by its hash, read from the store
-FP=corrupt_memory_chunk=1 run_one corrupt true
+# node 0 lost this time (failpoint kill_gang_position=0): node 1 survives as
+# rank 1 and keeps its engine; a chunk damaged in its memory is detected by
+# its hash and read from the store
+FP=corrupt_memory_chunk=1,kill_gang_position=0 run_one corrupt true
 ST=$TMP/corrupt/st
-has_event "$ST" node_rejoined 'e["node"] == 0' || fail "corrupt: node 0 did not rejoin"
+has_event "$ST" chaos_kill 'e["node"] == 0' || fail "corrupt: node 0 should be the one killed"
+has_event "$ST" node_rejoined 'e["node"] == 1' || fail "corrupt: node 1 did not rejoin"
+has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [2, 1]' ||
+  fail "corrupt: generation 2 should be nodes [2, 1]: $(grep generation_started "$ST/events.jsonl")"
+grep -q "the engine of the last generation kept" "$ST/logs/node1.slot0.log" ||
+  fail "corrupt: node 1 did not keep its engine"
 grep -Eq "MiB from memory, 0.00 MiB from buddies, [0-9.]*[1-9][0-9.]* MiB from the store; 1 chunk\(s\) in memory and 0 from buddies failed their hash" \
-  "$ST/logs/node0.slot0.log" || fail "corrupt: node 0's restore: $(grep restored "$ST/logs/node0.slot0.log")"
+  "$ST/logs/node1.slot0.log" || fail "corrupt: node 1's restore: $(grep restored "$ST/logs/node1.slot0.log")"
 cmp -s "$TMP/procs.safetensors" "$TMP/corrupt.safetensors" ||
   fail "corrupt: the final weights differ from the process restart's"
-pass "a chunk damaged in memory fails its hash and is read from the store; same weights"
+pass "node 0 lost: node 1 kept its engine as rank 1; a chunk damaged in its memory fails its hash and is read from the store; same weights"
 
 # buddies, with process restarts: node 0 is relaunched and takes its shard
 # from the memory of the spare (now rank 1), which node 0 pushed it to; the
