@@ -59,6 +59,23 @@ int engine_set_comm(engine *e, comm *c, int rank, int world) {
   return e->ops->set_comm(e->impl, c, rank, world);
 }
 
+int engine_new_warm(const char *backend, const ft_gpt2_dims *d, int B, int T, int world,
+                    engine **out) {
+  *out = NULL;
+  if (B < 1 || T < 1 || world < 1)
+    return ft_err_set(FT_EINVAL, "engine: bad shape B=%d T=%d or world %d", B, T, world);
+  if (strcmp(backend, "cpu") != 0)
+    return ft_err_set(FT_ESTATE, "engine %s: no warm engine before a comm", backend);
+  int rc = engine_cpu_new(d, B, T, NULL, 0, world, out);
+  if (rc == FT_OK && (*out)->ops->touch)
+    rc = (*out)->ops->touch((*out)->impl);
+  if (rc) {
+    engine_free(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
 void engine_free(engine *e) {
   if (!e)
     return;

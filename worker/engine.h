@@ -126,5 +126,11 @@ int engine_restore(engine *e, ckpt_store *s, const ckpt_manifest *man);
  * the backend cannot (CUDA: its NCCL resources belong to the old comm),
  * FT_EINVAL for another world size: then make a new engine. */
 int engine_set_comm(engine *e, comm *c, int rank, int world);
+/* A warm spare's engine: world `world` with no comm yet (every collective
+ * fails with FT_ESTATE until engine_set_comm), its memory touched so that
+ * the first step after it takes a rank runs as fast as any. FT_ESTATE
+ * where the backend cannot (CUDA). */
+int engine_new_warm(const char *backend, const ft_gpt2_dims *d, int B, int T, int world,
+                    engine **out);
 
 #endif

@@ -38,6 +38,18 @@ static int ecpu_set_comm(void *impl, comm *c, int rank, int world) {
   return rc;
 }
 
+static int ecpu_touch(void *impl) {
+  ecpu *e = impl;
+  gpt2_touch(e->m);
+  fsdp_touch(e->f);
+  if (!e->staging)
+    e->staging = malloc(fsdp_staging_floats(e->f) * sizeof(float));
+  if (!e->staging)
+    return ft_err_set(FT_ENOMEM, "engine: no memory for the staging buffer");
+  memset(e->staging, 0, fsdp_staging_floats(e->f) * sizeof(float));
+  return FT_OK;
+}
+
 static void ecpu_destroy(void *impl) {
   ecpu *e = impl;
   fsdp_free(e->f);
@@ -177,6 +189,7 @@ static const struct engine_ops ecpu_ops = {
     .snapshot = ecpu_snapshot,
     .restore = ecpu_restore,
     .set_comm = ecpu_set_comm,
+    .touch = ecpu_touch,
 };
 
 int engine_cpu_new(const ft_gpt2_dims *d, int B, int T, comm *c, int rank, int world,

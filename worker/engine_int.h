@@ -32,6 +32,7 @@ struct engine_ops {
   int (*snapshot)(void *impl, ckpt_part *parts, char (*names)[64], engine_fence *fence);
   int (*restore)(void *impl, ckpt_store *s, const ckpt_manifest *man);
   int (*set_comm)(void *impl, comm *c, int rank, int world); /* NULL: not supported */
+  int (*touch)(void *impl);                                  /* NULL: not supported */
 };
 
 struct engine {

@@ -38,9 +38,17 @@ struct fsdp {
   uint64_t comm_ns; /* time inside collectives */
 };
 
+/* A detached fsdp (a warm spare's: world > 1, no comm yet) has no
+ * collectives until fsdp_set_comm. */
+static int detached(const fsdp *f) {
+  return !f->c && f->world != 1;
+}
+
 static int hook_gather(void *ud, gpt2 *m, int g) {
   fsdp *f = ud;
   float *dst = m->params + ft_gpt2_group_offset(&m->d, g);
+  if (detached(f))
+    return ft_err_set(FT_ESTATE, "fsdp: no comm yet (a warm engine)");
   if (!f->c) {
     memcpy(dst, f->p + f->shoff[g], f->numel[g] * sizeof(float));
     return FT_OK;
@@ -65,6 +73,8 @@ static int hook_reduce(void *ud, gpt2 *m, int g) {
   float *src = m->grads + ft_gpt2_group_offset(&m->d, g);
   float *dst = f->g + f->shoff[g];
   size_t n = f->numel[g];
+  if (detached(f))
+    return ft_err_set(FT_ESTATE, "fsdp: no comm yet (a warm engine)");
   if (!f->c) {
     for (size_t i = 0; i < n; i++)
       dst[i] += src[i];
@@ -87,7 +97,7 @@ static int hook_reduce(void *ud, gpt2 *m, int g) {
 
 int fsdp_new(gpt2 *m, comm *c, int rank, int world, fsdp **out) {
   *out = NULL;
-  if (world < 1 || rank < 0 || rank >= world || (!c && world != 1))
+  if (world < 1 || rank < 0 || rank >= world)
     return ft_err_set(FT_EINVAL, "fsdp: bad rank %d of world %d", rank, world);
   fsdp *f = calloc(1, sizeof *f);
   if (!f)
@@ -137,6 +147,14 @@ int fsdp_set_comm(fsdp *f, comm *c, int rank, int world) {
   return FT_OK;
 }
 
+void fsdp_touch(fsdp *f) {
+  memset(f->p, 0, f->shard_n * sizeof(float));
+  memset(f->g, 0, f->shard_n * sizeof(float));
+  memset(f->mo, 0, f->shard_n * sizeof(float));
+  memset(f->v, 0, f->shard_n * sizeof(float));
+  memset(f->scratch, 0, (f->sm.maxS * (size_t)f->world + f->sm.maxS) * sizeof(float));
+}
+
 void fsdp_rebind(fsdp *f, gpt2 *m) {
   if (f->m && f->m->hooks == &f->hooks)
     f->m->hooks = NULL;
@@ -170,6 +188,8 @@ void fsdp_zero_grad(fsdp *f) {
 }
 
 int fsdp_allreduce_sum(fsdp *f, double *x, int n) {
+  if (detached(f))
+    return ft_err_set(FT_ESTATE, "fsdp: no comm yet (a warm engine)");
   if (!f->c)
     return FT_OK;
   uint64_t t0 = ft_now_ns();

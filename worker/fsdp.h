@@ -35,8 +35,10 @@
 typedef struct fsdp fsdp;
 
 /* Wraps model m (borrowed, must outlive the fsdp) for rank `rank` of `world`
- * over comm c (borrowed; NULL only when world == 1). Installs the hooks on
- * m. Shards start zeroed: call fsdp_shard_from_model or fsdp_restore. */
+ * over comm c (borrowed; NULL when world == 1, or detached: a warm spare's
+ * engine, whose collectives fail with FT_ESTATE until fsdp_set_comm).
+ * Installs the hooks on m. Shards start zeroed: call fsdp_shard_from_model
+ * or fsdp_restore. */
 int fsdp_new(gpt2 *m, comm *c, int rank, int world, fsdp **out);
 void fsdp_free(fsdp *f);
 /* Moves the hooks to model m (same dims, e.g. re-allocated for another
@@ -48,6 +50,9 @@ void fsdp_rebind(fsdp *f, gpt2 *m);
  * zeroed (a restore or fsdp_shard_from_model sets them). FT_EINVAL for
  * another world size. */
 int fsdp_set_comm(fsdp *f, comm *c, int rank, int world);
+/* Writes zeros over the shards and the collectives' scratch (their pages
+ * mapped before they are needed). */
+void fsdp_touch(fsdp *f);
 
 /* Takes this rank's shards of m's current parameters (every rank holds the
  * same full initialisation, e.g. from the seed) and zeroes the moments. */

@@ -137,6 +137,13 @@ int gpt2_new(const ft_gpt2_dims *d, int B, int T, gpt2 **out) {
   return FT_OK;
 }
 
+void gpt2_touch(gpt2 *m) {
+  memset(m->params, 0, m->nparams * sizeof(float));
+  memset(m->grads, 0, m->nparams * sizeof(float));
+  memset(m->acts, 0, m->nacts * sizeof(float));
+  memset(m->gacts, 0, m->nacts * sizeof(float));
+}
+
 void gpt2_free(gpt2 *m) {
   if (!m)
     return;

@@ -58,6 +58,9 @@ struct gpt2 {
  * gpt2_init_weights or a restore. *out owned by the caller (gpt2_free). */
 int gpt2_new(const ft_gpt2_dims *d, int B, int T, gpt2 **out);
 void gpt2_free(gpt2 *m);
+/* Writes zeros over the weights, gradients and activations, so their pages
+ * are mapped before the first step needs them (a warm spare). */
+void gpt2_touch(gpt2 *m);
 
 /* GPT-2 initialisation from a seed: weights N(0, 0.02), the two residual
  * projections of each block N(0, 0.02/sqrt(2L)), biases 0, LayerNorm

@@ -346,6 +346,17 @@ int snap_prefetch(snap *s, int64_t step, const int *cancel, uint64_t *bytes) {
   return rc ? rc : ckpt_store_prefetch(s->store, s->run, step, cancel, bytes);
 }
 
+int snap_world(snap *s, int64_t step, int *world) {
+  ckpt_manifest *man = NULL;
+  int rc = ckpt_store_refresh(s->store);
+  if (rc == FT_OK)
+    rc = ckpt_store_load(s->store, s->run, step, &man);
+  if (rc == FT_OK)
+    *world = ckpt_manifest_info(man)->world;
+  ckpt_manifest_free(man);
+  return rc;
+}
+
 void snap_read_stats(snap *s, ckpt_read_stats *st) {
   ckpt_store_read_stats(s->store, st);
 }

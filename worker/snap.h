@@ -83,6 +83,9 @@ int snap_keep_in_memory(snap *s, uint64_t max_bytes);
 int snap_prefetch(snap *s, int64_t step, const int *cancel, uint64_t *bytes);
 /* The store (for the replica channel, ckpt_replica.h). */
 ckpt_store *snap_store(snap *s);
+/* The world size that wrote checkpoint `step` (the catalog caught up
+ * first). */
+int snap_world(snap *s, int64_t step, int *world);
 /* Where this process's restores found their chunk bytes so far. */
 void snap_read_stats(snap *s, ckpt_read_stats *st);
 

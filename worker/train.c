@@ -348,7 +348,8 @@ typedef struct trainer {
   ctl_assign a;                          /* gang mode: the supervisor's assignment */
   char addr[INET6_ADDRSTRLEN + 1];       /* the address Gloo binds */
   uint64_t assign_ns;                    /* when this generation's ASSIGN was taken */
-  int pf_stop;                           /* the prefetch thread stops (join_gang) */
+  int pf_stop;                           /* the spare's thread stops (join_gang) */
+  engine *warm;                          /* built ahead by a warm spare, or NULL */
   double ms_comm, ms_engine, ms_restore; /* what the generation's start took */
   int rank, world, B, accum; /* B: micro-batch; accum: micro-batches per step and rank */
   int64_t restore_step;      /* -1: a fresh start */
@@ -386,6 +387,7 @@ static void trainer_free(trainer *t) {
     fclose(t->logf);
   wdog_stop(t->wd);
   buddy_stop(t->bd);
+  engine_free(t->warm);
   snap_free(t->sn);
   engine_free(t->e);
   comm_free(t->cm);
@@ -501,15 +503,42 @@ static int open_store(trainer *t) {
   return FT_EXIT_OK;
 }
 
-/* A worker waiting for its first ASSIGN (a warm spare, in process) reads
- * each newly committed checkpoint into memory meanwhile, so that if it
- * replaces a rank its restore reads no store. */
-static void *prefetch_main(void *arg) {
+/* A warm spare's engine, built at the world size that wrote checkpoint
+ * `step`, its memory touched (engine_new_warm): 0, or -1 when none can be
+ * (said once). */
+static int warm_engine(trainer *t, int64_t step) {
+  const train_opts *o = t->o;
+  int world = 0, rc = snap_world(t->sn, step, &world);
+  int B = rc ? 0 : micro_for_world(t->tc, world, t->tc->micro_batch);
+  engine *e = NULL;
+  uint64_t t0 = ft_now_ns();
+  if (B)
+    rc = engine_new_warm(t->rf->nodes.device, &t->d, B, t->T, world, &e);
+  if (!B || rc) {
+    fprintf(stderr, "worker: node %u slot %u: no engine built ahead: %s\n", o->node, o->slot,
+            B ? ft_err_detail() : "no micro-batch for that world size");
+    return -1;
+  }
+  __atomic_store_n(&t->warm, e, __ATOMIC_RELEASE);
+  fprintf(stderr, "worker: node %u slot %u: engine for world %d ready ahead (%.0f ms)\n", o->node,
+          o->slot, world, (double)(ft_now_ns() - t0) * 1e-6);
+  return 0;
+}
+
+/* A worker waiting for its first ASSIGN with a memory tier (a warm spare).
+ * With recovery.in_process and nobody pushing to it, it reads each newly
+ * committed checkpoint into memory, so that if it replaces a rank its
+ * restore reads no store. And once it hears a COMMITTED (a worker about to
+ * be assigned hears none: it is a spare) it builds its engine at that
+ * checkpoint's world size and touches its memory, so that its first step
+ * in a gang runs as fast as the survivors'. */
+static void *spare_main(void *arg) {
   trainer *t = arg;
   const train_opts *o = t->o;
+  int fetch = in_process(o) && !replicate(o), warm_done = 0;
   int64_t have = -2, want = -1; /* -1: the newest in the catalog */
   while (want != -2) {
-    if (want != have) {
+    if (want != have && fetch) {
       uint64_t bytes = 0, t0 = ft_now_ns();
       int rc = snap_prefetch(t->sn, want, &t->pf_stop, &bytes);
       if (__atomic_load_n(&t->pf_stop, __ATOMIC_RELAXED))
@@ -528,8 +557,10 @@ static void *prefetch_main(void *arg) {
                 "worker: node %u slot %u: the newest checkpoint in memory (%.2f MiB fetched in "
                 "%.0f ms)\n",
                 o->node, o->slot, (double)bytes / 1048576.0, (double)(ft_now_ns() - t0) * 1e-6);
-      have = want;
     }
+    if (want != have && want >= 0 && !warm_done && !__atomic_load_n(&t->pf_stop, __ATOMIC_RELAXED))
+      warm_done = 1 + warm_engine(t, want); /* tried once */
+    have = want;
     want = ctl_wait_committed(o->ctl, have < 0 ? -1 : have, 2000, &t->pf_stop);
   }
   return NULL;
@@ -539,11 +570,10 @@ static int join_gang(trainer *t) {
   const train_opts *o = t->o;
   pthread_t pf;
   int prefetching = 0;
-  /* not after a rejoin (its own chunks are in memory), nor where buddies
-   * push them */
-  if (t->sn && in_process(o) && !replicate(o) && !t->e) {
+  /* not after a rejoin (it has its engine, and its own chunks in memory) */
+  if (t->sn && memory_tier(o) && !t->e) {
     t->pf_stop = 0;
-    prefetching = pthread_create(&pf, NULL, prefetch_main, t) == 0;
+    prefetching = pthread_create(&pf, NULL, spare_main, t) == 0;
   }
   ctl_wait_assign(o->ctl, &t->a);
   if (prefetching) {
@@ -656,15 +686,20 @@ static int phase_engine(trainer *t) {
    * the same devices; one that does not would desynchronise the
    * collectives, which the watchdog then reports. */
   int rc = FT_ESTATE;
-  if (t->e) { /* an in-process rejoin kept it: reuse it at the same world size */
+  const char *whose = "the engine of the last generation kept";
+  if (!t->e && t->warm) { /* a warm spare built one ahead */
+    t->e = t->warm;
+    t->warm = NULL;
+    whose = "the engine built ahead taken";
+  }
+  if (t->e) { /* kept by an in-process rejoin, or built ahead: reuse it at the same world size */
     if (engine_micro_batch(t->e) == t->B)
       rc = engine_set_comm(t->e, t->cm, t->rank, t->world);
     if (rc) {
       engine_free(t->e);
       t->e = NULL;
     } else {
-      fprintf(stderr, "worker: node %u slot %u: the engine of the last generation kept\n", o->node,
-              o->slot);
+      fprintf(stderr, "worker: node %u slot %u: %s\n", o->node, o->slot, whose);
     }
   }
   while (!t->e &&

@@ -9,7 +9,8 @@
 #     processes (recovery.in_process: false). Node 0 restored from its own
 #     memory, the spare from the checkpoint it fetched into memory while it
 #     waited (no chunk byte from the store in either restore);
-#     Node 0 kept its engine (its memory already touched).
+#     Node 0 kept its engine (its memory already touched); the spare built
+#     one ahead at the checkpoint's world size and took it.
 #  2. node 0 lost instead (failpoint kill_gang_position): node 1 keeps its
 #     engine as rank 1; a chunk damaged in its memory (failpoint
 #     corrupt_memory_chunk) fails its hash, that chunk comes from the
@@ -108,6 +109,9 @@ has_event "$ST" generation_started 'e["gen"] == 2 and e["nodes"] == [0, 2]' ||
 [ $alive_through = 1 ] || fail "inproc: node 0's first worker (pid $pid0) did not live through the recovery"
 grep -q "the engine of the last generation kept" "$ST/logs/node0.slot0.log" ||
   fail "inproc: node 0 did not keep its engine: $(tail -5 "$ST/logs/node0.slot0.log")"
+grep -q "engine for world 2 ready ahead" "$ST/logs/node2.slot0.log" &&
+  grep -q "the engine built ahead taken" "$ST/logs/node2.slot0.log" ||
+  fail "inproc: the spare did not build its engine ahead: $(grep -i engine "$ST/logs/node2.slot0.log")"
 grep -q "left generation 1 in .* ms, in process" "$ST/logs/node0.slot0.log" ||
   fail "inproc: node 0's log: $(tail -5 "$ST/logs/node0.slot0.log")"
 cmp -s "$TMP/procs.safetensors" "$TMP/inproc.safetensors" ||
