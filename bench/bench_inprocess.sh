@@ -16,7 +16,11 @@
 #             with in_process from what it fetched while waiting, or with
 #             checkpoint.replicate from what node 1 pushed into it)
 #   first     detection to the new generation's first step (recovered),
-#             which includes one step's compute: step is the run's median
+#             which includes one step's compute: step is the run's median,
+#             overhead = first - step
+# (127MB: the fault at step 12, well after the first checkpoint, so a warm
+# spare has built its engine: on one machine of two cores its build
+# competes with the gang's steps)
 # Sizes: the demo model (0.8 MB of training state) and L=6 C=384 (about
 # 127 MB of state: weights, Adam moments).
 # Then a checkpoint every step (one standalone worker, the local store):
@@ -72,24 +76,26 @@ for p in sorted(glob.glob(f"{st}/logs/node*.slot*.log")):
 steps = sorted(float(m.group(1)) for p in glob.glob(f"{st}/logs/node0.slot0.log")
                for m in re.finditer(r"\|\s+([\d.]+) ms \|", open(p).read()))
 step = steps[len(steps) // 2] if steps else 0
+first = r["detect_to_first_step_ms"]
 print(f"{name:<21} {f['stalled_s'] * 1e3:6.0f} {g['ms']:6.0f} {reform:7.0f} "
-      f"{rest.get('0', 0):8.0f} {rest.get('2', 0):7.0f} {r['detect_to_first_step_ms']:7.0f} "
-      f"{step:6.0f}   {src}")
+      f"{rest.get('0', 0):8.0f} {rest.get('2', 0):7.0f} {first:7.0f} "
+      f"{step:6.0f} {first - step:8.0f}   {src}")
 PY
 }
 
 echo "bench_inprocess: ms; node 1 lost, node 2 (a warm spare) replaces it, node 0 survives"
-printf '%-21s %6s %6s %7s %8s %7s %7s %6s   %s\n' run detect stop re-form restore0 restore2 first step "node 0's restore"
+printf '%-21s %6s %6s %7s %8s %7s %7s %6s %8s   %s\n' run detect stop re-form restore0 restore2 first step overhead \
+  "node 0's restore"
 SMALL='{n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 256, seq_len: 64}'
 BIG='{n_layer: 6, n_head: 6, n_embd: 384, vocab_size: 256, seq_len: 64}'
 FT_FAILPOINTS=min_step_ms=60 run demo-process false "$SMALL" 40 15
 FT_FAILPOINTS=min_step_ms=60 run demo-in-process true "$SMALL" 40 15
 FT_FAILPOINTS=min_step_ms=60 run demo-process+buddies false "$SMALL" 40 15 true
 FT_FAILPOINTS=min_step_ms=60 run demo-in-proc+buddies true "$SMALL" 40 15 true
-run 127MB-process false "$BIG" 14 8
-run 127MB-in-process true "$BIG" 14 8
-run 127MB-process+buddies false "$BIG" 14 8 true
-run 127MB-in-proc+buddies true "$BIG" 14 8 true
+run 127MB-process false "$BIG" 16 12
+run 127MB-in-process true "$BIG" 16 12
+run 127MB-process+buddies false "$BIG" 16 12 true
+run 127MB-in-proc+buddies true "$BIG" 16 12 true
 echo "reference: the process rows (every worker relaunched, every rank restored from the store)"
 echo "+buddies: checkpoint.replicate (the spare holds node 1's shard pushed by node 1; a"
 echo "relaunched node 0 takes its own from the spare's memory)"
