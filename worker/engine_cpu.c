@@ -34,6 +34,8 @@ static int ecpu_set_comm(void *impl, comm *c, int rank, int world) {
   if (rc == FT_OK) {
     e->c = c;
     e->rank = rank;
+    e->loss_sum = 0;
+    e->m->err = FT_OK;
   }
   return rc;
 }

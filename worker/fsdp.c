@@ -13,6 +13,7 @@
  */
 #include "fsdp.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 #include "kernels.h"
 #include "shardmap.h"
 
@@ -68,8 +70,17 @@ static void hook_release(void *ud, gpt2 *m, int g) {
   (void)g; /* the working buffer is reused; nothing to return on the CPU */
 }
 
+static int64_t g_reduces; /* this process's gradient reductions (failpoint) */
+
 static int hook_reduce(void *ud, gpt2 *m, int g) {
   fsdp *f = ud;
+  int64_t nth; /* failpoint: the Nth reduction fails, a backward cut short */
+  if (ft_failpoint("fail_reduce_once", &nth) &&
+      __atomic_add_fetch(&g_reduces, 1, __ATOMIC_RELAXED) == nth)
+    return ft_err_set(FT_ECOMM,
+                      "failpoint fail_reduce_once=%" PRId64 ": group %d's gradient "
+                      "reduction failed",
+                      nth, g);
   float *src = m->grads + ft_gpt2_group_offset(&m->d, g);
   float *dst = f->g + f->shoff[g];
   size_t n = f->numel[g];
@@ -140,6 +151,9 @@ int fsdp_set_comm(fsdp *f, comm *c, int rank, int world) {
   f->c = c;
   f->rank = rank;
   f->sm.rank = rank;
+  /* a backward cut short by the old comm's failure left the gradients of
+   * the groups it had not reduced yet in the model's working buffer */
+  memset(f->m->grads, 0, f->m->nparams * sizeof(float));
   memset(f->p, 0, f->shard_n * sizeof(float));
   memset(f->g, 0, f->shard_n * sizeof(float));
   memset(f->mo, 0, f->shard_n * sizeof(float));

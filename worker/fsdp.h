@@ -47,8 +47,10 @@ void fsdp_rebind(fsdp *f, gpt2 *m);
 /* Moves f to comm c as rank `rank` of the same world (an in-process
  * rejoin): the shard layout does not depend on the rank, so only whose
  * elements the shards hold changes; shards, gradients and moments are
- * zeroed (a restore or fsdp_shard_from_model sets them). FT_EINVAL for
- * another world size. */
+ * zeroed (a restore or fsdp_shard_from_model sets them), and so is the
+ * model's gradient buffer, where a backward cut short by the old comm's
+ * failure left the groups it had not reduced. FT_EINVAL for another world
+ * size. */
 int fsdp_set_comm(fsdp *f, comm *c, int rank, int world);
 /* Writes zeros over the shards and the collectives' scratch (their pages
  * mapped before they are needed). */

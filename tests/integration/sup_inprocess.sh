@@ -15,6 +15,10 @@
 #     engine as rank 1; a chunk damaged in its memory (failpoint
 #     corrupt_memory_chunk) fails its hash, that chunk comes from the
 #     store, the weights are the same;
+#     Then every rank's backward cut short mid-step (failpoint
+#     fail_reduce_once): a round with nobody blamed, both nodes rejoin
+#     with their engines (whose gradient buffers the cut left half
+#     reduced), same weights.
 #  3. checkpoint.replicate, with process restarts: each rank pushes its
 #     shards into the memory of the spare and of the other rank; the spare
 #     fetches nothing from the store while it waits; after the loss both
@@ -144,6 +148,23 @@ grep -Eq "MiB from memory, 0.00 MiB from buddies, [0-9.]*[1-9][0-9.]* MiB from t
 cmp -s "$TMP/procs.safetensors" "$TMP/corrupt.safetensors" ||
   fail "corrupt: the final weights differ from the process restart's"
 pass "node 0 lost: node 1 kept its engine as rank 1; a chunk damaged in its memory fails its hash and is read from the store; same weights"
+
+# every rank's backward cut short (failpoint fail_reduce_once: the 38th
+# gradient reduction, mid-step, fails in every worker): nobody died, so a
+# round with nobody blamed (collective_failure); both nodes rejoin in
+# process and keep their engines, whose gradient buffers the cut left
+# half-reduced: the weights must still be the process restart's
+FP=fail_reduce_once=38 run_one cut true
+ST=$TMP/cut/st
+has_event "$ST" fault_detected 'e["kind"] == "collective_failure" and not e["blamed"]' ||
+  fail "cut: no collective_failure round: $(events "$ST" | tr '\n' ' ')"
+has_event "$ST" node_rejoined 'e["node"] == 0' && has_event "$ST" node_rejoined 'e["node"] == 1' ||
+  fail "cut: both nodes should rejoin in process"
+grep -q "the engine of the last generation kept" "$ST/logs/node1.slot0.log" ||
+  fail "cut: node 1 did not keep its engine"
+cmp -s "$TMP/procs.safetensors" "$TMP/cut.safetensors" ||
+  fail "cut: the final weights differ from the process restart's (a kept engine's stale gradients?)"
+pass "every backward cut short mid-step: both nodes rejoin in process with their engines; same weights"
 
 # buddies, with process restarts: node 0 is relaunched and takes its shard
 # from the memory of the spare (now rank 1), which node 0 pushed it to; the
