@@ -158,11 +158,7 @@ static void test_corrupt_chunk_refused(void **st) {
         t->chunks[c].offset + t->chunks[c].len > (2u << 20) + 10)
       victim = c;
   assert_true(victim >= 0);
-  char path[4300];
-  tu_chunk_path(f->dir, t->chunks[victim].hash, path, sizeof path);
-  struct stat sb;
-  assert_int_equal(stat(path, &sb), 0);
-  tu_flip(path, (long)sb.st_size / 2);
+  assert_int_equal(tu_damage_chunk(f->dir, t, victim), 0);
   uint64_t off = t->chunks[victim].offset, len = t->chunks[victim].len;
   uint8_t *out = malloc(len);
   memset(out, 0xab, len);
@@ -187,6 +183,8 @@ static void test_corrupt_chunk_refused(void **st) {
   int64_t latest;
   assert_int_equal(ckpt_store_latest(s, "rs", INT64_MAX, &latest), FT_ENOENT);
   /* a missing chunk is reported as missing */
+  char path[4300];
+  tu_chunk_path(f->dir, t->chunks[victim].hash, path, sizeof path);
   assert_int_equal(unlink(path), 0);
   assert_int_equal(ckpt_store_verify(s, "rs", 100, &rep, NULL, NULL), FT_ECORRUPT);
   assert_int_equal(rep.chunks_missing, 1);
@@ -214,13 +212,8 @@ static void test_memory_first(void **st) {
   assert_int_equal(ckpt_store_load(s, "mem", 1, &m), FT_OK);
   /* every chunk file damaged: the reads must not touch them */
   const ckpt_tensor *t = &m->tensors[ckpt_manifest_find(m, "param/big")];
-  for (int c = 0; c < t->nchunks; c++) {
-    char path[4300];
-    struct stat sb;
-    tu_chunk_path(dir, t->chunks[c].hash, path, sizeof path);
-    assert_int_equal(stat(path, &sb), 0);
-    tu_flip(path, (long)sb.st_size / 2);
-  }
+  for (int c = 0; c < t->nchunks; c++)
+    assert_int_equal(tu_damage_chunk(dir, t, c), 0);
   ckpt_read_stats r0, r1;
   ckpt_store_read_stats(s, &r0);
   assert_int_equal(ckpt_store_read(s, m, "param/big", 0, NBIG * 4, out), FT_OK);

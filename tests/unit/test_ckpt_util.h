@@ -149,4 +149,16 @@ static inline void tu_flip(const char *path, long off) {
   fclose(f);
 }
 
+/* Damages chunk c of tensor t of the store in dir: one byte flipped in the
+ * middle of its file (0 on success, -1 if the file is not there). */
+static inline int tu_damage_chunk(const char *dir, const ckpt_tensor *t, int c) {
+  char path[4300];
+  struct stat sb;
+  tu_chunk_path(dir, t->chunks[c].hash, path, sizeof path);
+  if (stat(path, &sb) != 0)
+    return -1;
+  tu_flip(path, (long)sb.st_size / 2);
+  return 0;
+}
+
 #endif
