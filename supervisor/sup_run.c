@@ -662,6 +662,31 @@ static void echo_beat(sup *s, sup_conn *c, const ft_msg *m) {
   sup_send(s, c, &hb, m->gen);
 }
 
+/* The worker_fault event of a FAULT frame. left: from a worker leaving its
+ * generation in process (the fault is the collective the rejoin broke; the
+ * event says which generation, and it is not judged further). */
+static void worker_fault_event(sup *s, const sup_worker *w, const ft_msg *m, int left) {
+  const char *detail = m->fault.detail ? m->fault.detail : "";
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", w->node);
+  cJSON_AddNumberToObject(f, "slot", w->slot);
+  if (left)
+    cJSON_AddNumberToObject(f, "gen", (double)m->gen);
+  else
+    cJSON_AddNumberToObject(f, "rank", w->rank);
+  cJSON_AddStringToObject(f, "kind", ft_fault_kind_name(m->fault.kind));
+  cJSON_AddNumberToObject(f, "step", (double)m->fault.step);
+  cJSON_AddStringToObject(f, "detail", detail);
+  if (left)
+    sup_events_emit(
+        s->ev, "worker_fault", f,
+        "node %d slot %d %s at step %" PRId64 " (generation %" PRIu64 ", left in process): %s",
+        w->node, w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step, m->gen, detail);
+  else
+    sup_events_emit(s->ev, "worker_fault", f, "node %d slot %d %s at step %" PRId64 ": %s", w->node,
+                    w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step, detail);
+}
+
 static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   sup *s = ud;
   sup_worker *w = sup_conn_user(c);
@@ -677,18 +702,7 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     if (m->type == FT_MSG_HEARTBEAT) {
       echo_beat(s, c, m);
     } else if (m->type == FT_MSG_FAULT) {
-      cJSON *f = cJSON_CreateObject();
-      cJSON_AddNumberToObject(f, "node", w->node);
-      cJSON_AddNumberToObject(f, "slot", w->slot);
-      cJSON_AddStringToObject(f, "kind", ft_fault_kind_name(m->fault.kind));
-      cJSON_AddNumberToObject(f, "step", (double)m->fault.step);
-      cJSON_AddNumberToObject(f, "gen", (double)m->gen);
-      cJSON_AddStringToObject(f, "detail", m->fault.detail ? m->fault.detail : "");
-      sup_events_emit(s->ev, "worker_fault", f,
-                      "node %d slot %d %s at step %" PRId64 " (generation %" PRIu64
-                      ", left in process): %s",
-                      w->node, w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step, m->gen,
-                      m->fault.detail ? m->fault.detail : "");
+      worker_fault_event(s, w, m, 1);
     }
     return;
   }
@@ -743,20 +757,10 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     if (current)
       on_shard_saved(s, w, m);
     break;
-  case FT_MSG_FAULT: {
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "node", w->node);
-    cJSON_AddNumberToObject(f, "slot", w->slot);
-    cJSON_AddNumberToObject(f, "rank", w->rank);
-    cJSON_AddStringToObject(f, "kind", ft_fault_kind_name(m->fault.kind));
-    cJSON_AddNumberToObject(f, "step", (double)m->fault.step);
-    cJSON_AddStringToObject(f, "detail", m->fault.detail ? m->fault.detail : "");
-    sup_events_emit(s->ev, "worker_fault", f, "node %d slot %d %s at step %" PRId64 ": %s", w->node,
-                    w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step,
-                    m->fault.detail ? m->fault.detail : "");
+  case FT_MSG_FAULT:
+    worker_fault_event(s, w, m, 0);
     sup_watch_fault(s, w, m);
     break;
-  }
   case FT_MSG_KV_SET:
     if (current)
       sup_kv_set(s->kv, m->kv_set.key, m->kv_set.value, m->kv_set.value_len);

@@ -13,11 +13,7 @@ ST=$TMP/state
 mkdir -p "$ST"
 
 FAKE_STEP_MS=100 sup_bg "$ST" --spares 1 --steps 100
-for _ in $(seq 300); do
-  has_event "$ST" step 'e["step"] >= 5' 2>/dev/null && break
-  sleep 0.1
-done
-has_event "$ST" step 'e["step"] >= 5' || { cat "$ST.out"; fail "the run did not reach step 5"; }
+wait_step "$ST" 5
 pids=$(python3 -c '
 import json, sys
 for l in open(sys.argv[1]):

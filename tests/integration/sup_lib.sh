@@ -64,6 +64,17 @@ sup_bg() {
   SUP=$!
 }
 
+# wait_step STATE STEP: until rank 0 of STATE's run reported STEP (up to
+# 30 s); fails, with the run's output, if it never does.
+wait_step() {
+  for _ in $(seq 300); do
+    has_event "$1" step "e[\"step\"] >= $2" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  cat "$1.out"
+  fail "the run did not reach step $2"
+}
+
 # restored_newest STATE GEN MIN: generation GEN restored the newest
 # checkpoint committed before it started, and that one is at least step MIN.
 restored_newest() {

@@ -24,6 +24,7 @@
 # Teardown (also on failure): supervise, then every process under our sshd
 # (its sessions and the workers they run), then sshd, each by pid.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh" # has_event
 
 WORKER=$FT_BIN/worker
 [ -x "$WORKER" ] || fail "worker not built in $FT_BIN"
@@ -197,17 +198,6 @@ for b in bad:
     print(b)
 sys.exit(1 if bad else 0)
 PY
-}
-has_event() { # STATE NAME [PY_CONDITION on e]
-  python3 -c '
-import json, sys
-name, cond = sys.argv[2], (sys.argv[3] if len(sys.argv) > 3 else "True")
-for line in open(sys.argv[1]):
-    e = json.loads(line)
-    if e["event"] == name and eval(cond):
-        sys.exit(0)
-sys.exit(1)
-' "$1/events.jsonl" "$2" "${3:-True}"
 }
 # wait_workers STATE N: until N workers of STATE run and each has logged its
 # thread count (up to 120 s, while supervise lives)
