@@ -36,9 +36,11 @@ static const char *usage_text =
     "directory in front of it that also holds the catalog; see Environment).\n"
     "\n"
     "Commands:\n"
-    "  ls                      list checkpoints: run, step, time, state, loss,\n"
-    "                          logical size, stored size, bytes new in that\n"
-    "                          checkpoint (not shared with an earlier one), ratio\n"
+    "  ls                      list checkpoints: run, step, time, state, level\n"
+    "                          (durable, local: in an s3 cache, memory: only in\n"
+    "                          workers' memory), loss, logical size, stored size,\n"
+    "                          bytes new in that checkpoint (not shared with an\n"
+    "                          earlier one), ratio\n"
     "  show STEP               a checkpoint's tensors: dtype, shape, chunks, sizes\n"
     "  restore STEP --to PATH  write the model as Hugging Face GPT-2 safetensors;\n"
     "         [--world N --rank R]  or rank R's raw FSDP shard of every tensor\n"
@@ -301,7 +303,7 @@ static int parse_step(cli *c, const char *arg, int64_t *step) {
   if (rc)
     return rc;
   if (strcmp(arg, "latest") == 0)
-    return ckpt_store_latest(c->s, c->run, INT64_MAX, step);
+    return ckpt_store_latest_at(c->s, c->run, INT64_MAX, CKPT_LEVEL_LOCAL, step);
   char *end;
   long long v = strtoll(arg, &end, 10);
   if (*end || end == arg || v < 0)
@@ -327,6 +329,7 @@ static int cmd_ls(cli *c) {
       cJSON_AddNumberToObject(o, "parent", (double)v[i].parent_step);
       cJSON_AddNumberToObject(o, "world", v[i].world);
       cJSON_AddStringToObject(o, "state", ckpt_state_name(v[i].state));
+      cJSON_AddStringToObject(o, "level", ckpt_level_name(v[i].level));
       cJSON_AddBoolToObject(o, "pinned", v[i].pinned);
       cJSON_AddNumberToObject(o, "time_ms", (double)v[i].time_ms);
       if (isfinite(v[i].loss))
@@ -352,8 +355,8 @@ static int cmd_ls(cli *c) {
     free(v);
     return 0;
   }
-  printf("%-16s %8s  %-19s  %-9s %9s %11s %11s %11s %6s\n", "RUN", "STEP", "TIME", "STATE", "LOSS",
-         "LOGICAL", "STORED", "NEW", "RATIO");
+  printf("%-16s %8s  %-19s  %-9s %-7s %9s %11s %11s %11s %6s\n", "RUN", "STEP", "TIME", "STATE",
+         "LEVEL", "LOSS", "LOGICAL", "STORED", "NEW", "RATIO");
   for (size_t i = 0; i < n; i++) {
     char t[32], lg[32], st[32], nw[32], loss[32], state[16], ratio[16];
     fmt_time(v[i].time_ms, t, sizeof t);
@@ -370,11 +373,13 @@ static int cmd_ls(cli *c) {
                (double)v[i].logical_bytes / (double)v[i].stored_bytes);
     else
       snprintf(ratio, sizeof ratio, "-");
-    printf("%-16s %8" PRId64 "  %-19s  %-9s %9s %11s %11s %11s %6s\n", v[i].run, v[i].step, t,
-           state, loss, lg, st, nw, ratio);
+    printf("%-16s %8" PRId64 "  %-19s  %-9s %-7s %9s %11s %11s %11s %6s\n", v[i].run, v[i].step, t,
+           state, ckpt_level_name(v[i].level), loss, lg, st, nw, ratio);
   }
-  printf("(* pinned; NEW = stored bytes of chunks no earlier checkpoint had; "
-         "RATIO = logical / stored)\n");
+  printf("(* pinned; LEVEL = where its bytes are safe: durable (the store), local (an s3 "
+         "store's cache, the upload queued), memory (two hosts' memory only, not in the "
+         "store); NEW = stored bytes of chunks no earlier checkpoint had; RATIO = logical / "
+         "stored)\n");
   free(v);
   return 0;
 }
@@ -407,6 +412,7 @@ static int cmd_show(cli *c, const char *arg) {
     cJSON_AddNumberToObject(o, "parent", (double)i->parent_step);
     cJSON_AddNumberToObject(o, "world", i->world);
     cJSON_AddStringToObject(o, "state", ckpt_state_name(i->state));
+    cJSON_AddStringToObject(o, "level", ckpt_level_name(i->level));
     cJSON_AddBoolToObject(o, "pinned", i->pinned);
     cJSON_AddNumberToObject(o, "logical_bytes", (double)i->logical_bytes);
     cJSON_AddNumberToObject(o, "stored_bytes", (double)i->stored_bytes);
@@ -441,8 +447,9 @@ static int cmd_show(cli *c, const char *arg) {
   human(i->logical_bytes, lg, sizeof lg);
   human(i->stored_bytes, st, sizeof st);
   human(i->new_bytes, nw, sizeof nw);
-  printf("run %s  step %" PRId64 "  parent %" PRId64 "  world %d  state %s%s\n", i->run, i->step,
-         i->parent_step, i->world, ckpt_state_name(i->state), i->pinned ? " (pinned)" : "");
+  printf("run %s  step %" PRId64 "  parent %" PRId64 "  world %d  state %s%s  level %s\n", i->run,
+         i->step, i->parent_step, i->world, ckpt_state_name(i->state), i->pinned ? " (pinned)" : "",
+         ckpt_level_name(i->level));
   char loss[32] = "-";
   if (isfinite(i->loss))
     snprintf(loss, sizeof loss, "%.6f", i->loss);
@@ -593,6 +600,12 @@ static int cmd_verify(cli *c, const char *arg, int marking) {
     for (size_t i = 0; rc == FT_OK && i < n; i++) {
       if (v[i].state == CKPT_PENDING)
         continue;
+      if (v[i].level == CKPT_LEVEL_MEMORY) { /* nothing of it in the store */
+        if (!c->jv)
+          printf("skip  %s step %" PRId64 " (level memory: only in workers' memory)\n", v[i].run,
+                 v[i].step);
+        continue;
+      }
       rc = verify_one(c, v[i].run, v[i].step, &problems);
       checked++;
     }

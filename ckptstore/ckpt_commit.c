@@ -34,6 +34,15 @@
  *      ckpt/chunk/<hash> entry for every chunk seen for the first time (for
  *      "new bytes"). This is the commit point.
  *   C6 release meta_mu.
+ * Levels (enum ckpt_level): a memory-level commit (meta->level; the
+ * checkpoints between persisted ones, checkpoint.persist_every) has its
+ * chunks only in workers' memory, so it skips C3 and C4 and records no
+ * chunk entries: C5 writes its record (level "memory", stored bytes 0) and
+ * manifest to the catalog only. A later commit of the same step at a
+ * persistent level (checkpoint.require: memory, once the chunks reached the
+ * store) upgrades that record through C3-C5, keeping its state and pin.
+ * Every other commit records the tier's level (durable; local for an s3
+ * store whose bucket copy follows in the background).
  * If C4 or C5 fails (a full disk: FT_ENOSPC naming the file), what C4 wrote
  * is undone, best effort: the new manifest object deleted, or the replaced
  * one and its mark put back, so no manifest is newer than the catalog.
@@ -90,7 +99,8 @@ static void check_manifest(const ckpt_manifest *m, const ckpt_meta *meta) {
   FT_ASSERT_INV(!strcmp(in->run, meta->run) && in->step == meta->step,
                 "manifest of %s/%" PRId64 " for %s/%" PRId64, in->run, in->step, meta->run,
                 meta->step);
-  FT_ASSERT_INV(in->state == CKPT_COMMITTED, "manifest state %d", in->state);
+  FT_ASSERT_INV(in->state == CKPT_COMMITTED || in->state == CKPT_GOOD, "manifest state %d",
+                in->state);
   FT_ASSERT_INV(in->ntensors == m->ntensors, "ntensors %d != %d", in->ntensors, m->ntensors);
   uint64_t logical = 0, stored = 0;
   int nchunks = 0;
@@ -130,7 +140,7 @@ static void check_after(ckpt_store *s, const ckpt_manifest *m, int committed, in
   ckpt_info now;
   int rc = ckpt_store_get_info(s, m->info.run, m->info.step, &now);
   if (committed) {
-    FT_ASSERT_INV(rc == FT_OK && now.state == CKPT_COMMITTED && now.nchunks == m->info.nchunks &&
+    FT_ASSERT_INV(rc == FT_OK && now.state == m->info.state && now.nchunks == m->info.nchunks &&
                       now.pinned == m->info.pinned,
                   "%s step %" PRId64 " after C5: rc %d, state %d", m->info.run, m->info.step, rc,
                   rc ? -1 : now.state);
@@ -164,7 +174,11 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   ckpt_info old;
   memset(&old, 0, sizeof old);
   rc = ckpt_store_get_info(s, meta->run, meta->step, &old);
-  if (rc == FT_OK && old.state != CKPT_PENDING && old.state != CKPT_BAD) {
+  int memory = meta->level == CKPT_LEVEL_MEMORY;
+  /* a memory-level record, upgraded now that its chunks reached the store */
+  int upgrade = rc == FT_OK && old.level == CKPT_LEVEL_MEMORY && !memory &&
+                (old.state == CKPT_COMMITTED || old.state == CKPT_GOOD);
+  if (rc == FT_OK && old.state != CKPT_PENDING && old.state != CKPT_BAD && !upgrade) {
     rc = ft_err_set(FT_EEXIST, "checkpoint %s step %" PRId64 " is already %s", meta->run,
                     meta->step, ckpt_state_name(old.state));
     goto out;
@@ -175,6 +189,7 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
    * retrained step (after a loss-spike rollback) keeps its pin too */
   int was_pinned = rc == FT_OK && old.pinned;
   int had_old = rc == FT_OK;
+  int old_in_tier = had_old && old.level != CKPT_LEVEL_MEMORY; /* a manifest object */
 
   check_locked(s, "C3");
   int nrefs = m->info.nchunks;
@@ -188,6 +203,11 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   for (int t = 0; t < m->ntensors; t++) {
     ckpt_tensor *tt = &m->tensors[t];
     for (int c = 0; c < tt->nchunks; c++) { /* C3 */
+      if (memory) {                         /* in workers' memory only: nothing to check */
+        tt->chunks[c].stored = 0;
+        refs[k++] = tt->chunks[c];
+        continue;
+      }
       char hex[CKPT_HEX_LEN + 1];
       ckpt_hex(tt->chunks[c].hash, hex);
       ckpt_objkey_chunk(key, sizeof key, hex);
@@ -209,8 +229,9 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     }
   }
   m->info.time_ms = ft_wall_ms();
-  m->info.state = CKPT_COMMITTED;
+  m->info.state = upgrade && old.state == CKPT_GOOD ? CKPT_GOOD : CKPT_COMMITTED;
   m->info.pinned = was_pinned;
+  m->info.level = memory ? CKPT_LEVEL_MEMORY : s->tier->commit_level;
 
   /* New bytes: chunks that no earlier commit recorded (each counted once). */
   b = ckpt_batch_new();
@@ -222,7 +243,7 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   char first[200];
   snprintf(first, sizeof first, "%s/%020" PRId64, meta->run, meta->step);
   m->info.new_bytes = 0;
-  for (int i = 0; i < k; i++) {
+  for (int i = 0; i < k && !memory; i++) {
     if (i > 0 && memcmp(refs[i].hash, refs[i - 1].hash, CKPT_HASH_LEN) == 0)
       continue;
     char hex[CKPT_HEX_LEN + 1], *val = NULL;
@@ -248,9 +269,11 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     rc = ft_err_set(FT_EINVAL, "run name '%s' too long", meta->run);
     goto out;
   }
-  if (had_old) {
+  if (old_in_tier && !memory) {
     /* replacing a BAD (or pinned PENDING) record: keep what it replaces, to
-     * put back if the commit fails, and make its mark say what it will be */
+     * put back if the commit fails, and make its mark say what it will be
+     * (a memory-level commit leaves the tier alone: the old object and its
+     * mark stay what they were) */
     ckpt_key_man(key, sizeof key, meta->run, meta->step);
     if (ckpt_catalog_get(s->cat, key, &oldman, NULL) != FT_OK)
       oldman = NULL;
@@ -260,9 +283,11 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   }
   check_manifest(m, meta);
   check_locked(s, "C4");
-  rc = s->tier->put(s->tier, okey, mjs, strlen(mjs)); /* C4 */
-  if (rc)
-    goto undo;
+  if (!memory) {
+    rc = s->tier->put(s->tier, okey, mjs, strlen(mjs)); /* C4 */
+    if (rc)
+      goto undo;
+  }
   ckpt_key_info(key, sizeof key, meta->run, meta->step);
   ckpt_batch_put(b, key, ijs, strlen(ijs));
   ckpt_key_man(key, sizeof key, meta->run, meta->step);
@@ -282,11 +307,13 @@ undo:
   {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", ft_err_detail());
-    if (oldman)
+    if (memory)
+      ; /* the tier was not touched */
+    else if (oldman)
       s->tier->put(s->tier, okey, oldman, strlen(oldman));
-    else if (!had_old)
+    else if (!old_in_tier)
       s->tier->del(s->tier, okey);
-    if (had_old)
+    if (old_in_tier && !memory)
       ckpt_store_put_mark(s, &old);
     check_after(s, m, 0, had_old, &old);
     ft_err_set(rc, "commit of %s step %" PRId64 " failed, earlier checkpoints are untouched: %s",

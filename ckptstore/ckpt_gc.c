@@ -8,7 +8,8 @@
  *        + every restorable one whose step is a multiple of keep_every
  *   everything else is dropped, including BAD ones (pin a bad checkpoint to
  *   keep it for a post-mortem). keep_last == 0 keeps every checkpoint and
- *   only sweeps unreferenced chunks.
+ *   only sweeps unreferenced chunks. Memory-level records (keep_set) are
+ *   pruned whatever keep_last says.
  *
  * The protocol. Actors: writer threads of any process (ckpt_writer.c) put or
  * freshen chunks without touching the catalog; commit (ckpt_commit.c) and GC
@@ -93,19 +94,34 @@ static int is_dropped(const gc_ctx *g, const char *run, int64_t step) {
   return 0;
 }
 
-/* G2: marks v[i].state = -1 for the dropped ones. v is sorted by run, step. */
+/* G2: marks v[i].state = -1 for the dropped ones. v is sorted by run, step.
+ * Memory-level records (chunks only in workers' memory) are not counted by
+ * keep_last or keep_every: one is kept only while it is newer than the
+ * run's newest persisted restorable checkpoint, and only the newest
+ * CKPT_GC_KEEP_MEMORY of those (a worker's memory holds two snapshots), so
+ * they are pruned even when keep_last is 0. */
+#define CKPT_GC_KEEP_MEMORY 2
 static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
-  if (ret->keep_last <= 0)
-    return;
   for (size_t a = 0; a < n;) {
     size_t b = a;
     while (b < n && strcmp(v[b].run, v[a].run) == 0)
       b++;
-    int restorable_seen = 0;
+    int restorable_seen = 0, memory_seen = 0, persisted_seen = 0;
     for (size_t i = b; i-- > a;) {
       ckpt_info *x = &v[i];
       int restorable = x->state == CKPT_COMMITTED || x->state == CKPT_GOOD;
       int keep = x->pinned || x->state == CKPT_PENDING;
+      if (x->level == CKPT_LEVEL_MEMORY) {
+        if (restorable && !persisted_seen && memory_seen < CKPT_GC_KEEP_MEMORY)
+          keep = 1;
+        memory_seen += restorable;
+        if (!keep && (restorable || ret->keep_last > 0))
+          x->state = -1;
+        continue;
+      }
+      persisted_seen |= restorable;
+      if (ret->keep_last <= 0)
+        continue;
       if (restorable && restorable_seen < ret->keep_last)
         keep = 1;
       if (restorable && ret->keep_every > 0 && x->step % ret->keep_every == 0)
@@ -372,5 +388,39 @@ out:
   ckpt_hashset_release(&g.marked);
   free(g.dropped);
   free(v);
+  return rc;
+}
+
+int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int *n) {
+  if (n)
+    *n = 0;
+  if (s->read_only)
+    return ft_err_set(FT_ESTATE, "dropping memory checkpoints needs the store opened for writing");
+  ckpt_info *v = NULL;
+  size_t nv = 0;
+  char key[256];
+  pthread_mutex_lock(&s->meta_mu); /* no commit in between */
+  int rc = ckpt_store_list(s, run, &v, &nv);
+  ckpt_batch *b = rc ? NULL : ckpt_batch_new();
+  if (!rc && !b)
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  int k = 0;
+  for (size_t i = 0; !rc && i < nv; i++) {
+    if (v[i].level != CKPT_LEVEL_MEMORY || v[i].step < min_step)
+      continue;
+    ckpt_key_info(key, sizeof key, v[i].run, v[i].step);
+    ckpt_batch_del(b, key);
+    ckpt_key_man(key, sizeof key, v[i].run, v[i].step);
+    ckpt_batch_del(b, key);
+    k++;
+  }
+  if (!rc && k)
+    rc = ckpt_catalog_write(s->cat, b);
+  else
+    ckpt_batch_free(b);
+  pthread_mutex_unlock(&s->meta_mu);
+  free(v);
+  if (!rc && n)
+    *n = k;
   return rc;
 }

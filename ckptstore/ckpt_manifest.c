@@ -677,6 +677,8 @@ char *ckpt_info_to_json(const ckpt_info *i) {
   cJSON_AddNumberToObject(o, "new", (double)i->new_bytes);
   cJSON_AddNumberToObject(o, "ntensors", i->ntensors);
   cJSON_AddNumberToObject(o, "nchunks", i->nchunks);
+  if (i->level != CKPT_LEVEL_DURABLE) /* absent: durable (records older than levels) */
+    cJSON_AddStringToObject(o, "level", ckpt_level_name(i->level));
   char *s = seal(o, 0);
   cJSON_Delete(o);
   return s;
@@ -699,6 +701,21 @@ int ckpt_info_from_json(const char *json, ckpt_info *i) {
     rc = get_num(o, keys[k], &v[k]);
   if (rc == FT_OK && !ckpt_run_name_ok(run))
     rc = ft_err_set(FT_EFORMAT, "checkpoint record: no run, or a bad run name");
+  int level = CKPT_LEVEL_DURABLE;
+  cJSON *lv = cJSON_GetObjectItem(o, "level");
+  if (rc == FT_OK && lv) {
+    if (!cJSON_IsString(lv))
+      rc = ft_err_set(FT_EFORMAT, "checkpoint record: level is not a string");
+    else if (!strcmp(lv->valuestring, "local"))
+      level = CKPT_LEVEL_LOCAL;
+    else if (!strcmp(lv->valuestring, "memory"))
+      level = CKPT_LEVEL_MEMORY;
+    else if (strcmp(lv->valuestring, "durable"))
+      rc = ft_err_set(FT_EFORMAT,
+                      "checkpoint record: level '%.32s' (expected durable, local "
+                      "or memory)",
+                      lv->valuestring);
+  }
   /* every number but the loss is an integer in its range */
   const double lo[12] = {0, -1, 0, CKPT_PENDING, 0, 0, 0, 0, 0, 0, 0, 0};
   const double hi[12] = {
@@ -722,6 +739,7 @@ int ckpt_info_from_json(const char *json, ckpt_info *i) {
     i->new_bytes = (uint64_t)iv[9];
     i->ntensors = (int)iv[10];
     i->nchunks = (int)iv[11];
+    i->level = level;
   }
   cJSON_Delete(o);
   return rc;

@@ -724,7 +724,8 @@ int ckpt_s3_tiered_open(const ckpt_s3_config *cfg, int writable, ckpt_tier **out
                       .sync = td_sync,
                       .free = td_free,
                       .desc = td->desc,
-                      .foreign_commits = td->cfg.cache_per_host};
+                      .foreign_commits = td->cfg.cache_per_host,
+                      .commit_level = td->cfg.require_both ? CKPT_LEVEL_DURABLE : CKPT_LEVEL_LOCAL};
   snprintf(td->desc, sizeof td->desc, "s3://%s/%s (cache %s)", cfg->bucket, cfg->prefix,
            cfg->cache_dir);
   ckpt_s3_client *c = NULL;

@@ -114,6 +114,18 @@ const char *ckpt_state_name(int state) {
   return "unknown";
 }
 
+const char *ckpt_level_name(int level) {
+  switch (level) {
+  case CKPT_LEVEL_DURABLE:
+    return "durable";
+  case CKPT_LEVEL_LOCAL:
+    return "local";
+  case CKPT_LEVEL_MEMORY:
+    return "memory";
+  }
+  return "unknown";
+}
+
 typedef struct mkeys {
   char **v;
   size_t n, cap;
@@ -516,16 +528,22 @@ int ckpt_store_refresh(ckpt_store *s) {
 }
 
 int ckpt_store_latest(ckpt_store *s, const char *run, int64_t max_step, int64_t *step) {
+  return ckpt_store_latest_at(s, run, max_step, CKPT_LEVEL_MEMORY, step);
+}
+
+int ckpt_store_latest_at(ckpt_store *s, const char *run, int64_t max_step, int max_level,
+                         int64_t *step) {
   ckpt_info *v = NULL;
   size_t n = 0;
   int rc = ckpt_store_list(s, run, &v, &n);
   if (rc)
     return rc;
   rc = ft_err_set(FT_ENOENT,
-                  "run '%s' has no committed or good checkpoint at or before step %" PRId64, run,
-                  max_step);
+                  "run '%s' has no committed or good checkpoint%s at or before step %" PRId64, run,
+                  max_level < CKPT_LEVEL_MEMORY ? " in the store" : "", max_step);
   for (size_t i = n; i-- > 0;) {
-    if (v[i].step <= max_step && (v[i].state == CKPT_COMMITTED || v[i].state == CKPT_GOOD)) {
+    if (v[i].step <= max_step && (v[i].state == CKPT_COMMITTED || v[i].state == CKPT_GOOD) &&
+        v[i].level <= max_level) {
       *step = v[i].step;
       rc = FT_OK;
       break;
@@ -600,6 +618,7 @@ int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest 
   m->info.pinned = info.pinned;
   m->info.new_bytes = info.new_bytes;
   m->info.time_ms = info.time_ms;
+  m->info.level = info.level;
   *out = m;
   return FT_OK;
 }

@@ -52,6 +52,10 @@ struct ckpt_tier {
    * with FT_S3_CACHE_PER_HOST=1): this process's catalog may lack a
    * committed checkpoint whose manifest object is in the bucket */
   int foreign_commits;
+  /* enum ckpt_level of a checkpoint committed through this tier: durable,
+   * or local (the S3 tier with FT_S3_REQUIRE=local: the bucket's copy
+   * follows in the background) */
+  int commit_level;
 };
 
 /* Opens "local:DIR", creating DIR and its folders if create is set. */

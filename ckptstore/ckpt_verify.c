@@ -35,6 +35,13 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
     }
     return rc;
   }
+  if (m->info.level == CKPT_LEVEL_MEMORY) { /* its chunks were never written to the store */
+    ckpt_manifest_free(m);
+    return ft_err_set(FT_ESTATE,
+                      "checkpoint %s step %" PRId64 " lives only in workers' memory (level "
+                      "memory, checkpoint.persist_every): the store holds none of its chunks",
+                      run, step);
+  }
   uint64_t total = (uint64_t)m->info.nchunks, done = 0;
   uint8_t *buf = NULL;
   size_t cap = 0;

@@ -13,6 +13,9 @@
  *      as durable and records (offset, len, hash, stored size) in the job's
  *      shard manifest.
  * A job is released when all its tasks passed 3, done when all passed 4.
+ * A memory-only job (ckpt_store_submit_memory) stops after step 1: the
+ * chunk is kept in memory (ckpt_mem_put) and named, nothing is compressed or
+ * written (stored size 0); it is done once every chunk is hashed.
  *
  * Back-pressure policy: the store bounds the raw bytes queued or being
  * processed (queue_bytes, default 1 GiB). submit blocks, before queueing a
@@ -58,7 +61,8 @@ struct ckpt_job {
   char err[512];
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int taken; /* shard handed out by ckpt_job_wait */
+  int taken;       /* shard handed out by ckpt_job_wait */
+  int memory_only; /* ckpt_store_submit_memory: hash and keep, write nothing */
 };
 
 static void job_fail(ckpt_job *j, int rc) {
@@ -92,6 +96,10 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
   if (rc)
     goto fail;
   ckpt_mem_put(s->mem, ref.hash, t->data, t->len); /* the nearest copy for a restore */
+  if (j->memory_only) { /* done: the chunk lives in this process's memory */
+    j->shard->parts[t->part].chunks[t->idx] = ref;
+    goto out;
+  }
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_hex(ref.hash, hex);
   ckpt_objkey_chunk(key, sizeof key, hex);
@@ -187,9 +195,12 @@ static void job_destroy(ckpt_job *j) {
   free(j);
 }
 
-int ckpt_store_submit(ckpt_store *s, const char *run, int64_t step, int rank, int world,
-                      const ckpt_part *parts, int nparts, ckpt_job **out) {
+static int submit(ckpt_store *s, const char *run, int64_t step, int rank, int world,
+                  const ckpt_part *parts, int nparts, int memory_only, ckpt_job **out) {
   *out = NULL;
+  if (memory_only && !s->mem)
+    return ft_err_set(FT_ESTATE, "a memory-only checkpoint needs the store's memory "
+                                 "(ckpt_store_keep_in_memory)");
   if (s->read_only && !s->shard_writer)
     return ft_err_set(FT_ESTATE, "submit: the store is open read-only");
   if (!ckpt_run_name_ok(run))
@@ -224,6 +235,7 @@ int ckpt_store_submit(ckpt_store *s, const char *run, int64_t step, int rank, in
   pthread_cond_init(&j->cv, NULL);
   j->s = s;
   j->shard = sh;
+  j->memory_only = memory_only;
   sh->run = strdup(run);
   sh->step = step;
   sh->rank = rank;
@@ -293,6 +305,16 @@ int ckpt_store_submit(ckpt_store *s, const char *run, int64_t step, int rank, in
 nomem:
   job_destroy(j);
   return ft_err_set(FT_ENOMEM, "out of memory");
+}
+
+int ckpt_store_submit(ckpt_store *s, const char *run, int64_t step, int rank, int world,
+                      const ckpt_part *parts, int nparts, ckpt_job **out) {
+  return submit(s, run, step, rank, world, parts, nparts, 0, out);
+}
+
+int ckpt_store_submit_memory(ckpt_store *s, const char *run, int64_t step, int rank, int world,
+                             const ckpt_part *parts, int nparts, ckpt_job **out) {
+  return submit(s, run, step, rank, world, parts, nparts, 1, out);
 }
 
 int ckpt_job_released(ckpt_job *j, int wait) {

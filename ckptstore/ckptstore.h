@@ -61,6 +61,18 @@ enum ckpt_state {
 };
 const char *ckpt_state_name(int state); /* "pending", "committed", ... */
 
+/* Where a committed checkpoint's bytes are safe (checkpoint.require,
+ * checkpoint.persist_every). The zero value is the strongest, so records
+ * written before levels existed read as durable. */
+enum ckpt_level {
+  CKPT_LEVEL_DURABLE = 0, /* in the store's persistent tier (the bucket, or
+                             a local: store's folder) */
+  CKPT_LEVEL_LOCAL = 1,   /* in an s3 store's local cache, the upload queued */
+  CKPT_LEVEL_MEMORY = 2,  /* only in workers' memory: this host's and a
+                             buddy's on another host; no chunk in the store */
+};
+const char *ckpt_level_name(int level); /* "durable", "local", "memory" */
+
 /* The store's defaults, for the options left at 0 below. */
 #define CKPT_DEFAULT_THREADS 2
 #define CKPT_DEFAULT_CHUNK_MIB 4
@@ -121,6 +133,13 @@ typedef struct ckpt_part {
  * The part array is copied; the data buffers are not, see ckpt_job_released. */
 int ckpt_store_submit(ckpt_store *s, const char *run, int64_t step, int rank, int world,
                       const ckpt_part *parts, int nparts, ckpt_job **out);
+/* The same, for a checkpoint that lives only in workers' memory
+ * (checkpoint.persist_every, commit level CKPT_LEVEL_MEMORY): each chunk is
+ * hashed and kept in this process's memory (the store must keep chunks in
+ * memory: ckpt_store_keep_in_memory), nothing is compressed or written; the
+ * shard's chunks have stored size 0. */
+int ckpt_store_submit_memory(ckpt_store *s, const char *run, int64_t step, int rank, int world,
+                             const ckpt_part *parts, int nparts, ckpt_job **out);
 /* 1 when every data buffer of the job may be reused (all bytes hashed and
  * compressed into the job's own memory or written), else 0. With wait=1,
  * blocks until then and returns 1. */
@@ -152,6 +171,10 @@ typedef struct ckpt_meta {
   const char *config_json;  /* model and train config */
   const char *state_json;   /* data-loader position, RNG state, ... */
   const char *metrics_json; /* metrics at the step */
+  int level;                /* enum ckpt_level: CKPT_LEVEL_MEMORY commits a
+                               checkpoint whose chunks are only in workers'
+                               memory (no chunk checked or written in the
+                               store); otherwise the store's own level */
 } ckpt_meta;
 
 /* Commits a checkpoint: checks that the shards are of (run, step), cover
@@ -159,7 +182,9 @@ typedef struct ckpt_meta {
  * the manifest object; then records it in the catalog with one synced
  * WriteBatch (state CKPT_COMMITTED). Shards stay owned by the caller.
  * (run, step) already COMMITTED or GOOD: FT_EEXIST. PENDING or BAD: replaced
- * (the re-trained step after a rollback), keeping its pin. On failure
+ * (the re-trained step after a rollback), keeping its pin. A memory-level
+ * record is upgraded by a commit of the same step at a persistent level
+ * (its state and pin kept). On failure
  * (FT_ENOSPC, ...) nothing of it remains and earlier checkpoints are whole. */
 int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards, int nshards);
 
@@ -179,6 +204,7 @@ typedef struct ckpt_info {
   uint64_t new_bytes;     /* stored bytes of chunks first referenced here */
   int ntensors;
   int nchunks;
+  int level; /* enum ckpt_level */
 } ckpt_info;
 
 /* Lists checkpoints (run NULL: all runs), ordered by run then step.
@@ -187,6 +213,16 @@ int ckpt_store_list(ckpt_store *s, const char *run, ckpt_info **out, size_t *n);
 /* Newest checkpoint of run whose state is COMMITTED or GOOD (never BAD or
  * PENDING) and whose step <= max_step (INT64_MAX: any). FT_ENOENT if none. */
 int ckpt_store_latest(ckpt_store *s, const char *run, int64_t max_step, int64_t *step);
+/* The same among the checkpoints whose level is at most max_level (enum
+ * ckpt_level: CKPT_LEVEL_LOCAL skips those only in workers' memory). */
+int ckpt_store_latest_at(ckpt_store *s, const char *run, int64_t max_step, int max_level,
+                         int64_t *step);
+/* Drops the catalog records of run's memory-level checkpoints with step >=
+ * min_step (their memory is gone: the workers that held them were
+ * relaunched, or a restore found a chunk in no one's memory); *n (may be
+ * NULL) says how many. Nothing in the tier is touched (they have nothing
+ * there). */
+int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int *n);
 /* A store whose catalog was opened as a reader (read_only, shard_writer)
  * sees it as of its open: this catches up with what the writer has
  * committed since (a long-lived worker before a restore). A no-op for the

@@ -86,6 +86,7 @@ static const char *const W_PRECISION[] = {"fp32", "bf16", NULL};
 static const char *const W_DEVICE[] = {"cpu", "cuda", NULL};
 static const char *const W_LAUNCHER[] = {"local", "command", "ssh", "slurm", NULL};
 static const char *const W_BOOL[] = {"true", "false", NULL};
+static const char *const W_REQUIRE[] = {"durable", "local", "memory", NULL};
 static const char *const W_ON_SPIKE[] = {"rollback", "rollback_and_skip", "warn", NULL};
 static const char *const W_NO_SPARES[] = {"shrink", "wait", "fail", NULL};
 
@@ -152,6 +153,8 @@ static const struct field FIELDS[] = {
     F_INT("checkpoint.chunk_mib", checkpoint.chunk_mib, 1, 1024),
     F_STR("checkpoint.codec", checkpoint.codec, 0, C_CODEC, NULL),
     F_WORD("checkpoint.replicate", checkpoint.replicate, W_BOOL),
+    F_I64("checkpoint.persist_every", checkpoint.persist_every, 1, STEPS_MAX),
+    F_WORD("checkpoint.require", checkpoint.require, W_REQUIRE),
     F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.start_timeout_s", watchdog.start_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, 86400, LO_OPEN),
@@ -235,6 +238,8 @@ void ft_runfile_defaults(ft_runfile *rf) {
   SETS(rf->recovery.drain, "true");
   SETS(rf->recovery.in_process, "false");
   SETS(rf->checkpoint.replicate, "false");
+  rf->checkpoint.persist_every = 1;
+  SETS(rf->checkpoint.require, "durable");
   rf->recovery.rejoin_timeout_s = 10;
 }
 
@@ -989,6 +994,30 @@ static int cross_check(const ft_runfile *rf, const struct pos *at, int *idx, cha
                  world, have / GiB);
   }
 
+  /* A checkpoint only in memory must be in two hosts' memory. */
+  int i_rep = find_field("checkpoint.replicate"), i_pe = find_field("checkpoint.persist_every");
+  int i_req = find_field("checkpoint.require");
+  if (strcmp(rf->checkpoint.replicate, "true") != 0) {
+    long long pe = (long long)rf->checkpoint.persist_every;
+    if (pe > 1 && BLAME_FIRST(i_pe, i_rep))
+      return blame(idx, i_pe, msg, n,
+                   "%lld keeps the checkpoints in between in memory only, which needs "
+                   "checkpoint.replicate: true (a copy in another host's memory)",
+                   pe);
+    if (pe > 1)
+      return blame(idx, i_rep, msg, n,
+                   "must be true for checkpoint.persist_every %lld (the checkpoints kept in "
+                   "memory only need a copy in another host's memory)",
+                   pe);
+    if (!strcmp(rf->checkpoint.require, "memory"))
+      return blame(idx, BLAME_FIRST(i_req, i_rep) ? i_req : i_rep, msg, n,
+                   BLAME_FIRST(i_req, i_rep)
+                       ? "memory (committed once in two hosts' memory) needs "
+                         "checkpoint.replicate: true"
+                       : "must be true for checkpoint.require memory (committed once in two "
+                         "hosts' memory)");
+  }
+
   if (!strcmp(rf->nodes.launcher, "command") && !strstr(rf->nodes.command, "{argv}")) {
     char ex[64];
     excerpt(rf->nodes.command, strnlen(rf->nodes.command, sizeof rf->nodes.command), ex, sizeof ex);
@@ -1463,4 +1492,9 @@ char *ft_runfile_config_json(const ft_runfile *rf) {
 out:
   cJSON_Delete(root);
   return out;
+}
+
+void ft_runfile_store_env(const ft_runfile *rf, const char *store_uri) {
+  if (store_uri && !strncmp(store_uri, "s3://", 5) && !strcmp(rf->checkpoint.require, "local"))
+    setenv("FT_S3_REQUIRE", "local", 1);
 }

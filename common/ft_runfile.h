@@ -103,8 +103,12 @@ typedef struct ft_ckpt_cfg {
   int keep_last;
   int keep_every;
   int chunk_mib;
-  char codec[16];    /* "zstd:LEVEL" */
-  char replicate[8]; /* "true" | "false": push each shard into buddies' memory */
+  char codec[16];        /* "zstd:LEVEL" */
+  char replicate[8];     /* "true" | "false": push each shard into buddies' memory */
+  int64_t persist_every; /* every persist_every-th checkpoint goes to the store;
+                            the others live only in memory (two hosts') */
+  char require[16];      /* "durable" | "local" | "memory": when a checkpoint
+                            counts as committed */
 } ft_ckpt_cfg;
 
 typedef struct ft_watchdog_cfg {
@@ -168,6 +172,11 @@ void ft_runfile_defaults(ft_runfile *rf);
  * the file can't be read) and writes one line "FILE:LINE:COL: KEY: problem"
  * into err (size errlen). */
 int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen);
+/* checkpoint.require local with an s3:// store_uri: sets FT_S3_REQUIRE=local
+ * (a commit waits for the local cache, the bucket's copy follows), for this
+ * process and the workers it starts. durable and memory leave the
+ * environment as it is (the store's default: both). */
+void ft_runfile_store_env(const ft_runfile *rf, const char *store_uri);
 
 /* Parses a run file's text (len bytes, need not be NUL-terminated) over the
  * defaults, as _load does with the file's contents; name is used in

@@ -124,6 +124,9 @@ typedef struct sup_pending_ckpt {
   int64_t step;
   int world;
   int nhave;
+  int level;                      /* enum ckpt_level: memory, or the store's */
+  int superseded;                 /* a memory-level commit that found the step
+                                     in the store already: nothing to say */
   ckpt_shard **shards;            /* [world], by rank */
   char *state, *config, *metrics; /* from rank 0's envelope */
   double loss;

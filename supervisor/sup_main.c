@@ -896,6 +896,7 @@ static int open_store(main_ctx *m) {
   char cat[4300];
   catalog_path(s, cat, sizeof cat);
   ckpt_store_opts so = {0};
+  ft_runfile_store_env(&s->rf, s->store_uri);
   int rc = ckpt_store_open(s->store_uri, &so, &s->store);
   if (rc) {
     if (rc == FT_EBUSY)
@@ -920,6 +921,19 @@ static int open_store(main_ctx *m) {
             "supervise: warning: cannot compare the catalog %s with the bucket (%s); going on "
             "with the catalog\n",
             cat, ft_err_detail());
+  /* checkpoints that lived in the memory of an earlier supervisor's workers
+   * are gone with them */
+  int dropped = 0;
+  rc = ckpt_store_drop_memory(s->store, s->rf.run, 0, &dropped);
+  if (rc) {
+    fprintf(stderr, "supervise: cannot update the catalog %s: %s\n", cat, ft_err_detail());
+    return SUP_EXIT_STORE;
+  }
+  if (dropped)
+    fprintf(stderr,
+            "supervise: %d checkpoint(s) of run %s lived only in the memory of an earlier run's "
+            "workers: dropped from the catalog\n",
+            dropped, s->rf.run);
   rc = ckpt_store_latest(s->store, s->rf.run, INT64_MAX, &known);
   if (rc && rc != FT_ENOENT) {
     fprintf(stderr, "supervise: cannot read the catalog %s: %s\n", cat, ft_err_detail());

@@ -1555,6 +1555,44 @@ static int allocation_gone(sup *s, const sup_worker *w) {
   return 0;
 }
 
+/* A worker of this generation failed its restore (FT_EXIT_STORE before the
+ * gang trained) from a checkpoint that lived only in memory: some chunk was
+ * in no one's memory any more (the host and its buddy both lost, or evicted
+ * by newer snapshots). Every memory-level checkpoint of the run is dropped
+ * from the catalog (the older ones lived in the same hosts' memory, or were
+ * evicted before it), so the next generation restores the newest one in the
+ * store rather than trying them one restart at a time. */
+static void drop_lost_memory(sup *s, const sup_worker *w, const char *detail) {
+  if (s->restore_step < 0 || s->trained_gen == s->gen)
+    return;
+  ckpt_info *v = NULL;
+  size_t nv = 0;
+  int memory = 0;
+  if (ckpt_store_list(s->store, s->rf.run, &v, &nv) == FT_OK)
+    for (size_t i = 0; i < nv; i++)
+      if (v[i].step == s->restore_step)
+        memory = v[i].level == CKPT_LEVEL_MEMORY;
+  free(v);
+  if (!memory)
+    return;
+  int n = 0;
+  if (ckpt_store_drop_memory(s->store, s->rf.run, 0, &n)) {
+    fprintf(stderr, "supervise: cannot drop the lost checkpoint %" PRId64 ": %s\n", s->restore_step,
+            ft_err_detail());
+    return;
+  }
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "step", (double)s->restore_step);
+  cJSON_AddNumberToObject(f, "dropped", n);
+  cJSON_AddNumberToObject(f, "node", w->node);
+  cJSON_AddStringToObject(f, "detail", detail);
+  sup_events_emit(s->ev, "checkpoint_lost", f,
+                  "step %" PRId64 " lived only in memory and node %d could not restore it (%s): "
+                  "dropped with the run's %d other memory-level checkpoint(s); the next "
+                  "generation restores the newest one in the store",
+                  s->restore_step, w->node, detail, n - 1);
+}
+
 static void on_exit_status(sup *s, sup_worker *w, int status) {
   sup_node *nd = &s->nodes[w->node];
   char detail[128];
@@ -1623,6 +1661,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
     } else {
       char d[640];
       snprintf(d, sizeof d, "%s: %s", detail, msg[0] ? msg : "store error");
+      drop_lost_memory(s, w, d);
       sup_recovery_fault(s, "store_error", w->node, w->slot, w->pid, d, SUP_BLAME_NONE);
     }
   } else if (code == FT_EXIT_LOST) {

@@ -249,11 +249,17 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
                     .loss = p->loss,
                     .config_json = p->config,
                     .state_json = p->state,
-                    .metrics_json = p->metrics};
+                    .metrics_json = p->metrics,
+                    .level = p->level};
   double t0 = ft_now_s();
   p->rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
   p->ms = (ft_now_s() - t0) * 1e3;
   p->why[0] = 0;
+  if (p->rc == FT_EEXIST && p->level == CKPT_LEVEL_MEMORY) { /* in the store already */
+    p->superseded = 1;
+    p->rc = FT_OK;
+    return;
+  }
   if (p->rc) {
     snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
     return;
@@ -278,7 +284,10 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
 static void retention_gc(sup *s) {
   ckpt_retention ret = {.keep_last = s->rf.checkpoint.keep_last,
                         .keep_every = s->rf.checkpoint.keep_every};
-  if (ret.keep_last > 0 || ret.keep_every > 0) {
+  /* memory-level checkpoints (persist_every, require memory) are pruned
+   * whatever keep_last says: their memory is overwritten by newer ones */
+  int memory = s->rf.checkpoint.persist_every > 1 || !strcmp(s->rf.checkpoint.require, "memory");
+  if (ret.keep_last > 0 || ret.keep_every > 0 || memory) {
     ckpt_gc_report rep;
     int rc = ckpt_store_gc(s->store, &ret, 0, &rep);
     if (rc)
@@ -288,6 +297,8 @@ static void retention_gc(sup *s) {
 
 /* The loop's part: events, COMMITTED to the gang, the end of the run. */
 static void commit_report(sup *s, sup_pending_ckpt *p) {
+  if (p->superseded)
+    return;
   if (p->rc) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "step", (double)p->step);
@@ -301,6 +312,7 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
   cJSON_AddNumberToObject(f, "world", p->world);
   cJSON_AddNumberToObject(f, "commit_ms", round(p->ms * 1000) / 1000);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  cJSON_AddStringToObject(f, "level", p->level == CKPT_LEVEL_MEMORY ? "memory" : "store");
   if (p->logical) {
     cJSON_AddNumberToObject(f, "logical_bytes", (double)p->logical);
     cJSON_AddNumberToObject(f, "stored_bytes", (double)p->stored);
@@ -308,8 +320,8 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
     cJSON_AddNumberToObject(f, "run_logical_bytes", (double)p->run_logical);
     cJSON_AddNumberToObject(f, "run_stored_bytes", (double)p->run_stored);
   }
-  sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d) in %.1f ms",
-                  p->step, p->world, p->ms);
+  sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d%s) in %.1f ms",
+                  p->step, p->world, p->level == CKPT_LEVEL_MEMORY ? ", in memory" : "", p->ms);
   sup_watch_committed(s, p->step);
   ft_msg m;
   ft_msg_init(&m, FT_MSG_COMMITTED);
@@ -342,7 +354,8 @@ static void cq_gc(void *ud) {
 static void cq_done(void *ud, sup_pending_ckpt *p) {
   sup *s = ud;
   commit_report(s, p);
-  if (p->step >= s->final_step && s->state < SUP_FINISHING) {
+  /* the end waits for the final checkpoint in the store, not its memory copy */
+  if (p->step >= s->final_step && p->level != CKPT_LEVEL_MEMORY && s->state < SUP_FINISHING) {
     if (!p->rc)
       sup_recovery_done(s);
     else {
@@ -404,8 +417,11 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
              ckpt_shard_rank(sh));
     goto bad;
   }
+  cJSON *lv = cJSON_GetObjectItem(env, "level");
+  int level = cJSON_IsString(lv) && !strcmp(lv->valuestring, "memory") ? CKPT_LEVEL_MEMORY
+                                                                       : CKPT_LEVEL_DURABLE;
   sup_pending_ckpt *p = s->pending;
-  while (p && p->step != step)
+  while (p && (p->step != step || p->level != level))
     p = p->next;
   if (!p) {
     p = calloc(1, sizeof *p);
@@ -415,6 +431,7 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
     }
     p->step = step;
     p->world = world;
+    p->level = level;
     p->loss = NAN;
     p->next = s->pending;
     s->pending = p;
@@ -551,6 +568,23 @@ static void on_step(sup *s, const ft_msg *m) {
     for (int j = 0; j < s->G; j++)
       if (nd->w[j].alive)
         kill(nd->w[j].pid, SIGKILL);
+    /* failpoint chaos_kill_spares: every spare dies at the same moment (a
+     * lost host and every buddy that held copies of its shards) */
+    int64_t all = 0;
+    for (int n = 0; ft_failpoint("chaos_kill_spares", &all) && n < s->nnodes; n++) {
+      sup_node *sp = &s->nodes[n];
+      if (sp->role != SUP_ROLE_SPARE)
+        continue;
+      cJSON *g = cJSON_CreateObject();
+      cJSON_AddNumberToObject(g, "node", n);
+      cJSON_AddNumberToObject(g, "step", (double)step);
+      sup_events_emit(s->ev, "chaos_kill", g, "SIGKILL spare node %d at step %" PRId64, n, step);
+      if (sp->pgid > 0)
+        kill(-sp->pgid, SIGKILL);
+      for (int j = 0; j < s->G; j++)
+        if (sp->w[j].alive)
+          kill(sp->w[j].pid, SIGKILL);
+    }
   }
 }
 

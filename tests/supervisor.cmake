@@ -44,6 +44,9 @@ if(TARGET supervise)
   # In-process restart with the real worker: pids kept, bits equal, fallback.
   ft_add_script_test(NAME sup_inprocess COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_inprocess.sh
                      LABELS integration TIMEOUT 180)
+  # Checkpoints in memory: every step, persist_every, require memory, lost copies.
+  ft_add_script_test(NAME sup_memckpt COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_memckpt.sh
+                     LABELS integration TIMEOUT 180)
   ft_add_script_test(NAME sup_spare_silent COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_spare_silent.sh
                      LABELS integration TIMEOUT 90)
 endif()

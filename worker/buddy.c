@@ -31,6 +31,8 @@ struct buddy {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   char *pending;                  /* the newest shard not yet pushed (JSON), or NULL */
+  char *report;                   /* its SHARD_SAVED text once a buddy holds it, or NULL */
+  int busy;                       /* a push in flight */
   int stop;                       /* read by pushes in flight too (atomically) */
   char failing[MAX_BUDDIES][300]; /* buddies whose last push failed */
   int nfailing;
@@ -65,7 +67,7 @@ static void note(buddy *b, const char *addr, int64_t step, int rc, const ckpt_pu
   }
 }
 
-static void push_all(buddy *b, const char *json) {
+static void push_all(buddy *b, const char *json, const char *report) {
   ckpt_shard *sh = NULL;
   if (ckpt_shard_from_json(json, &sh)) {
     fprintf(stderr, "worker: replica: %s\n", ft_err_detail());
@@ -84,6 +86,11 @@ static void push_all(buddy *b, const char *json) {
     any |= rc == FT_OK;
   }
   b->pushed_any |= any;
+  /* a memory-level checkpoint: in two hosts' memory now, so it may commit */
+  if (any && report && !__atomic_load_n(&b->stop, __ATOMIC_RELAXED) &&
+      ctl_send_shard(b->c, ckpt_shard_step(sh), ckpt_shard_rank(sh), report))
+    fprintf(stderr, "worker: node %u slot %u: checkpoint %" PRId64 " (memory level): %s\n", b->node,
+            b->slot, ckpt_shard_step(sh), ft_err_detail());
   ckpt_shard_free(sh);
 }
 
@@ -107,12 +114,16 @@ static void *pusher_main(void *arg) {
       pthread_cond_timedwait(&b->cv, &b->mu, &ts);
       continue;
     }
-    char *json = b->pending;
-    b->pending = NULL;
+    char *json = b->pending, *report = b->report;
+    b->pending = b->report = NULL;
+    b->busy = 1;
     pthread_mutex_unlock(&b->mu);
-    push_all(b, json);
+    push_all(b, json, report);
     free(json);
+    free(report);
     pthread_mutex_lock(&b->mu);
+    b->busy = 0;
+    pthread_cond_broadcast(&b->cv);
   }
   pthread_mutex_unlock(&b->mu);
   return NULL;
@@ -163,16 +174,31 @@ int buddy_start(snap *sn, ctl *c, const char *host, const char *run, uint32_t no
   return rc;
 }
 
-void buddy_offer(buddy *b, const ckpt_shard *shard) {
-  if (!b)
+void buddy_offer(buddy *b, const ckpt_shard *shard, char *report) {
+  char *json = b ? ckpt_shard_to_json(shard) : NULL;
+  if (!json) {
+    free(report);
     return;
-  char *json = ckpt_shard_to_json(shard);
-  if (!json)
-    return;
+  }
   pthread_mutex_lock(&b->mu);
   free(b->pending);
+  free(b->report); /* a newer shard replaces it: that step is not committed */
   b->pending = json;
+  b->report = report;
   pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+}
+
+void buddy_flush(buddy *b) {
+  if (!b)
+    return;
+  struct timespec until; /* a push's own deadlines are 10 s; no buddy list yet: gives up */
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 15;
+  pthread_mutex_lock(&b->mu);
+  while ((b->pending || b->busy) && !b->stop)
+    if (pthread_cond_timedwait(&b->cv, &b->mu, &until))
+      break;
   pthread_mutex_unlock(&b->mu);
 }
 
@@ -187,6 +213,7 @@ void buddy_stop(buddy *b) {
   ckpt_store_set_remote(snap_store(b->sn), NULL, NULL);
   ckpt_replica_stop(b->srv);
   free(b->pending);
+  free(b->report);
   pthread_mutex_destroy(&b->mu);
   pthread_cond_destroy(&b->cv);
   free(b);

@@ -27,9 +27,15 @@ typedef struct buddy buddy;
  * supervisor, and starts the pushing thread. */
 int buddy_start(snap *sn, ctl *c, const char *host, const char *run, uint32_t node, uint32_t slot,
                 buddy **out);
-/* Queues a copy of shard (just reported to the supervisor) for the
- * buddies. NULL b is a no-op. */
-void buddy_offer(buddy *b, const ckpt_shard *shard);
+/* Queues a copy of shard for the buddies, replacing one not yet pushed
+ * (only the newest matters). report (malloc'd, taken; may be NULL): the
+ * SHARD_SAVED text of a memory-level checkpoint, sent to the supervisor once
+ * at least one buddy holds every chunk, and dropped if a newer shard
+ * replaces this one first. NULL b: frees report, nothing else. */
+void buddy_offer(buddy *b, const ckpt_shard *shard, char *report);
+/* Waits until the shard offered last is pushed (and its report sent) or
+ * dropped, at most 15 s. NULL b is a no-op. */
+void buddy_flush(buddy *b);
 /* Stops both (a push in flight is cut short). NULL is a no-op. */
 void buddy_stop(buddy *b);
 

@@ -36,7 +36,8 @@ typedef struct pending {
   ckpt_part *parts;   /* kept for a submit from the committer */
   char (*names)[64];
   int nparts, rank, world;
-  ckpt_meta meta; /* strings below are owned by this struct */
+  int memory_first; /* a persisted checkpoint reported at memory level first */
+  ckpt_meta meta;   /* strings below are owned by this struct */
   char *run, *config, *state, *metrics;
 } pending;
 
@@ -58,7 +59,35 @@ struct snap {
   char last_detail[512];  /* and its detail */
   snap_fault_fn on_fault; /* a failed checkpoint (NULL: printed only) */
   void *fault_ud;
+  int memory_first; /* snap_set_memory_first */
 };
+
+static int submit(snap *s, pending *p, int memory) {
+  return memory ? ckpt_store_submit_memory(s->store, s->run, p->meta.step, p->rank, p->world,
+                                           p->parts, p->nparts, &p->job)
+                : ckpt_store_submit(s->store, s->run, p->meta.step, p->rank, p->world, p->parts,
+                                    p->nparts, &p->job);
+}
+
+/* checkpoint.require memory: a persisted checkpoint's memory-level report,
+ * before its write (p->job: the memory-only job, done here and replaced by
+ * the write's). */
+static int report_memory_first(snap *s, pending *p) {
+  ckpt_shard *shard = NULL;
+  int rc = ckpt_job_wait(p->job, &shard);
+  if (rc == FT_OK) {
+    ckpt_meta m = p->meta;
+    m.level = CKPT_LEVEL_MEMORY;
+    int r = s->on_durable(s->ud, &m, shard);
+    if (r)
+      fprintf(stderr, "worker: checkpoint at step %" PRId64 " (memory level): %s: %s\n",
+              p->meta.step, ft_strerror(r), ft_err_detail());
+  }
+  ckpt_shard_free(shard);
+  ckpt_job_free(p->job);
+  p->job = NULL;
+  return rc == FT_OK ? submit(s, p, 0) : rc;
+}
 
 static void pending_free(pending *p) {
   if (!p)
@@ -89,9 +118,10 @@ static void *committer_main(void *arg) {
     if (!p->job) { /* the engine's copy was in flight at snap_take */
       rc = p->fence.fn(p->fence.ud);
       if (rc == FT_OK)
-        rc = ckpt_store_submit(s->store, s->run, p->meta.step, p->rank, p->world, p->parts,
-                               p->nparts, &p->job);
+        rc = submit(s, p, p->meta.level == CKPT_LEVEL_MEMORY || p->memory_first);
     }
+    if (rc == FT_OK && p->memory_first)
+      rc = report_memory_first(s, p);
     if (rc == FT_OK)
       rc = ckpt_job_wait(p->job, &shard);
     pthread_mutex_lock(&s->mu);
@@ -261,8 +291,10 @@ static char *xstrdup(const char *x) {
 }
 
 int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
-              const char *config_json, double loss, const char *metrics_json) {
+              const char *config_json, double loss, const char *metrics_json, int persist) {
   int rc = FT_OK, np = engine_nparts(e);
+  if (!persist && !s->on_durable)
+    return ft_err_set(FT_EINVAL, "snap: a memory-level checkpoint needs a gang (on_durable)");
   pthread_mutex_lock(&s->mu);
   while (s->staging_busy)
     pthread_cond_wait(&s->cv, &s->mu);
@@ -296,12 +328,14 @@ int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
                         .loss = loss,
                         .config_json = p->config,
                         .state_json = p->state,
-                        .metrics_json = p->metrics};
+                        .metrics_json = p->metrics,
+                        .level = persist ? CKPT_LEVEL_DURABLE : CKPT_LEVEL_MEMORY};
   int64_t prev; /* (a shard writer's catalog view may be older; the committer decides) */
   if (ckpt_store_latest(s->store, s->run, st->step - 1, &prev) == FT_OK)
     p->meta.parent_step = prev;
+  p->memory_first = persist && s->memory_first;
   if (!p->fence.fn) {
-    rc = ckpt_store_submit(s->store, s->run, st->step, rank, world, p->parts, np, &p->job);
+    rc = submit(s, p, !persist || p->memory_first);
     if (rc)
       goto fail;
   }
@@ -325,6 +359,10 @@ fail:
   s->staging_busy = 0;
   pthread_mutex_unlock(&s->mu);
   return rc;
+}
+
+void snap_set_memory_first(snap *s, int on) {
+  s->memory_first = on && s->on_durable;
 }
 
 ckpt_store *snap_store(snap *s) {

@@ -52,9 +52,17 @@ void snap_free(snap *s);
 
 /* Snapshots this rank's shards (engine e) and st as checkpoint st->step
  * with the given config JSON, loss and metrics JSON; returns once the copy
- * is taken (or, for an engine with a fence, enqueued) and submitted. */
+ * is taken (or, for an engine with a fence, enqueued) and submitted.
+ * persist 0: a memory-level checkpoint (checkpoint.persist_every): its
+ * chunks are hashed and kept in this process's memory only, nothing is
+ * written to the store; on_durable sees meta->level CKPT_LEVEL_MEMORY
+ * (needs snap_keep_in_memory and on_durable). */
 int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
-              const char *config_json, double loss, const char *metrics_json);
+              const char *config_json, double loss, const char *metrics_json, int persist);
+/* checkpoint.require memory: on = 1 reports each persisted checkpoint's
+ * shard twice: at memory level (meta->level CKPT_LEVEL_MEMORY) once it is
+ * hashed and in memory, then at the store's level once written. */
+void snap_set_memory_first(snap *s, int on);
 /* Waits until every submitted checkpoint is committed; returns the first
  * error of any commit (FT_OK if all committed). */
 int snap_drain(snap *s);

@@ -163,23 +163,32 @@ static int exit_for(int rc) {
 /* The gang's side of a durable shard: SHARD_SAVED with the envelope the
  * supervisor commits from (the shard manifest as a string, kept verbatim
  * because its checksum covers its exact text). */
-static int report_shard(void *ud, const ckpt_meta *meta, const ckpt_shard *shard) {
-  ctl *c = ud;
+/* SHARD_SAVED's text: the shard manifest, rank 0's state, config, metrics
+ * and loss, and "level": "memory" for a checkpoint only in memory. NULL:
+ * out of memory. */
+static char *shard_envelope(const ckpt_meta *meta, const ckpt_shard *shard) {
   char *sj = ckpt_shard_to_json(shard);
   cJSON *o = cJSON_CreateObject();
-  int rc = FT_ENOMEM;
+  char *txt = NULL;
   if (sj && o) {
     cJSON_AddStringToObject(o, "shard", sj);
     cJSON_AddStringToObject(o, "state", meta->state_json ? meta->state_json : "{}");
     cJSON_AddStringToObject(o, "config", meta->config_json ? meta->config_json : "{}");
     cJSON_AddStringToObject(o, "metrics", meta->metrics_json ? meta->metrics_json : "{}");
     cJSON_AddNumberToObject(o, "loss", meta->loss);
-    char *txt = cJSON_PrintUnformatted(o);
-    rc = txt ? ctl_send_shard(c, meta->step, ckpt_shard_rank(shard), txt) : FT_ENOMEM;
-    free(txt);
+    if (meta->level == CKPT_LEVEL_MEMORY)
+      cJSON_AddStringToObject(o, "level", "memory");
+    txt = cJSON_PrintUnformatted(o);
   }
   cJSON_Delete(o);
   free(sj);
+  return txt;
+}
+
+static int report_shard(void *ud, const ckpt_meta *meta, const ckpt_shard *shard) {
+  char *txt = shard_envelope(meta, shard);
+  int rc = txt ? ctl_send_shard(ud, meta->step, ckpt_shard_rank(shard), txt) : FT_ENOMEM;
+  free(txt);
   return rc;
 }
 
@@ -339,7 +348,8 @@ typedef struct trainer {
   engine *e;
   comm *cm;
   snap *sn;
-  buddy *bd; /* checkpoint.replicate; set once, before the first shard */
+  buddy *bd;        /* checkpoint.replicate; set once, before the first shard */
+  int memory_first; /* checkpoint.require memory (snap_set_memory_first) */
   wdog *wd;
   FILE *logf;
   char *config, *ck_config; /* the run file's config JSON; the restored checkpoint's */
@@ -460,13 +470,25 @@ static int gloo_addr(const trainer *t, char *buf, size_t len) {
   return FT_EXIT_OK;
 }
 
-/* snap's on_durable in a gang: the shard goes to the supervisor, then
- * (checkpoint.replicate) to the buddies. */
+/* snap's on_durable in a gang: a shard in the store goes to the
+ * supervisor, then (checkpoint.replicate) to the buddies. A memory-level one
+ * goes to the buddies first: the pusher reports it once a buddy on another
+ * host holds it (memory level means two hosts' memory). */
 static int shard_saved(void *ud, const ckpt_meta *meta, const ckpt_shard *shard) {
   trainer *t = ud;
+  buddy *bd = __atomic_load_n(&t->bd, __ATOMIC_ACQUIRE);
+  if (meta->level == CKPT_LEVEL_MEMORY) {
+    char *txt = shard_envelope(meta, shard);
+    if (!txt)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    buddy_offer(bd, shard, txt); /* takes txt */
+    return FT_OK;
+  }
+  if (t->memory_first) /* its memory-level report first (pushed while it was written) */
+    buddy_flush(bd);
   int rc = report_shard(t->o->ctl, meta, shard);
-  if (rc == FT_OK)
-    buddy_offer(__atomic_load_n(&t->bd, __ATOMIC_ACQUIRE), shard);
+  if (rc == FT_OK && !t->memory_first) /* memory_first: pushed at memory level already */
+    buddy_offer(bd, shard, NULL);
   return rc;
 }
 
@@ -479,6 +501,7 @@ static int open_store(trainer *t) {
   const ft_runfile *rf = t->rf;
   if (!o->store_uri || t->sn)
     return FT_EXIT_OK;
+  ft_runfile_store_env(rf, o->store_uri);
   int rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, t->level,
                      o->ctl ? shard_saved : NULL, t, &t->sn);
   if (rc) {
@@ -498,6 +521,10 @@ static int open_store(trainer *t) {
         fprintf(stderr, "worker: warning: no replicas (checkpoint.replicate): %s\n",
                 ft_err_detail());
       __atomic_store_n(&t->bd, bd, __ATOMIC_RELEASE);
+      if (bd && !strcmp(rf->checkpoint.require, "memory")) {
+        t->memory_first = 1;
+        snap_set_memory_first(t->sn, 1);
+      }
     }
   }
   return FT_EXIT_OK;
@@ -888,6 +915,17 @@ static int accumulate(trainer *t, int64_t batch, int *nan_batch) {
   }
 }
 
+/* Whether the checkpoint of step goes to the store (checkpoint.persist_every)
+ * or lives in memory only (this host's and a buddy's): every persist_every-th
+ * one, the final one, and every one when there is no buddy to hold a copy. */
+static int persisted(const trainer *t, int64_t step) {
+  int64_t every = t->rf->checkpoint.persist_every;
+  if (!t->o->ctl || every <= 1 || step == t->tc->steps || t->o->ckpt_every <= 0 ||
+      !__atomic_load_n(&t->bd, __ATOMIC_ACQUIRE))
+    return 1;
+  return (step / t->o->ckpt_every) % every == 0;
+}
+
 /* The checkpoint of the step just taken, if one is due; *stall_ms: how long
  * it held the loop (-1: none). A refused one is skipped in a gang. */
 static int checkpoint_step(trainer *t, double loss, double lr, float norm, double *stall_ms) {
@@ -900,7 +938,8 @@ static int checkpoint_step(trainer *t, double loss, double lr, float norm, doubl
            "{\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}", loss, lr, norm);
   t->last_loss = loss;
   uint64_t c0 = ft_now_ns();
-  int rc = snap_take(t->sn, t->e, t->rank, t->world, st, t->config, loss, t->last_metrics);
+  int rc = snap_take(t->sn, t->e, t->rank, t->world, st, t->config, loss, t->last_metrics,
+                     persisted(t, st->step));
   if (st->step == t->tc->steps)
     t->final_rc = rc;
   if (rc) {
@@ -1075,7 +1114,7 @@ static int final_checkpoint(trainer *t) {
   while (rc && ft_now_s() < give_up) {
     struct timespec pause_ts = {1, 0};
     nanosleep(&pause_ts, NULL);
-    rc = snap_take(t->sn, t->e, t->rank, t->world, st, t->config, t->last_loss, t->last_metrics);
+    rc = snap_take(t->sn, t->e, t->rank, t->world, st, t->config, t->last_loss, t->last_metrics, 1);
     if (rc) {
       snprintf(why, sizeof why, "%s", ft_err_detail());
       report_storage(o->ctl, st->step, rc, why);

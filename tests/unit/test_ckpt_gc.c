@@ -3,6 +3,7 @@
  * a chunk shared with a kept checkpoint survives, unreferenced ones go,
  * young unreferenced ones stay within the grace period, a dry run deletes
  * nothing, and a commit whose chunks a GC swept is refused, not listed.
+ * Memory-level checkpoints: written nowhere, pruned, dropped, upgraded.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -180,11 +181,118 @@ static void test_unreferenced_and_grace(void **st) {
   ckpt_shard_free(sh);
 }
 
+/* Submits parts as a memory-level checkpoint (hashed and kept in memory,
+ * nothing written) and commits it at level memory. */
+static int commit_memory(ckpt_store *s, int64_t step, const ckpt_part *parts, int n) {
+  ckpt_job *j = NULL;
+  ckpt_shard *sh = NULL;
+  int rc = ckpt_store_submit_memory(s, "run", step, 0, 1, parts, n, &j);
+  if (rc)
+    return rc;
+  rc = ckpt_job_wait(j, &sh);
+  ckpt_job_free(j);
+  if (rc)
+    return rc;
+  ckpt_meta m = {.run = "run",
+                 .step = step,
+                 .parent_step = -1,
+                 .world = 1,
+                 .loss = 1.0,
+                 .level = CKPT_LEVEL_MEMORY};
+  rc = ckpt_store_commit(s, &m, &sh, 1);
+  ckpt_shard_free(sh);
+  return rc;
+}
+
+static int level_of(ckpt_store *s, int64_t step) {
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  int level = -1;
+  if (ckpt_store_list(s, "run", &v, &n) == FT_OK)
+    for (size_t i = 0; i < n; i++)
+      if (v[i].step == step)
+        level = v[i].level;
+  free(v);
+  return level;
+}
+
+/* Levels (checkpoint.persist_every, checkpoint.require memory): memory-level
+ * checkpoints write no chunk and no manifest object, are read from memory,
+ * are skipped by latest_at(LOCAL) and refused by verify, are pruned by GC
+ * once a newer persisted one exists (keep_last 0 too), are dropped by
+ * drop_memory, and a persisted commit of the same step upgrades one. */
+static void test_memory_levels(void **st) {
+  fx *f = *st;
+  float mem[13][NV];
+  assert_int_equal(ckpt_store_submit_memory(f->s, "run", 11, 0, 1, NULL, 0, &(ckpt_job *){0}),
+                   FT_ESTATE); /* no memory kept yet: refused */
+  assert_int_equal(ckpt_store_keep_in_memory(f->s, 1 << 22), FT_OK);
+  int chunks = tu_count_chunks(f->dir);
+  for (int step = 11; step <= 13; step++) {
+    tu_fill(mem[step - 1], NV, (uint64_t)step * 77);
+    ckpt_part p[2] = {tu_part("param/shared", f->shared, NS, 0, NS),
+                      tu_part("param/var", mem[step - 1], NV, 0, NV)};
+    assert_int_equal(commit_memory(f->s, step, p, 2), FT_OK);
+    assert_int_equal(level_of(f->s, step), CKPT_LEVEL_MEMORY);
+  }
+  assert_int_equal(tu_count_chunks(f->dir), chunks); /* nothing written */
+  char path[4300];
+  snprintf(path, sizeof path, "%s/store/manifests/run/%020d.json", f->dir, 13);
+  assert_false(tu_exists(path));
+  assert_int_equal(level_of(f->s, 10), CKPT_LEVEL_DURABLE);
+  int64_t step = 0;
+  assert_int_equal(ckpt_store_latest(f->s, "run", INT64_MAX, &step), FT_OK);
+  assert_int_equal(step, 13);
+  assert_int_equal(ckpt_store_latest_at(f->s, "run", INT64_MAX, CKPT_LEVEL_LOCAL, &step), FT_OK);
+  assert_int_equal(step, 10);
+  /* read back from memory; verify refuses (nothing of it in the store) */
+  ckpt_manifest *m = NULL;
+  float out[NV];
+  assert_int_equal(ckpt_store_load(f->s, "run", 12, &m), FT_OK);
+  assert_int_equal(ckpt_manifest_info(m)->level, CKPT_LEVEL_MEMORY);
+  assert_int_equal(ckpt_store_read(f->s, m, "param/var", 0, sizeof out, out), FT_OK);
+  assert_memory_equal(out, mem[11], sizeof out);
+  ckpt_manifest_free(m);
+  assert_int_equal(ckpt_store_verify(f->s, "run", 12, NULL, NULL, NULL), FT_ESTATE);
+  /* GC with keep_last 0: the newest CKPT_GC_KEEP_MEMORY (2) memory ones stay */
+  ckpt_retention all = {0};
+  ckpt_gc_report rep;
+  assert_int_equal(ckpt_store_gc(f->s, &all, 0, &rep), FT_OK);
+  assert_int_equal(rep.checkpoints_deleted, 1);
+  assert_int_equal(level_of(f->s, 11), -1);
+  assert_int_equal(level_of(f->s, 13), CKPT_LEVEL_MEMORY);
+  /* step 13 reaches the store: its record is upgraded, not refused */
+  ckpt_part p[2] = {tu_part("param/shared", f->shared, NS, 0, NS),
+                    tu_part("param/var", mem[12], NV, 0, NV)};
+  assert_int_equal(ckpt_store_set_state(f->s, "run", 13, CKPT_GOOD), FT_OK);
+  assert_int_equal(tu_commit(f->s, "run", 13, p, 2), FT_OK);
+  assert_int_equal(level_of(f->s, 13), CKPT_LEVEL_DURABLE);
+  assert_true(tu_exists(path));
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  assert_int_equal(ckpt_store_list(f->s, "run", &v, &n), FT_OK);
+  assert_int_equal(v[n - 1].state, CKPT_GOOD); /* the upgrade kept its state */
+  free(v);
+  assert_int_equal(ckpt_store_verify(f->s, "run", 13, NULL, NULL, NULL), FT_OK);
+  assert_int_equal(tu_commit(f->s, "run", 13, p, 2), FT_EEXIST); /* once */
+  /* now older than a persisted one: step 12 is pruned */
+  assert_int_equal(ckpt_store_gc(f->s, &all, 0, &rep), FT_OK);
+  assert_int_equal(level_of(f->s, 12), -1);
+  /* drop_memory drops memory ones only */
+  assert_int_equal(commit_memory(f->s, 14, p, 2), FT_OK);
+  int dropped = 0;
+  assert_int_equal(ckpt_store_drop_memory(f->s, "run", 0, &dropped), FT_OK);
+  assert_int_equal(dropped, 1);
+  assert_int_equal(level_of(f->s, 14), -1);
+  assert_int_equal(level_of(f->s, 13), CKPT_LEVEL_DURABLE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_ones_go_and_keep_all, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreferenced_and_grace, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_memory_levels, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
