@@ -18,6 +18,7 @@
 #   first     detection to the new generation's first step (recovered),
 #             which includes one step's compute: step is the run's median,
 #             overhead = first - step
+#   lost      steps trained again (the fault's step - the restore step)
 # (127MB: the fault at step 12, well after the first checkpoint, so a warm
 # spare has built its engine: on one machine of two cores its build
 # competes with the gang's steps)
@@ -40,13 +41,16 @@ if [ -n "${KEEP:-}" ]; then echo "bench_inprocess: runs kept in $T"; else trap '
 "$B/bin/ftdata" synth --out "$T/synth" --tokens 400000 >/dev/null
 export OMP_WAIT_POLICY=passive
 
-# run NAME IN_PROCESS MODEL STEPS KILL_AT [REPLICATE]
+# run NAME IN_PROCESS MODEL STEPS KILL_AT [REPLICATE [PERSIST_EVERY]] (PERSIST_EVERY:
+# a checkpoint every step, only every PERSIST_EVERY-th one to the store)
 run() {
-  local name=$1 inp=$2 model=$3 steps=$4 kill=$5 repl=${6:-false}
+  local name=$1 inp=$2 model=$3 steps=$4 kill=$5 repl=${6:-false} pe=${7:-}
+  local ck="  every_steps: 5\n  replicate: $repl"
+  [ -n "$pe" ] && ck="  every_steps: 1\n  replicate: $repl\n  persist_every: $pe"
   sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
     -e "s|^data:.*|data: {train: \"$T/synth_train_*.bin\", val: \"$T/synth_val_*.bin\"}|" \
     -e "s|^model:.*|model: $model|" -e "s|  steps: 300|  steps: $steps|" \
-    -e "s|  store: .*|  store: \"local:$T/$name/store\"|" -e "s|  every_steps: 25|  every_steps: 5\n  replicate: $repl|" \
+    -e "s|  store: .*|  store: \"local:$T/$name/store\"|" -e "s|  every_steps: 25|$ck|" \
     -e 's|  val_every: 25|  val_every: 0|' "$SRC/examples/demo.yaml" >"$T/$name.yaml"
   printf '  in_process: %s\nchaos: {kill_node_at_step: %s}\n' "$inp" "$kill" >>"$T/$name.yaml"
   mkdir -p "$T/$name"
@@ -82,7 +86,7 @@ step = steps[len(steps) // 2] if steps else 0
 first = r["detect_to_first_step_ms"]
 print(f"{name:<21} {f['stalled_s'] * 1e3:6.0f} {g['ms']:6.0f} {reform:7.0f} "
       f"{rest.get('0', 0):8.0f} {rest.get('2', 0):7.0f} {first:7.0f} "
-      f"{step:6.0f} {first - step:8.0f}   {src}")
+      f"{step:6.0f} {first - step:8.0f} {r['steps_lost']:4d}   {src}")
 PY
 }
 
@@ -90,8 +94,8 @@ SMALL='{n_layer: 2, n_head: 4, n_embd: 64, vocab_size: 256, seq_len: 64}'
 BIG='{n_layer: 6, n_head: 6, n_embd: 384, vocab_size: 256, seq_len: 64}'
 if [ "${ONLY:-}" != every ]; then
 echo "bench_inprocess: ms; node 1 lost, node 2 (a warm spare) replaces it, node 0 survives"
-printf '%-21s %6s %6s %7s %8s %7s %7s %6s %8s   %s\n' run detect stop re-form restore0 restore2 first step overhead \
-  "node 0's restore"
+printf '%-21s %6s %6s %7s %8s %7s %7s %6s %8s %4s   %s\n' run detect stop re-form restore0 restore2 first step overhead \
+  lost "node 0's restore"
 FT_FAILPOINTS=min_step_ms=60 run demo-process false "$SMALL" 40 15
 FT_FAILPOINTS=min_step_ms=60 run demo-in-process true "$SMALL" 40 15
 FT_FAILPOINTS=min_step_ms=60 run demo-process+buddies false "$SMALL" 40 15 true
@@ -100,9 +104,13 @@ run 127MB-process false "$BIG" 16 12
 run 127MB-in-process true "$BIG" 16 12
 run 127MB-process+buddies false "$BIG" 16 12 true
 run 127MB-in-proc+buddies true "$BIG" 16 12 true
+FT_FAILPOINTS=min_step_ms=60 run demo-in-proc+memory true "$SMALL" 40 15 true 1000000
+run 127MB-in-proc+memory true "$BIG" 16 12 true 1000000
 echo "reference: the process rows (every worker relaunched, every rank restored from the store)"
 echo "+buddies: checkpoint.replicate (the spare holds node 1's shard pushed by node 1; a"
 echo "relaunched node 0 takes its own from the spare's memory)"
+echo "+memory: a checkpoint every step, in memory only (persist_every): the restore step is"
+echo "the step before the fault"
 fi
 
 # every_step NAME MODEL STEPS: a checkpoint every step in a gang (2 nodes,
@@ -157,6 +165,19 @@ def load(k):
     return tot, (statistics.median(st) if st else 0)
 ref, _ = load("none")
 print(f"{name:<8} {'no checkpoint':<26} {ref:9.1f}")
+# the floor on this machine: a checkpoint every step hashes this rank's
+# shard, and its buddy hashes it again on receipt (SHA-256 through OpenSSL,
+# as the store does: `openssl speed` on 4 MiB blocks, its chunk size), on
+# cores the training also uses
+import re, subprocess
+sb = json.load(open(f"{base}-mem.rank0"))
+shard = next((r["ckpt_bytes"] for r in sb if "ckpt_bytes" in r), 0)
+out = subprocess.run(["openssl", "speed", "-evp", "sha256", "-seconds", "1", "-bytes", "4194304"],
+                     capture_output=True, text=True).stdout
+rate = float(re.search(r"^sha256\s+([\d.]+)k", out, re.M).group(1)) * 1e3  # bytes/s, 4 MiB blocks
+h = shard / rate * 1e3
+print(f"{name:<8} {'floor: 2 x SHA-256 of shard':<26} {2 * h:9.1f} {100 * 2 * h / ref:+8.1f}%  "
+      f"({shard / 1048576:.1f} MiB per rank, one core)")
 for k, what in (("store", "every step to the store"), ("mem", "every step in memory"),
                 ("mem10", "memory, 1 in 10 to store")):
     tot, st = load(k)

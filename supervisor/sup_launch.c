@@ -8,6 +8,16 @@
  * usual fix for the race in which the parent signals the group before the
  * child has joined it.
  *
+ * Signals: the supervisor's handlers (libevent's) write the signal number
+ * into a socket pair its event loop reads, and a forked child shares that
+ * pair until it execs. A SIGTERM meant for a node's process group that
+ * reached a child in that window would run the inherited handler and be
+ * read by the supervisor as its own SIGTERM (it stopped a whole run once,
+ * in tests/integration/sup_memckpt.sh). So every signal is blocked in the
+ * parent around fork (fork_quiet); the child resets every handler to the
+ * default while they are blocked, then unblocks them: a signal that arrived
+ * meanwhile acts on the child alone.
+ *
  * The ssh launcher's stdin text (the token) goes into a fresh pipe before
  * fork: a pipe holds at least PIPE_BUF (4096) bytes, so writing the 65 bytes
  * of "TOKEN\n" to an empty one completes at once; the write end is also
@@ -23,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +42,34 @@
 #include <unistd.h>
 
 extern char **environ;
+
+/* fork with every signal blocked in the calling thread across it; the
+ * parent's mask is restored before this returns in the parent. The child
+ * must call child_signals_default before anything else. */
+static pid_t fork_quiet(sigset_t *saved) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, saved);
+  pid_t c = fork();
+  int err = errno;
+  if (c != 0)
+    pthread_sigmask(SIG_SETMASK, saved, NULL);
+  errno = err;
+  return c;
+}
+
+/* In a fork_quiet child (async-signal-safe): every handler back to the
+ * default, then nothing blocked. */
+static void child_signals_default(void) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++)
+    sigaction(sig, &dfl, NULL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+}
 
 void sup_argv_free(char **argv) {
   if (!argv)
@@ -372,7 +411,8 @@ int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
   }
   char *shargv[] = {"/bin/sh", "-c", (char *)sp->cmd, NULL};
   char *const *argv = sp->cmd ? shargv : sp->argv;
-  pid_t c = fork();
+  sigset_t saved;
+  pid_t c = fork_quiet(&saved);
   if (c < 0) {
     rc = ft_err_set(FT_EIO, "fork: %s", strerror(errno));
     goto out;
@@ -381,9 +421,7 @@ int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
     /* child: async-signal-safe calls only */
     if (setpgid(0, sp->pgid) != 0)
       setpgid(0, 0); /* the group is gone (its leader died): lead our own */
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    child_signals_default();
     dup2(infd, 0);
     dup2(logfd, 1);
     dup2(logfd, 2);
@@ -412,21 +450,15 @@ out:
 
 int sup_launch_host(pid_t *pid) {
   pid_t parent = getpid();
-  pid_t c = fork();
+  sigset_t saved;
+  pid_t c = fork_quiet(&saved);
   if (c < 0)
     return ft_err_set(FT_EIO, "fork: %s", strerror(errno));
   if (c == 0) {
     /* child: async-signal-safe calls only; the supervisor's handlers and
      * descriptors are not ours */
     setpgid(0, 0);
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; sig++)
-      sigaction(sig, &dfl, NULL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    child_signals_default();
     for (int fd = 3; fd < 1024; fd++) /* nothing of ours leaks (catalog lock!) */
       close(fd);
     prctl(PR_SET_PDEATHSIG, SIGKILL);

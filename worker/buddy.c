@@ -36,6 +36,10 @@ struct buddy {
   int stop;                       /* read by pushes in flight too (atomically) */
   char failing[MAX_BUDDIES][300]; /* buddies whose last push failed */
   int nfailing;
+  /* buddies a fetch could not reach (under mu): skipped until then */
+  char down[MAX_BUDDIES][300];
+  double down_until[MAX_BUDDIES];
+  int ndown;
   int pushed_any;
 };
 
@@ -129,15 +133,55 @@ static void *pusher_main(void *arg) {
   return NULL;
 }
 
+/* A buddy a fetch could not reach is skipped for this long, so a restore
+ * of many chunks pays its connect timeout once, not once per chunk. */
+#define BUDDY_DOWN_S 30.0
+
+static int is_down(buddy *b, const char *addr) {
+  double now = ft_now_s();
+  int down = 0;
+  pthread_mutex_lock(&b->mu);
+  for (int i = 0; i < b->ndown; i++)
+    if (!strcmp(b->down[i], addr))
+      down = now < b->down_until[i];
+  pthread_mutex_unlock(&b->mu);
+  return down;
+}
+
+static void mark_down(buddy *b, const char *addr) {
+  pthread_mutex_lock(&b->mu);
+  int i = 0, said = 0;
+  while (i < b->ndown && strcmp(b->down[i], addr))
+    i++;
+  if (i < b->ndown)
+    said = ft_now_s() < b->down_until[i]; /* another reader marked it meanwhile */
+  else if (b->ndown < MAX_BUDDIES)
+    snprintf(b->down[b->ndown++], sizeof b->down[0], "%s", addr);
+  if (i < b->ndown)
+    b->down_until[i] = ft_now_s() + BUDDY_DOWN_S;
+  pthread_mutex_unlock(&b->mu);
+  if (!said)
+    fprintf(stderr,
+            "worker: node %u slot %u: buddy %s unreachable (%s): not asked again for %.0f s\n",
+            b->node, b->slot, addr, ft_err_detail(), BUDDY_DOWN_S);
+}
+
 /* The store's remote source: chunk (hash, len) from the first buddy that
- * holds it (the store verifies it). */
+ * holds it (the store verifies it). Called by the restore's reader threads
+ * at once. */
 static int fetch(void *ud, const uint8_t *hash, uint64_t len, void *buf) {
   buddy *b = ud;
   char list[FT_WIRE_MAX_ADDRS + 1];
   ctl_buddies(b->c, list, sizeof list);
-  for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save))
-    if (ckpt_replica_fetch(a, ctl_token(b->c), b->run, hash, len, buf) == FT_OK)
+  for (char *save = NULL, *a = strtok_r(list, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+    if (is_down(b, a))
+      continue;
+    int rc = ckpt_replica_fetch(a, ctl_token(b->c), b->run, hash, len, buf);
+    if (rc == FT_OK)
       return 1;
+    if (rc == FT_ENET)
+      mark_down(b, a);
+  }
   return 0;
 }
 

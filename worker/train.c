@@ -495,7 +495,8 @@ static int shard_saved(void *ud, const ckpt_meta *meta, const ckpt_shard *shard)
 /* The checkpoint store, once. With a memory tier (recovery.in_process,
  * checkpoint.replicate) it keeps in memory the chunks this rank writes and
  * a spare fetches or is pushed: twice the whole training state (a spare may
- * replace any rank; the newest whole). */
+ * replace any rank; the newest whole), three times with memory-level
+ * checkpoints. */
 static int open_store(trainer *t) {
   const train_opts *o = t->o;
   const ft_runfile *rf = t->rf;
@@ -513,7 +514,11 @@ static int open_store(trainer *t) {
   if (memory_tier(o)) {
     uint64_t chunk = (uint64_t)(rf->checkpoint.chunk_mib > 0 ? rf->checkpoint.chunk_mib : 4) << 20;
     uint64_t state = 3 * (uint64_t)ft_gpt2_num_params(&t->d) * sizeof(float);
-    if (snap_keep_in_memory(t->sn, 2 * (state + chunk)))
+    /* memory-level checkpoints: the committed one must outlive the next one
+     * being pushed and the one after it being hashed, so three */
+    uint64_t keep =
+        rf->checkpoint.persist_every > 1 || !strcmp(rf->checkpoint.require, "memory") ? 3 : 2;
+    if (snap_keep_in_memory(t->sn, keep * (state + chunk)))
       fprintf(stderr, "worker: warning: no snapshots in memory: %s\n", ft_err_detail());
     else if (replicate(o)) {
       buddy *bd = NULL;
