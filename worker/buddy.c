@@ -32,6 +32,7 @@ struct buddy {
   pthread_cond_t cv;
   char *pending;                  /* the newest shard not yet pushed (JSON), or NULL */
   char *report;                   /* its SHARD_SAVED text once a buddy holds it, or NULL */
+  uint64_t report_gen;            /* the generation that took it */
   int busy;                       /* a push in flight */
   int stop;                       /* read by pushes in flight too (atomically) */
   char failing[MAX_BUDDIES][300]; /* buddies whose last push failed */
@@ -71,7 +72,7 @@ static void note(buddy *b, const char *addr, int64_t step, int rc, const ckpt_pu
   }
 }
 
-static void push_all(buddy *b, const char *json, const char *report) {
+static void push_all(buddy *b, const char *json, const char *report, uint64_t gen) {
   ckpt_shard *sh = NULL;
   if (ckpt_shard_from_json(json, &sh)) {
     fprintf(stderr, "worker: replica: %s\n", ft_err_detail());
@@ -92,7 +93,7 @@ static void push_all(buddy *b, const char *json, const char *report) {
   b->pushed_any |= any;
   /* a memory-level checkpoint: in two hosts' memory now, so it may commit */
   if (any && report && !__atomic_load_n(&b->stop, __ATOMIC_RELAXED) &&
-      ctl_send_shard(b->c, ckpt_shard_step(sh), ckpt_shard_rank(sh), report))
+      ctl_send_shard_of(b->c, gen, ckpt_shard_step(sh), ckpt_shard_rank(sh), report))
     fprintf(stderr, "worker: node %u slot %u: checkpoint %" PRId64 " (memory level): %s\n", b->node,
             b->slot, ckpt_shard_step(sh), ft_err_detail());
   ckpt_shard_free(sh);
@@ -119,10 +120,11 @@ static void *pusher_main(void *arg) {
       continue;
     }
     char *json = b->pending, *report = b->report;
+    uint64_t gen = b->report_gen;
     b->pending = b->report = NULL;
     b->busy = 1;
     pthread_mutex_unlock(&b->mu);
-    push_all(b, json, report);
+    push_all(b, json, report, gen);
     free(json);
     free(report);
     pthread_mutex_lock(&b->mu);
@@ -229,6 +231,7 @@ void buddy_offer(buddy *b, const ckpt_shard *shard, char *report) {
   free(b->report); /* a newer shard replaces it: that step is not committed */
   b->pending = json;
   b->report = report;
+  b->report_gen = ctl_train_gen(b->c);
   pthread_cond_broadcast(&b->cv);
   pthread_mutex_unlock(&b->mu);
 }

@@ -500,6 +500,26 @@ int ctl_send_shard(ctl *c, int64_t step, int rank, const char *manifest_json) {
   return send_msg(c, &m);
 }
 
+uint64_t ctl_train_gen(ctl *c) {
+  return cur_gen(c);
+}
+
+int ctl_send_shard_of(ctl *c, uint64_t gen, int64_t step, int rank, const char *manifest_json) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_SHARD_SAVED);
+  m.gen = gen;
+  m.shard_saved.step = step;
+  m.shard_saved.rank = (uint32_t)rank;
+  m.shard_saved.manifest = manifest_json;
+  /* checked and sent under mu, as ctl_rejoin moves to the next generation:
+   * once out of gen (rejoining, or trained past it) the report is dropped,
+   * never sent as a stale frame the supervisor would close us for */
+  pthread_mutex_lock(&c->mu);
+  int rc = c->waiting || c->gen != gen || c->train_gen != gen ? FT_OK : send_msg(c, &m);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
 int ctl_send_replica(ctl *c, const char *addr) {
   ft_msg m;
   ft_msg_init(&m, FT_MSG_REPLICA);

@@ -65,6 +65,12 @@ void ctl_set_step(ctl *c, int64_t step);
 int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double tok_s, double ms,
                   double val_loss);
 int ctl_send_shard(ctl *c, int64_t step, int rank, const char *manifest_json);
+/* The generation the training thread is in (0 before its first ASSIGN). */
+uint64_t ctl_train_gen(ctl *c);
+/* SHARD_SAVED of a checkpoint taken in generation gen, from another thread
+ * (the replica pusher), later: sent only if the worker is still in gen (not
+ * rejoining, no newer ASSIGN); otherwise dropped (FT_OK). */
+int ctl_send_shard_of(ctl *c, uint64_t gen, int64_t step, int rank, const char *manifest_json);
 int ctl_send_fault(ctl *c, int kind, int64_t step, const char *detail);
 /* checkpoint.replicate: tells the supervisor where this worker's replica
  * server listens ("HOST:PORT"); ctl_buddies copies the newest list of
