@@ -225,6 +225,13 @@ void ckpt_mem_free(ckpt_mem *m);
 /* Keeps a copy of the chunk named hash (a no-op with m NULL, for bytes
  * already kept, or when out of memory). */
 void ckpt_mem_put(ckpt_mem *m, const uint8_t *hash, const void *data, uint64_t len);
+/* A buffer of len bytes to fill and hand to ckpt_mem_adopt (or back with
+ * ckpt_mem_release): one an evicted chunk left, else malloc'd. NULL: out of
+ * memory. m may be NULL (malloc). */
+uint8_t *ckpt_mem_buffer(ckpt_mem *m, uint64_t len);
+void ckpt_mem_release(ckpt_mem *m, uint8_t *buf, uint64_t len);
+/* ckpt_mem_put of a buffer from ckpt_mem_buffer, taken without a copy. */
+void ckpt_mem_adopt(ckpt_mem *m, const uint8_t *hash, uint8_t *buf, uint64_t len);
 /* Copies the chunk named hash of len bytes into dst: 1, or 0 if not kept.
  * The caller verifies the hash. */
 int ckpt_mem_get(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len);

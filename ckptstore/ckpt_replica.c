@@ -132,7 +132,7 @@ static void serve_conn(ckpt_replica *r, int fd) {
       count(r, &r->st.conns_refused, 1);
       break;
     }
-    if (len > cap) {
+    if (op == 'G' && len > cap) {
       uint8_t *nb = realloc(buf, len ? len : 1);
       if (!nb)
         break;
@@ -158,12 +158,20 @@ static void serve_conn(ckpt_replica *r, int fd) {
         break;
       continue;
     }
-    if (ft_send_all(fd, "W", 1, "replica client") || recv_all(fd, buf, len, "replica client"))
+    /* received straight into a buffer the memory then keeps (no copy) */
+    uint8_t *in = ckpt_mem_buffer(r->store->mem, len);
+    if (!in)
       break;
+    if (ft_send_all(fd, "W", 1, "replica client") || recv_all(fd, in, len, "replica client")) {
+      ckpt_mem_release(r->store->mem, in, len);
+      break;
+    }
     uint8_t got[CKPT_HASH_LEN];
-    int ok = ckpt_sha256(buf, len, got) == FT_OK && memcmp(got, hdr, CKPT_HASH_LEN) == 0;
+    int ok = ckpt_sha256(in, len, got) == FT_OK && memcmp(got, hdr, CKPT_HASH_LEN) == 0;
+    if (!ok)
+      ckpt_mem_release(r->store->mem, in, len);
     if (ok) {
-      ckpt_mem_put(r->store->mem, hdr, buf, len);
+      ckpt_mem_adopt(r->store->mem, hdr, in, len);
       pthread_mutex_lock(&r->mu);
       r->st.chunks_kept++;
       r->st.bytes_kept += len;

@@ -1903,14 +1903,18 @@ void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
  * every node of a gang of two or more does not answer, the cause is on our
  * side (the supervisor's host cut off): nobody is blamed. */
 static void blame_unanswered(sup *s) {
-  int late[SUP_MAX_NODES], nl = 0;
-  for (int p = 0; p < s->ngang; p++)
+  int late[SUP_MAX_NODES], nl = 0, asked = 0;
+  for (int p = 0; p < s->ngang; p++) {
+    if (s->nodes[s->gang[p]].rejoin) /* kept on purpose (in process): not told to end */
+      continue;
+    asked++;
     if (node_alive(s, s->gang[p]))
       late[nl++] = s->gang[p];
+  }
   if (!nl)
     return;
   double grace = ft_now_s() - s->t_detect_s;
-  if (nl == s->ngang && nl >= 2) {
+  if (nl == asked && nl >= 2) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddItemToObject(f, "nodes", int_array(late, nl));
     cJSON_AddNumberToObject(f, "seconds", (double)(long long)(grace * 10) / 10);
