@@ -70,7 +70,7 @@ list(FILTER EMU_WORKER_SRC EXCLUDE REGEX "/(ftdata_main|comm[a-z_]*)\\.c$")
 add_library(ftcomm_cuemu STATIC ${CMAKE_SOURCE_DIR}/worker/comm.c
             ${CMAKE_SOURCE_DIR}/worker/comm_filestore.c ${CMAKE_SOURCE_DIR}/worker/comm_gloo.cpp)
 target_include_directories(ftcomm_cuemu PUBLIC ${CMAKE_SOURCE_DIR}/worker)
-target_include_directories(ftcomm_cuemu SYSTEM PRIVATE ${GLOO_INCLUDE_DIR})
+target_include_directories(ftcomm_cuemu SYSTEM PRIVATE ${GLOO_INCLUDE_DIR} ${GLOO_COMPAT_DIR})
 target_link_libraries(ftcomm_cuemu PUBLIC ftcommon Threads::Threads PRIVATE ${GLOO_LIB})
 add_executable(worker_cuemu ${EMU_WORKER_SRC})
 target_compile_definitions(worker_cuemu PRIVATE FT_WITH_CUDA)

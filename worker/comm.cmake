@@ -13,12 +13,19 @@ if(NOT GLOO_LIB OR NOT GLOO_INCLUDE_DIR)
   message(WARNING "Gloo (libgloo-dev) not found: ftcomm is not built")
   return()
 endif()
+# Debian's libgloo-dev lacks gloo/common/memory.h, which the TCP pair's
+# header (comm_gloo.cpp's abort) includes: a stand-in where it is missing.
+if(NOT EXISTS ${GLOO_INCLUDE_DIR}/gloo/common/memory.h)
+  set(GLOO_COMPAT_DIR ${CMAKE_CURRENT_LIST_DIR}/gloo_compat CACHE INTERNAL "")
+else()
+  set(GLOO_COMPAT_DIR "" CACHE INTERNAL "")
+endif()
 add_library(ftcomm STATIC
   ${CMAKE_CURRENT_LIST_DIR}/comm.c
   ${CMAKE_CURRENT_LIST_DIR}/comm_filestore.c
   ${CMAKE_CURRENT_LIST_DIR}/comm_gloo.cpp)
 target_include_directories(ftcomm PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_include_directories(ftcomm SYSTEM PRIVATE ${GLOO_INCLUDE_DIR})
+target_include_directories(ftcomm SYSTEM PRIVATE ${GLOO_INCLUDE_DIR} ${GLOO_COMPAT_DIR})
 target_link_libraries(ftcomm PUBLIC ftcommon Threads::Threads PRIVATE ${GLOO_LIB})
 set_target_properties(ftcomm PROPERTIES POSITION_INDEPENDENT_CODE ON)
 

@@ -25,7 +25,9 @@
  * or standard exception -> FT_ECOMM; std::bad_alloc -> FT_ENOMEM; an error
  * from the C store -> the store's own code. No exception leaves this file.
  * After a failure comm.c calls gloo_abort(), which closes all connections so
- * that peers blocked on us fail at once rather than at their timeout.
+ * that peers blocked on us fail at once rather than at their timeout; called
+ * from another thread (comm_abort), it also fails the operations our own
+ * collective is waiting for, so that collective throws at once.
  *
  * SIGPIPE: Gloo writes its sockets with writev(2), which raises SIGPIPE when
  * the peer has died; the default action would kill this process instead of
@@ -50,6 +52,7 @@ extern "C" {
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/pair.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
@@ -217,11 +220,33 @@ void gloo_destroy(void *impl) {
   guard("free", [&] { delete g; });
 }
 
+/* tcp::Pair::signalExceptionExternal is protected (Gloo's own buffers call it
+ * when a wait times out); a pointer to it formed through a derived class may
+ * be applied to any Pair. Never instantiated. */
+struct PairAbort : gloo::transport::tcp::Pair {
+  static void fail(gloo::transport::tcp::Pair *p, const std::string &why) {
+    (p->*(&PairAbort::signalExceptionExternal))(why);
+  }
+};
+
 void gloo_abort(void *impl) {
   GlooComm *g = G(impl);
   guard("abort", [&] {
-    if (g->ctx)
-      g->ctx->closeConnections();
+    if (!g->ctx)
+      return;
+    /* Our own collective may be blocked on a peer that neither answers nor
+     * closes (a cut link, a stopped process): closing our side does not wake
+     * it. signalExceptionExternal fails every operation pending on a pair
+     * (under the pair's lock: safe beside the waiting thread and the device
+     * loop), so the wait throws now. */
+    for (int i = 0; i < g->world; i++) {
+      if (i == g->rank)
+        continue;
+      auto *tp = dynamic_cast<gloo::transport::tcp::Pair *>(g->ctx->getPair(i).get());
+      if (tp)
+        PairAbort::fail(tp, "aborted: this rank left its generation (comm_abort)");
+    }
+    g->ctx->closeConnections();
   });
 }
 

@@ -55,6 +55,9 @@ struct ctl {
   uint64_t train_gen; /* the training thread's: of the ASSIGN it took (its STEPs, shards, KV) */
   uint64_t abort_gen; /* the newest STOP rejoin's (0: none): leave every older generation */
   int waiting;        /* out of its gang after a rejoin, waiting for ASSIGN */
+  comm *cm;           /* the training thread's comm (ctl_set_comm), aborted by a
+                         STOP rejoin so a collective blocked on a peer that
+                         neither answers nor closes (a cut link) fails now */
   int64_t committed;  /* the newest COMMITTED step heard (-1: none) */
   int have_assign;
   ctl_assign assign;
@@ -161,6 +164,10 @@ static void on_rejoin_locked(ctl *c, uint64_t gen) {
   c->abort_gen = gen;
   fprintf(stderr, "worker: node %u slot %u: rejoin in generation %" PRIu64 " (in process)\n",
           c->node, c->slot, gen);
+  if (c->cm && !c->waiting) { /* its collectives fail at once; it leaves at the next */
+    comm_abort(c->cm);
+    c->cm = NULL;
+  }
   if (c->waiting) {
     c->gen = gen;
     ft_msg b = beat_locked(c);
@@ -438,6 +445,12 @@ int64_t ctl_wait_committed(ctl *c, int64_t after, int timeout_ms, const int *sto
   }
   pthread_mutex_unlock(&c->mu);
   return r;
+}
+
+void ctl_set_comm(ctl *c, comm *cm) {
+  pthread_mutex_lock(&c->mu);
+  c->cm = cm;
+  pthread_mutex_unlock(&c->mu);
 }
 
 int ctl_aborted(ctl *c) {

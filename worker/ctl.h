@@ -67,6 +67,12 @@ int ctl_send_step(ctl *c, int64_t step, double loss, double grad_norm, double to
 int ctl_send_shard(ctl *c, int64_t step, int rank, const char *manifest_json);
 /* The generation the training thread is in (0 before its first ASSIGN). */
 uint64_t ctl_train_gen(ctl *c);
+/* The comm of the generation the training thread is in (NULL: none, before
+ * it is freed): a STOP rejoin aborts it from the reader thread
+ * (comm_abort), so a collective blocked on a peer that neither answers nor
+ * closes its connection (a cut link) fails at once instead of at
+ * watchdog.collective_timeout_s. */
+void ctl_set_comm(ctl *c, comm *cm);
 /* SHARD_SAVED of a checkpoint taken in generation gen, from another thread
  * (the replica pusher), later: sent only if the worker is still in gen (not
  * rejoining, no newer ASSIGN); otherwise dropped (FT_OK). */

@@ -400,6 +400,8 @@ static void trainer_free(trainer *t) {
   engine_free(t->warm);
   snap_free(t->sn);
   engine_free(t->e);
+  if (t->o->ctl)
+    ctl_set_comm(t->o->ctl, NULL);
   comm_free(t->cm);
   free(t->inp);
   free(t->tgt);
@@ -626,6 +628,8 @@ static int join_gang(trainer *t) {
   int rc = comm_for(t->cuda, 1, &co, &kv, &t->cm);
   if (rc)
     return gang_broken(o, rc, t->restore_step);
+  if (in_process(o))
+    ctl_set_comm(o->ctl, t->cm); /* a STOP rejoin aborts it from the reader thread */
   t->ms_comm = (double)(ft_now_ns() - t->assign_ns) * 1e-6;
   fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n", o->node,
           o->slot, t->rank, t->world, t->a.gen, t->restore_step >= 0 ? ", restoring" : "");
@@ -1192,6 +1196,7 @@ static int rejoin(trainer *t) {
   char pci[32];
   if (t->wd && t->e && engine_device_pci(t->e, pci, sizeof pci) == FT_OK)
     wdog_set_gpu(t->wd, pci, NULL); /* its abort hook must not outlive the comm */
+  ctl_set_comm(o->ctl, NULL);       /* nor the reader's */
   comm_free(t->cm);
   t->cm = NULL;
   if (t->sn)

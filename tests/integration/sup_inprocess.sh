@@ -31,6 +31,9 @@
 #     recovery.rejoin_timeout_s (the worker failpoint rejoin_delay_ms holds
 #     it) falls back to a process restart (rejoin_fallback, node 0 launched
 #     again), and the run still ends with the same weights.
+#  5. a peer SIGSTOPped mid-collective (its connections stay open, as
+#     over a cut link): the rejoin request aborts node 0's blocked comm from
+#     its reader thread, so it rejoins in process instead of falling back.
 . "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 synth_data "$TMP"
@@ -207,3 +210,41 @@ has_event "$ST" run_done || fail "slow: the run did not finish"
 cmp -s "$TMP/procs.safetensors" "$TMP/slow.safetensors" ||
   fail "slow: the final weights differ from the process restart's"
 pass "a survivor held past recovery.rejoin_timeout_s is restarted as a process; same weights"
+
+# a peer that neither answers nor closes its connections (SIGSTOPped: a cut
+# link looks the same to Gloo): node 0's collective blocks on it until
+# watchdog.collective_timeout_s (30 s), far past rejoin_timeout_s (2 s).
+# The supervisor finds node 1 silent (heartbeat_timeout_s 3) and asks node 0
+# to rejoin; its reader thread aborts the comm, so node 0 leaves at once and
+# rejoins in process instead of falling back to a process restart
+name=stopped
+sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
+  -e "s|^data:.*|data: {train: \"$TMP/synth_train_*.bin\", val: \"$TMP/synth_val_*.bin\"}|" \
+  -e 's|  steps: 300|  steps: 40|' -e "s|  store: .*|  store: \"local:$TMP/$name/store\"|" \
+  -e 's|  every_steps: 25|  every_steps: 5|' -e 's|  val_every: 25|  val_every: 0|' \
+  -e 's|  heartbeat_timeout_s: 10|  heartbeat_timeout_s: 3|' \
+  "$FT_SRC/examples/demo.yaml" >"$TMP/$name.yaml"
+printf '  in_process: true\n  rejoin_timeout_s: 2\n' >>"$TMP/$name.yaml"
+mkdir -p "$TMP/$name"
+ST=$TMP/$name/st
+FT_FAILPOINTS=min_step_ms=60 "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" --spares 1 \
+  "$TMP/$name.yaml" >"$ST.out" 2>&1 &
+RUN=$!
+wait_step "$ST" 15
+pid1=$(python3 -c '
+import json, sys
+print([e["pid"] for e in map(json.loads, open(sys.argv[1]))
+       if e["event"] == "worker_launched" and e["node"] == 1][0])' "$ST/events.jsonl")
+kill -STOP "$pid1"
+wait $RUN || fail "stopped: the run failed: $(tail -5 "$ST.out")"
+has_event "$ST" fault_detected 'e["kind"] == "hang" and e["node"] == 1' ||
+  fail "stopped: node 1's silence not found: $(events "$ST" | tr '\n' ' ')"
+has_event "$ST" node_rejoined 'e["node"] == 0' ||
+  fail "stopped: node 0 did not rejoin in process: $(grep -e rejoin -e fault_detected "$ST/events.jsonl")"
+has_event "$ST" rejoin_fallback && fail "stopped: a fallback: $(grep rejoin_fallback "$ST/events.jsonl")"
+[ "$(launched stopped 0)" = 1 ] || fail "stopped: node 0 was launched $(launched stopped 0) times"
+"$FT_BIN/ckpt" --store "local:$TMP/$name/store" restore 40 --to "$TMP/$name.safetensors" >/dev/null ||
+  fail "stopped: no final checkpoint"
+cmp -s "$TMP/procs.safetensors" "$TMP/$name.safetensors" ||
+  fail "stopped: the final weights differ from the process restart's"
+pass "a peer stopped mid-collective (its connections open): node 0's comm aborted by the rejoin request, it rejoined in process; same weights"
