@@ -509,6 +509,21 @@ static void progress(sup *s, int64_t step) {
   sup_events_progress(s->ev, line);
 }
 
+/* The chaos kill: node n's process group and workers SIGKILLed, as the
+ * event chaos_kill says (what: "node", "spare node"). */
+static void chaos_kill(sup *s, int n, int64_t step, const char *what) {
+  sup_node *nd = &s->nodes[n];
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  cJSON_AddNumberToObject(f, "step", (double)step);
+  sup_events_emit(s->ev, "chaos_kill", f, "SIGKILL %s %d at step %" PRId64, what, n, step);
+  if (nd->pgid > 0)
+    kill(-nd->pgid, SIGKILL);
+  for (int j = 0; j < s->G; j++)
+    if (nd->w[j].alive)
+      kill(nd->w[j].pid, SIGKILL);
+}
+
 static void on_step(sup *s, const ft_msg *m) {
   int64_t step = m->step.step;
   s->last_step = step;
@@ -557,34 +572,13 @@ static void on_step(sup *s, const ft_msg *m) {
     int64_t pos = s->ngang - 1; /* the last node; failpoint kill_gang_position=P: P's */
     if (ft_failpoint("kill_gang_position", &pos) && (pos < 0 || pos >= s->ngang))
       pos = s->ngang - 1;
-    int victim = s->gang[pos];
-    sup_node *nd = &s->nodes[victim];
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "node", victim);
-    cJSON_AddNumberToObject(f, "step", (double)step);
-    sup_events_emit(s->ev, "chaos_kill", f, "SIGKILL node %d at step %" PRId64, victim, step);
-    if (nd->pgid > 0)
-      kill(-nd->pgid, SIGKILL);
-    for (int j = 0; j < s->G; j++)
-      if (nd->w[j].alive)
-        kill(nd->w[j].pid, SIGKILL);
+    chaos_kill(s, s->gang[pos], step, "node");
     /* failpoint chaos_kill_spares: every spare dies at the same moment (a
      * lost host and every buddy that held copies of its shards) */
     int64_t all = 0;
-    for (int n = 0; ft_failpoint("chaos_kill_spares", &all) && n < s->nnodes; n++) {
-      sup_node *sp = &s->nodes[n];
-      if (sp->role != SUP_ROLE_SPARE)
-        continue;
-      cJSON *g = cJSON_CreateObject();
-      cJSON_AddNumberToObject(g, "node", n);
-      cJSON_AddNumberToObject(g, "step", (double)step);
-      sup_events_emit(s->ev, "chaos_kill", g, "SIGKILL spare node %d at step %" PRId64, n, step);
-      if (sp->pgid > 0)
-        kill(-sp->pgid, SIGKILL);
-      for (int j = 0; j < s->G; j++)
-        if (sp->w[j].alive)
-          kill(sp->w[j].pid, SIGKILL);
-    }
+    for (int n = 0; ft_failpoint("chaos_kill_spares", &all) && n < s->nnodes; n++)
+      if (s->nodes[n].role == SUP_ROLE_SPARE)
+        chaos_kill(s, n, step, "spare node");
   }
 }
 

@@ -181,27 +181,8 @@ static void test_unreferenced_and_grace(void **st) {
   ckpt_shard_free(sh);
 }
 
-/* Submits parts as a memory-level checkpoint (hashed and kept in memory,
- * nothing written) and commits it at level memory. */
-static int commit_memory(ckpt_store *s, int64_t step, const ckpt_part *parts, int n) {
-  ckpt_job *j = NULL;
-  ckpt_shard *sh = NULL;
-  int rc = ckpt_store_submit_memory(s, "run", step, 0, 1, parts, n, &j);
-  if (rc)
-    return rc;
-  rc = ckpt_job_wait(j, &sh);
-  ckpt_job_free(j);
-  if (rc)
-    return rc;
-  ckpt_meta m = {.run = "run",
-                 .step = step,
-                 .parent_step = -1,
-                 .world = 1,
-                 .loss = 1.0,
-                 .level = CKPT_LEVEL_MEMORY};
-  rc = ckpt_store_commit(s, &m, &sh, 1);
-  ckpt_shard_free(sh);
-  return rc;
+static int commit_memory(ckpt_store *s, int64_t step, const ckpt_part *p, int n) {
+  return tu_commit_at(s, "run", step, p, n, 1);
 }
 
 static int level_of(ckpt_store *s, int64_t step) {

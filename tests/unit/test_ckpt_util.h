@@ -90,23 +90,34 @@ static inline ckpt_part tu_part(const char *name, const float *data, size_t nume
   return p;
 }
 
-/* Submits parts as one rank of a world-1 checkpoint and commits it. */
-static inline int tu_commit(ckpt_store *s, const char *run, int64_t step, const ckpt_part *parts,
-                            int n) {
+/* Submits parts as one rank of a world-1 checkpoint and commits it; memory:
+ * as a memory-level one (hashed and kept in memory, nothing written). */
+static inline int tu_commit_at(ckpt_store *s, const char *run, int64_t step, const ckpt_part *parts,
+                               int n, int memory) {
   ckpt_job *j = NULL;
   ckpt_shard *sh = NULL;
-  int rc = ckpt_store_submit(s, run, step, 0, 1, parts, n, &j);
+  int rc = memory ? ckpt_store_submit_memory(s, run, step, 0, 1, parts, n, &j)
+                  : ckpt_store_submit(s, run, step, 0, 1, parts, n, &j);
   if (rc)
     return rc;
   rc = ckpt_job_wait(j, &sh);
   ckpt_job_free(j);
   if (rc)
     return rc;
-  ckpt_meta m = {
-      .run = run, .step = step, .parent_step = -1, .world = 1, .loss = 1.0 / (double)(step + 1)};
+  ckpt_meta m = {.run = run,
+                 .step = step,
+                 .parent_step = -1,
+                 .world = 1,
+                 .loss = 1.0 / (double)(step + 1),
+                 .level = memory ? CKPT_LEVEL_MEMORY : CKPT_LEVEL_DURABLE};
   rc = ckpt_store_commit(s, &m, &sh, 1);
   ckpt_shard_free(sh);
   return rc;
+}
+
+static inline int tu_commit(ckpt_store *s, const char *run, int64_t step, const ckpt_part *parts,
+                            int n) {
+  return tu_commit_at(s, run, step, parts, n, 0);
 }
 
 static inline int tu_count_chunks(const char *dir) {

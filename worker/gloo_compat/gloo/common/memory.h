@@ -14,22 +14,22 @@
 
 namespace gloo {
 
-template <typename T>
-class NonOwningPtr {
- public:
+template <typename T> class NonOwningPtr {
+public:
   NonOwningPtr() = default;
-  T *get() const { return ptr_.get(); }
+  T *get() const {
+    return ptr_.get();
+  }
 
- private:
+private:
   std::shared_ptr<T> ptr_;
 };
 
-template <typename T>
-class WeakNonOwningPtr {
- public:
+template <typename T> class WeakNonOwningPtr {
+public:
   WeakNonOwningPtr() = default;
 
- private:
+private:
   std::weak_ptr<T> ptr_;
 };
 
