@@ -160,12 +160,11 @@ static int exit_for(int rc) {
   }
 }
 
-/* The gang's side of a durable shard: SHARD_SAVED with the envelope the
- * supervisor commits from (the shard manifest as a string, kept verbatim
- * because its checksum covers its exact text). */
-/* SHARD_SAVED's text: the shard manifest, rank 0's state, config, metrics
- * and loss, and "level": "memory" for a checkpoint only in memory. NULL:
- * out of memory. */
+/* The gang's side of a saved shard: SHARD_SAVED's text, the envelope the
+ * supervisor commits from: the shard manifest as a string (kept verbatim
+ * because its checksum covers its exact text), rank 0's state, config,
+ * metrics and loss, and "level": "memory" for a checkpoint only in memory.
+ * NULL: out of memory. */
 static char *shard_envelope(const ckpt_meta *meta, const ckpt_shard *shard) {
   char *sj = ckpt_shard_to_json(shard);
   cJSON *o = cJSON_CreateObject();
