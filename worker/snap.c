@@ -330,8 +330,11 @@ int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
                         .state_json = p->state,
                         .metrics_json = p->metrics,
                         .level = persist ? CKPT_LEVEL_DURABLE : CKPT_LEVEL_MEMORY};
-  int64_t prev; /* (a shard writer's catalog view may be older; the committer decides) */
-  if (ckpt_store_latest(s->store, s->run, st->step - 1, &prev) == FT_OK)
+  /* the parent, for a commit made here (standalone); in a gang the
+   * supervisor commits and finds it itself, and this catalog listing on
+   * every checkpoint (every step with persist_every) would be wasted */
+  int64_t prev;
+  if (!s->on_durable && ckpt_store_latest(s->store, s->run, st->step - 1, &prev) == FT_OK)
     p->meta.parent_step = prev;
   p->memory_first = persist && s->memory_first;
   if (!p->fence.fn) {
