@@ -1042,20 +1042,41 @@ static void plan_and_launch(sup *s) {
   leave(s);
 }
 
+/* The slurm launcher: node n is blamed for a hardware cause (it will be
+ * quarantined) and srun was told to end its job step. The round does not
+ * wait for that step: a host that lost power or its link never answers
+ * slurmstepd, so srun would keep it for the whole grace; a host that does
+ * answer ends it in milliseconds anyway. Nothing of it can join the new
+ * generation (fenced, never launched again); the grace timer still kills
+ * what is left of it (on_grace_t). */
+static int node_left_behind(const sup *s, int n) {
+  const sup_node *nd = &s->nodes[n];
+  return s->slurm_launcher && nd->faulty && (nd->term_sent || nd->kill_sent);
+}
+
 static void check_stopped_t(sup *s) {
   if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
     return;
-  for (int p = 0; p < s->ngang; p++)
-    if (node_alive(s, s->gang[p]) && !node_rejoined(s, s->gang[p]))
+  int behind[SUP_MAX_NODES], nb = 0;
+  for (int p = 0; p < s->ngang; p++) {
+    int n = s->gang[p];
+    if (!node_alive(s, n) || node_rejoined(s, n))
+      continue;
+    if (!node_left_behind(s, n))
       return;
-  evtimer_del(s->grace);
+    behind[nb++] = n;
+  }
+  if (!nb) /* else the grace timer kills what is left behind */
+    evtimer_del(s->grace);
   evtimer_del(s->rejoin_timer);
   s->t_stopped_s = ft_now_s();
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   cJSON_AddNumberToObject(f, "ms", (double)(long long)((s->t_stopped_s - s->t_detect_s) * 1e3));
-  sup_events_emit(s->ev, "gang_stopped", f, "%.0f ms after detection",
-                  (s->t_stopped_s - s->t_detect_s) * 1e3);
+  cJSON_AddItemToObject(f, "left_behind", int_array(behind, nb));
+  sup_events_emit(
+      s->ev, "gang_stopped", f, "%.0f ms after detection%s", (s->t_stopped_s - s->t_detect_s) * 1e3,
+      nb ? " (the job step of a blamed node left behind: its host does not answer)" : "");
   plan_and_launch(s);
 }
 
@@ -1944,7 +1965,8 @@ static void on_grace_t(evutil_socket_t fd, short what, void *arg) {
   if (stopping && s->slurm_launcher)
     blame_unanswered(s);
   for (int n = 0; n < s->nnodes; n++)
-    if (s->state == SUP_FINISHING || (stopping && sup_in_gang(s, n) && !s->nodes[n].rejoin))
+    if (s->state == SUP_FINISHING || (stopping && sup_in_gang(s, n) && !s->nodes[n].rejoin) ||
+        s->nodes[n].role == SUP_ROLE_QUARANTINED) /* left behind (node_left_behind) */
       signal_node(s, n, SIGKILL);
 }
 

@@ -18,7 +18,8 @@
 # (checkpoint.replicate), so the promoted spare restores the lost host's
 # shard from what that host pushed into it across the namespaces before it
 # lost power: no rank of the new generation reads the store, and no spare
-# fetched from it while it waited.
+# fetched from it while it waited. The round does not wait for the dead
+# host's job step, which srun cannot end (gang_stopped: left_behind).
 # Prints goodput and the time to detect and to recover.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -50,6 +51,8 @@ r = named('node_rejoined')
 assert len(r) == 1 and r[0]['node'] != q[0]['node'], r
 assert named('recovered')[0]['rejoined_in_process'] == 1, named('recovered')
 assert not named('rejoin_fallback'), named('rejoin_fallback')
+g = named('gang_stopped')
+assert g and g[0]['left_behind'] == [q[0]['node']], ('the round waited for the dead host', g)
 "
 cluster_exec head sinfo -R -h -o '%n|%E' | grep -q "^$victim|ftsup: " ||
   fail "sinfo -R does not show $victim drained by ftsup: $(cluster_exec head sinfo -R -h -o '%n|%E')"
