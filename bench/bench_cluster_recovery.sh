@@ -30,8 +30,12 @@
 # place of the demo's, each fault 15 s after the previous recovery (4 s for
 # the demo); "overhead" is detection to the first new step less that
 # step's own time (its step_ms).
-# KEEP=DIR: the run's events.jsonl and faults.jsonl are copied there.
-# usage: [MODE=process|memory] [SIZE=demo|127MB] [KEEP=DIR] bench/bench_cluster_recovery.sh [BUILD_DIR] [R]   (root; default build, R=2)
+# STORE=s3: the durable tier is an S3 bucket (moto, signatures checked) on
+# a host of its own, behind a cache on each worker host's local disk;
+# RATE=R (tc units, e.g. 100mbit) limits that host's link with tc tbf, to
+# show which recovery paths depend on the durable tier's bandwidth.
+# KEEP=DIR: the run's events.jsonl, faults.jsonl and logs are copied there.
+# usage: [MODE=process|memory] [SIZE=demo|127MB] [STORE=local|s3 [RATE=R]] [KEEP=DIR] bench/bench_cluster_recovery.sh [BUILD_DIR] [R]   (root; default build, R=2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
@@ -39,6 +43,19 @@ B=$(cd "${1:-build}" && pwd)
 R=${2:-2}
 MODE=${MODE:-process}
 SIZE=${SIZE:-demo}
+STORE=${STORE:-local}
+RATE=${RATE:-}
+case $STORE in
+local | s3) ;;
+*)
+  echo "bench: STORE=$STORE: expected local or s3" >&2
+  exit 2
+  ;;
+esac
+[ -z "$RATE" ] || [ "$STORE" = s3 ] || {
+  echo "bench: RATE limits the bucket host's link: it needs STORE=s3" >&2
+  exit 2
+}
 case $SIZE in
 demo) MODEL='' PAUSE=4 ;;
 127MB) MODEL='{n_layer: 6, n_head: 6, n_embd: 384, vocab_size: 256, seq_len: 64}' PAUSE=15 ;;
@@ -71,21 +88,52 @@ cleanup() {
 }
 trap cleanup EXIT
 NH=$((2 + 2 * R))
-cluster_up "$C" "$NH" >/dev/null
+URI="local:$C/shared/ckpt"
+XS=() # hosts salloc leaves out
+if [ "$STORE" = s3 ]; then
+  # the durable tier on a host of its own (no Slurm job runs there), each
+  # worker host's node-local disk its cache: what a host lost never reached
+  # the bucket unless it was uploaded
+  SH=h$((NH + 1))
+  XS=(-x "$SH")
+  cluster_up "$C" $((NH + 1)) >/dev/null
+  cluster_exec "$SH" python3 "$SRC/chaos/moto_auth.py" --host 0.0.0.0 --port 9000 \
+    --keys "$T/s3keys" >"$T/moto.log" 2>&1 &
+  for ((i = 0; i < 600; i++)); do
+    [ -s "$T/s3keys" ] && break
+    sleep 0.1
+  done
+  [ -s "$T/s3keys" ] || {
+    cat "$T/moto.log"
+    echo "bench: moto did not start on $SH"
+    exit 1
+  }
+  read -r AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY <"$T/s3keys"
+  export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1
+  export AWS_EC2_METADATA_DISABLED=true AWS_SHARED_CREDENTIALS_FILE=/nonexistent
+  export AWS_CONFIG_FILE=/nonexistent FT_S3_ENDPOINT="http://$SH:9000"
+  export FT_S3_CACHE=$C/local/s3cache FT_S3_CACHE_PER_HOST=1
+  cluster_exec head aws --endpoint-url "$FT_S3_ENDPOINT" s3api create-bucket --bucket ftbench \
+    >/dev/null
+  URI="s3://ftbench/runs"
+  [ -z "$RATE" ] || host_rate "$SH" "$RATE"
+else
+  cluster_up "$C" "$NH" >/dev/null
+fi
 RUN=$C/shared/run
 mkdir -p "$RUN"
 "$B/bin/ftdata" synth --out "$RUN/synth" --tokens 400000 >/dev/null
 sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
   -e "s|^data:.*|data: {train: \"$RUN/synth_train_*.bin\", val: \"$RUN/synth_val_*.bin\"}|" \
   -e 's|  launcher: local|  launcher: slurm\n  threads: 1|' -e 's|  steps: 300|  steps: 100000|' \
-  -e "s|  store: .*|  store: \"local:$C/shared/ckpt\"|" -e "s|  every_steps: 25|$CK|" \
+  -e "s|  store: .*|  store: \"$URI\"|" -e "s|  every_steps: 25|$CK|" \
   -e 's|  heartbeat_timeout_s: 10|  heartbeat_timeout_s: 3|' \
   "$SRC/examples/demo.yaml" >"$RUN/run.yaml"
 [ -n "$MODEL" ] && sed -i "s|^model:.*|model: $MODEL|" "$RUN/run.yaml"
 [ -n "$REC" ] && printf '%s\n' "$REC" >>"$RUN/run.yaml"
 ST=$RUN/state
 EV=$ST/events.jsonl
-(cd "$RUN" && cluster_exec head salloc -k -N"$NH" "$B/bin/supervise" --state "$ST" run.yaml) \
+(cd "$RUN" && cluster_exec head salloc -k -N"$NH" "${XS[@]}" "$B/bin/supervise" --state "$ST" run.yaml) \
   >"$T/sup.out" 2>&1 &
 SUP=$!
 
@@ -157,7 +205,7 @@ wait "${notices[@]}" # Slurm's notices
 pkill -INT -f "bin/supervise --state $ST" 2>/dev/null || true
 wait $SUP || true
 
-echo "supervised run under Slurm ($MODE, model $SIZE): 2 active nodes, heartbeat_timeout_s 3, $((2 * R)) faults"
+echo "supervised run under Slurm ($MODE, model $SIZE, store $STORE${RATE:+ limited to $RATE}): 2 active nodes, heartbeat_timeout_s 3, $((2 * R)) faults"
 python3 - "$EV" "$T/faults.jsonl" "$T/slurm.txt" "$SRC/chaos" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[4])
@@ -184,8 +232,10 @@ for f in r["faults"]:
 print(f"goodput {100 * r['goodput']:.1f}% over {r['wall_s']:.0f} s "
       f"(a fault every ~{r['wall_s'] / max(1, len(faults)):.0f} s; target >= 95% at one per 60 s)")
 PY
+echo "where each restore read its state (worker logs):"
+grep -h "restored step" "$ST"/logs/node*.log | sed -e 's/^worker: /  /' -e 's/; [0-9]* chunk.*//' || true
 if [ -n "${KEEP:-}" ]; then # the run's events and the faults, for a closer look
-  mkdir -p "$KEEP" && cp "$EV" "$T/faults.jsonl" "$KEEP/" && echo "kept in $KEEP"
+  mkdir -p "$KEEP" && cp -r "$EV" "$T/faults.jsonl" "$ST/logs" "$KEEP/" && echo "kept in $KEEP"
 fi
 [ "$MODE" = memory ] &&
   echo "target (issue 15): a lost host (power_off), its buddy alive: detection to first new step < 1 s, at most 1 step lost"

@@ -15,20 +15,32 @@
  *   C1 build the manifest from the shards: same (run, step), dtype and shape
  *      agree, every byte of every tensor covered exactly once; refuse
  *      otherwise [ckpt_manifest_build]. Nothing has been written yet.
+ *   C3 for every chunk the manifest references: check it exists in the tier
+ *      and freshen its timestamp [tier->exists(freshen=1), check_chunks]. A
+ *      missing chunk refuses the commit. Freshening is the commit's half of
+ *      the GC protocol: a chunk freshened after a GC took its clock reading
+ *      is never swept by that GC. C3 runs before C2, without meta_mu: on an
+ *      s3 store it is a request per chunk, and holding meta_mu through it
+ *      held up every other commit (a memory-level one that needs no tier at
+ *      all) for seconds. Read gc_epoch before it; if a GC took its clock
+ *      reading (G1) between then and C2, C3 runs again under meta_mu, so
+ *      every chunk was freshened after the clock reading of any GC whose
+ *      mark (G4) might miss this checkpoint, as before.
  *   C2 take meta_mu, which serialises commits with each other and with the
  *      GC's decision phase (ckpt_gc.c) inside this process. Refuse if the
  *      catalog already has (run, step) in a state other than PENDING or BAD
  *      (a BAD step is replaced when a run rolled back past it trains it
  *      again: the new record and manifest overwrite the old in C4/C5).
- *   C3 for every chunk the manifest references: check it exists in the tier
- *      and freshen its timestamp [tier->exists(freshen=1)]. A missing chunk
- *      refuses the commit. Freshening is the commit's half of the GC protocol:
- *      a chunk freshened after a GC took its clock reading is never swept by
- *      that GC.
  *   C4 write the manifest object beside the chunks, crash-safely
  *      [tier->put "manifests/<run>/<step>.json"]; when it replaces a record
  *      (BAD, or a pinned PENDING), first its mark object (the state and pin
- *      a catalog rebuild restores) [ckpt_store_put_mark].
+ *      a catalog rebuild restores) [ckpt_store_put_mark]. A commit that
+ *      replaces no record lets meta_mu go for the put (on s3 a request
+ *      that may take seconds, which held up every other commit) and takes
+ *      it back for C5; if a GC took its clock reading meanwhile, C3 runs
+ *      again first. Nothing else can touch (run, step) in between: the
+ *      catalog has no record of it, and no other commit of it starts while
+ *      this one is under way (busy_enter).
  *   C5 one WriteBatch, written with sync=true [ckpt_catalog_write]:
  *      ckpt/info/<run>/<step> (state COMMITTED), ckpt/man/<run>/<step>, and a
  *      ckpt/chunk/<hash> entry for every chunk seen for the first time (for
@@ -157,6 +169,71 @@ static void check_after(ckpt_store *s, const ckpt_manifest *m, int committed, in
                         const ckpt_info *old) {}
 #endif
 
+/* C3: every chunk of m exists in the tier (freshened), into refs (k of
+ * them) with its stored size; a memory-level commit only lists them. */
+/* One commit per (run, step) at a time: waits while another is under way
+ * (or 16 are: then for any of them to end). */
+static void busy_enter(ckpt_store *s, const char *run, int64_t step) {
+  pthread_mutex_lock(&s->busy_mu);
+  for (;;) {
+    int clash = s->nbusy == (int)(sizeof s->busy / sizeof s->busy[0]);
+    for (int i = 0; i < s->nbusy && !clash; i++)
+      clash = s->busy[i].step == step && strcmp(s->busy[i].run, run) == 0;
+    if (!clash)
+      break;
+    pthread_cond_wait(&s->busy_cv, &s->busy_mu);
+  }
+  s->busy[s->nbusy].run = run;
+  s->busy[s->nbusy].step = step;
+  s->nbusy++;
+  pthread_mutex_unlock(&s->busy_mu);
+}
+
+static void busy_leave(ckpt_store *s, const char *run, int64_t step) {
+  pthread_mutex_lock(&s->busy_mu);
+  for (int i = 0; i < s->nbusy; i++)
+    if (s->busy[i].step == step && s->busy[i].run == run) {
+      s->busy[i] = s->busy[--s->nbusy];
+      break;
+    }
+  pthread_cond_broadcast(&s->busy_cv);
+  pthread_mutex_unlock(&s->busy_mu);
+}
+
+static int check_chunks(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m, int memory,
+                        ckpt_chunk_ref *refs, int *k) {
+  char key[256];
+  *k = 0;
+  m->info.stored_bytes = 0;
+  for (int t = 0; t < m->ntensors; t++) {
+    ckpt_tensor *tt = &m->tensors[t];
+    for (int c = 0; c < tt->nchunks; c++) {
+      if (memory) { /* in workers' memory only: nothing to check */
+        tt->chunks[c].stored = 0;
+        refs[(*k)++] = tt->chunks[c];
+        continue;
+      }
+      char hex[CKPT_HEX_LEN + 1];
+      ckpt_hex(tt->chunks[c].hash, hex);
+      ckpt_objkey_chunk(key, sizeof key, hex);
+      uint64_t size = 0;
+      int rc = s->tier->exists(s->tier, key, 1, &size, NULL);
+      if (rc == FT_ENOENT)
+        return ft_err_set(FT_ENOENT,
+                          "commit of %s step %" PRId64 " refused: chunk %s (%s bytes %" PRIu64
+                          "..%" PRIu64 ") is not in the store",
+                          meta->run, meta->step, hex, tt->name, tt->chunks[c].offset,
+                          tt->chunks[c].offset + tt->chunks[c].len);
+      if (rc)
+        return rc;
+      tt->chunks[c].stored = size;
+      m->info.stored_bytes += size;
+      refs[(*k)++] = tt->chunks[c];
+    }
+  }
+  return FT_OK;
+}
+
 int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards,
                       int nshards) {
   if (s->read_only)
@@ -169,12 +246,35 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   int rc = ckpt_manifest_build(meta, shards, nshards, &m); /* C1 */
   if (rc)
     return rc;
-
-  pthread_mutex_lock(&s->meta_mu); /* C2 */
+  int memory = meta->level == CKPT_LEVEL_MEMORY;
+  int nrefs = m->info.nchunks, k = 0;
+  refs = malloc((size_t)(nrefs ? nrefs : 1) * sizeof *refs);
+  if (!refs) {
+    ckpt_manifest_free(m);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  busy_enter(s, meta->run, meta->step);
+  uint64_t epoch;
+  int checked;
+  char why[600] = "";
+  for (int tries = 0;; tries++) {
+    /* C3 first, without meta_mu (see above) */
+    pthread_mutex_lock(&s->meta_mu);
+    epoch = s->gc_epoch;
+    pthread_mutex_unlock(&s->meta_mu);
+    checked = check_chunks(s, meta, m, memory, refs, &k);
+    if (checked) /* the catalog reads below may set another error */
+      snprintf(why, sizeof why, "%s", ft_err_detail());
+    pthread_mutex_lock(&s->meta_mu); /* C2 */
+    /* a GC took its clock reading meanwhile: C3 again, still without
+     * meta_mu, twice; then under it (below) */
+    if (s->gc_epoch == epoch || checked || tries == 2)
+      break;
+    pthread_mutex_unlock(&s->meta_mu);
+  }
   ckpt_info old;
   memset(&old, 0, sizeof old);
   rc = ckpt_store_get_info(s, meta->run, meta->step, &old);
-  int memory = meta->level == CKPT_LEVEL_MEMORY;
   /* a memory-level record, upgraded now that its chunks reached the store */
   int upgrade = rc == FT_OK && old.level == CKPT_LEVEL_MEMORY && !memory &&
                 (old.state == CKPT_COMMITTED || old.state == CKPT_GOOD);
@@ -192,42 +292,14 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   int old_in_tier = had_old && old.level != CKPT_LEVEL_MEMORY; /* a manifest object */
 
   check_locked(s, "C3");
-  int nrefs = m->info.nchunks;
-  refs = malloc((size_t)(nrefs ? nrefs : 1) * sizeof *refs);
-  if (!refs) {
-    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  if (checked) {
+    rc = ft_err_set(checked, "%s", why);
     goto out;
   }
-  int k = 0;
-  m->info.stored_bytes = 0;
-  for (int t = 0; t < m->ntensors; t++) {
-    ckpt_tensor *tt = &m->tensors[t];
-    for (int c = 0; c < tt->nchunks; c++) { /* C3 */
-      if (memory) {                         /* in workers' memory only: nothing to check */
-        tt->chunks[c].stored = 0;
-        refs[k++] = tt->chunks[c];
-        continue;
-      }
-      char hex[CKPT_HEX_LEN + 1];
-      ckpt_hex(tt->chunks[c].hash, hex);
-      ckpt_objkey_chunk(key, sizeof key, hex);
-      uint64_t size = 0;
-      rc = s->tier->exists(s->tier, key, 1, &size, NULL);
-      if (rc == FT_ENOENT) {
-        rc = ft_err_set(FT_ENOENT,
-                        "commit of %s step %" PRId64 " refused: chunk %s (%s bytes %" PRIu64
-                        "..%" PRIu64 ") is not in the store",
-                        meta->run, meta->step, hex, tt->name, tt->chunks[c].offset,
-                        tt->chunks[c].offset + tt->chunks[c].len);
-        goto out;
-      }
-      if (rc)
-        goto out;
-      tt->chunks[c].stored = size;
-      m->info.stored_bytes += size;
-      refs[k++] = tt->chunks[c];
-    }
-  }
+  /* a GC took its clock reading since C3 ran: the chunks again, under
+   * meta_mu */
+  if (s->gc_epoch != epoch && (rc = check_chunks(s, meta, m, memory, refs, &k)))
+    goto out;
   m->info.time_ms = ft_wall_ms();
   m->info.state = upgrade && old.state == CKPT_GOOD ? CKPT_GOOD : CKPT_COMMITTED;
   m->info.pinned = was_pinned;
@@ -284,7 +356,17 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   check_manifest(m, meta);
   check_locked(s, "C4");
   if (!memory) {
+    int unlocked = !had_old; /* nothing to put back: meta_mu goes meanwhile */
+    if (unlocked) {
+      epoch = s->gc_epoch;
+      pthread_mutex_unlock(&s->meta_mu);
+    }
     rc = s->tier->put(s->tier, okey, mjs, strlen(mjs)); /* C4 */
+    if (unlocked) {
+      pthread_mutex_lock(&s->meta_mu);
+      if (rc == FT_OK && s->gc_epoch != epoch) /* a GC took its clock reading */
+        rc = check_chunks(s, meta, m, memory, refs, &k);
+    }
     if (rc)
       goto undo;
   }
@@ -323,6 +405,7 @@ out:
   if (pthread_mutex_unlock(&s->meta_mu)) /* C6 (an error-checking mutex in checked builds) */
     FT_BUG("commit of %s step %" PRId64 ": meta_mu was not held by this thread", meta->run,
            meta->step);
+  busy_leave(s, meta->run, meta->step);
   ckpt_batch_free(b);
   free(mjs);
   free(ijs);

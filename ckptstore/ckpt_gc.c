@@ -21,7 +21,9 @@
  * where "referenced" = named by a manifest the catalog holds at G4.
  *
  * Steps of ckpt_store_gc (the function performing each in brackets):
- *   G1 take meta_mu (no commit runs from here to G4); read the tier's clock
+ *   G1 take meta_mu (no commit runs from here to G4; gc_epoch counts this
+ *      GC, so a commit whose C3 ran before it checks its chunks again, see
+ *      ckpt_commit.c); read the tier's clock
  *      T0 [tier->now]; the sweep's cutoff is T0 - grace (grace: 1 h by
  *      default, ckpt_store_set_gc_grace) so chunks written for a checkpoint
  *      that is still being written (not yet committed) are left alone.
@@ -291,6 +293,7 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
   char key[256];
 
   pthread_mutex_lock(&s->meta_mu); /* G1 */
+  s->gc_epoch++;
   int rc = s->read_only ? FT_OK : s->tier->now(s->tier, &t0);
   if (s->read_only)
     t0 = ft_wall_ns();
@@ -391,7 +394,10 @@ out:
   return rc;
 }
 
-int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int *n) {
+/* Drops run's memory-level records with step >= min_step, or (prune) those
+ * keep_set would drop with keep_last 0, which are memory-level ones only. */
+static int drop_memory_records(ckpt_store *s, const char *run, int64_t min_step, int prune,
+                               int *n) {
   if (n)
     *n = 0;
   if (s->read_only)
@@ -404,9 +410,13 @@ int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int
   ckpt_batch *b = rc ? NULL : ckpt_batch_new();
   if (!rc && !b)
     rc = ft_err_set(FT_ENOMEM, "out of memory");
+  if (!rc && prune) {
+    ckpt_retention none = {0};
+    keep_set(v, nv, &none);
+  }
   int k = 0;
   for (size_t i = 0; !rc && i < nv; i++) {
-    if (v[i].level != CKPT_LEVEL_MEMORY || v[i].step < min_step)
+    if (v[i].level != CKPT_LEVEL_MEMORY || (prune ? v[i].state != -1 : v[i].step < min_step))
       continue;
     ckpt_key_info(key, sizeof key, v[i].run, v[i].step);
     ckpt_batch_del(b, key);
@@ -423,4 +433,12 @@ int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int
   if (!rc && n)
     *n = k;
   return rc;
+}
+
+int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int *n) {
+  return drop_memory_records(s, run, min_step, 0, n);
+}
+
+int ckpt_store_prune_memory(ckpt_store *s, const char *run, int *n) {
+  return drop_memory_records(s, run, 0, 1, n);
 }

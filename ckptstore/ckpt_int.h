@@ -105,10 +105,7 @@ void ckpt_tensor_release(ckpt_tensor *t);
  * the first gap or overlap otherwise). info.state/time are left to the caller. */
 int ckpt_manifest_build(const ckpt_meta *meta, ckpt_shard *const *shards, int nshards,
                         ckpt_manifest **out);
-/* Manifest <-> JSON text (versioned; last member "checksum" = SHA-256 of the
- * text before it). from_json returns FT_ECORRUPT on a checksum mismatch. */
-char *ckpt_manifest_to_json(const ckpt_manifest *m);
-int ckpt_manifest_from_json(const char *json, ckpt_manifest **out);
+/* ckpt_manifest_to_json, ckpt_manifest_from_json: ckptstore.h */
 /* Small per-checkpoint record kept in the catalog beside the manifest. */
 char *ckpt_info_to_json(const ckpt_info *i);
 int ckpt_info_from_json(const char *json, ckpt_info *i);
@@ -196,6 +193,20 @@ struct ckpt_store {
 
   /* Commit and the GC decision are serialised by this mutex (ckpt_gc.c). */
   pthread_mutex_t meta_mu;
+  /* GC runs that took their clock reading (G1), under meta_mu: a commit
+   * that checked its chunks (C3) before taking meta_mu checks them again if
+   * this moved meanwhile (ckpt_commit.c). */
+  uint64_t gc_epoch;
+  /* The checkpoints being committed (ckpt_commit.c): one commit of a
+   * (run, step) at a time, since a commit lets meta_mu go while it writes
+   * its manifest object. run: borrowed from the commit's meta. */
+  pthread_mutex_t busy_mu;
+  pthread_cond_t busy_cv;
+  struct {
+    const char *run;
+    int64_t step;
+  } busy[16];
+  int nbusy;
 
   /* Writer pool (ckpt_writer.c). */
   pthread_mutex_t mu;

@@ -334,6 +334,8 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
 #else
   pthread_mutex_init(&s->meta_mu, NULL);
 #endif
+  pthread_mutex_init(&s->busy_mu, NULL);
+  pthread_cond_init(&s->busy_cv, NULL);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv_work, NULL);
   pthread_cond_init(&s->cv_space, NULL);
@@ -392,6 +394,8 @@ void ckpt_store_free(ckpt_store *s) {
   if (s->tier)
     s->tier->free(s->tier);
   pthread_mutex_destroy(&s->meta_mu);
+  pthread_mutex_destroy(&s->busy_mu);
+  pthread_cond_destroy(&s->busy_cv);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv_work);
   pthread_cond_destroy(&s->cv_space);

@@ -223,6 +223,12 @@ int ckpt_store_latest_at(ckpt_store *s, const char *run, int64_t max_step, int m
  * NULL) says how many. Nothing in the tier is touched (they have nothing
  * there). */
 int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int *n);
+/* Retention of run's memory-level checkpoints alone, as ckpt_store_gc
+ * applies it (one is kept while newer than the newest persisted
+ * restorable one, the newest two at most; pinned and PENDING ones stay),
+ * in the catalog only: no tier request, no sweep, so it costs little after
+ * every memory-level commit. *n (may be NULL): how many were dropped. */
+int ckpt_store_prune_memory(ckpt_store *s, const char *run, int *n);
 /* A store whose catalog was opened as a reader (read_only, shard_writer)
  * sees it as of its open: this catches up with what the writer has
  * committed since (a long-lived worker before a restore). A no-op for the
@@ -261,6 +267,14 @@ int ckpt_store_prefetch(ckpt_store *s, const char *run, int64_t step, const int 
                         uint64_t *fetched);
 
 int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out);
+/* Manifest <-> JSON text (versioned; last member "checksum" = SHA-256 of the
+ * text before it), as the catalog and the tier keep it: to hand a manifest
+ * to a process that cannot load it from its store (a memory-level one, in
+ * the supervisor's catalog only, to a worker on another host). to_json:
+ * malloc'd, NULL when out of memory; from_json returns FT_ECORRUPT on a
+ * checksum mismatch. */
+char *ckpt_manifest_to_json(const ckpt_manifest *m);
+int ckpt_manifest_from_json(const char *json, ckpt_manifest **out);
 void ckpt_manifest_free(ckpt_manifest *m);
 const ckpt_info *ckpt_manifest_info(const ckpt_manifest *m);
 const char *ckpt_manifest_config_json(const ckpt_manifest *m);

@@ -159,6 +159,12 @@
 #define FT_WIRE_MAX_VALUE (1u << 20)       /* KV value */
 #define FT_WIRE_MAX_KEYS 64u               /* keys per KV_GET / values per KV_VALUE */
 #define FT_WIRE_MAX_KV_TIMEOUT_MS 3600000u /* one hour */
+/* The supervisor's own KV keys, after a generation's rendezvous prefix:
+ * the restore step's manifest when it is a memory-level checkpoint (in the
+ * supervisor's catalog only): FT_KV_RESTORE_MANIFEST holds the number of
+ * parts in decimal, FT_KV_RESTORE_MANIFEST "/<i>" part i (each at most
+ * FT_WIRE_MAX_VALUE bytes) of the manifest's JSON text. */
+#define FT_KV_RESTORE_MANIFEST "restore_manifest"
 #define FT_WIRE_MAX_HEARTBEAT_MS 3600000u
 #define FT_WIRE_MAX_ADDRS 4096u /* REPLICA addrs */
 #define FT_WIRE_NONCE_LEN 32u

@@ -12,17 +12,27 @@
  * the workers while the store is slow, and a commit lands (or fails,
  * reported as checkpoint_failed) when the store returns.
  *
- * Model: jobs are sup_pending_ckpt, committed strictly in push order by one
- * thread (work callback), then handed back to the loop thread (done
- * callback, through a pipe), which emits the events and owns the job from
+ * Model: jobs are sup_pending_ckpt, in two lanes: memory-level commits
+ * (checkpoint.persist_every, require memory: a catalog record, no tier
+ * request) and the others (the store's level). Each lane commits its jobs
+ * strictly in push order on a thread of its own (work callback), so a
+ * memory-level commit never waits behind a store-level one that checks its
+ * chunks in a slow bucket; the store serialises their catalog writes
+ * (meta_mu). The other way round, a store-level job waits while a
+ * memory-level one of the same or an earlier step is queued or in flight,
+ * so a step committed at both levels (checkpoint.require memory) is
+ * committed and reported in memory first, as the workers sent it. A finished job is handed back to
+ * the loop thread (done callback, through a pipe), which emits the events and owns the job from
  * then on. The queue owns a job from push to done. Invariants: at most one
- * job is in the store at a time; done runs only on the loop thread (or in
- * sup_commitq_free, on the caller's thread, which is the loop's), in push
- * order. Free waits for the job in flight, reports finished jobs through
- * done, and hands unstarted ones to release (they were never committed).
- * Retention GC runs on a second thread after each successful commit,
- * coalesced (gc_main), so a GC that lists a bucket which is down does not
- * hold up the commits behind it. sup_commitq_busy says whether the store
+ * job per lane is in the store at a time; done runs only on the loop
+ * thread (or in sup_commitq_free, on the caller's thread, which is the
+ * loop's), in push order within a lane. Free waits for the jobs in flight,
+ * reports finished jobs through done, and hands unstarted ones to release
+ * (they were never committed). Retention GC runs on a third thread after
+ * each successful store-level commit, coalesced (gc_main), so a GC that
+ * lists a bucket which is down does not hold up the commits behind it
+ * (memory-level records are pruned by the work callback itself, in the
+ * catalog only). sup_commitq_busy says whether the store
  * may be inside a commit or GC (which hold the store's meta lock, possibly
  * for an outage): the loop defers its own state changes (GOOD marks) then.
  */
@@ -37,16 +47,26 @@
 #include <string.h>
 #include <unistd.h>
 
+enum { LANE_STORE, LANE_MEMORY, NLANES };
+
+struct lane {
+  struct sup_commitq *q;
+  pthread_t th;
+  int started;
+  int inflight;                          /* its thread holds a job */
+  int64_t inflight_step;                 /* that job's step */
+  pthread_cond_t cv;                     /* a job was queued, or stop */
+  sup_pending_ckpt *queue, **queue_tail; /* waiting for its thread */
+};
+
 struct sup_commitq {
-  pthread_t th, gc_th;
-  int started, gc_started;
-  int inflight; /* the commit thread holds a job */
+  struct lane lane[NLANES];
+  pthread_t gc_th;
+  int gc_started;
   int gc_wanted, gc_running;
   pthread_cond_t gc_cv;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  sup_pending_ckpt *queue, **queue_tail; /* waiting for the thread */
-  sup_pending_ckpt *done, **done_tail;   /* finished, waiting for the loop */
+  sup_pending_ckpt *done, **done_tail; /* finished, waiting for the loop */
   int stop;
   int fd[2]; /* the thread writes a byte to fd[1] per finished job */
   struct event *ev;
@@ -77,25 +97,44 @@ static void *gc_main(void *arg) {
   return NULL;
 }
 
+/* A memory-level job of a step <= step is queued or in flight (q->mu held). */
+static int memory_first(const sup_commitq *q, int64_t step) {
+  const struct lane *m = &q->lane[LANE_MEMORY];
+  if (m->inflight && m->inflight_step <= step)
+    return 1;
+  for (const sup_pending_ckpt *p = m->queue; p; p = p->next)
+    if (p->step <= step)
+      return 1;
+  return 0;
+}
+
 static void *thread_main(void *arg) {
-  sup_commitq *q = arg;
+  struct lane *l = arg;
+  sup_commitq *q = l->q;
+  int store = l == &q->lane[LANE_STORE];
   pthread_mutex_lock(&q->mu);
   for (;;) {
-    while (!q->queue && !q->stop)
-      pthread_cond_wait(&q->cv, &q->mu);
+    /* the store lane lets the memory lane's earlier steps go first: a
+     * step's memory-level commit (checkpoint.require memory) is reported
+     * before its upgrade, as the workers sent them */
+    while (!q->stop && (!l->queue || (store && memory_first(q, l->queue->step))))
+      pthread_cond_wait(&l->cv, &q->mu);
     if (q->stop)
       break;
-    sup_pending_ckpt *p = q->queue;
-    q->queue = p->next;
-    if (!q->queue)
-      q->queue_tail = &q->queue;
+    sup_pending_ckpt *p = l->queue;
+    l->queue = p->next;
+    if (!l->queue)
+      l->queue_tail = &l->queue;
     p->next = NULL;
-    q->inflight = 1;
+    l->inflight = 1;
+    l->inflight_step = p->step;
     pthread_mutex_unlock(&q->mu);
     q->work(q->ud, p);
     pthread_mutex_lock(&q->mu);
-    q->inflight = 0;
-    if (!p->rc) {
+    l->inflight = 0;
+    if (!store)
+      pthread_cond_signal(&q->lane[LANE_STORE].cv);
+    if (!p->rc && l == &q->lane[LANE_STORE]) {
       q->gc_wanted = 1;
       pthread_cond_signal(&q->gc_cv);
     }
@@ -142,7 +181,6 @@ int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn
   if (!q)
     return ft_err_set(FT_ENOMEM, "out of memory");
   q->fd[0] = q->fd[1] = -1;
-  q->queue_tail = &q->queue;
   q->done_tail = &q->done;
   q->work = work;
   q->done_fn = done;
@@ -150,7 +188,11 @@ int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn
   q->gc = gc;
   q->ud = ud;
   pthread_mutex_init(&q->mu, NULL);
-  pthread_cond_init(&q->cv, NULL);
+  for (int i = 0; i < NLANES; i++) {
+    q->lane[i].q = q;
+    q->lane[i].queue_tail = &q->lane[i].queue;
+    pthread_cond_init(&q->lane[i].cv, NULL);
+  }
   pthread_cond_init(&q->gc_cv, NULL);
   int rc = FT_OK;
   if (pipe2(q->fd, O_CLOEXEC | O_NONBLOCK)) {
@@ -162,11 +204,13 @@ int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn
     rc = ft_err_set(FT_ENOMEM, "commit queue: cannot add its event");
     goto fail;
   }
-  if (pthread_create(&q->th, NULL, thread_main, q)) {
-    rc = ft_err_set(FT_EIO, "commit queue: cannot start its thread");
-    goto fail;
+  for (int i = 0; i < NLANES; i++) {
+    if (pthread_create(&q->lane[i].th, NULL, thread_main, &q->lane[i])) {
+      rc = ft_err_set(FT_EIO, "commit queue: cannot start its threads");
+      goto fail;
+    }
+    q->lane[i].started = 1;
   }
-  q->started = 1;
   if (pthread_create(&q->gc_th, NULL, gc_main, q)) {
     rc = ft_err_set(FT_EIO, "commit queue: cannot start its GC thread");
     goto fail;
@@ -180,17 +224,20 @@ fail:
 }
 
 void sup_commitq_push(sup_commitq *q, sup_pending_ckpt *p) {
+  struct lane *l = &q->lane[p->level == CKPT_LEVEL_MEMORY ? LANE_MEMORY : LANE_STORE];
   p->next = NULL;
   pthread_mutex_lock(&q->mu);
-  *q->queue_tail = p;
-  q->queue_tail = &p->next;
-  pthread_cond_signal(&q->cv);
+  *l->queue_tail = p;
+  l->queue_tail = &p->next;
+  pthread_cond_signal(&l->cv);
   pthread_mutex_unlock(&q->mu);
 }
 
 int sup_commitq_busy(sup_commitq *q) {
   pthread_mutex_lock(&q->mu);
-  int busy = q->queue || q->inflight || q->gc_wanted || q->gc_running;
+  int busy = q->gc_wanted || q->gc_running;
+  for (int i = 0; i < NLANES; i++)
+    busy |= q->lane[i].queue || q->lane[i].inflight;
   pthread_mutex_unlock(&q->mu);
   return busy;
 }
@@ -200,27 +247,31 @@ void sup_commitq_free(sup_commitq *q) {
     return;
   pthread_mutex_lock(&q->mu);
   q->stop = 1;
-  pthread_cond_signal(&q->cv);
+  for (int i = 0; i < NLANES; i++)
+    pthread_cond_signal(&q->lane[i].cv);
   pthread_cond_signal(&q->gc_cv);
   pthread_mutex_unlock(&q->mu);
   if (q->gc_started)
     pthread_join(q->gc_th, NULL); /* waits for a GC under way */
-  if (q->started) {
-    pthread_join(q->th, NULL); /* waits for the job in flight */
+  for (int i = 0; i < NLANES; i++)
+    if (q->lane[i].started)
+      pthread_join(q->lane[i].th, NULL); /* waits for the job in flight */
+  if (q->lane[LANE_STORE].started || q->lane[LANE_MEMORY].started)
     drain_done(q);
-  }
-  while (q->queue) {
-    sup_pending_ckpt *p = q->queue;
-    q->queue = p->next;
-    q->release(q->ud, p);
-  }
+  for (int i = 0; i < NLANES; i++)
+    while (q->lane[i].queue) {
+      sup_pending_ckpt *p = q->lane[i].queue;
+      q->lane[i].queue = p->next;
+      q->release(q->ud, p);
+    }
   if (q->ev)
     event_free(q->ev);
   if (q->fd[0] >= 0)
     close(q->fd[0]);
   if (q->fd[1] >= 0)
     close(q->fd[1]);
-  pthread_cond_destroy(&q->cv);
+  for (int i = 0; i < NLANES; i++)
+    pthread_cond_destroy(&q->lane[i].cv);
   pthread_cond_destroy(&q->gc_cv);
   pthread_mutex_destroy(&q->mu);
   free(q);

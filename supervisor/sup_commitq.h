@@ -12,8 +12,9 @@
 typedef struct sup_commitq sup_commitq;
 typedef void (*sup_commitq_fn)(void *ud, sup_pending_ckpt *p);
 
-/* work runs on the queue's thread; gc on its GC thread after each job
- * whose p->rc is 0; done (which then owns p) and release (for jobs never
+/* work runs on the queue's threads (one per lane: memory-level jobs, the
+ * others); gc on its GC thread after each store-level job whose p->rc is
+ * 0; done (which then owns p) and release (for jobs never
  * started, at free) on the loop's. */
 int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn done,
                     sup_commitq_fn release, void (*gc)(void *ud), void *ud, sup_commitq **out);

@@ -710,6 +710,33 @@ void sup_recovery_store_failed(sup *s, const char *reason) {
 
 /* ---- forming a gang ------------------------------------------------------- */
 
+/* The restore step, when it is a memory-level checkpoint, is in no catalog
+ * a worker on another host reads (an s3 store's catalog is each host's
+ * cache): its manifest goes into the generation's KV under prefix
+ * (FT_KV_RESTORE_MANIFEST), where the workers look for it first. Failing
+ * that, they look in their store as always. */
+static void publish_restore_manifest(sup *s, int64_t restore, const char *prefix) {
+  ckpt_manifest *m = NULL;
+  if (restore < 0 || ckpt_store_load(s->store, s->rf.run, restore, &m))
+    return;
+  char *js = ckpt_manifest_info(m)->level == CKPT_LEVEL_MEMORY ? ckpt_manifest_to_json(m) : NULL;
+  ckpt_manifest_free(m);
+  if (!js)
+    return;
+  size_t len = strlen(js), part = FT_WIRE_MAX_VALUE;
+  int n = (int)((len + part - 1) / part);
+  char key[FT_WIRE_MAX_KEY + 1], num[32];
+  for (int i = 0; i < n; i++) {
+    size_t off = (size_t)i * part, l = len - off < part ? len - off : part;
+    snprintf(key, sizeof key, "%s" FT_KV_RESTORE_MANIFEST "/%d", prefix, i);
+    sup_kv_set(s->kv, key, (const uint8_t *)js + off, (uint32_t)l);
+  }
+  snprintf(key, sizeof key, "%s" FT_KV_RESTORE_MANIFEST, prefix);
+  snprintf(num, sizeof num, "%d", n);
+  sup_kv_set(s->kv, key, (const uint8_t *)num, (uint32_t)strlen(num)); /* last: all parts are in */
+  free(js);
+}
+
 static void assign_t(sup *s) {
   int64_t restore = -1;
   if (ckpt_store_latest(s->store, s->rf.run, INT64_MAX, &restore) != 0)
@@ -719,6 +746,7 @@ static void assign_t(sup *s) {
   sup_watch_generation(s);
   char rdzv[64];
   int rl = snprintf(rdzv, sizeof rdzv, "g%" PRIu64 "/", s->gen);
+  publish_restore_manifest(s, restore, rdzv);
   sup_pending_clear(s);
   for (int p = 0; p < s->ngang; p++)
     for (int j = 0; j < s->G; j++) {

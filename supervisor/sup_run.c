@@ -264,6 +264,11 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
     snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
     return;
   }
+  /* memory-level records are pruned here, in the catalog only; the full
+   * retention GC (sup_commitq) runs after store-level commits alone */
+  if (p->level == CKPT_LEVEL_MEMORY && ckpt_store_prune_memory(s->store, s->rf.run, NULL))
+    fprintf(stderr, "supervise: cannot prune memory-level checkpoints (the run goes on): %s\n",
+            ft_err_detail());
   /* sizes for the operator's view: this checkpoint's, and the run's (what
    * its checkpoints hold, and what their chunks take once each) */
   ckpt_info *list = NULL;

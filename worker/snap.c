@@ -406,6 +406,17 @@ int snap_latest(snap *s, int64_t *step) {
   return ckpt_store_latest(s->store, s->run, INT64_MAX, step);
 }
 
+static int restore_from(snap *s, ckpt_manifest *man, engine *e, train_state *st,
+                        char **config_json) {
+  int rc = state_from_json(ckpt_manifest_state_json(man), st);
+  if (rc == FT_OK)
+    rc = engine_restore(e, s->store, man);
+  if (rc == FT_OK)
+    *config_json = xstrdup(ckpt_manifest_config_json(man));
+  ckpt_manifest_free(man);
+  return rc;
+}
+
 int snap_restore(snap *s, int64_t step, engine *e, train_state *st, char **config_json) {
   ckpt_manifest *man = NULL;
   *config_json = NULL;
@@ -416,11 +427,26 @@ int snap_restore(snap *s, int64_t step, engine *e, train_state *st, char **confi
     rc = ckpt_store_load(s->store, s->run, step, &man);
   if (rc)
     return rc;
-  rc = state_from_json(ckpt_manifest_state_json(man), st);
-  if (rc == FT_OK)
-    rc = engine_restore(e, s->store, man);
-  if (rc == FT_OK)
-    *config_json = xstrdup(ckpt_manifest_config_json(man));
-  ckpt_manifest_free(man);
-  return rc;
+  return restore_from(s, man, e, st, config_json);
+}
+
+int snap_restore_json(snap *s, int64_t step, const char *manifest_json, engine *e, train_state *st,
+                      char **config_json) {
+  ckpt_manifest *man = NULL;
+  *config_json = NULL;
+  int rc = ckpt_manifest_from_json(manifest_json, &man);
+  if (rc) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", ft_err_detail());
+    return ft_err_set(rc, "the manifest of step %" PRId64 " from the supervisor: %s", step, why);
+  }
+  const ckpt_info *in = ckpt_manifest_info(man);
+  if (in->step != step || strcmp(in->run, s->run) != 0) {
+    rc = ft_err_set(FT_EINVAL,
+                    "the supervisor's manifest is of %s step %" PRId64 ", not %s step %" PRId64,
+                    in->run, in->step, s->run, step);
+    ckpt_manifest_free(man);
+    return rc;
+  }
+  return restore_from(s, man, e, st, config_json);
 }

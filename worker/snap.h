@@ -103,6 +103,10 @@ int snap_latest(snap *s, int64_t *step);
  * size) into e, and st. *config_json gets the checkpoint's config JSON
  * (malloc'd; caller frees). */
 int snap_restore(snap *s, int64_t step, engine *e, train_state *st, char **config_json);
+/* The same from step's manifest given as JSON text (from the supervisor: a
+ * memory-level checkpoint is in no catalog this host can read). */
+int snap_restore_json(snap *s, int64_t step, const char *manifest_json, engine *e, train_state *st,
+                      char **config_json);
 /* The state JSON of a checkpoint (malloc'd):
  * {"version":1,"step":S,"seq":"N","rng":"N","config_hash":"hex","skips":[[f,e],...]} */
 char *snap_state_json(const train_state *st);

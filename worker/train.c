@@ -757,6 +757,51 @@ static int phase_engine(trainer *t) {
   return code;
 }
 
+/* The restore step's manifest as the supervisor published it in this
+ * generation's KV (a memory-level checkpoint, whose record only the
+ * supervisor's catalog holds): *json malloc'd. FT_ENOENT: none published. */
+static int restore_manifest(trainer *t, char **json) {
+  comm_kv kv = ctl_kv(t->o->ctl);
+  char key[FT_WIRE_MAX_KEY + 1];
+  void *v = NULL;
+  size_t len = 0, have = 0;
+  *json = NULL;
+  snprintf(key, sizeof key, "%s" FT_KV_RESTORE_MANIFEST, t->a.rdzv);
+  int rc = kv.get(kv.ud, key, &v, &len);
+  if (rc)
+    return rc;
+  char num[32] = "";
+  memcpy(num, v, len < sizeof num - 1 ? len : sizeof num - 1);
+  free(v);
+  int n = atoi(num);
+  if (n <= 0 || n > 4096)
+    return ft_err_set(FT_EPROTO, "the supervisor's restore manifest: %d parts", n);
+  char *out = NULL;
+  for (int i = 0; i < n && rc == FT_OK; i++) {
+    snprintf(key, sizeof key, "%s" FT_KV_RESTORE_MANIFEST "/%d", t->a.rdzv, i);
+    rc = kv.get(kv.ud, key, &v, &len);
+    if (rc)
+      break;
+    char *grown = realloc(out, have + len + 1);
+    if (!grown) {
+      free(v);
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      break;
+    }
+    out = grown;
+    memcpy(out + have, v, len);
+    have += len;
+    out[have] = 0;
+    free(v);
+  }
+  if (rc) {
+    free(out);
+    return rc;
+  }
+  *json = out;
+  return FT_OK;
+}
+
 /* The checkpoint store, and the restore: the supervisor's restore step in a
  * gang (and its skip list, the whole history), the newest checkpoint with
  * --resume standalone. */
@@ -787,7 +832,12 @@ static int phase_restore(trainer *t) {
       ckpt_read_stats r0, r1;
       snap_read_stats(t->sn, &r0);
       uint64_t t0 = ft_now_ns();
-      rc = snap_restore(t->sn, t->restore_step, t->e, &t->st, &t->ck_config);
+      char *mj = NULL;
+      if (o->ctl && restore_manifest(t, &mj) == FT_OK) /* a memory-level one */
+        rc = snap_restore_json(t->sn, t->restore_step, mj, t->e, &t->st, &t->ck_config);
+      else
+        rc = snap_restore(t->sn, t->restore_step, t->e, &t->st, &t->ck_config);
+      free(mj);
       snap_read_stats(t->sn, &r1);
       t->ms_restore = (double)(ft_now_ns() - t0) * 1e-6;
       if (o->ctl && rc == FT_OK)

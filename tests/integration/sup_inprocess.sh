@@ -227,15 +227,16 @@ sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
 printf '  in_process: true\n  rejoin_timeout_s: 2\n' >>"$TMP/$name.yaml"
 mkdir -p "$TMP/$name"
 ST=$TMP/$name/st
-FT_FAILPOINTS=min_step_ms=60 "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" --spares 1 \
+# (steps of 150 ms: the SIGSTOP lands mid-run even on a loaded machine)
+FT_FAILPOINTS=min_step_ms=150 "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" --spares 1 \
   "$TMP/$name.yaml" >"$ST.out" 2>&1 &
 RUN=$!
 wait_step "$ST" 15
 pid1=$(python3 -c '
 import json, sys
 print([e["pid"] for e in map(json.loads, open(sys.argv[1]))
-       if e["event"] == "worker_launched" and e["node"] == 1][0])' "$ST/events.jsonl")
-kill -STOP "$pid1"
+       if e["event"] == "worker_launched" and e["node"] == 1][-1])' "$ST/events.jsonl")
+kill -STOP "$pid1" || fail "stopped: node 1's worker $pid1 is gone: $(events "$ST" | tr '\n' ' ')"
 wait $RUN || fail "stopped: the run failed: $(tail -5 "$ST.out")"
 has_event "$ST" fault_detected 'e["kind"] == "hang" and e["node"] == 1' ||
   fail "stopped: node 1's silence not found: $(events "$ST" | tr '\n' ' ')"

@@ -2,8 +2,10 @@
  * test_ckpt_gc: retention (keep_last, keep_every, pinned) and the sweep:
  * a chunk shared with a kept checkpoint survives, unreferenced ones go,
  * young unreferenced ones stay within the grace period, a dry run deletes
- * nothing, and a commit whose chunks a GC swept is refused, not listed.
- * Memory-level checkpoints: written nowhere, pruned, dropped, upgraded.
+ * nothing, and a commit whose chunks a GC swept is refused, not listed
+ * (also when the GC ran while the commit checked its chunks, which it does
+ * without the store's lock). Memory-level checkpoints: written nowhere,
+ * pruned (by GC and by prune_memory), dropped, upgraded.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -197,6 +199,126 @@ static int level_of(ckpt_store *s, int64_t step) {
   return level;
 }
 
+/* A tier whose exists() (the commit's chunk check, C3) and put() of a
+ * manifest object (C4) run a function once each, at their first call, and
+ * say whether the store's meta_mu was free then. */
+typedef void (*during_fn)(ckpt_store *s);
+static struct {
+  ckpt_store *s;
+  int (*exists)(ckpt_tier *t, const char *key, int freshen, uint64_t *size, int64_t *mtime_ns);
+  int (*put)(ckpt_tier *t, const char *key, const void *data, size_t len);
+  during_fn c3, c4;
+  int calls, meta_free, puts, put_meta_free;
+} hook;
+
+static int meta_free(void) {
+  int f = pthread_mutex_trylock(&hook.s->meta_mu) == 0;
+  if (f)
+    pthread_mutex_unlock(&hook.s->meta_mu);
+  return f;
+}
+
+static int hooked_exists(ckpt_tier *t, const char *key, int freshen, uint64_t *size,
+                         int64_t *mtime_ns) {
+  int rc = hook.exists(t, key, freshen, size, mtime_ns);
+  if (hook.calls++ == 0) {
+    hook.meta_free = meta_free();
+    if (hook.c3 && hook.meta_free) /* else it would wait for the lock held */
+      hook.c3(hook.s);
+  }
+  return rc;
+}
+
+static int hooked_put(ckpt_tier *t, const char *key, const void *data, size_t len) {
+  int rc = hook.put(t, key, data, len);
+  if (!strncmp(key, "manifests/", 10) && hook.puts++ == 0) {
+    hook.put_meta_free = meta_free();
+    if (hook.c4 && hook.put_meta_free)
+      hook.c4(hook.s);
+  }
+  return rc;
+}
+
+/* Writes data as step's one shard, then commits it with the hooks on. */
+static int commit_hooked(fx *f, int64_t step, float *data, during_fn c3, during_fn c4) {
+  ckpt_part p = tu_part("param/var", data, NV, 0, NV);
+  ckpt_job *j = NULL;
+  ckpt_shard *sh = NULL;
+  assert_int_equal(ckpt_store_submit(f->s, "run", step, 0, 1, &p, 1, &j), FT_OK);
+  assert_int_equal(ckpt_job_wait(j, &sh), FT_OK);
+  ckpt_job_free(j);
+  hook.s = f->s;
+  hook.exists = f->s->tier->exists;
+  hook.put = f->s->tier->put;
+  hook.c3 = c3;
+  hook.c4 = c4;
+  hook.calls = hook.meta_free = hook.puts = hook.put_meta_free = 0;
+  f->s->tier->exists = hooked_exists;
+  f->s->tier->put = hooked_put;
+  ckpt_meta m = {.run = "run", .step = step, .parent_step = -1, .world = 1, .loss = 0.5};
+  int rc = ckpt_store_commit(f->s, &m, &sh, 1);
+  f->s->tier->exists = hook.exists;
+  f->s->tier->put = hook.put;
+  ckpt_shard_free(sh);
+  return rc;
+}
+
+static float busy_mem[NV];
+static int64_t busy_step;
+
+static void memory_commit_meanwhile(ckpt_store *s) {
+  ckpt_part p = tu_part("param/var", busy_mem, NV, 0, NV);
+  assert_int_equal(tu_commit_at(s, "run", busy_step, &p, 1, 1), FT_OK);
+}
+
+static void gc_meanwhile(ckpt_store *s) {
+  ckpt_retention r = {0};
+  ckpt_gc_report rep;
+  usleep(30000); /* past the chunk's freshen time: grace 0 sweeps it */
+  assert_int_equal(ckpt_store_gc(s, &r, 0, &rep), FT_OK);
+}
+
+/* The commit's chunk check (C3) and its manifest put (C4) hold no lock: a
+ * memory-level commit goes through while a store-level one checks its
+ * chunks or writes its manifest (on s3, requests that take seconds), and a
+ * GC that took its clock reading meanwhile makes the commit check them
+ * again, so a chunk that GC swept refuses the commit: nothing broken is
+ * listed, and its manifest object is taken back. */
+static void test_commit_checks_chunks_unlocked(void **st) {
+  fx *f = *st;
+  float a[NV], b[NV], c[NV];
+  tu_fill(a, NV, 4242);
+  tu_fill(b, NV, 4343);
+  tu_fill(c, NV, 4545);
+  tu_fill(busy_mem, NV, 4444);
+  assert_int_equal(ckpt_store_keep_in_memory(f->s, 1 << 22), FT_OK);
+  busy_step = 12;
+  assert_int_equal(commit_hooked(f, 11, a, memory_commit_meanwhile, NULL), FT_OK);
+  assert_true(hook.meta_free);
+  assert_int_equal(level_of(f->s, 12), CKPT_LEVEL_MEMORY);
+  assert_int_equal(level_of(f->s, 11), CKPT_LEVEL_DURABLE);
+  assert_int_equal(hook.calls, 1); /* no GC in between: checked once */
+  assert_int_equal(ckpt_store_verify(f->s, "run", 11, NULL, NULL, NULL), FT_OK);
+  busy_step = 14;
+  assert_int_equal(commit_hooked(f, 13, c, NULL, memory_commit_meanwhile), FT_OK);
+  assert_true(hook.put_meta_free);
+  assert_int_equal(level_of(f->s, 14), CKPT_LEVEL_MEMORY);
+  assert_int_equal(ckpt_store_verify(f->s, "run", 13, NULL, NULL, NULL), FT_OK);
+  /* a GC between C3 and the catalog write: the chunk it swept is missed */
+  ckpt_store_set_gc_grace(f->s, 0);
+  char path[4300];
+  snprintf(path, sizeof path, "%s/store/manifests/run/%020d.json", f->dir, 15);
+  assert_int_equal(commit_hooked(f, 15, b, gc_meanwhile, NULL), FT_ENOENT);
+  assert_non_null(strstr(ft_err_detail(), "not in the store"));
+  assert_int_equal(hook.calls, 2); /* checked again, and found gone */
+  assert_int_equal(level_of(f->s, 15), -1);
+  /* the same with the GC during the manifest's put */
+  assert_int_equal(commit_hooked(f, 15, b, NULL, gc_meanwhile), FT_ENOENT);
+  assert_int_equal(hook.puts, 1);
+  assert_int_equal(level_of(f->s, 15), -1);
+  assert_false(tu_exists(path)); /* the manifest object was taken back */
+}
+
 /* Levels (checkpoint.persist_every, checkpoint.require memory): memory-level
  * checkpoints write no chunk and no manifest object, are read from memory,
  * are skipped by latest_at(LOCAL) and refused by verify, are pruned by GC
@@ -235,13 +357,18 @@ static void test_memory_levels(void **st) {
   assert_memory_equal(out, mem[11], sizeof out);
   ckpt_manifest_free(m);
   assert_int_equal(ckpt_store_verify(f->s, "run", 12, NULL, NULL, NULL), FT_ESTATE);
-  /* GC with keep_last 0: the newest CKPT_GC_KEEP_MEMORY (2) memory ones stay */
+  /* prune_memory (the catalog only), as GC with keep_last 0 would: the
+   * newest CKPT_GC_KEEP_MEMORY (2) memory ones stay, nothing else goes */
   ckpt_retention all = {0};
   ckpt_gc_report rep;
-  assert_int_equal(ckpt_store_gc(f->s, &all, 0, &rep), FT_OK);
-  assert_int_equal(rep.checkpoints_deleted, 1);
+  int pruned = 0;
+  assert_int_equal(ckpt_store_prune_memory(f->s, "run", &pruned), FT_OK);
+  assert_int_equal(pruned, 1);
   assert_int_equal(level_of(f->s, 11), -1);
   assert_int_equal(level_of(f->s, 13), CKPT_LEVEL_MEMORY);
+  assert_int_equal(level_of(f->s, 1), CKPT_LEVEL_DURABLE);
+  assert_int_equal(ckpt_store_gc(f->s, &all, 0, &rep), FT_OK);
+  assert_int_equal(rep.checkpoints_deleted, 0);
   /* step 13 reaches the store: its record is upgraded, not refused */
   ckpt_part p[2] = {tu_part("param/shared", f->shared, NS, 0, NS),
                     tu_part("param/var", mem[12], NV, 0, NV)};
@@ -274,6 +401,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_ones_go_and_keep_all, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreferenced_and_grace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_memory_levels, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_commit_checks_chunks_unlocked, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
