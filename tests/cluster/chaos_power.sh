@@ -19,7 +19,11 @@
 # shard from what that host pushed into it across the namespaces before it
 # lost power: no rank of the new generation reads the store, and no spare
 # fetched from it while it waited. The round does not wait for the dead
-# host's job step, which srun cannot end (gang_stopped: left_behind).
+# host's job step, which srun cannot end (gang_stopped: left_behind). A
+# checkpoint every step, all but the last in memory only
+# (checkpoint.persist_every 1000): the restore step's record is in the
+# supervisor's catalog alone (each host's catalog is its own s3 cache), and
+# its manifest reaches the workers through the generation's KV.
 # Prints goodput and the time to detect and to recover.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,7 +37,7 @@ export FT_S3_CACHE_PER_HOST=1       # so a chunk counts once it is in the bucket
 ftc_runfile "$RUN/run.yaml" $STEPS "$STORE"
 ST=$RUN/state
 ftc_supervise "$ST" 4 "$RUN/run.yaml" --set recovery.in_process=true \
-  --set checkpoint.replicate=true
+  --set checkpoint.replicate=true --set checkpoint.every_steps=1 --set checkpoint.persist_every=1000
 ftc_wait "$ST" checkpoint_committed 1
 victim=$(ftc_active_host "$ST")
 ftc_fault "$TMP/faults.jsonl" "power_off $victim"
@@ -51,6 +55,9 @@ r = named('node_rejoined')
 assert len(r) == 1 and r[0]['node'] != q[0]['node'], r
 assert named('recovered')[0]['rejoined_in_process'] == 1, named('recovered')
 assert not named('rejoin_fallback'), named('rejoin_fallback')
+gs = named('generation_started')[-1]
+lv = [e['level'] for e in named('checkpoint_committed') if e['step'] == gs['restore_step']]
+assert lv and lv[0] == 'memory', ('the restore step should be a memory-level checkpoint', gs, lv)
 g = named('gang_stopped')
 assert g and g[0]['left_behind'] == [q[0]['node']], ('the round waited for the dead host', g)
 "
