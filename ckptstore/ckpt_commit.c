@@ -23,9 +23,10 @@
  *      s3 store it is a request per chunk, and holding meta_mu through it
  *      held up every other commit (a memory-level one that needs no tier at
  *      all) for seconds. Read gc_epoch before it; if a GC took its clock
- *      reading (G1) between then and C2, C3 runs again under meta_mu, so
- *      every chunk was freshened after the clock reading of any GC whose
- *      mark (G4) might miss this checkpoint, as before.
+ *      reading (G1) between then and C2, C3 runs again (twice more without
+ *      meta_mu, then under it), so every chunk was freshened after the
+ *      clock reading of any GC whose mark (G4) might miss this checkpoint,
+ *      as before.
  *   C2 take meta_mu, which serialises commits with each other and with the
  *      GC's decision phase (ckpt_gc.c) inside this process. Refuse if the
  *      catalog already has (run, step) in a state other than PENDING or BAD
@@ -169,8 +170,6 @@ static void check_after(ckpt_store *s, const ckpt_manifest *m, int committed, in
                         const ckpt_info *old) {}
 #endif
 
-/* C3: every chunk of m exists in the tier (freshened), into refs (k of
- * them) with its stored size; a memory-level commit only lists them. */
 /* One commit per (run, step) at a time: waits while another is under way
  * (or 16 are: then for any of them to end). */
 static void busy_enter(ckpt_store *s, const char *run, int64_t step) {
@@ -200,6 +199,8 @@ static void busy_leave(ckpt_store *s, const char *run, int64_t step) {
   pthread_mutex_unlock(&s->busy_mu);
 }
 
+/* C3: every chunk of m exists in the tier (freshened), into refs (k of
+ * them) with its stored size; a memory-level commit only lists them. */
 static int check_chunks(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m, int memory,
                         ckpt_chunk_ref *refs, int *k) {
   char key[256];
