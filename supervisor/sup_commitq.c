@@ -21,9 +21,9 @@
  * (meta_mu). The other way round, a store-level job waits while a
  * memory-level one of the same or an earlier step is queued or in flight,
  * so a step committed at both levels (checkpoint.require memory) is
- * committed and reported in memory first, as the workers sent it. A finished job is handed back to
- * the loop thread (done callback, through a pipe), which emits the events and owns the job from
- * then on. The queue owns a job from push to done. Invariants: at most one
+ * committed and reported in memory first, as the workers sent it. A
+ * finished job is handed back to the loop thread (done callback, through a
+ * pipe), which emits the events and owns the job from then on. The queue owns a job from push to done. Invariants: at most one
  * job per lane is in the store at a time; done runs only on the loop
  * thread (or in sup_commitq_free, on the caller's thread, which is the
  * loop's), in push order within a lane. Free waits for the jobs in flight,
@@ -32,9 +32,9 @@
  * each successful store-level commit, coalesced (gc_main), so a GC that
  * lists a bucket which is down does not hold up the commits behind it
  * (memory-level records are pruned by the work callback itself, in the
- * catalog only). sup_commitq_busy says whether the store
- * may be inside a commit or GC (which hold the store's meta lock, possibly
- * for an outage): the loop defers its own state changes (GOOD marks) then.
+ * catalog only). sup_commitq_busy says whether the store may be inside a
+ * commit or GC (which hold the store's meta lock, possibly for an outage):
+ * the loop defers its own state changes (GOOD marks) then.
  */
 #include "sup_commitq.h"
 
