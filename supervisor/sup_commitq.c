@@ -23,12 +23,13 @@
  * so a step committed at both levels (checkpoint.require memory) is
  * committed and reported in memory first, as the workers sent it. A
  * finished job is handed back to the loop thread (done callback, through a
- * pipe), which emits the events and owns the job from then on. The queue owns a job from push to done. Invariants: at most one
- * job per lane is in the store at a time; done runs only on the loop
- * thread (or in sup_commitq_free, on the caller's thread, which is the
- * loop's), in push order within a lane. Free waits for the jobs in flight,
- * reports finished jobs through done, and hands unstarted ones to release
- * (they were never committed). Retention GC runs on a third thread after
+ * pipe), which emits the events and owns the job from then on. The queue
+ * owns a job from push to done. Invariants: at most one job per lane is in
+ * the store at a time; done runs only on the loop thread (or in
+ * sup_commitq_free, on the caller's thread, which is the loop's), in push
+ * order within a lane. Free waits for the jobs in flight, reports finished
+ * jobs through done, and hands unstarted ones to release (they were never
+ * committed). Retention GC runs on a third thread after
  * each successful store-level commit, coalesced (gc_main), so a GC that
  * lists a bucket which is down does not hold up the commits behind it
  * (memory-level records are pruned by the work callback itself, in the
