@@ -777,7 +777,7 @@ static int restore_manifest(trainer *t, char **json) {
   if (n <= 0 || n > 4096)
     return ft_err_set(FT_EPROTO, "the supervisor's restore manifest: %d parts", n);
   char *out = NULL;
-  for (int i = 0; i < n && rc == FT_OK; i++) {
+  for (int i = 0; i < n; i++) {
     snprintf(key, sizeof key, "%s" FT_KV_RESTORE_MANIFEST "/%d", t->a.rdzv, i);
     rc = kv.get(kv.ud, key, &v, &len);
     if (rc)
@@ -833,9 +833,13 @@ static int phase_restore(trainer *t) {
       snap_read_stats(t->sn, &r0);
       uint64_t t0 = ft_now_ns();
       char *mj = NULL;
-      if (o->ctl && restore_manifest(t, &mj) == FT_OK) /* a memory-level one */
+      int published = o->ctl ? restore_manifest(t, &mj) : FT_ENOENT;
+      if (published == FT_OK) /* a memory-level one */
         rc = snap_restore_json(t->sn, t->restore_step, mj, t->e, &t->st, &t->ck_config);
-      else
+      else if (published != FT_ENOENT) /* said, then the store's own record tried */
+        fprintf(stderr, "worker: the supervisor's manifest of step %" PRId64 ": %s\n",
+                t->restore_step, ft_err_detail());
+      if (published != FT_OK)
         rc = snap_restore(t->sn, t->restore_step, t->e, &t->st, &t->ck_config);
       free(mj);
       snap_read_stats(t->sn, &r1);
