@@ -261,7 +261,8 @@ static void make_order(int *order, int n) {
     order[i] = g_order == 2 ? n - 1 - i : i;
   if (g_order == 0)
     for (int i = n - 1; i > 0; i--)
-      std::swap(order[i], order[rng_next() % (uint64_t)(i + 1)]);
+      std::swap(order[i],
+                order[(size_t)(((unsigned __int128)rng_next() * (unsigned)(i + 1)) >> 64)]);
 }
 
 /* Runs warp w until each of its lanes has exited or waits at

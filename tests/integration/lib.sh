@@ -24,10 +24,13 @@ synth_data() {
 }
 
 # The tiny run every worker test trains: the demo config on data in $TMP,
-# on FT_TEST_DEVICE (cpu unless set; the GPU tests set cuda).
+# on FT_TEST_DEVICE (cpu unless set; the GPU tests set cuda). FT_TEST_VAL
+# set but empty leaves out the validation data (and so the final validation
+# pass).
 tiny_args() {
   echo --standalone "$FT_SRC/examples/demo.yaml" --set "data.train=$TMP/synth_train_*.bin" \
-    --set "data.val=$TMP/synth_val_*.bin" --set "nodes.device=${FT_TEST_DEVICE:-cpu}" --quiet
+    --set "data.val=${FT_TEST_VAL-$TMP/synth_val_*.bin}" \
+    --set "nodes.device=${FT_TEST_DEVICE:-cpu}" --quiet
 }
 
 # losses FILE: the step and loss of each line of a --log-json file.
