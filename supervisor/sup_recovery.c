@@ -287,13 +287,14 @@ static void leave(const sup *s) {}
 static void host_reap(sup *s, int n);
 static void cfg_blame_nodes(sup *s);
 
-/* Kernel threads per worker under the local launcher: the machine's cores
- * shared by the gang's workers (spares idle, so they don't count). Each
- * worker spinning its own full-size OpenMP team on shared cores would make
- * every step many times slower. Remote hosts: nodes.threads, and when that
- * is 0 the worker decides on its host (its cores / nodes.workers_per_node). */
+/* Kernel threads per worker: nodes.threads when set. Otherwise, under the
+ * local launcher, the machine's cores shared by the gang's workers (spares
+ * idle, so they don't count): each worker spinning its own full-size OpenMP
+ * team on shared cores would make every step many times slower. Remote
+ * hosts with nodes.threads 0: the worker decides on its host (its cores /
+ * nodes.workers_per_node). */
 static int local_threads(const sup *s) {
-  if (s->command_launcher)
+  if (s->command_launcher || s->rf.nodes.threads > 0)
     return s->rf.nodes.threads;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int active = s->rf.nodes.count * s->G;

@@ -295,7 +295,8 @@ int main(int argc, char **argv) {
       if (nsets < 64)
         sets[nsets++] = optarg;
       break;
-    case 'T': /* kernel threads: the fake worker computes nothing */
+    case 'T': /* kernel threads: the fake worker computes nothing, says how many */
+      fprintf(stderr, "fake worker: --threads %s\n", optarg);
       break;
     default:
       return 2;

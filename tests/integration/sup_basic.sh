@@ -31,6 +31,17 @@ sup_run "$ST" --spares 1 || fail "a second supervise on a done run exited $?"
 grep -q "already done" "$ST.out" || fail "second run did not say it is done"
 pass "a done run stays done"
 
+# kernel threads under the local launcher: the cores shared by the gang's
+# workers, unless nodes.threads says how many
+half=$(($(nproc) / 2))
+grep -qx "fake worker: --threads $((half > 0 ? half : 1))" "$ST/logs/node0.slot0.log" ||
+  fail "node 0 was not given $(nproc) cores / 2 workers: $(grep -h -- --threads "$ST/logs/node0.slot0.log")"
+sup_run "$TMP/threads" --set nodes.threads=7 --steps 5 ||
+  { rc=$?; cat "$TMP/threads.out"; fail "the nodes.threads run exited $rc"; }
+grep -qx "fake worker: --threads 7" "$TMP/threads/logs/node1.slot0.log" ||
+  fail "nodes.threads 7 was not passed on: $(grep -h -- --threads "$TMP/threads/logs/node1.slot0.log")"
+pass "kernel threads: cores / workers, or nodes.threads"
+
 # errors: a bad flag value is a usage error (2); an s3:// store is accepted
 # and opened (a bad bucket name or FT_S3_* value is a store error, 4, with
 # the reason; the S3 runs themselves are in the chaos suite "s3")
