@@ -54,6 +54,9 @@
  * manifest to the catalog only. A later commit of the same step at a
  * persistent level (checkpoint.require: memory, once the chunks reached the
  * store) upgrades that record through C3-C5, keeping its state and pin.
+ * Under meta_mu (C2) a memory-level commit whose meta->memory_epoch is older
+ * than the handle's (a ckpt_store_drop_memory since its shards were made)
+ * is refused (FT_ECANCELED): a drop and a late record cannot cross.
  * Every other commit records the tier's level (durable; local for an s3
  * store whose bucket copy follows in the background).
  * If C4 or C5 fails (a full disk: FT_ENOSPC naming the file), what C4 wrote
@@ -295,6 +298,14 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   check_locked(s, "C3");
   if (checked) {
     rc = ft_err_set(checked, "%s", why);
+    goto out;
+  }
+  if (memory && meta->memory_epoch &&
+      meta->memory_epoch != __atomic_load_n(&s->mem_drops, __ATOMIC_SEQ_CST) + 1) {
+    rc = ft_err_set(FT_ECANCELED,
+                    "memory-level checkpoint %s step %" PRId64
+                    " was made before the run's memory records were dropped: not recorded",
+                    meta->run, meta->step);
     goto out;
   }
   /* a GC took its clock reading since C3 ran: the chunks again, under

@@ -428,6 +428,8 @@ static int drop_memory_records(ckpt_store *s, const char *run, int64_t min_step,
     rc = ckpt_catalog_write(s->cat, b);
   else
     ckpt_batch_free(b);
+  if (!prune) /* even a failed drop: what it meant to drop is not to come back */
+    __atomic_add_fetch(&s->mem_drops, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&s->meta_mu);
   free(v);
   if (!rc && n)
@@ -437,6 +439,10 @@ static int drop_memory_records(ckpt_store *s, const char *run, int64_t min_step,
 
 int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int *n) {
   return drop_memory_records(s, run, min_step, 0, n);
+}
+
+uint64_t ckpt_store_memory_epoch(ckpt_store *s) { /* without meta_mu: a commit may hold it long */
+  return __atomic_load_n(&s->mem_drops, __ATOMIC_SEQ_CST) + 1;
 }
 
 int ckpt_store_prune_memory(ckpt_store *s, const char *run, int *n) {

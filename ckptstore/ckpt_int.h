@@ -197,6 +197,10 @@ struct ckpt_store {
    * that checked its chunks (C3) before taking meta_mu checks them again if
    * this moved meanwhile (ckpt_commit.c). */
   uint64_t gc_epoch;
+  /* ckpt_store_drop_memory calls on this handle (atomic; raised under
+   * meta_mu): a memory-level commit whose meta names an older memory epoch
+   * is refused under meta_mu (ckpt_store_memory_epoch). */
+  uint64_t mem_drops;
   /* The checkpoints being committed (ckpt_commit.c): one commit of a
    * (run, step) at a time, since a commit lets meta_mu go while it writes
    * its manifest object. run: borrowed from the commit's meta. */

@@ -175,6 +175,10 @@ typedef struct ckpt_meta {
                                checkpoint whose chunks are only in workers'
                                memory (no chunk checked or written in the
                                store); otherwise the store's own level */
+  uint64_t memory_epoch;    /* memory level: ckpt_store_memory_epoch when its
+                               shards were made; a ckpt_store_drop_memory on
+                               this handle since then refuses the commit
+                               (FT_ECANCELED). 0: no such check */
 } ckpt_meta;
 
 /* Commits a checkpoint: checks that the shards are of (run, step), cover
@@ -223,6 +227,11 @@ int ckpt_store_latest_at(ckpt_store *s, const char *run, int64_t max_step, int m
  * NULL) says how many. Nothing in the tier is touched (they have nothing
  * there). */
 int ckpt_store_drop_memory(ckpt_store *s, const char *run, int64_t min_step, int *n);
+/* This handle's memory epoch (1 + its ckpt_store_drop_memory calls so far),
+ * for ckpt_meta.memory_epoch: a memory-level checkpoint whose shards were
+ * reported before a drop is not recorded after it, even when its commit
+ * was already queued (the drop and the commit's record are serialised). */
+uint64_t ckpt_store_memory_epoch(ckpt_store *s);
 /* Retention of run's memory-level checkpoints alone, as ckpt_store_gc
  * applies it (one is kept while newer than the newest persisted
  * restorable one, the newest two at most; pinned and PENDING ones stay),

@@ -125,8 +125,12 @@ typedef struct sup_pending_ckpt {
   int world;
   int nhave;
   int level;                      /* enum ckpt_level: memory, or the store's */
+  uint64_t memory_epoch;          /* the store's when the first shard came
+                                     (ckpt_meta.memory_epoch) */
   int superseded;                 /* a memory-level commit that found the step
-                                     in the store already: nothing to say */
+                                     in the store already, or was made before
+                                     the run's memory records were dropped:
+                                     nothing to say */
   ckpt_shard **shards;            /* [world], by rank */
   char *state, *config, *metrics; /* from rank 0's envelope */
   double loss;

@@ -250,12 +250,21 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
                     .config_json = p->config,
                     .state_json = p->state,
                     .metrics_json = p->metrics,
-                    .level = p->level};
+                    .level = p->level,
+                    .memory_epoch = p->memory_epoch};
   double t0 = ft_now_s();
   p->rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
   p->ms = (ft_now_s() - t0) * 1e3;
   p->why[0] = 0;
   if (p->rc == FT_EEXIST && p->level == CKPT_LEVEL_MEMORY) { /* in the store already */
+    p->superseded = 1;
+    p->rc = FT_OK;
+    return;
+  }
+  if (p->rc == FT_ECANCELED && p->level == CKPT_LEVEL_MEMORY) {
+    /* queued before the run's memory records were dropped (checkpoint_lost):
+     * its memory went with them, so it is not recorded, and not a failure */
+    fprintf(stderr, "supervise: %s\n", ft_err_detail());
     p->superseded = 1;
     p->rc = FT_OK;
     return;
@@ -437,6 +446,7 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
     p->step = step;
     p->world = world;
     p->level = level;
+    p->memory_epoch = ckpt_store_memory_epoch(s->store);
     p->loss = NAN;
     p->next = s->pending;
     s->pending = p;

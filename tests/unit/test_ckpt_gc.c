@@ -323,7 +323,8 @@ static void test_commit_checks_chunks_unlocked(void **st) {
  * checkpoints write no chunk and no manifest object, are read from memory,
  * are skipped by latest_at(LOCAL) and refused by verify, are pruned by GC
  * once a newer persisted one exists (keep_last 0 too), are dropped by
- * drop_memory, and a persisted commit of the same step upgrades one. */
+ * drop_memory (and one made before a drop is refused after it), and a
+ * persisted commit of the same step upgrades one. */
 static void test_memory_levels(void **st) {
   fx *f = *st;
   float mem[13][NV];
@@ -393,6 +394,21 @@ static void test_memory_levels(void **st) {
   assert_int_equal(dropped, 1);
   assert_int_equal(level_of(f->s, 14), -1);
   assert_int_equal(level_of(f->s, 13), CKPT_LEVEL_DURABLE);
+  /* a memory commit made before a drop (queued behind it) is refused after
+   * it; one made after it, and one that names no epoch, are recorded */
+  uint64_t before = ckpt_store_memory_epoch(f->s);
+  assert_int_equal(ckpt_store_drop_memory(f->s, "run", 0, NULL), FT_OK);
+  assert_int_equal(ckpt_store_memory_epoch(f->s), before + 1);
+  assert_int_equal(tu_commit_epoch(f->s, "run", 15, p, 2, 1, before), FT_ECANCELED);
+  assert_non_null(strstr(ft_err_detail(), "before the run's memory records were dropped"));
+  assert_int_equal(level_of(f->s, 15), -1);
+  assert_int_equal(tu_commit_epoch(f->s, "run", 15, p, 2, 1, before + 1), FT_OK);
+  assert_int_equal(level_of(f->s, 15), CKPT_LEVEL_MEMORY);
+  assert_int_equal(tu_commit_epoch(f->s, "run", 16, p, 2, 1, 0), FT_OK);
+  assert_int_equal(level_of(f->s, 16), CKPT_LEVEL_MEMORY);
+  /* the epoch does not touch persisted commits */
+  assert_int_equal(tu_commit_epoch(f->s, "run", 17, p, 2, 0, before), FT_OK);
+  assert_int_equal(level_of(f->s, 17), CKPT_LEVEL_DURABLE);
 }
 
 int main(void) {

@@ -92,8 +92,10 @@ static inline ckpt_part tu_part(const char *name, const float *data, size_t nume
 
 /* Submits parts as one rank of a world-1 checkpoint and commits it; memory:
  * as a memory-level one (hashed and kept in memory, nothing written). */
-static inline int tu_commit_at(ckpt_store *s, const char *run, int64_t step, const ckpt_part *parts,
-                               int n, int memory) {
+/* A memory-level commit (memory 1) names memory epoch `epoch` (0: none;
+ * ckpt_meta.memory_epoch). */
+static inline int tu_commit_epoch(ckpt_store *s, const char *run, int64_t step,
+                                  const ckpt_part *parts, int n, int memory, uint64_t epoch) {
   ckpt_job *j = NULL;
   ckpt_shard *sh = NULL;
   int rc = memory ? ckpt_store_submit_memory(s, run, step, 0, 1, parts, n, &j)
@@ -109,10 +111,16 @@ static inline int tu_commit_at(ckpt_store *s, const char *run, int64_t step, con
                  .parent_step = -1,
                  .world = 1,
                  .loss = 1.0 / (double)(step + 1),
-                 .level = memory ? CKPT_LEVEL_MEMORY : CKPT_LEVEL_DURABLE};
+                 .level = memory ? CKPT_LEVEL_MEMORY : CKPT_LEVEL_DURABLE,
+                 .memory_epoch = epoch};
   rc = ckpt_store_commit(s, &m, &sh, 1);
   ckpt_shard_free(sh);
   return rc;
+}
+
+static inline int tu_commit_at(ckpt_store *s, const char *run, int64_t step, const ckpt_part *parts,
+                               int n, int memory) {
+  return tu_commit_epoch(s, run, step, parts, n, memory, 0);
 }
 
 static inline int tu_commit(ckpt_store *s, const char *run, int64_t step, const ckpt_part *parts,
