@@ -91,9 +91,8 @@ static inline ckpt_part tu_part(const char *name, const float *data, size_t nume
 }
 
 /* Submits parts as one rank of a world-1 checkpoint and commits it; memory:
- * as a memory-level one (hashed and kept in memory, nothing written). */
-/* A memory-level commit (memory 1) names memory epoch `epoch` (0: none;
- * ckpt_meta.memory_epoch). */
+ * as a memory-level one (hashed and kept in memory, nothing written) that
+ * names memory epoch `epoch` (0: none; ckpt_meta.memory_epoch). */
 static inline int tu_commit_epoch(ckpt_store *s, const char *run, int64_t step,
                                   const ckpt_part *parts, int n, int memory, uint64_t epoch) {
   ckpt_job *j = NULL;
@@ -118,6 +117,7 @@ static inline int tu_commit_epoch(ckpt_store *s, const char *run, int64_t step,
   return rc;
 }
 
+/* tu_commit_epoch without an epoch. */
 static inline int tu_commit_at(ckpt_store *s, const char *run, int64_t step, const ckpt_part *parts,
                                int n, int memory) {
   return tu_commit_epoch(s, run, step, parts, n, memory, 0);
