@@ -40,8 +40,11 @@ static const char *usage_text =
     "                          (durable, local: in an s3 cache, memory: only in\n"
     "                          workers' memory), loss, logical size, stored size,\n"
     "                          bytes new in that checkpoint (not shared with an\n"
-    "                          earlier one), ratio\n"
-    "  show STEP               a checkpoint's tensors: dtype, shape, chunks, sizes\n"
+    "                          earlier one), ratio, and for delta chunks\n"
+    "                          (checkpoint.full_every) the base step and the\n"
+    "                          depth of the longest chain a restore reads\n"
+    "  show STEP               a checkpoint's tensors: dtype, shape, chunks, sizes,\n"
+    "                          encoding (full, or delta and its chain depth)\n"
     "  restore STEP --to PATH  write the model as Hugging Face GPT-2 safetensors;\n"
     "         [--world N --rank R]  or rank R's raw FSDP shard of every tensor\n"
     "                          (for a run of N ranks) as safetensors. PATH: a new\n"
@@ -52,7 +55,9 @@ static const char *usage_text =
     "                          rankR-of-N.safetensors in it; anything else (a\n"
     "                          device, FIFO, link) is refused\n"
     "  verify [STEP]           re-read and re-hash every chunk of one checkpoint\n"
-    "                          (or of all); damaged ones are marked bad (not\n"
+    "                          (or of all), delta chunks with their chains;\n"
+    "                          damaged ones are marked bad, and so are the\n"
+    "                          checkpoints whose chains need a damaged chunk (not\n"
     "                          while another writer holds the catalog or the\n"
     "                          disk is full: then they are only reported)\n"
     "  gc [--dry-run] [--keep-last N] [--keep-every M] [--grace SECONDS]\n"
@@ -341,6 +346,11 @@ static int cmd_ls(cli *c) {
       cJSON_AddNumberToObject(o, "new_bytes", (double)v[i].new_bytes);
       cJSON_AddNumberToObject(o, "ntensors", v[i].ntensors);
       cJSON_AddNumberToObject(o, "nchunks", v[i].nchunks);
+      cJSON_AddNumberToObject(o, "depth", v[i].depth);
+      if (v[i].base_step >= 0)
+        cJSON_AddNumberToObject(o, "base", (double)v[i].base_step);
+      else
+        cJSON_AddNullToObject(o, "base");
       cJSON_AddItemToArray(arr, o);
     }
     char *s = cJSON_Print(arr);
@@ -355,10 +365,14 @@ static int cmd_ls(cli *c) {
     free(v);
     return 0;
   }
-  printf("%-16s %8s  %-19s  %-9s %-7s %9s %11s %11s %11s %6s\n", "RUN", "STEP", "TIME", "STATE",
-         "LEVEL", "LOSS", "LOGICAL", "STORED", "NEW", "RATIO");
+  printf("%-16s %8s  %-19s  %-9s %-7s %9s %11s %11s %11s %6s %8s %5s\n", "RUN", "STEP", "TIME",
+         "STATE", "LEVEL", "LOSS", "LOGICAL", "STORED", "NEW", "RATIO", "BASE", "DEPTH");
   for (size_t i = 0; i < n; i++) {
-    char t[32], lg[32], st[32], nw[32], loss[32], state[16], ratio[16];
+    char t[32], lg[32], st[32], nw[32], loss[32], state[16], ratio[16], base[24] = "-";
+    if (v[i].depth > 0 && v[i].base_step >= 0)
+      snprintf(base, sizeof base, "%" PRId64, v[i].base_step);
+    else if (v[i].depth > 0)
+      snprintf(base, sizeof base, "?");
     fmt_time(v[i].time_ms, t, sizeof t);
     human(v[i].logical_bytes, lg, sizeof lg);
     human(v[i].stored_bytes, st, sizeof st);
@@ -373,13 +387,16 @@ static int cmd_ls(cli *c) {
                (double)v[i].logical_bytes / (double)v[i].stored_bytes);
     else
       snprintf(ratio, sizeof ratio, "-");
-    printf("%-16s %8" PRId64 "  %-19s  %-9s %-7s %9s %11s %11s %11s %6s\n", v[i].run, v[i].step, t,
-           state, ckpt_level_name(v[i].level), loss, lg, st, nw, ratio);
+    printf("%-16s %8" PRId64 "  %-19s  %-9s %-7s %9s %11s %11s %11s %6s %8s %5d\n", v[i].run,
+           v[i].step, t, state, ckpt_level_name(v[i].level), loss, lg, st, nw, ratio, base,
+           v[i].depth);
   }
   printf("(* pinned; LEVEL = where its bytes are safe: durable (the store), local (an s3 "
          "store's cache, the upload queued), memory (two hosts' memory only, not in the "
          "store); NEW = stored bytes of chunks no earlier checkpoint had; RATIO = logical / "
-         "stored)\n");
+         "stored; BASE = the checkpoint its delta chunks were encoded against (- none, ? one "
+         "not committed); DEPTH = the longest chain of earlier chunks a restore of it reads "
+         "(0: it stands alone), at most checkpoint.full_every - 1)\n");
   free(v);
   return 0;
 }
@@ -417,6 +434,11 @@ static int cmd_show(cli *c, const char *arg) {
     cJSON_AddNumberToObject(o, "logical_bytes", (double)i->logical_bytes);
     cJSON_AddNumberToObject(o, "stored_bytes", (double)i->stored_bytes);
     cJSON_AddNumberToObject(o, "new_bytes", (double)i->new_bytes);
+    cJSON_AddNumberToObject(o, "depth", i->depth);
+    if (i->base_step >= 0)
+      cJSON_AddNumberToObject(o, "base", (double)i->base_step);
+    else
+      cJSON_AddNullToObject(o, "base");
     cJSON_AddItemToObject(o, "config", cJSON_Parse(ckpt_manifest_config_json(m)));
     cJSON_AddItemToObject(o, "state_json", cJSON_Parse(ckpt_manifest_state_json(m)));
     cJSON_AddItemToObject(o, "metrics", cJSON_Parse(ckpt_manifest_metrics_json(m)));
@@ -433,6 +455,8 @@ static int cmd_show(cli *c, const char *arg) {
       cJSON_AddNumberToObject(x, "nbytes", (double)t.nbytes);
       cJSON_AddNumberToObject(x, "stored_bytes", (double)t.stored_bytes);
       cJSON_AddNumberToObject(x, "nchunks", t.nchunks);
+      cJSON_AddNumberToObject(x, "delta_chunks", t.delta_chunks);
+      cJSON_AddNumberToObject(x, "depth", t.depth);
       cJSON_AddItemToArray(ts, x);
     }
     char *s = cJSON_Print(o);
@@ -455,18 +479,31 @@ static int cmd_show(cli *c, const char *arg) {
     snprintf(loss, sizeof loss, "%.6f", i->loss);
   printf("committed %s  loss %s\nlogical %s  stored %s  new %s  %d tensors  %d chunks\n", t, loss,
          lg, st, nw, i->ntensors, i->nchunks);
+  if (i->depth > 0 && i->base_step >= 0)
+    printf("deltas against step %" PRId64 ", chains up to %d deep\n", i->base_step, i->depth);
+  else if (i->depth > 0)
+    printf("deltas against chunks of an uncommitted step, chains up to %d deep\n", i->depth);
+  else
+    printf("every chunk stands alone (no deltas)\n");
   printf("config  %s\nstate   %s\nmetrics %s\n\n", ckpt_manifest_config_json(m),
          ckpt_manifest_state_json(m), ckpt_manifest_metrics_json(m));
-  printf("%-28s %-5s %-22s %7s %11s %11s\n", "TENSOR", "DTYPE", "SHAPE", "CHUNKS", "SIZE",
-         "STORED");
+  printf("%-28s %-5s %-22s %7s %11s %11s  %s\n", "TENSOR", "DTYPE", "SHAPE", "CHUNKS", "SIZE",
+         "STORED", "ENCODING");
   for (int k = 0; k < nt; k++) {
     ckpt_tensor_info ti;
-    char sh[128], a[32], b[32];
+    char sh[128], a[32], b[32], enc[64];
     ckpt_manifest_tensor(m, k, &ti);
     shape_str(&ti, sh, sizeof sh);
     human(ti.nbytes, a, sizeof a);
     human(ti.stored_bytes, b, sizeof b);
-    printf("%-28s %-5s %-22s %7d %11s %11s\n", ti.name, ti.dtype, sh, ti.nchunks, a, b);
+    if (ti.delta_chunks == 0)
+      snprintf(enc, sizeof enc, "full");
+    else if (ti.delta_chunks == ti.nchunks)
+      snprintf(enc, sizeof enc, "delta (depth %d)", ti.depth);
+    else
+      snprintf(enc, sizeof enc, "delta %d/%d chunks (depth %d)", ti.delta_chunks, ti.nchunks,
+               ti.depth);
+    printf("%-28s %-5s %-22s %7d %11s %11s  %s\n", ti.name, ti.dtype, sh, ti.nchunks, a, b, enc);
   }
   ckpt_manifest_free(m);
   return 0;
@@ -548,6 +585,7 @@ static void verify_json(cli *c, const char *run, int64_t step, const ckpt_verify
   cJSON_AddNumberToObject(x, "chunks_corrupt", rep->chunks_corrupt);
   cJSON_AddNumberToObject(x, "chunks_missing", rep->chunks_missing);
   cJSON_AddStringToObject(x, "problem", rep->first_problem);
+  cJSON_AddNumberToObject(x, "dependants_marked_bad", rep->dependants_bad);
   cJSON_AddItemToArray(c->jv, x);
 }
 
@@ -570,6 +608,9 @@ static int verify_one(cli *c, const char *run, int64_t step, int *problems) {
     else
       printf("BAD   %s step %" PRId64 ": %d corrupt, %d missing of %d chunks\n      %s\n", run,
              step, rep.chunks_corrupt, rep.chunks_missing, rep.chunks_checked, rep.first_problem);
+    if (rep.dependants_bad && !c->jv)
+      printf("      %d other checkpoint(s) need those chunks (delta chains): marked bad too\n",
+             rep.dependants_bad);
     return FT_OK;
   }
   return rc;

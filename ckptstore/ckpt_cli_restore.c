@@ -239,8 +239,13 @@ int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size
     config[0] = 0;
   if (world == 0) /* the model: one file, or a Hugging Face model directory */
     return ft_gpt2_export_paths(to, out, n, config, config_len);
+  size_t tl = strlen(to);
+  if (tl > 1 && to[tl - 1] == '/' && mkdir(to, 0777) != 0 && errno != EEXIST)
+    return ft_err_set(ft_err_from_errno(errno), "--to %s: cannot make the folder: %s", to,
+                      strerror(errno));
   if (stat(to, &st) == 0 && S_ISDIR(st.st_mode)) {
-    w = snprintf(out, n, "%s/rank%d-of-%d.safetensors", to, rank, world);
+    w = snprintf(out, n, "%s%srank%d-of-%d.safetensors", to, to[tl - 1] == '/' ? "" : "/", rank,
+                 world);
   } else {
     w = snprintf(out, n, "%s", to);
   }

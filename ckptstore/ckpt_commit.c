@@ -15,16 +15,15 @@
  *   C1 build the manifest from the shards: same (run, step), dtype and shape
  *      agree, every byte of every tensor covered exactly once; refuse
  *      otherwise [ckpt_manifest_build]. Nothing has been written yet.
- *   C3 for every chunk the manifest references: check it exists in the tier
- *      and freshen its timestamp [tier->exists(freshen=1), check_chunks]. A
- *      missing chunk refuses the commit. Freshening is the commit's half of
- *      the GC protocol: a chunk freshened after a GC took its clock reading
- *      is never swept by that GC. C3 runs before C2, without meta_mu: on an
- *      s3 store it is a request per chunk, and holding meta_mu through it
- *      held up every other commit (a memory-level one that needs no tier at
- *      all) for seconds. Read gc_epoch before it; if a GC took its clock
- *      reading (G1) between then and C2, C3 runs again (twice more without
- *      meta_mu, then under it), so every chunk was freshened after the
+ *   C3 for every chunk the manifest references, and every chunk in the
+ *      chain of a delta (the bases it is decoded against): check it exists
+ *      in the tier and freshen its timestamp [tier->exists(freshen=1),
+ *      check_chunks]. A missing chunk or base refuses the commit. Freshening is the commit's half
+ * of the GC protocol: a chunk freshened after a GC took its clock reading is never swept by that
+ * GC. C3 runs before C2, without meta_mu: on an s3 store it is a request per chunk, and holding
+ * meta_mu through it held up every other commit (a memory-level one that needs no tier at all) for
+ * seconds. Read gc_epoch before it; if a GC took its clock reading (G1) between then and C2, C3
+ * runs again (twice more without meta_mu, then under it), so every chunk was freshened after the
  *      clock reading of any GC whose mark (G4) might miss this checkpoint,
  *      as before.
  *   C2 take meta_mu, which serialises commits with each other and with the
@@ -45,7 +44,8 @@
  *   C5 one WriteBatch, written with sync=true [ckpt_catalog_write]:
  *      ckpt/info/<run>/<step> (state COMMITTED), ckpt/man/<run>/<step>, and a
  *      ckpt/chunk/<hash> entry for every chunk seen for the first time (for
- *      "new bytes"). This is the commit point.
+ *      "new bytes"; the entry of a delta's base names the record's base
+ *      step). This is the commit point.
  *   C6 release meta_mu.
  * Levels (enum ckpt_level): a memory-level commit (meta->level; the
  * checkpoints between persisted ones, checkpoint.persist_every) has its
@@ -217,19 +217,22 @@ static int check_chunks(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m, 
         refs[(*k)++] = tt->chunks[c];
         continue;
       }
-      char hex[CKPT_HEX_LEN + 1];
-      ckpt_hex(tt->chunks[c].hash, hex);
-      ckpt_objkey_chunk(key, sizeof key, hex);
+      const ckpt_chunk_ref *r = &tt->chunks[c];
       uint64_t size = 0;
-      int rc = s->tier->exists(s->tier, key, 1, &size, NULL);
-      if (rc == FT_ENOENT)
-        return ft_err_set(FT_ENOENT,
-                          "commit of %s step %" PRId64 " refused: chunk %s (%s bytes %" PRIu64
-                          "..%" PRIu64 ") is not in the store",
-                          meta->run, meta->step, hex, tt->name, tt->chunks[c].offset,
-                          tt->chunks[c].offset + tt->chunks[c].len);
-      if (rc)
-        return rc;
+      for (int d = -1; d < r->depth; d++) { /* the chunk, then its chain */
+        char hex[CKPT_HEX_LEN + 1];
+        ckpt_hex(d < 0 ? r->hash : r->chain + (size_t)d * CKPT_HASH_LEN, hex);
+        ckpt_objkey_chunk(key, sizeof key, hex);
+        int rc = s->tier->exists(s->tier, key, 1, d < 0 ? &size : NULL, NULL);
+        if (rc == FT_ENOENT)
+          return ft_err_set(FT_ENOENT,
+                            "commit of %s step %" PRId64 " refused: chunk %s (%s%s bytes %" PRIu64
+                            "..%" PRIu64 ") is not in the store",
+                            meta->run, meta->step, hex, d < 0 ? "" : "a base of the delta of ",
+                            tt->name, r->offset, r->offset + r->len);
+        if (rc)
+          return rc;
+      }
       tt->chunks[c].stored = size;
       m->info.stored_bytes += size;
       refs[(*k)++] = tt->chunks[c];
@@ -327,6 +330,23 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   char first[200];
   snprintf(first, sizeof first, "%s/%020" PRId64, meta->run, meta->step);
   m->info.new_bytes = 0;
+  m->info.base_step = -1;
+  for (int i = 0; i < k && !memory; i++) { /* the base: where a delta's base was first */
+    if (refs[i].depth < 1)
+      continue;
+    char hex[CKPT_HEX_LEN + 1], *val = NULL;
+    ckpt_hex(refs[i].chain, hex);
+    ckpt_key_chunk(key, sizeof key, hex);
+    if (ckpt_catalog_get(s->cat, key, &val, NULL) == FT_OK) {
+      const char *slash = strrchr(val, '/');
+      long long st = slash ? strtoll(slash + 1, NULL, 10) : -1;
+      if (slash && (size_t)(slash - val) == strlen(meta->run) &&
+          !strncmp(val, meta->run, (size_t)(slash - val)) && st > m->info.base_step &&
+          st < meta->step)
+        m->info.base_step = st;
+    }
+    free(val);
+  }
   for (int i = 0; i < k && !memory; i++) {
     if (i > 0 && memcmp(refs[i].hash, refs[i - 1].hash, CKPT_HASH_LEN) == 0)
       continue;

@@ -137,7 +137,10 @@ static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
   }
 }
 
-/* G4: every chunk of every manifest the catalog still holds. */
+/* G4: every chunk of every manifest the catalog still holds, and every
+ * chunk in a delta's chain (its base, the base's base, ...): a kept
+ * checkpoint's chains stay whole, whatever happens to the checkpoints
+ * whose chunks the bases first were. */
 static int mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
   gc_ctx *g = ud;
   ckpt_manifest *m = NULL;
@@ -146,8 +149,12 @@ static int mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
     return ckpt_err_wrap(rc, "gc stopped, nothing swept: catalog manifest %s is unreadable", key);
   if (!is_dropped(g, m->info.run, m->info.step))
     for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
-      for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++)
-        rc = ckpt_hashset_put(&g->marked, m->tensors[t].chunks[c].hash, CKPT_HASH_LEN, 1);
+      for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++) {
+        const ckpt_chunk_ref *r = &m->tensors[t].chunks[c];
+        rc = ckpt_hashset_put(&g->marked, r->hash, CKPT_HASH_LEN, 1);
+        for (int k = 0; k < r->depth && rc == FT_OK; k++)
+          rc = ckpt_hashset_put(&g->marked, r->chain + (size_t)k * CKPT_HASH_LEN, CKPT_HASH_LEN, 1);
+      }
   ckpt_manifest_free(m);
   return rc;
 }

@@ -46,16 +46,49 @@ int ckpt_dtype_is_float(const char *dtype);
 void ckpt_shuffle(uint8_t *dst, const uint8_t *src, size_t len, int esize);
 void ckpt_unshuffle(uint8_t *dst, const uint8_t *src, size_t len, int esize);
 
+/* Longest chain a delta chunk may have (its depth): checkpoint.full_every
+ * keeps chains far shorter; this bounds what a damaged object can ask. */
+#define CKPT_MAX_CHAIN 64
+
+/* A delta chunk's base: the raw bytes of the same byte range in an earlier
+ * checkpoint, and the chain the delta will name (the base's hash, then the
+ * base's own chain): depth entries of CKPT_HASH_LEN bytes. */
+typedef struct ckpt_chunk_base {
+  const uint8_t *raw; /* as long as the chunk */
+  const uint8_t *chain;
+  int depth; /* 1 + the base's depth */
+} ckpt_chunk_base;
+
+/* 1 if a chunk of len bytes of elements of esize bytes can be a delta. */
+int ckpt_chunk_delta_ok(size_t len, int esize);
 /* Encodes raw bytes into a chunk object (header + payload), trying the
- * shuffle filter when esize > 1 and keeping it only when it shrinks the
- * data. *obj is malloc'd, caller frees. */
-int ckpt_chunk_encode(const void *raw, size_t len, int esize, int zstd_level, uint8_t **obj,
-                      size_t *objlen);
+ * shuffle filter when esize > 1, and the delta filter against base when
+ * base is not NULL (and esize is 2 or 4), keeping what shrinks the data
+ * most. *obj is malloc'd, caller frees. */
+int ckpt_chunk_encode(const void *raw, size_t len, int esize, int zstd_level,
+                      const ckpt_chunk_base *base, uint8_t **obj, size_t *objlen);
+/* The chain a chunk object names, without decoding it: *depth 0 (and
+ * *chain NULL) for a chunk that stands alone, else *chain points into obj
+ * (depth names, its base first). FT_ECORRUPT if the header is damaged. */
+int ckpt_chunk_chain(const uint8_t *obj, size_t objlen, int *depth, const uint8_t **chain);
+/* Checks an object without anything else: a chunk that stands alone is
+ * decoded and hashed; a delta's seal is checked (its bytes need its base:
+ * ckpt_chunk_decode). FT_ECORRUPT naming the chunk if damaged. */
+int ckpt_chunk_check_alone(const uint8_t *obj, size_t objlen, const uint8_t hash[CKPT_HASH_LEN]);
+/* Decodes a chunk object without checking its name: one that stands alone
+ * into dst; a delta added onto dst, which holds its base's bytes (element
+ * by element, in place). tmp: expect_len bytes of scratch. FT_ECORRUPT if
+ * the object is damaged (a wrong base shows only in the hash after). */
+int ckpt_chunk_apply(const uint8_t *obj, size_t objlen, const uint8_t hash[CKPT_HASH_LEN],
+                     uint8_t *dst, uint8_t *tmp, size_t expect_len);
+/* FT_OK if raw hashes to hash, else FT_ECORRUPT naming both. */
+int ckpt_chunk_check_hash(const void *raw, size_t len, const uint8_t hash[CKPT_HASH_LEN]);
 /* Decodes a chunk object into dst (exactly expect_len bytes) and checks its
  * SHA-256 against hash: FT_ECORRUPT (naming the chunk) if it does not match
- * or the object is damaged. */
+ * or the object is damaged. A delta needs base, the raw bytes of the first
+ * name in its chain (FT_EINVAL without); base is ignored otherwise. */
 int ckpt_chunk_decode(const uint8_t *obj, size_t objlen, const uint8_t hash[CKPT_HASH_LEN],
-                      void *dst, size_t expect_len);
+                      const void *base, void *dst, size_t expect_len);
 
 /* ---- manifests (ckpt_manifest.c) ----------------------------------------- */
 
@@ -64,6 +97,10 @@ typedef struct ckpt_chunk_ref {
   uint64_t len;    /* raw bytes */
   uint64_t stored; /* bytes of the stored object */
   uint8_t hash[CKPT_HASH_LEN];
+  int depth;      /* 0: the chunk stands alone; else a delta whose chain (the
+                     chunks it needs to be decoded) is chain[0..depth) */
+  uint8_t *chain; /* depth * CKPT_HASH_LEN bytes, its base first; owned by
+                     the tensor whose chunks array holds the ref */
 } ckpt_chunk_ref;
 
 /* One tensor (in a checkpoint) or one part (in a shard). */
@@ -97,6 +134,7 @@ struct ckpt_manifest {
 /* Logical bytes of a tensor from dtype and shape; 0 if the dtype is unknown
  * or the shape invalid. */
 uint64_t ckpt_tensor_nbytes(const char *dtype, int ndim, const int64_t *shape);
+/* Appends a copy of c (its chain copied too). */
 int ckpt_tensor_add_chunk(ckpt_tensor *t, const ckpt_chunk_ref *c);
 void ckpt_tensor_release(ckpt_tensor *t);
 
@@ -176,6 +214,8 @@ int ckpt_err_wrap(int rc, const char *fmt, ...) __attribute__((format(printf, 2,
 typedef struct ckpt_task ckpt_task;
 
 typedef struct ckpt_mem ckpt_mem;
+typedef struct ckpt_dbase ckpt_dbase;
+typedef struct ckpt_dseq ckpt_dseq;
 
 struct ckpt_store {
   char *uri;
@@ -224,6 +264,16 @@ struct ckpt_store {
   int njobs_live;
   pthread_cond_t cv_jobs;
 
+  /* Delta bases (ckpt_writer.c), under delta_mu: what this handle last
+   * wrote for each (run, rank, tensor, byte range), the raw bytes a later
+   * shard's chunk there is encoded against, and how many shards of each
+   * (run, rank) were submitted since the last reset. */
+  int full_every;
+  pthread_mutex_t delta_mu;
+  ckpt_dbase **dbase; /* CKPT_DBASE_BUCKETS chains; NULL: none yet */
+  ckpt_dseq *dseq;
+  uint64_t delta_gen; /* ckpt_store_delta_reset calls */
+
   /* Chunks kept in memory (NULL: none), and where reads found their bytes
    * (ckpt_store_read_stats; atomics). */
   ckpt_mem *mem;
@@ -257,7 +307,21 @@ int ckpt_mem_copy(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len);
 
 int ckpt_writer_start(ckpt_store *s);
 void ckpt_writer_stop(ckpt_store *s);
+/* Frees the delta bases (at close, the writer stopped). */
+void ckpt_delta_free(ckpt_store *s);
 
+/* The raw bytes of chunk (hash, len) into dst, verified against its name:
+ * from this process's memory or the remote source when they have it,
+ * else from the tier; a delta is decoded with its chain of bases (a base
+ * found in memory ends the walk down the chain). FT_ENOENT (naming the
+ * chunk) when its object or a base's is missing, FT_ECORRUPT (naming the
+ * damaged one) when one is damaged. */
+enum {
+  CKPT_FETCH_TIER = 1,   /* the tier only (verify, prefetch) */
+  CKPT_FETCH_NOSTATS = 2 /* not a read of ckpt_store_read_stats */
+};
+int ckpt_store_fetch(ckpt_store *s, const uint8_t hash[CKPT_HASH_LEN], uint64_t len, uint8_t *dst,
+                     int flags);
 /* Reads a checkpoint's info record; FT_ENOENT if the catalog has none. */
 int ckpt_store_get_info(ckpt_store *s, const char *run, int64_t step, ckpt_info *info);
 int ckpt_store_put_info(ckpt_store *s, const ckpt_info *info);

@@ -28,6 +28,7 @@
 #include "ckpt_int.h"
 
 #include "ft_err.h"
+#include "ft_hex.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -75,12 +76,21 @@ int ckpt_tensor_add_chunk(ckpt_tensor *t, const ckpt_chunk_ref *c) {
     t->chunks = n;
     t->cap = cap;
   }
-  t->chunks[t->nchunks++] = *c;
+  ckpt_chunk_ref r = *c;
+  r.chain = NULL;
+  if (c->depth > 0) {
+    if (!(r.chain = malloc((size_t)c->depth * CKPT_HASH_LEN)))
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    memcpy(r.chain, c->chain, (size_t)c->depth * CKPT_HASH_LEN);
+  }
+  t->chunks[t->nchunks++] = r;
   return FT_OK;
 }
 
 void ckpt_tensor_release(ckpt_tensor *t) {
   free(t->name);
+  for (int i = 0; t->chunks && i < t->nchunks; i++)
+    free(t->chunks[i].chain);
   free(t->chunks);
   memset(t, 0, sizeof *t);
 }
@@ -243,6 +253,13 @@ static cJSON *tensor_to_json(const ckpt_tensor *t, int with_range) {
     cJSON_AddItemToArray(a, cJSON_CreateNumber((double)c->len));
     cJSON_AddItemToArray(a, cJSON_CreateString(hex));
     cJSON_AddItemToArray(a, cJSON_CreateNumber((double)c->stored));
+    if (c->depth > 0) { /* a delta: its chain, the names run together */
+      char *chain = malloc((size_t)c->depth * CKPT_HEX_LEN + 1);
+      for (int k = 0; chain && k < c->depth; k++)
+        ckpt_hex(c->chain + (size_t)k * CKPT_HASH_LEN, chain + (size_t)k * CKPT_HEX_LEN);
+      cJSON_AddItemToArray(a, chain ? cJSON_CreateString(chain) : cJSON_CreateNull());
+      free(chain);
+    }
     cJSON_AddItemToArray(ch, a);
   }
   return o;
@@ -278,17 +295,28 @@ static int tensor_from_json(const cJSON *o, ckpt_tensor *t, int with_range) {
     return rc;
   t->offset = (uint64_t)ia;
   t->len = (uint64_t)ib;
+  uint8_t chain[CKPT_MAX_CHAIN * CKPT_HASH_LEN];
   cJSON_ArrayForEach(x, ch) {
-    ckpt_chunk_ref c;
+    ckpt_chunk_ref c = {0};
     int64_t co = 0, cl = 0, cs = 0;
     const cJSON *e0 = cJSON_GetArrayItem(x, 0), *e1 = cJSON_GetArrayItem(x, 1),
-                *e2 = cJSON_GetArrayItem(x, 2), *e3 = cJSON_GetArrayItem(x, 3);
+                *e2 = cJSON_GetArrayItem(x, 2), *e3 = cJSON_GetArrayItem(x, 3),
+                *e4 = cJSON_GetArrayItem(x, 4);
     if (!cJSON_IsNumber(e0) || !cJSON_IsNumber(e1) || !cJSON_IsString(e2) || !cJSON_IsNumber(e3) ||
         strlen(e2->valuestring) != CKPT_HEX_LEN || ckpt_unhex(e2->valuestring, c.hash) ||
         as_int(e0->valuedouble, 0, JSON_INT_MAX, name, "chunk offset", &co) ||
         as_int(e1->valuedouble, 1, JSON_INT_MAX, name, "chunk length", &cl) ||
         as_int(e3->valuedouble, 0, JSON_INT_MAX, name, "chunk stored size", &cs))
       return ft_err_set(FT_EFORMAT, "manifest: tensor %s: malformed chunk entry", name);
+    if (e4) { /* a delta's chain: 1..CKPT_MAX_CHAIN names run together */
+      size_t n = cJSON_IsString(e4) ? strlen(e4->valuestring) : 0;
+      if (n == 0 || n % CKPT_HEX_LEN || n / CKPT_HEX_LEN > CKPT_MAX_CHAIN ||
+          ft_hex_decode(e4->valuestring, n / 2, chain, FT_HEX_LOWER))
+        return ft_err_set(FT_EFORMAT, "manifest: tensor %s: malformed chain of a delta chunk",
+                          name);
+      c.depth = (int)(n / CKPT_HEX_LEN);
+      c.chain = chain;
+    }
     c.offset = (uint64_t)co;
     c.len = (uint64_t)cl;
     c.stored = (uint64_t)cs;
@@ -529,10 +557,14 @@ int ckpt_manifest_build(const ckpt_meta *meta, ckpt_shard *const *shards, int ns
       goto out;
     }
     m->info.logical_bytes += nbytes;
-    for (int c = 0; c < t->nchunks; c++)
+    for (int c = 0; c < t->nchunks; c++) {
       m->info.stored_bytes += t->chunks[c].stored;
+      if (t->chunks[c].depth > m->info.depth)
+        m->info.depth = t->chunks[c].depth;
+    }
     m->info.nchunks += t->nchunks;
   }
+  m->info.base_step = -1; /* the commit looks it up (ckpt_commit.c) */
   snprintf(m->info.run, sizeof m->info.run, "%s", meta->run);
   m->info.step = meta->step;
   m->info.parent_step = meta->parent_step;
@@ -562,6 +594,8 @@ char *ckpt_manifest_to_json(const ckpt_manifest *m) {
   cJSON_AddNumberToObject(root, "parent", (double)i->parent_step);
   cJSON_AddNumberToObject(root, "world", i->world);
   cJSON_AddNumberToObject(root, "time_ms", (double)i->time_ms);
+  if (i->base_step >= 0) /* absent: no delta chunks */
+    cJSON_AddNumberToObject(root, "base", (double)i->base_step);
   if (isfinite(i->loss))
     cJSON_AddNumberToObject(root, "loss", i->loss);
   else
@@ -619,6 +653,14 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
   m->info.time_ms = itms;
   m->info.loss = loss;
   m->info.state = CKPT_COMMITTED;
+  m->info.base_step = -1;
+  double base = -1;
+  int64_t ibase = -1;
+  if (cJSON_GetObjectItemCaseSensitive(root, "base") &&
+      ((rc = get_num(root, "base", &base)) ||
+       (rc = as_int(base, -1, JSON_INT_MAX, "checkpoint manifest", "base", &ibase))))
+    goto out;
+  m->info.base_step = ibase;
   m->config = strdup(cfg);
   m->state = strdup(st);
   m->metrics = strdup(me);
@@ -641,8 +683,11 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
     }
     m->info.logical_bytes += x->len;
     m->info.nchunks += x->nchunks;
-    for (int c = 0; c < x->nchunks; c++)
+    for (int c = 0; c < x->nchunks; c++) {
       m->info.stored_bytes += x->chunks[c].stored;
+      if (x->chunks[c].depth > m->info.depth)
+        m->info.depth = x->chunks[c].depth;
+    }
   }
   m->info.ntensors = m->ntensors;
   *out = m;
@@ -679,6 +724,10 @@ char *ckpt_info_to_json(const ckpt_info *i) {
   cJSON_AddNumberToObject(o, "nchunks", i->nchunks);
   if (i->level != CKPT_LEVEL_DURABLE) /* absent: durable (records older than levels) */
     cJSON_AddStringToObject(o, "level", ckpt_level_name(i->level));
+  if (i->depth > 0) { /* absent: every chunk stands alone */
+    cJSON_AddNumberToObject(o, "depth", i->depth);
+    cJSON_AddNumberToObject(o, "base", (double)i->base_step);
+  }
   char *s = seal(o, 0);
   cJSON_Delete(o);
   return s;
@@ -740,6 +789,21 @@ int ckpt_info_from_json(const char *json, ckpt_info *i) {
     i->ntensors = (int)iv[10];
     i->nchunks = (int)iv[11];
     i->level = level;
+    i->base_step = -1;
+  }
+  /* delta chunks: the longest chain and the base (absent: none) */
+  double dv[2] = {0, -1};
+  const char *dk[2] = {"depth", "base"};
+  const double dlo[2] = {0, -1}, dhi[2] = {CKPT_MAX_CHAIN, JSON_INT_MAX};
+  for (int k = 0; rc == FT_OK && k < 2; k++) {
+    int64_t x = 0;
+    if (cJSON_GetObjectItemCaseSensitive(o, dk[k]) && (rc = get_num(o, dk[k], &dv[k])) == FT_OK &&
+        (rc = as_int(dv[k], dlo[k], dhi[k], "checkpoint record", dk[k], &x)) == FT_OK) {
+      if (k == 0)
+        i->depth = (int)x;
+      else
+        i->base_step = x;
+    }
   }
   cJSON_Delete(o);
   return rc;
@@ -775,8 +839,12 @@ int ckpt_manifest_tensor(const ckpt_manifest *m, int i, ckpt_tensor_info *ti) {
   memcpy(ti->shape, t->shape, sizeof ti->shape);
   ti->nbytes = t->len;
   ti->nchunks = t->nchunks;
-  for (int c = 0; c < t->nchunks; c++)
+  for (int c = 0; c < t->nchunks; c++) {
     ti->stored_bytes += t->chunks[c].stored;
+    ti->delta_chunks += t->chunks[c].depth > 0;
+    if (t->chunks[c].depth > ti->depth)
+      ti->depth = t->chunks[c].depth;
+  }
   return FT_OK;
 }
 

@@ -114,22 +114,14 @@ static int is_manifest(const char *key) {
   return ckpt_objkey_in_manifests(key);
 }
 
-/* 1 if obj is a chunk object whose decoded bytes hash to the key's name. */
+/* 1 if obj is a sound chunk object for the key's name: one that stands
+ * alone decodes to bytes of that hash; a delta's seal matches (its bytes
+ * need its base, which is checked as a chunk of its own). */
 static int chunk_ok(const char *key, const uint8_t *obj, size_t len) {
   uint8_t h[CKPT_HASH_LEN];
-  if (ckpt_unhex(key + 7, h) != FT_OK || len < 32)
+  if (ckpt_unhex(key + 7, h) != FT_OK)
     return 0;
-  uint64_t raw = 0;
-  for (int i = 7; i >= 0; i--)
-    raw = raw << 8 | obj[8 + i];
-  if (raw > ((uint64_t)2 << 30))
-    return 0;
-  uint8_t *dst = malloc(raw ? raw : 1);
-  if (!dst)
-    return 0;
-  int rc = ckpt_chunk_decode(obj, len, h, dst, raw);
-  free(dst);
-  return rc == FT_OK;
+  return ckpt_chunk_check_alone(obj, len, h) == FT_OK;
 }
 
 static void journal_path(tiered *td, const char *key, char *buf, size_t n) {
@@ -277,7 +269,8 @@ static int ensure_remote(tiered *td, const char *key) {
   return rc;
 }
 
-/* B1: every chunk of the manifest first, then the manifest object. */
+/* B1: every chunk of the manifest (and every base its deltas need) first,
+ * then the manifest object. */
 static int upload_manifest(tiered *td, const char *key, const char *json) {
   if (ckpt_objkey_manifest_step(key, NULL) != 0) /* a mark object: names no chunks */
     return ckpt_tier_s3_put_flags(td->remote, key, json, strlen(json), 0);
@@ -287,10 +280,13 @@ static int upload_manifest(tiered *td, const char *key, const char *json) {
     return ckpt_err_wrap(rc, "upload of %s", key);
   for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
     for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++) {
-      char hex[CKPT_HEX_LEN + 1], ck[128];
-      ckpt_hex(m->tensors[t].chunks[c].hash, hex);
-      ckpt_objkey_chunk(ck, sizeof ck, hex);
-      rc = ensure_remote(td, ck);
+      const ckpt_chunk_ref *r = &m->tensors[t].chunks[c];
+      for (int k = -1; k < r->depth && rc == FT_OK; k++) { /* the chunk, then its chain */
+        char hex[CKPT_HEX_LEN + 1], ck[128];
+        ckpt_hex(k < 0 ? r->hash : r->chain + (size_t)k * CKPT_HASH_LEN, hex);
+        ckpt_objkey_chunk(ck, sizeof ck, hex);
+        rc = ensure_remote(td, ck);
+      }
     }
   ckpt_manifest_free(m);
   if (rc)

@@ -301,14 +301,14 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
     dir = absdir;
   }
   if (o.threads < 0 || o.chunk_mib < 0 || o.chunk_mib > 1024 || o.zstd_level < 0 ||
-      o.zstd_level > 22) {
+      o.zstd_level > 22 || o.full_every < 0 || o.full_every > CKPT_MAX_FULL_EVERY) {
     if (s3)
       ckpt_s3_config_wipe(s3);
     free(s3);
     return ft_err_set(FT_EINVAL,
                       "store options out of range (threads %d, chunk_mib %d, "
-                      "zstd_level %d)",
-                      o.threads, o.chunk_mib, o.zstd_level);
+                      "zstd_level %d, full_every %d)",
+                      o.threads, o.chunk_mib, o.zstd_level, o.full_every);
   }
   ckpt_store *s = calloc(1, sizeof *s);
   if (!s || !(s->uri = strdup(uri))) {
@@ -325,6 +325,8 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
   s->zstd_level = o.zstd_level ? o.zstd_level : CKPT_DEFAULT_ZSTD_LEVEL;
   s->queue_bytes = o.queue_bytes ? o.queue_bytes : CKPT_DEFAULT_QUEUE_BYTES;
   s->gc_grace_s = CKPT_DEFAULT_GC_GRACE_S;
+  s->full_every = o.full_every;
+  pthread_mutex_init(&s->delta_mu, NULL);
 #if FT_INVARIANTS_ON
   pthread_mutexattr_t ma;
   pthread_mutexattr_init(&ma);
@@ -389,6 +391,8 @@ void ckpt_store_free(ckpt_store *s) {
   if (!s)
     return;
   ckpt_writer_stop(s);
+  ckpt_delta_free(s);
+  pthread_mutex_destroy(&s->delta_mu);
   ckpt_mem_free(s->mem);
   ckpt_catalog_close(s->cat);
   if (s->tier)
@@ -639,62 +643,134 @@ typedef struct read_job {
   int rc;   /* first error (under mu) */
   char err[512];
   pthread_mutex_t mu;
-  int prefetch; /* ckpt_store_prefetch: not a read of the stats */
 } read_job;
 
 /* The chunk's bytes from memory, if kept there and still hashing to its
  * name: 1, else 0 (a mismatch is counted; the tier is read instead). */
-static int read_memory(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
-  if (!ckpt_mem_get(j->s->mem, c->hash, buf, c->len))
+static int read_memory(ckpt_store *s, const uint8_t *hash, uint64_t len, uint8_t *buf) {
+  if (!ckpt_mem_get(s->mem, hash, buf, len))
     return 0;
   uint8_t h[CKPT_HASH_LEN];
-  if (ckpt_sha256(buf, c->len, h) == FT_OK && memcmp(h, c->hash, CKPT_HASH_LEN) == 0) {
-    __atomic_add_fetch(&j->s->rd_mem_bytes, c->len, __ATOMIC_RELAXED);
+  if (ckpt_sha256(buf, len, h) == FT_OK && memcmp(h, hash, CKPT_HASH_LEN) == 0) {
+    __atomic_add_fetch(&s->rd_mem_bytes, len, __ATOMIC_RELAXED);
     return 1;
   }
-  __atomic_add_fetch(&j->s->rd_mem_rejected, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&s->rd_mem_rejected, 1, __ATOMIC_RELAXED);
   return 0;
 }
 
 /* The chunk's bytes from the remote source (another process's memory), if
  * it has them and they hash to the chunk's name: 1 (and the chunk is kept
  * in memory), else 0 (a mismatch is counted; the tier is read instead). */
-static int read_remote(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
-  ckpt_store *s = j->s;
-  if (!s->remote || !s->remote(s->remote_ud, c->hash, c->len, buf))
+static int read_remote(ckpt_store *s, const uint8_t *hash, uint64_t len, uint8_t *buf) {
+  if (!s->remote || !s->remote(s->remote_ud, hash, len, buf))
     return 0;
   uint8_t h[CKPT_HASH_LEN];
-  if (ckpt_sha256(buf, c->len, h) == FT_OK && memcmp(h, c->hash, CKPT_HASH_LEN) == 0) {
-    __atomic_add_fetch(&s->rd_remote_bytes, c->len, __ATOMIC_RELAXED);
-    ckpt_mem_put(s->mem, c->hash, buf, c->len);
+  if (ckpt_sha256(buf, len, h) == FT_OK && memcmp(h, hash, CKPT_HASH_LEN) == 0) {
+    __atomic_add_fetch(&s->rd_remote_bytes, len, __ATOMIC_RELAXED);
+    ckpt_mem_put(s->mem, hash, buf, len);
     return 1;
   }
   __atomic_add_fetch(&s->rd_remote_rejected, 1, __ATOMIC_RELAXED);
   return 0;
 }
 
-/* The chunk's bytes from the tier, decoded and verified. */
-static int read_tier(read_job *j, const ckpt_chunk_ref *c, uint8_t *buf) {
-  char hex[CKPT_HEX_LEN + 1], key[128];
-  ckpt_hex(c->hash, hex);
-  ckpt_objkey_chunk(key, sizeof key, hex);
-  uint8_t *obj = NULL;
-  size_t objlen = 0;
-  int rc = j->s->tier->get(j->s->tier, key, &obj, &objlen);
-  if (rc == FT_ENOENT)
-    return ft_err_set(FT_ECORRUPT,
-                      "chunk %s of %s (bytes %" PRIu64 "..%" PRIu64 ") is missing from the store",
-                      hex, j->t->name, c->offset, c->offset + c->len);
-  if (rc)
-    return rc;
-  rc = ckpt_chunk_decode(obj, objlen, c->hash, buf, c->len);
-  free(obj);
-  if (rc)
-    return ckpt_err_wrap(rc, "refusing to use a chunk of %s (bytes %" PRIu64 "..%" PRIu64 ")",
-                         j->t->name, c->offset, c->offset + c->len);
-  if (!j->prefetch)
-    __atomic_add_fetch(&j->s->rd_tier_bytes, c->len, __ATOMIC_RELAXED);
+/* Decodes the chain objs[n-1] .. objs[0] (names[k] the name of objs[k];
+ * objs[k + 1] its base, and for the last one the bytes in dst when it is
+ * a delta) into dst: each delta added onto the bytes below it. check:
+ * each level's hash (*level: the one that failed), else only the top's
+ * (the caller's). */
+static int apply_chain(uint8_t **objs, const size_t *lens, uint8_t (*names)[CKPT_HASH_LEN], int n,
+                       uint8_t *dst, uint8_t *tmp, uint64_t len, int check, int *level) {
+  for (int k = n - 1; k >= 0; k--) {
+    *level = k;
+    int rc = ckpt_chunk_apply(objs[k], lens[k], names[k], dst, tmp, len);
+    if (rc == FT_OK && check)
+      rc = ckpt_chunk_check_hash(dst, len, names[k]);
+    if (rc)
+      return rc;
+  }
   return FT_OK;
+}
+
+/* The chunk's bytes from the tier, decoded and verified. A delta: the
+ * objects of its chain are read down to one that stands alone (or to a
+ * base found in memory), then decoded bottom up, each delta added onto the
+ * bytes below it in place, and only the result is hashed; when that does
+ * not match, the chain is decoded again checking every level, to name the
+ * damaged chunk. */
+static int read_tier(ckpt_store *s, const uint8_t *hash, uint64_t len, uint8_t *dst, int flags) {
+  uint8_t *objs[CKPT_MAX_CHAIN + 1] = {0}, *tmp = NULL;
+  size_t lens[CKPT_MAX_CHAIN + 1];
+  uint8_t names[CKPT_MAX_CHAIN + 1][CKPT_HASH_LEN];
+  char hex[CKPT_HEX_LEN + 1], top[CKPT_HEX_LEN + 1], key[128];
+  int n = 0, from_dst = 0, rc = FT_OK;
+  memcpy(names[0], hash, CKPT_HASH_LEN);
+  ckpt_hex(hash, top);
+  for (;;) {
+    ckpt_hex(names[n], hex);
+    ckpt_objkey_chunk(key, sizeof key, hex);
+    rc = s->tier->get(s->tier, key, &objs[n], &lens[n]);
+    if (rc == FT_ENOENT)
+      rc = n ? ft_err_set(FT_ENOENT,
+                          "chunk %s, a base chunk %s is a delta against, is missing from the "
+                          "store",
+                          hex, top)
+             : ft_err_set(FT_ENOENT, "chunk %s is missing from the store", hex);
+    if (rc)
+      goto out;
+    int depth = 0;
+    const uint8_t *chain = NULL;
+    rc = ckpt_chunk_chain(objs[n], lens[n], &depth, &chain);
+    n++;
+    if (rc) {
+      rc = ckpt_err_wrap(rc, "chunk %s", hex);
+      goto out;
+    }
+    if (depth == 0)
+      break; /* the bottom: it stands alone */
+    if (n > CKPT_MAX_CHAIN) {
+      rc = ft_err_set(FT_ECORRUPT, "chunk %s: its chain of bases is longer than %d", top,
+                      CKPT_MAX_CHAIN);
+      goto out;
+    }
+    memcpy(names[n], chain, CKPT_HASH_LEN);
+    if (!(flags & CKPT_FETCH_TIER) &&
+        (read_memory(s, names[n], len, dst) || read_remote(s, names[n], len, dst))) {
+      from_dst = 1; /* the base's bytes, verified, are in dst already */
+      break;
+    }
+  }
+  if (!(tmp = malloc(len ? len : 1))) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory reading chunk %s", top);
+    goto out;
+  }
+  int level = 0;
+  rc = apply_chain(objs, lens, names, n, dst, tmp, len, 0, &level);
+  if (rc == FT_OK)
+    rc = ckpt_chunk_check_hash(dst, len, hash);
+  if (rc == FT_ECORRUPT && n > 1) { /* which level is damaged? */
+    if (from_dst && !read_memory(s, names[n], len, dst) && !read_remote(s, names[n], len, dst))
+      goto out; /* the base in memory went away: the error stands */
+    rc = apply_chain(objs, lens, names, n, dst, tmp, len, 1, &level);
+    if (rc && level > 0)
+      rc = ckpt_err_wrap(rc, "chunk %s is a delta and a chunk of its chain is damaged", top);
+  }
+out:
+  for (int k = 0; k < n; k++)
+    free(objs[k]);
+  free(tmp);
+  if (rc == FT_OK && !(flags & CKPT_FETCH_NOSTATS))
+    __atomic_add_fetch(&s->rd_tier_bytes, len, __ATOMIC_RELAXED);
+  return rc;
+}
+
+int ckpt_store_fetch(ckpt_store *s, const uint8_t hash[CKPT_HASH_LEN], uint64_t len, uint8_t *dst,
+                     int flags) {
+  if (!(flags & CKPT_FETCH_TIER) &&
+      (read_memory(s, hash, len, dst) || read_remote(s, hash, len, dst)))
+    return FT_OK;
+  return read_tier(s, hash, len, dst, flags);
 }
 
 /* Chunk ci into the job's destination: from memory if it is kept there
@@ -709,11 +785,11 @@ static int read_one(read_job *j, int ci, uint8_t **buf, size_t *cap) {
     if (!*buf)
       return ft_err_set(FT_ENOMEM, "out of memory reading a chunk");
   }
-  if (!read_memory(j, c, *buf) && !read_remote(j, c, *buf)) {
-    int rc = read_tier(j, c, *buf);
-    if (rc)
-      return rc;
-  }
+  int rc = ckpt_store_fetch(j->s, c->hash, c->len, *buf, 0);
+  if (rc)
+    return ckpt_err_wrap(rc == FT_ENOENT ? FT_ECORRUPT : rc,
+                         "refusing to use a chunk of %s (bytes %" PRIu64 "..%" PRIu64 ")",
+                         j->t->name, c->offset, c->offset + c->len);
   uint64_t a = c->offset > j->offset ? c->offset : j->offset;
   uint64_t b = c->offset + c->len < j->offset + j->len ? c->offset + c->len : j->offset + j->len;
   memcpy(j->dst + (a - j->offset), *buf + (a - c->offset), b - a);
@@ -817,7 +893,7 @@ int ckpt_store_prefetch(ckpt_store *s, const char *run, int64_t step, const int 
   int rc = ckpt_store_load(s, run, step, &m);
   if (rc)
     return rc;
-  read_job j = {.s = s, .prefetch = 1};
+  read_job j = {.s = s};
   uint8_t *buf = NULL;
   size_t cap = 0;
   for (int ti = 0; ti < m->ntensors && rc == FT_OK; ti++) {
@@ -837,8 +913,12 @@ int ckpt_store_prefetch(ckpt_store *s, const char *run, int64_t step, const int 
           break;
         }
       }
-      if ((rc = read_tier(&j, c, buf)))
+      if ((rc = ckpt_store_fetch(s, c->hash, c->len, buf, CKPT_FETCH_TIER | CKPT_FETCH_NOSTATS))) {
+        rc = ckpt_err_wrap(rc == FT_ENOENT ? FT_ECORRUPT : rc,
+                           "prefetch of a chunk of %s (bytes %" PRIu64 "..%" PRIu64 ")", j.t->name,
+                           c->offset, c->offset + c->len);
         break;
+      }
       ckpt_mem_put(s->mem, c->hash, buf, c->len);
       if (fetched)
         *fetched += c->len;
@@ -927,6 +1007,7 @@ int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state
     snprintf(info.run, sizeof info.run, "%s", run);
     info.step = step;
     info.parent_step = -1;
+    info.base_step = -1;
     info.loss = NAN;
     info.state = CKPT_PENDING;
     info.time_ms = 0;

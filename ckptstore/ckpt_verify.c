@@ -2,13 +2,18 @@
  * ckpt_verify: re-hash every chunk of a checkpoint.
  *
  * Each chunk the manifest references is read from the tier, decoded and its
- * SHA-256 compared with its name (ckpt_chunk_decode); a missing chunk and a
- * damaged one are counted apart. Any problem marks the checkpoint BAD (when
- * the store is writable), so ckpt_store_latest never picks it again, and
- * returns FT_ECORRUPT; the report says what was wrong first.
- * A chunk shared by several tensors of the checkpoint is checked each time it
- * is referenced (cheap next to the I/O, and the counts then match "show").
+ * SHA-256 compared with its name (ckpt_store_fetch); a delta chunk is
+ * decoded against its base, read and checked the same way, so a damaged or
+ * missing base makes every checkpoint whose chunks need it fail here. A
+ * missing chunk (or base) and a damaged one are counted apart. The other
+ * checkpoints of the run that need a chunk that failed (a delta on it, or
+ * it in their chains) are marked BAD too, without reading them: they
+ * cannot be restored either. Any problem marks the checkpoint BAD
+ * (when the store is writable), so ckpt_store_latest never picks it again, and returns FT_ECORRUPT;
+ * the report says what was wrong first. A chunk shared by several tensors of the checkpoint is
+ * checked each time it is referenced (cheap next to the I/O, and the counts then match "show").
  */
+#include "ckpt_hashset.h"
 #include "ckpt_int.h"
 
 #include "ft_err.h"
@@ -17,6 +22,65 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+typedef struct dep_ctx {
+  const char *run;
+  int64_t step;
+  const ckpt_hashset *failed;
+  int64_t *steps; /* the run's other checkpoints that need a failed chunk */
+  int n, cap;
+} dep_ctx;
+
+static int dep_cb(void *ud, const char *key, const char *val, size_t vlen) {
+  dep_ctx *d = ud;
+  ckpt_manifest *m = NULL;
+  if (ckpt_manifest_from_json(val, &m) != FT_OK) /* verify of it will say so */
+    return FT_OK;
+  int needs = 0;
+  if (!strcmp(m->info.run, d->run) && m->info.step != d->step)
+    for (int t = 0; t < m->ntensors && !needs; t++)
+      for (int c = 0; c < m->tensors[t].nchunks && !needs; c++) {
+        const ckpt_chunk_ref *r = &m->tensors[t].chunks[c];
+        needs = ckpt_hashset_has(d->failed, r->hash, CKPT_HASH_LEN);
+        for (int k = 0; k < r->depth && !needs; k++)
+          needs = ckpt_hashset_has(d->failed, r->chain + (size_t)k * CKPT_HASH_LEN, CKPT_HASH_LEN);
+      }
+  if (needs && d->n == d->cap) {
+    int64_t *n = realloc(d->steps, (size_t)(d->cap ? 2 * d->cap : 16) * sizeof *n);
+    if (!n) {
+      ckpt_manifest_free(m);
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    }
+    d->steps = n;
+    d->cap = d->cap ? 2 * d->cap : 16;
+  }
+  if (needs)
+    d->steps[d->n++] = m->info.step;
+  ckpt_manifest_free(m);
+  return FT_OK;
+}
+
+/* Marks BAD every other checkpoint of run that needs a chunk in failed (as
+ * one of its own or in a delta's chain): it cannot be restored either.
+ * *n: how many were marked now. */
+static int mark_dependants(ckpt_store *s, const char *run, int64_t step, const ckpt_hashset *failed,
+                           int *n) {
+  dep_ctx d = {.run = run, .step = step, .failed = failed};
+  char prefix[64];
+  ckpt_key_man_prefix(prefix, sizeof prefix);
+  int rc = ckpt_catalog_scan(s->cat, prefix, dep_cb, &d);
+  for (int i = 0; rc == FT_OK && i < d.n; i++) {
+    ckpt_info in;
+    rc = ckpt_store_get_info(s, run, d.steps[i], &in);
+    if (rc == FT_OK && in.state != CKPT_BAD && in.state != CKPT_PENDING &&
+        (rc = ckpt_store_set_state(s, run, d.steps[i], CKPT_BAD)) == FT_OK)
+      (*n)++;
+    else if (rc == FT_ENOENT)
+      rc = FT_OK;
+  }
+  free(d.steps);
+  return rc;
+}
 
 int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_report *rep,
                       void (*progress)(void *ud, uint64_t done, uint64_t total), void *ud) {
@@ -42,6 +106,7 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
                       "memory, checkpoint.persist_every): the store holds none of its chunks",
                       run, step);
   }
+  ckpt_hashset failed = {0}; /* chunks that could not be read back */
   uint64_t total = (uint64_t)m->info.nchunks, done = 0;
   uint8_t *buf = NULL;
   size_t cap = 0;
@@ -49,39 +114,30 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
     const ckpt_tensor *tt = &m->tensors[t];
     for (int c = 0; c < tt->nchunks; c++) {
       const ckpt_chunk_ref *ref = &tt->chunks[c];
-      char hex[CKPT_HEX_LEN + 1], key[128];
-      ckpt_hex(ref->hash, hex);
-      ckpt_objkey_chunk(key, sizeof key, hex);
-      uint8_t *obj = NULL;
-      size_t objlen = 0;
-      int r = s->tier->get(s->tier, key, &obj, &objlen);
-      if (r == FT_OK) {
-        if (cap < ref->len) {
-          free(buf);
-          buf = malloc(ref->len);
-          cap = buf ? ref->len : 0;
-        }
-        r = buf ? ckpt_chunk_decode(obj, objlen, ref->hash, buf, ref->len)
-                : ft_err_set(FT_ENOMEM, "out of memory");
-        free(obj);
-        if (r == FT_ENOMEM) {
-          rc = r;
+      if (cap < ref->len) {
+        free(buf);
+        buf = malloc(ref->len);
+        cap = buf ? ref->len : 0;
+        if (!buf) {
+          rc = ft_err_set(FT_ENOMEM, "out of memory");
           goto out;
         }
-        if (r) {
-          rep->chunks_corrupt++;
-          if (!rep->first_problem[0])
-            snprintf(rep->first_problem, sizeof rep->first_problem,
-                     "%s (tensor %s, bytes %" PRIu64 "..%" PRIu64 ")", ft_err_detail(), tt->name,
-                     ref->offset, ref->offset + ref->len);
+      }
+      int r = ckpt_store_fetch(s, ref->hash, ref->len, buf, CKPT_FETCH_TIER | CKPT_FETCH_NOSTATS);
+      if (r == FT_ECORRUPT || r == FT_ENOENT) {
+        if (ckpt_hashset_put(&failed, ref->hash, CKPT_HASH_LEN, 1)) {
+          rc = ft_err_set(FT_ENOMEM, "out of memory");
+          goto out;
         }
-      } else if (r == FT_ENOENT) {
-        rep->chunks_missing++;
+        if (r == FT_ECORRUPT)
+          rep->chunks_corrupt++;
+        else
+          rep->chunks_missing++;
         if (!rep->first_problem[0])
           snprintf(rep->first_problem, sizeof rep->first_problem,
-                   "chunk %s (tensor %s, bytes %" PRIu64 "..%" PRIu64 ") is missing", hex, tt->name,
+                   "%s (tensor %s, bytes %" PRIu64 "..%" PRIu64 ")", ft_err_detail(), tt->name,
                    ref->offset, ref->offset + ref->len);
-      } else {
+      } else if (r) {
         rc = r; /* an I/O error is not a verdict on the checkpoint */
         goto out;
       }
@@ -94,6 +150,8 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
   if (rep->chunks_corrupt || rep->chunks_missing) {
     if (!s->read_only) {
       int r = ckpt_store_set_state(s, run, step, CKPT_BAD);
+      if (r == FT_OK)
+        r = mark_dependants(s, run, step, &failed, &rep->dependants_bad);
       if (r) {
         rc = r;
         goto out;
@@ -106,6 +164,7 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
                     rep->first_problem);
   }
 out:
+  ckpt_hashset_release(&failed);
   free(buf);
   ckpt_manifest_free(m);
   return rc;

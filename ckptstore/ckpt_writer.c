@@ -50,6 +50,8 @@ struct ckpt_task {
   const uint8_t *data;
   uint64_t offset, len;
   int esize;
+  int delta;    /* 1: may be a delta against the base of its byte range */
+  uint64_t gen; /* s->delta_gen when submitted */
   ckpt_task *next;
 };
 
@@ -64,6 +66,169 @@ struct ckpt_job {
   int taken;       /* shard handed out by ckpt_job_wait */
   int memory_only; /* ckpt_store_submit_memory: hash and keep, write nothing */
 };
+
+/* ---- delta bases ------------------------------------------------------------
+ *
+ * With full_every > 1, every chunk this handle writes (or finds already
+ * written) is remembered under (run, rank, tensor, offset, len): its name,
+ * a copy of its raw bytes and its chain. The chunk of the next shard for
+ * the same range is encoded against it (ckpt_chunk_encode picks the delta
+ * only when it is smaller), unless that shard is one of the full ones (the
+ * first of each full_every, counted per run and rank) or the base's chain
+ * is already full_every - 1 long. An entry is replaced only once the new
+ * chunk is durable, so a base is always a chunk in the tier; users hold a
+ * reference while they encode against it. */
+
+#define CKPT_DBASE_BUCKETS 4096
+
+struct ckpt_dbase {
+  ckpt_dbase *next;
+  char *key;
+  uint64_t h;
+  uint8_t hash[CKPT_HASH_LEN];
+  uint8_t *raw;
+  uint64_t len;
+  int depth;
+  uint8_t *chain; /* depth names */
+  int refs;       /* the table's (1 while in it) and encoders' */
+};
+
+struct ckpt_dseq {
+  ckpt_dseq *next;
+  char *run;
+  int rank;
+  int64_t n; /* shards submitted since the last reset */
+};
+
+static uint64_t fnv(const char *k) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *k; k++)
+    h = (h ^ (uint8_t)*k) * 1099511628211ull;
+  return h;
+}
+
+static char *dbase_key(const ckpt_job *j, const ckpt_task *t) {
+  char *k = NULL;
+  if (asprintf(&k, "%s/%d/%s/%" PRIu64 "+%" PRIu64, j->shard->run, j->shard->rank,
+               j->shard->parts[t->part].name, t->offset, t->len) < 0)
+    return NULL;
+  return k;
+}
+
+static void dbase_unref_locked(ckpt_dbase *b) {
+  if (b && --b->refs == 0) {
+    free(b->key);
+    free(b->raw);
+    free(b->chain);
+    free(b);
+  }
+}
+
+static void dbase_unref(ckpt_store *s, ckpt_dbase *b) {
+  if (!b)
+    return;
+  pthread_mutex_lock(&s->delta_mu);
+  dbase_unref_locked(b);
+  pthread_mutex_unlock(&s->delta_mu);
+}
+
+/* The base of key, referenced (dbase_unref when done), or NULL. */
+static ckpt_dbase *dbase_get(ckpt_store *s, const char *key) {
+  uint64_t h = fnv(key);
+  ckpt_dbase *b = NULL;
+  pthread_mutex_lock(&s->delta_mu);
+  for (b = s->dbase ? s->dbase[h % CKPT_DBASE_BUCKETS] : NULL; b; b = b->next)
+    if (b->h == h && !strcmp(b->key, key))
+      break;
+  if (b)
+    b->refs++;
+  pthread_mutex_unlock(&s->delta_mu);
+  return b;
+}
+
+/* Installs n (taking it) as the base of its key, unless a reset happened
+ * since gen; frees it otherwise. */
+static void dbase_put(ckpt_store *s, ckpt_dbase *n, uint64_t gen) {
+  n->h = fnv(n->key);
+  n->refs = 1;
+  pthread_mutex_lock(&s->delta_mu);
+  if (!s->dbase)
+    s->dbase = calloc(CKPT_DBASE_BUCKETS, sizeof *s->dbase);
+  if (!s->dbase || gen != s->delta_gen) {
+    dbase_unref_locked(n);
+    pthread_mutex_unlock(&s->delta_mu);
+    return;
+  }
+  ckpt_dbase **p = &s->dbase[n->h % CKPT_DBASE_BUCKETS];
+  for (; *p; p = &(*p)->next)
+    if ((*p)->h == n->h && !strcmp((*p)->key, n->key)) {
+      ckpt_dbase *old = *p;
+      n->next = old->next;
+      *p = n;
+      dbase_unref_locked(old);
+      pthread_mutex_unlock(&s->delta_mu);
+      return;
+    }
+  *p = n;
+  pthread_mutex_unlock(&s->delta_mu);
+}
+
+/* Drops every base and counter; under delta_mu. */
+static void dbase_clear_locked(ckpt_store *s) {
+  for (int i = 0; s->dbase && i < CKPT_DBASE_BUCKETS; i++)
+    while (s->dbase[i]) {
+      ckpt_dbase *b = s->dbase[i];
+      s->dbase[i] = b->next;
+      dbase_unref_locked(b);
+    }
+  while (s->dseq) {
+    ckpt_dseq *q = s->dseq;
+    s->dseq = q->next;
+    free(q->run);
+    free(q);
+  }
+}
+
+void ckpt_store_delta_reset(ckpt_store *s) {
+  pthread_mutex_lock(&s->delta_mu);
+  s->delta_gen++;
+  dbase_clear_locked(s);
+  pthread_mutex_unlock(&s->delta_mu);
+}
+
+void ckpt_delta_free(ckpt_store *s) {
+  pthread_mutex_lock(&s->delta_mu);
+  dbase_clear_locked(s);
+  free(s->dbase);
+  s->dbase = NULL;
+  pthread_mutex_unlock(&s->delta_mu);
+}
+
+/* Counts a submit of (run, rank): 1 if its chunks may be deltas (it is not
+ * one of the full ones), else 0. *gen: the reset generation it belongs to. */
+static int dseq_next(ckpt_store *s, const char *run, int rank, uint64_t *gen) {
+  int delta = 0;
+  pthread_mutex_lock(&s->delta_mu);
+  *gen = s->delta_gen;
+  ckpt_dseq *q = s->dseq;
+  while (q && (q->rank != rank || strcmp(q->run, run)))
+    q = q->next;
+  if (!q) {
+    if ((q = calloc(1, sizeof *q)) && !(q->run = strdup(run))) {
+      free(q);
+      q = NULL;
+    }
+    if (q) {
+      q->rank = rank;
+      q->next = s->dseq;
+      s->dseq = q;
+    }
+  }
+  if (q) /* out of memory: no delta, which is always right */
+    delta = q->n++ % s->full_every != 0;
+  pthread_mutex_unlock(&s->delta_mu);
+  return delta;
+}
 
 static void job_fail(ckpt_job *j, int rc) {
   pthread_mutex_lock(&j->mu);
@@ -81,12 +246,34 @@ static void job_release(ckpt_job *j) {
   pthread_mutex_unlock(&j->mu);
 }
 
+/* The chain of a chunk already in the tier that this handle did not write
+ * last (its object's header says it), into ref. */
+static int chain_of_stored(ckpt_store *s, const char *key, ckpt_chunk_ref *ref) {
+  uint8_t *obj = NULL;
+  size_t objlen = 0;
+  int depth = 0;
+  const uint8_t *chain = NULL;
+  int rc = s->tier->get(s->tier, key, &obj, &objlen);
+  if (rc == FT_OK)
+    rc = ckpt_chunk_chain(obj, objlen, &depth, &chain);
+  if (rc == FT_OK && depth > 0) {
+    if ((ref->chain = malloc((size_t)depth * CKPT_HASH_LEN)))
+      memcpy(ref->chain, chain, (size_t)depth * CKPT_HASH_LEN);
+    else
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  ref->depth = ref->chain ? depth : 0;
+  free(obj);
+  return rc;
+}
+
 static void run_task(ckpt_store *s, ckpt_task *t) {
   ckpt_job *j = t->job;
   ckpt_chunk_ref ref = {.offset = t->offset, .len = t->len};
   uint8_t *obj = NULL;
   size_t objlen = 0;
   int released = 0, rc;
+  ckpt_dbase *base = NULL, *next = NULL; /* the base used; the one this chunk becomes */
   pthread_mutex_lock(&j->mu);
   int failed = j->rc != 0;
   pthread_mutex_unlock(&j->mu);
@@ -103,16 +290,66 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_hex(ref.hash, hex);
   ckpt_objkey_chunk(key, sizeof key, hex);
+  if (s->full_every > 1 && ckpt_chunk_delta_ok(t->len, t->esize)) {
+    /* this chunk will be the base of the next shard's: keep its bytes */
+    next = calloc(1, sizeof *next);
+    if (!next || !(next->key = dbase_key(j, t)) || !(next->raw = malloc(t->len))) {
+      rc = ft_err_set(FT_ENOMEM, "out of memory keeping a delta base");
+      goto fail;
+    }
+    memcpy(next->raw, t->data, t->len);
+    next->len = t->len;
+    memcpy(next->hash, ref.hash, CKPT_HASH_LEN);
+    if (t->delta)
+      base = dbase_get(s, next->key);
+    if (base && base->depth + 1 >= s->full_every) {
+      dbase_unref(s, base); /* its chain is as long as allowed: stand alone */
+      base = NULL;
+    }
+  }
   uint64_t size = 0;
   rc = s->tier->exists(s->tier, key, 1, &size, NULL);
   if (rc == FT_OK) { /* idempotent: the same bytes are already stored */
     ref.stored = size;
     job_release(j);
     released = 1;
+    if (base && !memcmp(base->hash, ref.hash, CKPT_HASH_LEN)) { /* unchanged since */
+      if (base->depth && !(ref.chain = malloc((size_t)base->depth * CKPT_HASH_LEN))) {
+        rc = ft_err_set(FT_ENOMEM, "out of memory");
+        goto fail;
+      }
+      if (base->depth)
+        memcpy(ref.chain, base->chain, (size_t)base->depth * CKPT_HASH_LEN);
+      ref.depth = base->depth;
+    } else if ((rc = chain_of_stored(s, key, &ref))) {
+      goto fail;
+    }
   } else if (rc == FT_ENOENT) {
-    rc = ckpt_chunk_encode(t->data, t->len, t->esize, s->zstd_level, &obj, &objlen);
+    uint8_t *chain = NULL;
+    ckpt_chunk_base cb = {0};
+    if (base) { /* the delta names the base, then the base's chain */
+      cb.depth = base->depth + 1;
+      cb.raw = base->raw;
+      cb.chain = chain = malloc((size_t)cb.depth * CKPT_HASH_LEN);
+      if (chain) {
+        memcpy(chain, base->hash, CKPT_HASH_LEN);
+        if (base->depth)
+          memcpy(chain + CKPT_HASH_LEN, base->chain, (size_t)base->depth * CKPT_HASH_LEN);
+      }
+    }
+    rc = ckpt_chunk_encode(t->data, t->len, t->esize, s->zstd_level, chain ? &cb : NULL, &obj,
+                           &objlen);
+    free(chain);
     job_release(j);
     released = 1;
+    const uint8_t *oc = NULL;
+    if (rc == FT_OK && (rc = ckpt_chunk_chain(obj, objlen, &ref.depth, &oc)) == FT_OK &&
+        ref.depth > 0) {
+      if ((ref.chain = malloc((size_t)ref.depth * CKPT_HASH_LEN)))
+        memcpy(ref.chain, oc, (size_t)ref.depth * CKPT_HASH_LEN);
+      else
+        rc = ft_err_set(FT_ENOMEM, "out of memory");
+    }
     if (rc)
       goto fail;
     rc = s->tier->put(s->tier, key, obj, objlen);
@@ -124,14 +361,30 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
   }
   if (s->tier->sync && (rc = s->tier->sync(s->tier, key)) != FT_OK)
     goto fail;
+  if (next) { /* durable: the base of this range from now on */
+    next->depth = ref.depth;
+    if (ref.depth && (next->chain = malloc((size_t)ref.depth * CKPT_HASH_LEN)))
+      memcpy(next->chain, ref.chain, (size_t)ref.depth * CKPT_HASH_LEN);
+    if (!ref.depth || next->chain) { /* else out of memory: no base here */
+      dbase_put(s, next, t->gen);
+      next = NULL;
+    }
+  }
   j->shard->parts[t->part].chunks[t->idx] = ref;
+  ref.chain = NULL; /* the shard's now */
   goto out;
 fail:
   job_fail(j, ckpt_err_wrap(rc, "writing %s bytes %" PRIu64 "..%" PRIu64 " (rank %d)",
                             j->shard->parts[t->part].name, t->offset, t->offset + t->len,
                             j->shard->rank));
 out:
+  free(ref.chain);
   free(obj);
+  dbase_unref(s, base);
+  if (next) {
+    next->refs = 1;
+    dbase_unref(s, next);
+  }
   if (!released)
     job_release(j);
   pthread_mutex_lock(&j->mu);
@@ -259,6 +512,8 @@ static int submit(ckpt_store *s, const char *run, int64_t step, int rank, int wo
       goto nomem;
     t->nchunks = t->cap = n;
   }
+  uint64_t gen = 0;
+  int delta = !memory_only && s->full_every > 1 && dseq_next(s, run, rank, &gen);
   j->unreleased = j->pending = ntasks;
   for (int i = 0; i < nparts; i++) {
     const ckpt_part *p = &parts[i];
@@ -287,6 +542,8 @@ static int submit(ckpt_store *s, const char *run, int64_t step, int rank, int wo
       t->len = p->len - off < chunk ? p->len - off : chunk;
       t->data = (const uint8_t *)p->data + off;
       t->esize = esize;
+      t->delta = delta;
+      t->gen = gen;
       pthread_mutex_lock(&s->mu);
       while (s->inflight_bytes > 0 && s->inflight_bytes + t->len > s->queue_bytes)
         pthread_cond_wait(&s->cv_space, &s->mu);

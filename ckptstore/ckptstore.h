@@ -92,6 +92,15 @@ typedef struct ckpt_store_opts {
   int threads;             /* background writer threads; 0: CKPT_DEFAULT_THREADS */
   int chunk_mib;           /* max chunk size; 0: CKPT_DEFAULT_CHUNK_MIB */
   int zstd_level;          /* 0: CKPT_DEFAULT_ZSTD_LEVEL */
+  int full_every;          /* delta chunks: a shard of a run and rank is
+                              encoded chunk by chunk against the one this
+                              handle submitted before it for them (where
+                              that is smaller), except every full_every-th
+                              (and the first after ckpt_store_delta_reset),
+                              which stands alone: chains are at most
+                              full_every - 1 long. 0 or 1: no deltas; at
+                              most CKPT_MAX_FULL_EVERY. Costs a copy of the
+                              last shard's bytes in memory. */
   size_t queue_bytes;      /* bound on bytes submitted but not yet written;
                               0: CKPT_DEFAULT_QUEUE_BYTES. See ckpt_store_submit. */
   int rebuild_catalog;     /* 1 (writers): a missing catalog is created empty
@@ -126,8 +135,17 @@ typedef struct ckpt_part {
                        its buffers are released */
 } ckpt_part;
 
+#define CKPT_MAX_FULL_EVERY 64
+
+/* The next shard submitted (of any run and rank) stands alone: no chunk of
+ * it is a delta against what this handle submitted before. For a process
+ * that restored an older checkpoint (a rollback), whose last shard is not
+ * what it trains from. */
+void ckpt_store_delta_reset(ckpt_store *s);
+
 /* Submits one rank's shard of checkpoint (run, step). Returns at once with a
- * job handle; background threads chunk, hash, compress and write.
+ * job handle; background threads chunk, hash, compress (a delta, see
+ * full_every) and write.
  * Back-pressure: if more than queue_bytes are in flight, submit blocks until
  * enough earlier work is written (it never drops or reorders work).
  * The part array is copied; the data buffers are not, see ckpt_job_released. */
@@ -209,6 +227,11 @@ typedef struct ckpt_info {
   int ntensors;
   int nchunks;
   int level; /* enum ckpt_level */
+  /* Delta chunks (checkpoint.full_every): 0 when every chunk stands alone,
+   * else the longest chain of earlier chunks one of its chunks needs. */
+  int depth;
+  int64_t base_step; /* the checkpoint its deltas were made against (the
+                        newest one, if several); -1: none or unknown */
 } ckpt_info;
 
 /* Lists checkpoints (run NULL: all runs), ordered by run then step.
@@ -298,6 +321,8 @@ typedef struct ckpt_tensor_info {
   uint64_t nbytes;       /* logical bytes */
   uint64_t stored_bytes; /* compressed bytes of its chunks */
   int nchunks;
+  int delta_chunks; /* how many of them are deltas against an earlier chunk */
+  int depth;        /* the longest chain among them (0: all stand alone) */
 } ckpt_tensor_info;
 /* Fills *ti for tensor i (0 <= i < ntensors); FT_EINVAL if out of range. */
 int ckpt_manifest_tensor(const ckpt_manifest *m, int i, ckpt_tensor_info *ti);
@@ -321,9 +346,13 @@ typedef struct ckpt_verify_report {
   int chunks_corrupt;
   int chunks_missing;
   char first_problem[512]; /* human-readable; "" when none */
+  int dependants_bad;      /* other checkpoints of the run marked BAD because
+                              they need a chunk that failed (delta chains) */
 } ckpt_verify_report;
-/* Re-hashes every chunk of (run, step). On any corrupt or missing chunk the
- * checkpoint is marked CKPT_BAD (unless read-only) and FT_ECORRUPT is
+/* Re-hashes every chunk of (run, step) (a delta decoded with its chain). On
+ * any corrupt or missing chunk the checkpoint is marked CKPT_BAD (unless
+ * read-only), and so is every other checkpoint of the run that needs one of
+ * the chunks that failed (rep->dependants_bad), and FT_ECORRUPT is
  * returned; rep is filled either way. progress may be NULL; it is called
  * with (done, total) chunk counts. */
 int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_report *rep,

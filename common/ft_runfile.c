@@ -155,6 +155,7 @@ static const struct field FIELDS[] = {
     F_WORD("checkpoint.replicate", checkpoint.replicate, W_BOOL),
     F_I64("checkpoint.persist_every", checkpoint.persist_every, 1, STEPS_MAX),
     F_WORD("checkpoint.require", checkpoint.require, W_REQUIRE),
+    F_INT("checkpoint.full_every", checkpoint.full_every, 1, 64),
     F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.start_timeout_s", watchdog.start_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, 86400, LO_OPEN),
@@ -240,6 +241,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   SETS(rf->checkpoint.replicate, "false");
   rf->checkpoint.persist_every = 1;
   SETS(rf->checkpoint.require, "durable");
+  rf->checkpoint.full_every = 4;
   rf->recovery.rejoin_timeout_s = 10;
 }
 

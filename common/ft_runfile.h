@@ -109,6 +109,9 @@ typedef struct ft_ckpt_cfg {
                             the others live only in memory (two hosts') */
   char require[16];      /* "durable" | "local" | "memory": when a checkpoint
                             counts as committed */
+  int full_every;        /* every full_every-th checkpoint stands alone; the
+                            others' chunks are deltas against the one before
+                            (ckpt_store_opts.full_every); 1: no deltas */
 } ft_ckpt_cfg;
 
 typedef struct ft_watchdog_cfg {

@@ -10,6 +10,7 @@ pkgs=(
   libcmocka-dev         # unit tests
   librocksdb-dev        # checkpoint catalog
   libzstd-dev zstd      # chunk codec (+ the CLI, a benchmark reference)
+  restic                # bench_delta's reference: a backup tool's deduplication
   libssl-dev            # SHA-256 (EVP), HMAC
   libcurl4-openssl-dev  # S3 tier
   libevent-dev          # supervisor event loop

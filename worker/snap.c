@@ -160,7 +160,7 @@ static void *committer_main(void *arg) {
   return NULL;
 }
 
-int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level,
+int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level, int full_every,
               snap_durable_fn on_durable, void *ud, snap **out) {
   *out = NULL;
   snap *s = calloc(1, sizeof *s);
@@ -169,8 +169,10 @@ int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level,
   s->on_durable = on_durable;
   s->ud = ud;
   /* A gang's worker only writes chunks; the supervisor owns the catalog. */
-  ckpt_store_opts o = {
-      .chunk_mib = chunk_mib, .zstd_level = zstd_level, .shard_writer = on_durable != NULL};
+  ckpt_store_opts o = {.chunk_mib = chunk_mib,
+                       .zstd_level = zstd_level,
+                       .full_every = full_every,
+                       .shard_writer = on_durable != NULL};
   int rc = ckpt_store_open(uri, &o, &s->store);
   if (rc) {
     free(s);
@@ -408,6 +410,9 @@ int snap_latest(snap *s, int64_t *step) {
 
 static int restore_from(snap *s, ckpt_manifest *man, engine *e, train_state *st,
                         char **config_json) {
+  /* training goes on from this checkpoint, not from the last shard this
+   * process wrote (a rollback): the next checkpoint stands alone */
+  ckpt_store_delta_reset(s->store);
   int rc = state_from_json(ckpt_manifest_state_json(man), st);
   if (rc == FT_OK)
     rc = engine_restore(e, s->store, man);

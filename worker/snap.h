@@ -43,8 +43,9 @@ typedef int (*snap_durable_fn)(void *ud, const ckpt_meta *meta, const ckpt_shard
 /* Opens the store at uri and starts the committer thread. With on_durable
  * NULL the store is opened as the catalog's writer and snap commits each
  * checkpoint itself (standalone, world 1); otherwise it only writes shards
- * and calls on_durable. *out owned by the caller (snap_free). */
-int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level,
+ * and calls on_durable. full_every: checkpoint.full_every (delta chunks,
+ * ckpt_store_opts). *out owned by the caller (snap_free). */
+int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level, int full_every,
               snap_durable_fn on_durable, void *ud, snap **out);
 /* Waits for every submitted checkpoint to commit, stops the committer and
  * closes the store. NULL is a no-op. */

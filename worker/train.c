@@ -505,7 +505,7 @@ static int open_store(trainer *t) {
     return FT_EXIT_OK;
   ft_runfile_store_env(rf, o->store_uri);
   int rc = snap_open(o->store_uri, rf->run, rf->checkpoint.chunk_mib, t->level,
-                     o->ctl ? shard_saved : NULL, t, &t->sn);
+                     rf->checkpoint.full_every, o->ctl ? shard_saved : NULL, t, &t->sn);
   if (rc) {
     fprintf(stderr, "worker: checkpoint store %s: %s\n", o->store_uri, ft_err_detail());
     return FT_EXIT_STORE;

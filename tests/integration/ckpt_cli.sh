@@ -68,6 +68,8 @@ expect_rc 0 "$C" --store "$S" restore 300 --to "$T/out"
 [ -s "$T/out/model.safetensors" ] || fail "restore into a folder: $(cat "$T/stdout")"
 expect_rc 0 "$C" --store "$S" restore 300 --to "$T/out" --world 2 --rank 1
 [ -s "$T/out/rank1-of-2.safetensors" ] || fail "shard restore into a folder: $(cat "$T/stdout")"
+expect_rc 0 "$C" --store "$S" restore 300 --to "$T/new/" --world 2 --rank 0 # ending in '/': made
+[ -s "$T/new/rank0-of-2.safetensors" ] || fail "shard restore into a new folder: $(cat "$T/stderr")"
 expect_rc 0 "$C" --store "$S" restore 300 --to "$T/m.safetensors" # an existing file is replaced
 expect_rc 2 "$C" --store "$S" restore 300
 expect_rc 0 "$C" --store "$S" diff 100 300

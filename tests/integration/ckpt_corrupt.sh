@@ -2,7 +2,9 @@
 # ckpt_corrupt: one flipped byte in one chunk file. `ckpt verify` must exit 1
 # naming the chunk and mark the checkpoint bad; `ckpt restore` of that
 # checkpoint must refuse the chunk with a clear error and write nothing; the
-# other checkpoint still verifies and restores.
+# other checkpoint still verifies and restores. Then delta chunks: a damaged
+# base makes every checkpoint whose chains need it fail verify (naming the
+# base), and `restore latest` falls back past them to an intact one.
 set -u
 W="$FT_BUILD/tests/ckpt_testwriter"
 C="$FT_BIN/ckpt"
@@ -53,4 +55,32 @@ ls "$T" | grep -q tmp && fail "a temp file was left behind"
 "$C" restore latest --to "$T/model.safetensors" | grep -q "step $good" ||
   fail "restore latest did not pick the intact step $good"
 [ -s "$T/model.safetensors" ] || fail "no model written"
+
+# ---- delta chunks: steps 1 and 3 stand alone, 2 and 4 are deltas on them
+export CKPT_STORE="local:$T/dstore"
+"$W" --store "$CKPT_STORE" --steps 4 --full-every 2 >/dev/null || fail "delta writer failed"
+"$C" verify >/dev/null || fail "verify of an intact delta store failed"
+"$C" ls | awk '$1=="testrun" {print $2, $NF}' | tr '\n' ' ' | grep -q "1 0 2 1 3 0 4 1" ||
+  fail "expected depths 0 1 0 1: $("$C" ls)"
+# the base step 4's first param/h.0 chunk is decoded against: step 3's
+base=$(python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+t = [t for t in m["tensors"] if t["name"] == "param/h.0"][0]
+print(t["chunks"][0][4][:64])' "$T/dstore/manifests/testrun/00000000000000000004.json")
+[ ${#base} = 64 ] || fail "step 4's param/h.0 chunk is not a delta"
+grep -q "$base" "$T/dstore/manifests/testrun/00000000000000000003.json" ||
+  fail "the base $base is not a chunk of step 3"
+victim="$T/dstore/chunks/${base:0:2}/$base"
+size=$(stat -c %s "$victim")
+printf '\x5a' | dd of="$victim" bs=1 seek=$((size - 8)) conv=notrunc status=none
+out=$("$C" verify 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 1 ] || fail "verify of the damaged base exited $rc, expected 1"
+bad=$(echo "$out" | awk '/^BAD/{sub(":", "", $4); print $4}' | sort -n | tr '\n' ' ')
+[ "$bad" = "3 4 " ] || fail "verify marked steps '$bad' bad, expected 3 and 4 (the base and its delta)"
+echo "$out" | grep -A1 "step 4" | grep -q "$base" || fail "verify of step 4 did not name its damaged base"
+"$C" restore 4 --to "$T/m4.safetensors" >/dev/null 2>&1 && fail "restore of step 4 succeeded"
+"$C" restore latest --to "$T/m2.safetensors" | grep -q "step 2" ||
+  fail "restore latest did not fall back to step 2 (a delta on intact step 1)"
 echo "ckpt_corrupt: ok"

@@ -8,6 +8,9 @@
 #     printed "committed STEP") is still there (durability), unless GC
 #     legitimately removed it (the writer runs gc --keep-last 3 after each
 #     commit, so kills also land inside GC).
+# The writer writes delta chunks (--full-every 3: chains up to 2 long), so
+# verify also decodes every chain, and GC must keep the bases a kept
+# checkpoint needs; the test fails if no delta was ever listed.
 # Env: CKPT_CRASH_ITERS (default 50), CKPT_CRASH_SEED (default: the pid).
 set -u
 W="$FT_BUILD/tests/ckpt_testwriter"
@@ -28,9 +31,10 @@ fail() {
 next=1
 kills=0
 mid=0
+deltas=0
 for i in $(seq 1 "$ITERS"); do
   "$W" --store "$S" --start "$next" --steps 100000 --world 2 --layers 2 --embd 128 \
-    --gc-keep 3 >"$T/out" 2>"$T/err" &
+    --gc-keep 3 --full-every 3 >"$T/out" 2>"$T/err" &
   pid=$!
   # Every fourth kill is timed from exec, so it can land in the store's open
   # (recovery of the previous kill's leftovers); the others from the writer's
@@ -59,6 +63,10 @@ for i in $(seq 1 "$ITERS"); do
   if [ $rc -ne 0 ] && ! echo "$ls_out" | grep -qE "no catalog|no store"; then
     fail "ckpt ls exited $rc: $ls_out"
   fi
+  # the DEPTH column (last): a checkpoint with delta chunks
+  if echo "$ls_out" | awk '$1=="testrun" && $NF+0 > 0 {f=1} END {exit !f}'; then
+    deltas=$((deltas + 1))
+  fi
   if echo "$ls_out" | grep -q pending; then
     fail "a pending checkpoint is listed: $ls_out"
   fi
@@ -75,6 +83,7 @@ for i in $(seq 1 "$ITERS"); do
   done
 done
 n=$("$C" --store "$S" ls | grep -c '^testrun')
-echo "ckpt_crash: $kills kills ($mid before any commit in that process), next step $next, $n checkpoints listed, all verified"
+echo "ckpt_crash: $kills kills ($mid before any commit in that process), next step $next, $n checkpoints listed, all verified; delta chunks listed after $deltas kills"
 [ "$next" -gt 3 ] || { echo "FAIL: too few commits happened ($next); the test did not exercise anything"; exit 1; }
+[ "$deltas" -gt 0 ] || { echo "FAIL: no checkpoint with delta chunks was ever listed"; exit 1; }
 exit 0

@@ -5,7 +5,7 @@
  *   ckpt_testwriter --store URI [--run NAME] [--steps N] [--start S] [--every E]
  *                   [--world W] [--layers L] [--embd C] [--gc-keep K]
  *                   [--chunk-mib M] [--threads T] [--catalog DIR]
- *                   [--retry-file FILE]
+ *                   [--retry-file FILE] [--full-every N]
  *
  * For each checkpoint step: every rank r of W submits its FSDP slice of
  * every tensor ("param/<group>", "adam_m/<group>", "adam_v/<group>": weights-
@@ -14,7 +14,8 @@
  * commit returns it prints "committed STEP" (flushed): the crash test checks
  * that every step it printed is in the catalog. With --gc-keep K it runs GC
  * (keep_last K, grace 0) after every commit, so a kill can land inside GC.
- * --catalog DIR puts the catalog there (opts.catalog_dir). With --retry-file
+ * --catalog DIR puts the catalog there (opts.catalog_dir). --full-every N
+ * writes delta chunks (opts.full_every: chains up to N-1 long). With --retry-file
  * FILE a failed step (submit, write or commit) prints "failed STEP: DETAIL"
  * and waits until FILE exists, deletes it and tries the step again, in the
  * same process with the same open store (at most 5 times in all): the
@@ -55,17 +56,16 @@ static int die(int rc, const char *what) {
 int main(int argc, char **argv) {
   const char *store = NULL, *run = "testrun", *catalog = NULL, *retry_file = NULL;
   int retries = 0;
-  int steps = 3, world = 1, gc_keep = 0, chunk_mib = 1, threads = 2;
+  int steps = 3, world = 1, gc_keep = 0, chunk_mib = 1, threads = 2, full_every = 0;
   int64_t start = 1, every = 1;
   ft_gpt2_dims d = {
       .max_seq_len = 64, .vocab_size = 256, .n_layer = 2, .n_head = 4, .channels = 64};
-  static const struct option opts[] = {{"store", 1, 0, 's'},      {"run", 1, 0, 'r'},
-                                       {"steps", 1, 0, 'n'},      {"start", 1, 0, 'b'},
-                                       {"every", 1, 0, 'e'},      {"world", 1, 0, 'w'},
-                                       {"layers", 1, 0, 'l'},     {"embd", 1, 0, 'c'},
-                                       {"gc-keep", 1, 0, 'g'},    {"chunk-mib", 1, 0, 'm'},
-                                       {"threads", 1, 0, 't'},    {"catalog", 1, 0, 'C'},
-                                       {"retry-file", 1, 0, 'R'}, {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"store", 1, 0, 's'},      {"run", 1, 0, 'r'},        {"steps", 1, 0, 'n'},
+      {"start", 1, 0, 'b'},      {"every", 1, 0, 'e'},      {"world", 1, 0, 'w'},
+      {"layers", 1, 0, 'l'},     {"embd", 1, 0, 'c'},       {"gc-keep", 1, 0, 'g'},
+      {"chunk-mib", 1, 0, 'm'},  {"threads", 1, 0, 't'},    {"catalog", 1, 0, 'C'},
+      {"retry-file", 1, 0, 'R'}, {"full-every", 1, 0, 'F'}, {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (ch) {
@@ -108,6 +108,9 @@ int main(int argc, char **argv) {
     case 'R':
       retry_file = optarg;
       break;
+    case 'F':
+      full_every = atoi(optarg);
+      break;
     default:
       fprintf(stderr, "usage: ckpt_testwriter --store URI [--run NAME] [--steps N] ...\n");
       return 2;
@@ -138,7 +141,8 @@ int main(int argc, char **argv) {
            d.n_layer, d.n_head, d.channels, d.vocab_size, d.max_seq_len);
 
   ckpt_store *s = NULL;
-  ckpt_store_opts o = {.chunk_mib = chunk_mib, .threads = threads, .catalog_dir = catalog};
+  ckpt_store_opts o = {
+      .chunk_mib = chunk_mib, .threads = threads, .catalog_dir = catalog, .full_every = full_every};
   int rc = ckpt_store_open(store, &o, &s);
   if (rc)
     return die(rc, "open");

@@ -52,21 +52,21 @@ static void test_encode_decode(void **st) {
   ckpt_sha256(w, n * 4, h);
   uint8_t *obj = NULL;
   size_t objlen = 0;
-  assert_int_equal(ckpt_chunk_encode(w, n * 4, 4, 1, &obj, &objlen), FT_OK);
+  assert_int_equal(ckpt_chunk_encode(w, n * 4, 4, 1, NULL, &obj, &objlen), FT_OK);
   assert_true(objlen < n * 4); /* float normals compress a little */
   assert_int_equal(obj[6], 1); /* and the shuffle filter is what helps */
   float *out = malloc(n * 4);
-  assert_int_equal(ckpt_chunk_decode(obj, objlen, h, out, n * 4), FT_OK);
+  assert_int_equal(ckpt_chunk_decode(obj, objlen, h, NULL, out, n * 4), FT_OK);
   assert_memory_equal(out, w, n * 4);
   /* one flipped payload byte: refused */
   obj[objlen / 2] ^= 1;
-  assert_int_equal(ckpt_chunk_decode(obj, objlen, h, out, n * 4), FT_ECORRUPT);
+  assert_int_equal(ckpt_chunk_decode(obj, objlen, h, NULL, out, n * 4), FT_ECORRUPT);
   obj[objlen / 2] ^= 1;
   /* the wrong name: refused, and the message names the chunk */
   uint8_t h2[CKPT_HASH_LEN];
   memcpy(h2, h, sizeof h2);
   h2[0] ^= 1;
-  assert_int_equal(ckpt_chunk_decode(obj, objlen, h2, out, n * 4), FT_ECORRUPT);
+  assert_int_equal(ckpt_chunk_decode(obj, objlen, h2, NULL, out, n * 4), FT_ECORRUPT);
   char hex[CKPT_HEX_LEN + 1];
   ckpt_hex(h2, hex);
   assert_non_null(strstr(ft_err_detail(), hex));
@@ -78,10 +78,10 @@ static void test_encode_decode(void **st) {
   for (int i = 0; i < 100000; i++)
     r[i] = (uint8_t)tu_rng(&s);
   ckpt_sha256(r, 100000, h);
-  assert_int_equal(ckpt_chunk_encode(r, 100000, 1, 1, &obj, &objlen), FT_OK);
+  assert_int_equal(ckpt_chunk_encode(r, 100000, 1, 1, NULL, &obj, &objlen), FT_OK);
   assert_int_equal(obj[5], 0);
   assert_int_equal(obj[6], 0);
-  assert_int_equal(ckpt_chunk_decode(obj, objlen, h, out, 100000), FT_OK);
+  assert_int_equal(ckpt_chunk_decode(obj, objlen, h, NULL, out, 100000), FT_OK);
   assert_memory_equal(out, r, 100000);
   free(obj);
   free(r);

@@ -206,7 +206,7 @@ static void test_tier_layout_and_list(void **st) {
   assert_true(ckpt_objkey_chunk(key, sizeof key, hex) > 0);
   uint8_t *obj = NULL;
   size_t objlen = 0;
-  assert_int_equal(ckpt_chunk_encode(raw, strlen(raw), 1, 1, &obj, &objlen), FT_OK);
+  assert_int_equal(ckpt_chunk_encode(raw, strlen(raw), 1, 1, NULL, &obj, &objlen), FT_OK);
   assert_int_equal(t->put(t, key, obj, objlen), FT_OK);
   assert_int_equal(t->put(t, key, obj, objlen), FT_OK); /* 412 is success for chunks */
   /* where it lives in the bucket */
