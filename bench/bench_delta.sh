@@ -7,8 +7,9 @@
 #                     auto: zstd, content-defined chunking and deduplication),
 #                     backing up the same raw state files one after the other
 #   today             the store without deltas: byte shuffle + zstd -1
-#   delta             the store with checkpoint.full_every 2, 4 (the default)
-#                     and 8: chains up to 1, 3 and 7 long
+#   delta             the store with checkpoint.full_every 2 (the default), 4
+#                     and 8: chains up to 1, 3 and 7 long; and with the Adam
+#                     moments lossy (checkpoint.moments q8, bf16)
 # for 20 successive checkpoints at intervals of 1 and 10 steps, of the demo
 # model and of one with over 100 MB of state (weights and both Adam moments).
 # Write throughput is the states' bytes over the time from submit to commit;
@@ -36,7 +37,7 @@ one() { # NAME EVERY SETS...: train, then measure every codec on its states
     --set checkpoint.full_every=1 --set checkpoint.keep_last=1000 \
     --steps $((20 * every)) --store "local:$d/src" --ckpt-every "$every" --quiet
   echo "== $name: 20 checkpoints, one every $every step(s) (${*:-the demo model})"
-  "$B/bin/bench_delta" "local:$d/src" gpt2-tiny "$d/out" 1 2 4 8
+  "$B/bin/bench_delta" "local:$d/src" gpt2-tiny "$d/out" 1 2 4 8 2:q8 4:q8 4:bf16
   # the raw state files: rank 0's whole shard of every tensor, as safetensors
   local steps
   steps=$("$B/bin/ckpt" --store "local:$d/src" ls --json |
@@ -55,7 +56,7 @@ one() { # NAME EVERY SETS...: train, then measure every codec on its states
   done
   t1=$(date +%s.%N)
   python3 -c "import sys; f,z,t=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3])
-print(f'%-28s %11.1f %6.2fx %11.0f' % ('zstd -3 (CLI, each file)', z/2**20, f/z, f/t/1e6))" \
+print(f'%-36s %11.1f %6.2fx %11.0f' % ('zstd -3 (CLI, each file)', z/2**20, f/z, f/t/1e6))" \
     "$full" "$zs" "$(python3 -c "print($t1 - $t0)")"
   restic init -q --repo "$d/restic" >/dev/null
   t0=$(date +%s.%N)
@@ -65,9 +66,9 @@ print(f'%-28s %11.1f %6.2fx %11.0f' % ('zstd -3 (CLI, each file)', z/2**20, f/z,
   t1=$(date +%s.%N)
   rs=$(du -sb "$d/restic" | cut -f1)
   python3 -c "import sys; f,z,t=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3])
-print(f'%-28s %11.1f %6.2fx %11.0f' % ('restic 0.14 (compression)', z/2**20, f/z, f/t/1e6))" \
+print(f'%-36s %11.1f %6.2fx %11.0f' % ('restic 0.14 (compression)', z/2**20, f/z, f/t/1e6))" \
     "$full" "$rs" "$(python3 -c "print($t1 - $t0)")"
-  printf '%-28s %11.1f\n' "full size (raw state files)" "$(python3 -c "print($full / 1048576)")"
+  printf '%-36s %11.1f\n' "full size (raw state files)" "$(python3 -c "print($full / 1048576)")"
   rm -rf "$d"
 }
 

@@ -10,7 +10,8 @@
  *   0  "FTCK"          magic
  *   4  u8 version = 1
  *   5  u8 codec        0 raw, 1 zstd, 2 planes (a delta's: each byte plane
- *                      apart, zstd or raw; planes_compress)
+ *                      apart, zstd or raw; planes_compress), 3 a lossy form
+ *                      of f32 values (byte 25: which; see "lossy forms")
  *   6  u8 filter       0 none, 1 byte shuffle, 2 delta (element size at 7)
  *   7  u8 esize
  *   8  u64 raw_len     little endian
@@ -40,6 +41,7 @@
 #include "ft_err.h"
 #include "ft_hex.h"
 
+#include <math.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,10 +367,165 @@ out:
   return rc;
 }
 
+/* ---- lossy forms (ckpt_part.lossy) -------------------------------------------
+ *
+ * codec 3: the chunk's f32 values in a lossy form (byte 25 says which, byte
+ * 26 is 1 when the payload is zstd'd), decoded by exact arithmetic only (no
+ * libm), so every machine decodes the same bytes and the name (the SHA-256
+ * of the decoded values) checks everywhere:
+ *   bf16    each value's top 16 bits, rounded to nearest even;
+ *   q8      blocks of QBLOCK values: an f32 scale (max |x| / 127), then a
+ *           signed 8-bit code per value (x = code * scale);
+ *   q8log   blocks of QBLOCK non-negative values: the block's top exponent
+ *           E (a byte), then a byte per value: 0 for 0, else 1 + 16e + m
+ *           (at most 255) for 2^(E-15+e) * (1 + m/16) (16 binades, 4
+ *           mantissa bits; smaller values are raised to the smallest step,
+ *           never to 0: a second moment is a denominator).
+ * Values a form cannot hold (NaN, infinity; negative ones for q8log) make
+ * the chunk exact instead. */
+#define QBLOCK 256
+
+static uint64_t lossy_len(uint64_t raw_len, int kind) {
+  uint64_t n = raw_len / 4, nb = (n + QBLOCK - 1) / QBLOCK;
+  return kind == CKPT_LOSSY_BF16 ? 2 * n : kind == CKPT_LOSSY_Q8 ? 4 * nb + n : nb + n;
+}
+
+/* The lossy form of n values into q (lossy_len bytes) and what it decodes
+ * to into deq; 0 when some value cannot be held. */
+static int quantize(const uint8_t *raw, size_t n, int kind, uint8_t *q, uint8_t *deq) {
+  size_t nb = (n + QBLOCK - 1) / QBLOCK;
+  for (size_t b = 0; b < nb; b++) {
+    size_t lo = b * QBLOCK, hi = lo + QBLOCK < n ? lo + QBLOCK : n;
+    uint32_t top = 0; /* the largest magnitude's bits */
+    for (size_t i = lo; i < hi; i++) {
+      uint32_t x;
+      memcpy(&x, raw + 4 * i, 4);
+      if ((x & 0x7f800000u) == 0x7f800000u || (kind == CKPT_LOSSY_Q8LOG && x > 0x80000000u))
+        return 0; /* not finite; or negative for a log form */
+      if ((x & 0x7fffffffu) > top)
+        top = x & 0x7fffffffu;
+    }
+    if (kind == CKPT_LOSSY_BF16) {
+      for (size_t i = lo; i < hi; i++) {
+        uint32_t x;
+        memcpy(&x, raw + 4 * i, 4);
+        uint32_t r = (x + 0x7fffu + ((x >> 16) & 1)) >> 16;
+        if ((r & 0x7f80u) == 0x7f80u)
+          return 0; /* rounded up to infinity */
+        q[2 * i] = (uint8_t)r;
+        q[2 * i + 1] = (uint8_t)(r >> 8);
+        uint32_t d = r << 16;
+        memcpy(deq + 4 * i, &d, 4);
+      }
+    } else if (kind == CKPT_LOSSY_Q8) {
+      float amax, scale;
+      memcpy(&amax, &top, 4);
+      scale = amax / 127.0f;
+      memcpy(q + 4 * b, &scale, 4);
+      int8_t *codes = (int8_t *)(q + 4 * nb);
+      for (size_t i = lo; i < hi; i++) {
+        float x;
+        memcpy(&x, raw + 4 * i, 4);
+        long c = scale > 0 ? lrintf(x / scale) : 0;
+        c = c > 127 ? 127 : c < -127 ? -127 : c;
+        codes[i] = (int8_t)c;
+        float d = (float)codes[i] * scale;
+        memcpy(deq + 4 * i, &d, 4);
+      }
+    } else {
+      uint32_t E = top >> 23;
+      if (top && E < 16)
+        return 0; /* below 2^-111: not worth a form of its own */
+      q[b] = (uint8_t)E;
+      uint8_t *codes = q + nb;
+      for (size_t i = lo; i < hi; i++) {
+        uint32_t x, d = 0;
+        memcpy(&x, raw + 4 * i, 4);
+        x &= 0x7fffffffu; /* -0 is 0 */
+        uint8_t c = 0;
+        if (x) {
+          int e = (int)(x >> 23) - (int)(E - 15);
+          int m = (int)(((x & 0x7fffffu) + (1u << 18)) >> 19);
+          if (m == 16)
+            m = 0, e++;
+          if (e < 0)
+            e = 0, m = 0;
+          if (16 * e + m > 254) /* 255 codes: the top binade's last step is its own top */
+            e = 15, m = 14;
+          c = (uint8_t)(1 + 16 * e + m);
+          d = (E - 15 + (uint32_t)e) << 23 | (uint32_t)m << 19;
+        }
+        codes[i] = c;
+        memcpy(deq + 4 * i, &d, 4);
+      }
+    }
+  }
+  return 1;
+}
+
+static void dequantize(const uint8_t *q, size_t n, int kind, uint8_t *dst) {
+  size_t nb = (n + QBLOCK - 1) / QBLOCK;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t d;
+    if (kind == CKPT_LOSSY_BF16) {
+      d = (uint32_t)(q[2 * i] | q[2 * i + 1] << 8) << 16;
+    } else if (kind == CKPT_LOSSY_Q8) {
+      float scale, f;
+      memcpy(&scale, q + 4 * (i / QBLOCK), 4);
+      f = (float)(int8_t)q[4 * nb + i] * scale;
+      memcpy(&d, &f, 4);
+    } else {
+      uint32_t E = q[i / QBLOCK], c = q[nb + i];
+      d = c ? (E - 15 + (c - 1) / 16) << 23 | ((c - 1) % 16) << 19 : 0;
+    }
+    memcpy(dst + 4 * i, &d, 4);
+  }
+}
+
+int ckpt_chunk_encode_lossy(const void *raw, size_t len, int kind, int zstd_level, uint8_t *deq,
+                            uint8_t **obj, size_t *objlen) {
+  *obj = NULL;
+  *objlen = 0;
+  if (len % 4 || kind < CKPT_LOSSY_BF16 || kind > CKPT_LOSSY_Q8LOG)
+    return ft_err_set(FT_EINVAL, "a lossy form is for f32 values only");
+  size_t ql = (size_t)lossy_len(len, kind);
+  uint8_t *q = malloc(ql ? ql : 1), *out = malloc(HDR + ZSTD_compressBound(ql) + ql);
+  int rc = FT_OK;
+  if (!q || !out) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory quantizing a chunk");
+    goto out;
+  }
+  if (!quantize(raw, len / 4, kind, q, deq))
+    goto out; /* FT_OK, no object: the caller stores the chunk exactly */
+  size_t c = ZSTD_compress(out + HDR, ZSTD_compressBound(ql), q, ql, zstd_level);
+  int z = !ZSTD_isError(c) && c < ql && ql <= len; /* decoded in a len-byte buffer */
+  if (!z) {
+    memcpy(out + HDR, q, ql);
+    c = ql;
+  }
+  memcpy(out, "FTCK", 4);
+  out[4] = 1;
+  out[5] = 3;
+  out[6] = 0;
+  out[7] = 4;
+  put64(out + 8, len);
+  put64(out + 16, c);
+  memset(out + 24, 0, 8);
+  out[25] = (uint8_t)kind;
+  out[26] = (uint8_t)z;
+  *obj = out;
+  *objlen = HDR + c;
+  out = NULL;
+out:
+  free(q);
+  free(out);
+  return rc;
+}
+
 /* Parses and checks the header: codec, filter, esize, raw length, depth
  * and where the payload starts. */
 typedef struct hdr {
-  int codec, filter, esize, depth;
+  int codec, filter, esize, depth, lossy;
   uint64_t raw_len, plen;
   size_t pre; /* header, chain and seal */
 } hdr;
@@ -383,10 +540,15 @@ static int parse_hdr(const uint8_t *obj, size_t objlen, const char *hex, hdr *h)
   h->plen = get64(obj + 16);
   h->depth = h->filter == 2 ? obj[24] : 0;
   h->pre = HDR + (h->filter == 2 ? (size_t)(h->depth + 1) * CKPT_HASH_LEN : 0);
+  h->lossy = h->codec == 3 ? obj[25] : 0;
   int bad_delta = h->filter == 2 && (h->depth < 1 || h->depth > CKPT_MAX_CHAIN || h->codec != 2 ||
                                      !ckpt_chunk_delta_ok(h->raw_len, h->esize));
-  if (h->codec > 2 || (h->codec == 2) != (h->filter == 2) || h->filter > 2 || h->esize < 1 ||
-      bad_delta || objlen < h->pre || h->plen != objlen - h->pre ||
+  int bad_lossy = h->codec == 3 && (h->filter != 0 || h->esize != 4 || h->raw_len % 4 ||
+                                    h->lossy < CKPT_LOSSY_BF16 || h->lossy > CKPT_LOSSY_Q8LOG ||
+                                    obj[26] > 1 || h->plen > lossy_len(h->raw_len, h->lossy));
+  if (h->codec > 3 || (h->codec == 2) != (h->filter == 2) || h->filter > 2 || h->esize < 1 ||
+      bad_delta || bad_lossy || objlen < h->pre || h->plen != objlen - h->pre ||
+      (h->codec == 0 && h->plen != h->raw_len) || /* raw: the payload is the bytes */
       (h->filter && h->raw_len % (uint64_t)h->esize))
     return ft_err_set(FT_ECORRUPT,
                       "chunk %s: damaged header (codec %d, filter %d, raw %llu bytes; payload "
@@ -445,6 +607,22 @@ int ckpt_chunk_apply(const uint8_t *obj, size_t objlen, const uint8_t hash[CKPT_
   if (h.raw_len != expect_len)
     return ft_err_set(FT_ECORRUPT, "chunk %s: header says %llu raw bytes, expected %zu", hex,
                       (unsigned long long)h.raw_len, expect_len);
+  if (h.codec == 3) { /* a lossy form: decoded into tmp if zstd'd, then expanded */
+    const uint8_t *q = obj + h.pre;
+    size_t ql = (size_t)lossy_len(h.raw_len, h.lossy);
+    if (obj[26]) {
+      size_t r = ql <= expect_len ? ZSTD_decompress(tmp, expect_len, q, h.plen) : 0;
+      if (ZSTD_isError(r) || r != ql)
+        return ft_err_set(FT_ECORRUPT, "chunk %s: does not decompress (%s)", hex,
+                          ZSTD_isError(r) ? ZSTD_getErrorName(r) : "wrong length");
+      q = tmp;
+    } else if (h.plen != ql) {
+      return ft_err_set(FT_ECORRUPT, "chunk %s: %llu bytes of values, expected %zu", hex,
+                        (unsigned long long)h.plen, ql);
+    }
+    dequantize(q, expect_len / 4, h.lossy, dst);
+    return FT_OK;
+  }
   if (h.codec == 2) { /* a delta: added element by element, in place over the base */
     const uint8_t *pl[4];
     rc = planes_open(obj + h.pre, h.plen, expect_len, h.esize, tmp, pl, hex);

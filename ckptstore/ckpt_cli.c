@@ -319,6 +319,25 @@ static int parse_step(cli *c, const char *arg, int64_t *step) {
 
 /* ---- ls ----------------------------------------------------------------------- */
 
+/* "yes", or the lossy forms in mask (ckpt_info.lossy) joined by '+'. */
+static void lossy_str(int mask, char *buf, size_t n) {
+  size_t l = 0;
+  buf[0] = 0;
+  for (int k = CKPT_LOSSY_BF16; k <= CKPT_LOSSY_Q8LOG && l < n; k++)
+    if (mask & (1 << k))
+      l += (size_t)snprintf(buf + l, n - l, "%s%s", l ? "+" : "", ckpt_lossy_name(k));
+  if (!buf[0])
+    snprintf(buf, n, "yes");
+}
+
+static void add_lossy_json(cJSON *o, int mask) {
+  cJSON_AddBoolToObject(o, "exact", mask == 0);
+  cJSON *a = cJSON_AddArrayToObject(o, "lossy");
+  for (int k = CKPT_LOSSY_BF16; k <= CKPT_LOSSY_Q8LOG; k++)
+    if (mask & (1 << k))
+      cJSON_AddItemToArray(a, cJSON_CreateString(ckpt_lossy_name(k)));
+}
+
 static int cmd_ls(cli *c) {
   ckpt_info *v = NULL;
   size_t n = 0;
@@ -351,6 +370,7 @@ static int cmd_ls(cli *c) {
         cJSON_AddNumberToObject(o, "base", (double)v[i].base_step);
       else
         cJSON_AddNullToObject(o, "base");
+      add_lossy_json(o, v[i].lossy);
       cJSON_AddItemToArray(arr, o);
     }
     char *s = cJSON_Print(arr);
@@ -365,8 +385,8 @@ static int cmd_ls(cli *c) {
     free(v);
     return 0;
   }
-  printf("%-16s %8s  %-19s  %-9s %-7s %9s %11s %11s %11s %6s %8s %5s\n", "RUN", "STEP", "TIME",
-         "STATE", "LEVEL", "LOSS", "LOGICAL", "STORED", "NEW", "RATIO", "BASE", "DEPTH");
+  printf("%-16s %8s  %-19s  %-9s %-7s %9s %11s %11s %11s %6s %8s %5s  %s\n", "RUN", "STEP", "TIME",
+         "STATE", "LEVEL", "LOSS", "LOGICAL", "STORED", "NEW", "RATIO", "BASE", "DEPTH", "EXACT");
   for (size_t i = 0; i < n; i++) {
     char t[32], lg[32], st[32], nw[32], loss[32], state[16], ratio[16], base[24] = "-";
     if (v[i].depth > 0 && v[i].base_step >= 0)
@@ -387,16 +407,20 @@ static int cmd_ls(cli *c) {
                (double)v[i].logical_bytes / (double)v[i].stored_bytes);
     else
       snprintf(ratio, sizeof ratio, "-");
-    printf("%-16s %8" PRId64 "  %-19s  %-9s %-7s %9s %11s %11s %11s %6s %8s %5d\n", v[i].run,
+    char exact[64];
+    lossy_str(v[i].lossy, exact, sizeof exact);
+    printf("%-16s %8" PRId64 "  %-19s  %-9s %-7s %9s %11s %11s %11s %6s %8s %5d  %s\n", v[i].run,
            v[i].step, t, state, ckpt_level_name(v[i].level), loss, lg, st, nw, ratio, base,
-           v[i].depth);
+           v[i].depth, exact);
   }
   printf("(* pinned; LEVEL = where its bytes are safe: durable (the store), local (an s3 "
          "store's cache, the upload queued), memory (two hosts' memory only, not in the "
          "store); NEW = stored bytes of chunks no earlier checkpoint had; RATIO = logical / "
          "stored; BASE = the checkpoint its delta chunks were encoded against (- none, ? one "
          "not committed); DEPTH = the longest chain of earlier chunks a restore of it reads "
-         "(0: it stands alone), at most checkpoint.full_every - 1)\n");
+         "(0: it stands alone), at most checkpoint.full_every - 1; EXACT = yes, or the lossy "
+         "forms its optimizer moments were stored in (checkpoint.moments): a resume from it is "
+         "not bit-exact)\n");
   free(v);
   return 0;
 }
@@ -439,6 +463,7 @@ static int cmd_show(cli *c, const char *arg) {
       cJSON_AddNumberToObject(o, "base", (double)i->base_step);
     else
       cJSON_AddNullToObject(o, "base");
+    add_lossy_json(o, i->lossy);
     cJSON_AddItemToObject(o, "config", cJSON_Parse(ckpt_manifest_config_json(m)));
     cJSON_AddItemToObject(o, "state_json", cJSON_Parse(ckpt_manifest_state_json(m)));
     cJSON_AddItemToObject(o, "metrics", cJSON_Parse(ckpt_manifest_metrics_json(m)));
@@ -456,6 +481,7 @@ static int cmd_show(cli *c, const char *arg) {
       cJSON_AddNumberToObject(x, "stored_bytes", (double)t.stored_bytes);
       cJSON_AddNumberToObject(x, "nchunks", t.nchunks);
       cJSON_AddNumberToObject(x, "delta_chunks", t.delta_chunks);
+      cJSON_AddStringToObject(x, "form", ckpt_lossy_name(t.lossy));
       cJSON_AddNumberToObject(x, "depth", t.depth);
       cJSON_AddItemToArray(ts, x);
     }
@@ -485,6 +511,12 @@ static int cmd_show(cli *c, const char *arg) {
     printf("deltas against chunks of an uncommitted step, chains up to %d deep\n", i->depth);
   else
     printf("every chunk stands alone (no deltas)\n");
+  if (i->lossy) {
+    char forms[64];
+    lossy_str(i->lossy, forms, sizeof forms);
+    printf("not exact: tensors stored in lossy forms (%s); a resume from it is not bit-exact\n",
+           forms);
+  }
   printf("config  %s\nstate   %s\nmetrics %s\n\n", ckpt_manifest_config_json(m),
          ckpt_manifest_state_json(m), ckpt_manifest_metrics_json(m));
   printf("%-28s %-5s %-22s %7s %11s %11s  %s\n", "TENSOR", "DTYPE", "SHAPE", "CHUNKS", "SIZE",
@@ -496,7 +528,9 @@ static int cmd_show(cli *c, const char *arg) {
     shape_str(&ti, sh, sizeof sh);
     human(ti.nbytes, a, sizeof a);
     human(ti.stored_bytes, b, sizeof b);
-    if (ti.delta_chunks == 0)
+    if (ti.lossy)
+      snprintf(enc, sizeof enc, "lossy %s", ckpt_lossy_name(ti.lossy));
+    else if (ti.delta_chunks == 0)
       snprintf(enc, sizeof enc, "full");
     else if (ti.delta_chunks == ti.nchunks)
       snprintf(enc, sizeof enc, "delta (depth %d)", ti.depth);

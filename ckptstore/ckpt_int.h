@@ -67,6 +67,12 @@ int ckpt_chunk_delta_ok(size_t len, int esize);
  * most. *obj is malloc'd, caller frees. */
 int ckpt_chunk_encode(const void *raw, size_t len, int esize, int zstd_level,
                       const ckpt_chunk_base *base, uint8_t **obj, size_t *objlen);
+/* Encodes len bytes of f32 values in lossy form kind (enum ckpt_lossy)
+ * into a chunk object, and what it decodes to into deq (len bytes: the
+ * chunk's bytes, to name it by). *obj NULL (and FT_OK) when a value cannot
+ * be held: the caller stores the chunk exactly. */
+int ckpt_chunk_encode_lossy(const void *raw, size_t len, int kind, int zstd_level, uint8_t *deq,
+                            uint8_t **obj, size_t *objlen);
 /* The chain a chunk object names, without decoding it: *depth 0 (and
  * *chain NULL) for a chunk that stands alone, else *chain points into obj
  * (depth names, its base first). FT_ECORRUPT if the header is damaged. */
@@ -107,6 +113,7 @@ typedef struct ckpt_chunk_ref {
 typedef struct ckpt_tensor {
   char *name;
   char dtype[8];
+  int lossy; /* enum ckpt_lossy it was submitted with */
   int ndim;
   int64_t shape[CKPT_MAX_DIMS];
   uint64_t offset; /* shard parts: first byte; checkpoint tensors: 0 */

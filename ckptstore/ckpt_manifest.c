@@ -243,6 +243,8 @@ static cJSON *tensor_to_json(const ckpt_tensor *t, int with_range) {
   } else {
     cJSON_AddNumberToObject(o, "nbytes", (double)t->len);
   }
+  if (t->lossy) /* absent: exact */
+    cJSON_AddStringToObject(o, "lossy", ckpt_lossy_name(t->lossy));
   cJSON *ch = cJSON_AddArrayToObject(o, "chunks");
   for (int i = 0; i < t->nchunks; i++) {
     const ckpt_chunk_ref *c = &t->chunks[i];
@@ -276,6 +278,14 @@ static int tensor_from_json(const cJSON *o, ckpt_tensor *t, int with_range) {
   if (!(t->name = strdup(name)))
     return ft_err_set(FT_ENOMEM, "out of memory");
   snprintf(t->dtype, sizeof t->dtype, "%s", dtype);
+  const char *lossy = get_str(o, "lossy");
+  if (cJSON_GetObjectItemCaseSensitive(o, "lossy")) {
+    for (t->lossy = CKPT_LOSSY_BF16; lossy && t->lossy <= CKPT_LOSSY_Q8LOG; t->lossy++)
+      if (!strcmp(lossy, ckpt_lossy_name(t->lossy)))
+        break;
+    if (!lossy || t->lossy > CKPT_LOSSY_Q8LOG || strcmp(t->dtype, "f32"))
+      return ft_err_set(FT_EFORMAT, "manifest: tensor %s: unknown lossy form", name);
+  }
   const cJSON *x;
   int64_t v = 0;
   cJSON_ArrayForEach(x, sh) {
@@ -516,6 +526,9 @@ int ckpt_manifest_build(const ckpt_meta *meta, ckpt_shard *const *shards, int ns
     t->ndim = p0->ndim;
     memcpy(t->shape, p0->shape, sizeof t->shape);
     t->len = nbytes;
+    t->lossy = p0->lossy;
+    if (t->lossy)
+      m->info.lossy |= 1 << t->lossy;
     if (nbytes == 0 && p0->ndim > 0) {
       rc = ft_err_set(FT_EINVAL, "commit: tensor %s has an unknown dtype '%s' or a bad shape",
                       p0->name, p0->dtype);
@@ -525,8 +538,9 @@ int ckpt_manifest_build(const ckpt_meta *meta, ckpt_shard *const *shards, int ns
     for (; i < nparts && strcmp(all[i]->name, t->name) == 0; i++) {
       const ckpt_tensor *p = all[i];
       if (strcmp(p->dtype, t->dtype) != 0 || p->ndim != t->ndim ||
-          memcmp(p->shape, t->shape, sizeof t->shape) != 0) {
-        rc = ft_err_set(FT_EINVAL, "commit: shards disagree on the dtype or shape of %s", t->name);
+          memcmp(p->shape, t->shape, sizeof t->shape) != 0 || p->lossy != t->lossy) {
+        rc = ft_err_set(FT_EINVAL, "commit: shards disagree on the dtype, shape or form of %s",
+                        t->name);
         goto out;
       }
       if (p->offset > at) {
@@ -688,6 +702,8 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
       if (x->chunks[c].depth > m->info.depth)
         m->info.depth = x->chunks[c].depth;
     }
+    if (x->lossy)
+      m->info.lossy |= 1 << x->lossy;
   }
   m->info.ntensors = m->ntensors;
   *out = m;
@@ -724,6 +740,8 @@ char *ckpt_info_to_json(const ckpt_info *i) {
   cJSON_AddNumberToObject(o, "nchunks", i->nchunks);
   if (i->level != CKPT_LEVEL_DURABLE) /* absent: durable (records older than levels) */
     cJSON_AddStringToObject(o, "level", ckpt_level_name(i->level));
+  if (i->lossy) /* absent: exact */
+    cJSON_AddNumberToObject(o, "lossy", i->lossy);
   if (i->depth > 0) { /* absent: every chunk stands alone */
     cJSON_AddNumberToObject(o, "depth", i->depth);
     cJSON_AddNumberToObject(o, "base", (double)i->base_step);
@@ -792,17 +810,19 @@ int ckpt_info_from_json(const char *json, ckpt_info *i) {
     i->base_step = -1;
   }
   /* delta chunks: the longest chain and the base (absent: none) */
-  double dv[2] = {0, -1};
-  const char *dk[2] = {"depth", "base"};
-  const double dlo[2] = {0, -1}, dhi[2] = {CKPT_MAX_CHAIN, JSON_INT_MAX};
-  for (int k = 0; rc == FT_OK && k < 2; k++) {
+  double dv[3] = {0, -1, 0};
+  const char *dk[3] = {"depth", "base", "lossy"};
+  const double dlo[3] = {0, -1, 0}, dhi[3] = {CKPT_MAX_CHAIN, JSON_INT_MAX, 15};
+  for (int k = 0; rc == FT_OK && k < 3; k++) {
     int64_t x = 0;
     if (cJSON_GetObjectItemCaseSensitive(o, dk[k]) && (rc = get_num(o, dk[k], &dv[k])) == FT_OK &&
         (rc = as_int(dv[k], dlo[k], dhi[k], "checkpoint record", dk[k], &x)) == FT_OK) {
       if (k == 0)
         i->depth = (int)x;
-      else
+      else if (k == 1)
         i->base_step = x;
+      else
+        i->lossy = (int)x & ~1;
     }
   }
   cJSON_Delete(o);
@@ -842,6 +862,7 @@ int ckpt_manifest_tensor(const ckpt_manifest *m, int i, ckpt_tensor_info *ti) {
   for (int c = 0; c < t->nchunks; c++) {
     ti->stored_bytes += t->chunks[c].stored;
     ti->delta_chunks += t->chunks[c].depth > 0;
+    ti->lossy = t->lossy;
     if (t->chunks[c].depth > ti->depth)
       ti->depth = t->chunks[c].depth;
   }

@@ -114,6 +114,11 @@ const char *ckpt_state_name(int state) {
   return "unknown";
 }
 
+const char *ckpt_lossy_name(int lossy) {
+  static const char *n[] = {"exact", "bf16", "q8", "q8log"};
+  return lossy >= 0 && lossy <= CKPT_LOSSY_Q8LOG ? n[lossy] : "?";
+}
+
 const char *ckpt_level_name(int level) {
   switch (level) {
   case CKPT_LEVEL_DURABLE:

@@ -51,6 +51,7 @@ struct ckpt_task {
   uint64_t offset, len;
   int esize;
   int delta;    /* 1: may be a delta against the base of its byte range */
+  int lossy;    /* enum ckpt_lossy of its part */
   uint64_t gen; /* s->delta_gen when submitted */
   ckpt_task *next;
 };
@@ -274,15 +275,28 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
   size_t objlen = 0;
   int released = 0, rc;
   ckpt_dbase *base = NULL, *next = NULL; /* the base used; the one this chunk becomes */
+  uint8_t *deq = NULL;                   /* a lossy chunk's bytes: what its form decodes to */
+  const uint8_t *bytes = t->data;
   pthread_mutex_lock(&j->mu);
   int failed = j->rc != 0;
   pthread_mutex_unlock(&j->mu);
   if (failed)
     goto out;
-  rc = ckpt_sha256(t->data, t->len, ref.hash);
+  if (t->lossy && !j->memory_only) {
+    if (!(deq = malloc(t->len ? t->len : 1))) {
+      rc = ft_err_set(FT_ENOMEM, "out of memory quantizing a chunk");
+      goto fail;
+    }
+    rc = ckpt_chunk_encode_lossy(t->data, t->len, t->lossy, s->zstd_level, deq, &obj, &objlen);
+    if (rc)
+      goto fail;
+    if (obj) /* else a value the form cannot hold: the chunk stays exact */
+      bytes = deq;
+  }
+  rc = ckpt_sha256(bytes, t->len, ref.hash);
   if (rc)
     goto fail;
-  ckpt_mem_put(s->mem, ref.hash, t->data, t->len); /* the nearest copy for a restore */
+  ckpt_mem_put(s->mem, ref.hash, bytes, t->len); /* the nearest copy for a restore */
   if (j->memory_only) { /* done: the chunk lives in this process's memory */
     j->shard->parts[t->part].chunks[t->idx] = ref;
     goto out;
@@ -290,7 +304,7 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_hex(ref.hash, hex);
   ckpt_objkey_chunk(key, sizeof key, hex);
-  if (s->full_every > 1 && ckpt_chunk_delta_ok(t->len, t->esize)) {
+  if (s->full_every > 1 && !obj && ckpt_chunk_delta_ok(t->len, t->esize)) {
     /* this chunk will be the base of the next shard's: keep its bytes */
     next = calloc(1, sizeof *next);
     if (!next || !(next->key = dbase_key(j, t)) || !(next->raw = malloc(t->len))) {
@@ -313,6 +327,8 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
     ref.stored = size;
     job_release(j);
     released = 1;
+    free(obj); /* a lossy form made for nothing */
+    obj = NULL;
     if (base && !memcmp(base->hash, ref.hash, CKPT_HASH_LEN)) { /* unchanged since */
       if (base->depth && !(ref.chain = malloc((size_t)base->depth * CKPT_HASH_LEN))) {
         rc = ft_err_set(FT_ENOMEM, "out of memory");
@@ -337,8 +353,10 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
           memcpy(chain + CKPT_HASH_LEN, base->chain, (size_t)base->depth * CKPT_HASH_LEN);
       }
     }
-    rc = ckpt_chunk_encode(t->data, t->len, t->esize, s->zstd_level, chain ? &cb : NULL, &obj,
-                           &objlen);
+    rc = FT_OK;
+    if (!obj) /* (a lossy chunk is encoded already) */
+      rc = ckpt_chunk_encode(t->data, t->len, t->esize, s->zstd_level, chain ? &cb : NULL, &obj,
+                             &objlen);
     free(chain);
     job_release(j);
     released = 1;
@@ -380,6 +398,7 @@ fail:
 out:
   free(ref.chain);
   free(obj);
+  free(deq);
   dbase_unref(s, base);
   if (next) {
     next->refs = 1;
@@ -470,6 +489,10 @@ static int submit(ckpt_store *s, const char *run, int64_t step, int rank, int wo
         p->ndim > CKPT_MAX_DIMS)
       return ft_err_set(FT_EINVAL, "submit: part %d: missing name, unknown dtype '%s' or bad ndim",
                         i, p->dtype ? p->dtype : "(null)");
+    if (p->lossy < CKPT_EXACT || p->lossy > CKPT_LOSSY_Q8LOG ||
+        (p->lossy && strcmp(p->dtype, "f32") != 0))
+      return ft_err_set(FT_EINVAL, "submit: part %d (%s): a lossy form (%d) is for f32 only", i,
+                        p->tensor, p->lossy);
     if (p->offset > nb || p->len > nb - p->offset || (p->len && !p->data))
       return ft_err_set(FT_EINVAL,
                         "submit: part %d (%s): bytes [%" PRIu64 ", %" PRIu64
@@ -507,6 +530,7 @@ static int submit(ckpt_store *s, const char *run, int64_t step, int rank, int wo
     memcpy(t->shape, p->shape, sizeof t->shape);
     t->offset = p->offset;
     t->len = p->len;
+    t->lossy = memory_only ? CKPT_EXACT : p->lossy;
     t->chunks = calloc((size_t)(n ? n : 1), sizeof *t->chunks);
     if (!t->chunks)
       goto nomem;
@@ -544,6 +568,7 @@ static int submit(ckpt_store *s, const char *run, int64_t step, int rank, int wo
       t->esize = esize;
       t->delta = delta;
       t->gen = gen;
+      t->lossy = memory_only ? CKPT_EXACT : p->lossy;
       pthread_mutex_lock(&s->mu);
       while (s->inflight_bytes > 0 && s->inflight_bytes + t->len > s->queue_bytes)
         pthread_cond_wait(&s->cv_space, &s->mu);

@@ -123,6 +123,24 @@ void ckpt_store_free(ckpt_store *s);
 
 /* ---- writing ------------------------------------------------------------ */
 
+/* A lossy form for a part's f32 values (ckpt_part.lossy), for state the
+ * caller can afford to restore approximately (an optimizer's moments,
+ * checkpoint.moments), never weights. The checkpoint then holds the values
+ * the form decodes to, and its chunks are named by their SHA-256, so every
+ * read is still verified. A chunk with a value the form cannot hold (NaN,
+ * infinity, a negative one for q8log) is stored exactly instead. */
+enum ckpt_lossy {
+  CKPT_EXACT = 0,
+  CKPT_LOSSY_BF16 = 1,  /* each value rounded to bfloat16 */
+  CKPT_LOSSY_Q8 = 2,    /* blocks of 256: a scale (max |x| / 127) and a
+                           signed 8-bit code per value (first moments) */
+  CKPT_LOSSY_Q8LOG = 3, /* blocks of 256 non-negative values: 8 bits on a
+                           log scale of 16 binades below the block's top,
+                           4 mantissa bits (second moments) */
+};
+/* "exact", "bf16", "q8", "q8log" */
+const char *ckpt_lossy_name(int lossy);
+
 /* One contiguous byte range of a logical tensor, as owned by one rank. */
 typedef struct ckpt_part {
   const char *tensor; /* logical tensor name, e.g. "param/wte" */
@@ -133,6 +151,7 @@ typedef struct ckpt_part {
   uint64_t len;     /* bytes in this range */
   const void *data; /* host buffer: borrowed until the job says
                        its buffers are released */
+  int lossy;        /* enum ckpt_lossy (f32 only); 0: exact */
 } ckpt_part;
 
 #define CKPT_MAX_FULL_EVERY 64
@@ -232,6 +251,8 @@ typedef struct ckpt_info {
   int depth;
   int64_t base_step; /* the checkpoint its deltas were made against (the
                         newest one, if several); -1: none or unknown */
+  int lossy;         /* bit (1 << enum ckpt_lossy) for every lossy form one
+                        of its tensors was stored in; 0: exact */
 } ckpt_info;
 
 /* Lists checkpoints (run NULL: all runs), ordered by run then step.
@@ -321,6 +342,7 @@ typedef struct ckpt_tensor_info {
   uint64_t nbytes;       /* logical bytes */
   uint64_t stored_bytes; /* compressed bytes of its chunks */
   int nchunks;
+  int lossy;        /* enum ckpt_lossy it was submitted with */
   int delta_chunks; /* how many of them are deltas against an earlier chunk */
   int depth;        /* the longest chain among them (0: all stand alone) */
 } ckpt_tensor_info;

@@ -87,6 +87,7 @@ static const char *const W_DEVICE[] = {"cpu", "cuda", NULL};
 static const char *const W_LAUNCHER[] = {"local", "command", "ssh", "slurm", NULL};
 static const char *const W_BOOL[] = {"true", "false", NULL};
 static const char *const W_REQUIRE[] = {"durable", "local", "memory", NULL};
+static const char *const W_MOMENTS[] = {"exact", "bf16", "q8", NULL};
 static const char *const W_ON_SPIKE[] = {"rollback", "rollback_and_skip", "warn", NULL};
 static const char *const W_NO_SPARES[] = {"shrink", "wait", "fail", NULL};
 
@@ -156,6 +157,7 @@ static const struct field FIELDS[] = {
     F_I64("checkpoint.persist_every", checkpoint.persist_every, 1, STEPS_MAX),
     F_WORD("checkpoint.require", checkpoint.require, W_REQUIRE),
     F_INT("checkpoint.full_every", checkpoint.full_every, 1, 64),
+    F_WORD("checkpoint.moments", checkpoint.moments, W_MOMENTS),
     F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.start_timeout_s", watchdog.start_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, 86400, LO_OPEN),
@@ -241,7 +243,8 @@ void ft_runfile_defaults(ft_runfile *rf) {
   SETS(rf->checkpoint.replicate, "false");
   rf->checkpoint.persist_every = 1;
   SETS(rf->checkpoint.require, "durable");
-  rf->checkpoint.full_every = 4;
+  rf->checkpoint.full_every = 2;
+  SETS(rf->checkpoint.moments, "exact");
   rf->recovery.rejoin_timeout_s = 10;
 }
 

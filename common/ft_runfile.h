@@ -112,6 +112,8 @@ typedef struct ft_ckpt_cfg {
   int full_every;        /* every full_every-th checkpoint stands alone; the
                             others' chunks are deltas against the one before
                             (ckpt_store_opts.full_every); 1: no deltas */
+  char moments[8];       /* "exact" | "bf16" | "q8": how the optimizer's
+                            moments are stored (ckpt_part.lossy) */
 } ft_ckpt_cfg;
 
 typedef struct ft_watchdog_cfg {

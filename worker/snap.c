@@ -59,7 +59,8 @@ struct snap {
   char last_detail[512];  /* and its detail */
   snap_fault_fn on_fault; /* a failed checkpoint (NULL: printed only) */
   void *fault_ud;
-  int memory_first; /* snap_set_memory_first */
+  int memory_first;     /* snap_set_memory_first */
+  int lossy_m, lossy_v; /* snap_set_moments: enum ckpt_lossy of each moment */
 };
 
 static int submit(snap *s, pending *p, int memory) {
@@ -190,6 +191,18 @@ int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level, i
   return FT_OK;
 }
 
+int snap_set_moments(snap *s, const char *moments) {
+  if (!strcmp(moments, "exact"))
+    s->lossy_m = s->lossy_v = CKPT_EXACT;
+  else if (!strcmp(moments, "bf16"))
+    s->lossy_m = s->lossy_v = CKPT_LOSSY_BF16;
+  else if (!strcmp(moments, "q8"))
+    s->lossy_m = CKPT_LOSSY_Q8, s->lossy_v = CKPT_LOSSY_Q8LOG;
+  else
+    return ft_err_set(FT_EINVAL, "checkpoint.moments: '%s' (exact, bf16 or q8)", moments);
+  return FT_OK;
+}
+
 void snap_set_fault(snap *s, snap_fault_fn fn, void *ud) {
   pthread_mutex_lock(&s->mu);
   s->on_fault = fn;
@@ -316,6 +329,11 @@ int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
   rc = engine_snapshot(e, p->parts, p->names, &p->fence);
   if (rc)
     goto fail;
+  for (int i = 0; persist && i < np; i++) /* the moments' form (checkpoint.moments) */
+    if (!strncmp(p->parts[i].tensor, "adam_m/", 7))
+      p->parts[i].lossy = s->lossy_m;
+    else if (!strncmp(p->parts[i].tensor, "adam_v/", 7))
+      p->parts[i].lossy = s->lossy_v;
   p->nparts = np;
   p->rank = rank;
   p->world = world;
@@ -413,6 +431,12 @@ static int restore_from(snap *s, ckpt_manifest *man, engine *e, train_state *st,
   /* training goes on from this checkpoint, not from the last shard this
    * process wrote (a rollback): the next checkpoint stands alone */
   ckpt_store_delta_reset(s->store);
+  const ckpt_info *in = ckpt_manifest_info(man);
+  if (in->lossy)
+    fprintf(stderr,
+            "worker: step %" PRId64 " was stored with lossy optimizer moments "
+            "(checkpoint.moments): training goes on from it, but not bit-exactly\n",
+            in->step);
   int rc = state_from_json(ckpt_manifest_state_json(man), st);
   if (rc == FT_OK)
     rc = engine_restore(e, s->store, man);

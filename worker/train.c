@@ -512,6 +512,7 @@ static int open_store(trainer *t) {
   }
   if (o->ctl)
     snap_set_fault(t->sn, report_storage, o->ctl);
+  snap_set_moments(t->sn, rf->checkpoint.moments); /* a word the run file checked */
   if (memory_tier(o)) {
     uint64_t chunk = (uint64_t)(rf->checkpoint.chunk_mib > 0 ? rf->checkpoint.chunk_mib : 4) << 20;
     uint64_t state = 3 * (uint64_t)ft_gpt2_num_params(&t->d) * sizeof(float);

@@ -1,10 +1,13 @@
 /*
- * test_ckpt_delta: delta chunks. The codec (a chunk encoded against its
- * base, decoded only with it, a damaged object or the wrong base refused);
+ * test_ckpt_delta: delta chunks and lossy forms. The delta codec (a chunk
+ * encoded against its base, decoded only with it, a damaged object or the
+ * wrong base refused);
  * and the store: successive shards written as deltas with chains no longer
  * than full_every - 1, every checkpoint read back exactly, GC keeping the
  * bases a kept checkpoint needs, a damaged base making its dependants fail
  * verify and drop out of ckpt_store_latest, and a reset standing alone.
+ * The lossy forms: within their error, named by what they decode to, exact
+ * where they cannot hold a value, and said in the checkpoint's record.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +16,8 @@
 #include <cmocka.h>
 
 #include "test_ckpt_util.h"
+
+#define HDR_FOR_TEST 32 /* a chunk object's header (ckpt_chunk.c) */
 
 /* One "training step": every value moves by a small relative amount. */
 static void nudge(float *w, size_t n, uint64_t seed) {
@@ -277,6 +282,109 @@ static void test_commit_needs_bases(void **st) {
   tu_store_close(f.dir, f.uri, f.s);
 }
 
+/* The lossy forms: what they decode to is what the chunk is named by and
+ * what a read gets back, within each form's error; values a form cannot
+ * hold leave the chunk exact; the record says the checkpoint is not exact. */
+static void test_lossy(void **st) {
+  size_t n = 3000, len = n * 4; /* 11 blocks and a short one */
+  float *m = malloc(len), *v = malloc(len), *deq = malloc(len), *out = malloc(len);
+  tu_fill(m, n, 21);
+  for (size_t i = 0; i < n; i++)
+    v[i] = m[i] * m[i] * (float)(1 + i % 7) * 1e-3f; /* >= 0, wide range */
+  v[5] = 0.0f;
+  v[6] = 1e-30f;  /* far below its block's top: raised, not zeroed */
+  v[10] = 1.999f; /* its block's top, the last step of the top binade */
+  int kinds[3] = {CKPT_LOSSY_BF16, CKPT_LOSSY_Q8, CKPT_LOSSY_Q8LOG};
+  for (int k = 0; k < 3; k++) {
+    const float *x = kinds[k] == CKPT_LOSSY_Q8LOG ? v : m;
+    uint8_t *obj = NULL;
+    size_t objlen = 0;
+    assert_int_equal(ckpt_chunk_encode_lossy(x, len, kinds[k], 1, (uint8_t *)deq, &obj, &objlen),
+                     FT_OK);
+    assert_non_null(obj);
+    assert_true(objlen < len / (kinds[k] == CKPT_LOSSY_BF16 ? 1.9 : 3.5));
+    uint8_t h[CKPT_HASH_LEN];
+    ckpt_sha256(deq, len, h);
+    assert_int_equal(ckpt_chunk_decode(obj, objlen, h, NULL, out, len), FT_OK);
+    assert_memory_equal(out, deq, len); /* decodes to what it is named by */
+    for (size_t i = 0; i < n; i++) {
+      float err = fabsf(out[i] - x[i]);
+      if (kinds[k] == CKPT_LOSSY_BF16)
+        assert_true(err <= fabsf(x[i]) / 256);
+      else if (kinds[k] == CKPT_LOSSY_Q8) { /* half a step of the block's scale */
+        float amax = 0;
+        for (size_t j = i / 256 * 256; j < n && j < i / 256 * 256 + 256; j++)
+          amax = fmaxf(amax, fabsf(x[j]));
+        assert_true(err <= amax / 127 / 2 * 1.0001f);
+      } else if (x[i] == 0) {
+        assert_true(out[i] == 0);
+      } else {
+        assert_true(out[i] > 0); /* never zeroed */
+        if (i != 6)
+          assert_true(err <= x[i] / (i == 10 ? 15 : 30) || out[i] > x[i]);
+      }
+    }
+    obj[HDR_FOR_TEST + 3] ^= 0x40; /* a damaged code: the name says so */
+    assert_int_equal(ckpt_chunk_decode(obj, objlen, h, NULL, out, len), FT_ECORRUPT);
+    free(obj);
+  }
+  /* a NaN, or a negative value for the log form: no lossy object */
+  uint8_t *obj = NULL;
+  size_t objlen = 0;
+  m[7] = NAN;
+  assert_int_equal(ckpt_chunk_encode_lossy(m, len, CKPT_LOSSY_Q8, 1, (uint8_t *)deq, &obj, &objlen),
+                   FT_OK);
+  assert_null(obj);
+  v[9] = -1.0f;
+  assert_int_equal(
+      ckpt_chunk_encode_lossy(v, len, CKPT_LOSSY_Q8LOG, 1, (uint8_t *)deq, &obj, &objlen), FT_OK);
+  assert_null(obj);
+  m[7] = 0.5f;
+  v[9] = 1.0f;
+
+  /* through the store: the record is not exact, a read returns the
+   * decoded values, the weights stay exact */
+  char *dir, *uri;
+  ckpt_store *s;
+  ckpt_store_opts o = {.full_every = 4};
+  assert_int_equal(tu_store_open(&dir, &uri, &s, &o), FT_OK);
+  ckpt_part p[3] = {tu_part("adam_m/a", m, n, 0, n), tu_part("adam_v/a", v, n, 0, n),
+                    tu_part("param/a", m, n, 0, n)};
+  p[0].lossy = CKPT_LOSSY_Q8;
+  p[1].lossy = CKPT_LOSSY_Q8LOG;
+  assert_int_equal(tu_commit(s, "r", 1, p, 3), FT_OK);
+  ckpt_manifest *man = NULL;
+  assert_int_equal(ckpt_store_load(s, "r", 1, &man), FT_OK);
+  assert_int_equal(ckpt_manifest_info(man)->lossy, (1 << CKPT_LOSSY_Q8) | (1 << CKPT_LOSSY_Q8LOG));
+  ckpt_tensor_info ti;
+  assert_int_equal(ckpt_manifest_tensor(man, ckpt_manifest_find(man, "adam_v/a"), &ti), FT_OK);
+  assert_int_equal(ti.lossy, CKPT_LOSSY_Q8LOG);
+  assert_int_equal(ckpt_store_read(s, man, "param/a", 0, len, out), FT_OK);
+  assert_memory_equal(out, m, len);
+  assert_int_equal(ckpt_store_read(s, man, "adam_m/a", 0, len, out), FT_OK);
+  assert_memory_not_equal(out, m, len);
+  ckpt_chunk_encode_lossy(m, len, CKPT_LOSSY_Q8, 1, (uint8_t *)deq, &obj, &objlen);
+  free(obj);
+  assert_memory_equal(out, deq, len);
+  ckpt_info *l = NULL;
+  size_t nl = 0;
+  assert_int_equal(ckpt_store_list(s, "r", &l, &nl), FT_OK);
+  assert_int_equal(l[0].lossy, ckpt_manifest_info(man)->lossy); /* the record says so too */
+  free(l);
+  ckpt_manifest_free(man);
+  /* only for f32 */
+  ckpt_part bad = p[0];
+  bad.dtype = "bf16";
+  ckpt_job *j = NULL;
+  assert_int_equal(ckpt_store_submit(s, "r", 2, 0, 1, &bad, 1, &j), FT_EINVAL);
+  assert_non_null(strstr(ft_err_detail(), "f32 only"));
+  tu_store_close(dir, uri, s);
+  free(m);
+  free(v);
+  free(deq);
+  free(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_codec),
@@ -284,6 +392,7 @@ int main(void) {
       cmocka_unit_test(test_unchanged_and_reset),
       cmocka_unit_test(test_verify_marks_dependants),
       cmocka_unit_test(test_commit_needs_bases),
+      cmocka_unit_test(test_lossy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
