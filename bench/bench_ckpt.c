@@ -12,6 +12,7 @@
  * Prints a table; exit 0 unless something fails. Not a test: no assertions
  * on speed (CTest label "bench").
  */
+#include "bench_fs.h"
 #include "ckptstore.h"
 #include "ft_clock.h"
 #include "ft_err.h"
@@ -39,34 +40,6 @@ static void fill(float *v, size_t n) {
     v[i] = (float)(r * cos(6.283185307179586 * u2));
     v[i + 1] = (float)(r * sin(6.283185307179586 * u2));
   }
-}
-
-static void drop_cache_file(const char *path) {
-  int fd = open(path, O_RDONLY);
-  if (fd >= 0) {
-    fdatasync(fd);
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    close(fd);
-  }
-}
-
-static void drop_cache_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d)
-    return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.')
-      continue;
-    char p[4096];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-      drop_cache_tree(p);
-    else
-      drop_cache_file(p);
-  }
-  closedir(d);
 }
 
 static uint64_t tree_bytes(const char *dir) {
@@ -155,7 +128,7 @@ static int restore(const char *dir, int threads, const float *state, size_t byte
   char uri[4300], path[4200];
   snprintf(path, sizeof path, "%s/store_t%d", dir, threads);
   snprintf(uri, sizeof uri, "local:%s", path);
-  drop_cache_tree(path);
+  bench_drop_cache_tree(path);
   ckpt_store *s = NULL;
   ckpt_store_opts o = {.read_only = 1, .threads = threads};
   double t0 = ft_now_s();
@@ -215,7 +188,7 @@ int main(int argc, char **argv) {
   fsync(fd);
   close(fd);
   row("plain write + fsync", (double)bytes, ft_now_s() - t, "");
-  drop_cache_file(file);
+  bench_drop_cache_file(file);
   t = ft_now_s();
   fd = open(file, O_RDONLY);
   for (size_t off = 0; off < bytes;) {

@@ -17,6 +17,7 @@
  * and compared with the source) and that depth. Each row is measured in the same
  * run, on the same disk. Not a test: no assertions on speed (label bench).
  */
+#include "bench_fs.h"
 #include "ckptstore.h"
 #include "ft_clock.h"
 #include "ft_err.h"
@@ -40,30 +41,6 @@ typedef struct state {
 static int die(int rc, const char *what) {
   fprintf(stderr, "bench_delta: %s: %s: %s\n", what, ft_strerror(rc), ft_err_detail());
   return 1;
-}
-
-static void drop_cache_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d)
-    return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.')
-      continue;
-    char p[4300];
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    if (e->d_type == DT_DIR) {
-      drop_cache_tree(p);
-      continue;
-    }
-    int fd = open(p, O_RDONLY);
-    if (fd >= 0) {
-      fdatasync(fd);
-      posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-      close(fd);
-    }
-  }
-  closedir(d);
 }
 
 /* Every tensor of (run, step) whole, as one rank's parts. */
@@ -157,7 +134,7 @@ static int write_all(const char *dir, int full_every, const char *moments, state
   ckpt_store_free(s);
 
   /* that one back, from a cold cache */
-  drop_cache_tree(path);
+  bench_drop_cache_tree(path);
   const state *last = &sts[at];
   r->restored = last->bytes;
   double t0 = ft_now_s();
