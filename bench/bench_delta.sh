@@ -3,9 +3,10 @@
 # instead, measured in the same run on the same disk:
 #   full size         the states' bytes
 #   zstd -3           the CLI on each raw state file (rank 0's safetensors)
-#   restic            Debian's restic 0.14 (a local repository, compression
-#                     auto: zstd, content-defined chunking and deduplication),
-#                     backing up the same raw state files one after the other
+#   restic            Debian's restic 0.14 (a local repository, version 2,
+#                     --compression max: zstd, content-defined chunking and
+#                     deduplication), backing up the same raw state files one
+#                     after the other
 #   today             the store without deltas: byte shuffle + zstd -1
 #   delta             the store with checkpoint.full_every 2 (the default), 4
 #                     and 8: chains up to 1, 3 and 7 long; and with the Adam
@@ -61,12 +62,12 @@ print(f'%-36s %11.1f %6.2fx %11.0f' % ('zstd -3 (CLI, each file)', z/2**20, f/z,
   restic init -q --repo "$d/restic" >/dev/null
   t0=$(date +%s.%N)
   for s in $steps; do
-    (cd "$d/raw/$s" && restic -q --repo "$d/restic" backup --compression auto . >/dev/null)
+    (cd "$d/raw/$s" && restic -q --repo "$d/restic" backup --compression max . >/dev/null)
   done
   t1=$(date +%s.%N)
   rs=$(du -sb "$d/restic" | cut -f1)
   python3 -c "import sys; f,z,t=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3])
-print(f'%-36s %11.1f %6.2fx %11.0f' % ('restic 0.14 (compression)', z/2**20, f/z, f/t/1e6))" \
+print(f'%-36s %11.1f %6.2fx %11.0f' % ('restic 0.14 (compression max)', z/2**20, f/z, f/t/1e6))" \
     "$full" "$rs" "$(python3 -c "print($t1 - $t0)")"
   printf '%-36s %11.1f\n' "full size (raw state files)" "$(python3 -c "print($full / 1048576)")"
   rm -rf "$d"

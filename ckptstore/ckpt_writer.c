@@ -74,7 +74,8 @@ struct ckpt_job {
  * written) is remembered under (run, rank, tensor, offset, len): its name,
  * a copy of its raw bytes and its chain. The chunk of the next shard for
  * the same range is encoded against it (ckpt_chunk_encode picks the delta
- * only when it is smaller), unless that shard is one of the full ones (the
+ * only when it is smaller; a chunk in a lossy form, its decoded values,
+ * when that beats the form), unless that shard is one of the full ones (the
  * first of each full_every, counted per run and rank) or the base's chain
  * is already full_every - 1 long. An entry is replaced only once the new
  * chunk is durable, so a base is always a chunk in the tier; users hold a
@@ -304,14 +305,14 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
   char hex[CKPT_HEX_LEN + 1], key[128];
   ckpt_hex(ref.hash, hex);
   ckpt_objkey_chunk(key, sizeof key, hex);
-  if (s->full_every > 1 && !obj && ckpt_chunk_delta_ok(t->len, t->esize)) {
+  if (s->full_every > 1 && ckpt_chunk_delta_ok(t->len, t->esize)) {
     /* this chunk will be the base of the next shard's: keep its bytes */
     next = calloc(1, sizeof *next);
     if (!next || !(next->key = dbase_key(j, t)) || !(next->raw = malloc(t->len))) {
       rc = ft_err_set(FT_ENOMEM, "out of memory keeping a delta base");
       goto fail;
     }
-    memcpy(next->raw, t->data, t->len);
+    memcpy(next->raw, bytes, t->len);
     next->len = t->len;
     memcpy(next->hash, ref.hash, CKPT_HASH_LEN);
     if (t->delta)
@@ -354,9 +355,21 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
       }
     }
     rc = FT_OK;
-    if (!obj) /* (a lossy chunk is encoded already) */
+    if (!obj) {
       rc = ckpt_chunk_encode(t->data, t->len, t->esize, s->zstd_level, chain ? &cb : NULL, &obj,
                              &objlen);
+    } else if (chain) { /* lossy: its decoded values as a delta on the base's, if smaller */
+      uint8_t *dobj = NULL;
+      size_t dlen = 0;
+      rc = ckpt_chunk_encode(bytes, t->len, t->esize, s->zstd_level, &cb, &dobj, &dlen);
+      if (rc == FT_OK && dlen < objlen) {
+        free(obj);
+        obj = dobj;
+        objlen = dlen;
+      } else {
+        free(dobj);
+      }
+    }
     free(chain);
     job_release(j);
     released = 1;
