@@ -269,6 +269,20 @@ static int chain_of_stored(ckpt_store *s, const char *key, ckpt_chunk_ref *ref) 
   return rc;
 }
 
+/* 1 if base and every chunk of its chain are in the tier, each freshened
+ * as a reused chunk is (the GC protocol, ckpt_gc.c): a delta is written only
+ * on bases a concurrent GC will not sweep before the commit checks them. */
+static int chain_present(ckpt_store *s, const ckpt_dbase *base) {
+  for (int k = -1; k < base->depth; k++) {
+    char hex[CKPT_HEX_LEN + 1], key[128];
+    ckpt_hex(k < 0 ? base->hash : base->chain + (size_t)k * CKPT_HASH_LEN, hex);
+    ckpt_objkey_chunk(key, sizeof key, hex);
+    if (s->tier->exists(s->tier, key, 1, NULL, NULL) != FT_OK)
+      return 0;
+  }
+  return 1;
+}
+
 static void run_task(ckpt_store *s, ckpt_task *t) {
   ckpt_job *j = t->job;
   ckpt_chunk_ref ref = {.offset = t->offset, .len = t->len};
@@ -317,8 +331,8 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
     memcpy(next->hash, ref.hash, CKPT_HASH_LEN);
     if (t->delta)
       base = dbase_get(s, next->key);
-    if (base && base->depth + 1 >= s->full_every) {
-      dbase_unref(s, base); /* its chain is as long as allowed: stand alone */
+    if (base && (base->depth + 1 >= s->full_every || !chain_present(s, base))) {
+      dbase_unref(s, base); /* its chain is as long as allowed, or gone: stand alone */
       base = NULL;
     }
   }

@@ -251,7 +251,8 @@ static void test_verify_marks_dependants(void **st) {
   tu_store_close(f.dir, f.uri, f.s);
 }
 
-/* A commit whose delta's base is gone from the store is refused. */
+/* A commit whose delta's base is gone from the store is refused, and the
+ * writer does not encode against a base whose chain is gone. */
 static void test_commit_needs_bases(void **st) {
   fx f = {.n = 64 * 1024};
   ckpt_store_opts o = {.full_every = 4};
@@ -277,6 +278,15 @@ static void test_commit_needs_bases(void **st) {
   assert_non_null(strstr(ft_err_detail(), hex));
   ckpt_info in;
   assert_int_equal(ckpt_store_get_info(f.s, "r", 2, &in), FT_ENOENT); /* nothing recorded */
+  /* the next shard's base (step 2's chunk) needs the chunk that is gone:
+   * the writer sees it and writes that shard standing alone */
+  nudge(f.w, f.n, 2);
+  assert_int_equal(commit_w(&f, 3), FT_OK);
+  ckpt_manifest *m3 = NULL;
+  assert_int_equal(ckpt_store_load(f.s, "r", 3, &m3), FT_OK);
+  assert_int_equal(m3->tensors[0].chunks[0].depth, 0); /* the half whose chain broke */
+  assert_int_equal(m3->tensors[0].chunks[1].depth, 2); /* the other half goes on */
+  ckpt_manifest_free(m3);
   ckpt_shard_free(sh);
   free(f.w);
   tu_store_close(f.dir, f.uri, f.s);
