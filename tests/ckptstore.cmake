@@ -22,8 +22,8 @@ if(TARGET ftckpt AND TARGET ckpt)
     endif()
   endforeach()
   # Under the sanitizers each kill waits for a writer that opens its store
-  # several times slower: 30 kills there (50 in the plain build).
+  # several times slower: 20 kills there (50 in the plain build).
   if(SANITIZE AND TEST ckpt_crash)
-    set_property(TEST ckpt_crash APPEND PROPERTY ENVIRONMENT CKPT_CRASH_ITERS=30)
+    set_property(TEST ckpt_crash APPEND PROPERTY ENVIRONMENT CKPT_CRASH_ITERS=20)
   endif()
 endif()
