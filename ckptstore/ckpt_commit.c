@@ -18,12 +18,15 @@
  *   C3 for every chunk the manifest references, and every chunk in the
  *      chain of a delta (the bases it is decoded against): check it exists
  *      in the tier and freshen its timestamp [tier->exists(freshen=1),
- *      check_chunks]. A missing chunk or base refuses the commit. Freshening is the commit's half
- * of the GC protocol: a chunk freshened after a GC took its clock reading is never swept by that
- * GC. C3 runs before C2, without meta_mu: on an s3 store it is a request per chunk, and holding
- * meta_mu through it held up every other commit (a memory-level one that needs no tier at all) for
- * seconds. Read gc_epoch before it; if a GC took its clock reading (G1) between then and C2, C3
- * runs again (twice more without meta_mu, then under it), so every chunk was freshened after the
+ *      check_chunks]. A missing chunk or base refuses the commit.
+ *      Freshening is the commit's half of the GC protocol: a chunk
+ *      freshened after a GC took its clock reading is never swept by that
+ *      GC. C3 runs before C2, without meta_mu: on an s3 store it is a
+ *      request per chunk, and holding meta_mu through it held up every
+ *      other commit (a memory-level one that needs no tier at all) for
+ *      seconds. Read gc_epoch before it; if a GC took its clock reading
+ *      (G1) between then and C2, C3 runs again (twice more without
+ *      meta_mu, then under it), so every chunk was freshened after the
  *      clock reading of any GC whose mark (G4) might miss this checkpoint,
  *      as before.
  *   C2 take meta_mu, which serialises commits with each other and with the
@@ -241,6 +244,22 @@ static int check_chunks(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m, 
   return FT_OK;
 }
 
+/* Raises *base to the step of run that first recorded chunk hash (the
+ * catalog's first-seen index), if it is an earlier step of the same run. */
+static void note_base(ckpt_store *s, const ckpt_meta *meta, const uint8_t *hash, int64_t *base) {
+  char hex[CKPT_HEX_LEN + 1], key[256], *val = NULL;
+  ckpt_hex(hash, hex);
+  ckpt_key_chunk(key, sizeof key, hex);
+  if (ckpt_catalog_get(s->cat, key, &val, NULL) != FT_OK)
+    return;
+  const char *slash = strrchr(val, '/');
+  long long st = slash ? strtoll(slash + 1, NULL, 10) : -1;
+  if (slash && (size_t)(slash - val) == strlen(meta->run) &&
+      !strncmp(val, meta->run, (size_t)(slash - val)) && st > *base && st < meta->step)
+    *base = st;
+  free(val);
+}
+
 int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *shards,
                       int nshards) {
   if (s->read_only)
@@ -331,22 +350,6 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   snprintf(first, sizeof first, "%s/%020" PRId64, meta->run, meta->step);
   m->info.new_bytes = 0;
   m->info.base_step = -1;
-  for (int i = 0; i < k && !memory; i++) { /* the base: where a delta's base was first */
-    if (refs[i].depth < 1)
-      continue;
-    char hex[CKPT_HEX_LEN + 1], *val = NULL;
-    ckpt_hex(refs[i].chain, hex);
-    ckpt_key_chunk(key, sizeof key, hex);
-    if (ckpt_catalog_get(s->cat, key, &val, NULL) == FT_OK) {
-      const char *slash = strrchr(val, '/');
-      long long st = slash ? strtoll(slash + 1, NULL, 10) : -1;
-      if (slash && (size_t)(slash - val) == strlen(meta->run) &&
-          !strncmp(val, meta->run, (size_t)(slash - val)) && st > m->info.base_step &&
-          st < meta->step)
-        m->info.base_step = st;
-    }
-    free(val);
-  }
   for (int i = 0; i < k && !memory; i++) {
     if (i > 0 && memcmp(refs[i].hash, refs[i - 1].hash, CKPT_HASH_LEN) == 0)
       continue;
@@ -361,6 +364,8 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     } else if (rc) {
       goto out;
     }
+    if (refs[i].depth > 0) /* the base: the step that first had a delta's base */
+      note_base(s, meta, refs[i].chain, &m->info.base_step);
   }
 
   mjs = ckpt_manifest_to_json(m);
