@@ -7,12 +7,14 @@
 #     optimizer step (micro batch = global batch = B: 16 for 124M, 8 for 350M),
 #     for our worker and for bench/pytorch_gpt2.py (--compile, bf16 autocast,
 #     fused AdamW) with the same model, batch and vocabulary padding;
-#     (plus, with GPU_BENCH_TC=1, the default, the worker with FT_ATTENTION=tc:
-#     the tensor-core attention, a row "ftsup-tc" that cannot fail the run);
+#     (plus, with GPU_BENCH_SIMT=1, the default, the worker with
+#     FT_ATTENTION=simt: the fp32 CUDA-core attention instead of the
+#     tensor-core one, a row "ftsup-simt" that cannot fail the run);
 #  2. the checkpoint stall: the worker again on 124M with --store local:DIR
-#     --ckpt-every 5; the median stall per checkpoint (ckpt_stall_ms, the time
-#     snap_take held the loop, plus the next step's ckpt_fence_ms, the time
-#     its optimizer waited for the device-to-host copy) beside a bare pinned
+#     --ckpt-every 25 (GPU_BENCH_CKPT_EVERY), 4 checkpoints; the median stall
+#     per checkpoint (ckpt_stall_ms, the time snap_take held the loop, plus
+#     the next step's ckpt_fence_ms, the time its optimizer waited for the
+#     device-to-host copy) beside a bare pinned
 #     D2H copy of the same ckpt_bytes through our C API (bench_gpu_copy) and
 #     through PyTorch (pytorch_gpt2.py --d2h).
 #
@@ -38,6 +40,7 @@
 #              registration and gpu-bundle/env.sh set it)
 #   B124, B350 batch sizes (16, 8); GPU_BENCH_STEPS (30); GPU_BENCH_MODELS
 #              ("124M 350M"; "tiny" is a 2-layer model for checking the script)
+#   GPU_BENCH_CKPT_EVERY (25): the stall run's interval; it runs 4 of them
 #   GPU_BENCH_SEQ (1024), GPU_BENCH_PRECISION (bf16), GPU_BENCH_PEAK (989e12)
 #   GPU_BENCH_TIMEOUT  seconds per worker/PyTorch run (900)
 #   GPU_BENCH_KEEP=DIR leave the logs there as gpu_bench_logs.tgz
@@ -56,6 +59,7 @@ FT_BIN=${FT_BIN:-$FT_SRC/build/bin}
 PY=${PYTHON:-python3}
 DEVICE=${GPU_BENCH_DEVICE:-cuda}
 STEPS=${GPU_BENCH_STEPS:-30}
+CKE=${GPU_BENCH_CKPT_EVERY:-25}
 SEQ=${GPU_BENCH_SEQ:-1024}
 VOCAB=50257
 PREC=${GPU_BENCH_PRECISION:-bf16}
@@ -178,7 +182,7 @@ worker_run() {
   local log="$T/worker_$tag.jsonl"
   rm -f "$log"
   local t0=$SECONDS
-  if timeout "$TMO" "$FT_BIN/worker" --standalone "$rf" --set "nodes.device=$DEVICE" --steps "$STEPS" \
+  if timeout "$TMO" "$FT_BIN/worker" --standalone "$rf" --set "nodes.device=$DEVICE" --steps "${WSTEPS:-$STEPS}" \
     --log-json "$log" --quiet "$@" >"$T/worker_$tag.out" 2>"$T/worker_$tag.err"; then
     :
   else
@@ -258,11 +262,11 @@ for m in $MODELS; do
   rf=$(runfile "$m" "$L" "$H" "$C" "$B")
   echo "   GPT-2 $m (L=$L H=$H C=$C T=$SEQ B=$B): worker..."
   worker_run "$m" "$rf"
-  if [ "${GPU_BENCH_TC:-1}" = 1 ]; then # the tensor-core attention (opt-in, not yet validated)
-    echo "   GPT-2 $m: worker with FT_ATTENTION=tc..."
+  if [ "${GPU_BENCH_SIMT:-1}" = 1 ]; then # the fp32 attention the tensor-core one replaced
+    echo "   GPT-2 $m: worker with FT_ATTENTION=simt..."
     f0=$FAILED
-    FT_ATTENTION=tc worker_run "${m}_tc" "$rf" || true
-    FAILED=$f0 # an experimental kernel does not fail the benchmark
+    FT_ATTENTION=simt worker_run "${m}_simt" "$rf" || true
+    FAILED=$f0 # a comparison row does not fail the benchmark
   fi
   if [ $HAVE_TORCH = 1 ]; then
     echo "   GPT-2 $m: PyTorch (torch.compile)..."
@@ -275,8 +279,8 @@ cm=124M
 case " $MODELS " in *" 124M "*) ;; *) cm=${MODELS%% *} ;; esac
 read -r L H C B < <(dims "$cm") || exit 1
 rf=$(runfile "$cm" "$L" "$H" "$C" "$B")
-echo "   checkpoint stall: worker $cm with --store local:DIR --ckpt-every 5..."
-if worker_run "ckpt_$cm" "$rf" --store "local:$T/store_ckpt" --ckpt-every 5; then
+echo "   checkpoint stall: worker $cm with --store local:DIR --ckpt-every $CKE, $((CKE * 4)) steps..."
+if WSTEPS=$((CKE * 4)) worker_run "ckpt_$cm" "$rf" --store "local:$T/store_ckpt" --ckpt-every "$CKE"; then
   bytes=$(tail -n 1 "$R" | py -c 'import json, sys; print(json.loads(sys.stdin.read()).get("ckpt_bytes", 0))')
   if [ "${bytes:-0}" -gt 0 ]; then
     if "$FT_BIN/bench_gpu_copy" "$bytes" 5 >"$T/copy_kc.out" 2>"$T/copy_kc.err"; then
@@ -302,11 +306,12 @@ if worker_run "ckpt_$cm" "$rf" --store "local:$T/store_ckpt" --ckpt-every 5; the
 fi
 
 # ---- the table ------------------------------------------------------------------------
-py - "$R" "$PEAK" "$SEQ" "$VOCAB" "$HAVE_TORCH" "$TORCH_WHY" "$MODELS" "$B124" "$B350" "${BTINY:-2}" <<'EOF'
+py - "$R" "$PEAK" "$SEQ" "$VOCAB" "$HAVE_TORCH" "$TORCH_WHY" "$MODELS" "$B124" "$B350" "${BTINY:-2}" "$CKE" <<'EOF'
 import json, sys
 path, peak, T, V = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 have_torch, why, models = sys.argv[5] == "1", sys.argv[6], sys.argv[7].split()
 batch = {"124M": int(sys.argv[8]), "350M": int(sys.argv[9]), "tiny": int(sys.argv[10])}
+cke = int(sys.argv[11])
 dims = {"124M": (12, 12, 768), "350M": (24, 16, 1024), "tiny": (2, 2, 128)}
 rs = [json.loads(l) for l in open(path) if l.strip()]
 mm = next((r["matmul_tflops"] * 1e12 for r in rs if "matmul_tflops" in r), None)
@@ -330,10 +335,10 @@ for m in models:
     N = V * C + L * (12 * C * C + 13 * C) + 2 * C
     fpt = 6 * N + 12 * L * T * C
     first = True
-    for impl, label, tag in (("worker", "ftsup", m), ("worker", "ftsup-tc", m + "_tc"),
+    for impl, label, tag in (("worker", "ftsup", m), ("worker", "ftsup-simt", m + "_simt"),
                              ("pytorch", "pytorch", m)):
         r = get(impl, tag)
-        if label == "ftsup-tc" and r is None:
+        if label == "ftsup-simt" and r is None:
             continue
         lead = f"{m:6} {batch[m]:3d} {N/1e6:7.1f} {fpt/1e9:9.3f}" if first else " " * 28
         first = False
@@ -357,12 +362,14 @@ tc = next((r for r in rs if r.get("impl") == "pytorch" and "d2h_bytes" in r), No
 print()
 if ck and "ckpt_stall_ms" in ck:
     nb = ck["ckpt_bytes"]
-    print(f"checkpoint ({ck['tag'][5:]}, every 5 steps, {ck['ckpts']} checkpoints, {nb/1e6:.1f} MB off the device each):")
+    print(f"checkpoint ({ck['tag'][5:]}, every {cke} steps, {ck['ckpts']} checkpoints, {nb/1e6:.1f} MB off the device each):")
     print("  stall at each checkpoint: " + " ".join(f"{x:.1f}" for x in ck["ckpt_stall_ms_all"]) +
           f" ms (median {ck['ckpt_stall_ms']:.2f} ms)")
     base = get("worker", ck["tag"][5:])
     if base and "ms" in base and "ms" in ck:
-        print(f"  median step with checkpoints every 5 steps {ck['ms']:.1f} ms, without {base['ms']:.1f} ms")
+        print(f"  median step with checkpoints every {cke} steps {ck['ms']:.1f} ms, without {base['ms']:.1f} ms")
+        print(f"  (a checkpoint finds the previous one still being written when the store commits slower than "
+              f"{nb / 1e6 / (cke * ck['ms']):.2f} GB/s; its stall then includes that wait)")
     if kc:
         print(f"checkpoint stall {ck['ckpt_stall_ms']:.2f} ms vs bare D2H copy of the same bytes "
               f"{kc['ms']:.2f} ms (bench_gpu_copy, kernels_cuda.h: {kc['gb_s']:.1f} GB/s, host clock {kc['wall_ms']:.2f} ms)"

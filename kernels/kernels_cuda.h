@@ -175,10 +175,11 @@ int kc_matmul_bwd(kc_ctx *c, kc_bf16 *dinp, float *dw, float *dbias, const kc_bf
  * never stored): qkv (B,T,3C) bf16 holds q, k, v; out (B,T,C) bf16;
  * lse (B,NH,T) fp32 = log-sum-exp of each query's scaled scores, saved for
  * backward. Head size C/NH must be 16, 32, 64 or 128 (else FT_EINVAL).
- * With the implementation "tc" (FT_ATTENTION=tc or kc_attention_set_impl)
- * and HS == 64, tensor-core (WMMA) kernels run instead, forward and
- * backward (kc_attention_tc.cu; P and dS rounded to bf16 as GEMM operands);
- * the default "simt" is the fp32 CUDA-core kernel. */
+ * With the implementation "tc" (the default) and HS == 64, tensor-core
+ * (WMMA) kernels run, forward and backward (kc_attention_tc.cu; P and dS
+ * rounded to bf16 as GEMM operands); every other head size, and every call
+ * with "simt" (FT_ATTENTION=simt or kc_attention_set_impl), runs the fp32
+ * CUDA-core kernel. */
 int kc_attention_fwd(kc_bf16 *out, float *lse, const kc_bf16 *qkv, int B, int T, int C, int NH,
                      kc_stream s);
 /* dqkv (B,T,3C) bf16 OVERWRITTEN with the gradient of q, k and v, from
@@ -193,7 +194,7 @@ int kc_attention_bwd(kc_ctx *c, kc_bf16 *dqkv, const kc_bf16 *dout, const kc_bf1
  * per context): "simt" or "tc" (the latter for HS == 64 with 16-byte
  * aligned bf16 pointers; every other call keeps "simt"). The initial value
  * is the environment variable FT_ATTENTION, read once at the first use
- * ("tc"; anything else or unset: "simt"). FT_EINVAL for NULL or another
+ * ("simt"; anything else or unset: "tc"). FT_EINVAL for NULL or another
  * name, the choice unchanged. Meant for tests and benchmarks: a forward
  * and its backward may use different implementations (the backward needs
  * only out and lse), but the bits then match neither alone. */

@@ -189,6 +189,8 @@ S=$(cd "$B/.." && pwd)
 pass=0 fail=0 skip=0
 t() {  # t NAME TIMEOUT ENV... -- CMD...
   local name=$1 tmo=$2; shift 2
+  # GPU_TEST_TIMEOUT_MAX caps CTest's timeout (scripts/gpu-checklist.sh sets it)
+  if [ -n "${GPU_TEST_TIMEOUT_MAX:-}" ] && [ "$tmo" -gt "$GPU_TEST_TIMEOUT_MAX" ]; then tmo=$GPU_TEST_TIMEOUT_MAX; fi
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift

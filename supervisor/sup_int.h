@@ -219,7 +219,8 @@ typedef struct sup {
   int64_t pace_step;
   int64_t restore_step; /* of the current generation */
   int chaos_done;
-  int64_t final_step; /* train.steps */
+  int64_t newest_committed; /* the newest checkpoint this process saw committed; -1: none */
+  int64_t final_step;       /* train.steps */
   sup_pending_ckpt *pending;
   struct sup_commitq *commitq; /* commits and GC off the loop (sup_commitq.c) */
   int64_t good_later[64];      /* GOOD marks deferred while commitq was busy */

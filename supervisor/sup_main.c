@@ -736,6 +736,7 @@ static int load_runfile(main_ctx *m) {
   s->nnodes = s->N + s->S;
   s->final_step = s->rf.train.steps;
   s->last_step = -1;
+  s->newest_committed = -1;
   if (s->nnodes > SUP_MAX_NODES) {
     fprintf(stderr, "supervise: %d nodes + %d spares is more than %d\n", s->N, s->S, SUP_MAX_NODES);
     return SUP_EXIT_USAGE;

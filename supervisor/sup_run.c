@@ -337,6 +337,8 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
   sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d%s) in %.1f ms",
                   p->step, p->world, p->level == CKPT_LEVEL_MEMORY ? ", in memory" : "", p->ms);
   sup_watch_committed(s, p->step);
+  if (p->step > s->newest_committed)
+    s->newest_committed = p->step;
   ft_msg m;
   ft_msg_init(&m, FT_MSG_COMMITTED);
   m.committed.step = p->step;
@@ -582,6 +584,11 @@ static void on_step(sup *s, const ft_msg *m) {
    * (the demo's) or the kill_node_at_step failpoint (tests). */
   int64_t at = s->rf.chaos.kill_node_at_step;
   int armed = ft_failpoint("kill_node_at_step", &at) || at > 0; /* the failpoint wins */
+  /* failpoint kill_after_commit=C: not before checkpoint C has committed, so
+   * that a test knows what the spare restores however fast the steps run */
+  int64_t need = -1;
+  if (ft_failpoint("kill_after_commit", &need) && s->newest_committed < need)
+    armed = 0;
   if (!s->chaos_done && s->state == SUP_RUNNING && armed && step >= at && s->ngang > 0) {
     s->chaos_done = 1;
     int64_t pos = s->ngang - 1; /* the last node; failpoint kill_gang_position=P: P's */
