@@ -175,6 +175,13 @@ static const struct field FIELDS[] = {
     F_WORD("recovery.drain", recovery.drain, W_BOOL),
     F_WORD("recovery.in_process", recovery.in_process, W_BOOL),
     F_DBL("recovery.rejoin_timeout_s", recovery.rejoin_timeout_s, 0, YEAR_S, LO_OPEN),
+    F_WORD("doctor.on_join", doctor.on_join, W_BOOL),
+    F_INT("doctor.mem_mb", doctor.mem_mb, 0, 1 << 20),
+    F_INT("doctor.disk_mb", doctor.disk_mb, 0, 1 << 20),
+    F_STR("doctor.dir", doctor.dir, EMPTY_OK, C_NONE, NULL),
+    F_INT("doctor.link_mb", doctor.link_mb, 0, 4096),
+    F_DBL("doctor.link_min_frac", doctor.link_min_frac, 0, 1, LO_OPEN | HI_OPEN),
+    F_DBL("doctor.spare_every_s", doctor.spare_every_s, 0, YEAR_S, 0),
     F_I64("chaos.kill_node_at_step", chaos.kill_node_at_step, 0, STEPS_MAX),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
@@ -246,6 +253,12 @@ void ft_runfile_defaults(ft_runfile *rf) {
   rf->checkpoint.full_every = 2;
   SETS(rf->checkpoint.moments, "exact");
   rf->recovery.rejoin_timeout_s = 10;
+  SETS(rf->doctor.on_join, "true");
+  rf->doctor.mem_mb = 64;
+  rf->doctor.disk_mb = 8;
+  rf->doctor.link_mb = 4;
+  rf->doctor.link_min_frac = 0.25;
+  rf->doctor.spare_every_s = 300;
 }
 
 /* ---- small helpers --------------------------------------------------------- */

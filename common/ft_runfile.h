@@ -149,6 +149,21 @@ typedef struct ft_recovery_cfg {
   double rejoin_timeout_s;
 } ft_recovery_cfg;
 
+/* The node doctor (worker/doctor.h): checks a worker runs on its own node
+ * before it can join a gang. */
+typedef struct ft_doctor_cfg {
+  char on_join[8];      /* "true" | "false": every worker process (gang node, spare,
+                           node restarted in place) runs it and reports before
+                           it may be put into a gang */
+  int mem_mb;           /* memory pattern test size; 0: skipped */
+  int disk_mb;          /* write, fsync, read back this much; 0: skipped */
+  char dir[1024];       /* where (""): a local: store's folder, else TMPDIR or /tmp */
+  int link_mb;          /* the gang's link check before the first step; 0: off */
+  double link_min_frac; /* a node whose best link is below this fraction of
+                           the gang's median is named (slow link) */
+  double spare_every_s; /* idle spares check themselves again this often; 0: never */
+} ft_doctor_cfg;
+
 /* Faults a run asks for on purpose (demos, drills); all off by default. */
 typedef struct ft_chaos_cfg {
   int64_t kill_node_at_step; /* supervisor SIGKILLs the gang's last node when
@@ -166,6 +181,7 @@ typedef struct ft_runfile {
   ft_ckpt_cfg checkpoint;
   ft_watchdog_cfg watchdog;
   ft_recovery_cfg recovery;
+  ft_doctor_cfg doctor;
   ft_chaos_cfg chaos;
 } ft_runfile;
 

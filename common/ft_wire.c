@@ -112,6 +112,7 @@ int ft_wire_sender(int type) {
     return FT_WIRE_FROM_WORKER;
   case FT_MSG_HEARTBEAT:
   case FT_MSG_REPLICA:
+  case FT_MSG_DOCTOR:
     return FT_WIRE_FROM_SUPERVISOR | FT_WIRE_FROM_WORKER;
   }
   return 0;
@@ -249,6 +250,7 @@ static int gen_zero_allowed(int type) {
   case FT_MSG_FAULT:
   case FT_MSG_STOP:
   case FT_MSG_REPLICA:
+  case FT_MSG_DOCTOR:
     return 1;
   }
   return 0;
@@ -323,6 +325,7 @@ static int check_msg(const ft_msg *m, int err) {
     return 0;
   case FT_MSG_KV_SET:
   case FT_MSG_REPLICA:
+  case FT_MSG_DOCTOR:
     return 0;
   case FT_MSG_KV_GET:
     if (m->kv_get.timeout_ms > FT_WIRE_MAX_KV_TIMEOUT_MS)
@@ -514,6 +517,9 @@ int ft_wire_encode(const ft_msg *m, ft_buf *out) {
     break;
   case FT_MSG_REPLICA:
     w_str(&w, m->replica.addrs, 0, FT_WIRE_MAX_ADDRS, "addrs");
+    break;
+  case FT_MSG_DOCTOR:
+    w_str(&w, m->doctor.report, 0, FT_WIRE_MAX_REPORT, "report");
     break;
   }
   if (!w.err && out->len - start - 4 > FT_WIRE_MAX_FRAME)
@@ -816,6 +822,10 @@ static void decode_payload(rd *r, ft_msg *m) {
   case FT_MSG_REPLICA:
     v = r_view(r, 0, FT_WIRE_MAX_ADDRS, 1, "addrs");
     m->replica.addrs = r->err ? "" : r_strdup(r, m, 0, v);
+    break;
+  case FT_MSG_DOCTOR:
+    v = r_view(r, 0, FT_WIRE_MAX_REPORT, 1, "report");
+    m->doctor.report = r->err ? "" : r_strdup(r, m, 0, v);
     break;
   }
 }

@@ -90,6 +90,14 @@
  *                         its saved shards to (its buddies), comma-separated;
  *                         "" = none. Sent after ASSIGN and whenever the set
  *                         changes. Generation 0 allowed (spares serve too).
+ *  15  DOCTOR       W->S  report str (JSON text, <= FT_WIRE_MAX_REPORT): the
+ *                         node doctor's verdict and figures (worker/doctor.h),
+ *                         sent after WELCOME, before the worker can be put
+ *                         into a gang, and again when asked; or rank 0's
+ *                         link check ("kind": "links") before the first step
+ *                   S->W  report "": run the checks again and send the report
+ *                         (an idle spare, doctor.spare_every_s).
+ *                         Generation 0 allowed.
  *
  * HANDSHAKE (the token is proven before anything else is accepted)
  *
@@ -123,7 +131,8 @@
  *
  * GENERATIONS
  *   Generations start at 1 and only grow; 0 means "not in any gang" and is
- *   allowed only in CHALLENGE, HELLO, WELCOME, HEARTBEAT, FAULT and STOP.
+ *   allowed only in CHALLENGE, HELLO, WELCOME, HEARTBEAT, FAULT, STOP, REPLICA
+ *   and DOCTOR.
  *   ASSIGN, STEP, SHARD_SAVED, COMMITTED and the KV messages must carry
  *   gen >= 1 (decode rejects 0). The receiver of a fenced message calls
  *   ft_wire_check_gen(): older than current -> drop it and send STOP(stale
@@ -142,8 +151,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA */
-#define FT_WIRE_VERSION 4
+/* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA; 5: DOCTOR */
+#define FT_WIRE_VERSION 5
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */
@@ -166,7 +175,8 @@
  * FT_WIRE_MAX_VALUE bytes) of the manifest's JSON text. */
 #define FT_KV_RESTORE_MANIFEST "restore_manifest"
 #define FT_WIRE_MAX_HEARTBEAT_MS 3600000u
-#define FT_WIRE_MAX_ADDRS 4096u /* REPLICA addrs */
+#define FT_WIRE_MAX_ADDRS 4096u   /* REPLICA addrs */
+#define FT_WIRE_MAX_REPORT 65536u /* DOCTOR report */
 #define FT_WIRE_NONCE_LEN 32u
 #define FT_WIRE_MAC_LEN 32u
 #define FT_WIRE_TOKEN_HEX 64u /* token: 32 random bytes as hex */
@@ -223,7 +233,8 @@ static inline double ft_wire_heartbeat_interval_s(double heartbeat_timeout_s) {
   X(FT_MSG_KV_SET, 11, "KV_SET")                                                                   \
   X(FT_MSG_KV_GET, 12, "KV_GET")                                                                   \
   X(FT_MSG_KV_VALUE, 13, "KV_VALUE")                                                               \
-  X(FT_MSG_REPLICA, 14, "REPLICA")
+  X(FT_MSG_REPLICA, 14, "REPLICA")                                                                 \
+  X(FT_MSG_DOCTOR, 15, "DOCTOR")
 
 typedef enum ft_msg_type {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
@@ -231,7 +242,7 @@ typedef enum ft_msg_type {
 #undef FT_WIRE_ENUM_
 } ft_msg_type;
 #define FT_MSG_TYPE_MIN 1
-#define FT_MSG_TYPE_MAX 14
+#define FT_MSG_TYPE_MAX 15
 
 /* The fault taxonomy shared with the watchdog and the supervisor. */
 #define FT_FAULT_KINDS(X)                                                                          \
@@ -393,6 +404,9 @@ typedef struct ft_msg {
     struct {
       const char *addrs;
     } replica;
+    struct {
+      const char *report;
+    } doctor;
   };
   void *owned_[2]; /* decode's allocations; private */
 } ft_msg;

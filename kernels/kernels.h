@@ -106,6 +106,11 @@ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, f
  * threading gives different bits for different thread counts. */
 void k_set_threads(int n);
 int k_get_threads(void);
+/* The BLAS build and the CPU kernel it chose at run time (OpenBLAS's
+ * openblas_get_config(), e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY
+ * Haswell MAX_THREADS=64"): with the CPU model, what fixes the kernels' bits
+ * (the node doctor compares results only between nodes that share both). */
+const char *k_blas_config(void);
 
 /* Measured single-precision GEMM rate of this machine through the same
  * BLAS: runs sgemm of (n x n) @ (n x n) for at least min_seconds, with

@@ -320,6 +320,15 @@ static void metrics_body(struct sup_http *h, struct evbuffer *b) {
       roles[s->nodes[n].role]++;
   for (int r = 0; r < 5; r++)
     evbuffer_add_printf(b, "ftsup_nodes{role=\"%s\"} %d\n", role_name(r), roles[r]);
+  metric(b, "ftsup_doctor_nodes", "gauge",
+         "Nodes by the node doctor's state (pending, comparing, cleared, refused; off).");
+  static const char *const dstates[] = {"pending", "comparing", "cleared", "refused", "off"};
+  for (size_t k = 0; k < sizeof dstates / sizeof dstates[0]; k++) {
+    int c = 0;
+    for (int n = 0; n < s->nnodes; n++)
+      c += !strcmp(sup_doctor_node_state(s, n), dstates[k]);
+    evbuffer_add_printf(b, "ftsup_doctor_nodes{state=\"%s\"} %d\n", dstates[k], c);
+  }
   metric(b, "ftsup_faults_total", "counter", "Faults detected, by kind and node.");
   for (int i = 0; i < h->nfaults; i++) {
     evbuffer_add_printf(b, "ftsup_faults_total{kind=\"");
@@ -412,6 +421,7 @@ static cJSON *status_json(struct sup_http *h) {
       cJSON_AddStringToObject(x, "host", host);
     if (s->nodes[n].role == SUP_ROLE_QUARANTINED && s->nodes[n].why[0])
       cJSON_AddStringToObject(x, "why", s->nodes[n].why);
+    cJSON_AddStringToObject(x, "doctor", sup_doctor_node_state(s, n));
     cJSON_AddItemToArray(nodes, x);
   }
   cJSON_AddItemToObject(o, "checkpoints", cJSON_Duplicate(h->ckpts, 1));
@@ -778,8 +788,13 @@ static void print_human(const cJSON *o) {
   if (cJSON_GetArraySize(cJSON_GetObjectItem(o, "nodes")) > 0) {
     printf("  nodes:");
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "nodes")) {
-      printf(" %.0f %s%s%s", num(it, "node", 0), str(it, "role") ? str(it, "role") : "?",
-             str(it, "host") ? "@" : "", str(it, "host") ? str(it, "host") : "");
+      const char *doc = str(it, "doctor");
+      int say = doc && strcmp(doc, "cleared") != 0 && strcmp(doc, "off") != 0;
+      printf(" %.0f %s%s%s%s%s", num(it, "node", 0), str(it, "role") ? str(it, "role") : "?",
+             str(it, "host") ? "@" : "", str(it, "host") ? str(it, "host") : "",
+             say ? " (doctor: " : "", say ? doc : "");
+      if (say)
+        printf(")");
     }
     printf("\n");
   }

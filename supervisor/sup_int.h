@@ -91,7 +91,22 @@ typedef struct sup_worker {
    * serves none), and the buddy list last sent to it */
   char replica[300];
   char buddies[FT_WIRE_MAX_ADDRS + 1];
+  /* the node doctor (sup_doctor.c): enum sup_doctor; its report's compute
+   * hash and platform once it came */
+  int doctor;
+  int doctor_again; /* a check the supervisor asked for is on its way */
+  double hello_s;   /* ft_now_s when its HELLO was accepted */
+  char dhash[65];
+  char dplat[200];
 } sup_worker;
+
+enum sup_doctor {
+  SUP_DOCTOR_NONE = 0,    /* no report from this process yet */
+  SUP_DOCTOR_COMPARE = 1, /* its own checks passed; its hash waits for others' */
+  SUP_DOCTOR_CLEARED = 2, /* may join a gang */
+  SUP_DOCTOR_REFUSED = 3, /* the node is refused */
+};
+#define SUP_DOCTOR_MAX_PLATFORMS 16
 
 typedef struct sup_node {
   int role;   /* enum sup_role */
@@ -269,6 +284,14 @@ typedef struct sup {
     char reason[300];
   } drains[SUP_MAX_DRAINS];
   int ndrains;
+
+  /* the node doctor's compute reference per platform (sup_doctor.c) */
+  struct {
+    char plat[200];
+    char hash[65];
+  } doctor_refs[SUP_DOCTOR_MAX_PLATFORMS];
+  int ndoctor_refs;
+  double doctor_next_s; /* when idle spares are asked to check again (0: not yet set) */
 } sup;
 
 enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };
@@ -348,6 +371,29 @@ void sup_recovery_collective_failed(sup *s, sup_worker *w, const char *detail);
 void sup_recovery_on_coll_timer(evutil_socket_t fd, short what, void *arg);
 /* Worker w (asked to rejoin in process) is out of its old generation. */
 void sup_recovery_rejoined(sup *s, sup_worker *w);
+
+/* The node doctor refused node n (why: its reason): a spare is quarantined
+ * and stopped; a node of the gang being formed is blamed (BLAME_NODE), so
+ * the round re-plans with a spare. */
+void sup_recovery_refuse(sup *s, int n, const char *why);
+
+/* ---- sup_doctor.c ------------------------------------------------------- */
+/* A worker's DOCTOR report (JSON text). */
+void sup_doctor_report(sup *s, sup_worker *w, const char *report);
+/* 1 when w may be put into a gang: doctor.on_join is off, or its report was
+ * cleared. */
+int sup_doctor_cleared(const sup *s, const sup_worker *w);
+/* w was (re)launched: its old verdict does not hold for the new process. */
+void sup_doctor_reset(sup_worker *w);
+/* Judges reports that wait for others' (a worker that exited or a node
+ * that left the pool may have been what they waited for). */
+void sup_doctor_judge(sup *s);
+/* From the tick: every doctor.spare_every_s, idle spares cleared before are
+ * asked to check again. */
+void sup_doctor_tick(sup *s, double now);
+/* Node n's doctor state for operators: "off" (doctor.on_join false),
+ * "pending" (a report has not come), "comparing", "cleared", "refused". */
+const char *sup_doctor_node_state(const sup *s, int n);
 
 /* ---- sup_watch.c -------------------------------------------------------- */
 int sup_watch_init(sup *s);

@@ -404,6 +404,7 @@ static int launch_node(sup *s, int n, const char *role) {
     w->pid = pid;
     w->alive = 1;
     w->hello = 0;
+    sup_doctor_reset(w);
     w->cfg_fail = 0;
     w->fault_detail[0] = 0;
     w->rank = -1;
@@ -804,7 +805,7 @@ static int gang_ready(const sup *s) {
   for (int p = 0; p < s->ngang; p++)
     for (int j = 0; j < s->G; j++) {
       const sup_worker *w = &s->nodes[s->gang[p]].w[j];
-      if (!w->alive || !w->hello || !w->conn)
+      if (!w->alive || !w->hello || !w->conn || !sup_doctor_cleared(s, w))
         return 0;
     }
   return 1;
@@ -975,7 +976,8 @@ static void plan_and_launch_t(sup *s) {
       int alive = 1, conn = 1;
       for (int j = 0; j < s->G; j++) {
         alive &= s->nodes[n].w[j].alive;
-        conn &= s->nodes[n].w[j].conn != NULL;
+        /* "connected": and cleared by the doctor (else it is still starting) */
+        conn &= s->nodes[n].w[j].conn != NULL && sup_doctor_cleared(s, &s->nodes[n].w[j]);
       }
       if (alive && (pass == 0 ? conn : !conn))
         spares[nsp++] = n;
@@ -1229,6 +1231,28 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
                         int blame) {
   enter(s);
   fault_t(s, kind, node, slot, pid, detail, blame);
+  leave(s);
+}
+
+static void refuse_t(sup *s, int n, const char *why) {
+  sup_node *nd = &s->nodes[n];
+  if (nd->role == SUP_ROLE_QUARANTINED || nd->role == SUP_ROLE_LOST || s->state >= SUP_FINISHING)
+    return;
+  if (sup_in_gang(s, n)) { /* the gang being formed: a round without it */
+    fault_t(s, "doctor", n, 0, nd->w[0].pid, why, SUP_BLAME_NODE);
+    return;
+  }
+  snprintf(nd->why, sizeof nd->why, "doctor: %s", why);
+  quarantine(s, n);
+  persist_notes(s);
+  for (int j = 0; j < s->G; j++)
+    sup_stop_worker(s, &nd->w[j], FT_STOP_EVICTED, "the node doctor refused this node");
+  signal_node(s, n, SIGKILL);
+}
+
+void sup_recovery_refuse(sup *s, int n, const char *why) {
+  enter(s);
+  refuse_t(s, n, why);
   leave(s);
 }
 
@@ -1822,6 +1846,7 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
   }
   if (s->state == SUP_RECOVERING)
     check_stopped(s);
+  sup_doctor_judge(s); /* doctor reports that waited for one that exited */
   maybe_finished(s);
 }
 
@@ -1896,8 +1921,10 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   sup_loop_stall_check(s); /* our own stall is never a worker's silence */
   double now = ft_now_s(), limit = s->rf.watchdog.heartbeat_timeout_s;
   spares_silent(s, now, limit);
-  if (s->state == SUP_RUNNING)
+  if (s->state == SUP_RUNNING) {
     sup_watch_links(s, now);
+    sup_doctor_tick(s, now); /* idle spares check themselves again */
+  }
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
     for (int j = 0; j < s->G; j++) {
@@ -1923,6 +1950,25 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
       return; /* the state changed; the next tick looks again */
     }
   }
+  /* a gang being formed waits for its members' doctor reports: one that has
+   * not come within start_timeout_s of its HELLO (its checks hang: a disk
+   * that never answers) is a hang of that node */
+  if (s->state == SUP_STARTING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_FORMING))
+    for (int p = 0; p < s->ngang; p++)
+      for (int j = 0; j < s->G; j++) {
+        sup_worker *w = &s->nodes[s->gang[p]].w[j];
+        double waited = now - w->hello_s;
+        if (!w->alive || !w->hello || w->doctor != SUP_DOCTOR_NONE || sup_doctor_cleared(s, w) ||
+            waited <= s->rf.watchdog.start_timeout_s)
+          continue;
+        char detail[200];
+        snprintf(detail, sizeof detail,
+                 "no node doctor report %.1f s after its HELLO (watchdog.start_timeout_s %.1f)",
+                 waited, s->rf.watchdog.start_timeout_s);
+        signal_node(s, s->gang[p], SIGKILL);
+        sup_recovery_fault(s, "hang", s->gang[p], j, w->pid, detail, SUP_BLAME_NODE);
+        return;
+      }
 }
 
 /* The step history's buffered records go out once a tick; a write that

@@ -655,6 +655,7 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   }
   w->conn = c;
   w->hello = 1;
+  w->hello_s = ft_now_s();
   w->last_msg_s = ft_now_s();
   sup_conn_set_user(c, w);
   ft_msg wm;
@@ -818,6 +819,9 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   case FT_MSG_KV_GET:
     if (current)
       on_kv_get(s, w, m);
+    break;
+  case FT_MSG_DOCTOR: /* the node doctor's report: judged before it may join */
+    sup_doctor_report(s, w, m->doctor.report);
     break;
   case FT_MSG_REPLICA: /* where its replica server listens */
     snprintf(w->replica, sizeof w->replica, "%s", m->replica.addrs);

@@ -28,6 +28,13 @@ if(TARGET supervise)
   set_tests_properties(sup_netns PROPERTIES RESOURCE_LOCK cluster)
   ft_add_script_test(NAME sup_listen COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_listen.sh
                      LABELS integration TIMEOUT 90)
+  # The node doctor: a node's own fault refuses it before it joins; storage
+  # and a missing majority never cost a node.
+  foreach(part worker policy)
+    ft_add_script_test(NAME sup_doctor_${part}
+                       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_doctor.sh ${part}
+                       LABELS integration TIMEOUT 240)
+  endforeach()
   # A silent warm spare leaves the pool at once.
   # Every worker silent at once: the supervisor's isolation, nobody blamed.
   ft_add_script_test(NAME sup_isolated COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_isolated.sh

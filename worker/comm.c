@@ -162,6 +162,26 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root) {
   return after(c, "broadcast", c->ops->broadcast(c->impl, buf, bytes, root));
 }
 
+int comm_shift(comm *c, const void *send, void *recv, size_t bytes, int dist, double *recv_s) {
+  double ignored;
+  if (!recv_s)
+    recv_s = &ignored;
+  *recv_s = 0;
+  int rc = check_healthy(c, "shift");
+  if (rc)
+    return rc;
+  if (!c->ops->shift)
+    return ft_err_set(FT_ESTATE, "comm_shift: the %s backend has no point-to-point shift",
+                      c->ops->name);
+  if (dist < 1 || dist >= c->world)
+    return ft_err_set(FT_EINVAL, "comm_shift: distance %d not in [1, %d)", dist, c->world);
+  if (bytes == 0)
+    return FT_OK;
+  if (!send || !recv)
+    return ft_err_set(FT_EINVAL, "comm_shift: NULL buffer");
+  return after(c, "shift", c->ops->shift(c->impl, send, recv, bytes, dist, recv_s));
+}
+
 int comm_barrier(comm *c) {
   int rc = check_healthy(c, "barrier");
   if (rc)

@@ -110,6 +110,13 @@ int comm_allreduce_f64(comm *c, double *buf, size_t n);
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 /* Returns once every rank has entered the barrier. */
 int comm_barrier(comm *c);
+/* Every rank r sends bytes from send to rank (r + dist) mod W and receives
+ * as many into recv from rank (r - dist) mod W (1 <= dist < W): one hop of
+ * a ring, each link used once in one direction. *recv_s (may be NULL): the
+ * seconds until this rank's receive completed, which times the link from
+ * (r - dist) alone (its own send, on another link, may still be going; the
+ * node doctor's link check). FT_ESTATE on a backend without it (NCCL). */
+int comm_shift(comm *c, const void *send, void *recv, size_t bytes, int dist, double *recv_s);
 
 /* ---- NCCL: device buffers (docs/design.md §4) ---------------------------------------
  *

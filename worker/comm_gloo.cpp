@@ -76,6 +76,7 @@ using steady = std::chrono::steady_clock;
 
 /* Slot prefix for our reduce-scatter; Gloo's own collectives use 0x01..0x08. */
 constexpr uint8_t kReduceScatterSlotPrefix = 0x21;
+constexpr uint8_t kShiftSlotPrefix = 0x22;
 
 /* An error returned by the C store, carried through Gloo as an exception. */
 struct StoreError : std::runtime_error {
@@ -341,6 +342,23 @@ int gloo_barrier(void *impl) {
   });
 }
 
+int gloo_shift(void *impl, const void *send, void *recv, size_t bytes, int dist, double *recv_s) {
+  GlooComm *g = G(impl);
+  return guard("shift", [&] {
+    const int W = g->world, r = g->rank;
+    auto deadline = steady::now() + g->timeout;
+    auto out = g->ctx->createUnboundBuffer(const_cast<void *>(send), bytes);
+    auto in = g->ctx->createUnboundBuffer(recv, bytes);
+    const uint64_t slot = gloo::Slot::build(kShiftSlotPrefix, (uint32_t)dist);
+    auto t0 = steady::now();
+    in->recv((r - dist % W + W) % W, slot);
+    out->send((r + dist) % W, slot);
+    wait_or_throw(in->waitRecv(remaining(deadline)), "recv");
+    *recv_s = std::chrono::duration<double>(steady::now() - t0).count();
+    wait_or_throw(out->waitSend(remaining(deadline)), "send");
+  });
+}
+
 const struct comm_ops gloo_ops = {
     "gloo",
     gloo_destroy,
@@ -351,6 +369,7 @@ const struct comm_ops gloo_ops = {
     gloo_allreduce_f64,
     gloo_broadcast,
     gloo_barrier,
+    gloo_shift,
 };
 
 } // namespace

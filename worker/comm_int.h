@@ -40,6 +40,10 @@ struct comm_ops {
   int (*allreduce_f64)(void *impl, double *buf, size_t n);
   int (*broadcast)(void *impl, void *buf, size_t bytes, int root);
   int (*barrier)(void *impl);
+  /* bytes from send to rank (r + dist) % W, into recv from rank (r - dist) % W;
+   * *recv_s: seconds until the receive completed; NULL: not supported
+   * (comm_shift answers FT_ESTATE) */
+  int (*shift)(void *impl, const void *send, void *recv, size_t bytes, int dist, double *recv_s);
 };
 
 /* Collectives on device buffers, enqueued on a CUDA stream (void * is a

@@ -74,7 +74,28 @@ struct ctl {
   char token[FT_WIRE_TOKEN_HEX + 1];   /* the run token (the replica channel proves it too) */
   char buddies[FT_WIRE_MAX_ADDRS + 1]; /* the newest REPLICA list (checkpoint.replicate) */
   uint64_t buddies_ver;                /* REPLICA lists received */
+  /* the supervisor asks for the node doctor's checks again (DOCTOR):
+   * doctor_fn runs on a thread of its own, one at a time */
+  void (*doctor_fn)(void *ud);
+  void *doctor_ud;
+  int doctor_busy;
 };
+
+static void *doctor_main(void *arg) {
+  ctl *c = arg;
+  c->doctor_fn(c->doctor_ud);
+  pthread_mutex_lock(&c->mu);
+  c->doctor_busy = 0;
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+void ctl_set_doctor(ctl *c, void (*fn)(void *ud), void *ud) {
+  pthread_mutex_lock(&c->mu);
+  c->doctor_fn = fn;
+  c->doctor_ud = ud;
+  pthread_mutex_unlock(&c->mu);
+}
 
 static void die_lost(const char *why) {
   fprintf(stderr, "worker: supervisor lost (%s): exiting\n", why);
@@ -239,6 +260,16 @@ static void *reader_main(void *arg) {
     case FT_MSG_REPLICA: /* where to push this rank's shards from now on */
       snprintf(c->buddies, sizeof c->buddies, "%s", m.replica.addrs ? m.replica.addrs : "");
       c->buddies_ver++;
+      break;
+    case FT_MSG_DOCTOR: /* check again (an idle spare) */
+      if (c->doctor_fn && !c->doctor_busy) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        c->doctor_busy = pthread_create(&th, &at, doctor_main, c) == 0;
+        pthread_attr_destroy(&at);
+      }
       break;
     case FT_MSG_COMMITTED:
       if (m.committed.step > c->committed) {
@@ -560,6 +591,14 @@ int ctl_send_fault(ctl *c, int kind, int64_t step, const char *detail) {
   m.fault.kind = (ft_fault_kind)kind;
   m.fault.step = step;
   m.fault.detail = detail;
+  return send_msg(c, &m);
+}
+
+int ctl_send_doctor(ctl *c, const char *report) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_DOCTOR);
+  m.gen = cur_gen(c);
+  m.doctor.report = report;
   return send_msg(c, &m);
 }
 

@@ -78,6 +78,12 @@ void ctl_set_comm(ctl *c, comm *cm);
  * rejoining, no newer ASSIGN); otherwise dropped (FT_OK). */
 int ctl_send_shard_of(ctl *c, uint64_t gen, int64_t step, int rank, const char *manifest_json);
 int ctl_send_fault(ctl *c, int kind, int64_t step, const char *detail);
+/* The node doctor's report (JSON text, doctor.h), before the first ASSIGN. */
+int ctl_send_doctor(ctl *c, const char *report);
+/* fn runs (on a thread of its own, one at a time) each time the supervisor
+ * asks for the doctor's checks again (DOCTOR from the supervisor: an idle
+ * spare's periodic check); it sends the new report itself. */
+void ctl_set_doctor(ctl *c, void (*fn)(void *ud), void *ud);
 /* checkpoint.replicate: tells the supervisor where this worker's replica
  * server listens ("HOST:PORT"); ctl_buddies copies the newest list of
  * replica servers the supervisor said to push to (comma-separated, "" none)

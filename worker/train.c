@@ -49,6 +49,7 @@
 #include "ft_err.h"
 #include "ft_hex.h"
 #include "ft_net.h"
+#include "doctor.h"
 #include "ft_failpoint.h"
 #include "ft_gpt2.h"
 #include "gpt2.h"
@@ -630,6 +631,19 @@ static int join_gang(trainer *t) {
     return gang_broken(o, rc, t->restore_step);
   if (in_process(o))
     ctl_set_comm(o->ctl, t->cm); /* a STOP rejoin aborts it from the reader thread */
+  /* the node doctor's link check: a gang starting the run (every rank knows
+   * it from ASSIGN, so all or none take part); rank 0 reports */
+  const ft_runfile *rf = t->rf;
+  if (!strcmp(rf->doctor.on_join, "true") && rf->doctor.link_mb > 0 && t->world > 1 &&
+      t->restore_step < 0 && !t->cuda) {
+    char *rep = NULL;
+    rc = doctor_links(t->cm, (size_t)rf->doctor.link_mb << 20, &rep);
+    if (rc)
+      return gang_broken(o, rc, t->restore_step);
+    if (rep && ctl_send_doctor(o->ctl, rep))
+      fprintf(stderr, "worker: cannot send the link check's report: %s\n", ft_err_detail());
+    free(rep);
+  }
   t->ms_comm = (double)(ft_now_ns() - t->assign_ns) * 1e-6;
   fprintf(stderr, "worker: node %u slot %u: rank %d of %d, generation %" PRIu64 "%s\n", o->node,
           o->slot, t->rank, t->world, t->a.gen, t->restore_step >= 0 ? ", restoring" : "");

@@ -9,6 +9,7 @@
  * host's online cores / nodes.workers_per_node (the launcher of a remote
  * host cannot know its cores); a standalone worker uses all cores.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "doctor.h"
 #include "engine.h"
 #include "ft_runfile.h"
 #include "ft_wire.h"
@@ -31,6 +33,7 @@ static void usage(FILE *f) {
   fprintf(f, "usage: worker --standalone RUN.yaml [options]\n"
              "       worker --connect HOST:PORT --node N --slot S --runfile RUN.yaml [options]\n"
              "\n"
+             "       worker --doctor [RUN.yaml] [--json] [--expect HASH] [--rounds N]\n"
              "       worker --gpus\n"
              "\n"
              "Trains GPT-2 from a run file: as one process (--standalone), or as one rank\n"
@@ -63,6 +66,16 @@ static void usage(FILE *f) {
              "                      nodes.threads, else cores / nodes.workers_per_node)\n"
              "  --quiet             no per-step lines\n"
              "  --gpus              print the number of visible CUDA devices and exit\n"
+             "  --doctor            check this node and exit (the checks a gang worker runs\n"
+             "                      before it may join, doctor.* keys): a compute check whose\n"
+             "                      hash must equal a healthy node's of the same platform,\n"
+             "                      a memory pattern test, a disk write/fsync/read-back;\n"
+             "                      exit 0 healthy, 1 a check failed (the node's fault),\n"
+             "                      4 the disk check's folder is unusable (not the node's)\n"
+             "  --json              with --doctor: the report as one JSON object\n"
+             "  --expect HASH       with --doctor: fail unless the compute hash is HASH\n"
+             "  --rounds N          with --doctor: the compute check N times, failing unless\n"
+             "                      every round gives the first one's bits (a burn-in)\n"
              "  -h, --help          this text\n"
              "  --version           the version and the git revision it was built from\n"
              "gang mode (set by supervise):\n"
@@ -80,6 +93,7 @@ static void usage(FILE *f) {
              "  worker --standalone examples/demo.yaml --steps 40 --log-json /tmp/loss.jsonl\n"
              "  worker --standalone examples/demo.yaml --store local:/tmp/st --ckpt-every 10\n"
              "  worker --standalone examples/demo.yaml --store local:/tmp/st --resume\n"
+             "  worker --doctor --json        # on two nodes: the compute hashes must match\n"
              "\n"
              "exit codes:\n"
              "  0 done (or stopped by the supervisor)   1 training failed (non-finite loss,\n"
@@ -131,6 +145,184 @@ static int gang_threads(int threads, const ft_runfile *rf, long node, long slot)
   return threads;
 }
 
+/* The run file with --set overrides (path NULL: the embedded defaults), for
+ * --doctor; FT_EXIT_USAGE with the message printed. */
+static int load_runfile(const char *path, const char *const *sets, int nsets, ft_runfile *rf) {
+  char err[1024];
+  if (!path)
+    ft_runfile_defaults(rf);
+  else if (ft_runfile_load(path, rf, err, sizeof err)) {
+    fprintf(stderr, "worker: %s\n", err);
+    return FT_EXIT_USAGE;
+  }
+  for (int i = 0; i < nsets; i++) {
+    char key[128];
+    const char *eq = strchr(sets[i], '=');
+    if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof key) {
+      fprintf(stderr, "worker: --set wants KEY=VALUE, got '%s'\n", sets[i]);
+      return FT_EXIT_USAGE;
+    }
+    memcpy(key, sets[i], (size_t)(eq - sets[i]));
+    key[eq - sets[i]] = 0;
+    if (ft_runfile_set(rf, key, eq + 1, err, sizeof err)) {
+      fprintf(stderr, "worker: --set: %s\n", err);
+      return FT_EXIT_USAGE;
+    }
+  }
+  if (ft_runfile_validate(rf, err, sizeof err)) {
+    fprintf(stderr, "worker: %s\n", err);
+    return FT_EXIT_USAGE;
+  }
+  return 0;
+}
+
+static doctor_opts doctor_opts_of(const ft_runfile *rf, long node, char *dir, unsigned dlen) {
+  return (doctor_opts){.mem_mb = rf->doctor.mem_mb,
+                       .disk_mb = rf->doctor.disk_mb,
+                       .dir = doctor_dir(rf->doctor.dir, rf->checkpoint.store, dir, dlen),
+                       .node = (int)node};
+}
+
+/* A gang worker's doctor: the report goes to the supervisor, which decides
+ * (it compares the compute hash with other nodes'); a line to the log. */
+static struct {
+  const ft_runfile *rf;
+  ctl *c;
+  long node;
+} g_doctor;
+static int gang_doctor(const ft_runfile *rf, ctl *c, long node);
+static void doctor_again(void *ud) {
+  (void)ud;
+  gang_doctor(g_doctor.rf, g_doctor.c, g_doctor.node);
+}
+
+static int gang_doctor(const ft_runfile *rf, ctl *c, long node) {
+  char dir[1100], *report = NULL;
+  int ok = 0;
+  if (!g_doctor.c) { /* the first time: the supervisor may ask again */
+    g_doctor.rf = rf;
+    g_doctor.c = c;
+    g_doctor.node = node;
+    ctl_set_doctor(c, doctor_again, NULL);
+  }
+  doctor_opts d = doctor_opts_of(rf, node, dir, sizeof dir);
+  if (doctor_run(&d, &report, &ok)) {
+    fprintf(stderr, "worker: node %ld: doctor: %s\n", node, ft_err_detail());
+    return 1;
+  }
+  fprintf(stderr, "worker: node %ld: doctor %s: %s\n", node, ok ? "passed" : "FAILED", report);
+  int rc = ctl_send_doctor(c, report);
+  free(report);
+  if (rc)
+    fprintf(stderr, "worker: node %ld: cannot send the doctor's report: %s\n", node,
+            ft_err_detail());
+  return rc != 0;
+}
+
+static void print_check(const cJSON *c) {
+  const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
+  int ok = cJSON_IsTrue(cJSON_GetObjectItem(c, "ok"));
+  const char *blame = cJSON_GetStringValue(cJSON_GetObjectItem(c, "blame"));
+  printf("%-8s %-6s", name ? name : "?",
+         ok                                   ? "ok"
+         : blame && !strcmp(blame, "storage") ? "UNUSABLE"
+                                              : "FAILED");
+  const char *h = cJSON_GetStringValue(cJSON_GetObjectItem(c, "hash"));
+  if (h)
+    printf(" hash %.16s...", h);
+  static const char *const fig[][2] = {{"gemm_gflops", "GEMM %.1f GFLOP/s"},
+                                       {"loss", "loss %.4f"},
+                                       {"mb", "%.0f MiB"},
+                                       {"gb_s", "%.2f GB/s"},
+                                       {"write_mb_s", "write %.0f MB/s"},
+                                       {"read_mb_s", "read %.0f MB/s"},
+                                       {"ms", "(%.0f ms)"}};
+  for (size_t i = 0; i < sizeof fig / sizeof fig[0]; i++) {
+    const cJSON *v = cJSON_GetObjectItem(c, fig[i][0]);
+    if (cJSON_IsNumber(v)) {
+      printf(" ");
+      printf(fig[i][1], v->valuedouble);
+    }
+  }
+  const char *dir = cJSON_GetStringValue(cJSON_GetObjectItem(c, "dir"));
+  if (dir)
+    printf(" in %s", dir);
+  printf("\n");
+  const char *det = cJSON_GetStringValue(cJSON_GetObjectItem(c, "detail"));
+  if (det)
+    printf("         %s\n", det);
+}
+
+/* worker --doctor: exit 0 healthy, 1 the node failed a check, 4 only the
+ * disk check's folder is unusable (storage, not the node). */
+static int doctor_main(const char *path, const char *const *sets, int nsets, int threads, int json,
+                       const char *expect, int rounds) {
+  static ft_runfile rf;
+  int rc = load_runfile(path, sets, nsets, &rf);
+  if (rc)
+    return rc;
+  if (threads)
+    k_set_threads(threads);
+  char dir[1100], *text = NULL;
+  int ok = 0;
+  doctor_opts d = doctor_opts_of(&rf, -1, dir, sizeof dir);
+  d.rounds = rounds;
+  if (!path && !rf.doctor.dir[0]) /* no run file: no store folder either */
+    d.dir = doctor_dir(NULL, NULL, dir, sizeof dir);
+  if (doctor_run(&d, &text, &ok)) {
+    fprintf(stderr, "worker: doctor: %s\n", ft_err_detail());
+    return FT_EXIT_FAIL;
+  }
+  cJSON *r = cJSON_Parse(text);
+  if (!r) {
+    free(text);
+    fprintf(stderr, "worker: doctor: out of memory\n");
+    return FT_EXIT_FAIL;
+  }
+  const cJSON *checks = cJSON_GetObjectItem(r, "checks"), *c;
+  const char *hash = NULL;
+  int storage = 0;
+  cJSON_ArrayForEach(c, checks) {
+    const char *h = cJSON_GetStringValue(cJSON_GetObjectItem(c, "hash"));
+    const char *bl = cJSON_GetStringValue(cJSON_GetObjectItem(c, "blame"));
+    if (h)
+      hash = h;
+    if (bl && !strcmp(bl, "storage"))
+      storage = 1;
+  }
+  int mismatch = expect && (!hash || strcmp(hash, expect) != 0);
+  if (mismatch) {
+    ok = 0;
+    cJSON_ReplaceItemInObject(r, "ok", cJSON_CreateFalse());
+    cJSON_AddStringToObject(r, "detail", "the compute hash differs from --expect");
+  }
+  if (json) {
+    char *t = cJSON_PrintUnformatted(r);
+    printf("%s\n", t ? t : text);
+    free(t);
+  } else {
+    cJSON_ArrayForEach(c, checks) print_check(c);
+    printf("platform %s\n", cJSON_GetStringValue(cJSON_GetObjectItem(r, "platform")));
+    if (hash)
+      printf("compute hash %s\n", hash);
+    if (mismatch)
+      printf("doctor: FAILED: the compute hash differs from --expect %s: this node computes "
+             "different bits from the one that gave it (same platform only)\n",
+             expect);
+    else if (!ok)
+      printf("doctor: FAILED\n");
+    else if (storage)
+      printf("doctor: the node is healthy, but the disk check's folder is unusable\n");
+    else
+      printf("doctor: healthy%s\n", expect ? " (the compute hash matches)"
+                                           : "; compare the compute hash with another node of "
+                                             "the same platform (--expect HASH)");
+  }
+  cJSON_Delete(r);
+  free(text);
+  return !ok ? FT_EXIT_FAIL : storage ? FT_EXIT_STORE : 0;
+}
+
 int main(int argc, char **argv) {
   static const struct option opts[] = {{"standalone", required_argument, 0, 'S'},
                                        {"steps", required_argument, 0, 's'},
@@ -154,11 +346,16 @@ int main(int argc, char **argv) {
                                        {"gpus", no_argument, 0, 'G'},
                                        {"version", no_argument, 0, 'V'},
                                        {"token-stdin", no_argument, 0, 'T'},
+                                       {"doctor", no_argument, 0, 'D'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"expect", required_argument, 0, 'x'},
+                                       {"rounds", required_argument, 0, 'n'},
                                        {0, 0, 0, 0}};
   const char *connect_to = NULL;
   long node = -1, slot = -1;
   const char *runfile = NULL, *steps = NULL, *sets[32];
-  int nsets = 0, threads = 0, token_stdin = 0;
+  int nsets = 0, threads = 0, token_stdin = 0, doctor = 0, json = 0, rounds = 1;
+  const char *expect = NULL;
   train_opts o = {0};
   char *end;
   int c;
@@ -248,6 +445,22 @@ int main(int argc, char **argv) {
     case 'T':
       token_stdin = 1;
       break;
+    case 'D':
+      doctor = 1;
+      break;
+    case 'j':
+      json = 1;
+      break;
+    case 'x':
+      expect = optarg;
+      break;
+    case 'n':
+      rounds = (int)strtol(optarg, &end, 10);
+      if (*end || rounds <= 0 || rounds > 1000000) {
+        fprintf(stderr, "worker: --rounds wants a positive integer, got '%s'\n", optarg);
+        return FT_EXIT_USAGE;
+      }
+      break;
     case 'G':
       printf("%d\n", engine_cuda_devices());
       return 0;
@@ -261,6 +474,19 @@ int main(int argc, char **argv) {
       usage(stderr);
       return FT_EXIT_USAGE;
     }
+  }
+  if (doctor && !runfile && optind + 1 == argc)
+    runfile = argv[optind++];
+  if (doctor && !connect_to) {
+    if (optind != argc) {
+      fprintf(stderr, "worker: --doctor takes at most one run file\n");
+      return FT_EXIT_USAGE;
+    }
+    return doctor_main(runfile, sets, nsets, threads, json, expect, rounds);
+  }
+  if ((json || expect || rounds != 1) && !doctor) {
+    fprintf(stderr, "worker: --json, --expect and --rounds go with --doctor\n");
+    return FT_EXIT_USAGE;
   }
   if (!runfile || optind != argc || (connect_to && (node < 0 || slot < 0)) ||
       (token_stdin && !connect_to)) {
@@ -347,6 +573,8 @@ int main(int argc, char **argv) {
       return FT_EXIT_LOST;
     }
     o.resume = 1; /* the supervisor decides what to restore (ASSIGN) */
+    if (!strcmp(rf.doctor.on_join, "true") && gang_doctor(&rf, o.ctl, node))
+      return FT_EXIT_LOST;
   }
   return train_main(&o);
 }

@@ -67,3 +67,8 @@ out:
   free(a);
   return rate;
 }
+
+const char *k_blas_config(void) {
+  const char *c = openblas_get_config();
+  return c ? c : "unknown BLAS";
+}

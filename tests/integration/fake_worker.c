@@ -43,6 +43,13 @@
  *   FAKE_GATE=FILE        no step is taken while FILE does not exist (the
  *                         worker heartbeats meanwhile): a test orders its
  *                         own action before a step-driven fault
+ *   FAKE_DOCTOR_BAD=I[,J] node I's (and J's) doctor report another compute
+ *                         hash than everyone else's (a node computing wrong bits)
+ *   FAKE_DOCTOR_TURN_BAD=I  node I's reports after the first (the supervisor
+ *                         asked again: doctor.spare_every_s) carry another hash
+ *   FAKE_DOCTOR_HANG=I    node I never sends its first doctor report
+ *   FAKE_DOCTOR_FAIL=I    node I's doctor report fails its memory check
+ *   FAKE_DOCTOR_PLATFORM_NODE=I  node I reports another platform
  *   FAKE_ONCE_DIR=DIR     the xid, collective and nan faults fire once per
  *                         test: a marker file DIR/<fault> records it
  * Every rank sends STEP (rank 0's carries the loss, the others' NaN; at
@@ -155,7 +162,46 @@ static int recv_msg(ft_msg *m, double timeout_s) {
 }
 
 /* Handles a message that may come at any time; returns 1 if it was one. */
+/* The node doctor's report (as the real worker's with doctor.on_join):
+ * the same compute hash on every node, but FAKE_DOCTOR_BAD's (a node that
+ * computes wrong numbers, or a comma-separated list of them) and, on a
+ * check the supervisor asked for again, FAKE_DOCTOR_TURN_BAD's (a spare's
+ * chip that went bad while it idled); FAKE_DOCTOR_FAIL=I: node I fails its
+ * own memory check; FAKE_DOCTOR_PLATFORM_NODE=I: node I is of another
+ * platform. */
+static int g_node = -1;
+static void send_msg(ft_msg *m);
+static int env_int(const char *name, int dflt);
+static void send_doctor(int again) {
+  if (!again && env_int("FAKE_DOCTOR_HANG", -1) == g_node)
+    return; /* its checks never finish (it heartbeats on) */
+  char rep[1024], bads[64], me[24];
+  snprintf(bads, sizeof bads, ",%s,", getenv("FAKE_DOCTOR_BAD") ? getenv("FAKE_DOCTOR_BAD") : "");
+  snprintf(me, sizeof me, ",%d,", g_node);
+  int bad_hash =
+      strstr(bads, me) != NULL || (again && env_int("FAKE_DOCTOR_TURN_BAD", -1) == g_node);
+  int mem_fail = env_int("FAKE_DOCTOR_FAIL", -1) == g_node;
+  int other = env_int("FAKE_DOCTOR_PLATFORM_NODE", -1) == g_node;
+  snprintf(rep, sizeof rep,
+           "{\"ok\":%s,\"platform\":\"fake CPU%s\",\"ms\":1,\"checks\":["
+           "{\"name\":\"compute\",\"ok\":true,\"hash\":\"%s\",\"gemm_gflops\":1},"
+           "{\"name\":\"memory\",\"ok\":%s,\"mb\":1%s}]}",
+           mem_fail ? "false" : "true", other ? " 2" : "",
+           bad_hash ? "badbadbadbadbadbadbadbadbadbadbadbadbadbadbadbadbadbadbadbadbadb"
+                    : "00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee",
+           mem_fail ? "false" : "true",
+           mem_fail ? ",\"detail\":\"word 7 read 0x1, wrote 0x0 (fake)\"" : "");
+  ft_msg d;
+  ft_msg_init(&d, FT_MSG_DOCTOR);
+  d.doctor.report = rep;
+  send_msg(&d);
+}
+
 static int common_msg(const ft_msg *m) {
+  if (m->type == FT_MSG_DOCTOR) { /* the supervisor asks again */
+    send_doctor(1);
+    return 1;
+  }
   if (m->type == FT_MSG_STOP) {
     fprintf(stderr, "fake_worker: STOP (%s)\n", ft_stop_reason_name(m->stop.reason));
     exit(FT_EXIT_OK);
@@ -390,6 +436,9 @@ int main(int argc, char **argv) {
     send_fault(code == FT_EXIT_DATA ? FT_FAULT_DATA : FT_FAULT_CONFIG, -1, msg);
     die(code, msg);
   }
+
+  g_node = node;
+  send_doctor(0);
 
   /* wait for ASSIGN (heartbeating at gen 0) */
   for (;;) {

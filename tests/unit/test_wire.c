@@ -189,6 +189,9 @@ static void assert_same(const ft_msg *a, const ft_msg *b) {
   case FT_MSG_REPLICA:
     assert_string_equal(str_or_empty(a->replica.addrs), str_or_empty(b->replica.addrs));
     break;
+  case FT_MSG_DOCTOR:
+    assert_string_equal(str_or_empty(a->doctor.report), str_or_empty(b->doctor.report));
+    break;
   }
 }
 
@@ -284,6 +287,9 @@ static void make_msg(int type, ft_msg *m) {
     break;
   case FT_MSG_REPLICA:
     m->replica.addrs = "10.0.0.2:40123,[fd00::3]:40777";
+    break;
+  case FT_MSG_DOCTOR:
+    m->doctor.report = "{\"ok\":true,\"checks\":[{\"name\":\"compute\",\"hash\":\"ab12\"}]}";
     break;
   }
 }
@@ -575,10 +581,10 @@ static void test_frame_len_bad(void **state) {
   const uint8_t small[] = {0, 0, 0x10, 0x00, FT_WIRE_VERSION};
   assert_int_equal(ft_wire_frame_len_max(small, 5, FT_WIRE_PREAUTH_MAX_FRAME, &fl), 0);
   /* version is checked as soon as its byte is there */
-  const uint8_t v1[] = {0, 0, 0, 10, 3}; /* version 3: before REPLICA */
+  const uint8_t v1[] = {0, 0, 0, 10, 4}; /* version 4: before DOCTOR */
   assert_int_equal(ft_wire_frame_len(v1, 4, &fl), 0);
   assert_int_equal(ft_wire_frame_len(v1, 5, &fl), FT_EPROTO);
-  assert_non_null(strstr(ft_err_detail(), "version 3, expected 4"));
+  assert_non_null(strstr(ft_err_detail(), "version 4, expected 5"));
   const uint8_t v0[] = {0, 0, 0, 2, 0, 5};
   assert_int_equal(ft_wire_frame_len(v0, 6, &fl), FT_EPROTO);
 }
@@ -664,7 +670,7 @@ static void test_malformed(void **state) {
   tb_done(&t);
   expect_proto(t.d, t.n - 1, "length field"); /* frame shorter than its length */
   t.d[4] = FT_WIRE_VERSION + 1;
-  expect_proto(t.d, t.n, "expected 4");
+  expect_proto(t.d, t.n, "expected 5");
   t.d[4] = FT_WIRE_VERSION;
   for (unsigned ty = 0; ty < 256; ty++) {
     if (ty >= FT_MSG_TYPE_MIN && ty <= FT_MSG_TYPE_MAX)
@@ -1337,7 +1343,8 @@ static void test_names(void **state) {
   assert_string_equal(ft_msg_type_name(FT_MSG_HELLO), "HELLO");
   assert_string_equal(ft_msg_type_name(FT_MSG_KV_VALUE), "KV_VALUE");
   assert_string_equal(ft_msg_type_name(0), "?");
-  assert_string_equal(ft_msg_type_name(15), "?");
+  assert_string_equal(ft_msg_type_name(FT_MSG_DOCTOR), "DOCTOR");
+  assert_string_equal(ft_msg_type_name(16), "?");
   for (int t = FT_MSG_TYPE_MIN; t <= FT_MSG_TYPE_MAX; t++) {
     assert_string_not_equal(ft_msg_type_name(t), "?");
     assert_true(ft_wire_sender(t) != 0);

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The node doctor (doctor.on_join): no node joins a gang until its report is
+# cleared, and only a node's own fault refuses it.
+#
+# usage: sup_doctor.sh worker|policy   (parts 1-2 and 4, or part 3)
+#  1. (part "worker") worker --doctor by hand: healthy (exit 0, the same compute hash at 1
+#     and 2 threads and in 100 rounds: no false alarm), a flipped bit in a
+#     GEMM result (--expect fails, exit 1), a flipped bit in memory (exit 1,
+#     the word named), an unusable folder (exit 4: the storage's, not the
+#     node's).
+#  2. (part "worker") the real worker under supervise, 3 nodes + 1 spare, node 1's GEMM
+#     flipping a bit (failpoint doctor_flip_bit=1): node 1 is refused and
+#     quarantined with the doctor's reason, never in any generation's gang,
+#     before any step; the spare takes
+#     its place, and the run's losses equal a clean run's. The clean run's
+#     link check (3 nodes on loopback) names no slow link.
+#  3. (part "policy") fake workers: a spare failing its memory check is quarantined while
+#     the gang trains (no restart); idle spares asked to check again
+#     (doctor.spare_every_s), one gone bad since is quarantined while idle;
+#     a gang member whose report never comes is hung after start_timeout_s; two nodes that disagree with no third to
+#     say which is wrong fail the run without quarantining either.
+#  4. (part "worker") a disk check whose folder is unusable refuses nobody.
+. "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+W=$FT_BIN/worker
+PART=${1:?usage: sup_doctor.sh worker|policy}
+synth_data "$TMP"
+
+if [ "$PART" = worker ]; then
+
+# ---- 1. worker --doctor -------------------------------------------------------
+D="--set doctor.mem_mb=1 --set doctor.disk_mb=1 --set doctor.dir=$TMP"
+# shellcheck disable=SC2086
+"$W" --doctor $D >"$TMP/h.out" || { cat "$TMP/h.out"; fail "a healthy node failed its doctor"; }
+grep -q '^doctor: healthy' "$TMP/h.out" || fail "no verdict line: $(cat "$TMP/h.out")"
+hash=$(sed -n 's/^compute hash //p' "$TMP/h.out")
+[ ${#hash} = 64 ] || fail "no compute hash in: $(cat "$TMP/h.out")"
+for t in 1 2; do
+  # shellcheck disable=SC2086
+  "$W" --doctor $D --threads $t --expect "$hash" >/dev/null ||
+    fail "the compute hash differs at $t threads"
+done
+# shellcheck disable=SC2086
+"$W" --doctor --json $D --set doctor.mem_mb=0 --set doctor.disk_mb=0 --expect "$hash" \
+  --rounds 100 >"$TMP/r.json" || fail "a false alarm in 100 clean rounds: $(cat "$TMP/r.json")"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["ok"] is True and r["platform"], r
+assert [c["name"] for c in r["checks"]] == ["compute"], r
+assert r["checks"][0]["rounds"] == 100, r
+' "$TMP/r.json" || fail "the --json report: $(cat "$TMP/r.json")"
+pass "worker --doctor: healthy, one compute hash at 1 and 2 threads and over 100 rounds"
+
+rc=0
+# shellcheck disable=SC2086
+FT_FAILPOINTS=doctor_flip_bit=-1 "$W" --doctor $D --expect "$hash" >"$TMP/f.out" || rc=$?
+[ $rc = 1 ] || fail "a flipped GEMM bit: exit $rc, want 1: $(cat "$TMP/f.out")"
+grep -q 'differs from --expect' "$TMP/f.out" || fail "no reason: $(cat "$TMP/f.out")"
+rc=0
+# shellcheck disable=SC2086
+FT_FAILPOINTS=doctor_mem_flip=-1 "$W" --doctor $D >"$TMP/m.out" || rc=$?
+[ $rc = 1 ] || fail "a flipped memory bit: exit $rc, want 1"
+grep -q 'memory   FAILED' "$TMP/m.out" && grep -q 'bits 0x0000000000020000 differ' "$TMP/m.out" ||
+  fail "the memory failure is not named: $(cat "$TMP/m.out")"
+rc=0
+"$W" --doctor --set doctor.dir="$TMP/nonexistent" --set doctor.mem_mb=1 >"$TMP/d.out" || rc=$?
+[ $rc = 4 ] || fail "an unusable folder: exit $rc, want 4: $(cat "$TMP/d.out")"
+grep -q 'disk     UNUSABLE' "$TMP/d.out" || fail "no UNUSABLE line: $(cat "$TMP/d.out")"
+pass "worker --doctor: a bad GEMM bit and a bad memory bit fail (exit 1); a bad folder is exit 4"
+
+# ---- 2. the real worker: a node computing wrong bits never joins --------------
+real() { # real STATE [env...]: 3 nodes + 1 spare, 12 steps
+  local st=$1
+  shift
+  env "$@" "$FT_BIN/supervise" --state "$st" --spares 1 --steps 12 \
+    --set nodes.count=3 --set train.global_batch=18 --set train.micro_batch=6 \
+    --set checkpoint.every_steps=6 --set doctor.mem_mb=4 \
+    --set "data.train=$TMP/synth_train_*.bin" --set "data.val=$TMP/synth_val_*.bin" \
+    "$FT_SRC/examples/demo.yaml" >"$st.out" 2>&1
+}
+last_losses() {
+  python3 -c '
+import json, sys
+print(" ".join(f"{e[\"step\"]}:{e[\"loss\"]:.9g}" for e in map(json.loads, open(sys.argv[1]))
+               if e["event"] == "step"))' "$1/events.jsonl"
+}
+real "$TMP/clean" || { cat "$TMP/clean.out"; fail "the clean run failed"; }
+has_event "$TMP/clean" doctor_verdict 'e["verdict"] == "refused"' && fail "a clean run refused a node"
+has_event "$TMP/clean" doctor_reference 'e["nodes"] >= 2' || fail "no reference agreed by 2 nodes"
+has_event "$TMP/clean" doctor_links \
+  'e["allreduce_ok"] and len(e["nodes"]) == 3 and not any(n["slow"] for n in e["nodes"])' ||
+  fail "no clean link check of the 3 nodes"
+has_event "$TMP/clean" doctor_slow_link && fail "a slow link named on loopback"
+for n in 0 1 2 3; do
+  has_event "$TMP/clean" doctor_verdict "e['node'] == $n and e['verdict'] == 'admitted'" ||
+    fail "node $n was not admitted in the clean run"
+done
+real "$TMP/bad" FT_FAILPOINTS=doctor_flip_bit=1 || { cat "$TMP/bad.out"; fail "the run failed"; }
+has_event "$TMP/bad" doctor_verdict \
+  'e["node"] == 1 and e["verdict"] == "refused" and "computes wrong numbers" in e["reason"]' ||
+  fail "node 1 was not refused"
+has_event "$TMP/bad" node_quarantined 'e["node"] == 1 and e["reason"].startswith("doctor: ")' ||
+  fail "node 1 was not quarantined with the doctor's reason"
+has_event "$TMP/bad" node_quarantined 'e["node"] != 1' && fail "a healthy node was quarantined"
+has_event "$TMP/bad" generation_started '1 in e["nodes"]' &&
+  fail "node 1 was put into a gang before its doctor's report was judged"
+has_event "$TMP/bad" spare_promoted 'e["spare_node"] == 3 and e["replaces"] == 1' ||
+  fail "the spare did not replace node 1"
+python3 -c '
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+first = next(i for i, e in enumerate(ev) if e["event"] == "step")
+q = next(i for i, e in enumerate(ev) if e["event"] == "node_quarantined")
+sys.exit(0 if q < first else 1)' "$TMP/bad/events.jsonl" || fail "node 1 was refused after training began"
+[ "$(last_losses "$TMP/bad")" = "$(last_losses "$TMP/clean")" ] ||
+  fail "the losses differ from the clean run's"
+pass "a node whose GEMM flips a bit is refused before the first step; the spare's run equals a clean one"
+
+# ---- 4. the storage's fault ----------------------------------------------------------
+sup_run "$TMP/st" --spares 1 --set nodes.count=2 --worker "$W" \
+  --set "data.train=$TMP/synth_train_*.bin" --set "data.val=$TMP/synth_val_*.bin" \
+  --set doctor.mem_mb=1 --set doctor.dir="$TMP/missing" || { cat "$TMP/st.out"; fail "storage case failed"; }
+has_event "$TMP/st" doctor_storage || fail "no doctor_storage event"
+has_event "$TMP/st" node_quarantined && fail "an unusable folder cost a node"
+pass "an unusable disk-check folder is the storage's fault: an event, no node refused"
+fi
+
+if [ "$PART" = policy ]; then
+# ---- 3. fake workers: spares, rechecks, a hang, no majority ---------------------------
+FAKE_DOCTOR_FAIL=2 sup_run "$TMP/sp" --spares 1 --set nodes.count=2 || fail "spare case: the run failed"
+has_event "$TMP/sp" node_quarantined 'e["node"] == 2 and "memory check" in e["reason"]' ||
+  fail "the spare that failed its memory check was not quarantined"
+has_event "$TMP/sp" run_done 'e["restarts"] == 0' || fail "a refused spare cost the gang a restart"
+pass "a spare failing its memory check is quarantined; the gang trains on"
+
+FAKE_STEP_MS=100 FAKE_DOCTOR_TURN_BAD=3 sup_run "$TMP/re" --spares 2 --set nodes.count=2 \
+  --set doctor.spare_every_s=1 || fail "recheck case: the run failed"
+has_event "$TMP/re" doctor_recheck || fail "idle spares were never asked to check again"
+has_event "$TMP/re" doctor_verdict 'e["node"] == 2 and e["verdict"] == "passed again"' ||
+  fail "spare 2's second check did not pass"
+has_event "$TMP/re" node_quarantined 'e["node"] == 3 and "computes wrong numbers" in e["reason"]' ||
+  fail "spare 3, bad on its second check, was not quarantined"
+has_event "$TMP/re" node_quarantined 'e["node"] != 3' && fail "another node was quarantined"
+has_event "$TMP/re" run_done 'e["restarts"] == 0' || fail "a spare's recheck cost the gang a restart"
+pass "idle spares check again every doctor.spare_every_s; one gone bad is quarantined while idle"
+
+FAKE_DOCTOR_HANG=1 sup_run "$TMP/hang" --spares 1 --set nodes.count=2 \
+  --set watchdog.start_timeout_s=2 || fail "hang case: the run failed"
+has_event "$TMP/hang" fault_detected 'e["node"] == 1 and e["kind"] == "hang" and "doctor" in e["detail"]' ||
+  fail "a node whose doctor never reports was not found hung"
+has_event "$TMP/hang" spare_promoted 'e["replaces"] == 1' || fail "no spare replaced the hung node"
+pass "a gang member whose doctor never reports is a hang after watchdog.start_timeout_s"
+
+rc=0
+FAKE_DOCTOR_BAD=1 sup_run "$TMP/tie" --spares 0 --set nodes.count=2 || rc=$?
+[ $rc = 1 ] || fail "two disagreeing nodes: exit $rc, want 1"
+has_event "$TMP/tie" run_failed '"no majority" in e["reason"]' || fail "no run_failed with the reason"
+has_event "$TMP/tie" node_quarantined && fail "a node was quarantined without a majority against it"
+pass "two nodes that disagree with no majority: the run fails, nobody is quarantined"
+fi
