@@ -235,6 +235,16 @@ static int cmp_dbl(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* {node, host?, best_mb_s} of node n */
+static cJSON *node_fields(const sup *s, int n, double best) {
+  cJSON *e = cJSON_CreateObject();
+  cJSON_AddNumberToObject(e, "node", n);
+  if (sup_node_host(s, n))
+    cJSON_AddStringToObject(e, "host", sup_node_host(s, n));
+  cJSON_AddNumberToObject(e, "best_mb_s", best);
+  return e;
+}
+
 /* Rank 0's link check (doctor_links): each node's best link (the fastest
  * of those it sends or receives on) beside the gang's median; a node whose
  * best is below doctor.link_min_frac of the median is named. With two
@@ -275,19 +285,16 @@ static void links_report(sup *s, const sup_worker *w, const cJSON *r) {
   cJSON_AddNumberToObject(f, "median_mb_s", median);
   char slow[400] = "";
   size_t so = 0;
+  int is_slow[SUP_MAX_NODES] = {0};
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
     if (best[n] < 0)
       continue;
-    int is_slow = k > 2 && best[n] < s->rf.doctor.link_min_frac * median;
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddNumberToObject(e, "node", n);
-    if (sup_node_host(s, n))
-      cJSON_AddStringToObject(e, "host", sup_node_host(s, n));
-    cJSON_AddNumberToObject(e, "best_mb_s", best[n]);
-    cJSON_AddBoolToObject(e, "slow", is_slow);
+    is_slow[n] = k > 2 && best[n] < s->rf.doctor.link_min_frac * median;
+    cJSON *e = node_fields(s, n, best[n]);
+    cJSON_AddBoolToObject(e, "slow", is_slow[n]);
     cJSON_AddItemToArray(nodes, e);
-    if (is_slow && so < sizeof slow)
+    if (is_slow[n] && so < sizeof slow)
       so += (size_t)snprintf(slow + so, sizeof slow - so, "%snode %d%s%s (%.1f MB/s)",
                              so ? ", " : "", n, sup_node_host(s, n) ? " on " : "",
                              sup_node_host(s, n) ? sup_node_host(s, n) : "", best[n]);
@@ -300,13 +307,9 @@ static void links_report(sup *s, const sup_worker *w, const cJSON *r) {
                   ok ? "" : "; the all-reduce returned WRONG data");
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
-    if (!(k > 2 && best[n] >= 0 && best[n] < s->rf.doctor.link_min_frac * median))
+    if (!is_slow[n])
       continue;
-    cJSON *g = cJSON_CreateObject();
-    cJSON_AddNumberToObject(g, "node", n);
-    if (sup_node_host(s, n))
-      cJSON_AddStringToObject(g, "host", sup_node_host(s, n));
-    cJSON_AddNumberToObject(g, "best_mb_s", best[n]);
+    cJSON *g = node_fields(s, n, best[n]);
     cJSON_AddNumberToObject(g, "median_mb_s", median);
     sup_events_emit(s->ev, "doctor_slow_link", g,
                     "node %d%s%s: its fastest link moves %.1f MB/s, the gang's median %.1f MB/s "

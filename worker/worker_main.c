@@ -145,14 +145,19 @@ static int gang_threads(int threads, const ft_runfile *rf, long node, long slot)
   return threads;
 }
 
-/* The run file with --set overrides (path NULL: the embedded defaults), for
- * --doctor; FT_EXIT_USAGE with the message printed. */
-static int load_runfile(const char *path, const char *const *sets, int nsets, ft_runfile *rf) {
+/* The run file with --steps (NULL: none) and --set overrides, validated
+ * (path NULL: the embedded defaults); FT_EXIT_USAGE with the message printed. */
+static int load_runfile(const char *path, const char *steps, const char *const *sets, int nsets,
+                        ft_runfile *rf) {
   char err[1024];
   if (!path)
     ft_runfile_defaults(rf);
   else if (ft_runfile_load(path, rf, err, sizeof err)) {
     fprintf(stderr, "worker: %s\n", err);
+    return FT_EXIT_USAGE;
+  }
+  if (steps && ft_runfile_set(rf, "train.steps", steps, err, sizeof err)) {
+    fprintf(stderr, "worker: --steps: %s\n", err);
     return FT_EXIT_USAGE;
   }
   for (int i = 0; i < nsets; i++) {
@@ -258,7 +263,7 @@ static void print_check(const cJSON *c) {
 static int doctor_main(const char *path, const char *const *sets, int nsets, int threads, int json,
                        const char *expect, int rounds) {
   static ft_runfile rf;
-  int rc = load_runfile(path, sets, nsets, &rf);
+  int rc = load_runfile(path, NULL, sets, nsets, &rf);
   if (rc)
     return rc;
   if (threads)
@@ -508,33 +513,9 @@ int main(int argc, char **argv) {
   }
 
   static ft_runfile rf;
-  char err[1024];
-  if (ft_runfile_load(runfile, &rf, err, sizeof err)) {
-    fprintf(stderr, "worker: %s\n", err);
-    return FT_EXIT_USAGE;
-  }
-  if (steps && ft_runfile_set(&rf, "train.steps", steps, err, sizeof err)) {
-    fprintf(stderr, "worker: --steps: %s\n", err);
-    return FT_EXIT_USAGE;
-  }
-  for (int i = 0; i < nsets; i++) {
-    char key[128];
-    const char *eq = strchr(sets[i], '=');
-    if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof key) {
-      fprintf(stderr, "worker: --set wants KEY=VALUE, got '%s'\n", sets[i]);
-      return FT_EXIT_USAGE;
-    }
-    memcpy(key, sets[i], (size_t)(eq - sets[i]));
-    key[eq - sets[i]] = 0;
-    if (ft_runfile_set(&rf, key, eq + 1, err, sizeof err)) {
-      fprintf(stderr, "worker: --set: %s\n", err);
-      return FT_EXIT_USAGE;
-    }
-  }
-  if (ft_runfile_validate(&rf, err, sizeof err)) {
-    fprintf(stderr, "worker: %s\n", err);
-    return FT_EXIT_USAGE;
-  }
+  int lrc = load_runfile(runfile, steps, sets, nsets, &rf);
+  if (lrc)
+    return lrc;
   if (o.ckpt_every && !o.store_uri)
     o.store_uri = rf.checkpoint.store;
   if (o.store_uri && !o.ckpt_every)
