@@ -55,8 +55,8 @@ static void fill(float *x, size_t n, uint64_t *st, float scale) {
     x[i] = ((float)(gpt2_rng_next(st) >> 40) / 16777216.0f - 0.5f) * 2.0f * scale;
 }
 
-/* GEMM shapes (N, C, OC): a GPT-2 124M block's projections on 128 tokens */
-static const int GEMMS[][3] = {{128, 768, 768}, {128, 768, 3072}, {128, 3072, 768}};
+/* GEMM shapes (N, C, OC): a GPT-2 124M block's projections on 64 tokens */
+static const int GEMMS[][3] = {{64, 768, 768}, {64, 768, 3072}, {64, 3072, 768}};
 #define NGEMMS ((int)(sizeof GEMMS / sizeof GEMMS[0]))
 
 /* One compute round: the GEMMs and the training step, hashed into hex.
