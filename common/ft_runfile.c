@@ -166,6 +166,7 @@ static const struct field FIELDS[] = {
     F_INT("watchdog.loss_spike.min_steps", watchdog.spike_min_steps, 0, 1000000000),
     F_STR("watchdog.xid_source", watchdog.xid_source, EMPTY_OK, C_NONE, NULL),
     F_STR("watchdog.xid_actions", watchdog.xid_actions, EMPTY_OK, C_NONE, NULL),
+    F_I64("watchdog.sdc_every", watchdog.sdc_every, 0, 1000000000),
     F_INT("recovery.max_restarts", recovery.max_restarts, 0, 1000000),
     F_WORD("recovery.on_loss_spike", recovery.on_loss_spike, W_ON_SPIKE),
     F_I64("recovery.skip_batches", recovery.skip_batches, 0, STEPS_MAX),
@@ -234,6 +235,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   ft_watchdog_cfg *w = &rf->watchdog;
   w->heartbeat_timeout_s = 10;
   w->start_timeout_s = 60;
+  w->sdc_every = 100;
   w->collective_timeout_s = 30;
   w->spike_window = 50;
   w->spike_zscore = 6.0;

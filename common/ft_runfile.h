@@ -125,6 +125,9 @@ typedef struct ft_watchdog_cfg {
   int spike_min_steps;
   char xid_source[512];
   char xid_actions[512]; /* overrides of the Xid table, "79:quarantine,13:restart" */
+  int64_t sdc_every;     /* every sdc_every-th step each rank's micro-batch is
+                            recomputed on its neighbour and the bits compared
+                            (silent data corruption); 0: off */
 } ft_watchdog_cfg;
 
 typedef struct ft_recovery_cfg {

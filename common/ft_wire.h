@@ -151,8 +151,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA; 5: DOCTOR */
-#define FT_WIRE_VERSION 5
+/* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA; 5: DOCTOR; 6: FAULT sdc */
+#define FT_WIRE_VERSION 6
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */
@@ -257,14 +257,15 @@ typedef enum ft_msg_type {
   X(FT_FAULT_OTHER, 8, "other")                                                                    \
   X(FT_FAULT_STORAGE, 9, "storage") /* a checkpoint write failed: detail "path: errno E (..)" */   \
   X(FT_FAULT_CONFIG, 10, "config")  /* run file / model file error (this worker's view) */         \
-  X(FT_FAULT_DATA, 11, "data")      /* the data could not be read */
+  X(FT_FAULT_DATA, 11, "data")      /* the data could not be read */                               \
+  X(FT_FAULT_SDC, 12, "sdc") /* recomputed bits differ: detail "rank R ..." names the wrong one */
 
 typedef enum ft_fault_kind {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
   FT_FAULT_KINDS(FT_WIRE_ENUM_)
 #undef FT_WIRE_ENUM_
 } ft_fault_kind;
-#define FT_FAULT_KIND_COUNT 12
+#define FT_FAULT_KIND_COUNT 13
 
 #define FT_STOP_REASONS(X)                                                                         \
   X(FT_STOP_DONE, 0, "done")                         /* the run finished */                        \

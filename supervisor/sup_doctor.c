@@ -83,6 +83,8 @@ static void verdict(sup *s, int n, const char *what, const char *why) {
     cJSON_AddStringToObject(f, "reason", why);
   sup_events_emit(s->ev, "doctor_verdict", f, "node %d %s%s%s", n, what, why ? ": " : "",
                   why ? why : "");
+  snprintf(s->nodes[n].dverdict, sizeof s->nodes[n].dverdict, "%s%s%s", what, why ? ": " : "",
+           why ? why : "");
 }
 
 /* Every worker of node n refused; the node quarantined (or its gang stopped). */
@@ -394,6 +396,52 @@ void sup_doctor_report(sup *s, sup_worker *w, const char *text) {
   judge(s);
 }
 
+/* Asks node n's workers to check again (DOCTOR ""), if every one of them is
+ * connected, cleared and not already checking; 1 if asked. */
+static int ask(sup *s, int n) {
+  for (int j = 0; j < s->G; j++) {
+    const sup_worker *w = &s->nodes[n].w[j];
+    if (!(w->alive && w->conn && w->doctor == SUP_DOCTOR_CLEARED && !w->doctor_again))
+      return 0;
+  }
+  int sent = 0;
+  for (int j = 0; j < s->G; j++) {
+    sup_worker *w = &s->nodes[n].w[j];
+    ft_msg m;
+    ft_msg_init(&m, FT_MSG_DOCTOR);
+    m.doctor.report = "";
+    if (sup_send(s, w->conn, &m, 0) == FT_OK) {
+      w->doctor_again = 1;
+      sent = 1;
+    }
+  }
+  return sent;
+}
+
+int sup_doctor_ask(sup *s, int gang_too, const char *why) {
+  if (!doctor_on(s) || s->state >= SUP_FINISHING)
+    return 0;
+  cJSON *f = cJSON_CreateObject(), *nodes = cJSON_CreateArray();
+  int asked = 0;
+  for (int n = 0; n < s->nnodes; n++) {
+    int role = s->nodes[n].role;
+    if ((role == SUP_ROLE_SPARE || (gang_too && sup_in_gang(s, n))) && ask(s, n)) {
+      cJSON_AddItemToArray(nodes, cJSON_CreateNumber(n));
+      asked++;
+    }
+  }
+  cJSON_AddItemToObject(f, "nodes", nodes);
+  cJSON_AddStringToObject(f, "why", why);
+  if (asked)
+    sup_events_emit(s->ev, "doctor_recheck", f, "%d %s asked to check again (%s)", asked,
+                    gang_too ? (asked == 1 ? "node" : "nodes")
+                             : (asked == 1 ? "idle spare" : "idle spares"),
+                    why);
+  else
+    cJSON_Delete(f);
+  return asked;
+}
+
 void sup_doctor_tick(sup *s, double now) {
   double every = s->rf.doctor.spare_every_s;
   if (!doctor_on(s) || every <= 0 || s->state >= SUP_FINISHING)
@@ -403,37 +451,7 @@ void sup_doctor_tick(sup *s, double now) {
   if (now < s->doctor_next_s)
     return;
   s->doctor_next_s = now + every;
-  cJSON *f = cJSON_CreateObject(), *nodes = cJSON_CreateArray();
-  int asked = 0;
-  for (int n = 0; n < s->nnodes; n++) {
-    if (s->nodes[n].role != SUP_ROLE_SPARE)
-      continue;
-    int ready = 1;
-    for (int j = 0; j < s->G; j++) {
-      const sup_worker *w = &s->nodes[n].w[j];
-      ready &= w->alive && w->conn && w->doctor == SUP_DOCTOR_CLEARED && !w->doctor_again;
-    }
-    if (!ready)
-      continue;
-    for (int j = 0; j < s->G; j++) {
-      sup_worker *w = &s->nodes[n].w[j];
-      ft_msg m;
-      ft_msg_init(&m, FT_MSG_DOCTOR);
-      m.doctor.report = "";
-      if (sup_send(s, w->conn, &m, 0) == FT_OK)
-        w->doctor_again = 1;
-    }
-    cJSON_AddItemToArray(nodes, cJSON_CreateNumber(n));
-    asked++;
-  }
-  if (!asked) {
-    cJSON_Delete(f);
-    cJSON_Delete(nodes);
-    return;
-  }
-  cJSON_AddItemToObject(f, "nodes", nodes);
-  sup_events_emit(s->ev, "doctor_recheck", f, "%d idle spare%s asked to check again", asked,
-                  asked == 1 ? "" : "s");
+  sup_doctor_ask(s, 0, "doctor.spare_every_s");
 }
 
 const char *sup_doctor_node_state(const sup *s, int n) {
@@ -447,5 +465,8 @@ const char *sup_doctor_node_state(const sup *s, int n) {
     none |= d == SUP_DOCTOR_NONE;
     compare |= d == SUP_DOCTOR_COMPARE;
   }
-  return none ? "pending" : compare ? "comparing" : "cleared";
+  int again = 0;
+  for (int j = 0; j < s->G; j++)
+    again |= s->nodes[n].w[j].doctor_again;
+  return none ? "pending" : compare ? "comparing" : again ? "checking" : "cleared";
 }

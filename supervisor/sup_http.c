@@ -1,11 +1,13 @@
 /*
- * sup_http: the operator's read-only HTTP port (docs/operate.md).
+ * sup_http: the operator's HTTP port (docs/operate.md): read-only but one request.
  *
  *   GET /           the dashboard (sup_view.h: one page, dygraphs inlined)
  *   GET /view.json  what it draws ([?points=N]: the loss curve thinned to
  *                   about 2N rows, 100-20000, default 1500)
  *   GET /metrics    Prometheus text exposition format (version 0.0.4)
  *   GET /status     the run as JSON (what `supervise status` prints)
+ *   POST /doctor    the nodes check themselves again (`supervise doctor`;
+ *                   the key in STATE/http.token, mode 0600)
  *
  * Served by libevent's evhttp on the supervisor's own loop. Every answer is
  * built from memory (the sup struct and what this module folded from the
@@ -13,7 +15,8 @@
  * store, a worker or the disk, and a slow client only holds its own
  * connection (evhttp writes from a buffer). Hostile clients: headers over
  * 8 KiB and bodies over 1 KiB are refused by evhttp, a connection idle for
- * 10 s is closed, anything but GET and HEAD gets 405, and accept errors (EMFILE
+ * 10 s is closed, anything but GET and HEAD gets 405 (but POST /doctor, which
+ * needs the key in STATE/http.token: 403 without), and accept errors (EMFILE
  * under a connection flood) pause the listener for 100 ms instead of
  * spinning, as on the control port.
  *
@@ -49,10 +52,12 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <math.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define HTTP_MAX_HEADERS 8192
@@ -96,6 +101,8 @@ struct sup_http {
   struct event *resume;
   char addr[300];
   char addr_file[4200];
+  char token_file[4200]; /* STATE/http.token (0600): POST needs it */
+  char token[FT_WIRE_TOKEN_HEX + 1];
 
   counted faults[128];
   int nfaults;
@@ -322,7 +329,8 @@ static void metrics_body(struct sup_http *h, struct evbuffer *b) {
     evbuffer_add_printf(b, "ftsup_nodes{role=\"%s\"} %d\n", role_name(r), roles[r]);
   metric(b, "ftsup_doctor_nodes", "gauge",
          "Nodes by the node doctor's state (pending, comparing, cleared, refused; off).");
-  static const char *const dstates[] = {"pending", "comparing", "cleared", "refused", "off"};
+  static const char *const dstates[] = {"pending", "comparing", "checking",
+                                        "cleared", "refused",   "off"};
   for (size_t k = 0; k < sizeof dstates / sizeof dstates[0]; k++) {
     int c = 0;
     for (int n = 0; n < s->nnodes; n++)
@@ -422,6 +430,8 @@ static cJSON *status_json(struct sup_http *h) {
     if (s->nodes[n].role == SUP_ROLE_QUARANTINED && s->nodes[n].why[0])
       cJSON_AddStringToObject(x, "why", s->nodes[n].why);
     cJSON_AddStringToObject(x, "doctor", sup_doctor_node_state(s, n));
+    if (s->nodes[n].dverdict[0])
+      cJSON_AddStringToObject(x, "doctor_verdict", s->nodes[n].dverdict);
     cJSON_AddItemToArray(nodes, x);
   }
   cJSON_AddItemToObject(o, "checkpoints", cJSON_Duplicate(h->ckpts, 1));
@@ -468,6 +478,36 @@ static void reply_json(struct evhttp_request *req, struct evbuffer *b, cJSON *o)
   free(txt);
 }
 
+/* POST /doctor[?spares=1] with "Authorization: Bearer KEY" (STATE/http.token):
+ * the cleared nodes, the gang's too unless spares=1, check again; the
+ * answer lists them ({"asked": [node...]}); `supervise doctor` then follows
+ * /status until their verdicts are in. 403 without the key. */
+static void post_doctor(struct sup_http *h, struct evhttp_request *req, struct evbuffer *b) {
+  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+  size_t tl = strlen(h->token);
+  if (!tl || !auth || strncmp(auth, "Bearer ", 7) != 0 || strlen(auth + 7) != tl ||
+      CRYPTO_memcmp(auth + 7, h->token, tl) != 0) {
+    evbuffer_add_printf(b, "forbidden: POST /doctor needs \"Authorization: Bearer\" with the key "
+                           "in the state directory's http.token (supervise doctor STATE sends "
+                           "it)\n");
+    reply(req, 403, "Forbidden", "text/plain; charset=utf-8", b);
+    return;
+  }
+  const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+  int spares_only = q && strstr(q, "spares=1") != NULL;
+  sup *s = h->s;
+  cJSON *o = cJSON_CreateObject(), *asked = cJSON_AddArrayToObject(o, "asked");
+  if (strcmp(s->rf.doctor.on_join, "true") != 0)
+    cJSON_AddStringToObject(o, "error", "the node doctor is off (doctor.on_join: false)");
+  else if (s->state >= SUP_FINISHING)
+    cJSON_AddStringToObject(o, "error", "the run is ending");
+  else if (sup_doctor_ask(s, !spares_only, "asked by an operator"))
+    for (int n = 0; n < s->nnodes; n++)
+      if (!strcmp(sup_doctor_node_state(s, n), "checking"))
+        cJSON_AddItemToArray(asked, cJSON_CreateNumber(n));
+  reply_json(req, b, o);
+}
+
 static void on_request(struct evhttp_request *req, void *arg) {
   struct sup_http *h = arg;
   const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
@@ -477,9 +517,11 @@ static void on_request(struct evhttp_request *req, void *arg) {
     return;
   }
   enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-  if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) { /* read-only */
+  if (cmd == EVHTTP_REQ_POST && path && !strcmp(path, "/doctor")) {
+    post_doctor(h, req, b);
+  } else if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) { /* read-only */
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
-    evbuffer_add_printf(b, "read-only: GET or HEAD\n");
+    evbuffer_add_printf(b, "read-only: GET or HEAD (POST /doctor with the run's key)\n");
     reply(req, 405, "Method Not Allowed", "text/plain; charset=utf-8", b);
   } else if (path && !strcmp(path, "/metrics")) {
     metrics_body(h, b);
@@ -587,6 +629,15 @@ int sup_http_open(sup *s, const char *spec, const char *from) {
     h->addr_file[0] = 0;
     return -1;
   }
+  /* the operator's key for the few requests that act (POST /doctor): a
+   * file only its owner reads, so reaching the port is not enough */
+  snprintf(h->token_file, sizeof h->token_file, "%s/http.token", s->state_dir);
+  if (ft_wire_token_new(h->token) ||
+      (n = snprintf(line, sizeof line, "%s\n", h->token), ft_afile_open(&af, h->token_file)) ||
+      fchmod(af.fd, 0600) || ft_afile_write(&af, line, (size_t)n) || ft_afile_commit(&af)) {
+    h->token_file[0] = h->token[0] = 0; /* no key: every POST is refused */
+    return -1;
+  }
   return 0;
 }
 
@@ -602,6 +653,8 @@ void sup_http_free(sup *s) {
     sup_events_set_hook(s->ev, NULL, NULL);
   if (h->addr_file[0])
     unlink(h->addr_file);
+  if (h->token_file[0])
+    unlink(h->token_file);
   if (h->http)
     evhttp_free(h->http); /* frees the bound listener too */
   if (h->resume)
@@ -644,9 +697,9 @@ static void fetch_done(struct evhttp_request *req, void *arg) {
   event_base_loopexit(f->base, NULL);
 }
 
-/* GET http://ADDR/status; the body (malloc'd) or NULL when nobody answers. */
-static char *get_status(const char *addr) {
+char *sup_http_call(const char *addr, int post, const char *path, const char *bearer, int *code) {
   ft_hostport hp;
+  *code = 0;
   if (ft_net_parse(addr, &hp) || !hp.host[0] || hp.port <= 0)
     return NULL;
   fetch f = {.base = event_base_new()};
@@ -654,20 +707,48 @@ static char *get_status(const char *addr) {
       f.base ? evhttp_connection_base_new(f.base, NULL, hp.host, (unsigned short)hp.port) : NULL;
   struct evhttp_request *req = c ? evhttp_request_new(fetch_done, &f) : NULL;
   if (req) {
+    struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
     evhttp_connection_set_timeout(c, 5);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", hp.host);
-    if (evhttp_make_request(c, req, EVHTTP_REQ_GET, "/status") == 0)
+    evhttp_add_header(hd, "Host", hp.host);
+    char auth[FT_WIRE_TOKEN_HEX + 16];
+    if (bearer) {
+      snprintf(auth, sizeof auth, "Bearer %s", bearer);
+      evhttp_add_header(hd, "Authorization", auth);
+    }
+    if (evhttp_make_request(c, req, post ? EVHTTP_REQ_POST : EVHTTP_REQ_GET, path) == 0)
       event_base_dispatch(f.base);
   }
   if (c)
     evhttp_connection_free(c);
   if (f.base)
     event_base_free(f.base);
-  if (f.code != 200) {
-    free(f.body);
+  *code = f.code;
+  return f.body;
+}
+
+/* GET http://ADDR/status; the body (malloc'd) or NULL when nobody answers. */
+static char *get_status(const char *addr) {
+  int code;
+  char *body = sup_http_call(addr, 0, "/status", NULL, &code);
+  if (code != 200) {
+    free(body);
     return NULL;
   }
-  return f.body;
+  return body;
+}
+
+int sup_http_state_file(const char *dir, const char *name, char *out, size_t len) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *fp = fopen(path, "r");
+  out[0] = 0;
+  if (!fp)
+    return -1;
+  if (!fgets(out, (int)len, fp))
+    out[0] = 0;
+  out[strcspn(out, "\r\n")] = 0;
+  fclose(fp);
+  return out[0] ? 0 : -1;
 }
 
 /* The state directory's event log, read: how its last supervise ended. */
@@ -745,15 +826,8 @@ static cJSON *offline_status(const char *dir) {
  * neither. A stale http.addr (supervise was killed) may name a port someone
  * else has now: only a JSON object that says "running" counts. */
 static cJSON *status_of(const char *dir) {
-  char path[4200], addr[340] = "";
-  snprintf(path, sizeof path, "%s/http.addr", dir);
-  FILE *fp = fopen(path, "r");
-  if (fp) {
-    if (!fgets(addr, sizeof addr, fp))
-      addr[0] = 0;
-    addr[strcspn(addr, "\r\n")] = 0;
-    fclose(fp);
-  }
+  char addr[340];
+  sup_http_state_file(dir, "http.addr", addr, sizeof addr);
   char *body = addr[0] ? get_status(addr) : NULL;
   cJSON *o = body ? cJSON_Parse(body) : NULL;
   free(body);

@@ -117,13 +117,14 @@ typedef struct sup_node {
   /* blame (sup_recovery.c): failures counted against the node, one per
    * recovery round at most; why it is quarantined (events, persisted) */
   sup_failures fails;
-  int counted;    /* a failure of this round is counted */
-  int nfailures;  /* failures inside the window when it was last counted */
-  char why[256];  /* the reason it is (or will be) quarantined */
-  pid_t host_pid; /* local launcher: the node's host stand-in, leader of pgid */
-  int host_alive; /* host_pid launched and not yet reaped */
-  int host_lost;  /* the host died from outside (SIGKILL): node lost */
-  int rejoin;     /* its workers were asked to rejoin in process this round */
+  int counted;        /* a failure of this round is counted */
+  int nfailures;      /* failures inside the window when it was last counted */
+  char why[256];      /* the reason it is (or will be) quarantined */
+  char dverdict[300]; /* the node doctor's last verdict on it ("" none yet) */
+  pid_t host_pid;     /* local launcher: the node's host stand-in, leader of pgid */
+  int host_alive;     /* host_pid launched and not yet reaped */
+  int host_lost;      /* the host died from outside (SIGKILL): node lost */
+  int rejoin;         /* its workers were asked to rejoin in process this round */
 } sup_node;
 
 /* How a fault is blamed (sup_recovery_fault's `blame`). */
@@ -342,6 +343,11 @@ void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid,
  * with no node blamed. Returns 1 if a rollback started. */
 int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const char *detail,
                             int force);
+/* Silent data corruption that may have begun at first_step: rolls back as
+ * a loss fault does (no skip: the data was not at fault) and blames node
+ * (quarantine, a spare); node -1 (no majority): nobody. */
+void sup_recovery_sdc_fault(sup *s, int64_t first_step, int node, int slot, pid_t pid,
+                            const char *detail);
 /* Blames as "hang" every gang worker silent for more than 2 heartbeat
  * intervals (SIGKILLs its node); returns how many. why: the trigger. */
 int sup_recovery_blame_silent(sup *s, const char *why);
@@ -391,8 +397,13 @@ void sup_doctor_judge(sup *s);
 /* From the tick: every doctor.spare_every_s, idle spares cleared before are
  * asked to check again. */
 void sup_doctor_tick(sup *s, double now);
+/* Asks the idle spares (and with gang_too the gang's nodes, which check on
+ * a thread beside their training) whose workers are all cleared to check
+ * again; event doctor_recheck with why. Returns how many nodes. */
+int sup_doctor_ask(sup *s, int gang_too, const char *why);
 /* Node n's doctor state for operators: "off" (doctor.on_join false),
- * "pending" (a report has not come), "comparing", "cleared", "refused". */
+ * "pending" (a report has not come), "comparing", "checking" (asked to
+ * check again, the report not in), "cleared", "refused". */
 const char *sup_doctor_node_state(const sup *s, int n);
 
 /* ---- sup_watch.c -------------------------------------------------------- */
@@ -422,6 +433,15 @@ const char *sup_http_addr(const sup *s); /* "HOST:PORT", or NULL when off */
 void sup_http_free(sup *s);
 /* `supervise status STATE [--json]` (argv[0] is "status"). */
 int sup_status_main(int argc, char **argv);
+/* `supervise doctor STATE` (argv[0] is "doctor"; sup_doctor_cli.c). */
+int sup_doctor_main(int argc, char **argv);
+/* One HTTP request to ADDR (HOST:PORT) for path, GET or POST (empty body),
+ * with "Authorization: Bearer bearer" unless NULL; *code: the status (0:
+ * nobody answered). The body (malloc'd) or NULL. */
+char *sup_http_call(const char *addr, int post, const char *path, const char *bearer, int *code);
+/* The first line of STATE/name (http.addr, http.token) into out; -1 if
+ * there is none. */
+int sup_http_state_file(const char *dir, const char *name, char *out, size_t len);
 /* `supervise report STATE --out FILE` (argv[0] is "report"). */
 int sup_report_main(int argc, char **argv);
 

@@ -134,6 +134,7 @@ static void usage(FILE *f) {
         "       supervise [--state DIR] [--store URI] --unquarantine NODE|all RUN.yaml\n"
         "       supervise status DIR [--json]   (what a run is doing; --help there)\n"
         "       supervise report DIR --out FILE (the dashboard as one HTML file)\n"
+        "       supervise doctor DIR [--spares] (the nodes check themselves again now)\n"
         "\n"
         "Runs the training run described by RUN.yaml on nodes.count nodes of\n"
         "nodes.workers_per_node worker processes each, plus N warm spare nodes, and\n"
@@ -1406,6 +1407,8 @@ int main(int argc, char **argv) {
     return sup_status_main(argc - 1, argv + 1);
   if (argc > 1 && !strcmp(argv[1], "report"))
     return sup_report_main(argc - 1, argv + 1);
+  if (argc > 1 && !strcmp(argv[1], "doctor"))
+    return sup_doctor_main(argc - 1, argv + 1);
   raise_fd_limit();
   int ex = parse_args(&m, argc, argv);
   if (ex == GO)

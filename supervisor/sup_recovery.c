@@ -49,7 +49,10 @@
  * bookkeeping: every gang node is restarted in place, spares are untouched,
  * and the new generation restores the newest COMMITTED/GOOD checkpoint
  * before the faulty step. Loss faults act only while RUNNING or ASSIGNED
- * (a gang that trains); in any other state they are events only.
+ * (a gang that trains); in any other state they are events only. Silent
+ * data corruption found by the workers' recomputation check takes the same
+ * rollback (no skip range) but blames the node the majority named: it is
+ * quarantined and a spare takes its place.
  *
  * INVARIANTS
  *  1. gen only grows, and is persisted (sup_persist) before any message
@@ -96,7 +99,8 @@
  *  RUNNING/... -> RECOVERING.STOPPING ....... sup_recovery_fault
  *  RUNNING/ASSIGNED -> (BAD marks, skip) ->
  *    RECOVERING.STOPPING (loss fault) ....... sup_recovery_loss_fault
- *                                             -> mark_bad_after, sup_recovery_fault
+ *    (silent data corruption) ............... sup_recovery_sdc_fault
+ *                                             -> rollback_t: mark_bad_after, fault_t
  *  RUNNING/... -> STOPPING (silent peers) ... sup_recovery_blame_silent
  *                                             -> sup_recovery_fault
  *  STOPPING -> plan -> FORMING|WAITING|fail . check_stopped -> plan_and_launch
@@ -1276,7 +1280,7 @@ static int mark_bad_after_t(sup *s, int64_t restore, int64_t spike_step, cJSON *
     if (rc)
       break;
     char reason[160];
-    snprintf(reason, sizeof reason, "may hold the loss fault at step %" PRId64, spike_step);
+    snprintf(reason, sizeof reason, "may hold the fault begun at step %" PRId64, spike_step);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "step", (double)list[i].step);
     cJSON_AddStringToObject(f, "reason", reason);
@@ -1294,35 +1298,29 @@ static int mark_bad_after(sup *s, int64_t restore, int64_t spike_step, cJSON *ba
   return rc;
 }
 
-static int loss_fault_t(sup *s, int64_t spike_step, const char *kind, const char *detail,
-                        int force) {
-  /* only a gang that trains: RUNNING, or a new gen before its first STEP */
-  if (!(s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)))
-    return 0;
-  int mode = s->on_spike;
-  if (mode == SUP_SPIKE_WARN && !force) {
-    sup_rollback_good_fault(&s->good, spike_step, 0, -1);
-    return 0;
-  }
-  if (mode == SUP_SPIKE_WARN)
-    mode = SUP_SPIKE_ROLLBACK; /* the workers stopped training: roll back anyway */
+/* Rolls back before step `first` (the first step the fault may have
+ * touched): the newest committed checkpoint before it becomes the restore
+ * point, the newer ones BAD, a skip range under rollback_and_skip; then a
+ * recovery round blaming `node` (-1: nobody; the gang restarts in place). */
+static void rollback_t(sup *s, int64_t first_step, const char *kind, const char *detail, int mode,
+                       int node, int slot, pid_t pid) {
   int64_t restore = -1;
-  if (spike_step <= 0 || ckpt_store_latest(s->store, s->rf.run, spike_step - 1, &restore) != 0)
+  if (first_step <= 0 || ckpt_store_latest(s->store, s->rf.run, first_step - 1, &restore) != 0)
     restore = -1;
   int64_t first = -1, end = -1;
   char why[512];
   if (mode == SUP_SPIKE_ROLLBACK_SKIP) {
-    sup_rollback_skip_range(s->skips, s->nskips, restore, spike_step, s->rf.recovery.skip_batches,
+    sup_rollback_skip_range(s->skips, s->nskips, restore, first_step, s->rf.recovery.skip_batches,
                             &first, &end);
     if (sup_rollback_skips_add(s->skips, &s->nskips, FT_WIRE_MAX_SKIPS, first, end)) {
       snprintf(why, sizeof why, "cannot skip batches [%" PRId64 ", %" PRId64 "): %s", first, end,
                ft_err_detail());
       sup_recovery_fail(s, why);
-      return 1;
+      return;
     }
   }
   cJSON *bad = cJSON_CreateArray();
-  int rc = mark_bad_after(s, restore, spike_step, bad);
+  int rc = mark_bad_after(s, restore, first_step, bad);
   if (rc) {
     cJSON_Delete(bad);
     snprintf(why, sizeof why,
@@ -1330,11 +1328,11 @@ static int loss_fault_t(sup *s, int64_t spike_step, const char *kind, const char
              "one): %s",
              restore, ft_err_detail());
     sup_recovery_fail(s, why);
-    return 1;
+    return;
   }
-  sup_rollback_good_fault(&s->good, spike_step, 1, restore);
+  sup_rollback_good_fault(&s->good, first_step, 1, restore);
   cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "spike_step", (double)spike_step);
+  cJSON_AddNumberToObject(f, "spike_step", (double)first_step);
   cJSON_AddNumberToObject(f, "restore_step", (double)restore);
   cJSON_AddStringToObject(f, "kind", kind);
   if (first >= 0) {
@@ -1349,13 +1347,28 @@ static int loss_fault_t(sup *s, int64_t spike_step, const char *kind, const char
     sup_events_emit(s->ev, "rollback", f,
                     "%s at step %" PRId64 ": back to step %" PRId64 ", skipping batches [%" PRId64
                     ", %" PRId64 ")",
-                    kind, spike_step, restore, first, end);
+                    kind, first_step, restore, first, end);
   else
     sup_events_emit(s->ev, "rollback", f, "%s at step %" PRId64 ": back to step %" PRId64, kind,
-                    spike_step, restore);
-  /* the recovery round: no node blamed, every gang node restarted in place;
-   * it persists gen with the new skip list before the next ASSIGN */
-  sup_recovery_fault(s, kind, -1, -1, 0, detail, SUP_BLAME_NONE);
+                    first_step, restore);
+  /* the recovery round; it persists gen with the new skip list before the
+   * next ASSIGN */
+  fault_t(s, kind, node, slot, pid, detail, node >= 0 ? SUP_BLAME_NODE : SUP_BLAME_NONE);
+}
+
+static int loss_fault_t(sup *s, int64_t spike_step, const char *kind, const char *detail,
+                        int force) {
+  /* only a gang that trains: RUNNING, or a new gen before its first STEP */
+  if (!(s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)))
+    return 0;
+  int mode = s->on_spike;
+  if (mode == SUP_SPIKE_WARN && !force) {
+    sup_rollback_good_fault(&s->good, spike_step, 0, -1);
+    return 0;
+  }
+  if (mode == SUP_SPIKE_WARN)
+    mode = SUP_SPIKE_ROLLBACK; /* the workers stopped training: roll back anyway */
+  rollback_t(s, spike_step, kind, detail, mode, -1, -1, 0);
   return 1;
 }
 
@@ -1365,6 +1378,14 @@ int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const 
   int rc = loss_fault_t(s, spike_step, kind, detail, force);
   leave(s);
   return rc;
+}
+
+void sup_recovery_sdc_fault(sup *s, int64_t first_step, int node, int slot, pid_t pid,
+                            const char *detail) {
+  enter(s);
+  if (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED))
+    rollback_t(s, first_step, "sdc", detail, SUP_SPIKE_ROLLBACK, node, slot, pid);
+  leave(s);
 }
 
 /* ---- the supervisor's own isolation ----------------------------------------

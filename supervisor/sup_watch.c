@@ -510,6 +510,41 @@ static void on_storage(sup *s, sup_worker *w, int64_t step, const char *detail) 
                         : "checkpoint skipped, training goes on, no node blamed");
 }
 
+/* A worker's recomputation check found bits that differ (FAULT sdc): the
+ * detail starts "rank R " when a majority named R, "no majority" when none
+ * did; step is the first step no passed check covers. The named rank's
+ * node is blamed (quarantine, a spare); either way the run rolls back to
+ * the newest checkpoint before that step. */
+static void on_sdc(sup *s, const sup_worker *from, int64_t step, const char *detail) {
+  int rank = -1, node = -1, slot = -1;
+  pid_t pid = 0;
+  if (sscanf(detail, "rank %d ", &rank) != 1 || rank < 0 || rank / s->G >= s->ngang)
+    rank = -1;
+  if (rank >= 0) {
+    node = s->gang[rank / s->G];
+    const sup_worker *w = &s->nodes[node].w[rank % s->G];
+    slot = w->slot;
+    pid = w->pid;
+  }
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "first_step", (double)step);
+  add_num_or_null(f, "rank", rank >= 0 ? rank : NAN);
+  add_num_or_null(f, "node", node >= 0 ? node : NAN);
+  cJSON_AddStringToObject(f, "verdict", node >= 0 ? "named" : "no_majority");
+  cJSON_AddNumberToObject(f, "reporter", from->node);
+  cJSON_AddStringToObject(f, "detail", detail);
+  if (node >= 0)
+    sup_events_emit(s->ev, "sdc", f,
+                    "node %d (rank %d) computes wrong bits, found by recomputation -> "
+                    "quarantine, roll back before step %" PRId64,
+                    node, rank, step);
+  else
+    sup_events_emit(s->ev, "sdc", f,
+                    "recomputed bits differ, no node named -> roll back before step %" PRId64,
+                    step);
+  sup_recovery_sdc_fault(s, step, node, slot, pid, detail);
+}
+
 void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
   const char *detail = m->fault.detail ? m->fault.detail : "";
   int current = m->gen == s->gen && w->gen == s->gen && w->rank >= 0 && sup_in_gang(s, w->node);
@@ -548,6 +583,10 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
   }
   case FT_FAULT_XID:
     on_xid(s, w, detail);
+    return;
+  case FT_FAULT_SDC:
+    if (current)
+      on_sdc(s, w, m->fault.step, detail);
     return;
   case FT_FAULT_STORAGE:
     on_storage(s, w, m->fault.step, detail);

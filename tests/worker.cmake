@@ -25,6 +25,8 @@ ft_add_script_test(NAME sup_cuda LABELS gpu TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/sup_cuda.sh)
 ft_add_test(NAME test_shardmap SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_shardmap.c
             LIBS ftworker LABELS unit TIMEOUT 60)
+ft_add_test(NAME test_sdc SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_sdc.c LIBS ftworker
+            LABELS unit TIMEOUT 60)
 # Configuration and data errors under the supervisor (the real worker and
 # the fake one): the run fails with the workers' message, no node blamed.
 if(TARGET supervise AND TARGET fake_worker)

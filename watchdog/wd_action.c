@@ -52,6 +52,10 @@ static const struct {
     [FT_FAULT_DATA] = {WD_ACT_REPORT,
                        "the data cannot be read; every worker: the run fails with the worker's "
                        "message; one worker: its node's failure, counted"},
+    [FT_FAULT_SDC] = {WD_ACT_QUARANTINE_NODE,
+                      "a rank's micro-batch recomputed on other nodes gave other bits (silent data "
+                      "corruption); quarantine the node the majority names, roll back to the last "
+                      "checkpoint before the first unchecked step"},
 };
 
 const char *wd_action_name(int action) {

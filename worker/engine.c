@@ -125,6 +125,31 @@ int engine_micro(engine *e, const int32_t *inputs, const int32_t *targets, float
 int engine_loss(engine *e, double *sum) {
   return e->ops->loss(e->impl, sum);
 }
+static int no_check(const engine *e) {
+  return ft_err_set(FT_ECONFIG, "the %s engine has no silent-data-corruption check yet",
+                    e->ops->name);
+}
+
+int engine_grad_check(engine *e, uint64_t *hash) {
+  return e->ops->check ? e->ops->check(e->impl, hash, 0) : no_check(e);
+}
+
+int engine_recompute(engine *e, const int32_t *inputs, const int32_t *targets, float dloss_scale,
+                     uint64_t *hash) {
+  if (!e->ops->check)
+    return no_check(e);
+  int rc = e->ops->check(e->impl, hash, 1);
+  if (rc == FT_OK)
+    rc = e->ops->micro(e->impl, inputs, targets, dloss_scale);
+  e->ops->check(e->impl, NULL, 0);
+  return rc;
+}
+
+void engine_corrupt(engine *e, int on) {
+  if (e->ops->corrupt)
+    e->ops->corrupt(e->impl, on);
+}
+
 int engine_eval(engine *e, const int32_t *inputs, const int32_t *targets, double *loss) {
   return e->ops->eval(e->impl, inputs, targets, loss);
 }

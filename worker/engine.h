@@ -119,6 +119,22 @@ int engine_snapshot(engine *e, ckpt_part *parts, char (*names)[64], engine_fence
 size_t engine_snapshot_bytes(const engine *e);
 /* Reads this rank's shards from a checkpoint written at any world size. */
 int engine_restore(engine *e, ckpt_store *s, const ckpt_manifest *man);
+/* Silent data corruption (docs/design.md §6). engine_grad_check arms the
+ * next engine_micro (hash != NULL): its loss and each gradient group it
+ * computes, before that group's reduction, are folded into *hash, in an
+ * order that is the same on every rank; NULL disarms. engine_recompute runs
+ * one micro-batch's forward and backward again into *hash (the gathers are
+ * collectives: every rank calls it at the same point) and drops its
+ * gradients: shards, their gradients and engine_loss are untouched. Both:
+ * FT_ECONFIG where the backend has no check (cuda, for now). */
+int engine_grad_check(engine *e, uint64_t *hash);
+int engine_recompute(engine *e, const int32_t *inputs, const int32_t *targets, float dloss_scale,
+                     uint64_t *hash);
+/* Failpoint support: while on, one bit of every gradient group flips
+ * before its reduction, as on a chip that computes wrong (no-op where the
+ * backend has no check). */
+void engine_corrupt(engine *e, int on);
+
 /* Keeps the engine for a new generation of the same world size (an
  * in-process rejoin): comm c, rank `rank`; its memory (already touched,
  * which on a fresh engine costs most of a first step) is reused, its

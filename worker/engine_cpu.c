@@ -26,6 +26,8 @@ typedef struct ecpu {
   fsdp *f;
   float *staging;
   double loss_sum;
+  uint64_t *check; /* ecpu_check: the armed hash, or NULL */
+  int discard;     /* ...of a recomputation: its loss is not the step's */
 } ecpu;
 
 static int ecpu_set_comm(void *impl, comm *c, int rank, int world) {
@@ -102,8 +104,24 @@ static void ecpu_zero_grad(void *impl) {
 static int ecpu_micro(void *impl, const int32_t *inputs, const int32_t *targets,
                       float dloss_scale) {
   ecpu *e = impl;
-  e->loss_sum += gpt2_forward(e->m, inputs, targets);
+  double loss = gpt2_forward(e->m, inputs, targets);
+  if (e->check)
+    *e->check = fsdp_hash_fold(*e->check, &loss, sizeof loss);
+  if (!e->discard)
+    e->loss_sum += loss;
   return e->m->err ? e->m->err : gpt2_backward(e->m, dloss_scale);
+}
+
+static int ecpu_check(void *impl, uint64_t *hash, int discard) {
+  ecpu *e = impl;
+  e->check = hash;
+  e->discard = hash && discard;
+  fsdp_set_check(e->f, hash, discard);
+  return FT_OK;
+}
+
+static void ecpu_corrupt(void *impl, int on) {
+  fsdp_set_corrupt(((ecpu *)impl)->f, on);
 }
 
 static int ecpu_loss(void *impl, double *sum) {
@@ -192,6 +210,8 @@ static const struct engine_ops ecpu_ops = {
     .restore = ecpu_restore,
     .set_comm = ecpu_set_comm,
     .touch = ecpu_touch,
+    .check = ecpu_check,
+    .corrupt = ecpu_corrupt,
 };
 
 int engine_cpu_new(const ft_gpt2_dims *d, int B, int T, comm *c, int rank, int world,

@@ -33,6 +33,10 @@ struct engine_ops {
   int (*restore)(void *impl, ckpt_store *s, const ckpt_manifest *man);
   int (*set_comm)(void *impl, comm *c, int rank, int world); /* NULL: not supported */
   int (*touch)(void *impl);                                  /* NULL: not supported */
+  /* engine_grad_check / engine_recompute: arm (hash) or disarm (NULL) the
+   * next micro's hashing; discard: a recomputation. NULL: not supported. */
+  int (*check)(void *impl, uint64_t *hash, int discard);
+  void (*corrupt)(void *impl, int on); /* NULL: not supported */
 };
 
 struct engine {

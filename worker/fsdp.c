@@ -38,7 +38,26 @@ struct fsdp {
   float *scratch;        /* W * max S_g */
   gpt2_hooks hooks;
   uint64_t comm_ns; /* time inside collectives */
+  uint64_t *check;  /* fsdp_set_check: the gradients' hash, or NULL */
+  int discard;      /* fsdp_set_check: a recomputation (no reduction) */
+  int corrupt;      /* fsdp_set_corrupt (failpoint): a chip computing wrong */
 };
+
+/* FNV-1a over 64-bit words (and a tail): a change in any one word changes
+ * the result, since each step is a bijection of the running hash. Not
+ * cryptographic: the check looks for a chip's errors, not an adversary's. */
+uint64_t fsdp_hash_fold(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, b + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  for (; i < n; i++)
+    h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
 
 /* A detached fsdp (a warm spare's: world > 1, no comm yet) has no
  * collectives until fsdp_set_comm. */
@@ -75,7 +94,7 @@ static int64_t g_reduces; /* this process's gradient reductions (failpoint) */
 static int hook_reduce(void *ud, gpt2 *m, int g) {
   fsdp *f = ud;
   int64_t nth; /* failpoint: the Nth reduction fails, a backward cut short */
-  if (ft_failpoint("fail_reduce_once", &nth) &&
+  if (!f->discard && ft_failpoint("fail_reduce_once", &nth) &&
       __atomic_add_fetch(&g_reduces, 1, __ATOMIC_RELAXED) == nth)
     return ft_err_set(FT_ECOMM,
                       "failpoint fail_reduce_once=%" PRId64 ": group %d's gradient "
@@ -86,6 +105,18 @@ static int hook_reduce(void *ud, gpt2 *m, int g) {
   size_t n = f->numel[g];
   if (detached(f))
     return ft_err_set(FT_ESTATE, "fsdp: no comm yet (a warm engine)");
+  if (f->corrupt && n) { /* a low mantissa bit of the group's first element */
+    uint32_t u;
+    memcpy(&u, src, 4);
+    u ^= 1u << 3;
+    memcpy(src, &u, 4);
+  }
+  if (f->check)
+    *f->check = fsdp_hash_fold(*f->check, src, n * sizeof(float));
+  if (f->discard) { /* a recomputation: hashed, never reduced */
+    memset(src, 0, n * sizeof(float));
+    return FT_OK;
+  }
   if (!f->c) {
     for (size_t i = 0; i < n; i++)
       dst[i] += src[i];
@@ -275,4 +306,13 @@ int fsdp_gather_all(fsdp *f) {
       return rc;
   }
   return FT_OK;
+}
+
+void fsdp_set_check(fsdp *f, uint64_t *check, int discard) {
+  f->check = check;
+  f->discard = check && discard;
+}
+
+void fsdp_set_corrupt(fsdp *f, int on) {
+  f->corrupt = on;
 }

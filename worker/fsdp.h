@@ -89,4 +89,17 @@ double fsdp_comm_seconds(const fsdp *f);
 /* Gathers the full parameters into m->params (for export), collective. */
 int fsdp_gather_all(fsdp *f);
 
+/* The silent-data-corruption check (docs/design.md §6). With check set,
+ * each group's gradient is folded into *check (fsdp_hash_fold) as the
+ * backward completes it, before its reduction, in the backward's group
+ * order (the same on every rank); with discard it is then dropped instead
+ * of reduced (a recomputation of another rank's micro-batch: the gathers
+ * still run, the shards' gradients are untouched). check NULL: off. */
+void fsdp_set_check(fsdp *f, uint64_t *check, int discard);
+/* Failpoint support: while on, one bit of each group's gradient flips
+ * before it is hashed and reduced, as on a chip that computes wrong. */
+void fsdp_set_corrupt(fsdp *f, int on);
+/* h folded with n bytes at p (64-bit FNV-1a over words). */
+uint64_t fsdp_hash_fold(uint64_t h, const void *p, size_t n);
+
 #endif

@@ -54,6 +54,7 @@
 #include "ft_gpt2.h"
 #include "gpt2.h"
 #include "buddy.h"
+#include "sdc.h"
 #include "snap.h"
 #include "wdog.h"
 
@@ -365,6 +366,9 @@ typedef struct trainer {
   int64_t restore_step;      /* -1: a fresh start */
   int64_t slow_rank;         /* failpoint slow_rank; -1: none */
   int final_rc;              /* snap_take of the final step */
+  int64_t sdc_clean;         /* the last step the SDC check passed (or the restored one) */
+  int sdc_mb;                /* the micro-batch this step checks; -1: none */
+  uint64_t sdc_own;          /* its hash */
   double last_loss;          /* the newest checkpoint's loss and metrics, for a retry */
   char last_metrics[160];
 } trainer;
@@ -388,6 +392,7 @@ static void trainer_init(trainer *t, const train_opts *o) {
   t->world = 1;
   t->restore_step = -1;
   t->slow_rank = -1;
+  t->sdc_mb = -1;
   t->last_loss = NAN;
   snprintf(t->last_metrics, sizeof t->last_metrics, "{}");
 }
@@ -930,6 +935,7 @@ static int phase_prepare(trainer *t) {
             t->B, t->world, tc->steps);
   if (!ft_failpoint("slow_rank", &t->slow_rank))
     t->slow_rank = -1;
+  t->sdc_clean = t->st.step; /* a restored state is trusted */
   if (o->ctl)
     fprintf(stderr,
             "worker: node %u slot %u: generation %" PRIu64 " ready %.0f ms after its ASSIGN "
@@ -939,21 +945,33 @@ static int phase_prepare(trainer *t) {
   return FT_EXIT_OK;
 }
 
+/* inp/tgt: micro-batch mb of `rank` in the step consuming `batch` (the
+ * failpoint's poisoned targets included). FT_OK or non-zero (printed). */
+static int load_micro(trainer *t, int64_t batch, int mb, int rank) {
+  int rc = fill_batch(t->train, t->st.seq, mb, rank, t->world, t->B, t->T, t->inp, t->tgt);
+  if (rc) {
+    fprintf(stderr, "worker: %s\n", ft_err_detail());
+    return rc;
+  }
+  if (ft_failpoint_at("poison_batch", batch))
+    poison_targets(t->tgt, (size_t)t->B * t->T, t->rf->model.vocab_size);
+  return FT_OK;
+}
+
 /* One pass over the step's micro-batches into the gradients. *oom: a
  * micro-batch ran out of memory (nothing printed; the caller decides). */
 static int micro_batches(trainer *t, int64_t batch, int *nan_batch, int *oom) {
   *oom = 0;
   for (int mb = 0; mb < t->accum; mb++) {
-    int rc = fill_batch(t->train, t->st.seq, mb, t->rank, t->world, t->B, t->T, t->inp, t->tgt);
-    if (rc) {
-      fprintf(stderr, "worker: %s\n", ft_err_detail());
+    if (load_micro(t, batch, mb, t->rank))
       return FT_EXIT_DATA;
-    }
-    if (ft_failpoint_at("poison_batch", batch))
-      poison_targets(t->tgt, (size_t)t->B * t->T, t->rf->model.vocab_size);
     if (ft_failpoint_at("nan_batch", batch))
       *nan_batch = 1;
-    rc = engine_micro(t->e, t->inp, t->tgt, 1.0f / (float)(t->accum * t->world));
+    int rc = mb == t->sdc_mb ? engine_grad_check(t->e, &t->sdc_own) : FT_OK;
+    if (rc == FT_OK)
+      rc = engine_micro(t->e, t->inp, t->tgt, 1.0f / (float)(t->accum * t->world));
+    if (mb == t->sdc_mb)
+      engine_grad_check(t->e, NULL);
     if (rc == FT_ENOMEM) {
       *oom = 1;
       return FT_EXIT_FAIL;
@@ -990,6 +1008,103 @@ static int accumulate(trainer *t, int64_t batch, int *nan_batch) {
       ctl_send_fault(o->ctl, FT_FAULT_OOM, t->st.step + 1, ft_err_detail());
     return FT_EXIT_FAIL;
   }
+}
+
+/* ---- the silent-data-corruption check (sdc.h, docs/design.md §6) ---------- */
+
+/* Whether step k checks a micro-batch (t->sdc_mb, its hash armed in
+ * t->sdc_own): due, and the engine has a check (said once if not). */
+static void sdc_arm(trainer *t, int64_t k) {
+  static int off; /* the engine has none: every rank's is the same backend */
+  t->sdc_mb = -1;
+  int64_t from; /* failpoints: node N's gradients flip a bit (from step F on) */
+  engine_corrupt(t->e, ft_failpoint_at("sdc_corrupt_node", t->o->node) &&
+                           (!ft_failpoint("sdc_corrupt_from", &from) || k >= from));
+  if (off || !sdc_due(t->rf->watchdog.sdc_every, t->world, k))
+    return;
+  if (engine_grad_check(t->e, NULL) != FT_OK) {
+    off = 1;
+    if (t->rank == 0)
+      fprintf(stderr, "worker: watchdog.sdc_every: no check on this engine: %s\n", ft_err_detail());
+    return;
+  }
+  t->sdc_mb = sdc_micro(t->tc->seed, k, t->accum);
+  t->sdc_own = SDC_HASH_INIT;
+}
+
+/* Recomputes rank `whose` micro-batch t->sdc_mb of this step into *h. */
+static int sdc_recompute(trainer *t, int64_t batch, int whose, uint64_t *h) {
+  if (load_micro(t, batch, t->sdc_mb, whose))
+    return FT_EXIT_DATA;
+  *h = SDC_HASH_INIT;
+  int rc = engine_recompute(t->e, t->inp, t->tgt, 1.0f / (float)(t->accum * t->world), h);
+  return rc ? engine_failed(t->o, rc, t->st.step) : FT_EXIT_OK;
+}
+
+/* Every rank's a (and b, when all2) into all[r] (all2[r]): one all-reduce. */
+static int sdc_gather(trainer *t, uint64_t a, uint64_t *all, uint64_t b, uint64_t *all2) {
+  int W = t->world, n = all2 ? 4 * W : 2 * W;
+  double *v = calloc((size_t)n, sizeof *v);
+  if (!v) {
+    fprintf(stderr, "worker: out of memory for the SDC check's hashes\n");
+    return FT_EXIT_FAIL;
+  }
+  sdc_pack(v, t->rank, a);
+  if (all2)
+    sdc_pack(v + 2 * W, t->rank, b);
+  int rc = engine_allreduce_sum(t->e, v, n);
+  for (int r = 0; rc == FT_OK && r < W; r++) {
+    all[r] = sdc_unpack(v, r);
+    if (all2)
+      all2[r] = sdc_unpack(v + 2 * W, r);
+  }
+  free(v);
+  return rc ? engine_failed(t->o, rc, t->st.step) : FT_EXIT_OK;
+}
+
+/* Step k's check, after its micro-batches and before its update: each rank
+ * recomputes its left neighbour's micro-batch (a second round on a
+ * mismatch). Passed: FT_EXIT_OK, *ms its cost. Failed: the update is not
+ * applied; the lowest rank not named reports (FAULT sdc, step: the first
+ * step no check covers) and every rank waits for the supervisor's STOP,
+ * as on a NaN. */
+static int sdc_check(trainer *t, int64_t batch, int64_t k, double *ms) {
+  uint64_t t0 = ft_now_ns(), h = 0;
+  int W = t->world, s = sdc_stride(W, t->rf->nodes.workers_per_node);
+  uint64_t *own = calloc(3 * (size_t)W, sizeof *own), *re1 = own + W, *re2 = re1 + W;
+  if (!own) {
+    fprintf(stderr, "worker: out of memory for the SDC check's hashes\n");
+    return FT_EXIT_FAIL;
+  }
+  int first, code = sdc_recompute(t, batch, (t->rank - s + W) % W, &h);
+  if (!code)
+    code = sdc_gather(t, t->sdc_own, own, h, re1);
+  if (!code && sdc_mismatches(own, re1, W, s, &first) == 0) {
+    t->sdc_clean = k;
+    *ms = (double)(ft_now_ns() - t0) * 1e-6;
+    free(own);
+    return FT_EXIT_OK;
+  }
+  if (!code)
+    code = sdc_recompute(t, batch, (t->rank - 2 * s + 2 * W) % W, &h);
+  if (!code)
+    code = sdc_gather(t, h, re2, 0, NULL);
+  if (code) {
+    free(own);
+    return code;
+  }
+  char detail[512];
+  int named = sdc_judge(own, re1, re2, W, s, k, t->sdc_mb, detail, sizeof detail);
+  free(own);
+  if (t->rank == 0 || t->rank == named)
+    fprintf(stderr, "worker: step %" PRId64 ": silent data corruption: %s\n", k, detail);
+  if (!t->o->ctl)
+    return FT_EXIT_FAIL;
+  if (t->rank == (named == 0 ? 1 : 0)) /* the first healthy rank speaks */
+    ctl_send_fault(t->o->ctl, FT_FAULT_SDC, t->sdc_clean + 1, detail);
+  fflush(NULL);
+  ctl_wait_stop(t->o->ctl);
+  return TRAIN_REJOIN;
 }
 
 /* Whether the checkpoint of step goes to the store (checkpoint.persist_every)
@@ -1077,7 +1192,11 @@ static int train_step(trainer *t) {
   int64_t batch = (int64_t)(st->seq / (uint64_t)tc->global_batch);
   int nan_batch = 0;
   engine_zero_grad(e);
+  sdc_arm(t, st->step + 1);
   int code = accumulate(t, batch, &nan_batch);
+  double sdc_ms = -1;
+  if (!code && t->sdc_mb >= 0)
+    code = sdc_check(t, batch, st->step + 1, &sdc_ms);
   if (code)
     return code;
   int rc = engine_loss(e, &loss);
@@ -1153,6 +1272,8 @@ static int train_step(trainer *t) {
     if (stall_ms >= 0) /* the time the snapshot held the training loop */
       fprintf(t->logf, ",\"ckpt_stall_ms\":%.3f,\"ckpt_bytes\":%zu", stall_ms,
               engine_snapshot_bytes(e));
+    if (sdc_ms >= 0) /* the silent-data-corruption check's recomputation */
+      fprintf(t->logf, ",\"sdc_ms\":%.3f", sdc_ms);
     if (fence_ms > 0) /* this step's update waited for the last snapshot's copy */
       fprintf(t->logf, ",\"ckpt_fence_ms\":%.3f", fence_ms);
     if (isfinite(vl))

@@ -19,7 +19,18 @@
 #     (doctor.spare_every_s), one gone bad since is quarantined while idle;
 #     a gang member whose report never comes is hung after start_timeout_s; two nodes that disagree with no third to
 #     say which is wrong fail the run without quarantining either.
+#  6. (part "policy") supervise doctor against a running run: POST /doctor
+#     without the key is refused (403), http.token is the owner's only; the
+#     idle spare alone (--spares) passes (exit 0); then every node: node 1,
+#     gone bad, is refused (exit 1, --json names it), quarantined and
+#     replaced by the spare; no run on the folder: exit 3.
 #  4. (part "worker") a disk check whose folder is unusable refuses nobody.
+#  5. (part "worker") silent data corruption while training (watchdog.sdc_every):
+#     node 1's gradients flip a bit from step 6 (failpoint sdc_corrupt_node);
+#     the recomputation check at step 8 names it, it is quarantined, the run
+#     rolls back past the checkpoint its corruption reached (step 6) and
+#     ends with the clean run's model, bit for bit; the clean run's checks
+#     (steps 4, 8, 12) raise no alarm.
 . "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 W=$FT_BIN/worker
@@ -70,20 +81,24 @@ grep -q 'disk     UNUSABLE' "$TMP/d.out" || fail "no UNUSABLE line: $(cat "$TMP/
 pass "worker --doctor: a bad GEMM bit and a bad memory bit fail (exit 1); a bad folder is exit 4"
 
 # ---- 2. the real worker: a node computing wrong bits never joins --------------
-real() { # real STATE [env...]: 3 nodes + 1 spare, 12 steps
+real() { # real STATE [env...]: 3 nodes + 1 spare, 12 steps, checkpoints every 3, SDC checks every 4
   local st=$1
   shift
   env "$@" "$FT_BIN/supervise" --state "$st" --spares 1 --steps 12 \
     --set nodes.count=3 --set train.global_batch=18 --set train.micro_batch=6 \
-    --set checkpoint.every_steps=6 --set doctor.mem_mb=4 \
+    --set checkpoint.every_steps=3 --set doctor.mem_mb=4 --set watchdog.sdc_every=4 \
     --set "data.train=$TMP/synth_train_*.bin" --set "data.val=$TMP/synth_val_*.bin" \
     "$FT_SRC/examples/demo.yaml" >"$st.out" 2>&1
 }
-last_losses() {
+last_losses() { # each step's loss, the last one reported for it (a rollback retrains some)
   python3 -c '
 import json, sys
-print(" ".join(f"{e[\"step\"]}:{e[\"loss\"]:.9g}" for e in map(json.loads, open(sys.argv[1]))
-               if e["event"] == "step"))' "$1/events.jsonl"
+loss = {e["step"]: e["loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"}
+print(" ".join(f"{k}:{v:.9g}" for k, v in sorted(loss.items())))' "$1/events.jsonl"
+}
+model_of() { # model_of STATE: the final checkpoint's model as safetensors in STATE.st
+  "$FT_BIN/ckpt" --store "local:$1/store" --run gpt2-tiny restore 12 --to "$1.st" >/dev/null ||
+    fail "cannot restore $1's final checkpoint"
 }
 real "$TMP/clean" || { cat "$TMP/clean.out"; fail "the clean run failed"; }
 has_event "$TMP/clean" doctor_verdict 'e["verdict"] == "refused"' && fail "a clean run refused a node"
@@ -116,6 +131,30 @@ sys.exit(0 if q < first else 1)' "$TMP/bad/events.jsonl" || fail "node 1 was ref
 [ "$(last_losses "$TMP/bad")" = "$(last_losses "$TMP/clean")" ] ||
   fail "the losses differ from the clean run's"
 pass "a node whose GEMM flips a bit is refused before the first step; the spare's run equals a clean one"
+
+# ---- 5. silent data corruption while training -----------------------------------------
+# Node 1's gradients flip a bit from step 6 on. The check at step 4 passed;
+# the one at step 8 names node 1 (the other two ranks' recomputations
+# agree against it); the checkpoint of step 6 holds its corruption, so the
+# run goes back to step 3, not 6, and ends with the clean run's model.
+has_event "$TMP/clean" sdc && fail "a clean run's recomputation check raised an alarm"
+real "$TMP/sdc" FT_FAILPOINTS=sdc_corrupt_node=1,sdc_corrupt_from=6 ||
+  { cat "$TMP/sdc.out"; fail "the SDC run failed"; }
+has_event "$TMP/sdc" sdc 'e["verdict"] == "named" and e["node"] == 1 and e["first_step"] == 5 and "of step 8" in e["detail"]' ||
+  fail "the check at step 8 did not name node 1: $(grep -h '"sdc"' "$TMP/sdc/events.jsonl")"
+has_event "$TMP/sdc" node_quarantined 'e["node"] == 1 and e["reason"].startswith("sdc: rank 1 computes wrong bits")' ||
+  fail "node 1 was not quarantined for the corruption"
+has_event "$TMP/sdc" node_quarantined 'e["node"] != 1' && fail "a healthy node was quarantined"
+has_event "$TMP/sdc" rollback 'e["kind"] == "sdc" and e["restore_step"] == 3 and e["bad_steps"] == [6]' ||
+  fail "no rollback to step 3 with step 6 marked bad: $(grep -h '"rollback"' "$TMP/sdc/events.jsonl")"
+has_event "$TMP/sdc" spare_promoted 'e["spare_node"] == 3 and e["replaces"] == 1' ||
+  fail "the spare did not replace node 1"
+[ "$(last_losses "$TMP/sdc")" = "$(last_losses "$TMP/clean")" ] ||
+  fail "the losses differ from the clean run's"
+model_of "$TMP/clean"
+model_of "$TMP/sdc"
+cmp -s "$TMP/clean.st" "$TMP/sdc.st" || fail "the final model differs from the clean run's"
+pass "a node corrupting its gradients is named at the next check, quarantined; the run rolls back past the corrupt checkpoint and ends bit-identical to a clean one"
 
 # ---- 4. the storage's fault ----------------------------------------------------------
 sup_run "$TMP/st" --spares 1 --set nodes.count=2 --worker "$W" \
@@ -151,6 +190,44 @@ has_event "$TMP/hang" fault_detected 'e["node"] == 1 and e["kind"] == "hang" and
   fail "a node whose doctor never reports was not found hung"
 has_event "$TMP/hang" spare_promoted 'e["replaces"] == 1' || fail "no spare replaced the hung node"
 pass "a gang member whose doctor never reports is a hang after watchdog.start_timeout_s"
+
+# ---- 6. supervise doctor: on demand, against the running run ------------------------
+rc=0
+"$FT_BIN/supervise" doctor "$TMP/nothing-runs-here" 2>"$TMP/od0.err" || rc=$?
+[ $rc = 3 ] || fail "supervise doctor without a run: exit $rc, want 3"
+FAKE_STEP_MS=100 FAKE_DOCTOR_TURN_BAD=1 sup_bg "$TMP/od" --spares 1 --set nodes.count=2 --steps 80
+wait_step "$TMP/od" 5
+python3 - "$(cat "$TMP/od/http.addr")" <<'PY' || fail "POST /doctor without the key was not refused"
+import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(urllib.request.Request(f"http://{sys.argv[1]}/doctor", data=b"", method="POST"))
+except urllib.error.HTTPError as e:
+    sys.exit(0 if e.code == 403 else 1)
+sys.exit(1)
+PY
+[ "$(stat -c %a "$TMP/od/http.token")" = 600 ] || fail "http.token is readable by others"
+"$FT_BIN/supervise" doctor "$TMP/od" --spares >"$TMP/od1.out" 2>&1 ||
+  fail "the idle spare's check on demand failed: $(cat "$TMP/od1.out")"
+grep -q '^node 2 (spare): passed again' "$TMP/od1.out" || fail "no verdict for spare 2: $(cat "$TMP/od1.out")"
+rc=0
+"$FT_BIN/supervise" doctor "$TMP/od" --json >"$TMP/od2.json" 2>&1 || rc=$?
+[ $rc = 1 ] || fail "node 1 gone bad: supervise doctor exit $rc, want 1: $(cat "$TMP/od2.json")"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+v = {n["node"]: n for n in r["nodes"]}
+assert sorted(v) == [0, 1, 2] and r["refused"] == 1 and r["passed"] == 2, r
+assert v[1]["doctor"] == "refused" and "computes wrong numbers" in v[1]["verdict"], r
+# node 0 passed again, or (the gang restarted without node 1 before the poll) was admitted anew
+assert v[0]["doctor"] == "cleared" and v[0]["verdict"] in ("passed again", "admitted"), r
+' "$TMP/od2.json" || fail "the --json verdicts: $(cat "$TMP/od2.json")"
+wait $SUP || fail "the run failed after the doctor on demand: $(tail -5 "$TMP/od.out")"
+has_event "$TMP/od" doctor_recheck '"operator" in e["why"] and e["nodes"] == [0, 1, 2]' ||
+  fail "no doctor_recheck of the 3 nodes asked by an operator"
+has_event "$TMP/od" node_quarantined 'e["node"] == 1 and e["reason"].startswith("doctor: ")' ||
+  fail "node 1, refused on demand, was not quarantined"
+has_event "$TMP/od" spare_promoted 'e["replaces"] == 1' || fail "no spare replaced node 1"
+pass "supervise doctor: the key is required; a spare alone, then every node, check again on demand; the node gone bad is refused (exit 1) and replaced"
 
 rc=0
 FAKE_DOCTOR_BAD=1 sup_run "$TMP/tie" --spares 0 --set nodes.count=2 || rc=$?

@@ -581,10 +581,10 @@ static void test_frame_len_bad(void **state) {
   const uint8_t small[] = {0, 0, 0x10, 0x00, FT_WIRE_VERSION};
   assert_int_equal(ft_wire_frame_len_max(small, 5, FT_WIRE_PREAUTH_MAX_FRAME, &fl), 0);
   /* version is checked as soon as its byte is there */
-  const uint8_t v1[] = {0, 0, 0, 10, 4}; /* version 4: before DOCTOR */
+  const uint8_t v1[] = {0, 0, 0, 10, 5}; /* version 5: before FAULT sdc */
   assert_int_equal(ft_wire_frame_len(v1, 4, &fl), 0);
   assert_int_equal(ft_wire_frame_len(v1, 5, &fl), FT_EPROTO);
-  assert_non_null(strstr(ft_err_detail(), "version 4, expected 5"));
+  assert_non_null(strstr(ft_err_detail(), "version 5, expected 6"));
   const uint8_t v0[] = {0, 0, 0, 2, 0, 5};
   assert_int_equal(ft_wire_frame_len(v0, 6, &fl), FT_EPROTO);
 }
@@ -670,7 +670,7 @@ static void test_malformed(void **state) {
   tb_done(&t);
   expect_proto(t.d, t.n - 1, "length field"); /* frame shorter than its length */
   t.d[4] = FT_WIRE_VERSION + 1;
-  expect_proto(t.d, t.n, "expected 5");
+  expect_proto(t.d, t.n, "expected 6");
   t.d[4] = FT_WIRE_VERSION;
   for (unsigned ty = 0; ty < 256; ty++) {
     if (ty >= FT_MSG_TYPE_MIN && ty <= FT_MSG_TYPE_MAX)
@@ -854,7 +854,7 @@ static void test_malformed(void **state) {
   tb_u8(&t, FT_FAULT_KIND_COUNT);
   tb_u64(&t, 1);
   tb_str(&t, "x");
-  tb_bad(&t, "FAULT.kind: 12 out of range");
+  tb_bad(&t, "FAULT.kind: 13 out of range");
   tb_start(&t, FT_MSG_FAULT, 1);
   tb_u8(&t, FT_FAULT_NAN);
   tb_u64(&t, (uint64_t)-2);
@@ -1352,9 +1352,11 @@ static void test_names(void **state) {
   assert_int_equal(ft_wire_sender(FT_MSG_HELLO), FT_WIRE_FROM_WORKER);
   assert_int_equal(ft_wire_sender(FT_MSG_ASSIGN), FT_WIRE_FROM_SUPERVISOR);
   assert_int_equal(ft_wire_sender(99), 0);
-  const char *kinds[] = {"process_exit", "hang", "collective_timeout", "xid",   "loss_spike",
-                         "nan",          "oom",  "straggler",          "other", "storage",
-                         "config",       "data"};
+  const char *kinds[] = {"process_exit", "hang",       "collective_timeout",
+                         "xid",          "loss_spike", "nan",
+                         "oom",          "straggler",  "other",
+                         "storage",      "config",     "data",
+                         "sdc"};
   assert_int_equal(sizeof kinds / sizeof kinds[0], FT_FAULT_KIND_COUNT);
   for (int k = 0; k < FT_FAULT_KIND_COUNT; k++) {
     assert_string_equal(ft_fault_kind_name(k), kinds[k]);
