@@ -65,6 +65,9 @@ int kc_device_info(int dev, char *name, size_t namelen, size_t *mem_total, int *
 int kc_device_pci(int dev, char *pci, size_t len);
 /* Free and total memory of the current device. */
 int kc_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* The CUDA runtime's and cuBLASLt's versions, e.g. "CUDA 13.0, cuBLASLt
+ * 130001": with the device's model, what fixes the kernels' bits. */
+int kc_versions(char *buf, size_t len);
 
 /* *d_ptr = bytes of device memory (uninitialised); on failure *d_ptr = NULL
  * and the code is FT_ENOMEM when the device is out of memory. bytes == 0

@@ -12,6 +12,9 @@
 #   6 initcheck  compute-sanitizer initcheck on the same; on an H100 it reports the
 #                output of cuBLASLt's GEMMs as never written (docs/gpu.md), so it is
 #                a step of its own
+#   7 doctor     worker --doctor on the GPU, twice: the GPU check passes, both runs
+#                give the same hash, and NVML's ECC / retired-page / remap state is
+#                read from the real driver (never run on a GPU before)
 #
 # Each step writes DIR/<step>.log; DIR/summary.txt has one line per step
 # (ok, FAILED with the exit code, or TIMEOUT) and is written as each ends, so a
@@ -29,7 +32,7 @@ OUTD=${1:?usage: scripts/gpu-checklist.sh DIR [STEP...]}
 shift
 mkdir -p "$OUTD"
 OUTD=$(cd "$OUTD" && pwd)
-STEPS=${*:-env tests simt bench sanitizer initcheck}
+STEPS=${*:-env tests simt bench sanitizer initcheck doctor}
 TT=${GPU_CHECK_TEST_TIMEOUT:-120}
 BT=${GPU_CHECK_BENCH_TIMEOUT:-240}
 ST=${GPU_CHECK_SAN_TIMEOUT:-90}
@@ -105,10 +108,21 @@ sanitizer_step() {
 
 initcheck_step() { SAN_TOOLS=initcheck sanitizer_step; }
 
+doctor_step() {
+  local a b
+  timeout "$TT" "$FT_BIN/worker" --doctor --json --set nodes.device=cuda >"$OUTD/doctor1.json" || return
+  timeout "$TT" "$FT_BIN/worker" --doctor --json --set nodes.device=cuda >"$OUTD/doctor2.json" || return
+  cat "$OUTD/doctor1.json"
+  a=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checks"][0]["hash"])' "$OUTD/doctor1.json")
+  b=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checks"][0]["hash"])' "$OUTD/doctor2.json")
+  echo "compute hashes: $a $b"
+  [ "$a" = "$b" ]
+}
+
 for s in $STEPS; do
   case $s in
-  env | tests | simt | bench | sanitizer | initcheck) step "$s" "${s}_step" ;;
-  *) echo "gpu-checklist: unknown step $s (env tests simt bench sanitizer initcheck)" >&2; exit 2 ;;
+  env | tests | simt | bench | sanitizer | initcheck | doctor) step "$s" "${s}_step" ;;
+  *) echo "gpu-checklist: unknown step $s (env tests simt bench sanitizer initcheck doctor)" >&2; exit 2 ;;
   esac
 done
 cat "$OUTD/summary.txt"

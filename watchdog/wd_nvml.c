@@ -8,6 +8,7 @@
 #include "wd_nvml.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,4 +192,65 @@ int wd_nvml_wait(wd_nvml *n, unsigned timeout_ms, wd_nvml_xid *ev) {
 
 int wd_nvml_device_count(const wd_nvml *n) {
   return n ? n->ndev : 0;
+}
+
+/* ---- health (the node doctor) -------------------------------------------- */
+
+#define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
+#define NVML_VOLATILE_ECC 0
+
+int wd_nvml_health_of(const char *lib, const char *pci, wd_nvml_health *out) {
+  if (!pci || !out)
+    return ft_err_set(FT_EINVAL, "wd_nvml_health_of: NULL argument");
+  *out = (wd_nvml_health){-1, -1, -1, -1};
+  const char *libname = lib ? lib : "libnvidia-ml.so.1";
+  void *dl = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    const char *e = dlerror();
+    return ft_err_set(FT_ENOENT, "NVML not available: %s", e ? e : libname);
+  }
+  nvmlReturn_t (*init)(void), (*shutdown)(void);
+  const char *(*estr)(nvmlReturn_t);
+  nvmlReturn_t (*by_pci)(const char *, nvmlDevice_t *);
+  nvmlReturn_t (*ecc)(nvmlDevice_t, int, int, unsigned long long *);
+  nvmlReturn_t (*retired)(nvmlDevice_t, int *);
+  nvmlReturn_t (*remap)(nvmlDevice_t, unsigned *, unsigned *, unsigned *, unsigned *);
+  *(void **)&init = dlsym(dl, "nvmlInit_v2");
+  *(void **)&shutdown = dlsym(dl, "nvmlShutdown");
+  *(void **)&estr = dlsym(dl, "nvmlErrorString");
+  *(void **)&by_pci = dlsym(dl, "nvmlDeviceGetHandleByPciBusId_v2");
+  *(void **)&ecc = dlsym(dl, "nvmlDeviceGetTotalEccErrors");
+  *(void **)&retired = dlsym(dl, "nvmlDeviceGetRetiredPagesPendingStatus");
+  *(void **)&remap = dlsym(dl, "nvmlDeviceGetRemappedRows"); /* Ampere and later */
+  int rc = FT_OK;
+  if (!init || !shutdown || !by_pci || !ecc || !retired) {
+    dlclose(dl);
+    return ft_err_set(FT_ENOENT, "NVML not available: %s lacks the health queries", libname);
+  }
+  nvmlReturn_t r = init();
+  if (r != NVML_SUCCESS) {
+    rc = ft_err_set(FT_EIO, "nvmlInit_v2: %s", estr ? estr(r) : "failed");
+    dlclose(dl);
+    return rc;
+  }
+  nvmlDevice_t dev;
+  r = by_pci(pci, &dev);
+  if (r != NVML_SUCCESS) {
+    rc = ft_err_set(FT_ENOENT, "NVML knows no GPU at %s: %s", pci, estr ? estr(r) : "error");
+  } else {
+    unsigned long long n = 0;
+    int pending = 0;
+    unsigned corr = 0, unc = 0, rp = 0, rf = 0;
+    if (ecc(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &n) == NVML_SUCCESS)
+      out->ecc_uncorrected = n > (unsigned long long)LLONG_MAX ? LLONG_MAX : (long long)n;
+    if (retired(dev, &pending) == NVML_SUCCESS)
+      out->retired_pending = pending != 0;
+    if (remap && remap(dev, &corr, &unc, &rp, &rf) == NVML_SUCCESS) {
+      out->remap_pending = rp != 0;
+      out->remap_failed = rf != 0;
+    }
+  }
+  shutdown();
+  dlclose(dl);
+  return rc;
 }

@@ -21,8 +21,10 @@
  * THREADING: wd_nvml_wait blocks up to timeout_ms; call it from one thread
  * (a watchdog thread). FAILURE: negative FT_E*; never aborts.
  *
- * TESTED: only the absent/failed paths (this project's CI has no GPU); the
- * success path follows NVML's documented API but has not run on a GPU yet.
+ * TESTED: the absent/failed paths (this project's CI has no GPU); the
+ * health query also against a stand-in library with NVML's symbols
+ * (tests/unit/fake_nvml.c). The success paths follow NVML's documented API
+ * but have not run on a GPU yet.
  */
 #ifndef WD_NVML_H
 #define WD_NVML_H
@@ -49,5 +51,20 @@ int wd_nvml_wait(wd_nvml *n, unsigned timeout_ms, wd_nvml_xid *ev);
 
 /* GPUs registered for Xid events. */
 int wd_nvml_device_count(const wd_nvml *n);
+
+/* What NVML keeps about a GPU's memory health (the node doctor's GPU
+ * check): uncorrected ECC errors since the driver loaded (volatile), pages
+ * waiting to be retired, rows waiting to be remapped or a remapping that
+ * failed. Each -1 where the board does not support it. */
+typedef struct wd_nvml_health {
+  long long ecc_uncorrected;
+  int retired_pending;
+  int remap_pending;
+  int remap_failed;
+} wd_nvml_health;
+/* The health of the GPU at PCI bus id pci (as CUDA gives it, e.g.
+ * "0000:3B:00.0"); lib as for wd_nvml_open. FT_ENOENT: NVML not available
+ * (detail "NVML not available: ...") or no GPU at pci; FT_EIO: NVML failed. */
+int wd_nvml_health_of(const char *lib, const char *pci, wd_nvml_health *out);
 
 #endif

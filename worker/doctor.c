@@ -50,14 +50,12 @@ static void cpu_model(char *buf, size_t len) {
 
 /* ---- compute ----------------------------------------------------------------------- */
 
-static void fill(float *x, size_t n, uint64_t *st, float scale) {
+void doctor_fill(float *x, size_t n, uint64_t *st, float scale) {
   for (size_t i = 0; i < n; i++)
     x[i] = ((float)(gpt2_rng_next(st) >> 40) / 16777216.0f - 0.5f) * 2.0f * scale;
 }
 
-/* GEMM shapes (N, C, OC): a GPT-2 124M block's projections on 64 tokens */
-static const int GEMMS[][3] = {{64, 768, 768}, {64, 768, 3072}, {64, 3072, 768}};
-#define NGEMMS ((int)(sizeof GEMMS / sizeof GEMMS[0]))
+const int DOCTOR_GEMMS[DOCTOR_NGEMMS][3] = {{64, 768, 768}, {64, 768, 3072}, {64, 3072, 768}};
 
 /* One compute round: the GEMMs and the training step, hashed into hex.
  * NULL, or what went wrong. */
@@ -71,15 +69,15 @@ static const char *compute_once(const doctor_opts *o, char hex[65], double *flop
     fail = "cannot start SHA-256";
     goto out;
   }
-  uint64_t st = 0x5eed0d0c7012ull;
-  for (int g = 0; g < NGEMMS && !fail; g++) {
-    int N = GEMMS[g][0], C = GEMMS[g][1], OC = GEMMS[g][2];
+  uint64_t st = DOCTOR_SEED;
+  for (int g = 0; g < DOCTOR_NGEMMS && !fail; g++) {
+    int N = DOCTOR_GEMMS[g][0], C = DOCTOR_GEMMS[g][1], OC = DOCTOR_GEMMS[g][2];
     float *x = malloc(sizeof(float) * (size_t)N * C), *w = malloc(sizeof(float) * (size_t)OC * C);
     float *b = malloc(sizeof(float) * (size_t)OC), *y = malloc(sizeof(float) * (size_t)N * OC);
     if (x && w && b && y) {
-      fill(x, (size_t)N * C, &st, 1.0f);
-      fill(w, (size_t)OC * C, &st, 0.05f);
-      fill(b, (size_t)OC, &st, 0.1f);
+      doctor_fill(x, (size_t)N * C, &st, 1.0f);
+      doctor_fill(w, (size_t)OC * C, &st, 0.05f);
+      doctor_fill(b, (size_t)OC, &st, 0.1f);
       double g0 = ft_now_s();
       k_matmul_fwd(y, x, w, b, N, C, OC);
       *gemm_s += ft_now_s() - g0;
@@ -352,6 +350,29 @@ out:
 
 /* ---- the report -------------------------------------------------------------------- */
 
+/* With a GPU check: the compute check's "hash" becomes the SHA-256 of its
+ * own ("cpu_hash") and the GPU's, so one hash per node still says whether
+ * it computes what the others of its (CPU and GPU) platform do. */
+static void both_hashes(cJSON *compute, const cJSON *gpu) {
+  const char *ch = cJSON_GetStringValue(cJSON_GetObjectItem(compute, "hash"));
+  const char *gh = cJSON_GetStringValue(cJSON_GetObjectItem(gpu, "hash"));
+  unsigned char h[32];
+  unsigned hl = 0;
+  char both[130], hex[65];
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  if (!ch || !gh || !md)
+    goto out;
+  snprintf(both, sizeof both, "%s%s", ch, gh);
+  if (!EVP_DigestInit_ex(md, EVP_sha256(), NULL) || !EVP_DigestUpdate(md, both, strlen(both)) ||
+      !EVP_DigestFinal_ex(md, h, &hl) || hl != 32)
+    goto out;
+  ft_hex_encode(h, 32, hex);
+  cJSON_AddStringToObject(compute, "cpu_hash", ch);
+  cJSON_ReplaceItemInObject(compute, "hash", cJSON_CreateString(hex));
+out:
+  EVP_MD_CTX_free(md);
+}
+
 int doctor_run(const doctor_opts *o, char **report, int *ok) {
   double t0 = ft_now_s();
   cJSON *r = cJSON_CreateObject(), *checks = cJSON_CreateArray();
@@ -364,7 +385,7 @@ int doctor_run(const doctor_opts *o, char **report, int *ok) {
   cpu_model(cpu, sizeof cpu);
   snprintf(plat, sizeof plat, "%s | %s", cpu, k_blas_config());
   int good = 1;
-  cJSON *c = check_compute(o);
+  cJSON *compute = check_compute(o), *c = compute;
   good &= cJSON_IsTrue(cJSON_GetObjectItem(c, "ok"));
   cJSON_AddItemToArray(checks, c);
   if (o->mem_mb > 0) {
@@ -378,6 +399,12 @@ int doctor_run(const doctor_opts *o, char **report, int *ok) {
     if (cJSON_IsString(bl) && !strcmp(bl->valuestring, "node"))
       good = 0;
     cJSON_AddItemToArray(checks, c);
+  }
+  if (o->device >= 0) {
+    cJSON *g = doctor_gpu_check(o, plat, sizeof plat);
+    good &= cJSON_IsTrue(cJSON_GetObjectItem(g, "ok"));
+    cJSON_AddItemToArray(checks, g);
+    both_hashes(compute, g);
   }
   cJSON_AddBoolToObject(r, "ok", good);
   cJSON_AddStringToObject(r, "platform", plat);

@@ -26,7 +26,8 @@
  *       "detail"?},
  *      {"name": "memory", "ok", "mb", "gb_s", "ms", "detail"?},
  *      {"name": "disk", "ok", "blame"?: "node"|"storage", "dir", "mb",
- *       "write_mb_s", "read_mb_s", "ms", "detail"?}]}
+ *       "write_mb_s", "read_mb_s", "ms", "detail"?},
+ *      {"name": "gpu", ...} (doctor_gpu_check, where device >= 0)]}
  * A check sized 0 is left out.
  *
  * Failpoints (docs/failpoints.md), stand-ins for a bad chip: doctor_flip_bit=N
@@ -37,6 +38,7 @@
 #define DOCTOR_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct doctor_opts {
   int mem_mb;      /* 0: no memory check */
@@ -45,7 +47,24 @@ typedef struct doctor_opts {
   int node;        /* this worker's node (failpoints); -1: standalone */
   int rounds;      /* the compute check this many times, each the same bits
                       as the first or it fails (a burn-in); 0 or 1: once */
+  int device;      /* the CUDA device of the GPU check; -1: no GPU check */
 } doctor_opts;
+
+/* The GPU check (doctor_gpu.c; with device >= 0): the compute check's
+ * GEMMs on the device, hashed, and NVML's memory health. Returns its
+ * report object {"name": "gpu", "ok", "device", "model", "pci", "hash",
+ * "tflops", "nvml": {...} or why not, "ms", "detail"?}; appends " | GPU
+ * model sm_XY | CUDA and cuBLASLt versions" to plat (len bytes). With it,
+ * the compute check's "hash" covers both (its CPU part is "cpu_hash"), so
+ * the supervisor compares nodes of one CPU and GPU platform as before. */
+struct cJSON;
+struct cJSON *doctor_gpu_check(const doctor_opts *o, char *plat, size_t len);
+/* For both checks: the GEMM shapes (N, C, OC: a GPT-2 124M block's
+ * projections on 64 tokens), the data's seed and its values. */
+#define DOCTOR_NGEMMS 3
+extern const int DOCTOR_GEMMS[DOCTOR_NGEMMS][3];
+#define DOCTOR_SEED 0x5eed0d0c7012ull
+void doctor_fill(float *x, size_t n, uint64_t *st, float scale);
 
 /* Runs every check. *report: malloc'd JSON text as above; *ok: the
  * report's "ok". FT_OK when the checks ran (whatever they found); FT_ENOMEM

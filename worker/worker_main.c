@@ -181,11 +181,25 @@ static int load_runfile(const char *path, const char *steps, const char *const *
   return 0;
 }
 
-static doctor_opts doctor_opts_of(const ft_runfile *rf, long node, char *dir, unsigned dlen) {
+/* The GPU the doctor checks: none on the CPU; FT_CUDA_DEVICE, else the
+ * slot's (slot modulo the visible devices, as the trainer places ranks). */
+static int doctor_device(const ft_runfile *rf, long slot) {
+  if (strcmp(rf->nodes.device, "cuda") != 0)
+    return -1;
+  const char *env = getenv("FT_CUDA_DEVICE");
+  if (env && *env)
+    return atoi(env);
+  int n = engine_cuda_devices();
+  return n > 0 ? (int)(slot % n) : 0;
+}
+
+static doctor_opts doctor_opts_of(const ft_runfile *rf, long node, long slot, char *dir,
+                                  unsigned dlen) {
   return (doctor_opts){.mem_mb = rf->doctor.mem_mb,
                        .disk_mb = rf->doctor.disk_mb,
                        .dir = doctor_dir(rf->doctor.dir, rf->checkpoint.store, dir, dlen),
-                       .node = (int)node};
+                       .node = (int)node,
+                       .device = doctor_device(rf, slot)};
 }
 
 /* A gang worker's doctor: the report goes to the supervisor, which decides
@@ -193,24 +207,25 @@ static doctor_opts doctor_opts_of(const ft_runfile *rf, long node, char *dir, un
 static struct {
   const ft_runfile *rf;
   ctl *c;
-  long node;
+  long node, slot;
 } g_doctor;
-static int gang_doctor(const ft_runfile *rf, ctl *c, long node);
+static int gang_doctor(const ft_runfile *rf, ctl *c, long node, long slot);
 static void doctor_again(void *ud) {
   (void)ud;
-  gang_doctor(g_doctor.rf, g_doctor.c, g_doctor.node);
+  gang_doctor(g_doctor.rf, g_doctor.c, g_doctor.node, g_doctor.slot);
 }
 
-static int gang_doctor(const ft_runfile *rf, ctl *c, long node) {
+static int gang_doctor(const ft_runfile *rf, ctl *c, long node, long slot) {
   char dir[1100], *report = NULL;
   int ok = 0;
   if (!g_doctor.c) { /* the first time: the supervisor may ask again */
     g_doctor.rf = rf;
     g_doctor.c = c;
     g_doctor.node = node;
+    g_doctor.slot = slot;
     ctl_set_doctor(c, doctor_again, NULL);
   }
-  doctor_opts d = doctor_opts_of(rf, node, dir, sizeof dir);
+  doctor_opts d = doctor_opts_of(rf, node, slot, dir, sizeof dir);
   if (doctor_run(&d, &report, &ok)) {
     fprintf(stderr, "worker: node %ld: doctor: %s\n", node, ft_err_detail());
     return 1;
@@ -236,6 +251,7 @@ static void print_check(const cJSON *c) {
   if (h)
     printf(" hash %.16s...", h);
   static const char *const fig[][2] = {{"gemm_gflops", "GEMM %.1f GFLOP/s"},
+                                       {"tflops", "GEMM %.3f TFLOP/s"},
                                        {"loss", "loss %.4f"},
                                        {"mb", "%.0f MiB"},
                                        {"gb_s", "%.2f GB/s"},
@@ -252,6 +268,9 @@ static void print_check(const cJSON *c) {
   const char *dir = cJSON_GetStringValue(cJSON_GetObjectItem(c, "dir"));
   if (dir)
     printf(" in %s", dir);
+  const char *model = cJSON_GetStringValue(cJSON_GetObjectItem(c, "model"));
+  if (model)
+    printf(" on %s", model);
   printf("\n");
   const char *det = cJSON_GetStringValue(cJSON_GetObjectItem(c, "detail"));
   if (det)
@@ -270,7 +289,7 @@ static int doctor_main(const char *path, const char *const *sets, int nsets, int
     k_set_threads(threads);
   char dir[1100], *text = NULL;
   int ok = 0;
-  doctor_opts d = doctor_opts_of(&rf, -1, dir, sizeof dir);
+  doctor_opts d = doctor_opts_of(&rf, -1, 0, dir, sizeof dir);
   d.rounds = rounds;
   if (!path && !rf.doctor.dir[0]) /* no run file: no store folder either */
     d.dir = doctor_dir(NULL, NULL, dir, sizeof dir);
@@ -290,7 +309,8 @@ static int doctor_main(const char *path, const char *const *sets, int nsets, int
   cJSON_ArrayForEach(c, checks) {
     const char *h = cJSON_GetStringValue(cJSON_GetObjectItem(c, "hash"));
     const char *bl = cJSON_GetStringValue(cJSON_GetObjectItem(c, "blame"));
-    if (h)
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
+    if (h && name && !strcmp(name, "compute")) /* with a GPU check, it covers both */
       hash = h;
     if (bl && !strcmp(bl, "storage"))
       storage = 1;
@@ -554,7 +574,7 @@ int main(int argc, char **argv) {
       return FT_EXIT_LOST;
     }
     o.resume = 1; /* the supervisor decides what to restore (ASSIGN) */
-    if (!strcmp(rf.doctor.on_join, "true") && gang_doctor(&rf, o.ctl, node))
+    if (!strcmp(rf.doctor.on_join, "true") && gang_doctor(&rf, o.ctl, node, slot))
       return FT_EXIT_LOST;
   }
   return train_main(&o);

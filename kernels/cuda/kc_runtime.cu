@@ -23,6 +23,7 @@
  */
 #include "kc_int.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int kc__err(cudaError_t e, const char *what) {
@@ -263,4 +264,14 @@ extern "C" int kc_event_query(kc_event e) {
 
 extern "C" int kc_timer_ms(kc_event start, kc_event stop, float *ms) {
   return kc__err(cudaEventElapsedTime(ms, ev_of(start), ev_of(stop)), "cudaEventElapsedTime");
+}
+
+extern "C" int kc_versions(char *buf, size_t len) {
+  int rt = 0;
+  int rc = kc__err(cudaRuntimeGetVersion(&rt), "cudaRuntimeGetVersion");
+  if (rc)
+    return rc;
+  snprintf(buf, len, "CUDA %d.%d, cuBLASLt %zu", rt / 1000, (rt % 1000) / 10,
+           (size_t)cublasLtGetVersion());
+  return FT_OK;
 }

@@ -529,6 +529,10 @@ void cuemu_enqueue_kernel(const char *name, const void *fn, const cuemu_cfg &cfg
 
 extern "C" {
 
+cudaError_t cudaRuntimeGetVersion(int *v) {
+  *v = CUDART_VERSION; /* the headers cuemu is compiled against */
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceCount(int *n) {
   init_once();
   *n = g_devices;
@@ -890,6 +894,10 @@ template <class T> static cublasStatus_t set_attr(T *field, const void *buf, siz
 }
 
 extern "C" {
+
+size_t cublasLtGetVersion(void) {
+  return 0; /* cuemu: no cuBLASLt; its matmul is the documented arithmetic */
+}
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
   *h = (cublasLtHandle_t) new char[1];

@@ -1,7 +1,8 @@
 /*
  * Tests of wd_nvml (watchdog/wd_nvml.c). This project's test machines have
  * no GPU, so only the absent and failed paths are exercised: no library, a
- * library without NVML's symbols. Where libnvidia-ml.so.1 does load, the
+ * library without NVML's symbols; and the health query's reading of each
+ * answer against a stand-in library (fake_nvml.c). Where libnvidia-ml.so.1 does load, the
  * default open is checked to either work (a wait with timeout 0 returns
  * 0 or 1) or fail cleanly; the real event path is NOT tested here.
  */
@@ -9,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -51,8 +53,35 @@ static void test_default_library(void **state) {
   wd_nvml_close(n);
 }
 
+static void test_health(void **state) {
+  (void)state;
+  wd_nvml_health h;
+  assert_int_equal(wd_nvml_health_of("/nonexistent/libnvidia-ml.so.1", "0000:3B:00.0", &h),
+                   FT_ENOENT);
+  assert_non_null(strstr(ft_err_detail(), "NVML not available"));
+  assert_true(h.ecc_uncorrected == -1 && h.retired_pending == -1 && h.remap_pending == -1);
+  assert_int_equal(wd_nvml_health_of("libm.so.6", "0000:3B:00.0", &h), FT_ENOENT);
+  /* the stand-in: a healthy board, then each kind of bad memory */
+  setenv("FAKE_NVML_PCI", "0000:3B:00.0", 1);
+  assert_int_equal(wd_nvml_health_of(FAKE_NVML, "0000:3b:00.0", &h), FT_OK);
+  assert_true(h.ecc_uncorrected == 0 && h.retired_pending == 0 && h.remap_pending == 0 &&
+              h.remap_failed == 0);
+  setenv("FAKE_NVML_ECC", "3", 1);
+  setenv("FAKE_NVML_RETIRED", "1", 1);
+  setenv("FAKE_NVML_REMAP", "failed", 1);
+  assert_int_equal(wd_nvml_health_of(FAKE_NVML, "0000:3B:00.0", &h), FT_OK);
+  assert_true(h.ecc_uncorrected == 3 && h.retired_pending == 1 && h.remap_pending == 0 &&
+              h.remap_failed == 1);
+  assert_int_equal(wd_nvml_health_of(FAKE_NVML, "0000:AF:00.0", &h), FT_ENOENT);
+  assert_non_null(strstr(ft_err_detail(), "no GPU at 0000:AF:00.0"));
+  setenv("FAKE_NVML_INIT", "999", 1);
+  assert_int_equal(wd_nvml_health_of(FAKE_NVML, "0000:3B:00.0", &h), FT_EIO);
+  unsetenv("FAKE_NVML_INIT");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_health),
       cmocka_unit_test(test_absent_library),
       cmocka_unit_test(test_library_without_symbols),
       cmocka_unit_test(test_default_library),
