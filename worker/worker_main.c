@@ -278,9 +278,11 @@ static void print_check(const cJSON *c) {
 }
 
 /* worker --doctor: exit 0 healthy, 1 the node failed a check, 4 only the
- * disk check's folder is unusable (storage, not the node). */
+ * disk check's folder is unusable (storage, not the node). node: --node
+ * (-1 unless `supervise doctor --hosts` numbers the hosts: the failpoints'
+ * node), slot: --slot (the GPU). */
 static int doctor_main(const char *path, const char *const *sets, int nsets, int threads, int json,
-                       const char *expect, int rounds) {
+                       const char *expect, int rounds, long node, long slot) {
   static ft_runfile rf;
   int rc = load_runfile(path, NULL, sets, nsets, &rf);
   if (rc)
@@ -289,7 +291,7 @@ static int doctor_main(const char *path, const char *const *sets, int nsets, int
     k_set_threads(threads);
   char dir[1100], *text = NULL;
   int ok = 0;
-  doctor_opts d = doctor_opts_of(&rf, -1, 0, dir, sizeof dir);
+  doctor_opts d = doctor_opts_of(&rf, node, slot < 0 ? 0 : slot, dir, sizeof dir);
   d.rounds = rounds;
   if (!path && !rf.doctor.dir[0]) /* no run file: no store folder either */
     d.dir = doctor_dir(NULL, NULL, dir, sizeof dir);
@@ -507,7 +509,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "worker: --doctor takes at most one run file\n");
       return FT_EXIT_USAGE;
     }
-    return doctor_main(runfile, sets, nsets, threads, json, expect, rounds);
+    return doctor_main(runfile, sets, nsets, threads, json, expect, rounds, node, slot);
   }
   if ((json || expect || rounds != 1) && !doctor) {
     fprintf(stderr, "worker: --json, --expect and --rounds go with --doctor\n");

@@ -16,7 +16,9 @@
 # names it at step 15, its host is quarantined and drained in Slurm with
 # the reason (sinfo -R "ftsup: sdc: ..."), the spare takes its place from
 # checkpoint 10 (the last before step 11, the first no check covers), and
-# the run finishes.
+# the run finishes. Then `supervise doctor --hosts` (no run) on the other
+# three hosts through srun: the one whose GEMM flips a bit is refused and
+# drained (--drain).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ftc_begin 4
@@ -62,3 +64,20 @@ bad=$(ftc_events "$ST" "print(h[1])")
 sinfo=$(cluster_exec head sinfo -R -h -o '%n|%E')
 grep -q "^$bad|ftsup: sdc" <<<"$sinfo" || fail "sinfo -R does not show $bad drained for the SDC: $sinfo"
 pass "node 1 ($bad), corrupting its gradients, named at step 15, drained in Slurm (sinfo -R), the spare resumed from step 10, the run finished"
+
+# supervise doctor --hosts, no run: the other three hosts, through srun; the
+# third one's GEMM flips a bit (its --node index 2), so it is refused and
+# --drain drains it.
+others=$(ftc_events "$ST" "print(' '.join(x for x in h if x != h[1]))")
+read -r o1 o2 o3 <<<"$others"
+rc=0
+(cd "$RUN" && FT_FAILPOINTS=doctor_flip_bit=2 cluster_exec head "$FT_BIN/supervise" doctor \
+  --hosts "$o1,$o2,$o3" --drain --timeout 60 "$RUN/run.yaml") >"$TMP/hosts.out" 2>&1 || rc=$?
+cat "$TMP/hosts.out"
+[ $rc = 1 ] || fail "supervise doctor --hosts under Slurm: exit $rc, want 1"
+grep -q "^$o1 *passed" "$TMP/hosts.out" && grep -q "^$o2 *passed" "$TMP/hosts.out" &&
+  grep -q "^$o3 *refused .*computes wrong numbers.*-> drained" "$TMP/hosts.out" ||
+  fail "the --hosts verdicts"
+sinfo=$(cluster_exec head sinfo -R -h -o '%n|%E')
+grep -q "^$o3|ftsup doctor: compute check" <<<"$sinfo" || fail "sinfo -R does not show $o3 drained: $sinfo"
+pass "supervise doctor --hosts through srun: $o1 and $o2 pass, $o3 (a flipped GEMM bit) refused and drained"
