@@ -95,6 +95,16 @@ static const cJSON *node_in(const cJSON *status, int n) {
   return NULL;
 }
 
+/* --json's one line (when json), then out is freed. */
+static void print_and_free(cJSON *out, int json) {
+  if (json) {
+    char *t = cJSON_PrintUnformatted(out);
+    printf("%s\n", t ? t : "{}");
+    free(t);
+  }
+  cJSON_Delete(out);
+}
+
 /* ---- --hosts: the doctor on a list of hosts, no run --------------------------- */
 
 #define MAX_HOSTS 256
@@ -376,12 +386,7 @@ static int hosts_main(const char *hosts, const char *runfile, const char *worker
              drained ? " -> drained" : "");
   }
   cJSON_AddNumberToObject(out, "refused", refused);
-  if (json) {
-    char *t = cJSON_PrintUnformatted(out);
-    printf("%s\n", t ? t : "{}");
-    free(t);
-  }
-  cJSON_Delete(out);
+  print_and_free(out, json);
   for (int i = 0; i < n; i++)
     unlink(h[i].log);
   rmdir(tmp);
@@ -523,12 +528,7 @@ int sup_doctor_main(int argc, char **argv) {
   }
   cJSON_AddNumberToObject(out, "passed", passed);
   cJSON_AddNumberToObject(out, "refused", refused);
-  if (json) {
-    char *t = cJSON_PrintUnformatted(out);
-    printf("%s\n", t ? t : "{}");
-    free(t);
-  }
-  cJSON_Delete(out);
+  print_and_free(out, json);
   cJSON_Delete(st);
   return refused ? 1 : left ? 4 : 0;
 }
