@@ -16,7 +16,9 @@ mkdir -p "$ST"
 CAT=$ST/store/catalog
 
 # a run interrupted after step 10, its catalog kept; then resumed to the end
-FAKE_STEP_MS=60 sup_bg "$ST" --spares 0
+# (150 ms a step: the run must still be going when the poll below, slow on
+# a loaded machine, sees step 10)
+FAKE_STEP_MS=150 sup_bg "$ST" --spares 0
 for _ in $(seq 200); do
   has_event "$ST" checkpoint_committed 'e["step"] >= 10' 2>/dev/null && break
   sleep 0.05
