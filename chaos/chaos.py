@@ -44,6 +44,7 @@ checkpoint: {{every_steps: {every}, keep_last: 20}}
 watchdog: {{heartbeat_timeout_s: {hb}, collective_timeout_s: {coll}, xid_source: "{xid}",
            loss_spike: {{window: 20, zscore: 6.0, min_steps: 10}}}}
 recovery: {{max_restarts: 5, when_no_spares: shrink, skip_batches: 5}}
+doctor: {{mem_mb: 4, disk_mb: 1}}
 """
 
 STEPS, EVERY, HB, COLL = 60, 10, 4, 8

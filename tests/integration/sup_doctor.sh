@@ -199,7 +199,7 @@ pass "a gang member whose doctor never reports is a hang after watchdog.start_ti
 rc=0
 "$FT_BIN/supervise" doctor "$TMP/nothing-runs-here" 2>"$TMP/od0.err" || rc=$?
 [ $rc = 3 ] || fail "supervise doctor without a run: exit $rc, want 3"
-FAKE_STEP_MS=100 FAKE_DOCTOR_TURN_BAD=1 sup_bg "$TMP/od" --spares 1 --set nodes.count=2 --steps 80
+FAKE_STEP_MS=100 FAKE_DOCTOR_TURN_BAD=1 sup_bg "$TMP/od" --spares 1 --set nodes.count=2 --steps 40
 wait_step "$TMP/od" 5
 python3 - "$(cat "$TMP/od/http.addr")" <<'PY' || fail "POST /doctor without the key was not refused"
 import sys, urllib.request, urllib.error
