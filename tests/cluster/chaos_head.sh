@@ -15,6 +15,11 @@
 # final weights are bit-identical to a fault-free run.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# The cut lasts about 10 s; with Slurm's usual 10 s its controller (on the
+# head too) set every node DOWN half the time, and the second supervise's
+# salloc waited some 40 s for them to return to service: Slurm's own view,
+# not what this test is about.
+export FTC_SLURMD_TIMEOUT=30
 ftc_begin 3
 STEPS=100
 STORE="local:$C/shared/ckpt"

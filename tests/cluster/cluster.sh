@@ -152,9 +152,10 @@ SwitchType=switch/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
-# Fast failure detection for tests: a silent slurmd is DOWN after 10 s, a
-# node that comes back with a valid config returns to service by itself.
-SlurmdTimeout=10
+# Fast failure detection for tests: a silent slurmd is DOWN after 10 s
+# (FTC_SLURMD_TIMEOUT), a node that comes back with a valid config returns
+# to service by itself (at slurmctld's next ping: tens of seconds).
+SlurmdTimeout=${FTC_SLURMD_TIMEOUT:-10}
 SlurmctldTimeout=10
 MessageTimeout=5
 TCPTimeout=2

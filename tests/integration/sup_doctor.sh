@@ -24,7 +24,7 @@
 #     idle spare alone (--spares) passes (exit 0); then every node: node 1,
 #     gone bad, is refused (exit 1, --json names it), quarantined and
 #     replaced by the spare; no run on the folder: exit 3.
-#  7. (part "policy") supervise doctor --hosts with no run (the local
+#  7. (part "worker") supervise doctor --hosts with no run (the local
 #     launcher, the real worker): 3 healthy hosts pass; with host b's GEMM
 #     flipping a bit it alone is refused (exit 1); two hosts that disagree
 #     are undetermined (exit 5), neither refused.
@@ -160,6 +160,28 @@ model_of "$TMP/sdc"
 cmp -s "$TMP/clean.st" "$TMP/sdc.st" || fail "the final model differs from the clean run's"
 pass "a node corrupting its gradients is named at the next check, quarantined; the run rolls back past the corrupt checkpoint and ends bit-identical to a clean one"
 
+# ---- 7. supervise doctor --hosts: no run, the real worker's doctor on each host --------
+H=(--set doctor.mem_mb=1 --set "doctor.dir=$TMP" "$FT_SRC/examples/demo.yaml")
+"$FT_BIN/supervise" doctor --hosts a,b,c "${H[@]}" >"$TMP/h0.out" 2>&1 ||
+  fail "three healthy hosts: $(cat "$TMP/h0.out")"
+[ "$(grep -c ' passed' "$TMP/h0.out")" = 3 ] || fail "not 3 passed: $(cat "$TMP/h0.out")"
+rc=0
+FT_FAILPOINTS=doctor_flip_bit=1 "$FT_BIN/supervise" doctor --hosts a,b,c --json "${H[@]}" \
+  >"$TMP/h1.json" 2>&1 || rc=$?
+[ $rc = 1 ] || fail "host b computing wrong: exit $rc, want 1: $(cat "$TMP/h1.json")"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+v = {h["host"]: h for h in r["hosts"]}
+assert [v[x]["verdict"] for x in "abc"] == ["passed", "refused", "passed"], r
+assert "computes wrong numbers" in v["b"]["reason"] and r["refused"] == 1, r
+' "$TMP/h1.json" || fail "the --hosts verdicts: $(cat "$TMP/h1.json")"
+rc=0
+FT_FAILPOINTS=doctor_flip_bit=1 "$FT_BIN/supervise" doctor --hosts a,b "${H[@]}" >"$TMP/h2.out" 2>&1 || rc=$?
+[ $rc = 5 ] && [ "$(grep -c ' undetermined' "$TMP/h2.out")" = 2 ] ||
+  fail "two hosts that disagree: exit $rc, want 5, both undetermined: $(cat "$TMP/h2.out")"
+pass "supervise doctor --hosts: 3 healthy hosts pass; the one computing wrong is refused (exit 1); two that disagree are undetermined (exit 5)"
+
 # ---- 4. the storage's fault ----------------------------------------------------------
 sup_run "$TMP/st" --spares 1 --set nodes.count=2 --worker "$W" \
   --set "data.train=$TMP/synth_train_*.bin" --set "data.val=$TMP/synth_val_*.bin" \
@@ -232,28 +254,6 @@ has_event "$TMP/od" node_quarantined 'e["node"] == 1 and e["reason"].startswith(
   fail "node 1, refused on demand, was not quarantined"
 has_event "$TMP/od" spare_promoted 'e["replaces"] == 1' || fail "no spare replaced node 1"
 pass "supervise doctor: the key is required; a spare alone, then every node, check again on demand; the node gone bad is refused (exit 1) and replaced"
-
-# ---- 7. supervise doctor --hosts: no run, the real worker's doctor on each host --------
-H=(--set doctor.mem_mb=1 --set "doctor.dir=$TMP" "$FT_SRC/examples/demo.yaml")
-"$FT_BIN/supervise" doctor --hosts a,b,c "${H[@]}" >"$TMP/h0.out" 2>&1 ||
-  fail "three healthy hosts: $(cat "$TMP/h0.out")"
-[ "$(grep -c ' passed' "$TMP/h0.out")" = 3 ] || fail "not 3 passed: $(cat "$TMP/h0.out")"
-rc=0
-FT_FAILPOINTS=doctor_flip_bit=1 "$FT_BIN/supervise" doctor --hosts a,b,c --json "${H[@]}" \
-  >"$TMP/h1.json" 2>&1 || rc=$?
-[ $rc = 1 ] || fail "host b computing wrong: exit $rc, want 1: $(cat "$TMP/h1.json")"
-python3 -c '
-import json, sys
-r = json.load(open(sys.argv[1]))
-v = {h["host"]: h for h in r["hosts"]}
-assert [v[x]["verdict"] for x in "abc"] == ["passed", "refused", "passed"], r
-assert "computes wrong numbers" in v["b"]["reason"] and r["refused"] == 1, r
-' "$TMP/h1.json" || fail "the --hosts verdicts: $(cat "$TMP/h1.json")"
-rc=0
-FT_FAILPOINTS=doctor_flip_bit=1 "$FT_BIN/supervise" doctor --hosts a,b "${H[@]}" >"$TMP/h2.out" 2>&1 || rc=$?
-[ $rc = 5 ] && [ "$(grep -c ' undetermined' "$TMP/h2.out")" = 2 ] ||
-  fail "two hosts that disagree: exit $rc, want 5, both undetermined: $(cat "$TMP/h2.out")"
-pass "supervise doctor --hosts: 3 healthy hosts pass; the one computing wrong is refused (exit 1); two that disagree are undetermined (exit 5)"
 
 rc=0
 FAKE_DOCTOR_BAD=1 sup_run "$TMP/tie" --spares 0 --set nodes.count=2 || rc=$?
