@@ -30,7 +30,6 @@
 #include "sup_launch.h"
 
 #include <cjson/cJSON.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -293,14 +292,13 @@ static int hosts_main(const char *hosts, const char *runfile, const char *worker
       return 2;
     }
   }
-  char worker[PATH_MAX], exe[PATH_MAX], dirbuf[] = "/tmp/ftsup-doctor.XXXXXX";
+  char worker[PATH_MAX], dirbuf[PATH_MAX];
   if (worker_arg)
     snprintf(worker, sizeof worker, "%s", worker_arg);
-  else {
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[k > 0 ? k : 0] = 0;
-    snprintf(worker, sizeof worker, "%s/worker", k > 0 ? dirname(exe) : ".");
-  }
+  else
+    sup_default_worker(worker, sizeof worker);
+  const char *td = getenv("TMPDIR");
+  snprintf(dirbuf, sizeof dirbuf, "%s/ftsup-doctor.XXXXXX", td && *td ? td : "/tmp");
   static host_rep h[MAX_HOSTS];
   static char list[8192];
   snprintf(list, sizeof list, "%s", hosts);

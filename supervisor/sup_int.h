@@ -435,6 +435,8 @@ void sup_http_free(sup *s);
 int sup_status_main(int argc, char **argv);
 /* `supervise doctor STATE` (argv[0] is "doctor"; sup_doctor_cli.c). */
 int sup_doctor_main(int argc, char **argv);
+/* The worker program beside this supervise binary ("worker" if unknown). */
+void sup_default_worker(char *out, size_t n);
 /* One HTTP request to ADDR (HOST:PORT) for path, GET or POST (empty body),
  * with "Authorization: Bearer bearer" unless NULL; *code: the status (0:
  * nobody answered). The body (malloc'd) or NULL. */

@@ -394,7 +394,7 @@ static void stall_cb(evutil_socket_t fd, short what, void *arg) {
     event_base_loopbreak(s->base);
 }
 
-static void default_worker(char *out, size_t n) {
+void sup_default_worker(char *out, size_t n) {
   char exe[PATH_MAX];
   ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (k <= 0) {
@@ -874,7 +874,7 @@ static int prepare_paths(main_ctx *m) {
   if (m->worker)
     snprintf(s->worker_path, sizeof s->worker_path, "%s", m->worker);
   else
-    default_worker(s->worker_path, sizeof s->worker_path);
+    sup_default_worker(s->worker_path, sizeof s->worker_path);
   if (strchr(s->worker_path, '/') && access(s->worker_path, X_OK) != 0) {
     fprintf(stderr, "supervise: the worker program %s is not executable: %s\n", s->worker_path,
             strerror(errno));
