@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -87,6 +88,19 @@ uint64_t sup_conn_id(const sup_conn *c) {
 void sup_conn_set_user(sup_conn *c, void *user) {
   c->user = user;
 }
+size_t sup_conn_unread(const sup_conn *c) {
+  if (!c || !c->bev)
+    return 0;
+  /* the kernel's queue only: our input buffer may hold the start of a
+   * frame whose rest never comes (a peer that hung mid-frame) */
+  size_t n = 0;
+  int q = 0;
+  evutil_socket_t fd = bufferevent_getfd(c->bev);
+  if (fd >= 0 && ioctl(fd, FIONREAD, &q) == 0 && q > 0)
+    n += (size_t)q;
+  return n;
+}
+
 void *sup_conn_user(const sup_conn *c) {
   return c->user;
 }

@@ -71,6 +71,9 @@ int sup_conn_unauth_count(void);
 void sup_conn_free_all(void);
 
 uint64_t sup_conn_id(const sup_conn *c);
+/* Bytes the peer sent that the loop has not read yet (the kernel's receive
+ * queue): a busy loop's backlog, not the peer's silence. */
+size_t sup_conn_unread(const sup_conn *c);
 void sup_conn_set_user(sup_conn *c, void *user);
 void *sup_conn_user(const sup_conn *c);
 const char *sup_conn_peer(const sup_conn *c);

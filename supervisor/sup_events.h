@@ -3,14 +3,16 @@
  *
  * One JSON object per line: {"ts": unix seconds (ms precision), "event":
  * NAME, ...fields}. Each line is written with one write(2) on an O_APPEND
- * descriptor and fsync'ed: events are few (faults, checkpoints, every
- * every_steps-th step) and each must survive a crash of the supervisor.
+ * descriptor (it survives a crash of the supervisor) and fsync'ed by a
+ * thread of the log's own, in batches (sup_events.c: it survives a crash of
+ * the machine but for the last milliseconds' lines).
  * Each event also prints one human line on a stream (stderr in supervise):
  * "[  12.345s] NAME: text", time since sup_events_open.
  *
  * Failure model: a failed write is reported once on the human stream and
  * then ignored: losing the log must never stop a training run.
- * Threads: single-threaded (the supervisor's loop).
+ * Threads: called from one thread (the supervisor's loop); the fsync
+ * thread is internal.
  */
 #ifndef SUP_EVENTS_H
 #define SUP_EVENTS_H

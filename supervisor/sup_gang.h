@@ -10,7 +10,7 @@
 #ifndef SUP_GANG_H
 #define SUP_GANG_H
 
-#define SUP_MAX_NODES 256
+#define SUP_MAX_NODES 8192
 
 /* Roles of a node in the pool. */
 enum sup_role {

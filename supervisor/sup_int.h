@@ -88,9 +88,10 @@ typedef struct sup_worker {
   uint64_t rejoin_from;
   int rejoined;
   /* checkpoint.replicate: its replica server ("" none: not connected, or it
-   * serves none), and the buddy list last sent to it */
+   * serves none), and a hash of the buddy list last sent to it (0: none
+   * sent, or to be told again; a list's hash is never 0) */
   char replica[300];
-  char buddies[FT_WIRE_MAX_ADDRS + 1];
+  uint64_t buddies_h;
   /* the node doctor (sup_doctor.c): enum sup_doctor; its report's compute
    * hash and platform once it came */
   int doctor;
@@ -189,6 +190,9 @@ typedef struct sup {
   int ssh_launcher;     /* ... over ssh, the token on stdin */
   int slurm_launcher;   /* ... one srun job step per node inside a Slurm
                            allocation; rf.nodes.hosts holds its hosts */
+  int node_step;        /* one process per node stands for all its slots
+                           (its workers carry no --slot from us): the slurm
+                           launcher's srun, or a command naming {slots} */
 
   /* resources */
   struct event_base *base;
@@ -200,6 +204,11 @@ typedef struct sup {
   sup_events *ev;
   sup_kv *kv;
   struct event *tick, *grace, *waitpoll, *rejoin_timer, *coll_timer;
+  /* nodes to launch, a slice per loop turn (sup_recovery.c, launch_more):
+   * launch_q[launch_qi..nlaunch_q) */
+  struct event *launch_ev;
+  int launch_q[SUP_MAX_NODES], nlaunch_q, launch_qi;
+  int ready_cursor; /* gang_ready's first worker not found ready yet */
   /* in process: a collective failure nobody's silence explains yet
    * (sup_recovery_collective_failed) */
   struct {
@@ -364,6 +373,7 @@ void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg);
 void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg);
+void sup_recovery_launch_more(evutil_socket_t fd, short what, void *arg);
 /* recovery.rejoin_timeout_s passed: survivors not yet out of their old
  * generation are restarted as processes. */
 void sup_recovery_on_rejoin_timeout(evutil_socket_t fd, short what, void *arg);

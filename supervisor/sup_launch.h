@@ -51,9 +51,11 @@ void sup_argv_free(char **argv);
 char *sup_shell_quote(const char *s);
 /* argv quoted and joined by spaces. malloc'd. */
 char *sup_shell_join(char *const *argv);
-/* template with every {host} and {argv} replaced (other text verbatim).
- * malloc'd; NULL on allocation failure. */
-char *sup_template_expand(const char *tmpl, const char *host, const char *argv_text);
+/* template with every {host} and {argv} replaced, and every {slots} when
+ * slots is not NULL (other text verbatim). malloc'd; NULL on allocation
+ * failure. */
+char *sup_template_expand(const char *tmpl, const char *host, const char *argv_text,
+                          const char *slots);
 
 /* The ssh launcher's ssh part when nodes.command is empty. */
 #define SUP_SSH_DEFAULT "ssh -T -o BatchMode=yes {host}"

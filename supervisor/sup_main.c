@@ -124,6 +124,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The control port's accept queue: a gang of thousands connects at once,
+ * and while the loop is busy (launching nodes) the kernel holds what it has
+ * not accepted yet; a short queue drops SYNs, which come back only after
+ * 1, 3, 7... s of TCP retry (tests/scale). The kernel caps it at
+ * net.core.somaxconn. */
+#define SUP_LISTEN_BACKLOG 65535
+/* The fewest descriptors beside the workers' connections (RocksDB's files,
+ * the event log, the ports, a launch's log and pipe): a run refused for
+ * want of descriptors surely lacks them (sup_idle trains 3 workers in 27). */
+#define SUP_FD_RESERVE 16
+
 extern char **environ;
 
 static void usage(FILE *f) {
@@ -714,12 +725,13 @@ static int load_runfile(main_ctx *m) {
   s->N = s->rf.nodes.count;
   s->S = m->spares;
   s->G = s->rf.nodes.workers_per_node;
-  if (!strcmp(s->rf.nodes.launcher, "command"))
+  if (!strcmp(s->rf.nodes.launcher, "command")) {
     s->command_launcher = 1;
-  else if (!strcmp(s->rf.nodes.launcher, "ssh"))
+    s->node_step = strstr(s->rf.nodes.command, "{slots}") != NULL;
+  } else if (!strcmp(s->rf.nodes.launcher, "ssh"))
     s->command_launcher = s->ssh_launcher = 1;
   else if (!strcmp(s->rf.nodes.launcher, "slurm"))
-    s->command_launcher = s->slurm_launcher = 1;
+    s->command_launcher = s->slurm_launcher = s->node_step = 1;
   else if (strcmp(s->rf.nodes.launcher, "local")) {
     fprintf(stderr, "supervise: nodes.launcher: unknown '%s' (local | command | ssh | slurm)\n",
             s->rf.nodes.launcher);
@@ -1128,7 +1140,7 @@ static int bind_control(main_ctx *m) {
   ft_net_format(&sa, 1, a, sizeof a);
   fd = socket(sa.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-      bind(fd, (struct sockaddr *)&sa.ss, sa.len) || listen(fd, 128)) {
+      bind(fd, (struct sockaddr *)&sa.ss, sa.len) || listen(fd, SUP_LISTEN_BACKLOG)) {
     int e = errno;
     fprintf(stderr, "supervise: cannot listen on %s (from %s): %s%s\n", a, from, strerror(e),
             e == EADDRNOTAVAIL ? " (not an address of this host)" : "");
@@ -1246,9 +1258,23 @@ static int open_loop(main_ctx *m) {
     fprintf(stderr, "supervise: %s\n", ft_err_detail());
     return SUP_EXIT_FAILED;
   }
+  /* every worker's connection is a descriptor (the limit was raised to its
+   * hard limit at start): a run that cannot have them all is refused now,
+   * not found out when the last nodes cannot connect */
+  struct rlimit rl;
+  long need = (long)s->nnodes * s->G + SUP_FD_RESERVE;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      (long)rl.rlim_cur < need) {
+    fprintf(stderr,
+            "supervise: %d nodes x %d workers need at least %ld open files (one connection "
+            "each, %d for the store and the rest), but this process may have %ld (the hard limit, "
+            "ulimit -Hn): raise it (limits.conf, LimitNOFILE= of a systemd unit) or run "
+            "fewer workers\n",
+            s->nnodes, s->G, need, SUP_FD_RESERVE, (long)rl.rlim_cur);
+    return SUP_EXIT_USAGE;
+  }
   /* unauthenticated connections: a share of the descriptors, never fewer
    * than twice the workers that may say HELLO at once */
-  struct rlimit rl;
   long cap = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
                  ? (long)rl.rlim_cur / 8
                  : SUP_CONN_MAX_UNAUTH;
@@ -1273,18 +1299,22 @@ static int open_loop(main_ctx *m) {
   s->tick = event_new(s->base, -1, EV_PERSIST, sup_recovery_on_tick, s);
   s->grace = evtimer_new(s->base, sup_recovery_on_grace, s);
   s->waitpoll = evtimer_new(s->base, sup_recovery_waitpoll, s);
+  s->launch_ev = evtimer_new(s->base, sup_recovery_launch_more, s);
   s->rejoin_timer = evtimer_new(s->base, sup_recovery_on_rejoin_timeout, s);
   s->coll_timer = evtimer_new(s->base, sup_recovery_on_coll_timer, s);
   g_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
   g_stall.ev = event_new(s->base, -1, EV_PERSIST, stall_cb, s);
   if (!s->sig_chld || !s->sig_int || !s->sig_term || !s->tick || !s->grace || !s->waitpoll ||
-      !s->rejoin_timer || !s->coll_timer || !g_accept_resume || !g_stall.ev ||
+      !s->launch_ev || !s->rejoin_timer || !s->coll_timer || !g_accept_resume || !g_stall.ev ||
       event_priority_set(g_stall.ev, 0))
     return SUP_EXIT_FAILED;
   event_add(s->sig_chld, NULL);
   event_add(s->sig_int, NULL);
   event_add(s->sig_term, NULL);
-  struct timeval tick = {0, 250000}, stall = {0, (long)(STALL_PERIOD_S * 1e6)};
+  /* the tick finds silent workers: every 50 ms, so a silence is named
+   * within 50 ms of the heartbeat timeout (a pass over 16,384 workers costs
+   * ~0.1 ms; tests/scale) */
+  struct timeval tick = {0, 50000}, stall = {0, (long)(STALL_PERIOD_S * 1e6)};
   event_add(s->tick, &tick);
   g_stall.last_s = ft_now_s();
   g_stall.boot_off = boot_minus_mono_s();
@@ -1371,8 +1401,9 @@ static void cleanup(main_ctx *m) {
   sup_conn_free_all();
   sup_http_free(s);
   sup_kv_free(s->kv);
-  struct event *evs[] = {s->tick,     s->grace,   s->waitpoll, s->rejoin_timer, s->coll_timer,
-                         s->sig_chld, s->sig_int, s->sig_term, g_accept_resume, g_stall.ev};
+  struct event *evs[] = {s->tick,         s->grace,    s->waitpoll, s->rejoin_timer,
+                         s->coll_timer,   s->sig_chld, s->sig_int,  s->sig_term,
+                         g_accept_resume, g_stall.ev,  s->launch_ev};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i])
       event_free(evs[i]);

@@ -290,6 +290,8 @@ static void leave(const sup *s) {}
 
 static void host_reap(sup *s, int n);
 static void cfg_blame_nodes(sup *s);
+static int launch_slice(sup *s);
+static void launch_more_t(sup *s);
 
 /* Kernel threads per worker: nodes.threads when set. Otherwise, under the
  * local launcher, the machine's cores shared by the gang's workers (spares
@@ -313,7 +315,7 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
   sup_worker_args a = {.worker = s->worker_path,
                        .connect = s->connect_addr,
                        .node = n,
-                       .slot = s->slurm_launcher ? -1 : j,
+                       .slot = s->node_step ? -1 : j,
                        .store = s->store_uri,
                        .runfile = s->runfile_path,
                        .steps = s->steps_override,
@@ -323,7 +325,7 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
                        .token_stdin = s->ssh_launcher};
   char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL;
   char log[4200];
-  if (s->slurm_launcher)
+  if (s->node_step)
     snprintf(log, sizeof log, "%s/logs/node%d.log", s->state_dir, n);
   else
     snprintf(log, sizeof log, "%s/logs/node%d.slot%d.log", s->state_dir, n, j);
@@ -345,8 +347,10 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
   } else if (s->ssh_launcher) {
     rc = sup_ssh_launch_command(s->rf.nodes.command, host, s->rf.nodes.workdir, argv, &cmd);
   } else if (s->command_launcher) {
-    char *text = sup_shell_join(argv);
-    cmd = text ? sup_template_expand(s->rf.nodes.command, host, text) : NULL;
+    char *text = sup_shell_join(argv), slots[16];
+    snprintf(slots, sizeof slots, "%d", s->G);
+    cmd = text ? sup_template_expand(s->rf.nodes.command, host, text, s->node_step ? slots : NULL)
+               : NULL;
     free(text);
     if (!cmd)
       rc = ft_err_set(FT_ENOMEM, "out of memory");
@@ -390,7 +394,7 @@ static int launch_node(sup *s, int n, const char *role) {
     nd->host_alive = 1;
     nd->pgid = nd->host_pid;
   }
-  pid_t step_pid = 0; /* slurm: the node's one srun, shared by its slots */
+  pid_t step_pid = 0; /* node_step: the node's one process, shared by its slots */
   for (int j = 0; j < s->G; j++) {
     sup_worker *w = &nd->w[j];
     if (w->conn)
@@ -400,7 +404,7 @@ static int launch_node(sup *s, int n, const char *role) {
       int rc = spawn_worker(s, n, j, &pid);
       if (rc)
         return rc;
-      if (s->slurm_launcher)
+      if (s->node_step)
         step_pid = pid;
     }
     if (j == 0 && !nd->pgid)
@@ -774,7 +778,7 @@ static void assign_t(sup *s) {
       m.assign.nskips = (uint32_t)s->nskips;
       if (w->conn)
         sup_send(s, w->conn, &m, s->gen);
-      snprintf(w->buddies, sizeof w->buddies, "?"); /* told again, even "" */
+      w->buddies_h = 0; /* told again, even "" */
     }
   sup_send_buddies(s);
   cJSON *f = cJSON_CreateObject();
@@ -805,12 +809,32 @@ static void assign(sup *s) {
   leave(s);
 }
 
-static int gang_ready(const sup *s) {
-  for (int p = 0; p < s->ngang; p++)
-    for (int j = 0; j < s->G; j++) {
-      const sup_worker *w = &s->nodes[s->gang[p]].w[j];
-      if (!w->alive || !w->hello || !w->conn || !sup_doctor_cleared(s, w))
-        return 0;
+/* Every gang worker launched, connected and cleared, and no node left to
+ * launch. Called at every HELLO and doctor verdict while a gang forms: it
+ * starts at the first worker it found not ready the last time (workers get
+ * ready, they rarely stop being ready while a gang forms), and says yes
+ * only after a whole pass found every one ready: O(workers) per gang
+ * rather than per HELLO (tests/scale: 16,384 HELLOs). */
+static int worker_ready(const sup *s, int i) {
+  const sup_worker *w = &s->nodes[s->gang[i / s->G]].w[i % s->G];
+  return w->alive && w->hello && w->conn && sup_doctor_cleared(s, w);
+}
+
+static int gang_ready(sup *s) {
+  int total = s->ngang * s->G;
+  if (s->launch_qi < s->nlaunch_q)
+    return 0;
+  if (s->ready_cursor < 0 || s->ready_cursor >= total)
+    s->ready_cursor = 0;
+  for (int i = s->ready_cursor; i < total; i++)
+    if (!worker_ready(s, i)) {
+      s->ready_cursor = i;
+      return 0;
+    }
+  for (int i = 0; i < s->ready_cursor; i++)
+    if (!worker_ready(s, i)) {
+      s->ready_cursor = i;
+      return 0;
     }
   return 1;
 }
@@ -1054,21 +1078,15 @@ static void plan_and_launch_t(sup *s) {
     fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
   s->rphase = SUP_RP_FORMING;
   s->rejoined_nodes = 0;
+  s->nlaunch_q = s->launch_qi = 0;
   for (int i = 0; i < plan.nrestart; i++) {
     if (node_rejoined(s, plan.restart[i])) { /* in process: it waits for ASSIGN */
       s->rejoined_nodes++;
       continue;
     }
-    int rc = launch_node(s, plan.restart[i], "active");
-    if (rc) {
-      char why[512];
-      snprintf(why, sizeof why, "cannot launch node %d: %s", plan.restart[i], ft_err_detail());
-      sup_recovery_fail(s, why);
-      return;
-    }
+    s->launch_q[s->nlaunch_q++] = plan.restart[i];
   }
-  if (gang_ready(s))
-    assign(s);
+  launch_more_t(s);
 }
 
 static void plan_and_launch(sup *s) {
@@ -1497,15 +1515,15 @@ static int start_t(sup *s) {
   }
   s->state = SUP_STARTING;
   s->rphase = SUP_RP_FORMING;
+  s->nlaunch_q = s->launch_qi = 0;
   for (int n = 0; n < s->nnodes; n++) {
     int role = s->nodes[n].role;
-    if (role != SUP_ROLE_ACTIVE && role != SUP_ROLE_SPARE)
-      continue;
-    int rc = launch_node(s, n, role == SUP_ROLE_ACTIVE ? "active" : "spare");
-    if (rc)
-      return rc;
+    if (role == SUP_ROLE_ACTIVE || role == SUP_ROLE_SPARE)
+      s->launch_q[s->nlaunch_q++] = n;
   }
-  return FT_OK;
+  /* the first slice now (a launch error is the start's), the rest from the
+   * loop */
+  return launch_slice(s);
 }
 
 int sup_recovery_start(sup *s) {
@@ -1514,6 +1532,64 @@ int sup_recovery_start(sup *s) {
   leave(s);
   return rc;
 }
+
+/* ---- launching a gang, a slice at a time ----------------------------------
+ *
+ * Launching a node is a posix_spawn and a few events, milliseconds each on a
+ * loaded machine: a gang of 2,048 nodes launched in one callback kept the
+ * loop from accepting connections and answering heartbeats for seconds
+ * (tests/scale: the accept queue overflowed, workers had to connect again,
+ * the loop's own stall was reported). So nodes are launched from the queue
+ * launch_q for at most LAUNCH_SLICE_S per loop turn; the gang is not ready
+ * (gang_ready) while the queue holds nodes. A new plan (or the end of the
+ * run) replaces the queue; a node in it is not alive, so stopping a gang
+ * being launched has nothing to stop there. */
+#define LAUNCH_SLICE_S 0.05
+
+/* Launches queued nodes for up to LAUNCH_SLICE_S; schedules the rest. */
+static int launch_slice(sup *s) {
+  double until = ft_now_s() + LAUNCH_SLICE_S;
+  while (s->launch_qi < s->nlaunch_q) {
+    if (s->state >= SUP_FINISHING || ft_now_s() > until)
+      break;
+    int n = s->launch_q[s->launch_qi++], role = s->nodes[n].role;
+    if (role != SUP_ROLE_ACTIVE && role != SUP_ROLE_SPARE)
+      continue;
+    int rc = launch_node(s, n, role == SUP_ROLE_ACTIVE ? "active" : "spare");
+    if (rc) {
+      s->nlaunch_q = s->launch_qi = 0;
+      return rc;
+    }
+  }
+  if (s->state >= SUP_FINISHING)
+    s->nlaunch_q = s->launch_qi = 0;
+  if (s->launch_qi < s->nlaunch_q) {
+    struct timeval now = {0, 0};
+    event_add(s->launch_ev, &now);
+  }
+  return FT_OK;
+}
+
+static void launch_more_t(sup *s) {
+  int rc = launch_slice(s);
+  if (rc) {
+    char why[512];
+    snprintf(why, sizeof why, "cannot launch a node: %s", ft_err_detail());
+    sup_recovery_fail(s, why);
+    return;
+  }
+  int forming =
+      s->state == SUP_STARTING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_FORMING);
+  if (forming && gang_ready(s))
+    assign(s);
+}
+
+static void launch_more_cb_t(evutil_socket_t fd, short what, void *arg) {
+  (void)fd, (void)what;
+  launch_more_t(arg);
+}
+
+EVENT_ENTRY(sup_recovery_launch_more, launch_more_cb_t)
 
 /* ---- detection ------------------------------------------------------------- */
 
@@ -1539,7 +1615,7 @@ static sup_worker *worker_by_pid(sup *s, pid_t pid) {
 /* The last non-empty line of a worker's log, into out. */
 static void log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
   char path[4200], line[512];
-  if (s->slurm_launcher) /* the node's one step log, slots labelled */
+  if (s->node_step) /* the node's one log, slots labelled */
     snprintf(path, sizeof path, "%s/logs/node%d.log", s->state_dir, w->node);
   else
     snprintf(path, sizeof path, "%s/logs/node%d.slot%d.log", s->state_dir, w->node, w->slot);
@@ -1719,7 +1795,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   if (!sup_in_gang(s, w->node))
     return;
   int ours = (sig == SIGTERM && nd->term_sent) || (sig == SIGKILL && nd->kill_sent);
-  if (s->slurm_launcher) /* srun exits with its tasks' codes, whatever we sent */
+  if (s->node_step) /* srun (or a node's command) exits with its tasks' codes, whatever we sent */
     ours = nd->term_sent || nd->kill_sent;
   int stopping =
       s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
@@ -1851,9 +1927,10 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
     sup_worker *w = worker_by_pid(s, pid);
     if (w) {
       int n = w->node;
-      /* the slurm launcher's srun stands for every slot of its node */
-      for (; w; w = worker_by_pid(s, pid))
-        on_exit_status(s, w, status);
+      /* a node_step process (srun) stands for every slot of its node */
+      for (int j = w->slot; j < s->G; j++)
+        if (s->nodes[n].w[j].alive && s->nodes[n].w[j].pid == pid)
+          on_exit_status(s, &s->nodes[n].w[j], status);
       host_reap(s, n);
       continue;
     }
@@ -1957,6 +2034,12 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
                        : limit;
       if (!w->alive || quiet <= lim)
         continue;
+      if (sup_conn_unread(w->conn)) {
+        /* its frames wait for us (a loop busy with thousands of others'
+         * checkpoint reports): we are behind, it is not silent */
+        w->last_msg_s = now;
+        continue;
+      }
       if (w->hello && isolated(s, now, quiet))
         return;
       char detail[160];

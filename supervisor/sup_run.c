@@ -676,6 +676,14 @@ static void add_addr(char *list, size_t cap, const char *addr) {
   snprintf(list + n, cap - n, "%s%s", n ? "," : "", addr);
 }
 
+/* FNV-1a of a buddy list, never 0 (0: nothing sent yet). */
+static uint64_t list_hash(const char *list) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char *p = (const unsigned char *)list; *p; p++)
+    h = (h ^ *p) * 1099511628211ull;
+  return h | 1;
+}
+
 void sup_send_buddies(sup *s) {
   for (int p = 0; p < s->ngang; p++)
     for (int j = 0; j < s->G; j++) {
@@ -693,13 +701,14 @@ void sup_send_buddies(sup *s) {
         if (s->nodes[n].role == SUP_ROLE_SPARE && sp->conn && sp->hello)
           add_addr(list, sizeof list, sp->replica);
       }
-      if (!strcmp(list, w->buddies))
+      uint64_t h = list_hash(list);
+      if (h == w->buddies_h)
         continue;
       ft_msg m;
       ft_msg_init(&m, FT_MSG_REPLICA);
       m.replica.addrs = list;
       if (sup_send(s, w->conn, &m, s->gen) == 0)
-        snprintf(w->buddies, sizeof w->buddies, "%s", list);
+        w->buddies_h = h;
     }
 }
 
@@ -841,7 +850,7 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
   if (w) {
     sup_kv_drop_owner(s->kv, sup_conn_id(c));
     w->conn = NULL;
-    snprintf(w->buddies, sizeof w->buddies, "?");
+    w->buddies_h = 0;
     if (w->replica[0]) { /* no more pushes to it */
       w->replica[0] = 0;
       sup_send_buddies(s);

@@ -38,3 +38,6 @@ if(TARGET supervise)
   ft_add_script_test(NAME sup_storage LABELS integration TIMEOUT 120
                      COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/sup_storage.sh)
 endif()
+# the worker connects again when the supervisor never speaks on its connection
+ft_add_script_test(NAME worker_challenge LABELS integration TIMEOUT 60
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_challenge.sh)

@@ -135,8 +135,12 @@ static int read_msg(int fd, ft_buf *b, size_t max_len, ft_msg *m) {
     ssize_t n = recv(fd, b->data + b->len, b->cap - b->len, 0);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0)
-      return ft_err_set(FT_ENET, "%s", n == 0 ? "connection closed" : strerror(errno));
+    if (n <= 0) {
+      int e = n == 0 ? 0 : errno; /* kept for the caller (EAGAIN: SO_RCVTIMEO passed) */
+      int rc = ft_err_set(FT_ENET, "%s", n == 0 ? "connection closed" : strerror(e));
+      errno = e;
+      return rc;
+    }
     b->len += (size_t)n;
   }
 }
@@ -350,6 +354,47 @@ int ctl_local_addr(const ctl *c, char *buf, size_t len) {
   return FT_OK;
 }
 
+/* Connects and reads the supervisor's first frame (its CHALLENGE) into *m,
+ * trying again when it does not come. A connection can be established on
+ * our side and unknown to the supervisor: when thousands of workers connect
+ * at once, its accept queue overflows, and a SYN cookie completes our
+ * handshake while the kernel drops the final ACK; nobody ever speaks on it.
+ * So the CHALLENGE is waited for CTL_CHALLENGE_WAIT_S at most, then the
+ * worker reconnects (backing off from 0.1 s, doubling to 2 s, with jitter)
+ * until CTL_CONNECT_TOTAL_S have passed since the first try (tests/scale
+ * found this: before it, such a worker waited forever, and its node was
+ * blamed for a hang). */
+#define CTL_CHALLENGE_WAIT_S 5
+#define CTL_CONNECT_TOTAL_S 60
+static int challenge(ctl *c, const char *addr, ft_msg *m) {
+  double until = ft_now_s() + CTL_CONNECT_TOTAL_S, backoff = 0.1;
+  unsigned seed = (unsigned)getpid() * 2654435761u;
+  for (int attempt = 1;; attempt++) {
+    int rc = tcp_connect(addr, &c->fd);
+    if (rc) /* refused, unreachable: no supervisor there, nothing to wait for */
+      return rc;
+    struct timeval tv = {CTL_CHALLENGE_WAIT_S, 0}, none = {0, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    errno = 0;
+    rc = read_msg(c->fd, &c->rx, FT_WIRE_PREAUTH_MAX_FRAME, m);
+    int timed_out = rc == FT_ENET && (errno == EAGAIN || errno == EWOULDBLOCK);
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    if (!timed_out || ft_now_s() + backoff > until)
+      return rc;
+    close(c->fd);
+    c->fd = -1;
+    ft_buf_reset(&c->rx);
+    fprintf(stderr,
+            "worker: node %u slot %u: no CHALLENGE from %s (%s, try %d): connecting again\n",
+            c->node, c->slot, addr, ft_err_detail(), attempt);
+    seed = seed * 1103515245u + 12345u;
+    double wait = backoff * (0.5 + (double)(seed >> 16 & 0x7fff) / 32768.0);
+    struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+    nanosleep(&ts, NULL);
+    backoff = backoff * 2 > 2 ? 2 : backoff * 2;
+  }
+}
+
 int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node, uint32_t slot,
                 double hb_timeout_s, ctl **out) {
   *out = NULL;
@@ -373,10 +418,7 @@ int ctl_connect(const char *addr, const char *run, const char *token, uint32_t n
   ft_buf_init(b);
   ft_msg m;
   memset(&m, 0, sizeof m);
-  int rc = tcp_connect(addr, &c->fd);
-  if (rc)
-    goto fail;
-  rc = read_msg(c->fd, b, FT_WIRE_PREAUTH_MAX_FRAME, &m);
+  int rc = challenge(c, addr, &m);
   if (rc)
     goto fail;
   if (m.type != FT_MSG_CHALLENGE || strcmp(m.run, run) != 0) {

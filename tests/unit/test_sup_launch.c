@@ -190,11 +190,18 @@ static void test_quote_roundtrip(void **st) {
 }
 
 static void test_template(void **st) {
-  char *t = sup_template_expand("ssh {host} {argv} # {host}{other}", "n1", "w --node 1");
+  char *t = sup_template_expand("ssh {host} {argv} # {host}{other}", "n1", "w --node 1", NULL);
   assert_string_equal(t, "ssh n1 w --node 1 # n1{other}");
   free(t);
-  t = sup_template_expand("env {argv}", "", "x");
+  t = sup_template_expand("env {argv}", "", "x", NULL);
   assert_string_equal(t, "env x");
+  free(t);
+  /* {slots} only for a command that starts a node's workers itself */
+  t = sup_template_expand("run -n {slots} {argv} {slots}", "h", "w", "8");
+  assert_string_equal(t, "run -n 8 w 8");
+  free(t);
+  t = sup_template_expand("run {slots}", "h", "w", NULL);
+  assert_string_equal(t, "run {slots}");
   free(t);
 }
 

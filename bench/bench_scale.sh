@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One supervisor at large rank counts (docs/design.md, "Scale"): the real
+# supervise against ftswarm (tests/scale/ftswarm.c), N simulated ranks on
+# N/8 hosts, each rank a real TCP connection speaking the real protocol.
+# For each N: gang formation (supervise's start to the last ASSIGN), the
+# supervisor's CPU and resident memory in steady state, detection of a
+# silent rank / a silent host / a dropped host (injection to the first
+# reaction the other workers see; p50 and p99), a recovery cycle (that
+# reaction to the new gang's last ASSIGN, and the fault to its first step),
+# commits of N shard manifests (the last SHARD_SAVED written to the first
+# COMMITTED), and the growth of events.jsonl and the catalog; each beside
+# the issue's target. The heartbeat timeout is 4 s (heartbeats every 1 s),
+# a step every 2 s, checkpoints every 10 steps.
+#
+# usage: bench/bench_scale.sh [BUILD_DIR] [N...]      (default 1024 4096 16384)
+#   FAULTS=silent:20,host:20,drop:5 (default) faults per N; KEEP=1 keeps runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export FT_SRC=$PWD
+B=$(cd "${1:-build}" && pwd)
+shift || true
+export FT_BIN=$B/bin FT_BUILD=$B
+sizes=${*:-1024 4096 16384}
+faults=${FAULTS:-silent:20,host:20,drop:5}
+nf=$(python3 -c 'import sys; print(sum(int(x.split(":")[1]) for x in sys.argv[1].split(",")))' "$faults")
+T=$(mktemp -d "${TMPDIR:-/tmp}/ftscale.XXXXXX")
+if [ -n "${KEEP:-}" ]; then echo "bench_scale: runs kept in $T"; else trap 'rm -rf "$T"' EXIT; fi
+[ "$(ulimit -Hn)" -ge 17000 ] || echo "bench_scale: ulimit -Hn is $(ulimit -Hn); 16,384 ranks need about 17,000"
+printf "%-7s %-28s %-28s\n" "ranks" "figure" "measured (target)"
+for n in $sizes; do
+  d=$T/n$n
+  SWARM_SPARES=$((nf + 2)) SWARM_HB=4 tests/scale/swarm_run.sh "$d" "$n" \
+    --steady 60 --commits 2 --faults "$faults" --step-ms 2000 --ckpt-every 10 --settle 2 --timeout 7200 ||
+    echo "bench_scale: the swarm at $n ranks did not pass (see $d/swarm.out)"
+  python3 - "$d/figures.json" "$n" <<'PY'
+import json, sys
+f = json.load(open(sys.argv[1])); n = sys.argv[2]
+def row(name, val, target):
+    print(f"{n:<7} {name:<28} {val} ({target})")
+row("gang formation", f"{f['formation_s']:.2f} s", "< 5 s")
+row("steady supervisor CPU", f"{f['sup_cores']:.3f} cores", "< 0.5")
+row("steady supervisor RSS", f"{f['sup_rss_mib']:.0f} MiB", "< 1024 MiB")
+for k, what in (("detect_silent_ms", "silent rank"), ("detect_host_ms", "silent host"),
+                ("detect_drop_ms", "dropped host")):
+    d = f[k]
+    row(f"detect {what} p50/p99", f"{d['p50']:.0f} / {d['p99']:.0f} ms (n={d['n']})",
+        "p99 < timeout 4000 + 100 ms" if k != "detect_drop_ms" else "reset: at once")
+r, c = f["recover_assign_ms"], f["fault_to_step_ms"]
+row("recovery: stop to ASSIGN", f"{r['p50']:.0f} / {r['p99']:.0f} ms", "< 5000 ms")
+row("fault to first step", f"{c['p50']:.0f} / {c['p99']:.0f} ms", "detection + recovery")
+m = f["commit_ms"]
+row("commit of N manifests", f"{m['p50']:.0f} / {m['p99']:.0f} ms (n={m['n']})", "< 1000 ms")
+for k in ("grow_0", "grow_1"):
+    if k in f:
+        row("growth " + f[k]["path"].split("/")[-1], f"{f[k]['bytes_per_hour'] / 2**20:.1f} MiB/h",
+            f"checkpoint every {f['ckpt_every_s']:.0f} s")
+row("protocol errors", f"{f['conformance_errors']}", "0")
+PY
+done

@@ -1,0 +1,1276 @@
+/*
+ * ftswarm: thousands of simulated workers in one process, each a real TCP
+ * connection to a real `supervise`, speaking the control protocol exactly as
+ * the worker does (common/ft_wire.h), so that one supervisor can be measured
+ * at the rank counts of a large cluster (16,384 ranks on this 2-core
+ * machine) and its protocol checked at that scale.
+ *
+ * Two modes:
+ *
+ *   ftswarm serve --socket PATH [options]     the swarm: one epoll loop
+ *   ftswarm_attach PATH SLOTS WORKER_ARGV...  one simulated host
+ *                                             (ftswarm_attach.c: libc only,
+ *                                             so 2,048 of them start fast)
+ *
+ * supervise starts the hosts: its run file has the command launcher with a
+ * per-node command, nodes.command: "ftswarm_attach PATH {slots} {argv}"
+ * (a command naming {slots} starts a node's workers itself). The attach
+ * process is the node's process for the supervisor (it waits for it, signals
+ * it, kills its group); it hands its node number, slots, address and token
+ * (FT_RUN_TOKEN, never argv) to the swarm over the unix socket PATH and
+ * waits. The swarm then runs the node's SLOTS workers. When they have all
+ * exited (STOP) it tells the attach process its exit code; when the attach
+ * process dies (the supervisor killed the node), the swarm drops the node's
+ * connections, as a dead host's would be.
+ *
+ * Each simulated worker: CHALLENGE -> HELLO (gen 0, HMAC with the token) ->
+ * WELCOME; its node doctor report (a passing one, the same compute hash on
+ * every node); heartbeats every WELCOME interval, each echo checked (seq,
+ * step); ASSIGN -> the NCCL path's rendezvous (rank 0 KV_SET
+ * "<rdzv>nccl_id", 128 bytes; the others KV_GET it and check its length);
+ * once every rank of the generation is through, a step every --step-ms:
+ * STEP from every rank (rank 0's with the loss), and every --ckpt-every
+ * steps SHARD_SAVED from every rank with the worker's envelope around a real
+ * shard manifest (ckpt_shard_to_json) for a GPT-2-shaped model of --layers x
+ * --embd (default 32 x 4096: 6.7e9 parameters) sharded over the world as the
+ * FSDP engine shards it (worker/shardmap.h: params, adam_m, adam_v of every
+ * group), its chunks real objects of the store (zero-filled state, so the
+ * store holds one object per chunk length); COMMITTED checked against the
+ * steps saved; STOP -> the worker exits 0. Anything the supervisor sends
+ * that the protocol does not allow (a frame that does not decode, a type a
+ * supervisor may not send, an ASSIGN that does not move the generation
+ * forward, an echo of a beat never sent, a KV_VALUE for no request, a
+ * COMMITTED for a step nobody saved) is a conformance error: counted,
+ * printed, and the swarm exits 1.
+ *
+ * The scenario (serve): wait for the gang (--world ranks ASSIGNed and
+ * stepping); --steady seconds of steady state (and --commits checkpoints
+ * committed), sampling the supervisor's
+ * CPU and resident memory (--sup-pid) and the growth of --grow-paths (the
+ * event log, the catalog); then --faults, one at a time, each after the
+ * previous recovery (the new gang's first step): "silent" (a random rank
+ * stops sending and reading: a hung process), "host" (every rank of a
+ * random gang node at once: a host that lost power, its process still
+ * there), "drop" (a random gang node's process is SIGKILLed: its
+ * connections reset). For each: detection = injection to the first STOP any
+ * other gang worker receives; recovery = that STOP to the new generation's
+ * last ASSIGN, and to its first step. Checkpoints: the last SHARD_SAVED of a
+ * step written to its socket to the first COMMITTED of that step. The
+ * figures go to stdout and, as JSON, to --out.
+ *
+ * Exit: 0 every fault detected and recovered, no conformance error; 1
+ * otherwise; 2 usage.
+ */
+#include "ckpt_int.h"
+#include "ckptstore.h"
+#include "ft_clock.h"
+#include "ft_err.h"
+#include "ft_gpt2.h"
+#include "ft_wire.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_NODES 8192
+#define MAX_FAULTS 256
+#define CHALLENGE_WAIT_S 5.0
+
+/* ---- serve: the swarm ------------------------------------------------------ */
+
+enum { W_CONNECTING, W_HELLO, W_IDLE, W_RDZV, W_READY, W_GONE };
+
+typedef struct sw_worker {
+  int fd, node, slot, st;
+  int silent;     /* a hung process: sends and reads nothing */
+  ft_buf in, out; /* received, not yet decoded; encoded, not yet written */
+  uint64_t gen;
+  int rank, world;
+  int64_t step; /* last completed step (-1: none) */
+  uint32_t seq;
+  double hb_s, next_beat;
+  uint32_t kvreq; /* the KV_GET in flight (0: none) */
+  char prefix[64];
+  int64_t shard_step; /* a SHARD_SAVED of this step not yet written out (-1) */
+} sw_worker;
+
+typedef struct sw_node {
+  int afd; /* the attach process's socket; -1: none */
+  pid_t pid;
+  int slots, nexited, exit_code;
+  sw_worker *w;
+} sw_node;
+
+/* Tags of epoll events: kind in the top bits, an index below. */
+#define TAG_LISTEN 0
+#define TAG_ATTACH 1
+#define TAG_WORKER 2
+#define TAG(kind, i) (((uint64_t)(kind) << 32) | (uint32_t)(i))
+
+typedef struct fault {
+  char kind[8]; /* silent | host | drop */
+  int node, rank;
+  uint64_t gen;                                   /* the generation it hit */
+  double t_inject, t_stop, t_assigned, t_stepped; /* 0: not yet */
+} fault;
+
+static struct {
+  /* options */
+  const char *sock_path, *out_path, *grow[4];
+  int ngrow;
+  double step_s, steady_s, settle_s, timeout_s;
+  int ckpt_every, world_want, layers, embd, seed;
+  int min_commits; /* the steady state lasts until this many commits too */
+  pid_t sup_pid;
+  const char *sup_pid_file; /* read when the steady state starts */
+  const char *t0_file;      /* supervise's start, wall clock s (none: the first attach) */
+  /* state */
+  int ep, lfd;
+  char run[FT_WIRE_MAX_RUN + 1], token[FT_WIRE_TOKEN_HEX + 1], store_uri[4096];
+  struct sockaddr_in sup;
+  sw_node nodes[MAX_NODES];
+  int nnodes_seen;
+  /* the current generation */
+  uint64_t gen;
+  int world, nassign, nready, training;
+  sw_worker **byrank;
+  int64_t step;
+  double next_step_t, t_first_assign, t_all_assign, t_first_step;
+  /* figures */
+  double t_first_attach, formation_s;
+  long conformance, lost, reconnects;
+  fault faults[MAX_FAULTS];
+  int nfaults, cur_fault;
+  int64_t saved_step[64]; /* steps saved (a ring) and their flush/commit times */
+  double saved_flushed[64], saved_committed[64];
+  int shard_unflushed;
+  int64_t save_step; /* the checkpoint whose SHARD_SAVED are going out (-1: none) */
+  int save_next;     /* its next rank */
+  uint64_t save_gen;
+  double commit_ms[4096];
+  int ncommit, steady_commits;
+  /* the model's shard layout */
+  ft_gpt2_dims dims;
+  ckpt_store *store;
+  struct zref {
+    uint64_t len;
+    ckpt_shard *sh; /* a shard of one part of len zero bytes: its chunks */
+  } zrefs[512];
+  int nzrefs;
+} g;
+
+static void bad(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "ftswarm: conformance: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  g.conformance++;
+}
+
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void ep_mod(sw_worker *w) {
+  if (w->fd < 0)
+    return;
+  struct epoll_event e = {.events = (w->silent ? 0u : EPOLLIN) | (w->out.len ? EPOLLOUT : 0u),
+                          .data.u64 = TAG(TAG_WORKER, w->node * 256 + w->slot)};
+  epoll_ctl(g.ep, EPOLL_CTL_MOD, w->fd, &e);
+}
+
+static void flush_out(sw_worker *w);
+
+static void send_msg(sw_worker *w, ft_msg *m) {
+  if (w->fd < 0 || w->silent)
+    return;
+  snprintf(m->run, sizeof m->run, "%s", g.run);
+  if (m->type != FT_MSG_HELLO)
+    m->gen = w->gen;
+  size_t before = w->out.len;
+  if (ft_wire_encode(m, &w->out)) {
+    fprintf(stderr, "ftswarm: encode %s: %s\n", ft_msg_type_name(m->type), ft_err_detail());
+    exit(1);
+  }
+  if (!before)
+    flush_out(w);
+}
+
+/* ---- the node's workers exit ---- */
+
+static void worker_close(sw_worker *w) {
+  if (w->fd >= 0) {
+    epoll_ctl(g.ep, EPOLL_CTL_DEL, w->fd, NULL);
+    close(w->fd);
+    w->fd = -1;
+  }
+  if (w->shard_step >= 0) {
+    w->shard_step = -1;
+    g.shard_unflushed--;
+  }
+  ft_buf_release(&w->in);
+  ft_buf_release(&w->out);
+}
+
+static void tell_attach(sw_node *nd, const char *line) {
+  if (nd->afd < 0)
+    return;
+  ssize_t r = write(nd->afd, line, strlen(line));
+  (void)r;
+  epoll_ctl(g.ep, EPOLL_CTL_DEL, nd->afd, NULL);
+  close(nd->afd);
+  nd->afd = -1;
+}
+
+/* The supervisor's first reaction to the fault in progress: a STOP, a
+ * closed connection or a killed node process of another gang worker of the
+ * generation the fault hit (whichever comes first; the STOP may still be
+ * unread in a socket when the node's process is killed). */
+static void reaction(const sw_worker *w) {
+  if (g.cur_fault >= g.nfaults)
+    return;
+  fault *f = &g.faults[g.cur_fault];
+  if (f->t_inject && !f->t_stop && w->gen == f->gen && w->node != f->node)
+    f->t_stop = ft_now_s();
+}
+
+/* Worker w ends with code: its node's process ends with the first non-zero
+ * code once every slot has. */
+static void worker_exit(sw_worker *w, int code) {
+  if (w->st == W_GONE)
+    return;
+  reaction(w);
+  worker_close(w);
+  w->st = W_GONE;
+  sw_node *nd = &g.nodes[w->node];
+  if (code && !nd->exit_code)
+    nd->exit_code = code;
+  if (++nd->nexited == nd->slots) {
+    char line[32];
+    snprintf(line, sizeof line, "exit %d\n", nd->exit_code);
+    tell_attach(nd, line);
+  }
+}
+
+/* The node's process died (killed by the supervisor, or by a "drop"): its
+ * connections go with it. */
+static void node_dead(sw_node *nd) {
+  if (nd->afd >= 0) {
+    epoll_ctl(g.ep, EPOLL_CTL_DEL, nd->afd, NULL);
+    close(nd->afd);
+    nd->afd = -1;
+  }
+  for (int j = 0; j < nd->slots; j++)
+    if (nd->w[j].st != W_GONE) {
+      reaction(&nd->w[j]);
+      worker_close(&nd->w[j]);
+      nd->w[j].st = W_GONE;
+    }
+}
+
+/* ---- shard manifests ---- */
+
+/* The chunks of len zero bytes, written to the store once. */
+static const ckpt_shard *zero_chunks(uint64_t len) {
+  for (int i = 0; i < g.nzrefs; i++)
+    if (g.zrefs[i].len == len)
+      return g.zrefs[i].sh;
+  if (g.nzrefs == (int)(sizeof g.zrefs / sizeof g.zrefs[0]))
+    return NULL;
+  if (!g.store) {
+    ckpt_store_opts o = {.shard_writer = 1};
+    if (ckpt_store_open(g.store_uri, &o, &g.store)) {
+      fprintf(stderr, "ftswarm: store %s: %s\n", g.store_uri, ft_err_detail());
+      exit(1);
+    }
+  }
+  void *zero = calloc(1, len ? len : 1);
+  ckpt_part p = {.tensor = "zeros",
+                 .dtype = "u8",
+                 .ndim = 1,
+                 .shape = {(int64_t)len},
+                 .offset = 0,
+                 .len = len,
+                 .data = zero};
+  ckpt_job *j = NULL;
+  ckpt_shard *sh = NULL;
+  if (!zero || ckpt_store_submit(g.store, "ftswarm-zeros", 0, 0, 1, &p, 1, &j) ||
+      ckpt_job_wait(j, &sh)) {
+    fprintf(stderr, "ftswarm: writing a zero chunk of %" PRIu64 " bytes: %s\n", len,
+            ft_err_detail());
+    exit(1);
+  }
+  ckpt_job_free(j);
+  free(zero);
+  g.zrefs[g.nzrefs].len = len;
+  g.zrefs[g.nzrefs].sh = sh;
+  return g.zrefs[g.nzrefs++].sh;
+}
+
+static const char *const KINDS[3] = {"param", "adam_m", "adam_v"};
+
+/* Rank r's shard manifest at step in the worker's SHARD_SAVED envelope.
+ * malloc'd. The layout is worker/shardmap.h's: group g padded to a multiple
+ * of the world, rank r owns [r*S, (r+1)*S) of it, the real part of that is
+ * its part of "param/<g>", "adam_m/<g>" and "adam_v/<g>". */
+static char *envelope(int rank, int world, int64_t step) {
+  int ng = ft_gpt2_ngroups(&g.dims);
+  ckpt_tensor parts[3 * 1100];
+  char names[3 * 1100][40];
+  int np = 0;
+  for (int k = 0; k < 3; k++)
+    for (int gi = 0; gi < ng; gi++) {
+      size_t n = ft_gpt2_group_numel(&g.dims, gi), S = (n + (size_t)world - 1) / (size_t)world;
+      size_t b = (size_t)rank * S, cnt = b >= n ? 0 : (n - b < S ? n - b : S);
+      if (!cnt)
+        continue;
+      char gname[32];
+      ft_gpt2_group_name(&g.dims, gi, gname, sizeof gname);
+      snprintf(names[np], sizeof names[np], "%s/%s", KINDS[k], gname);
+      const ckpt_shard *z = zero_chunks(cnt * 4);
+      ckpt_tensor *t = &parts[np];
+      memset(t, 0, sizeof *t);
+      t->name = names[np];
+      snprintf(t->dtype, sizeof t->dtype, "f32");
+      t->ndim = 1;
+      t->shape[0] = (int64_t)n;
+      t->offset = b * 4;
+      t->len = cnt * 4;
+      t->nchunks = t->cap = z->parts[0].nchunks;
+      t->chunks = malloc(sizeof *t->chunks * (size_t)t->nchunks);
+      for (int c = 0; c < t->nchunks; c++) {
+        t->chunks[c] = z->parts[0].chunks[c];
+        t->chunks[c].offset += t->offset;
+        t->chunks[c].chain = NULL;
+        t->chunks[c].depth = 0;
+      }
+      np++;
+    }
+  ckpt_shard sh = {
+      .run = g.run, .step = step, .rank = rank, .world = world, .parts = parts, .nparts = np};
+  char *sj = ckpt_shard_to_json(&sh);
+  for (int i = 0; i < np; i++)
+    free(parts[i].chunks);
+  cJSON *o = cJSON_CreateObject();
+  char state[96];
+  snprintf(state, sizeof state, "{\"step\":%" PRId64 ",\"swarm\":true}", step);
+  cJSON_AddStringToObject(o, "shard", sj);
+  cJSON_AddStringToObject(o, "state", rank == 0 ? state : "{}");
+  cJSON_AddStringToObject(o, "config", rank == 0 ? "{\"swarm\":true}" : "{}");
+  cJSON_AddStringToObject(o, "metrics", "{}");
+  cJSON_AddNumberToObject(o, "loss", 3.0);
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  free(sj);
+  return txt;
+}
+
+/* ---- the protocol, per worker ---- */
+
+static void send_doctor(sw_worker *w) {
+  ft_msg d;
+  ft_msg_init(&d, FT_MSG_DOCTOR);
+  d.doctor.report = "{\"ok\":true,\"platform\":\"swarm CPU\",\"ms\":1,\"checks\":["
+                    "{\"name\":\"compute\",\"ok\":true,\"hash\":"
+                    "\"5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a\","
+                    "\"gemm_gflops\":1}]}";
+  send_msg(w, &d);
+}
+
+static void beat(sw_worker *w, double now) {
+  ft_msg hb;
+  ft_msg_init(&hb, FT_MSG_HEARTBEAT);
+  hb.heartbeat.step = w->step;
+  hb.heartbeat.seq = ++w->seq;
+  send_msg(w, &hb);
+  w->next_beat = now + w->hb_s;
+}
+
+/* A new generation's first ASSIGN seen: it replaces the current one. */
+static void new_gen(uint64_t gen, int world, double now) {
+  free(g.byrank);
+  g.byrank = calloc((size_t)world, sizeof *g.byrank);
+  g.gen = gen;
+  g.world = world;
+  g.nassign = g.nready = g.training = 0;
+  g.t_first_assign = now;
+  g.t_all_assign = g.t_first_step = 0;
+}
+
+static void ready(sw_worker *w, double now) {
+  w->st = W_READY;
+  if (w->gen == g.gen && ++g.nready == g.world) {
+    g.training = 1;
+    g.next_step_t = now + g.step_s;
+    g.step = g.byrank[0] ? g.byrank[0]->step : -1;
+  }
+}
+
+static void on_assign(sw_worker *w, const ft_msg *m, double now) {
+  if (m->gen <= w->gen || m->assign.rank >= m->assign.world) {
+    bad("node %d slot %d: ASSIGN of generation %" PRIu64 " after %" PRIu64, w->node, w->slot,
+        m->gen, w->gen);
+    return;
+  }
+  if (m->gen > g.gen)
+    new_gen(m->gen, (int)m->assign.world, now);
+  if (m->gen != g.gen || (int)m->assign.world != g.world || g.byrank[m->assign.rank]) {
+    bad("node %d slot %d: ASSIGN rank %u world %u of generation %" PRIu64
+        " clashes with the generation's others",
+        w->node, w->slot, m->assign.rank, m->assign.world, m->gen);
+    return;
+  }
+  g.byrank[m->assign.rank] = w;
+  w->gen = m->gen;
+  w->rank = (int)m->assign.rank;
+  w->world = (int)m->assign.world;
+  w->step = m->assign.restore_step;
+  snprintf(w->prefix, sizeof w->prefix, "%.*s", (int)m->assign.rdzv_len,
+           (const char *)m->assign.rdzv);
+  if (++g.nassign == g.world) {
+    g.t_all_assign = now;
+    if (g.cur_fault < g.nfaults && g.faults[g.cur_fault].t_inject &&
+        !g.faults[g.cur_fault].t_assigned)
+      g.faults[g.cur_fault].t_assigned = now;
+    if (!g.formation_s && g.gen == 1)
+      g.formation_s = now - g.t_first_attach;
+  }
+  char key[128];
+  snprintf(key, sizeof key, "%snccl_id", w->prefix);
+  if (w->rank == 0) {
+    uint8_t id[128];
+    for (int i = 0; i < 128; i++)
+      id[i] = (uint8_t)(w->gen * 131 + (uint64_t)i);
+    ft_msg s;
+    ft_msg_init(&s, FT_MSG_KV_SET);
+    s.kv_set.key = key;
+    s.kv_set.value = id;
+    s.kv_set.value_len = sizeof id;
+    send_msg(w, &s);
+    ready(w, now);
+  } else {
+    const char *keys[1] = {key};
+    ft_msg q;
+    ft_msg_init(&q, FT_MSG_KV_GET);
+    q.kv_get.req = w->kvreq = (uint32_t)w->gen * 7 + 1;
+    q.kv_get.timeout_ms = 120000;
+    q.kv_get.keys = keys;
+    q.kv_get.nkeys = 1;
+    send_msg(w, &q);
+    w->st = W_RDZV;
+  }
+}
+
+static void on_committed(sw_worker *w, int64_t step, double now) {
+  for (int i = 0; i < 64; i++)
+    if (g.saved_step[i] == step) {
+      if (!g.saved_committed[i]) {
+        g.saved_committed[i] = now;
+        if (g.saved_flushed[i] && g.ncommit < 4096)
+          g.commit_ms[g.ncommit++] = (now - g.saved_flushed[i]) * 1e3;
+      }
+      return;
+    }
+  bad("node %d slot %d: COMMITTED step %" PRId64 ", which no rank saved", w->node, w->slot, step);
+}
+
+static void on_msg(sw_worker *w, ft_msg *m, double now) {
+  if (!(ft_wire_sender(m->type) & FT_WIRE_FROM_SUPERVISOR)) {
+    bad("node %d slot %d: a supervisor sent %s", w->node, w->slot, ft_msg_type_name(m->type));
+    return;
+  }
+  if (m->type != FT_MSG_CHALLENGE && strcmp(m->run, g.run)) {
+    bad("node %d slot %d: %s of run '%s', not '%s'", w->node, w->slot, ft_msg_type_name(m->type),
+        m->run, g.run);
+    return;
+  }
+  switch (m->type) {
+  case FT_MSG_CHALLENGE: {
+    if (w->st != W_CONNECTING) {
+      bad("node %d slot %d: a second CHALLENGE", w->node, w->slot);
+      return;
+    }
+    if (!g.run[0])
+      snprintf(g.run, sizeof g.run, "%s", m->run);
+    ft_msg h;
+    ft_msg_init(&h, FT_MSG_HELLO);
+    snprintf(h.run, sizeof h.run, "%s", g.run);
+    h.hello.node = (uint32_t)w->node;
+    h.hello.slot = (uint32_t)w->slot;
+    h.hello.pid = (uint32_t)g.nodes[w->node].pid;
+    if (ft_wire_hello_sign(&h, g.token, m->challenge.nonce)) {
+      fprintf(stderr, "ftswarm: HELLO: %s\n", ft_err_detail());
+      exit(1);
+    }
+    send_msg(w, &h);
+    w->st = W_HELLO;
+    return;
+  }
+  case FT_MSG_WELCOME:
+    if (w->st != W_HELLO) {
+      bad("node %d slot %d: WELCOME out of turn", w->node, w->slot);
+      return;
+    }
+    w->st = W_IDLE;
+    w->hb_s = m->welcome.heartbeat_ms / 1000.0;
+    w->next_beat = now + w->hb_s;
+    send_doctor(w);
+    return;
+  case FT_MSG_ASSIGN:
+    on_assign(w, m, now);
+    return;
+  case FT_MSG_HEARTBEAT:
+    if (m->heartbeat.seq == 0 || m->heartbeat.seq > w->seq)
+      bad("node %d slot %d: echo of beat %u, never sent (last %u)", w->node, w->slot,
+          m->heartbeat.seq, w->seq);
+    return;
+  case FT_MSG_KV_VALUE:
+    if (w->st != W_RDZV || m->kv_value.req != w->kvreq) {
+      bad("node %d slot %d: KV_VALUE for request %u, none asked", w->node, w->slot,
+          m->kv_value.req);
+      return;
+    }
+    if (m->kv_value.status != FT_KV_OK || m->kv_value.nvals != 1 ||
+        m->kv_value.vals[0].len != 128) {
+      bad("node %d slot %d: rendezvous answer %s with %u values", w->node, w->slot,
+          ft_kv_status_name(m->kv_value.status), m->kv_value.nvals);
+      return;
+    }
+    w->kvreq = 0;
+    ready(w, now);
+    return;
+  case FT_MSG_COMMITTED:
+    on_committed(w, m->committed.step, now);
+    return;
+  case FT_MSG_STOP:
+    worker_exit(w, FT_EXIT_OK);
+    return;
+  case FT_MSG_DOCTOR: /* check again */
+    send_doctor(w);
+    return;
+  case FT_MSG_REPLICA:
+    return;
+  default:
+    bad("node %d slot %d: unexpected %s", w->node, w->slot, ft_msg_type_name(m->type));
+  }
+}
+
+/* Every rank's SHARD_SAVED of step built and written out: the commit's
+ * clock starts. */
+static void shards_flushed(int64_t step) {
+  if (g.shard_unflushed || g.save_step == step)
+    return;
+  for (int i = 0; i < 64; i++)
+    if (g.saved_step[i] == step && !g.saved_flushed[i])
+      g.saved_flushed[i] = ft_now_s();
+}
+
+static void flush_out(sw_worker *w) {
+  while (w->out.len && w->fd >= 0) {
+    ssize_t n = send(w->fd, w->out.data, w->out.len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      break;
+    if (n <= 0) { /* the supervisor closed it: it lost us, or we were fenced */
+      g.lost++;
+      worker_exit(w, FT_EXIT_LOST);
+      return;
+    }
+    ft_buf_consume(&w->out, (size_t)n);
+  }
+  if (!w->out.len && w->shard_step >= 0) {
+    g.shard_unflushed--;
+    shards_flushed(w->shard_step);
+    w->shard_step = -1;
+  }
+  ep_mod(w);
+}
+
+static void on_readable(sw_worker *w, double now) {
+  for (;;) {
+    if (ft_buf_reserve(&w->in, 65536))
+      exit(1);
+    ssize_t n = recv(w->fd, w->in.data + w->in.len, w->in.cap - w->in.len, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      break;
+    if (n <= 0) {
+      g.lost++;
+      worker_exit(w, FT_EXIT_LOST);
+      return;
+    }
+    w->in.len += (size_t)n;
+    size_t flen;
+    int r;
+    while (w->fd >= 0 && (r = ft_wire_frame_len(w->in.data, w->in.len, &flen)) == 1 &&
+           w->in.len >= flen) {
+      ft_msg m;
+      if (ft_wire_decode(w->in.data, flen, &m)) {
+        bad("node %d slot %d: %s", w->node, w->slot, ft_err_detail());
+        worker_exit(w, FT_EXIT_FAIL);
+        return;
+      }
+      on_msg(w, &m, now);
+      ft_msg_release(&m);
+      if (w->fd >= 0)
+        ft_buf_consume(&w->in, flen);
+    }
+    if (w->fd < 0)
+      return;
+    if (r < 0) {
+      bad("node %d slot %d: %s", w->node, w->slot, ft_err_detail());
+      worker_exit(w, FT_EXIT_FAIL);
+      return;
+    }
+  }
+}
+
+static void worker_connect(sw_worker *w) {
+  w->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (w->fd < 0) {
+    fprintf(stderr, "ftswarm: socket: %s (raise the descriptor limit)\n", strerror(errno));
+    exit(1);
+  }
+  int one = 1;
+  setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (connect(w->fd, (struct sockaddr *)&g.sup, sizeof g.sup) && errno != EINPROGRESS) {
+    fprintf(stderr, "ftswarm: connect: %s\n", strerror(errno));
+    exit(1);
+  }
+  struct epoll_event e = {.events = EPOLLIN, .data.u64 = TAG(TAG_WORKER, w->node * 256 + w->slot)};
+  epoll_ctl(g.ep, EPOLL_CTL_ADD, w->fd, &e);
+  w->st = W_CONNECTING;
+  w->next_beat = ft_now_s() + CHALLENGE_WAIT_S; /* until then, the CHALLENGE */
+}
+
+/* As the worker (worker/ctl.c): no CHALLENGE within CHALLENGE_WAIT_S of the
+ * connect (the supervisor's accept queue overflowed and a SYN cookie
+ * completed our side only), connect again. */
+static void reconnect(sw_worker *w) {
+  epoll_ctl(g.ep, EPOLL_CTL_DEL, w->fd, NULL);
+  close(w->fd);
+  w->fd = -1;
+  ft_buf_reset(&w->in);
+  ft_buf_reset(&w->out);
+  g.reconnects++;
+  worker_connect(w);
+}
+
+/* ---- attach connections ---- */
+
+static void on_attach(int fd) {
+  char line[8192];
+  ssize_t n = 0, r;
+  /* the attach process writes its one line at once; wait for it briefly */
+  for (int tries = 0; tries < 200; tries++) {
+    r = read(fd, line + n, sizeof line - 1 - (size_t)n);
+    if (r > 0)
+      n += r;
+    if (n > 0 && line[n - 1] == '\n')
+      break;
+    if (r == 0)
+      break;
+    usleep(1000);
+  }
+  line[n > 0 ? n : 0] = 0;
+  int node, slots, pid, ppid;
+  char addr[256], tok[128], store[4096];
+  if (sscanf(line, "%d %d %d %d %255s %127s %4095s", &node, &slots, &pid, &ppid, addr, tok,
+             store) != 7 ||
+      node < 0 || node >= MAX_NODES || slots < 1 || slots > 256) {
+    fprintf(stderr, "ftswarm: a bad attach line\n");
+    close(fd);
+    return;
+  }
+  sw_node *nd = &g.nodes[node];
+  if (nd->afd >= 0) {
+    fprintf(stderr, "ftswarm: node %d attached twice\n", node);
+    close(fd);
+    return;
+  }
+  if (!g.token[0]) {
+    snprintf(g.token, sizeof g.token, "%.64s", tok);
+    snprintf(g.store_uri, sizeof g.store_uri, "%.4095s", store);
+    char *colon = strrchr(addr, ':');
+    if (!colon)
+      exit(2);
+    *colon = 0;
+    g.sup.sin_family = AF_INET;
+    g.sup.sin_port = htons((uint16_t)atoi(colon + 1));
+    if (inet_pton(AF_INET, addr, &g.sup.sin_addr) != 1) {
+      fprintf(stderr, "ftswarm: the supervisor's address %s is not IPv4\n", addr);
+      exit(2);
+    }
+    (void)ppid;
+    g.t_first_attach = ft_now_s();
+    double t0 = 0;
+    FILE *f = g.t0_file ? fopen(g.t0_file, "r") : NULL;
+    if (f && fscanf(f, "%lf", &t0) == 1 && t0 > 0) /* measure from supervise's start */
+      g.t_first_attach -= wall_s() - t0;
+    if (f)
+      fclose(f);
+  }
+  if (node >= g.nnodes_seen)
+    g.nnodes_seen = node + 1;
+  if (!nd->w) {
+    if (!(nd->w = calloc(256, sizeof *nd->w)))
+      exit(1);
+    for (int j = 0; j < 256; j++) {
+      nd->w[j].fd = -1;
+      nd->w[j].shard_step = -1;
+    }
+  }
+  nd->afd = fd;
+  nd->pid = pid;
+  nd->slots = slots;
+  nd->nexited = 0;
+  nd->exit_code = 0;
+  struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = TAG(TAG_ATTACH, node)};
+  fcntl(fd, F_SETFL, O_NONBLOCK);
+  epoll_ctl(g.ep, EPOLL_CTL_ADD, fd, &e);
+  for (int j = 0; j < slots; j++) {
+    sw_worker *w = &nd->w[j];
+    worker_close(w);
+    memset(w, 0, sizeof *w);
+    w->node = node;
+    w->slot = j;
+    w->fd = -1;
+    w->rank = -1;
+    w->step = -1;
+    w->shard_step = -1;
+    ft_buf_init(&w->in);
+    ft_buf_init(&w->out);
+    worker_connect(w);
+  }
+}
+
+/* ---- the gang's clock: a step every step_s once every rank is ready ---- */
+
+static int gang_stalled(void) {
+  for (int r = 0; r < g.world; r++) {
+    sw_worker *w = g.byrank[r];
+    if (!w || w->silent || w->st != W_READY || w->gen != g.gen)
+      return 1;
+  }
+  return 0;
+}
+
+/* SHARD_SAVED of the checkpoint in progress, for SAVE_SLICE_S per loop
+ * turn: a real worker builds its manifest on a thread of its own while its
+ * heartbeats go on, and 16,384 of them (~21 KB each) take the swarm seconds
+ * to build, which must not stop the other ranks' heartbeats. */
+#define SAVE_SLICE_S 0.02
+static void save_more(void) {
+  if (g.save_step < 0)
+    return;
+  double until = ft_now_s() + SAVE_SLICE_S;
+  while (g.save_next < g.world && ft_now_s() < until) {
+    int r = g.save_next++;
+    sw_worker *w = g.gen == g.save_gen ? g.byrank[r] : NULL;
+    if (!w || w->fd < 0 || w->gen != g.save_gen)
+      continue;
+    char *txt = envelope(r, g.world, g.save_step);
+    ft_msg m;
+    ft_msg_init(&m, FT_MSG_SHARD_SAVED);
+    m.shard_saved.step = g.save_step;
+    m.shard_saved.rank = (uint32_t)r;
+    m.shard_saved.manifest = txt;
+    if (w->shard_step < 0) {
+      w->shard_step = g.save_step;
+      g.shard_unflushed++;
+    }
+    send_msg(w, &m);
+    free(txt);
+  }
+  if (g.save_next >= g.world || g.gen != g.save_gen) {
+    int64_t step = g.save_step;
+    g.save_step = -1;
+    shards_flushed(step);
+  }
+}
+
+static void gang_step(double now) {
+  if (!g.training || now < g.next_step_t || gang_stalled())
+    return;
+  g.next_step_t += g.step_s;
+  if (g.next_step_t < now)
+    g.next_step_t = now + g.step_s;
+  g.step++;
+  int save = g.ckpt_every > 0 && g.step > 0 && g.step % g.ckpt_every == 0;
+  if (save) {
+    int i = (int)(g.step / g.ckpt_every % 64);
+    g.saved_step[i] = g.step;
+    g.saved_flushed[i] = g.saved_committed[i] = 0;
+  }
+  for (int r = 0; r < g.world; r++) {
+    sw_worker *w = g.byrank[r];
+    w->step = g.step;
+    ft_msg s;
+    ft_msg_init(&s, FT_MSG_STEP);
+    s.step.step = g.step;
+    s.step.loss = r == 0 ? 3.0 + 1.0 / (double)(g.step + 1) : NAN;
+    s.step.grad_norm = 1.0;
+    s.step.tokens_per_s = 1e5;
+    s.step.step_ms = g.step_s * 1e3;
+    s.step.val_loss = NAN;
+    send_msg(w, &s);
+  }
+  if (save) { /* the shards go out from save_more, a slice per loop turn */
+    g.save_step = g.step;
+    g.save_next = 0;
+    g.save_gen = g.gen;
+  }
+  if (!g.t_first_step) {
+    g.t_first_step = now;
+    if (g.cur_fault < g.nfaults) {
+      fault *f = &g.faults[g.cur_fault];
+      if (f->t_inject && f->t_assigned && !f->t_stepped)
+        f->t_stepped = now;
+    }
+  }
+}
+
+/* ---- faults ---- */
+
+static volatile sig_atomic_t g_term;
+static void on_term(int sig) {
+  (void)sig;
+  g_term = 1;
+}
+
+static unsigned g_rng = 12345;
+static int rnd(int n) {
+  g_rng = g_rng * 1103515245u + 12345u;
+  return (int)((g_rng >> 8) % (unsigned)n);
+}
+
+static void inject(fault *f, double now) {
+  f->gen = g.gen;
+  f->t_inject = now;
+  /* never rank 0's node: its STEP is what tells a recovery done, and the
+   * choice of victim is not what is measured */
+  int r;
+  do
+    r = rnd(g.world);
+  while (g.byrank[r]->node == g.byrank[0]->node);
+  sw_worker *w = g.byrank[r];
+  sw_node *nd = &g.nodes[w->node];
+  f->rank = r;
+  f->node = w->node;
+  if (!strcmp(f->kind, "silent")) {
+    w->silent = 1;
+    ep_mod(w);
+  } else if (!strcmp(f->kind, "host")) {
+    for (int j = 0; j < nd->slots; j++) {
+      nd->w[j].silent = 1;
+      ep_mod(&nd->w[j]);
+    }
+  } else { /* drop: the host's process dies, its connections reset */
+    tell_attach(nd, "kill\n");
+    node_dead(nd);
+  }
+  printf("ftswarm: fault %d: %s, node %d (rank %d), generation %" PRIu64 "\n", g.cur_fault + 1,
+         f->kind, f->node, r, g.gen);
+  fflush(stdout);
+}
+
+/* ---- measurements of the supervisor's process ---- */
+
+static int proc_cpu(pid_t pid, double *cpu_s, double *rss_mb) {
+  char path[64], buf[4096];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  unsigned long ut = 0, st = 0;
+  long rss = 0;
+  if (!p || sscanf(p + 2,
+                   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d "
+                   "%*d %*d %*u %*u %ld",
+                   &ut, &st, &rss) != 3)
+    return -1;
+  *cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+  *rss_mb = (double)rss * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
+  return 0;
+}
+
+static long long du_bytes(const char *path) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "du -sb '%s' 2>/dev/null", path);
+  FILE *p = popen(cmd, "r");
+  long long b = -1;
+  if (p) {
+    if (fscanf(p, "%lld", &b) != 1)
+      b = -1;
+    pclose(p);
+  }
+  return b;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, int n, double p) {
+  if (!n)
+    return NAN;
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  int i = (int)ceil(p / 100.0 * n) - 1;
+  return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+/* ---- the loop ---- */
+
+/* The figures: stdout and --out. Returns ok, cleared by a fault not
+ * recovered or a conformance error. */
+static int report(int ok, double steady_s, double steady_cpu, double rss_max,
+                  const long long *grow0, const long long *grow1) {
+  /* the figures */
+  static const char *const KIND[3] = {"silent", "host", "drop"};
+  double det[3][MAX_FAULTS], rec[MAX_FAULTS], cyc[MAX_FAULTS];
+  int nd[3] = {0, 0, 0}, nrec = 0;
+  for (int i = 0; i < g.cur_fault; i++) {
+    fault *f = &g.faults[i];
+    int k = 0;
+    while (k < 2 && strcmp(f->kind, KIND[k]))
+      k++;
+    det[k][nd[k]++] = (f->t_stop - f->t_inject) * 1e3;
+    rec[nrec] = (f->t_assigned - f->t_stop) * 1e3;
+    cyc[nrec++] = (f->t_stepped - f->t_inject) * 1e3;
+  }
+  if (g.cur_fault < g.nfaults)
+    ok = 0;
+  double cm50 = pct(g.commit_ms, g.ncommit, 50), cm99 = pct(g.commit_ms, g.ncommit, 99);
+  FILE *o = g.out_path ? fopen(g.out_path, "w") : NULL;
+  char json[4096];
+  int jl = snprintf(json, sizeof json,
+                    "{\"world\":%d,\"nodes\":%d,\"formation_s\":%.3f,\"steady_s\":%.1f,"
+                    "\"sup_cores\":%.4f,\"sup_rss_mib\":%.1f,"
+                    "\"detect_silent_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+                    "\"detect_host_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+                    "\"detect_drop_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+                    "\"recover_assign_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+                    "\"fault_to_step_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+                    "\"commit_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+                    "\"conformance_errors\":%ld,\"faults_done\":%d,\"faults_wanted\":%d,"
+                    "\"steady_commits\":%d,\"ckpt_every_s\":%.1f,\"reconnects\":%ld",
+                    g.world, g.nnodes_seen, g.formation_s, steady_s, steady_cpu, rss_max, nd[0],
+                    pct(det[0], nd[0], 50), pct(det[0], nd[0], 99), nd[1], pct(det[1], nd[1], 50),
+                    pct(det[1], nd[1], 99), nd[2], pct(det[2], nd[2], 50), pct(det[2], nd[2], 99),
+                    nrec, pct(rec, nrec, 50), pct(rec, nrec, 99), nrec, pct(cyc, nrec, 50),
+                    pct(cyc, nrec, 99), g.ncommit, cm50, cm99, g.conformance, g.cur_fault,
+                    g.nfaults, g.steady_commits, g.ckpt_every * g.step_s, g.reconnects);
+  for (int k = 0; k < g.ngrow; k++)
+    jl += snprintf(json + jl, sizeof json - (size_t)jl,
+                   ",\"grow_%d\":{\"path\":\"%s\",\"bytes_per_hour\":%.0f}", k, g.grow[k],
+                   steady_s > 0 ? (double)(grow1[k] - grow0[k]) * 3600.0 / steady_s : NAN);
+  snprintf(json + jl, sizeof json - (size_t)jl, "}");
+  printf("%s\n", json);
+  if (o) {
+    fprintf(o, "%s\n", json);
+    fclose(o);
+  }
+  if (g.conformance)
+    ok = 0;
+  printf("ftswarm: %s\n", ok ? "passed" : "FAILED");
+  fflush(stdout);
+  return ok;
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: ftswarm serve --socket PATH --world N [--step-ms MS] [--ckpt-every K]\n"
+          "         [--steady S] [--commits K] [--faults silent:A,host:B,drop:C] [--settle S]\n"
+          "         [--timeout S]\n"
+          "         [--sup-pid PID | --sup-pid-file F] [--t0-file F] [--grow PATH]... [--layers L] "
+          "[--embd C]\n"
+          "         [--seed N] [--out FILE]\n"
+          "       (each host: ftswarm_attach PATH {slots} {argv}, a run file's nodes.command)\n");
+}
+
+static int parse_faults(const char *spec) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  char *save = NULL, *kinds[3] = {0};
+  int counts[3] = {0}, nk = 0;
+  for (char *t = strtok_r(buf, ",", &save); t && nk < 3; t = strtok_r(NULL, ",", &save)) {
+    char *c = strchr(t, ':');
+    if (!c || (strncmp(t, "silent:", 7) && strncmp(t, "host:", 5) && strncmp(t, "drop:", 5)))
+      return -1;
+    *c = 0;
+    kinds[nk] = t;
+    counts[nk++] = atoi(c + 1);
+  }
+  /* interleaved: one of each kind in turn */
+  for (int round = 0; g.nfaults < MAX_FAULTS; round++) {
+    int any = 0;
+    for (int k = 0; k < nk; k++)
+      if (round < counts[k] && g.nfaults < MAX_FAULTS) {
+        snprintf(g.faults[g.nfaults++].kind, sizeof g.faults[0].kind, "%s", kinds[k]);
+        any = 1;
+      }
+    if (!any)
+      break;
+  }
+  return 0;
+}
+
+static int serve_main(int argc, char **argv) {
+  g.step_s = 1.0;
+  g.ckpt_every = 10;
+  g.steady_s = 10;
+  g.settle_s = 1.0;
+  g.timeout_s = 600;
+  g.layers = 32;
+  g.embd = 4096;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) {
+      usage();
+      return 2;
+    }
+    i++;
+    if (!strcmp(a, "--socket"))
+      g.sock_path = v;
+    else if (!strcmp(a, "--world"))
+      g.world_want = atoi(v);
+    else if (!strcmp(a, "--step-ms"))
+      g.step_s = atof(v) / 1e3;
+    else if (!strcmp(a, "--ckpt-every"))
+      g.ckpt_every = atoi(v);
+    else if (!strcmp(a, "--steady"))
+      g.steady_s = atof(v);
+    else if (!strcmp(a, "--commits"))
+      g.min_commits = atoi(v);
+    else if (!strcmp(a, "--settle"))
+      g.settle_s = atof(v);
+    else if (!strcmp(a, "--timeout"))
+      g.timeout_s = atof(v);
+    else if (!strcmp(a, "--faults")) {
+      if (parse_faults(v)) {
+        usage();
+        return 2;
+      }
+    } else if (!strcmp(a, "--sup-pid"))
+      g.sup_pid = atoi(v);
+    else if (!strcmp(a, "--sup-pid-file"))
+      g.sup_pid_file = v;
+    else if (!strcmp(a, "--t0-file"))
+      g.t0_file = v;
+    else if (!strcmp(a, "--grow") && g.ngrow < 4)
+      g.grow[g.ngrow++] = v;
+    else if (!strcmp(a, "--layers"))
+      g.layers = atoi(v);
+    else if (!strcmp(a, "--embd"))
+      g.embd = atoi(v);
+    else if (!strcmp(a, "--seed"))
+      g.seed = atoi(v);
+    else if (!strcmp(a, "--out"))
+      g.out_path = v;
+    else {
+      usage();
+      return 2;
+    }
+  }
+  if (!g.sock_path || g.world_want < 1 || g.step_s <= 0) {
+    usage();
+    return 2;
+  }
+  g_rng += (unsigned)g.seed;
+  g.dims = (ft_gpt2_dims){.max_seq_len = 2048,
+                          .vocab_size = 50257,
+                          .padded_vocab_size = ft_gpt2_pad_vocab(50257),
+                          .n_layer = g.layers,
+                          .n_head = 32,
+                          .channels = g.embd};
+  /* every connection is a descriptor: take the hard limit, and say so when
+   * it is not enough */
+  struct rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_cur < (rlim_t)g.world_want * 9 / 8 + 256) {
+    fprintf(stderr,
+            "ftswarm: %d ranks need about %d descriptors, the hard limit is %llu (ulimit -Hn)\n",
+            g.world_want, g.world_want * 9 / 8 + 256, (unsigned long long)rl.rlim_cur);
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  for (int n = 0; n < MAX_NODES; n++)
+    g.nodes[n].afd = -1;
+  for (int i = 0; i < 64; i++)
+    g.saved_step[i] = -1;
+  g.save_step = -1;
+  g.ep = epoll_create1(EPOLL_CLOEXEC);
+  g.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", g.sock_path);
+  unlink(g.sock_path);
+  if (g.lfd < 0 || bind(g.lfd, (struct sockaddr *)&a, sizeof a) || listen(g.lfd, 4096)) {
+    fprintf(stderr, "ftswarm: %s: %s\n", g.sock_path, strerror(errno));
+    return 1;
+  }
+  chmod(g.sock_path, 0600);
+  struct epoll_event le = {.events = EPOLLIN, .data.u64 = TAG(TAG_LISTEN, 0)};
+  epoll_ctl(g.ep, EPOLL_CTL_ADD, g.lfd, &le);
+  printf("ftswarm: waiting for %d ranks on %s\n", g.world_want, g.sock_path);
+  fflush(stdout);
+
+  enum { P_FORM, P_STEADY, P_FAULTS, P_DONE } phase = P_FORM;
+  /* after the scenario (P_DONE, figures written) the swarm serves on until
+   * SIGTERM, so that the supervisor is stopped before its workers go */
+  double start = ft_now_s(), steady_t0 = 0, cpu0 = 0, rss_max = 0, settle_until = 0;
+  double steady_cpu = NAN, steady_s = 0;
+  long long grow0[4] = {0}, grow1[4] = {0};
+  int ok = 1, reported = 0, steady_c0 = 0;
+  static struct epoll_event evs[1024];
+  signal(SIGTERM, on_term);
+  signal(SIGINT, on_term);
+  double next_scan = 0;
+  while (!g_term) {
+    int n = epoll_wait(g.ep, evs, 1024, 5);
+    double now = ft_now_s();
+    for (int i = 0; i < n; i++) {
+      uint64_t tag = evs[i].data.u64;
+      int kind = (int)(tag >> 32), idx = (int)(uint32_t)tag;
+      if (kind == TAG_LISTEN) {
+        int fd = accept4(g.lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+          on_attach(fd);
+      } else if (kind == TAG_ATTACH) { /* the node's process ended */
+        node_dead(&g.nodes[idx]);
+      } else {
+        sw_worker *w = &g.nodes[idx / 256].w[idx % 256];
+        if (w->fd < 0)
+          continue;
+        if (evs[i].events & EPOLLOUT)
+          flush_out(w);
+        if (w->fd >= 0 && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !w->silent)
+          on_readable(w, now);
+      }
+    }
+    now = ft_now_s();
+    if (now >= next_scan) { /* heartbeats */
+      next_scan = now + 0.01;
+      for (int nn = 0; nn < g.nnodes_seen; nn++) {
+        sw_node *nd = &g.nodes[nn];
+        for (int j = 0; nd->w && j < nd->slots; j++) {
+          sw_worker *w = &nd->w[j];
+          if (w->fd >= 0 && !w->silent && w->st >= W_IDLE && w->st != W_GONE && now >= w->next_beat)
+            beat(w, now);
+          else if (w->fd >= 0 && w->st == W_CONNECTING && now >= w->next_beat)
+            reconnect(w);
+        }
+      }
+    }
+    gang_step(now);
+    save_more();
+    if (phase == P_DONE) {
+      if (!reported++)
+        ok = report(ok, steady_s, steady_cpu, rss_max, grow0, grow1);
+      continue;
+    }
+    if (now - start > g.timeout_s) {
+      fprintf(stderr,
+              "ftswarm: gave up after %.0f s (phase %d, generation %" PRIu64
+              ", %d of %d ranks assigned, %d ready)\n",
+              g.timeout_s, (int)phase, g.gen, g.nassign, g.world, g.nready);
+      ok = report(0, steady_s, steady_cpu, rss_max, grow0, grow1);
+      reported = 1;
+      phase = P_DONE;
+      continue;
+    }
+    int gang_trains = g.world == g.world_want && g.nassign == g.world && g.t_first_step;
+    if (phase == P_FORM && gang_trains) {
+      printf("ftswarm: gang of %d ranks formed in %.2f s (first ASSIGN to last: %.2f s)\n", g.world,
+             g.formation_s, g.t_all_assign - g.t_first_assign);
+      fflush(stdout);
+      phase = P_STEADY;
+      steady_t0 = now;
+      steady_c0 = g.ncommit;
+      double rss;
+      FILE *pf = g.sup_pid_file ? fopen(g.sup_pid_file, "r") : NULL;
+      int pid = 0;
+      if (pf && fscanf(pf, "%d", &pid) == 1 && pid > 0)
+        g.sup_pid = pid;
+      if (pf)
+        fclose(pf);
+      if (g.sup_pid)
+        proc_cpu(g.sup_pid, &cpu0, &rss);
+      for (int k = 0; k < g.ngrow; k++)
+        grow0[k] = du_bytes(g.grow[k]);
+    } else if (phase == P_STEADY) {
+      double c, rss;
+      if (g.sup_pid && !proc_cpu(g.sup_pid, &c, &rss) && rss > rss_max)
+        rss_max = rss;
+      if (now - steady_t0 >= g.steady_s && g.ncommit - steady_c0 >= g.min_commits) {
+        steady_s = now - steady_t0;
+        g.steady_commits = g.ncommit - steady_c0;
+        if (g.sup_pid && !proc_cpu(g.sup_pid, &c, &rss))
+          steady_cpu = (c - cpu0) / steady_s;
+        for (int k = 0; k < g.ngrow; k++)
+          grow1[k] = du_bytes(g.grow[k]);
+        printf("ftswarm: steady %.1f s: supervisor %.3f cores, %.0f MiB resident (max)\n", steady_s,
+               steady_cpu, rss_max);
+        fflush(stdout);
+        phase = P_FAULTS;
+        settle_until = now + g.settle_s;
+      }
+    } else if (phase == P_FAULTS) {
+      fault *f = g.cur_fault < g.nfaults ? &g.faults[g.cur_fault] : NULL;
+      if (!f) {
+        phase = P_DONE;
+      } else if (!f->t_inject) {
+        if (now >= settle_until && gang_trains && !gang_stalled())
+          inject(f, now);
+      } else if (f->t_stepped) {
+        printf("ftswarm: fault %d (%s node %d): detected in %.0f ms, new gang assigned %.0f ms "
+               "after the STOP, first step %.0f ms after the fault\n",
+               g.cur_fault + 1, f->kind, f->node, (f->t_stop - f->t_inject) * 1e3,
+               (f->t_assigned - f->t_stop) * 1e3, (f->t_stepped - f->t_inject) * 1e3);
+        fflush(stdout);
+        g.cur_fault++;
+        settle_until = now + g.settle_s;
+      }
+    }
+  }
+
+  ckpt_store_free(g.store);
+  unlink(g.sock_path);
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "serve"))
+    return serve_main(argc, argv);
+  usage();
+  return 2;
+}

@@ -1,0 +1,46 @@
+#!/bin/bash
+# swarm_short: one supervise against 1,024 simulated ranks (ftswarm, 128
+# hosts of 8, real TCP and the real protocol) with a silent rank and a
+# dropped host: each must be detected (the right node blamed), the gang
+# re-formed with a spare and trained on, and every reply of the supervisor
+# conformant. No timing is asserted; the figures are printed.
+. "$(dirname "$0")/../integration/lib.sh"
+: "${FT_BUILD:=$(dirname "$FT_BIN")}"
+[ -x "$FT_BUILD/tests/ftswarm" ] || fail "ftswarm not built in $FT_BUILD/tests"
+if [ "$(ulimit -Hn)" -lt 2600 ]; then
+  echo "SKIP: 1,024 ranks need 2,600 open files (ulimit -Hn is $(ulimit -Hn))"
+  exit 77
+fi
+rc=0
+SWARM_SPARES=3 SWARM_HB=2 "$(dirname "$0")/swarm_run.sh" "$TMP" 1024 \
+  --steady 2 --commits 1 --faults silent:1,drop:1 --step-ms 250 --ckpt-every 4 --timeout 240 ||
+  rc=$?
+cat "$TMP/swarm.out"
+[ $rc = 0 ] || { tail -30 "$TMP/sup.out"; fail "the swarm did not pass (exit $rc)"; }
+ev=$TMP/state/events.jsonl
+python3 - "$ev" "$TMP/swarm.out" <<'PY' || fail "the supervisor's verdicts are not the swarm's faults"
+import json, re, sys
+events = [json.loads(l) for l in open(sys.argv[1])]
+out = open(sys.argv[2]).read()
+# the faults the swarm injected, in order: kind and node
+faults = re.findall(r"fault \d+: (\w+), node (\d+) ", out)
+assert [k for k, _ in faults] == ["silent", "drop"], faults
+det = [e for e in events if e["event"] == "fault_detected"]
+assert len(det) == 2, [(e.get("kind"), e.get("node")) for e in det]
+for (kind, node), e in zip(faults, det):
+    assert e["node"] == int(node), (kind, node, e)
+    want = "hang" if kind == "silent" else "process_exit"
+    assert e["kind"] == want, (kind, e)
+# both recovered: the gang trains again, at full size, each time
+rec = [e for e in events if e["event"] == "recovered"]
+gens = [e for e in events if e["event"] == "generation_started"]
+assert len(rec) >= 2 and all(g["world"] == 1024 for g in gens), (rec, gens)
+# the silent rank's node is out (quarantined), a spare took its place
+q = [e["node"] for e in events if e["event"] == "node_quarantined"]
+assert int(faults[0][1]) in q, q
+assert any(e["event"] == "spare_promoted" for e in events)
+# checkpoints of 1,024 shard manifests were committed
+assert any(e["event"] == "checkpoint_committed" and e["world"] == 1024 for e in events)
+print("swarm_short: both faults named the right node; the gang re-formed at 1,024 ranks")
+PY
+echo "swarm_short: passed"
