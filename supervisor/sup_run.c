@@ -155,6 +155,7 @@ typedef struct kv_wait {
   sup *s;
   struct event *timer;
   uint64_t owner;
+  sup_worker *w; /* who asked (still it if w->conn is owner's connection) */
 } kv_wait;
 
 static sup_worker *worker_by_conn_id(sup *s, uint64_t id) {
@@ -170,7 +171,11 @@ static void kv_reply(void *ud, void *tag, uint64_t owner, uint32_t req, int stat
   sup *s = ud;
   kv_wait *kw = tag;
   if (status >= 0) {
-    sup_worker *w = worker_by_conn_id(s, owner);
+    /* the asker directly: a search of the pool per reply was O(workers^2)
+     * for a gang's rendezvous (tests/scale) */
+    sup_worker *w = kw && kw->w && kw->w->conn && sup_conn_id(kw->w->conn) == owner
+                        ? kw->w
+                        : worker_by_conn_id(s, owner);
     if (w && w->conn) {
       ft_msg m;
       ft_msg_init(&m, FT_MSG_KV_VALUE);
@@ -202,6 +207,7 @@ static void on_kv_get(sup *s, sup_worker *w, const ft_msg *m) {
   if (!kw)
     return;
   kw->s = s;
+  kw->w = w;
   kw->owner = sup_conn_id(w->conn);
   kw->timer = evtimer_new(s->base, kv_timer_cb, kw);
   int r = sup_kv_get(s->kv, kw->owner, m->kv_get.req, m->kv_get.keys, m->kv_get.nkeys, kw);
