@@ -7,7 +7,7 @@
 #      skip cleanly where no GPU is visible)
 #   4. an address + undefined-behaviour sanitizer build (build-asan/) and
 #      its unit and integration tests (but those labelled no_asan)
-#   5. every fuzz target for a short time (scripts/fuzz.sh 6: a smoke run that
+#   5. every fuzz target for a short time (scripts/fuzz.sh 3: a smoke run that
 #      replays the regression inputs; `scripts/fuzz.sh 300` is the real search)
 # Arguments go to the main CTest run (e.g. -R sup_ to run fewer tests).
 # FT_TEST_QUICK=1 skips phases 4 and 5 (for a quick local run; CI never sets it).
@@ -32,7 +32,7 @@ if [ "${FT_TEST_QUICK:-0}" != 1 ]; then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest -L 'unit|integration' -LE 'bench|no_asan' --output-on-failure --timeout 900 -j2)
-  phase "fuzz targets, 6 s each (build-fuzz/)"
-  scripts/fuzz.sh 6
+  phase "fuzz targets, 3 s each (build-fuzz/)"
+  scripts/fuzz.sh 3
 fi
 phase "done"
