@@ -14,6 +14,9 @@
 #
 # usage: bench/bench_scale.sh [BUILD_DIR] [N...]      (default 1024 4096 16384)
 #   FAULTS=silent:20,host:20,drop:5 (default) faults per N; KEEP=1 keeps runs
+#   RECOVERY=inprocess (default: recovery.in_process, the survivors rejoin
+#   the next generation in process) or restart (every gang process is
+#   stopped and started again through the launcher)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FT_SRC=$PWD
@@ -22,17 +25,24 @@ shift || true
 export FT_BIN=$B/bin FT_BUILD=$B
 sizes=${*:-1024 4096 16384}
 faults=${FAULTS:-silent:20,host:20,drop:5}
+recovery=${RECOVERY:-inprocess}
+case $recovery in
+inprocess) sets="--set recovery.in_process=true" ;;
+restart) sets= ;;
+*) echo "bench_scale: RECOVERY is inprocess or restart, not '$recovery'" >&2; exit 2 ;;
+esac
 nf=$(python3 -c 'import sys; print(sum(int(x.split(":")[1]) for x in sys.argv[1].split(",")))' "$faults")
 T=$(mktemp -d "${TMPDIR:-/tmp}/ftscale.XXXXXX")
 if [ -n "${KEEP:-}" ]; then echo "bench_scale: runs kept in $T"; else trap 'rm -rf "$T"' EXIT; fi
 [ "$(ulimit -Hn)" -ge 17000 ] || echo "bench_scale: ulimit -Hn is $(ulimit -Hn); 16,384 ranks need about 17,000"
+echo "bench_scale: recovery $recovery"
 printf "%-7s %-28s %-28s\n" "ranks" "figure" "measured (target)"
 for n in $sizes; do
   d=$T/n$n
-  SWARM_SPARES=$((nf + 2)) SWARM_HB=4 tests/scale/swarm_run.sh "$d" "$n" \
+  SWARM_SETS=$sets SWARM_SPARES=$((nf + 2)) SWARM_HB=4 tests/scale/swarm_run.sh "$d" "$n" \
     --steady 60 --commits 2 --faults "$faults" --step-ms 2000 --ckpt-every 10 --settle 2 --timeout 7200 ||
     echo "bench_scale: the swarm at $n ranks did not pass (see $d/swarm.out)"
-  python3 - "$d/figures.json" "$n" <<'PY'
+  python3 - "$d/figures.json" "$n" "$recovery" <<'PY'
 import json, sys
 f = json.load(open(sys.argv[1])); n = sys.argv[2]
 def row(name, val, target):
@@ -46,7 +56,7 @@ for k, what in (("detect_silent_ms", "silent rank"), ("detect_host_ms", "silent 
     row(f"detect {what} p50/p99", f"{d['p50']:.0f} / {d['p99']:.0f} ms (n={d['n']})",
         "p99 < timeout 4000 + 100 ms" if k != "detect_drop_ms" else "reset: at once")
 r, c = f["recover_assign_ms"], f["fault_to_step_ms"]
-row("recovery: stop to ASSIGN", f"{r['p50']:.0f} / {r['p99']:.0f} ms", "< 5000 ms")
+row(f"recovery ({sys.argv[3]}): stop to ASSIGN", f"{r['p50']:.0f} / {r['p99']:.0f} ms", "< 5000 ms")
 row("fault to first step", f"{c['p50']:.0f} / {c['p99']:.0f} ms", "detection + recovery")
 m = f["commit_ms"]
 row("commit of N manifests", f"{m['p50']:.0f} / {m['p99']:.0f} ms (n={m['n']})", "< 1000 ms")

@@ -101,6 +101,7 @@
 #include "ft_opts.h"
 #include "ft_version.h"
 #include "sup_commitq.h"
+#include "sup_shardq.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1395,7 +1396,8 @@ static int run(main_ctx *m) {
 
 static void cleanup(main_ctx *m) {
   sup *s = m->s;
-  sup_commitq_free(s->commitq); /* first: it may still report to the log and the gang */
+  sup_shardq_free(s->shardq);   /* reports parsed but not filed are dropped */
+  sup_commitq_free(s->commitq); /* it may still report to the log and the gang */
   sup_pending_clear(s);
   sup_watch_free(s);
   sup_conn_free_all();

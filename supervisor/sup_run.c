@@ -14,8 +14,9 @@
  *               checkpoint.every_steps, completes a recovery's first step,
  *               the loss detector (sup_watch_loss), the kill_node_at_step
  *               failpoint (or chaos.kill_node_at_step)
- *   SHARD_SAVED collected per step; when ranks 0..world-1 all reported:
- *               commit, COMMITTED(step) to the gang, retention GC
+ *   SHARD_SAVED parsed off the loop (sup_shardq.c), then collected per
+ *               step; when ranks 0..world-1 all reported: commit,
+ *               COMMITTED(step) to the gang, retention GC
  *   FAULT       "worker_fault" event, then sup_watch_fault: nan/loss_spike
  *               -> rollback, xid -> per its action, collective_timeout/
  *               other -> blame silent workers (the worker exits 5 next)
@@ -44,6 +45,7 @@
 #include "ft_err.h"
 #include "ft_failpoint.h"
 #include "sup_commitq.h"
+#include "sup_shardq.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -396,54 +398,39 @@ static void cq_release(void *ud, sup_pending_ckpt *p) {
   pending_free(p);
 }
 
+static void on_shard_parsed(void *ud, sup_shard_job *j);
+
 int sup_run_commitq_start(sup *s) {
+  int rc = sup_shardq_new(s->base, on_shard_parsed, s, &s->shardq);
+  if (rc)
+    return rc;
   return sup_commitq_new(s->base, cq_work, cq_done, cq_release, cq_gc, s, &s->commitq);
 }
 
-static char *json_str_dup(cJSON *o, const char *name) {
-  cJSON *v = cJSON_GetObjectItem(o, name);
-  if (cJSON_IsString(v))
-    return strdup(v->valuestring);
-  if (v && !cJSON_IsNull(v))
-    return cJSON_PrintUnformatted(v);
-  return NULL;
+static void shard_failed(sup *s, const sup_shard_job *j) {
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "step", (double)j->step);
+  cJSON_AddNumberToObject(f, "rank", j->rank);
+  cJSON_AddStringToObject(f, "reason", j->why);
+  sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 " rank %d: %s", j->step, j->rank,
+                  j->why);
 }
 
-static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
+/* A parsed SHARD_SAVED (sup_shardq, on the loop, in arrival order): filed
+ * into its checkpoint, which goes to the commit queue once every rank's is
+ * in. One of a generation that has ended is dropped: its checkpoints went
+ * with it (sup_pending_clear). */
+static void on_shard_parsed(void *ud, sup_shard_job *j) {
+  sup *s = ud;
   int world = s->ngang * s->G;
-  int64_t step = m->shard_saved.step;
-  int rank = (int)m->shard_saved.rank;
-  char why[512] = "";
-  ckpt_shard *sh = NULL;
-  cJSON *env = NULL;
-  if (rank != w->rank) {
-    snprintf(why, sizeof why, "SHARD_SAVED for rank %d from rank %d", rank, w->rank);
-    goto bad;
+  if (j->gen != s->gen || j->rank < 0 || j->rank >= world)
+    goto out;
+  if (j->why[0]) {
+    shard_failed(s, j);
+    goto out;
   }
-  env = cJSON_Parse(m->shard_saved.manifest);
-  cJSON *shj = env ? cJSON_GetObjectItem(env, "shard") : NULL;
-  char *shtxt =
-      shj ? (cJSON_IsString(shj) ? strdup(shj->valuestring) : cJSON_PrintUnformatted(shj)) : NULL;
-  if (!shtxt) {
-    snprintf(why, sizeof why, "SHARD_SAVED envelope without a \"shard\"");
-    goto bad;
-  }
-  int rc = ckpt_shard_from_json(shtxt, &sh);
-  free(shtxt);
-  if (rc) {
-    snprintf(why, sizeof why, "bad shard manifest: %s", ft_err_detail());
-    goto bad;
-  }
-  if (ckpt_shard_step(sh) != step || ckpt_shard_rank(sh) != rank) {
-    snprintf(why, sizeof why, "shard manifest is of step %" PRId64 " rank %d", ckpt_shard_step(sh),
-             ckpt_shard_rank(sh));
-    goto bad;
-  }
-  cJSON *lv = cJSON_GetObjectItem(env, "level");
-  int level = cJSON_IsString(lv) && !strcmp(lv->valuestring, "memory") ? CKPT_LEVEL_MEMORY
-                                                                       : CKPT_LEVEL_DURABLE;
   sup_pending_ckpt *p = s->pending;
-  while (p && (p->step != step || p->level != level))
+  while (p && (p->step != j->step || p->level != j->level))
     p = p->next;
   if (!p) {
     p = calloc(1, sizeof *p);
@@ -451,28 +438,28 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
       free(p);
       goto out;
     }
-    p->step = step;
+    p->step = j->step;
     p->world = world;
-    p->level = level;
+    p->level = j->level;
     p->memory_epoch = ckpt_store_memory_epoch(s->store);
     p->loss = NAN;
     p->next = s->pending;
     s->pending = p;
   }
-  if (p->shards[rank]) {
-    ckpt_shard_free(p->shards[rank]); /* a repeat: keep the newest */
+  if (p->shards[j->rank]) {
+    ckpt_shard_free(p->shards[j->rank]); /* a repeat: keep the newest */
     p->nhave--;
   }
-  p->shards[rank] = sh;
-  sh = NULL;
+  p->shards[j->rank] = j->sh;
+  j->sh = NULL;
   p->nhave++;
-  if (rank == 0) {
-    p->state = json_str_dup(env, "state");
-    p->config = json_str_dup(env, "config");
-    p->metrics = json_str_dup(env, "metrics");
-    cJSON *l = cJSON_GetObjectItem(env, "loss");
-    if (cJSON_IsNumber(l))
-      p->loss = l->valuedouble;
+  if (j->rank == 0) {
+    free(p->state);
+    free(p->config);
+    free(p->metrics);
+    p->state = j->state, p->config = j->config, p->metrics = j->metrics;
+    j->state = j->config = j->metrics = NULL;
+    p->loss = j->loss;
   }
   if (p->nhave == p->world) {
     /* unlink, commit, free */
@@ -482,17 +469,33 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
     *pp = p->next;
     sup_commitq_push(s->commitq, p); /* reported by cq_done */
   }
-  goto out;
-bad : {
-  cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "step", (double)step);
-  cJSON_AddNumberToObject(f, "rank", rank);
-  cJSON_AddStringToObject(f, "reason", why);
-  sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 " rank %d: %s", step, rank, why);
-}
 out:
-  ckpt_shard_free(sh);
-  cJSON_Delete(env);
+  sup_shard_job_free(j);
+}
+
+/* A SHARD_SAVED: its text goes to the parse thread (sup_shardq.c); the
+ * result comes back to on_shard_parsed. */
+static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
+  int64_t step = m->shard_saved.step;
+  int rank = (int)m->shard_saved.rank;
+  sup_shard_job *j = calloc(1, sizeof *j);
+  if (!j)
+    return;
+  j->gen = s->gen;
+  j->step = step;
+  j->rank = rank;
+  if (rank != w->rank) {
+    snprintf(j->why, sizeof j->why, "SHARD_SAVED for rank %d from rank %d", rank, w->rank);
+    shard_failed(s, j);
+    sup_shard_job_free(j);
+    return;
+  }
+  j->text = strdup(m->shard_saved.manifest ? m->shard_saved.manifest : "");
+  if (!j->text) {
+    sup_shard_job_free(j);
+    return;
+  }
+  sup_shardq_push(s->shardq, j);
 }
 
 /* ---- STEP ------------------------------------------------------------------ */

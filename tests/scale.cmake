@@ -14,5 +14,8 @@ if(TARGET supervise)
   # one's timing would be what is tested
   ft_add_script_test(NAME swarm_short LABELS scale TIMEOUT 300
                      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scale/swarm_short.sh)
-  set_tests_properties(swarm_short PROPERTIES RUN_SERIAL TRUE)
+  # the same with recovery.in_process: the survivors rejoin, nothing restarts
+  ft_add_script_test(NAME swarm_inprocess LABELS scale TIMEOUT 300
+                     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scale/swarm_short.sh inprocess)
+  set_tests_properties(swarm_short swarm_inprocess PROPERTIES RUN_SERIAL TRUE)
 endif()

@@ -3,7 +3,7 @@
 # fake worker (tests/integration/fake_worker.c) and a hostile client.
 if(TARGET supervise)
   foreach(t test_sup_kv test_sup_gang test_sup_events test_sup_history test_sup_launch
-            test_sup_rollback)
+            test_sup_rollback test_sup_shardq)
     ft_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c
                 LIBS ftsup LABELS unit TIMEOUT 60)
   endforeach()

@@ -101,7 +101,8 @@ typedef struct sw_worker {
   int fd, node, slot, st;
   int silent;     /* a hung process: sends and reads nothing */
   ft_buf in, out; /* received, not yet decoded; encoded, not yet written */
-  uint64_t gen;
+  uint64_t gen;   /* the generation its frames carry */
+  uint64_t agen;  /* the generation of its last ASSIGN (0: none) */
   int rank, world;
   int64_t step; /* last completed step (-1: none) */
   uint32_t seq;
@@ -155,7 +156,7 @@ static struct {
   double next_step_t, t_first_assign, t_all_assign, t_first_step;
   /* figures */
   double t_first_attach, formation_s;
-  long conformance, lost, reconnects;
+  long conformance, lost, reconnects, rejoins;
   fault faults[MAX_FAULTS];
   int nfaults, cur_fault;
   int64_t saved_step[64]; /* steps saved (a ring) and their flush/commit times */
@@ -428,9 +429,10 @@ static void ready(sw_worker *w, double now) {
 }
 
 static void on_assign(sw_worker *w, const ft_msg *m, double now) {
-  if (m->gen <= w->gen || m->assign.rank >= m->assign.world) {
+  /* a rejoined worker already carries the new generation (STOP rejoin) */
+  if (m->gen <= w->agen || m->gen < w->gen || m->assign.rank >= m->assign.world) {
     bad("node %d slot %d: ASSIGN of generation %" PRIu64 " after %" PRIu64, w->node, w->slot,
-        m->gen, w->gen);
+        m->gen, w->agen > w->gen ? w->agen : w->gen);
     return;
   }
   if (m->gen > g.gen)
@@ -442,7 +444,7 @@ static void on_assign(sw_worker *w, const ft_msg *m, double now) {
     return;
   }
   g.byrank[m->assign.rank] = w;
-  w->gen = m->gen;
+  w->gen = w->agen = m->gen;
   w->rank = (int)m->assign.rank;
   w->world = (int)m->assign.world;
   w->step = m->assign.restore_step;
@@ -480,6 +482,25 @@ static void on_assign(sw_worker *w, const ft_msg *m, double now) {
     send_msg(w, &q);
     w->st = W_RDZV;
   }
+}
+
+/* STOP rejoin (recovery.in_process): the worker leaves its generation in
+ * process, says so at once with a heartbeat of the new one (a real worker
+ * after freeing its comm) and waits for that generation's ASSIGN. */
+static void on_rejoin(sw_worker *w, uint64_t gen, double now) {
+  if (gen <= w->agen) {
+    bad("node %d slot %d: STOP rejoin into generation %" PRIu64 ", not past its %" PRIu64, w->node,
+        w->slot, gen, w->agen);
+    return;
+  }
+  if (gen <= w->gen) /* asked again: already out */
+    return;
+  reaction(w);
+  w->gen = gen;
+  w->st = W_IDLE;
+  w->kvreq = 0;
+  g.rejoins++;
+  beat(w, now);
 }
 
 static void on_committed(sw_worker *w, int64_t step, double now) {
@@ -564,6 +585,10 @@ static void on_msg(sw_worker *w, ft_msg *m, double now) {
     on_committed(w, m->committed.step, now);
     return;
   case FT_MSG_STOP:
+    if (m->stop.reason == FT_STOP_REJOIN) {
+      on_rejoin(w, m->gen, now);
+      return;
+    }
     worker_exit(w, FT_EXIT_OK);
     return;
   case FT_MSG_DOCTOR: /* check again */
@@ -971,23 +996,24 @@ static int report(int ok, double steady_s, double steady_cpu, double rss_max,
   double cm50 = pct(g.commit_ms, g.ncommit, 50), cm99 = pct(g.commit_ms, g.ncommit, 99);
   FILE *o = g.out_path ? fopen(g.out_path, "w") : NULL;
   char json[4096];
-  int jl = snprintf(json, sizeof json,
-                    "{\"world\":%d,\"nodes\":%d,\"formation_s\":%.3f,\"steady_s\":%.1f,"
-                    "\"sup_cores\":%.4f,\"sup_rss_mib\":%.1f,"
-                    "\"detect_silent_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
-                    "\"detect_host_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
-                    "\"detect_drop_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
-                    "\"recover_assign_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
-                    "\"fault_to_step_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
-                    "\"commit_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
-                    "\"conformance_errors\":%ld,\"faults_done\":%d,\"faults_wanted\":%d,"
-                    "\"steady_commits\":%d,\"ckpt_every_s\":%.1f,\"reconnects\":%ld",
-                    g.world, g.nnodes_seen, g.formation_s, steady_s, steady_cpu, rss_max, nd[0],
-                    pct(det[0], nd[0], 50), pct(det[0], nd[0], 99), nd[1], pct(det[1], nd[1], 50),
-                    pct(det[1], nd[1], 99), nd[2], pct(det[2], nd[2], 50), pct(det[2], nd[2], 99),
-                    nrec, pct(rec, nrec, 50), pct(rec, nrec, 99), nrec, pct(cyc, nrec, 50),
-                    pct(cyc, nrec, 99), g.ncommit, cm50, cm99, g.conformance, g.cur_fault,
-                    g.nfaults, g.steady_commits, g.ckpt_every * g.step_s, g.reconnects);
+  int jl =
+      snprintf(json, sizeof json,
+               "{\"world\":%d,\"nodes\":%d,\"formation_s\":%.3f,\"steady_s\":%.1f,"
+               "\"sup_cores\":%.4f,\"sup_rss_mib\":%.1f,"
+               "\"detect_silent_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+               "\"detect_host_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+               "\"detect_drop_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+               "\"recover_assign_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+               "\"fault_to_step_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+               "\"commit_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
+               "\"conformance_errors\":%ld,\"faults_done\":%d,\"faults_wanted\":%d,"
+               "\"steady_commits\":%d,\"ckpt_every_s\":%.1f,\"reconnects\":%ld,\"rejoins\":%ld",
+               g.world, g.nnodes_seen, g.formation_s, steady_s, steady_cpu, rss_max, nd[0],
+               pct(det[0], nd[0], 50), pct(det[0], nd[0], 99), nd[1], pct(det[1], nd[1], 50),
+               pct(det[1], nd[1], 99), nd[2], pct(det[2], nd[2], 50), pct(det[2], nd[2], 99), nrec,
+               pct(rec, nrec, 50), pct(rec, nrec, 99), nrec, pct(cyc, nrec, 50), pct(cyc, nrec, 99),
+               g.ncommit, cm50, cm99, g.conformance, g.cur_fault, g.nfaults, g.steady_commits,
+               g.ckpt_every * g.step_s, g.reconnects, g.rejoins);
   for (int k = 0; k < g.ngrow; k++)
     jl += snprintf(json + jl, sizeof json - (size_t)jl,
                    ",\"grow_%d\":{\"path\":\"%s\",\"bytes_per_hour\":%.0f}", k, g.grow[k],

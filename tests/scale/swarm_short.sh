@@ -4,6 +4,11 @@
 # dropped host: each must be detected (the right node blamed), the gang
 # re-formed with a spare and trained on, and every reply of the supervisor
 # conformant. No timing is asserted; the figures are printed.
+#   swarm_short.sh [inprocess]
+# inprocess (test swarm_inprocess): recovery.in_process, so every gang node
+# but the lost one must rejoin the next generation in process (STOP rejoin,
+# a heartbeat of the new generation, its ASSIGN) and no process is started
+# after the first generation.
 . "$(dirname "$0")/../integration/lib.sh"
 : "${FT_BUILD:=$(dirname "$FT_BIN")}"
 [ -x "$FT_BUILD/tests/ftswarm" ] || fail "ftswarm not built in $FT_BUILD/tests"
@@ -11,14 +16,17 @@ if [ "$(ulimit -Hn)" -lt 2600 ]; then
   echo "SKIP: 1,024 ranks need 2,600 open files (ulimit -Hn is $(ulimit -Hn))"
   exit 77
 fi
+mode=${1:-restart}
+sets=
+[ "$mode" = inprocess ] && sets="--set recovery.in_process=true"
 rc=0
-SWARM_SPARES=3 SWARM_HB=2 "$(dirname "$0")/swarm_run.sh" "$TMP" 1024 \
+SWARM_SETS=$sets SWARM_SPARES=3 SWARM_HB=2 "$(dirname "$0")/swarm_run.sh" "$TMP" 1024 \
   --steady 2 --commits 1 --faults silent:1,drop:1 --step-ms 250 --ckpt-every 4 --timeout 240 ||
   rc=$?
 cat "$TMP/swarm.out"
 [ $rc = 0 ] || { tail -30 "$TMP/sup.out"; fail "the swarm did not pass (exit $rc)"; }
 ev=$TMP/state/events.jsonl
-python3 - "$ev" "$TMP/swarm.out" <<'PY' || fail "the supervisor's verdicts are not the swarm's faults"
+python3 - "$ev" "$TMP/swarm.out" "$mode" <<'PY' || fail "the supervisor's verdicts are not the swarm's faults"
 import json, re, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
 out = open(sys.argv[2]).read()
@@ -41,6 +49,15 @@ assert int(faults[0][1]) in q, q
 assert any(e["event"] == "spare_promoted" for e in events)
 # checkpoints of 1,024 shard manifests were committed
 assert any(e["event"] == "checkpoint_committed" and e["world"] == 1024 for e in events)
+if sys.argv[3] == "inprocess":
+    # every gang node but the lost one rejoined, each time; only a node that
+    # faulted is started again (the dropped one, whose process died)
+    first = next(i for i, e in enumerate(events) if e["event"] == "generation_started")
+    late = {e["node"] for e in events[first:] if e["event"] == "worker_launched"}
+    assert late <= {int(n) for _, n in faults}, f"nodes started again after the first generation: {sorted(late)[:10]}"
+    assert [e["rejoined_in_process"] for e in rec[:2]] == [127, 127], rec
+    assert not any(e["event"] == "rejoin_fallback" for e in events)
+    print("swarm_short: 127 nodes rejoined in process at each fault; only the faulted nodes restarted")
 print("swarm_short: both faults named the right node; the gang re-formed at 1,024 ranks")
 PY
 echo "swarm_short: passed"
