@@ -329,8 +329,7 @@ enum {
 };
 int ckpt_store_fetch(ckpt_store *s, const uint8_t hash[CKPT_HASH_LEN], uint64_t len, uint8_t *dst,
                      int flags);
-/* Reads a checkpoint's info record; FT_ENOENT if the catalog has none. */
-int ckpt_store_get_info(ckpt_store *s, const char *run, int64_t step, ckpt_info *info);
+/* ckpt_store_get_info: ckptstore.h */
 int ckpt_store_put_info(ckpt_store *s, const ckpt_info *info);
 /* Writes (or, for a plain unpinned COMMITTED record, deletes) the mark
  * object of info's checkpoint: its state and pin, for a catalog rebuild. */

@@ -255,6 +255,11 @@ typedef struct ckpt_info {
                         of its tensors was stored in; 0: exact */
 } ckpt_info;
 
+/* One checkpoint's catalog record, without its manifest (which at
+ * thousands of ranks is tens of MB to read and parse); FT_ENOENT if the
+ * catalog has none. */
+int ckpt_store_get_info(ckpt_store *s, const char *run, int64_t step, ckpt_info *info);
+
 /* Lists checkpoints (run NULL: all runs), ordered by run then step.
  * *out is malloc'd (caller frees), *n its length. */
 int ckpt_store_list(ckpt_store *s, const char *run, ckpt_info **out, size_t *n);

@@ -726,8 +726,15 @@ void sup_recovery_store_failed(sup *s, const char *reason) {
  * (FT_KV_RESTORE_MANIFEST), where the workers look for it first. Failing
  * that, they look in their store as always. */
 static void publish_restore_manifest(sup *s, int64_t restore, const char *prefix) {
+  /* the record says the level: the manifest (tens of MB at thousands of
+   * ranks, a second of the loop's time to parse) is read only when it is
+   * published */
+  ckpt_info info;
+  if (restore < 0 || ckpt_store_get_info(s->store, s->rf.run, restore, &info) ||
+      info.level != CKPT_LEVEL_MEMORY)
+    return;
   ckpt_manifest *m = NULL;
-  if (restore < 0 || ckpt_store_load(s->store, s->rf.run, restore, &m))
+  if (ckpt_store_load(s->store, s->rf.run, restore, &m))
     return;
   char *js = ckpt_manifest_info(m)->level == CKPT_LEVEL_MEMORY ? ckpt_manifest_to_json(m) : NULL;
   ckpt_manifest_free(m);

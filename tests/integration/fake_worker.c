@@ -35,6 +35,8 @@
  *                         node I's workers wait D ms at step S (heartbeating),
  *                         send FAULT collective_timeout and exit 5
  *   FAKE_SLOW_RANK=R      rank R reports 5x step_ms (a straggler)
+ *   FAKE_SKIP_SAVE_RANK=R, FAKE_SKIP_SAVE_STEP=S  rank R never reports its
+ *                         shard of checkpoint step S (it trains on)
  *   FAKE_START_EXIT=C [, FAKE_START_EXIT_NODE=I]
  *                         after WELCOME, every worker (or node I's) sends FAULT
  *                         data (C = 3) or config and exits with code C,
@@ -382,6 +384,8 @@ int main(int argc, char **argv) {
   const char *xid_action = getenv("FAKE_XID_ACTION") ? getenv("FAKE_XID_ACTION") : "quarantine";
   int coll_node = env_int("FAKE_COLL_NODE", -1), coll_step = env_int("FAKE_COLL_STEP", -1);
   int coll_delay = env_int("FAKE_COLL_DELAY_MS", 2000), slow_rank = env_int("FAKE_SLOW_RANK", -1);
+  int skip_rank = env_int("FAKE_SKIP_SAVE_RANK", -1),
+      skip_step = env_int("FAKE_SKIP_SAVE_STEP", -1);
 
   /* connect */
   char host[64];
@@ -576,7 +580,8 @@ int main(int argc, char **argv) {
     if (batch == spike_batch)
       loss *= 5;
     g_last_step = step;
-    int ckpt = (every > 0 && step % every == 0) || step == last;
+    int ckpt = ((every > 0 && step % every == 0) || step == last) &&
+               !(rank == skip_rank && step == skip_step);
     if (ckpt && save_first && rank == 0) {
       save_shard(st, step, rank, world, loss);
       double until_s = ft_now_s() + 0.5;

@@ -70,3 +70,18 @@ has_event "$ST" straggler 'e["rank"] == 0' && fail "rank 0 flagged"
 has_event "$ST" fault_detected && fail "a straggler must not start a recovery"
 has_event "$ST" run_done || fail "straggler run not done"
 pass "straggler reported"
+
+# ---- 6. a checkpoint one rank never reports ----
+# rank 1 skips its shard of step 10: step 10 can never be committed, and
+# once step 15 is complete it is dropped (checkpoint_failed naming rank 1),
+# not kept in the supervisor's memory; the run goes on and commits the rest
+ST=$TMP/s6
+FAKE_SKIP_SAVE_RANK=1 FAKE_SKIP_SAVE_STEP=10 sup_run "$ST" --spares 0 ||
+  { rc=$?; cat "$ST.out"; fail "skipped-report run exited $rc"; }
+has_event "$ST" checkpoint_failed 'e["step"] == 10 and e["rank"] == 1 and e["missing"] == 1 and "before step 15" in e["reason"]' ||
+  fail "step 10 not dropped with rank 1 named"
+has_event "$ST" checkpoint_committed 'e["step"] == 10' && fail "step 10 committed without rank 1"
+has_event "$ST" checkpoint_committed 'e["step"] == 15' || fail "step 15 not committed"
+has_event "$ST" fault_detected && fail "a missing report must not start a recovery"
+has_event "$ST" run_done || fail "skipped-report run not done"
+pass "a checkpoint a rank never reported is dropped once a newer one is complete"
