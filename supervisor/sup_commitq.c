@@ -38,6 +38,7 @@
  * the loop defers its own state changes (GOOD marks) then.
  */
 #include "sup_commitq.h"
+#include "sup_wake.h"
 
 #include "ft_err.h"
 
@@ -69,8 +70,7 @@ struct sup_commitq {
   pthread_mutex_t mu;
   sup_pending_ckpt *done, **done_tail; /* finished, waiting for the loop */
   int stop;
-  int fd[2]; /* the thread writes a byte to fd[1] per finished job */
-  struct event *ev;
+  sup_wake wake; /* the threads' word to the loop: jobs finished */
   sup_commitq_fn work, done_fn, release;
   void (*gc)(void *ud);
   void *ud;
@@ -141,9 +141,7 @@ static void *thread_main(void *arg) {
     }
     *q->done_tail = p;
     q->done_tail = &p->next;
-    char b = 1;
-    while (write(q->fd[1], &b, 1) < 0 && errno == EINTR)
-      ;
+    sup_wake_signal(&q->wake);
   }
   pthread_mutex_unlock(&q->mu);
   return NULL;
@@ -169,9 +167,7 @@ static void drain_done(sup_commitq *q) {
 
 static void on_pipe(evutil_socket_t fd, short what, void *arg) {
   sup_commitq *q = arg;
-  char buf[64];
-  while (read(fd, buf, sizeof buf) > 0)
-    ;
+  sup_wake_drain(fd);
   drain_done(q);
 }
 
@@ -181,7 +177,7 @@ int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn
   sup_commitq *q = calloc(1, sizeof *q);
   if (!q)
     return ft_err_set(FT_ENOMEM, "out of memory");
-  q->fd[0] = q->fd[1] = -1;
+  q->wake.fd[0] = q->wake.fd[1] = -1;
   q->done_tail = &q->done;
   q->work = work;
   q->done_fn = done;
@@ -195,16 +191,9 @@ int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn
     pthread_cond_init(&q->lane[i].cv, NULL);
   }
   pthread_cond_init(&q->gc_cv, NULL);
-  int rc = FT_OK;
-  if (pipe2(q->fd, O_CLOEXEC | O_NONBLOCK)) {
-    rc = ft_err_set(FT_EIO, "commit queue: pipe: %s", strerror(errno));
+  int rc = sup_wake_open(&q->wake, base, on_pipe, q, "commit queue");
+  if (rc)
     goto fail;
-  }
-  q->ev = event_new(base, q->fd[0], EV_READ | EV_PERSIST, on_pipe, q);
-  if (!q->ev || event_add(q->ev, NULL)) {
-    rc = ft_err_set(FT_ENOMEM, "commit queue: cannot add its event");
-    goto fail;
-  }
   for (int i = 0; i < NLANES; i++) {
     if (pthread_create(&q->lane[i].th, NULL, thread_main, &q->lane[i])) {
       rc = ft_err_set(FT_EIO, "commit queue: cannot start its threads");
@@ -265,12 +254,7 @@ void sup_commitq_free(sup_commitq *q) {
       q->lane[i].queue = p->next;
       q->release(q->ud, p);
     }
-  if (q->ev)
-    event_free(q->ev);
-  if (q->fd[0] >= 0)
-    close(q->fd[0]);
-  if (q->fd[1] >= 0)
-    close(q->fd[1]);
+  sup_wake_close(&q->wake);
   for (int i = 0; i < NLANES; i++)
     pthread_cond_destroy(&q->lane[i].cv);
   pthread_cond_destroy(&q->gc_cv);

@@ -19,19 +19,17 @@
  * the job in flight and frees whatever was not handed to the loop.
  */
 #include "sup_shardq.h"
+#include "sup_wake.h"
 
 #include "ft_err.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct sup_shardq {
   pthread_t th;
@@ -42,8 +40,7 @@ struct sup_shardq {
   sup_shard_job *done, **done_tail;
   int n; /* jobs queued, in flight or parsed, not yet handed to done */
   int stop;
-  int fd[2]; /* the thread writes a byte per parsed job */
-  struct event *ev;
+  sup_wake wake; /* the thread's word to the loop: jobs parsed */
   sup_shardq_fn done_fn;
   void *ud;
 };
@@ -125,9 +122,7 @@ static void *thread_main(void *arg) {
     pthread_mutex_lock(&q->mu);
     *q->done_tail = j;
     q->done_tail = &j->next;
-    char b = 1;
-    while (write(q->fd[1], &b, 1) < 0 && errno == EINTR)
-      ;
+    sup_wake_signal(&q->wake);
   }
   pthread_mutex_unlock(&q->mu);
   return NULL;
@@ -137,9 +132,7 @@ static void *thread_main(void *arg) {
 static void on_parsed(evutil_socket_t fd, short what, void *arg) {
   (void)what;
   sup_shardq *q = arg;
-  char buf[256];
-  while (read(fd, buf, sizeof buf) > 0)
-    ;
+  sup_wake_drain(fd);
   pthread_mutex_lock(&q->mu);
   sup_shard_job *list = q->done;
   q->done = NULL;
@@ -161,23 +154,16 @@ int sup_shardq_new(struct event_base *base, sup_shardq_fn done, void *ud, sup_sh
   sup_shardq *q = calloc(1, sizeof *q);
   if (!q)
     return ft_err_set(FT_ENOMEM, "out of memory");
-  q->fd[0] = q->fd[1] = -1;
+  q->wake.fd[0] = q->wake.fd[1] = -1;
   q->todo_tail = &q->todo;
   q->done_tail = &q->done;
   q->done_fn = done;
   q->ud = ud;
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
-  int rc = FT_OK;
-  if (pipe2(q->fd, O_CLOEXEC | O_NONBLOCK)) {
-    rc = ft_err_set(FT_EIO, "shard queue: pipe: %s", strerror(errno));
+  int rc = sup_wake_open(&q->wake, base, on_parsed, q, "shard queue");
+  if (rc)
     goto fail;
-  }
-  q->ev = event_new(base, q->fd[0], EV_READ | EV_PERSIST, on_parsed, q);
-  if (!q->ev || event_add(q->ev, NULL)) {
-    rc = ft_err_set(FT_ENOMEM, "shard queue: cannot add its event");
-    goto fail;
-  }
   if (pthread_create(&q->th, NULL, thread_main, q)) {
     rc = ft_err_set(FT_EIO, "shard queue: cannot start its thread");
     goto fail;
@@ -226,12 +212,7 @@ void sup_shardq_free(sup_shardq *q) {
     pthread_join(q->th, NULL);
   free_list(q->todo);
   free_list(q->done);
-  if (q->ev)
-    event_free(q->ev);
-  if (q->fd[0] >= 0)
-    close(q->fd[0]);
-  if (q->fd[1] >= 0)
-    close(q->fd[1]);
+  sup_wake_close(&q->wake);
   pthread_cond_destroy(&q->cv);
   pthread_mutex_destroy(&q->mu);
   free(q);
