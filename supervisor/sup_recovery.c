@@ -736,7 +736,7 @@ static void publish_restore_manifest(sup *s, int64_t restore, const char *prefix
   ckpt_manifest *m = NULL;
   if (ckpt_store_load(s->store, s->rf.run, restore, &m))
     return;
-  char *js = ckpt_manifest_info(m)->level == CKPT_LEVEL_MEMORY ? ckpt_manifest_to_json(m) : NULL;
+  char *js = ckpt_manifest_to_json(m);
   ckpt_manifest_free(m);
   if (!js)
     return;

@@ -417,13 +417,16 @@ int sup_run_commitq_start(sup *s) {
   return sup_commitq_new(s->base, cq_work, cq_done, cq_release, cq_gc, s, &s->commitq);
 }
 
-static void shard_failed(sup *s, const sup_shard_job *j) {
+/* checkpoint_failed for step: rank's report was bad, or (missing >= 0)
+ * that many ranks, rank the first, never reported it. */
+static void ckpt_failed(sup *s, int64_t step, int rank, int missing, const char *why) {
   cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "step", (double)j->step);
-  cJSON_AddNumberToObject(f, "rank", j->rank);
-  cJSON_AddStringToObject(f, "reason", j->why);
-  sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 " rank %d: %s", j->step, j->rank,
-                  j->why);
+  cJSON_AddNumberToObject(f, "step", (double)step);
+  cJSON_AddNumberToObject(f, "rank", rank);
+  if (missing >= 0)
+    cJSON_AddNumberToObject(f, "missing", missing);
+  cJSON_AddStringToObject(f, "reason", why);
+  sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 " rank %d: %s", step, rank, why);
 }
 
 /* Checkpoint done is complete: an older one of its level still missing
@@ -450,12 +453,7 @@ static void abandon_older(sup *s, const sup_pending_ckpt *done) {
              "%d of %d ranks never reported it (the first: rank %d) before step %" PRId64
              " was complete",
              p->world - p->nhave, p->world, first, done->step);
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "step", (double)p->step);
-    cJSON_AddNumberToObject(f, "missing", p->world - p->nhave);
-    cJSON_AddNumberToObject(f, "rank", first);
-    cJSON_AddStringToObject(f, "reason", why);
-    sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 ": %s", p->step, why);
+    ckpt_failed(s, p->step, first, p->world - p->nhave, why);
     pending_free(p);
   }
 }
@@ -470,7 +468,7 @@ static void on_shard_parsed(void *ud, sup_shard_job *j) {
   if (j->gen != s->gen || j->rank < 0 || j->rank >= world)
     goto out;
   if (j->why[0]) {
-    shard_failed(s, j);
+    ckpt_failed(s, j->step, j->rank, -1, j->why);
     goto out;
   }
   sup_pending_ckpt *p = s->pending;
@@ -531,7 +529,7 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
   j->rank = rank;
   if (rank != w->rank) {
     snprintf(j->why, sizeof j->why, "SHARD_SAVED for rank %d from rank %d", rank, w->rank);
-    shard_failed(s, j);
+    ckpt_failed(s, j->step, j->rank, -1, j->why);
     sup_shard_job_free(j);
     return;
   }

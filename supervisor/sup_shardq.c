@@ -11,8 +11,9 @@
  * the loop files it into its checkpoint (sup_run.c, on_shard_parsed) as it
  * filed the message before.
  *
- * Model: a FIFO of sup_shard_job (todo), the thread's current job, and a
- * FIFO of parsed jobs (done) that the loop drains on the pipe's event, so
+ * Model: a FIFO of sup_shard_job waiting for the thread, the thread's
+ * current job, and a FIFO of parsed jobs (done) that the loop drains on
+ * the pipe's event (sup_wake), so
  * results reach the loop in push order. A result carries the generation its
  * report came in; the loop drops those of a generation that has ended (its
  * pending checkpoints were cleared with it). free stops the thread after
@@ -36,7 +37,7 @@ struct sup_shardq {
   int started;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  sup_shard_job *todo, **todo_tail;
+  sup_shard_job *waiting, **waiting_tail;
   sup_shard_job *done, **done_tail;
   int n; /* jobs queued, in flight or parsed, not yet handed to done */
   int stop;
@@ -108,14 +109,14 @@ static void *thread_main(void *arg) {
   sup_shardq *q = arg;
   pthread_mutex_lock(&q->mu);
   for (;;) {
-    while (!q->stop && !q->todo)
+    while (!q->stop && !q->waiting)
       pthread_cond_wait(&q->cv, &q->mu);
     if (q->stop)
       break;
-    sup_shard_job *j = q->todo;
-    q->todo = j->next;
-    if (!q->todo)
-      q->todo_tail = &q->todo;
+    sup_shard_job *j = q->waiting;
+    q->waiting = j->next;
+    if (!q->waiting)
+      q->waiting_tail = &q->waiting;
     j->next = NULL;
     pthread_mutex_unlock(&q->mu);
     sup_shard_parse(j);
@@ -155,7 +156,7 @@ int sup_shardq_new(struct event_base *base, sup_shardq_fn done, void *ud, sup_sh
   if (!q)
     return ft_err_set(FT_ENOMEM, "out of memory");
   q->wake.fd[0] = q->wake.fd[1] = -1;
-  q->todo_tail = &q->todo;
+  q->waiting_tail = &q->waiting;
   q->done_tail = &q->done;
   q->done_fn = done;
   q->ud = ud;
@@ -179,8 +180,8 @@ fail:
 void sup_shardq_push(sup_shardq *q, sup_shard_job *j) {
   j->next = NULL;
   pthread_mutex_lock(&q->mu);
-  *q->todo_tail = j;
-  q->todo_tail = &j->next;
+  *q->waiting_tail = j;
+  q->waiting_tail = &j->next;
   q->n++;
   pthread_cond_signal(&q->cv);
   pthread_mutex_unlock(&q->mu);
@@ -210,7 +211,7 @@ void sup_shardq_free(sup_shardq *q) {
   pthread_mutex_unlock(&q->mu);
   if (q->started)
     pthread_join(q->th, NULL);
-  free_list(q->todo);
+  free_list(q->waiting);
   free_list(q->done);
   sup_wake_close(&q->wake);
   pthread_cond_destroy(&q->cv);
