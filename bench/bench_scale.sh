@@ -17,6 +17,10 @@
 #   RECOVERY=inprocess (default: recovery.in_process, the survivors rejoin
 #   the next generation in process) or restart (every gang process is
 #   stopped and started again through the launcher)
+#   SHARDS=objects (default: each rank's shard is an object of the store and
+#   SHARD_SAVED carries its reference, as a gang worker's does) or inline
+#   (SHARD_SAVED carries the whole shard manifest: the commit before shard
+#   objects)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FT_SRC=$PWD
@@ -31,16 +35,21 @@ inprocess) sets="--set recovery.in_process=true" ;;
 restart) sets= ;;
 *) echo "bench_scale: RECOVERY is inprocess or restart, not '$recovery'" >&2; exit 2 ;;
 esac
+case ${SHARDS:-objects} in
+objects) inline=0 ;;
+inline) inline=1 ;;
+*) echo "bench_scale: SHARDS is objects or inline, not '$SHARDS'" >&2; exit 2 ;;
+esac
 nf=$(python3 -c 'import sys; print(sum(int(x.split(":")[1]) for x in sys.argv[1].split(",")))' "$faults")
 T=$(mktemp -d "${TMPDIR:-/tmp}/ftscale.XXXXXX")
 if [ -n "${KEEP:-}" ]; then echo "bench_scale: runs kept in $T"; else trap 'rm -rf "$T"' EXIT; fi
 [ "$(ulimit -Hn)" -ge 17000 ] || echo "bench_scale: ulimit -Hn is $(ulimit -Hn); 16,384 ranks need about 17,000"
-echo "bench_scale: recovery $recovery"
+echo "bench_scale: recovery $recovery, shards ${SHARDS:-objects}"
 printf "%-7s %-28s %-28s\n" "ranks" "figure" "measured (target)"
 for n in $sizes; do
   d=$T/n$n
   SWARM_SETS=$sets SWARM_SPARES=$((nf + 2)) SWARM_HB=4 tests/scale/swarm_run.sh "$d" "$n" \
-    --steady 60 --commits 2 --faults "$faults" --step-ms 2000 --ckpt-every 10 --settle 2 --timeout 7200 ||
+    --steady 60 --commits 2 --faults "$faults" --step-ms 2000 --ckpt-every 10 --settle 2 --timeout 7200 --inline-shards $inline ||
     echo "bench_scale: the swarm at $n ranks did not pass (see $d/swarm.out)"
   python3 - "$d/figures.json" "$n" "$recovery" <<'PY'
 import json, sys

@@ -736,6 +736,7 @@ static int cmd_gc(cli *c) {
     cJSON_AddNumberToObject(o, "chunks_deleted", (double)rep.chunks_deleted);
     cJSON_AddNumberToObject(o, "bytes_freed", (double)rep.bytes_freed);
     cJSON_AddNumberToObject(o, "tmp_deleted", rep.tmp_deleted);
+    cJSON_AddNumberToObject(o, "shards_deleted", (double)rep.shards_deleted);
     cJSON_AddBoolToObject(o, "sweep_only", rep.sweep_only);
     cJSON_AddStringToObject(o, "note", rep.note);
     emit(o);
@@ -747,6 +748,10 @@ static int cmd_gc(cli *c) {
   human(rep.bytes_freed, b, sizeof b);
   printf("%s%d checkpoint%s, %" PRIu64 " chunks, %s\n", c->dry_run ? "would delete " : "deleted ",
          rep.checkpoints_deleted, rep.checkpoints_deleted == 1 ? "" : "s", rep.chunks_deleted, b);
+  if (rep.shards_deleted)
+    printf("%s%" PRIu64 " shard object%s no kept checkpoint names\n",
+           c->dry_run ? "would delete " : "deleted ", rep.shards_deleted,
+           rep.shards_deleted == 1 ? "" : "s");
   if (rep.tmp_deleted)
     printf("%s%d temp file%s left by interrupted manifest writes\n",
            c->dry_run ? "would delete " : "deleted ", rep.tmp_deleted,

@@ -50,6 +50,16 @@
  *      "new bytes"; the entry of a delta's base names the record's base
  *      step). This is the commit point.
  *   C6 release meta_mu.
+ * Shard objects (format 2). A gang's worker stores its persisted shard as
+ * an object, shards/<SHA-256 of its text>, after checking and freshening
+ * every chunk it names (ckpt_store_put_shard), and sends a reference: the
+ * object's name and the shard's totals. A commit of references builds a
+ * manifest that names one object per rank (C1: one per rank of the world,
+ * same run and step; the tensors' coverage is checked when the objects are
+ * read: a load, a verify, a GC's mark), and its C3 checks those objects
+ * rather than every chunk [check_shards]: O(ranks), not O(chunks), with no
+ * first-seen entries (the writers counted the new bytes). Why an object
+ * vouches for its chunks, and when it does not: check_shards.
  * Levels (enum ckpt_level): a memory-level commit (meta->level; the
  * checkpoints between persisted ones, checkpoint.persist_every) has its
  * chunks only in workers' memory, so it skips C3 and C4 and records no
@@ -120,6 +130,12 @@ static void check_manifest(const ckpt_manifest *m, const ckpt_meta *meta) {
                 meta->step);
   FT_ASSERT_INV(in->state == CKPT_COMMITTED || in->state == CKPT_GOOD, "manifest state %d",
                 in->state);
+  if (m->nobjs) { /* format 2: one shard object per rank, in rank order */
+    for (int i = 0; i < m->nobjs; i++)
+      FT_ASSERT_INV(m->objs[i].rank == i, "shard object %d is of rank %d", i, m->objs[i].rank);
+    FT_ASSERT_INV(m->nobjs == in->world, "%d shard objects, world %d", m->nobjs, in->world);
+    return;
+  }
   FT_ASSERT_INV(in->ntensors == m->ntensors, "ntensors %d != %d", in->ntensors, m->ntensors);
   uint64_t logical = 0, stored = 0;
   int nchunks = 0;
@@ -244,6 +260,44 @@ static int check_chunks(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m, 
   return FT_OK;
 }
 
+/* C3 of a checkpoint made of shard objects (format 2): each exists in the
+ * tier. ckpt_store_put_shard freshened a shard's chunks just before it
+ * wrote the object, so an object younger than half the GC grace vouches
+ * for its chunks: its mtime W is at least now - grace/2, now is after the
+ * clock reading T0 of any GC whose mark misses this checkpoint (as for
+ * C3 above), so the chunks' timestamps are >= W > T0 - grace, the cutoff
+ * below which that GC sweeps (ckpt_gc.c), and the object itself is as
+ * safe. An older object (a shard committed long after it was saved) is
+ * read and its chunks checked and freshened one by one, as check_chunks
+ * does, then it is freshened too. The commit never freshens an object
+ * without its chunks, so an object's time always vouches for them. */
+static int check_shards(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m) {
+  int64_t now = 0;
+  int rc = s->tier->now(s->tier, &now);
+  int64_t young = now - s->gc_grace_s * 500000000LL;
+  for (int i = 0; rc == FT_OK && i < m->nobjs; i++) {
+    char key[128];
+    int64_t mtime = 0;
+    ckpt_objkey_shard(key, sizeof key, m->objs[i].hash);
+    rc = s->tier->exists(s->tier, key, 0, NULL, &mtime);
+    if (rc == FT_ENOENT)
+      return ft_err_set(FT_ENOENT,
+                        "commit of %s step %" PRId64 " refused: the shard object of rank %d (%s) "
+                        "is not in the store",
+                        meta->run, meta->step, m->objs[i].rank, key);
+    if (rc || mtime >= young)
+      continue;
+    ckpt_shard *sh = NULL;
+    if ((rc = ckpt_shard_obj_read(s->tier, m, &m->objs[i], &sh)) == FT_OK)
+      rc = ckpt_freshen_shard(s->tier, sh);
+    ckpt_shard_free(sh);
+    if (rc)
+      return ckpt_err_wrap(rc, "commit of %s step %" PRId64 " refused", meta->run, meta->step);
+    rc = s->tier->exists(s->tier, key, 1, NULL, NULL);
+  }
+  return rc;
+}
+
 /* Raises *base to the step of run that first recorded chunk hash (the
  * catalog's first-seen index), if it is an earlier step of the same run. */
 static void note_base(ckpt_store *s, const ckpt_meta *meta, const uint8_t *hash, int64_t *base) {
@@ -269,11 +323,19 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   char *mjs = NULL, *ijs = NULL, *oldman = NULL;
   ckpt_batch *b = NULL;
   char key[256], okey[256];
-  int rc = ckpt_manifest_build(meta, shards, nshards, &m); /* C1 */
+  /* C1; shard references: a manifest of shard objects (format 2) */
+  int objs = nshards > 0 && shards[0] && shards[0]->is_ref;
+  int memory = meta->level == CKPT_LEVEL_MEMORY;
+  if (objs && memory)
+    return ft_err_set(FT_EINVAL,
+                      "commit of %s step %" PRId64
+                      ": a memory-level checkpoint cannot be made of stored shards",
+                      meta->run, meta->step);
+  int rc = objs ? ckpt_manifest_build_refs(meta, shards, nshards, &m)
+                : ckpt_manifest_build(meta, shards, nshards, &m);
   if (rc)
     return rc;
-  int memory = meta->level == CKPT_LEVEL_MEMORY;
-  int nrefs = m->info.nchunks, k = 0;
+  int nrefs = objs ? 0 : m->info.nchunks, k = 0;
   refs = malloc((size_t)(nrefs ? nrefs : 1) * sizeof *refs);
   if (!refs) {
     ckpt_manifest_free(m);
@@ -288,7 +350,7 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     pthread_mutex_lock(&s->meta_mu);
     epoch = s->gc_epoch;
     pthread_mutex_unlock(&s->meta_mu);
-    checked = check_chunks(s, meta, m, memory, refs, &k);
+    checked = objs ? check_shards(s, meta, m) : check_chunks(s, meta, m, memory, refs, &k);
     if (checked) /* the catalog reads below may set another error */
       snprintf(why, sizeof why, "%s", ft_err_detail());
     pthread_mutex_lock(&s->meta_mu); /* C2 */
@@ -332,7 +394,8 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   }
   /* a GC took its clock reading since C3 ran: the chunks again, under
    * meta_mu */
-  if (s->gc_epoch != epoch && (rc = check_chunks(s, meta, m, memory, refs, &k)))
+  if (s->gc_epoch != epoch &&
+      (rc = objs ? check_shards(s, meta, m) : check_chunks(s, meta, m, memory, refs, &k)))
     goto out;
   m->info.time_ms = ft_wall_ms();
   m->info.state = upgrade && old.state == CKPT_GOOD ? CKPT_GOOD : CKPT_COMMITTED;
@@ -348,8 +411,10 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
   qsort(refs, (size_t)k, sizeof *refs, ref_cmp);
   char first[200];
   snprintf(first, sizeof first, "%s/%020" PRId64, meta->run, meta->step);
-  m->info.new_bytes = 0;
-  m->info.base_step = -1;
+  if (!objs) { /* format 2: the writers counted them (ckpt_shard_sum) */
+    m->info.new_bytes = 0;
+    m->info.base_step = -1;
+  }
   for (int i = 0; i < k && !memory; i++) {
     if (i > 0 && memcmp(refs[i].hash, refs[i - 1].hash, CKPT_HASH_LEN) == 0)
       continue;
@@ -402,7 +467,7 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
     if (unlocked) {
       pthread_mutex_lock(&s->meta_mu);
       if (rc == FT_OK && s->gc_epoch != epoch) /* a GC took its clock reading */
-        rc = check_chunks(s, meta, m, memory, refs, &k);
+        rc = objs ? check_shards(s, meta, m) : check_chunks(s, meta, m, memory, refs, &k);
     }
     if (rc)
       goto undo;

@@ -31,11 +31,16 @@
  *   G3 drop: delete the manifest objects of dropped checkpoints, then one
  *      synced batch deleting their catalog records [ckpt_catalog_write].
  *   G4 mark: collect every chunk hash named by a manifest still in the
- *      catalog [mark_cb]; release meta_mu.
+ *      catalog [mark_cb]; of a manifest made of shard objects (format 2),
+ *      the objects' names; release meta_mu.
+ *   G4b mark the chunks those shard objects name, read now, without
+ *      meta_mu [mark_objs; why that is safe: there].
  *   G5 sweep: for every object under chunks/ not in the marked set (this
  *      includes leftovers of interrupted writes), delete it if its timestamp
  *      is older than the cutoff [tier->del_if_older: rename aside, re-check
  *      the timestamp, then unlink or rename back].
+ *      Shard objects no kept checkpoint names are swept the same way: a
+ *      shard not yet committed is younger than the cutoff.
  *   G6 drop the "first seen" catalog entries of the deleted chunks.
  *   Also swept: temp files of manifest writes a crash left (older than a
  *   minute, and the process named in their name is not alive).
@@ -61,7 +66,8 @@
  *      objects' deletion and G3's batch leaves those checkpoints restorable
  *      from the catalog (their chunks are untouched). A chunk renamed aside
  *      by a crashed sweep was unreferenced; the next sweep deletes it.
- * Dry run: G3, G5 and G6 only count.
+ * Dry run: G3, G5 and G6 only count. no_sweep (ckpt_retention): G1-G3
+ * only.
  */
 #include "ckpt_hashset.h"
 #include "ckpt_int.h"
@@ -82,7 +88,10 @@ typedef struct gc_ctx {
   ckpt_store *s;
   ckpt_info *dropped;
   size_t ndropped;
-  ckpt_hashset marked; /* chunk hashes (G4) */
+  ckpt_hashset marked;     /* chunk hashes (G4) */
+  ckpt_hashset shards;     /* shard objects of kept checkpoints (G4) */
+  ckpt_manifest **objmans; /* kept format 2 manifests, their chunks to mark (G4b) */
+  size_t nobjmans, capobjmans;
   int64_t cutoff;
   int dry_run;
   ckpt_gc_report *rep;
@@ -137,6 +146,18 @@ static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
   }
 }
 
+static int mark_chunks(gc_ctx *g, const ckpt_tensor *ts, int n) {
+  int rc = FT_OK;
+  for (int t = 0; t < n && rc == FT_OK; t++)
+    for (int c = 0; c < ts[t].nchunks && rc == FT_OK; c++) {
+      const ckpt_chunk_ref *r = &ts[t].chunks[c];
+      rc = ckpt_hashset_put(&g->marked, r->hash, CKPT_HASH_LEN, 1);
+      for (int k = 0; k < r->depth && rc == FT_OK; k++)
+        rc = ckpt_hashset_put(&g->marked, r->chain + (size_t)k * CKPT_HASH_LEN, CKPT_HASH_LEN, 1);
+    }
+  return rc;
+}
+
 /* G4: every chunk of every manifest the catalog still holds, and every
  * chunk in a delta's chain (its base, the base's base, ...): a kept
  * checkpoint's chains stay whole, whatever happens to the checkpoints
@@ -147,15 +168,83 @@ static int mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
   int rc = ckpt_manifest_from_json(val, &m);
   if (rc)
     return ckpt_err_wrap(rc, "gc stopped, nothing swept: catalog manifest %s is unreadable", key);
-  if (!is_dropped(g, m->info.run, m->info.step))
-    for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
-      for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++) {
-        const ckpt_chunk_ref *r = &m->tensors[t].chunks[c];
-        rc = ckpt_hashset_put(&g->marked, r->hash, CKPT_HASH_LEN, 1);
-        for (int k = 0; k < r->depth && rc == FT_OK; k++)
-          rc = ckpt_hashset_put(&g->marked, r->chain + (size_t)k * CKPT_HASH_LEN, CKPT_HASH_LEN, 1);
+  if (m->nobjs && !is_dropped(g, m->info.run, m->info.step)) {
+    /* its shard objects now, their chunks after meta_mu (G4b) */
+    for (int i = 0; i < m->nobjs && rc == FT_OK; i++)
+      rc = ckpt_hashset_put(&g->shards, m->objs[i].hash, CKPT_HASH_LEN, 1);
+    if (rc == FT_OK && g->nobjmans == g->capobjmans) {
+      size_t cap = g->capobjmans ? 2 * g->capobjmans : 8;
+      ckpt_manifest **n = realloc(g->objmans, cap * sizeof *n);
+      if (!n)
+        rc = ft_err_set(FT_ENOMEM, "out of memory");
+      else {
+        g->objmans = n;
+        g->capobjmans = cap;
       }
+    }
+    if (rc == FT_OK) {
+      g->objmans[g->nobjmans++] = m;
+      return FT_OK;
+    }
+  }
+  if (!is_dropped(g, m->info.run, m->info.step))
+    rc = mark_chunks(g, m->tensors, m->ntensors);
   ckpt_manifest_free(m);
+  return rc;
+}
+
+/* G4b: the chunks of the kept checkpoints made of shard objects, read
+ * without meta_mu (16,384 objects of a large gang take seconds, and a
+ * commit waits on meta_mu). Safe: a commit after G4 vouches for its own
+ * chunks (ckpt_commit.c, check_shards), and nothing but this GC deletes
+ * the objects of a kept checkpoint. A shard object that cannot be read
+ * stops the GC before anything is swept. */
+static int mark_objs(gc_ctx *g) {
+  int rc = FT_OK;
+  for (size_t i = 0; i < g->nobjmans && rc == FT_OK; i++) {
+    ckpt_manifest *m = g->objmans[i];
+    for (int k = 0; k < m->nobjs && rc == FT_OK; k++) { /* one shard at a time */
+      ckpt_shard *sh = NULL;
+      rc = ckpt_shard_obj_read(g->s->tier, m, &m->objs[k], &sh);
+      if (rc == FT_OK)
+        rc = mark_chunks(g, sh->parts, sh->nparts);
+      else
+        rc = ckpt_err_wrap(rc, "gc stopped, nothing swept");
+      ckpt_shard_free(sh);
+    }
+    ckpt_manifest_free(m);
+    g->objmans[i] = NULL;
+  }
+  return rc;
+}
+
+/* G5 for a shard object: one no kept checkpoint names, older than the
+ * cutoff (a shard not yet committed is younger: ckpt_commit.c). */
+static int sweep_shard_cb(void *ud, const char *key) {
+  gc_ctx *g = ud;
+  const char *name = ckpt_objkey_shard_name(key);
+  uint8_t h[CKPT_HASH_LEN];
+  if (name && strlen(name) == CKPT_HEX_LEN && ckpt_unhex(name, h) == FT_OK &&
+      ckpt_hashset_has(&g->shards, h, CKPT_HASH_LEN))
+    return FT_OK;
+  uint64_t size = 0;
+  int64_t mtime = 0;
+  int rc;
+  if (g->dry_run) {
+    rc = g->s->tier->exists(g->s->tier, key, 0, &size, &mtime);
+    if (rc == FT_OK && mtime < g->cutoff) {
+      g->rep->shards_deleted++;
+      g->rep->bytes_freed += size;
+    }
+    return rc == FT_ENOENT ? FT_OK : rc;
+  }
+  rc = g->s->tier->del_if_older(g->s->tier, key, g->cutoff, &size);
+  if (rc == FT_EEXIST || rc == FT_ENOENT)
+    return FT_OK;
+  if (rc == FT_OK) {
+    g->rep->shards_deleted++;
+    g->rep->bytes_freed += size;
+  }
   return rc;
 }
 
@@ -298,6 +387,7 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
   size_t n = 0;
   int64_t t0 = 0;
   char key[256];
+  int sweep = 1;
 
   pthread_mutex_lock(&s->meta_mu); /* G1 */
   s->gc_epoch++;
@@ -359,11 +449,17 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
     if (rc)
       goto unlock;
   }
+  /* retention only: a later GC sweeps (unless a full disk needs it now) */
+  sweep = !ret->no_sweep || rep->sweep_only;
+  if (!sweep)
+    goto unlock;
   ckpt_key_man_prefix(key, sizeof key);
   rc = ckpt_catalog_scan(s->cat, key, mark_cb, &g); /* G4 */
 unlock:
   pthread_mutex_unlock(&s->meta_mu);
-  if (rc)
+  if (rc == FT_OK && sweep)
+    rc = mark_objs(&g); /* G4b */
+  if (rc || !sweep)
     goto out;
   g.idx = ckpt_batch_new();
   if (!g.idx) {
@@ -371,6 +467,8 @@ unlock:
     goto out;
   }
   rc = s->tier->list(s->tier, CKPT_OBJ_CHUNKS, sweep_cb, &g); /* G5 */
+  if (rc == FT_OK)
+    rc = s->tier->list(s->tier, CKPT_OBJ_SHARDS, sweep_shard_cb, &g);
   if (rc == FT_OK)
     rc = sweep_manifest_tmp(&g, t0);
   if (!dry_run) {
@@ -390,12 +488,17 @@ unlock:
       rep->chunks_deleted += r2.chunks_deleted;
       rep->bytes_freed += r2.bytes_freed;
       rep->tmp_deleted += r2.tmp_deleted;
+      rep->shards_deleted += r2.shards_deleted;
       rep->sweep_only = r2.sweep_only;
       memcpy(rep->note, r2.note, sizeof rep->note);
     }
   }
 out:
   ckpt_hashset_release(&g.marked);
+  ckpt_hashset_release(&g.shards);
+  for (size_t i = 0; i < g.nobjmans; i++)
+    ckpt_manifest_free(g.objmans[i]);
+  free(g.objmans);
   free(g.dropped);
   free(v);
   return rc;

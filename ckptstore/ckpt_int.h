@@ -123,19 +123,46 @@ typedef struct ckpt_tensor {
   int cap;
 } ckpt_tensor;
 
+/* What a commit needs of a stored shard without reading it: its totals
+ * (ckpt_store_put_shard adds them up; the writer counts new_bytes and
+ * base_step). */
+typedef struct ckpt_shard_sum {
+  uint64_t logical, stored, new_bytes; /* new_bytes: chunks this writer put */
+  int nchunks, ntensors, depth, lossy; /* ntensors: tensors it has parts of */
+  int64_t base_step;                   /* newest step its deltas were made against; -1 */
+} ckpt_shard_sum;
+
 struct ckpt_shard {
   char *run;
   int64_t step;
   int rank, world;
-  ckpt_tensor *parts;
+  ckpt_tensor *parts; /* NULL in a reference (is_ref) */
   int nparts;
+  /* A shard stored as an object of the store (ckpt_store_put_shard), named
+   * by the SHA-256 of its JSON text: is_ref 1 for the reference to it that
+   * travels to the committing process instead of the parts. */
+  int is_ref, has_object;
+  uint8_t object[CKPT_HASH_LEN];
+  ckpt_shard_sum sum;
 };
+
+/* A checkpoint's shard object, as its manifest names it. */
+typedef struct ckpt_shard_obj {
+  int rank;
+  uint8_t hash[CKPT_HASH_LEN];
+} ckpt_shard_obj;
 
 struct ckpt_manifest {
   ckpt_info info;
   char *config, *state, *metrics;
   ckpt_tensor *tensors; /* sorted by name */
   int ntensors;
+  /* Manifest of format 2: the shard objects it is made of (sorted by rank,
+   * one per rank of the world). tensors is empty until they are read
+   * (ckpt_manifest_expand); expanded == 1 after. */
+  ckpt_shard_obj *objs;
+  int nobjs;
+  int expanded;
 };
 
 /* Logical bytes of a tensor from dtype and shape; 0 if the dtype is unknown
@@ -150,7 +177,27 @@ void ckpt_tensor_release(ckpt_tensor *t);
  * the first gap or overlap otherwise). info.state/time are left to the caller. */
 int ckpt_manifest_build(const ckpt_meta *meta, ckpt_shard *const *shards, int nshards,
                         ckpt_manifest **out);
-/* ckpt_manifest_to_json, ckpt_manifest_from_json: ckptstore.h */
+/* ckpt_manifest_to_json, ckpt_manifest_from_json: ckptstore.h. A manifest
+ * with shard objects (nobjs > 0) is written in format 2: the shard objects
+ * and totals, no tensors. */
+/* Builds a format 2 manifest from shard references (every shard is_ref):
+ * one per rank of the world, same (run, step); the totals added up. The
+ * coverage of the tensors is checked when the shards are read
+ * (ckpt_manifest_expand), not here. */
+int ckpt_manifest_build_refs(const ckpt_meta *meta, ckpt_shard *const *shards, int nshards,
+                             ckpt_manifest **out);
+/* Fills the tensors of a format 2 manifest from its shards (read by the
+ * caller, in m->objs' order), checking them as ckpt_manifest_build does.
+ * The shards stay the caller's. */
+int ckpt_manifest_fill(ckpt_manifest *m, ckpt_shard *const *shards, int nshards);
+/* The reference form of a stored shard (is_ref / has_object): run, step,
+ * rank, world, object name and totals; checksummed like the others.
+ * ckpt_shard_report_to_json writes it for a shard with has_object set;
+ * ckpt_shard_from_json reads both forms. */
+char *ckpt_shard_ref_to_json(const ckpt_shard *sh);
+/* Totals of a shard's parts (logical, stored, nchunks, ntensors, depth,
+ * lossy) into sh->sum; new_bytes and base_step are kept. */
+void ckpt_shard_add_up(ckpt_shard *sh);
 /* Small per-checkpoint record kept in the catalog beside the manifest. */
 char *ckpt_info_to_json(const ckpt_info *i);
 int ckpt_info_from_json(const char *json, ckpt_info *i);
@@ -329,6 +376,22 @@ enum {
 };
 int ckpt_store_fetch(ckpt_store *s, const uint8_t hash[CKPT_HASH_LEN], uint64_t len, uint8_t *dst,
                      int flags);
+/* Reads the shard objects of a format 2 manifest (each checked against its
+ * name, and that it is the shard the manifest says) and fills its tensors;
+ * a no-op for a manifest that has them. FT_ENOENT / FT_ECORRUPT naming the
+ * shard object that is missing or damaged. */
+int ckpt_manifest_expand(ckpt_store *s, ckpt_manifest *m);
+/* The same from a tier (a store's or the bucket behind a cache). */
+int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m);
+/* Reads shard object o of m from t: FT_ENOENT if missing, FT_ECORRUPT if
+ * its bytes do not hash to its name or it is not a shard. */
+int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
+                        ckpt_shard **out);
+/* Every chunk of sh's parts and every base of its deltas exists in t,
+ * freshened (exists with freshen=1): FT_ENOENT naming the first missing. */
+int ckpt_freshen_shard(ckpt_tier *t, const ckpt_shard *sh);
+/* ckpt_manifest_from_json, then ckpt_manifest_expand_tier. */
+int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out);
 /* ckpt_store_get_info: ckptstore.h */
 int ckpt_store_put_info(ckpt_store *s, const ckpt_info *info);
 /* Writes (or, for a plain unpinned COMMITTED record, deletes) the mark

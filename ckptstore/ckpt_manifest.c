@@ -39,9 +39,13 @@
 #include <string.h>
 
 #define SHARD_FORMAT "ftckpt-shard"
+#define SHARD_REF_FORMAT "ftckpt-shard-ref"
 #define MAN_FORMAT "ftckpt-manifest"
 #define INFO_FORMAT "ftckpt-info"
 #define FORMAT_VERSION 1
+/* A checkpoint manifest of version 2 names its shard objects instead of
+ * listing its tensors (ckpt_manifest_build_refs). */
+#define MAN_VERSION_REFS 2
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -217,14 +221,63 @@ static const char *get_str(const cJSON *o, const char *k) {
   return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-static int check_header(const cJSON *root, const char *format, const char *what) {
+/* format and version (1, or up to max_version): *version (may be NULL). */
+static int check_header_v(const cJSON *root, const char *format, const char *what, int max_version,
+                          int *version) {
   const char *f = get_str(root, "format");
   double v = 0;
   if (!f || strcmp(f, format) != 0)
     return ft_err_set(FT_EFORMAT, "%s: not a %s document", what, format);
-  if (get_num(root, "version", &v) || v != FORMAT_VERSION)
-    return ft_err_set(FT_EFORMAT, "%s: version %g is not supported (this build reads %d)", what, v,
-                      FORMAT_VERSION);
+  if (get_num(root, "version", &v) || !(v >= FORMAT_VERSION && v <= max_version) || v != floor(v))
+    return ft_err_set(FT_EFORMAT, "%s: version %g is not supported (this build reads %d to %d)",
+                      what, v, FORMAT_VERSION, max_version);
+  if (version)
+    *version = (int)v;
+  return FT_OK;
+}
+
+static int check_header(const cJSON *root, const char *format, const char *what) {
+  return check_header_v(root, format, what, FORMAT_VERSION, NULL);
+}
+
+/* ---- totals of a stored shard, or of a checkpoint of shard objects ------------ */
+
+static void sum_to_json(cJSON *o, const ckpt_shard_sum *u) {
+  cJSON_AddNumberToObject(o, "logical", (double)u->logical);
+  cJSON_AddNumberToObject(o, "stored", (double)u->stored);
+  cJSON_AddNumberToObject(o, "new", (double)u->new_bytes);
+  cJSON_AddNumberToObject(o, "nchunks", u->nchunks);
+  cJSON_AddNumberToObject(o, "ntensors", u->ntensors);
+  cJSON_AddNumberToObject(o, "depth", u->depth);
+  cJSON_AddNumberToObject(o, "lossy", u->lossy);
+  cJSON_AddNumberToObject(o, "base", (double)u->base_step);
+}
+
+static int sum_from_json(const cJSON *o, const char *what, ckpt_shard_sum *u) {
+  static const char *keys[] = {"logical",  "stored", "new",   "nchunks",
+                               "ntensors", "depth",  "lossy", "base"};
+  const double lo[] = {0, 0, 0, 0, 0, 0, 0, -1};
+  const double hi[] = {JSON_INT_MAX, JSON_INT_MAX,   JSON_INT_MAX, INT32_MAX,
+                       INT32_MAX,    CKPT_MAX_CHAIN, 65535,        JSON_INT_MAX};
+  int64_t v[8];
+  if (!cJSON_IsObject(o))
+    return ft_err_set(FT_EFORMAT, "%s: no totals", what);
+  for (int k = 0; k < 8; k++) {
+    double d = 0;
+    int rc = get_num(o, keys[k], &d);
+    if (rc == FT_OK)
+      rc = as_int(d, lo[k], hi[k], what, keys[k], &v[k]);
+    if (rc)
+      return rc;
+  }
+  u->logical = (uint64_t)v[0];
+  u->stored = (uint64_t)v[1];
+  u->new_bytes = (uint64_t)v[2];
+  u->nchunks = (int)v[3];
+  u->ntensors = (int)v[4];
+  u->depth = (int)v[5];
+  u->lossy = (int)v[6] & ~1;
+  u->base_step = v[7];
   return FT_OK;
 }
 
@@ -339,7 +392,13 @@ static int tensor_from_json(const cJSON *o, ckpt_tensor *t, int with_range) {
 
 /* ---- shards ------------------------------------------------------------------ */
 
+char *ckpt_shard_report_to_json(const ckpt_shard *sh) {
+  return sh->has_object ? ckpt_shard_ref_to_json(sh) : ckpt_shard_to_json(sh);
+}
+
 char *ckpt_shard_to_json(const ckpt_shard *sh) {
+  if (sh->is_ref) /* a reference has no parts to write */
+    return ckpt_shard_ref_to_json(sh);
   cJSON *root = cJSON_CreateObject();
   if (!root)
     return NULL;
@@ -355,6 +414,48 @@ char *ckpt_shard_to_json(const ckpt_shard *sh) {
   char *s = seal(root, 0);
   cJSON_Delete(root);
   return s;
+}
+
+char *ckpt_shard_ref_to_json(const ckpt_shard *sh) {
+  cJSON *root = cJSON_CreateObject();
+  if (!root)
+    return NULL;
+  char hex[CKPT_HEX_LEN + 1];
+  ckpt_hex(sh->object, hex);
+  cJSON_AddStringToObject(root, "format", SHARD_REF_FORMAT);
+  cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
+  cJSON_AddStringToObject(root, "run", sh->run);
+  cJSON_AddNumberToObject(root, "step", (double)sh->step);
+  cJSON_AddNumberToObject(root, "rank", sh->rank);
+  cJSON_AddNumberToObject(root, "world", sh->world);
+  cJSON_AddStringToObject(root, "object", hex);
+  sum_to_json(cJSON_AddObjectToObject(root, "totals"), &sh->sum);
+  char *s = seal(root, 0);
+  cJSON_Delete(root);
+  return s;
+}
+
+void ckpt_shard_add_up(ckpt_shard *sh) {
+  ckpt_shard_sum *u = &sh->sum;
+  u->logical = u->stored = 0;
+  u->nchunks = u->ntensors = u->depth = u->lossy = 0;
+  for (int i = 0; i < sh->nparts; i++) {
+    const ckpt_tensor *p = &sh->parts[i];
+    u->logical += p->len;
+    u->nchunks += p->nchunks;
+    u->ntensors += i == 0 || strcmp(sh->parts[i - 1].name, p->name) != 0;
+    if (p->lossy)
+      u->lossy |= 1 << p->lossy;
+    for (int c = 0; c < p->nchunks; c++) {
+      u->stored += p->chunks[c].stored;
+      if (p->chunks[c].depth > u->depth)
+        u->depth = p->chunks[c].depth;
+    }
+  }
+}
+
+int ckpt_shard_is_ref(const ckpt_shard *sh) {
+  return sh && sh->is_ref;
 }
 
 void ckpt_shard_free(ckpt_shard *sh) {
@@ -385,9 +486,23 @@ int ckpt_shard_from_json(const char *json, ckpt_shard **out) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
   }
-  if ((rc = check_header(root, SHARD_FORMAT, "shard manifest")))
+  const char *fmt = get_str(root, "format");
+  int ref = fmt && !strcmp(fmt, SHARD_REF_FORMAT);
+  if ((rc = check_header(root, ref ? SHARD_REF_FORMAT : SHARD_FORMAT, "shard manifest")))
     goto out;
-  if (!run || !cJSON_IsArray(parts) || get_num(root, "step", &step) ||
+  if (ref) { /* a stored shard's reference: its object's name and totals */
+    const char *obj = get_str(root, "object");
+    if (!obj || strlen(obj) != CKPT_HEX_LEN || ckpt_unhex(obj, sh->object)) {
+      rc = ft_err_set(FT_EFORMAT, "shard reference: no valid \"object\" name");
+      goto out;
+    }
+    if ((rc = sum_from_json(cJSON_GetObjectItemCaseSensitive(root, "totals"), "shard reference",
+                            &sh->sum)))
+      goto out;
+    sh->is_ref = sh->has_object = 1;
+    parts = NULL;
+  }
+  if (!run || (!ref && !cJSON_IsArray(parts)) || get_num(root, "step", &step) ||
       get_num(root, "rank", &rank) || get_num(root, "world", &world)) {
     rc = ft_err_set(FT_EFORMAT, "shard manifest: missing run, step, rank, world or parts");
     goto out;
@@ -405,9 +520,9 @@ int ckpt_shard_from_json(const char *json, ckpt_shard **out) {
   sh->step = istep;
   sh->rank = (int)irank;
   sh->world = (int)iworld;
-  int n = cJSON_GetArraySize(parts);
-  sh->parts = calloc((size_t)(n ? n : 1), sizeof *sh->parts);
-  if (!sh->run || !sh->parts) {
+  int n = parts ? cJSON_GetArraySize(parts) : 0;
+  sh->parts = ref ? NULL : calloc((size_t)(n ? n : 1), sizeof *sh->parts);
+  if (!sh->run || (!ref && !sh->parts)) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
   }
@@ -442,12 +557,18 @@ static int part_cmp(const void *a, const void *b) {
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+static int obj_cmp(const void *a, const void *b) {
+  const ckpt_shard_obj *x = a, *y = b;
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
 void ckpt_manifest_free(ckpt_manifest *m) {
   if (!m)
     return;
   for (int i = 0; i < m->ntensors; i++)
     ckpt_tensor_release(&m->tensors[i]);
   free(m->tensors);
+  free(m->objs);
   free(m->config);
   free(m->state);
   free(m->metrics);
@@ -594,6 +715,126 @@ out:
   return rc;
 }
 
+int ckpt_manifest_build_refs(const ckpt_meta *meta, ckpt_shard *const *shards, int nshards,
+                             ckpt_manifest **out) {
+  *out = NULL;
+  if (!meta || !meta->run || !ckpt_run_name_ok(meta->run))
+    return ft_err_set(FT_EINVAL, "commit: bad run name '%s' (use letters, digits, . _ -)",
+                      meta && meta->run ? meta->run : "(null)");
+  int world = meta->world > 0 ? meta->world : nshards > 0 && shards[0] ? shards[0]->world : 0;
+  if (nshards <= 0 || nshards != world)
+    return ft_err_set(FT_EINVAL,
+                      "commit of %s step %" PRId64 ": %d shard objects for a world of %d",
+                      meta->run, meta->step, nshards, world);
+  ckpt_manifest *m = calloc(1, sizeof *m);
+  if (!m || !(m->objs = calloc((size_t)nshards, sizeof *m->objs)) ||
+      !(m->config = xstrdup(meta->config_json)) || !(m->state = xstrdup(meta->state_json)) ||
+      !(m->metrics = xstrdup(meta->metrics_json))) {
+    ckpt_manifest_free(m);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  ckpt_info *in = &m->info;
+  in->base_step = -1;
+  for (int i = 0; i < nshards; i++) {
+    const ckpt_shard *sh = shards[i];
+    int rc = FT_OK;
+    if (!sh || !sh->is_ref)
+      rc = ft_err_set(FT_EINVAL, "commit: shard %d is not a stored shard's reference", i);
+    else if (strcmp(sh->run, meta->run) != 0 || sh->step != meta->step)
+      rc = ft_err_set(FT_EINVAL,
+                      "commit of %s step %" PRId64 ": shard of rank %d is of %s step %" PRId64,
+                      meta->run, meta->step, sh->rank, sh->run, sh->step);
+    else if (sh->world != world || sh->rank < 0 || sh->rank >= world)
+      rc = ft_err_set(
+          FT_EINVAL, "commit of %s step %" PRId64 ": shard of rank %d of world %d in a world of %d",
+          meta->run, meta->step, sh->rank, sh->world, world);
+    if (rc) {
+      ckpt_manifest_free(m);
+      return rc;
+    }
+    m->objs[i].rank = sh->rank;
+    memcpy(m->objs[i].hash, sh->object, CKPT_HASH_LEN);
+    in->logical_bytes += sh->sum.logical;
+    in->stored_bytes += sh->sum.stored;
+    in->new_bytes += sh->sum.new_bytes;
+    in->nchunks += sh->sum.nchunks;
+    if (sh->sum.ntensors > in->ntensors) /* every rank has a part of every tensor, as FSDP shards */
+      in->ntensors = sh->sum.ntensors;
+    if (sh->sum.depth > in->depth)
+      in->depth = sh->sum.depth;
+    in->lossy |= sh->sum.lossy;
+    if (sh->sum.base_step > in->base_step && sh->sum.base_step < meta->step)
+      in->base_step = sh->sum.base_step;
+  }
+  m->nobjs = nshards;
+  qsort(m->objs, (size_t)nshards, sizeof *m->objs, obj_cmp);
+  for (int i = 0; i < nshards; i++)
+    if (m->objs[i].rank != i) {
+      int rc = ft_err_set(FT_EINVAL, "commit of %s step %" PRId64 ": %s shard of rank %d",
+                          meta->run, meta->step, m->objs[i].rank > i ? "no" : "a second",
+                          m->objs[i].rank > i ? i : m->objs[i].rank);
+      ckpt_manifest_free(m);
+      return rc;
+    }
+  if (in->depth == 0)
+    in->base_step = -1;
+  snprintf(in->run, sizeof in->run, "%s", meta->run);
+  in->step = meta->step;
+  in->parent_step = meta->parent_step;
+  in->world = world;
+  in->loss = meta->loss;
+  in->state = CKPT_COMMITTED;
+  *out = m;
+  return FT_OK;
+}
+
+int ckpt_manifest_fill(ckpt_manifest *m, ckpt_shard *const *shards, int nshards) {
+  if (m->expanded || m->nobjs == 0)
+    return FT_OK;
+  if (nshards != m->nobjs)
+    return ft_err_set(FT_ECORRUPT, "checkpoint %s step %" PRId64 ": %d shards for %d objects",
+                      m->info.run, m->info.step, nshards, m->nobjs);
+  for (int i = 0; i < nshards; i++) {
+    const ckpt_shard *sh = shards[i];
+    if (sh->is_ref || strcmp(sh->run, m->info.run) != 0 || sh->step != m->info.step ||
+        sh->rank != m->objs[i].rank || sh->world != m->info.world)
+      return ft_err_set(FT_ECORRUPT,
+                        "checkpoint %s step %" PRId64 ": its shard object of rank %d holds the "
+                        "shard of %s step %" PRId64 " rank %d of world %d",
+                        m->info.run, m->info.step, m->objs[i].rank, sh->run, sh->step, sh->rank,
+                        sh->world);
+  }
+  ckpt_meta meta = {.run = m->info.run,
+                    .step = m->info.step,
+                    .parent_step = m->info.parent_step,
+                    .world = m->info.world,
+                    .loss = m->info.loss,
+                    .config_json = m->config,
+                    .state_json = m->state,
+                    .metrics_json = m->metrics};
+  ckpt_manifest *b = NULL;
+  int rc = ckpt_manifest_build(&meta, shards, nshards, &b);
+  if (rc)
+    return ckpt_err_wrap(rc == FT_EINVAL ? FT_ECORRUPT : rc, "checkpoint %s step %" PRId64,
+                         m->info.run, m->info.step);
+  for (int i = 0; i < m->ntensors; i++)
+    ckpt_tensor_release(&m->tensors[i]);
+  free(m->tensors);
+  m->tensors = b->tensors;
+  m->ntensors = b->ntensors;
+  b->tensors = NULL;
+  b->ntensors = 0;
+  m->info.ntensors = b->info.ntensors;
+  m->info.logical_bytes = b->info.logical_bytes;
+  m->info.stored_bytes = b->info.stored_bytes;
+  m->info.nchunks = b->info.nchunks;
+  m->info.depth = b->info.depth;
+  m->info.lossy = b->info.lossy;
+  m->expanded = 1;
+  ckpt_manifest_free(b);
+  return FT_OK;
+}
+
 /* ---- checkpoint manifest <-> JSON ------------------------------------------------ */
 
 char *ckpt_manifest_to_json(const ckpt_manifest *m) {
@@ -602,7 +843,7 @@ char *ckpt_manifest_to_json(const ckpt_manifest *m) {
     return NULL;
   const ckpt_info *i = &m->info;
   cJSON_AddStringToObject(root, "format", MAN_FORMAT);
-  cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
+  cJSON_AddNumberToObject(root, "version", m->nobjs ? MAN_VERSION_REFS : FORMAT_VERSION);
   cJSON_AddStringToObject(root, "run", i->run);
   cJSON_AddNumberToObject(root, "step", (double)i->step);
   cJSON_AddNumberToObject(root, "parent", (double)i->parent_step);
@@ -617,10 +858,28 @@ char *ckpt_manifest_to_json(const ckpt_manifest *m) {
   cJSON_AddStringToObject(root, "config", m->config);
   cJSON_AddStringToObject(root, "state", m->state);
   cJSON_AddStringToObject(root, "metrics", m->metrics);
-  cJSON *ts = cJSON_AddArrayToObject(root, "tensors");
-  for (int k = 0; k < m->ntensors; k++)
-    cJSON_AddItemToArray(ts, tensor_to_json(&m->tensors[k], 0));
-  char *s = seal(root, 1);
+  if (m->nobjs) { /* version 2: the shard objects, in rank order, and the totals */
+    ckpt_shard_sum u = {.logical = i->logical_bytes,
+                        .stored = i->stored_bytes,
+                        .new_bytes = i->new_bytes,
+                        .nchunks = i->nchunks,
+                        .ntensors = i->ntensors,
+                        .depth = i->depth,
+                        .lossy = i->lossy,
+                        .base_step = i->base_step};
+    sum_to_json(cJSON_AddObjectToObject(root, "totals"), &u);
+    cJSON *sh = cJSON_AddArrayToObject(root, "shards");
+    for (int k = 0; k < m->nobjs; k++) {
+      char hex[CKPT_HEX_LEN + 1];
+      ckpt_hex(m->objs[k].hash, hex);
+      cJSON_AddItemToArray(sh, cJSON_CreateString(hex));
+    }
+  } else {
+    cJSON *ts = cJSON_AddArrayToObject(root, "tensors");
+    for (int k = 0; k < m->ntensors; k++)
+      cJSON_AddItemToArray(ts, tensor_to_json(&m->tensors[k], 0));
+  }
+  char *s = seal(root, m->nobjs ? 0 : 1);
   cJSON_Delete(root);
   return s;
 }
@@ -642,11 +901,16 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
   }
-  if ((rc = check_header(root, MAN_FORMAT, "checkpoint manifest")))
+  int version = 0;
+  if ((rc = check_header_v(root, MAN_FORMAT, "checkpoint manifest", MAN_VERSION_REFS, &version)))
     goto out;
-  if (!run || !cfg || !st || !me || !cJSON_IsArray(ts) || get_num(root, "step", &step) ||
-      get_num(root, "parent", &parent) || get_num(root, "world", &world) ||
-      get_num(root, "time_ms", &tms) || get_num(root, "loss", &loss)) {
+  const cJSON *objs = cJSON_GetObjectItemCaseSensitive(root, "shards");
+  if (version == MAN_VERSION_REFS)
+    ts = NULL;
+  if (!run || !cfg || !st || !me || (ts ? !cJSON_IsArray(ts) : !cJSON_IsArray(objs)) ||
+      get_num(root, "step", &step) || get_num(root, "parent", &parent) ||
+      get_num(root, "world", &world) || get_num(root, "time_ms", &tms) ||
+      get_num(root, "loss", &loss)) {
     rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: missing fields");
     goto out;
   }
@@ -678,10 +942,46 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
   m->config = strdup(cfg);
   m->state = strdup(st);
   m->metrics = strdup(me);
-  int n = cJSON_GetArraySize(ts);
+  int n = ts ? cJSON_GetArraySize(ts) : 0;
   m->tensors = calloc((size_t)(n ? n : 1), sizeof *m->tensors);
   if (!m->config || !m->state || !m->metrics || !m->tensors) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
+  if (!ts) { /* version 2: shard objects, one per rank in rank order, and the totals */
+    int no = cJSON_GetArraySize(objs);
+    ckpt_shard_sum u;
+    if (no != m->info.world) {
+      rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: %d shard objects for a world of %d", no,
+                      m->info.world);
+      goto out;
+    }
+    if ((rc = sum_from_json(cJSON_GetObjectItemCaseSensitive(root, "totals"), "checkpoint manifest",
+                            &u)))
+      goto out;
+    if (!(m->objs = calloc((size_t)no, sizeof *m->objs))) {
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      goto out;
+    }
+    const cJSON *o;
+    cJSON_ArrayForEach(o, objs) {
+      ckpt_shard_obj *x = &m->objs[m->nobjs];
+      if (!cJSON_IsString(o) || strlen(o->valuestring) != CKPT_HEX_LEN ||
+          ckpt_unhex(o->valuestring, x->hash)) {
+        rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: shard object %d is not a name", m->nobjs);
+        goto out;
+      }
+      x->rank = m->nobjs++;
+    }
+    m->info.logical_bytes = u.logical;
+    m->info.stored_bytes = u.stored;
+    m->info.new_bytes = u.new_bytes;
+    m->info.nchunks = u.nchunks;
+    m->info.ntensors = u.ntensors;
+    m->info.depth = u.depth;
+    m->info.lossy = u.lossy;
+    *out = m;
+    m = NULL;
     goto out;
   }
   const cJSON *t;

@@ -106,8 +106,10 @@ typedef struct tiered {
   uint64_t uploads_done, uploads_failed, repaired_local, repaired_remote;
 } tiered;
 
+/* Content-addressed objects: chunks, and shard objects (their JSON text
+ * named by its SHA-256), uploaded and checked alike. */
 static int is_chunk(const char *key) {
-  return ckpt_objkey_chunk_name(key) != NULL;
+  return ckpt_objkey_chunk_name(key) != NULL || ckpt_objkey_shard_name(key) != NULL;
 }
 /* Manifests and their mark objects: journaled and retried until uploaded. */
 static int is_manifest(const char *key) {
@@ -119,8 +121,11 @@ static int is_manifest(const char *key) {
  * need its base, which is checked as a chunk of its own). */
 static int chunk_ok(const char *key, const uint8_t *obj, size_t len) {
   uint8_t h[CKPT_HASH_LEN];
-  if (ckpt_unhex(key + 7, h) != FT_OK)
+  uint8_t got[CKPT_HASH_LEN];
+  if (ckpt_unhex(key + 7, h) != FT_OK) /* "chunks/" and "shards/" are both 7 long */
     return 0;
+  if (ckpt_objkey_shard_name(key))
+    return ckpt_sha256(obj, len, got) == FT_OK && memcmp(got, h, CKPT_HASH_LEN) == 0;
   return ckpt_chunk_check_alone(obj, len, h) == FT_OK;
 }
 
@@ -275,9 +280,14 @@ static int upload_manifest(tiered *td, const char *key, const char *json) {
   if (ckpt_objkey_manifest_step(key, NULL) != 0) /* a mark object: names no chunks */
     return ckpt_tier_s3_put_flags(td->remote, key, json, strlen(json), 0);
   ckpt_manifest *m = NULL;
-  int rc = ckpt_manifest_from_json(json, &m);
+  int rc = ckpt_manifest_read(td->local, json, &m);
   if (rc)
     return ckpt_err_wrap(rc, "upload of %s", key);
+  for (int i = 0; i < m->nobjs && rc == FT_OK; i++) { /* format 2: its shard objects too */
+    char sk[128];
+    ckpt_objkey_shard(sk, sizeof sk, m->objs[i].hash);
+    rc = ensure_remote(td, sk);
+  }
   for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
     for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++) {
       const ckpt_chunk_ref *r = &m->tensors[t].chunks[c];

@@ -80,6 +80,18 @@ const char *ckpt_objkey_chunk_name(const char *key) {
   return strncmp(key, CKPT_OBJ_CHUNKS, p) == 0 ? key + p : NULL;
 }
 
+int ckpt_objkey_shard(char *buf, size_t n, const uint8_t hash[CKPT_HASH_LEN]) {
+  char hex[CKPT_HEX_LEN + 1];
+  ckpt_hex(hash, hex);
+  int w = snprintf(buf, n, CKPT_OBJ_SHARDS "%s", hex);
+  return w < 0 || (size_t)w >= n ? -1 : w;
+}
+
+const char *ckpt_objkey_shard_name(const char *key) {
+  size_t p = strlen(CKPT_OBJ_SHARDS);
+  return strncmp(key, CKPT_OBJ_SHARDS, p) == 0 ? key + p : NULL;
+}
+
 int ckpt_objkey_in_manifests(const char *key) {
   return strncmp(key, CKPT_OBJ_MANIFESTS, strlen(CKPT_OBJ_MANIFESTS)) == 0;
 }
@@ -568,6 +580,122 @@ int ckpt_store_latest_at(ckpt_store *s, const char *run, int64_t max_step, int m
 
 /* ---- loading --------------------------------------------------------------------- */
 
+/* ---- shard objects ------------------------------------------------------------------ */
+
+int ckpt_freshen_shard(ckpt_tier *t, const ckpt_shard *sh) {
+  int rc = FT_OK;
+  for (int p = 0; rc == FT_OK && p < sh->nparts; p++)
+    for (int c = 0; rc == FT_OK && c < sh->parts[p].nchunks; c++) {
+      const ckpt_chunk_ref *r = &sh->parts[p].chunks[c];
+      for (int d = -1; rc == FT_OK && d < r->depth; d++) { /* the chunk, then its chain */
+        char hex[CKPT_HEX_LEN + 1], key[128];
+        ckpt_hex(d < 0 ? r->hash : r->chain + (size_t)d * CKPT_HASH_LEN, hex);
+        ckpt_objkey_chunk(key, sizeof key, hex);
+        rc = t->exists(t, key, 1, NULL, NULL);
+        if (rc == FT_ENOENT)
+          rc = ft_err_set(FT_ENOENT,
+                          "chunk %s (%s%s bytes %" PRIu64 "..%" PRIu64
+                          ", rank %d) is not in the store",
+                          hex, d < 0 ? "" : "a base of the delta of ", sh->parts[p].name, r->offset,
+                          r->offset + r->len, sh->rank);
+      }
+    }
+  return rc;
+}
+
+int ckpt_store_put_shard(ckpt_store *s, ckpt_shard *sh) {
+  if (!sh || sh->is_ref)
+    return ft_err_set(FT_EINVAL, "put_shard: not a shard with parts");
+  /* every chunk and base is in the tier, freshened: the commit checks only
+   * the shard object, which is written after (its time then says when its
+   * chunks were last freshened, ckpt_commit.c) */
+  char key[256];
+  int rc = ckpt_freshen_shard(s->tier, sh);
+  if (rc)
+    return ckpt_err_wrap(rc, "shard of %s step %" PRId64 " rank %d", sh->run, sh->step, sh->rank);
+  ckpt_shard_add_up(sh);
+  char *js = ckpt_shard_to_json(sh);
+  if (!js)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  size_t n = strlen(js);
+  rc = ckpt_sha256(js, n, sh->object);
+  ckpt_objkey_shard(key, sizeof key, sh->object);
+  if (rc == FT_OK)
+    rc = s->tier->put(s->tier, key, js, n);
+  if (rc == FT_OK && s->tier->sync)
+    rc = s->tier->sync(s->tier, key);
+  free(js);
+  if (rc)
+    return ckpt_err_wrap(rc, "shard of %s step %" PRId64 " rank %d", sh->run, sh->step, sh->rank);
+  sh->has_object = 1;
+  return FT_OK;
+}
+
+int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
+                        ckpt_shard **out) {
+  char key[128], hex[CKPT_HEX_LEN + 1];
+  uint8_t *data = NULL, h[CKPT_HASH_LEN];
+  size_t len = 0;
+  ckpt_objkey_shard(key, sizeof key, o->hash);
+  ckpt_hex(o->hash, hex);
+  int rc = t->get(t, key, &data, &len);
+  if (rc == FT_ENOENT)
+    return ft_err_set(FT_ENOENT,
+                      "checkpoint %s step %" PRId64 ": shard object %s (rank %d) is missing",
+                      m->info.run, m->info.step, key, o->rank);
+  if (rc)
+    return rc;
+  char *js = malloc(len + 1);
+  if (!js) {
+    free(data);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  memcpy(js, data, len);
+  js[len] = 0;
+  free(data);
+  rc = ckpt_sha256(js, len, h);
+  if (rc == FT_OK && (memchr(js, 0, len) || memcmp(h, o->hash, CKPT_HASH_LEN) != 0))
+    rc = ft_err_set(FT_ECORRUPT,
+                    "checkpoint %s step %" PRId64 ": shard object %s (rank %d) is damaged (its "
+                    "bytes do not hash to its name)",
+                    m->info.run, m->info.step, key, o->rank);
+  if (rc == FT_OK && (rc = ckpt_shard_from_json(js, out)) != FT_OK)
+    rc = ckpt_err_wrap(rc == FT_ENOMEM ? rc : FT_ECORRUPT, "shard object %s (rank %d)", key,
+                       o->rank);
+  free(js);
+  return rc;
+}
+
+int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m) {
+  if (m->nobjs == 0 || m->expanded)
+    return FT_OK;
+  ckpt_shard **sh = calloc((size_t)m->nobjs, sizeof *sh);
+  if (!sh)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  int rc = FT_OK;
+  for (int i = 0; i < m->nobjs && rc == FT_OK; i++)
+    rc = ckpt_shard_obj_read(t, m, &m->objs[i], &sh[i]);
+  if (rc == FT_OK)
+    rc = ckpt_manifest_fill(m, sh, m->nobjs);
+  for (int i = 0; i < m->nobjs; i++)
+    ckpt_shard_free(sh[i]);
+  free(sh);
+  return rc;
+}
+
+int ckpt_manifest_expand(ckpt_store *s, ckpt_manifest *m) {
+  return ckpt_manifest_expand_tier(s->tier, m);
+}
+
+int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out) {
+  int rc = ckpt_manifest_from_json(json, out);
+  if (rc == FT_OK && (rc = ckpt_manifest_expand_tier(t, *out)) != FT_OK) {
+    ckpt_manifest_free(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
 /* A checkpoint this process's catalog does not know, read from its
  * manifest object (foreign_commits: another host's process committed it;
  * B1 of ckpt_s3_tiered.c: a manifest reaches the bucket only after every
@@ -594,7 +722,7 @@ static int load_foreign(ckpt_store *s, const char *run, int64_t step, ckpt_manif
   js[len] = 0;
   free(data);
   ckpt_manifest *m = NULL;
-  rc = ckpt_manifest_from_json(js, &m);
+  rc = ckpt_manifest_read(s->tier, js, &m);
   free(js);
   if (rc)
     return ckpt_err_wrap(rc, "%s", key);
@@ -623,7 +751,7 @@ int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest 
   if (rc)
     return rc;
   ckpt_manifest *m = NULL;
-  rc = ckpt_manifest_from_json(val, &m);
+  rc = ckpt_manifest_read(s->tier, val, &m);
   free(val);
   if (rc)
     return ckpt_err_wrap(rc, "checkpoint %s step %" PRId64, run, step);
@@ -1147,7 +1275,8 @@ static int rebuild_one(ckpt_tier *tier, ckpt_catalog *cat, const char *objkey, c
   snprintf(first, sizeof first, "%s/%020" PRId64, m->info.run, m->info.step);
   m->info.state = state;
   m->info.pinned = pinned;
-  m->info.new_bytes = 0;
+  if (m->nobjs == 0) /* format 2 keeps its new bytes; its chunks are in no first-seen index */
+    m->info.new_bytes = 0;
   rc = FT_OK;
   for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
     for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++) {

@@ -65,11 +65,18 @@ int ckpt_tier_local_open(const char *dir, int create, ckpt_tier **out);
  *   chunks/<hex>                          a chunk object (64 hex digits)
  *   manifests/<run>/<step %020lld>.json   a checkpoint manifest
  *   manifests/<run>/<step %020lld>.mark   its GOOD/BAD mark and pin
+ *   shards/<hex>                          a shard object (JSON, named by
+ *                                         its SHA-256)
  * (and "<key>.tmp.<pid>.<tid>.<n>" temp files of the local tier's writes).
  * The makers return the length written (as snprintf) or -1 if it did not
  * fit in n. */
 #define CKPT_OBJ_CHUNKS "chunks/"
 #define CKPT_OBJ_MANIFESTS "manifests/"
+#define CKPT_OBJ_SHARDS "shards/"
+/* "shards/<hex>": a shard object (a rank's shard manifest, JSON). */
+int ckpt_objkey_shard(char *buf, size_t n, const uint8_t hash[32]);
+/* The <hex> part of "shards/<hex>", or NULL if key is not under shards/. */
+const char *ckpt_objkey_shard_name(const char *key);
 int ckpt_objkey_chunk(char *buf, size_t n, const char *hex);
 int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step);
 int ckpt_objkey_mark(char *buf, size_t n, const char *run, int64_t step);

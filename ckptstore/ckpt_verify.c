@@ -24,6 +24,7 @@
 #include <string.h>
 
 typedef struct dep_ctx {
+  ckpt_store *s;
   const char *run;
   int64_t step;
   const ckpt_hashset *failed;
@@ -36,6 +37,11 @@ static int dep_cb(void *ud, const char *key, const char *val, size_t vlen) {
   ckpt_manifest *m = NULL;
   if (ckpt_manifest_from_json(val, &m) != FT_OK) /* verify of it will say so */
     return FT_OK;
+  if (strcmp(m->info.run, d->run) != 0 || m->info.step == d->step ||
+      ckpt_manifest_expand(d->s, m) != FT_OK) { /* a damaged shard object: its verify says so */
+    ckpt_manifest_free(m);
+    return FT_OK;
+  }
   int needs = 0;
   if (!strcmp(m->info.run, d->run) && m->info.step != d->step)
     for (int t = 0; t < m->ntensors && !needs; t++)
@@ -65,7 +71,7 @@ static int dep_cb(void *ud, const char *key, const char *val, size_t vlen) {
  * *n: how many were marked now. */
 static int mark_dependants(ckpt_store *s, const char *run, int64_t step, const ckpt_hashset *failed,
                            int *n) {
-  dep_ctx d = {.run = run, .step = step, .failed = failed};
+  dep_ctx d = {.s = s, .run = run, .step = step, .failed = failed};
   char prefix[64];
   ckpt_key_man_prefix(prefix, sizeof prefix);
   int rc = ckpt_catalog_scan(s->cat, prefix, dep_cb, &d);

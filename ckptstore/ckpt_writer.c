@@ -93,6 +93,7 @@ struct ckpt_dbase {
   int depth;
   uint8_t *chain; /* depth names */
   int refs;       /* the table's (1 while in it) and encoders' */
+  int64_t step;   /* of the shard that wrote or found it */
 };
 
 struct ckpt_dseq {
@@ -329,6 +330,7 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
     memcpy(next->raw, bytes, t->len);
     next->len = t->len;
     memcpy(next->hash, ref.hash, CKPT_HASH_LEN);
+    next->step = j->shard->step;
     if (t->delta)
       base = dbase_get(s, next->key);
     if (base && (base->depth + 1 >= s->full_every || !chain_present(s, base))) {
@@ -401,6 +403,11 @@ static void run_task(ckpt_store *s, ckpt_task *t) {
     if (rc)
       goto fail;
     ref.stored = objlen;
+    pthread_mutex_lock(&j->mu); /* the shard's totals (ckpt_store_put_shard) */
+    j->shard->sum.new_bytes += objlen;
+    if (ref.depth > 0 && base && base->step > j->shard->sum.base_step)
+      j->shard->sum.base_step = base->step;
+    pthread_mutex_unlock(&j->mu);
   } else {
     goto fail;
   }
@@ -537,6 +544,7 @@ static int submit(ckpt_store *s, const char *run, int64_t step, int rank, int wo
   pthread_mutex_init(&j->mu, NULL);
   pthread_cond_init(&j->cv, NULL);
   j->s = s;
+  sh->sum.base_step = -1;
   j->shard = sh;
   j->memory_only = memory_only;
   sh->run = strdup(run);

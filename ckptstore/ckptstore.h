@@ -192,10 +192,26 @@ void ckpt_job_free(ckpt_job *j);
 /* Shard manifests travel from workers to the committing process as JSON
  * text (versioned and checksummed). */
 char *ckpt_shard_to_json(const ckpt_shard *sh); /* malloc'd, caller frees */
+/* The text a worker sends the committing process: a stored shard's
+ * reference (ckpt_store_put_shard), else the shard itself. malloc'd. */
+char *ckpt_shard_report_to_json(const ckpt_shard *sh);
 int ckpt_shard_from_json(const char *json, ckpt_shard **out);
 void ckpt_shard_free(ckpt_shard *sh);
 int ckpt_shard_rank(const ckpt_shard *sh);
 int64_t ckpt_shard_step(const ckpt_shard *sh);
+
+/* Stores a durable shard (from ckpt_job_wait, not a memory-level one) as an
+ * object of the store, named by the SHA-256 of its JSON text, after
+ * checking that every chunk it names (and every base of its deltas) is in
+ * the tier and freshening them: the commit then checks one object per
+ * rank, not every chunk (ckpt_commit.c, check_shards). From then on
+ * ckpt_shard_report_to_json gives the shard's reference (its object's
+ * name and totals, ~400 bytes), which ckpt_store_commit commits from
+ * alone.
+ * FT_ENOENT naming a chunk that is missing. */
+int ckpt_store_put_shard(ckpt_store *s, ckpt_shard *sh);
+/* 1 if sh is a reference to a stored shard (its parts are in the store). */
+int ckpt_shard_is_ref(const ckpt_shard *sh);
 
 /* What a checkpoint records beside its tensors. JSON texts are opaque to the
  * store (it keeps them verbatim); NULL means "{}". */
@@ -388,15 +404,19 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
 typedef struct ckpt_retention {
   int keep_last;  /* newest N of each run; 0: keep all */
   int keep_every; /* also every step that is a multiple of M; 0: none */
+  int no_sweep;   /* 1: drop what retention drops from the catalog, sweep
+                     nothing (a later GC sweeps their chunks: marking reads
+                     every kept checkpoint, seconds at thousands of ranks) */
 } ckpt_retention;
 typedef struct ckpt_gc_report {
   int checkpoints_deleted;
   uint64_t chunks_deleted;
   uint64_t bytes_freed;
-  int tmp_deleted; /* temp files of crashed manifest writes removed */
-  int sweep_only;  /* 1: the catalog could not be written (a full disk):
-                      retention was not applied, only chunks no checkpoint
-                      references were deleted; note says why */
+  int tmp_deleted;         /* temp files of crashed manifest writes removed */
+  uint64_t shards_deleted; /* shard objects no kept checkpoint names */
+  int sweep_only;          /* 1: the catalog could not be written (a full disk):
+                              retention was not applied, only chunks no checkpoint
+                              references were deleted; note says why */
   char note[512];
 } ckpt_gc_report;
 /* Applies retention (pinned checkpoints are always kept), then deletes the

@@ -248,6 +248,8 @@ typedef struct sup {
   int64_t final_step;       /* train.steps */
   sup_pending_ckpt *pending;
   struct sup_commitq *commitq; /* commits and GC off the loop (sup_commitq.c) */
+  double gc_swept_at;          /* when the retention GC last swept (ft_now_s;
+                                  0: never; the commit thread's alone) */
   struct sup_shardq *shardq;   /* SHARD_SAVED parsed off the loop (sup_shardq.c) */
   int64_t good_later[64];      /* GOOD marks deferred while commitq was busy */
   int ngood_later;

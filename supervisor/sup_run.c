@@ -310,9 +310,20 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
   free(list);
 }
 
+/* How often the retention GC also sweeps: marking reads every kept
+ * checkpoint (16,384 shard objects each at that many ranks: seconds of a
+ * core), and the sweep spares every chunk younger than the GC grace (an
+ * hour) anyway, so sweeping after every commit frees nothing more. */
+#define SUP_SWEEP_EVERY_S 600.0
+
 static void retention_gc(sup *s) {
+  double now = ft_now_s();
+  int sweep = s->gc_swept_at == 0 || now - s->gc_swept_at >= SUP_SWEEP_EVERY_S;
   ckpt_retention ret = {.keep_last = s->rf.checkpoint.keep_last,
-                        .keep_every = s->rf.checkpoint.keep_every};
+                        .keep_every = s->rf.checkpoint.keep_every,
+                        .no_sweep = !sweep};
+  if (sweep)
+    s->gc_swept_at = now;
   /* memory-level checkpoints (persist_every, require memory) are pruned
    * whatever keep_last says: their memory is overwritten by newer ones */
   int memory = s->rf.checkpoint.persist_every > 1 || !strcmp(s->rf.checkpoint.require, "memory");

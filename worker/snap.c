@@ -131,6 +131,11 @@ static void *committer_main(void *arg) {
     pthread_mutex_unlock(&s->mu);
     int written = rc == FT_OK; /* a failed write is the store's fault */
     char fail_detail[512] = "";
+    /* a gang's persisted shard goes into the store as an object, and its
+     * reference to the supervisor: the commit checks one object per rank */
+    if (rc == FT_OK && s->on_durable && p->meta.level != CKPT_LEVEL_MEMORY &&
+        (rc = ckpt_store_put_shard(s->store, shard)) != FT_OK)
+      written = 0;
     if (rc == FT_OK)
       rc = s->on_durable ? s->on_durable(s->ud, &p->meta, shard)
                          : ckpt_store_commit(s->store, &p->meta, &shard, 1);

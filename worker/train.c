@@ -168,7 +168,7 @@ static int exit_for(int rc) {
  * metrics and loss, and "level": "memory" for a checkpoint only in memory.
  * NULL: out of memory. */
 static char *shard_envelope(const ckpt_meta *meta, const ckpt_shard *shard) {
-  char *sj = ckpt_shard_to_json(shard);
+  char *sj = ckpt_shard_report_to_json(shard); /* a persisted one: its object's reference */
   cJSON *o = cJSON_CreateObject();
   char *txt = NULL;
   if (sj && o) {

@@ -170,6 +170,7 @@ static struct {
   /* the model's shard layout */
   ft_gpt2_dims dims;
   ckpt_store *store;
+  int inline_shards; /* 1: SHARD_SAVED carries the whole shard (no shard objects) */
   struct zref {
     uint64_t len;
     ckpt_shard *sh; /* a shard of one part of len zero bytes: its chunks */
@@ -331,6 +332,44 @@ static const ckpt_shard *zero_chunks(uint64_t len) {
 
 static const char *const KINDS[3] = {"param", "adam_m", "adam_v"};
 
+/* What ckpt_store_put_shard does on a worker's host, for the swarm's
+ * store ("local:DIR"): the shard's text as the object shards/<its SHA-256>
+ * (temp file and rename, no fsync: on a real gang 16,384 hosts write their
+ * own; here one process would write them all), then sh becomes a stored
+ * shard, whose JSON is its reference. Its chunks (the zero chunks) were
+ * written (and so freshened) at the swarm's start, well within the GC's
+ * grace. 0, or -1 with a message (the swarm then sends the shard itself). */
+static int put_shard_object(ckpt_shard *sh, const char *text) {
+  if (strncmp(g.store_uri, "local:", 6) != 0)
+    return -1;
+  size_t n = strlen(text);
+  char hex[CKPT_HEX_LEN + 1], path[4400], tmp[4500];
+  const char *dir = g.store_uri + 6;
+  if (strlen(dir) > 4000)
+    return -1;
+  if (ckpt_sha256(text, n, sh->object))
+    return -1;
+  ckpt_hex(sh->object, hex);
+  snprintf(path, sizeof path, "%.4000s/" CKPT_OBJ_SHARDS, dir);
+  mkdir(path, 0755);
+  snprintf(path, sizeof path, "%.4000s/" CKPT_OBJ_SHARDS "%s", dir, hex);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  int ok = f && fwrite(text, 1, n, f) == n;
+  if (f && fclose(f) != 0)
+    ok = 0;
+  if (!ok || rename(tmp, path) != 0) {
+    fprintf(stderr, "ftswarm: writing %s: %s\n", path, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  ckpt_shard_add_up(sh);
+  sh->sum.base_step = -1;
+  sh->sum.new_bytes = 0;
+  sh->has_object = 1;
+  return 0;
+}
+
 /* Rank r's shard manifest at step in the worker's SHARD_SAVED envelope.
  * malloc'd. The layout is worker/shardmap.h's: group g padded to a multiple
  * of the world, rank r owns [r*S, (r+1)*S) of it, the real part of that is
@@ -371,6 +410,10 @@ static char *envelope(int rank, int world, int64_t step) {
   ckpt_shard sh = {
       .run = g.run, .step = step, .rank = rank, .world = world, .parts = parts, .nparts = np};
   char *sj = ckpt_shard_to_json(&sh);
+  if (sj && !g.inline_shards && put_shard_object(&sh, sj) == 0) {
+    free(sj); /* the reference travels, as a gang worker's does (worker/snap.c) */
+    sj = ckpt_shard_report_to_json(&sh);
+  }
   for (int i = 0; i < np; i++)
     free(parts[i].chunks);
   cJSON *o = cJSON_CreateObject();
@@ -1046,7 +1089,7 @@ static void usage(void) {
           "         [--timeout S]\n"
           "         [--sup-pid PID | --sup-pid-file F] [--t0-file F] [--grow PATH]... [--layers L] "
           "[--embd C]\n"
-          "         [--seed N] [--out FILE]\n"
+          "         [--seed N] [--out FILE] [--inline-shards 0|1]\n"
           "       (each host: ftswarm_attach PATH {slots} {argv}, a run file's nodes.command)\n");
 }
 
@@ -1129,6 +1172,8 @@ static int serve_main(int argc, char **argv) {
       g.seed = atoi(v);
     else if (!strcmp(a, "--out"))
       g.out_path = v;
+    else if (!strcmp(a, "--inline-shards"))
+      g.inline_shards = atoi(v);
     else {
       usage();
       return 2;
