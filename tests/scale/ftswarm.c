@@ -967,8 +967,10 @@ static void inject(fault *f, double now) {
     tell_attach(nd, "kill\n");
     node_dead(nd);
   }
-  printf("ftswarm: fault %d: %s, node %d (rank %d), generation %" PRIu64 "\n", g.cur_fault + 1,
-         f->kind, f->node, r, g.gen);
+  /* the wall clock too: the supervisor's fault_detected says when it
+   * detected (detected_at), so the two sides of a detection can be told */
+  printf("ftswarm: fault %d: %s, node %d (rank %d), generation %" PRIu64 ", at %.3f\n",
+         g.cur_fault + 1, f->kind, f->node, r, g.gen, (double)ft_wall_ms() / 1e3);
   fflush(stdout);
 }
 
