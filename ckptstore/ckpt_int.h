@@ -378,13 +378,13 @@ int ckpt_store_fetch(ckpt_store *s, const uint8_t hash[CKPT_HASH_LEN], uint64_t 
                      int flags);
 /* Reads the shard objects of a format 2 manifest (each checked against its
  * name, and that it is the shard the manifest says) and fills its tensors;
- * a no-op for a manifest that has them. FT_ENOENT / FT_ECORRUPT naming the
- * shard object that is missing or damaged. */
+ * a no-op for a manifest that has them. FT_ECORRUPT naming the shard
+ * object that is missing or damaged. */
 int ckpt_manifest_expand(ckpt_store *s, ckpt_manifest *m);
 /* The same from a tier (a store's or the bucket behind a cache). */
 int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m);
-/* Reads shard object o of m from t: FT_ENOENT if missing, FT_ECORRUPT if
- * its bytes do not hash to its name or it is not a shard. */
+/* Reads shard object o of m from t: FT_ECORRUPT naming it if it is
+ * missing, its bytes do not hash to its name or it is not a shard. */
 int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
                         ckpt_shard **out);
 /* Every chunk of sh's parts and every base of its deltas exists in t,

@@ -280,7 +280,9 @@ static int upload_manifest(tiered *td, const char *key, const char *json) {
   if (ckpt_objkey_manifest_step(key, NULL) != 0) /* a mark object: names no chunks */
     return ckpt_tier_s3_put_flags(td->remote, key, json, strlen(json), 0);
   ckpt_manifest *m = NULL;
-  int rc = ckpt_manifest_read(td->local, json, &m);
+  /* format 2: its shard objects from the cache, or from the bucket where
+   * another host's worker put them (FT_S3_CACHE_PER_HOST) */
+  int rc = ckpt_manifest_read(&td->t, json, &m);
   if (rc)
     return ckpt_err_wrap(rc, "upload of %s", key);
   for (int i = 0; i < m->nobjs && rc == FT_OK; i++) { /* format 2: its shard objects too */

@@ -639,8 +639,8 @@ int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_o
   ckpt_objkey_shard(key, sizeof key, o->hash);
   ckpt_hex(o->hash, hex);
   int rc = t->get(t, key, &data, &len);
-  if (rc == FT_ENOENT)
-    return ft_err_set(FT_ENOENT,
+  if (rc == FT_ENOENT) /* a committed checkpoint without one of its parts is damaged */
+    return ft_err_set(FT_ECORRUPT,
                       "checkpoint %s step %" PRId64 ": shard object %s (rank %d) is missing",
                       m->info.run, m->info.step, key, o->rank);
   if (rc)

@@ -5,8 +5,9 @@
  * objects back into whole tensors with the same bytes. Refused: a missing
  * shard object, a rank twice, a shard whose chunks a GC swept between the
  * save and the commit (the commit then checks the chunks themselves). A
- * damaged shard object is named on load. GC keeps a kept checkpoint's
- * objects and chunks and sweeps those of a dropped one.
+ * damaged or missing shard object is named on load and by verify (which
+ * marks the checkpoint BAD). GC keeps a kept checkpoint's objects and
+ * chunks and sweeps those of a dropped one.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -196,6 +197,22 @@ static void test_gc_keeps_and_sweeps(void **st) {
   assert_int_equal(ckpt_store_gc(f->s, &keep1, 0, &rep), FT_OK);
   assert_int_equal(rep.shards_deleted, 0);
   assert_int_equal(rep.chunks_deleted, 0);
+  /* a kept checkpoint that lost a shard object: verify names it, marks it BAD */
+  ckpt_shard *a = saved_ref(f, 41, 1, 3, NULL); /* the same bytes: the same object */
+  char path[4400];
+  shard_obj_path(f, a, path, sizeof path);
+  ckpt_shard_free(a);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(ckpt_store_verify(f->s, "run", 41, NULL, NULL, NULL), FT_ECORRUPT);
+  assert_non_null(strstr(ft_err_detail(), "(rank 1) is missing"));
+  ckpt_info in;
+  assert_int_equal(ckpt_store_get_info(f->s, "run", 41, &in), FT_OK);
+  assert_int_equal(in.state, CKPT_BAD);
+  /* a GC that keeps it stops before sweeping anything rather than lose
+   * the chunks its lost object named */
+  ckpt_retention all = {0};
+  assert_int_equal(ckpt_store_gc(f->s, &all, 0, &rep), FT_ECORRUPT);
+  assert_non_null(strstr(ft_err_detail(), "gc stopped, nothing swept"));
 }
 
 int main(void) {
