@@ -218,51 +218,18 @@ static int mark_objs(gc_ctx *g) {
   return rc;
 }
 
-/* G5 for a shard object: one no kept checkpoint names, older than the
- * cutoff (a shard not yet committed is younger: ckpt_commit.c). */
-static int sweep_shard_cb(void *ud, const char *key) {
-  gc_ctx *g = ud;
-  const char *name = ckpt_objkey_shard_name(key);
-  uint8_t h[CKPT_HASH_LEN];
-  if (name && strlen(name) == CKPT_HEX_LEN && ckpt_unhex(name, h) == FT_OK &&
-      ckpt_hashset_has(&g->shards, h, CKPT_HASH_LEN))
-    return FT_OK;
+/* G5 for an object that nothing kept names (a chunk, or a shard object:
+ * one not yet committed is younger than the cutoff): deleted if older than
+ * the cutoff, counted in *count; *deleted 1 if it went (a dry run: never). */
+static int sweep_key(gc_ctx *g, const char *key, uint64_t *count, int *deleted) {
   uint64_t size = 0;
   int64_t mtime = 0;
   int rc;
+  *deleted = 0;
   if (g->dry_run) {
     rc = g->s->tier->exists(g->s->tier, key, 0, &size, &mtime);
     if (rc == FT_OK && mtime < g->cutoff) {
-      g->rep->shards_deleted++;
-      g->rep->bytes_freed += size;
-    }
-    return rc == FT_ENOENT ? FT_OK : rc;
-  }
-  rc = g->s->tier->del_if_older(g->s->tier, key, g->cutoff, &size);
-  if (rc == FT_EEXIST || rc == FT_ENOENT)
-    return FT_OK;
-  if (rc == FT_OK) {
-    g->rep->shards_deleted++;
-    g->rep->bytes_freed += size;
-  }
-  return rc;
-}
-
-/* G5 for one object. */
-static int sweep_cb(void *ud, const char *key) {
-  gc_ctx *g = ud;
-  const char *name = ckpt_objkey_chunk_name(key);
-  uint8_t h[CKPT_HASH_LEN];
-  int valid = name && ckpt_unhex(name, h) == FT_OK;
-  if (valid && ckpt_hashset_has(&g->marked, h, CKPT_HASH_LEN))
-    return FT_OK;
-  uint64_t size = 0;
-  int64_t mtime = 0;
-  int rc;
-  if (g->dry_run) {
-    rc = g->s->tier->exists(g->s->tier, key, 0, &size, &mtime);
-    if (rc == FT_OK && mtime < g->cutoff) {
-      g->rep->chunks_deleted++;
+      (*count)++;
       g->rep->bytes_freed += size;
     }
     return rc == FT_ENOENT ? FT_OK : rc;
@@ -272,14 +239,37 @@ static int sweep_cb(void *ud, const char *key) {
     return FT_OK;
   if (rc)
     return rc;
-  g->rep->chunks_deleted++;
+  (*count)++;
   g->rep->bytes_freed += size;
-  if (valid) {
+  *deleted = 1;
+  return FT_OK;
+}
+
+static int sweep_shard_cb(void *ud, const char *key) {
+  gc_ctx *g = ud;
+  const char *name = ckpt_objkey_shard_name(key);
+  uint8_t h[CKPT_HASH_LEN];
+  int deleted;
+  if (name && strlen(name) == CKPT_HEX_LEN && ckpt_unhex(name, h) == FT_OK &&
+      ckpt_hashset_has(&g->shards, h, CKPT_HASH_LEN))
+    return FT_OK;
+  return sweep_key(g, key, &g->rep->shards_deleted, &deleted);
+}
+
+static int sweep_cb(void *ud, const char *key) {
+  gc_ctx *g = ud;
+  const char *name = ckpt_objkey_chunk_name(key);
+  uint8_t h[CKPT_HASH_LEN];
+  int valid = name && ckpt_unhex(name, h) == FT_OK, deleted = 0;
+  if (valid && ckpt_hashset_has(&g->marked, h, CKPT_HASH_LEN))
+    return FT_OK;
+  int rc = sweep_key(g, key, &g->rep->chunks_deleted, &deleted);
+  if (rc == FT_OK && deleted && valid) {
     char k[128];
     ckpt_key_chunk(k, sizeof k, name);
     ckpt_batch_del(g->idx, k);
   }
-  return FT_OK;
+  return rc;
 }
 
 /* Temp files of manifest and mark writes (manifests/<run>/<name>.tmp.<pid>.

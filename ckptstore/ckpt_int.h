@@ -261,6 +261,9 @@ void ckpt_key_man_prefix(char *buf, size_t n);
 
 /* ---- the store (ckpt_store.c) --------------------------------------------- */
 
+/* A NUL-terminated copy of len bytes (an object's text): malloc'd, NULL
+ * (FT_ENOMEM set) when out of memory. */
+char *ckpt_text(const void *data, size_t len);
 /* Sets the detail to "<fmt...>: <the current detail>" and returns rc.
  * (ft_err_set must not be handed its own buffer, so this copies it first.) */
 int ckpt_err_wrap(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

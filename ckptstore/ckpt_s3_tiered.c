@@ -320,13 +320,11 @@ static int upload_key(tiered *td, const char *key) {
   if (rc)
     return rc;
   if (is_manifest(key)) {
-    char *js = malloc(len + 1);
+    char *js = ckpt_text(data, len);
     if (!js) {
       free(data);
-      return ft_err_set(FT_ENOMEM, "out of memory");
+      return FT_ENOMEM;
     }
-    memcpy(js, data, len);
-    js[len] = 0;
     rc = upload_manifest(td, key, js);
     free(js);
     if (rc == FT_OK)
@@ -394,11 +392,9 @@ static int td_put(ckpt_tier *t, const char *key, const void *data, size_t len) {
     rc = td->local->put(td->local, key, data, len);
     if (rc)
       return rc;
-    char *js = malloc(len + 1);
+    char *js = ckpt_text(data, len);
     if (!js)
-      return ft_err_set(FT_ENOMEM, "out of memory");
-    memcpy(js, data, len);
-    js[len] = 0;
+      return FT_ENOMEM;
     rc = upload_manifest(td, key, js);
     free(js);
     if (rc)

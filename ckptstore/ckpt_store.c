@@ -433,6 +433,17 @@ int ckpt_store_set_gc_grace(ckpt_store *s, int64_t seconds) {
   return FT_OK;
 }
 
+char *ckpt_text(const void *data, size_t len) {
+  char *t = malloc(len + 1);
+  if (!t) {
+    ft_err_set(FT_ENOMEM, "out of memory");
+    return NULL;
+  }
+  memcpy(t, data, len);
+  t[len] = 0;
+  return t;
+}
+
 int ckpt_err_wrap(int rc, const char *fmt, ...) {
   char saved[1024], ctx[512];
   snprintf(saved, sizeof saved, "%s", ft_err_detail());
@@ -645,14 +656,10 @@ int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_o
                       m->info.run, m->info.step, key, o->rank);
   if (rc)
     return rc;
-  char *js = malloc(len + 1);
-  if (!js) {
-    free(data);
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  }
-  memcpy(js, data, len);
-  js[len] = 0;
+  char *js = ckpt_text(data, len);
   free(data);
+  if (!js)
+    return FT_ENOMEM;
   rc = ckpt_sha256(js, len, h);
   if (rc == FT_OK && (memchr(js, 0, len) || memcmp(h, o->hash, CKPT_HASH_LEN) != 0))
     rc = ft_err_set(FT_ECORRUPT,
@@ -713,14 +720,10 @@ static int load_foreign(ckpt_store *s, const char *run, int64_t step, ckpt_manif
                       run, step, key);
   if (rc)
     return rc;
-  char *js = malloc(len + 1);
-  if (!js) {
-    free(data);
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  }
-  memcpy(js, data, len);
-  js[len] = 0;
+  char *js = ckpt_text(data, len);
   free(data);
+  if (!js)
+    return FT_ENOMEM;
   ckpt_manifest *m = NULL;
   rc = ckpt_manifest_read(s->tier, js, &m);
   free(js);
@@ -1356,15 +1359,12 @@ static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn s
     }
     if (rc)
       break;
-    char *js = malloc(len + 1);
+    char *js = ckpt_text(data, len);
+    free(data);
     if (!js) {
-      free(data);
-      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      rc = FT_ENOMEM;
       break;
     }
-    memcpy(js, data, len);
-    js[len] = 0;
-    free(data);
     if (strlen(js) != len)
       rc = ft_err_set(FT_EFORMAT, "it is not JSON text (it holds a NUL byte)");
     else
