@@ -392,6 +392,21 @@ static int tensor_from_json(const cJSON *o, ckpt_tensor *t, int with_range) {
 
 /* ---- shards ------------------------------------------------------------------ */
 
+/* What both forms of a shard begin with: format, version, run, step,
+ * rank, world. */
+static cJSON *shard_header(const ckpt_shard *sh, const char *format) {
+  cJSON *root = cJSON_CreateObject();
+  if (!root)
+    return NULL;
+  cJSON_AddStringToObject(root, "format", format);
+  cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
+  cJSON_AddStringToObject(root, "run", sh->run);
+  cJSON_AddNumberToObject(root, "step", (double)sh->step);
+  cJSON_AddNumberToObject(root, "rank", sh->rank);
+  cJSON_AddNumberToObject(root, "world", sh->world);
+  return root;
+}
+
 char *ckpt_shard_report_to_json(const ckpt_shard *sh) {
   return sh->has_object ? ckpt_shard_ref_to_json(sh) : ckpt_shard_to_json(sh);
 }
@@ -399,15 +414,9 @@ char *ckpt_shard_report_to_json(const ckpt_shard *sh) {
 char *ckpt_shard_to_json(const ckpt_shard *sh) {
   if (sh->is_ref) /* a reference has no parts to write */
     return ckpt_shard_ref_to_json(sh);
-  cJSON *root = cJSON_CreateObject();
+  cJSON *root = shard_header(sh, SHARD_FORMAT);
   if (!root)
     return NULL;
-  cJSON_AddStringToObject(root, "format", SHARD_FORMAT);
-  cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
-  cJSON_AddStringToObject(root, "run", sh->run);
-  cJSON_AddNumberToObject(root, "step", (double)sh->step);
-  cJSON_AddNumberToObject(root, "rank", sh->rank);
-  cJSON_AddNumberToObject(root, "world", sh->world);
   cJSON *parts = cJSON_AddArrayToObject(root, "parts");
   for (int i = 0; i < sh->nparts; i++)
     cJSON_AddItemToArray(parts, tensor_to_json(&sh->parts[i], 1));
@@ -417,17 +426,11 @@ char *ckpt_shard_to_json(const ckpt_shard *sh) {
 }
 
 char *ckpt_shard_ref_to_json(const ckpt_shard *sh) {
-  cJSON *root = cJSON_CreateObject();
+  cJSON *root = shard_header(sh, SHARD_REF_FORMAT);
   if (!root)
     return NULL;
   char hex[CKPT_HEX_LEN + 1];
   ckpt_hex(sh->object, hex);
-  cJSON_AddStringToObject(root, "format", SHARD_REF_FORMAT);
-  cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
-  cJSON_AddStringToObject(root, "run", sh->run);
-  cJSON_AddNumberToObject(root, "step", (double)sh->step);
-  cJSON_AddNumberToObject(root, "rank", sh->rank);
-  cJSON_AddNumberToObject(root, "world", sh->world);
   cJSON_AddStringToObject(root, "object", hex);
   sum_to_json(cJSON_AddObjectToObject(root, "totals"), &sh->sum);
   char *s = seal(root, 0);

@@ -433,6 +433,18 @@ int ckpt_store_set_gc_grace(ckpt_store *s, int64_t seconds) {
   return FT_OK;
 }
 
+/* The object under key as text: *js malloc'd; *len its length. */
+static int get_text(ckpt_tier *t, const char *key, char **js, size_t *len) {
+  uint8_t *data = NULL;
+  *js = NULL;
+  int rc = t->get(t, key, &data, len);
+  if (rc)
+    return rc;
+  *js = ckpt_text(data, *len);
+  free(data);
+  return *js ? FT_OK : FT_ENOMEM;
+}
+
 char *ckpt_text(const void *data, size_t len) {
   char *t = malloc(len + 1);
   if (!t) {
@@ -644,22 +656,18 @@ int ckpt_store_put_shard(ckpt_store *s, ckpt_shard *sh) {
 
 int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
                         ckpt_shard **out) {
-  char key[128], hex[CKPT_HEX_LEN + 1];
-  uint8_t *data = NULL, h[CKPT_HASH_LEN];
+  char key[128];
+  uint8_t h[CKPT_HASH_LEN];
   size_t len = 0;
   ckpt_objkey_shard(key, sizeof key, o->hash);
-  ckpt_hex(o->hash, hex);
-  int rc = t->get(t, key, &data, &len);
+  char *js = NULL;
+  int rc = get_text(t, key, &js, &len);
   if (rc == FT_ENOENT) /* a committed checkpoint without one of its parts is damaged */
     return ft_err_set(FT_ECORRUPT,
                       "checkpoint %s step %" PRId64 ": shard object %s (rank %d) is missing",
                       m->info.run, m->info.step, key, o->rank);
   if (rc)
     return rc;
-  char *js = ckpt_text(data, len);
-  free(data);
-  if (!js)
-    return FT_ENOMEM;
   rc = ckpt_sha256(js, len, h);
   if (rc == FT_OK && (memchr(js, 0, len) || memcmp(h, o->hash, CKPT_HASH_LEN) != 0))
     rc = ft_err_set(FT_ECORRUPT,
@@ -708,11 +716,10 @@ int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out) {
  * B1 of ckpt_s3_tiered.c: a manifest reaches the bucket only after every
  * chunk it names). The manifest checks its own trailing hash. */
 static int load_foreign(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out) {
-  char key[256];
-  uint8_t *data = NULL;
+  char key[256], *js = NULL;
   size_t len = 0;
   ckpt_objkey_manifest(key, sizeof key, run, step);
-  int rc = s->tier->get(s->tier, key, &data, &len);
+  int rc = get_text(s->tier, key, &js, &len);
   if (rc == FT_ENOENT)
     return ft_err_set(FT_ENOENT,
                       "no checkpoint of run '%s' at step %" PRId64
@@ -720,10 +727,6 @@ static int load_foreign(ckpt_store *s, const char *run, int64_t step, ckpt_manif
                       run, step, key);
   if (rc)
     return rc;
-  char *js = ckpt_text(data, len);
-  free(data);
-  if (!js)
-    return FT_ENOMEM;
   ckpt_manifest *m = NULL;
   rc = ckpt_manifest_read(s->tier, js, &m);
   free(js);
