@@ -592,8 +592,8 @@ int sup_http_open(sup *s, const char *spec, const char *from) {
   h->last_faults = cJSON_CreateArray();
   h->ckpts = cJSON_CreateArray();
   h->http = evhttp_new(s->base);
-  h->lis = evconnlistener_new(s->base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
-                              -1, fd);
+  h->lis = evconnlistener_new(s->base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0,
+                              fd); /* listening already (0: libevent leaves it so) */
   h->resume = evtimer_new(s->base, resume_cb, h);
   s->http = h;
   if (!h->lis)

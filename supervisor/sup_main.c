@@ -297,11 +297,25 @@ static void port_log(const char *fmt, ...) {
 static struct event *g_accept_resume;
 static double g_accept_backoff_s = ACCEPT_BACKOFF_MIN_S;
 
+/* Connections accepted before the listener yields the loop for a turn:
+ * with thousands queued it would otherwise take them all (and their
+ * HELLOs and doctor reports) before the launches and heartbeats waiting
+ * behind them; at 16,384 ranks formation took 15-21 s that way, 9 s with
+ * this (tests/scale, bench_scale.sh). */
+#define ACCEPT_PER_TURN 64
+static int g_accepted_this_turn;
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *a, int alen,
                       void *arg) {
   sup *s = arg;
   sup_conn *c;
   g_accept_backoff_s = ACCEPT_BACKOFF_MIN_S;
+  if (++g_accepted_this_turn >= ACCEPT_PER_TURN) { /* the rest after a turn */
+    g_accepted_this_turn = 0;
+    evconnlistener_disable(l);
+    struct timeval now = {0, 0};
+    evtimer_add(g_accept_resume, &now);
+  }
   if (s->state >= SUP_FINISHING) {
     close(fd);
     return;
@@ -1149,8 +1163,12 @@ static int bind_control(main_ctx *m) {
       close(fd);
     return SUP_EXIT_USAGE;
   }
+  /* backlog 0: the socket listens already, with SUP_LISTEN_BACKLOG (-1
+   * made libevent listen() again with 128: at 1,024 ranks hundreds of
+   * connections overflowed it, and some waited out the worker's 5 s
+   * challenge timeout) */
   s->lis = evconnlistener_new(s->base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
-                              -1, fd);
+                              0, fd);
   if (!s->lis) {
     close(fd);
     return SUP_EXIT_FAILED;

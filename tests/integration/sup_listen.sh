@@ -6,7 +6,8 @@
 # --connect); --advertise is what workers are told, --listen HOST:PORT
 # binds that port; a bind that cannot succeed (an address that is not this
 # host's, a port in use) exits 2 naming the address and the option or key it
-# came from; a malformed --listen is a usage error. Runs without root.
+# came from; a malformed --listen is a usage error. The accept queue is the
+# kernel's longest. Runs without root.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 
@@ -37,6 +38,11 @@ kill -0 "$SUP" || fail "supervise ended before its port could be looked at"
   fail "the control port $port listens on '$(listening_on "$port")', not loopback (0100007F) only"
 [ "$(cat "$ST/supervisor.addr")" = "127.0.0.1:$port" ] ||
   fail "supervisor.addr: '$(cat "$ST/supervisor.addr")'"
+# its accept queue is as long as the kernel allows (a gang of thousands
+# connects at once): a listening socket's Send-Q is its backlog
+want=$(($(cat /proc/sys/net/core/somaxconn) < 65535 ? $(cat /proc/sys/net/core/somaxconn) : 65535))
+got=$(ss -ltnH "sport = :$port" | awk '{print $3}')
+[ "$got" = "$want" ] || fail "the control port's accept queue is '$got' long, not $want (net.core.somaxconn)"
 kill -TERM "$SUP"
 wait "$SUP" || true
 has_event "$ST" run_started "e['listen'] == '127.0.0.1:$port' and e['advertise'] == '127.0.0.1:$port'" ||
