@@ -204,6 +204,7 @@ typedef struct sup {
   sup_events *ev;
   sup_kv *kv;
   struct event *tick, *grace, *waitpoll, *rejoin_timer, *coll_timer;
+  struct event *deadline_tick; /* the tick again when a silence reaches its limit */
   /* nodes to launch, a slice per loop turn (sup_recovery.c, launch_more):
    * launch_q[launch_qi..nlaunch_q) */
   struct event *launch_ev;
@@ -248,6 +249,7 @@ typedef struct sup {
   int64_t final_step;       /* train.steps */
   sup_pending_ckpt *pending;
   struct sup_commitq *commitq; /* commits and GC off the loop (sup_commitq.c) */
+  struct sup_logprep *logprep; /* the first launch's log files, created ahead (sup_launch.h) */
   double gc_swept_at;          /* when the retention GC last swept (ft_now_s;
                                   0: never; the commit thread's alone) */
   struct sup_shardq *shardq;   /* SHARD_SAVED parsed off the loop (sup_shardq.c) */

@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,74 @@ char *sup_shell_join(char *const *argv) {
     free(q);
   }
   return out;
+}
+
+/* builtins and keywords of a POSIX shell (no program does what they do) */
+static int shell_builtin(const char *w) {
+  static const char *const names[] = {
+      ".",      "alias", "bg",    "break",    "case",     "cd",      "command", "continue",
+      "do",     "done",  "elif",  "else",     "esac",     "eval",    "exec",    "exit",
+      "export", "fc",    "fg",    "fi",       "for",      "getopts", "hash",    "if",
+      "in",     "jobs",  "local", "read",     "readonly", "return",  "set",     "shift",
+      "then",   "times", "trap",  "type",     "ulimit",   "umask",   "unalias", "unset",
+      "until",  "wait",  "while", "function", "select",   "time",    "source"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(w, names[i]))
+      return 1;
+  return 0;
+}
+
+char **sup_shell_split_simple(const char *cmd) {
+  size_t n = strlen(cmd), nw = 0;
+  char **v = calloc(n / 2 + 2, sizeof *v); /* words are separated: at most (n+1)/2 */
+  char *buf = malloc(n + 1);
+  if (!v || !buf)
+    goto fail;
+  const char *p = cmd;
+  while (*p) {
+    if (*p == ' ' || *p == '\t') {
+      p++;
+      continue;
+    }
+    size_t len = 0;
+    int assigns = 0, quoted = 0; /* an unquoted '=' in the first word: VAR=value */
+    while (*p && *p != ' ' && *p != '\t') {
+      if (*p == '\'') {
+        const char *e = strchr(p + 1, '\'');
+        if (!e)
+          goto fail;
+        memcpy(buf + len, p + 1, (size_t)(e - p - 1));
+        len += (size_t)(e - p - 1);
+        p = e + 1;
+        quoted = 1;
+      } else if (*p == '\\') {
+        if (!p[1] || p[1] == '\n')
+          goto fail;
+        buf[len++] = p[1];
+        p += 2;
+        quoted = 1;
+      } else if (shell_safe(*p)) {
+        if (*p == '=' && !quoted)
+          assigns = 1;
+        buf[len++] = *p++;
+      } else {
+        goto fail; /* $ ; | & < > " * ? [ ~ # ( ) { } ` newline ...: the shell's */
+      }
+    }
+    buf[len] = 0;
+    if (nw == 0 && (assigns || shell_builtin(buf)))
+      goto fail;
+    if (!(v[nw++] = strdup(buf)))
+      goto fail;
+  }
+  if (!nw)
+    goto fail;
+  free(buf);
+  return v;
+fail:
+  free(buf);
+  sup_argv_free(v);
+  return NULL;
 }
 
 char *sup_template_expand(const char *tmpl, const char *host, const char *argv_text,
@@ -414,8 +483,8 @@ static void close_from(int lo) {
  * default handlers, nothing blocked, stdin/stdout/stderr, nothing else
  * open. Non-zero: not spawned (the caller forks instead, whose exec
  * failure is the documented exit code 127). */
-static int spawn_fast(const sup_spawn *sp, char *const *argv, char **env, int infd, int logfd,
-                      pid_t *pid) {
+static int spawn_fast(const sup_spawn *sp, int via_sh, char *const *argv, char **env, int infd,
+                      int logfd, pid_t *pid) {
   posix_spawnattr_t at;
   posix_spawn_file_actions_t fa;
   sigset_t all, none;
@@ -441,8 +510,8 @@ static int spawn_fast(const sup_spawn *sp, char *const *argv, char **env, int in
               posix_spawn_file_actions_adddup2(&fa, logfd, 2) ||
               posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     if (!bad)
-      rc = sp->cmd ? posix_spawn(pid, "/bin/sh", &fa, &at, argv, env)
-                   : posix_spawnp(pid, argv[0], &fa, &at, argv, env);
+      rc = via_sh ? posix_spawn(pid, "/bin/sh", &fa, &at, argv, env)
+                  : posix_spawnp(pid, argv[0], &fa, &at, argv, env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (bad)
@@ -455,7 +524,7 @@ static int spawn_fast(const sup_spawn *sp, char *const *argv, char **env, int in
 
 int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
   int rc = FT_OK, logfd = -1, infd = -1;
-  char *tokvar = NULL;
+  char *tokvar = NULL, **words = NULL;
   char **env = make_env(sp->token, &tokvar);
   if (!env)
     return ft_err_set(FT_ENOMEM, "out of memory");
@@ -476,9 +545,11 @@ int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
     }
   }
   char *shargv[] = {"/bin/sh", "-c", (char *)sp->cmd, NULL};
-  char *const *argv = sp->cmd ? shargv : sp->argv;
+  words = sp->cmd ? sup_shell_split_simple(sp->cmd) : NULL;
+  int via_sh = sp->cmd && !words;
+  char *const *argv = words ? words : via_sh ? shargv : sp->argv;
   pid_t c;
-  if (spawn_fast(sp, argv, env, infd, logfd, &c) == 0) {
+  if (spawn_fast(sp, via_sh, argv, env, infd, logfd, &c) == 0) {
     *pid = c;
     goto out;
   }
@@ -497,7 +568,7 @@ int sup_launch_spawn(const sup_spawn *sp, pid_t *pid) {
     dup2(logfd, 1);
     dup2(logfd, 2);
     close_from(3); /* nothing of ours leaks (catalog lock, other workers' sockets) */
-    if (sp->cmd)
+    if (via_sh)
       execve("/bin/sh", argv, env);
     else
       execvpe(argv[0], argv, env);
@@ -515,7 +586,60 @@ out:
     close(infd);
   free(tokvar);
   free(env);
+  sup_argv_free(words);
   return rc;
+}
+
+struct sup_logprep {
+  pthread_t th;
+  char **paths;
+  int n;
+  atomic_int stop;
+};
+
+static void *logprep_main(void *arg) {
+  sup_logprep *p = arg;
+  for (int i = 0; i < p->n && !atomic_load(&p->stop); i++) {
+    int fd = open(p->paths[i], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) /* an error is the launch's to report, when it opens the file */
+      close(fd);
+  }
+  return NULL;
+}
+
+static void logprep_free_paths(char **paths, int n) {
+  for (int i = 0; i < n; i++)
+    free(paths[i]);
+  free(paths);
+}
+
+int sup_logprep_start(char **paths, int n, sup_logprep **out) {
+  *out = NULL;
+  sup_logprep *p = calloc(1, sizeof *p);
+  if (!p) {
+    logprep_free_paths(paths, n);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  p->paths = paths;
+  p->n = n;
+  atomic_init(&p->stop, 0);
+  int e = pthread_create(&p->th, NULL, logprep_main, p);
+  if (e) {
+    logprep_free_paths(paths, n);
+    free(p);
+    return ft_err_set(FT_EIO, "pthread_create: %s", strerror(e));
+  }
+  *out = p;
+  return FT_OK;
+}
+
+void sup_logprep_stop(sup_logprep *p) {
+  if (!p)
+    return;
+  atomic_store(&p->stop, 1);
+  pthread_join(p->th, NULL);
+  logprep_free_paths(p->paths, p->n);
+  free(p);
 }
 
 int sup_launch_host(pid_t *pid) {

@@ -93,6 +93,7 @@
  *    node_unreachable, steps_unanswered) in sup_recovery.c.
  */
 #include "sup_int.h"
+#include "sup_launch.h"
 
 #include "ft_clock.h"
 #include "ft_err.h"
@@ -1321,18 +1322,19 @@ static int open_loop(main_ctx *m) {
   s->launch_ev = evtimer_new(s->base, sup_recovery_launch_more, s);
   s->rejoin_timer = evtimer_new(s->base, sup_recovery_on_rejoin_timeout, s);
   s->coll_timer = evtimer_new(s->base, sup_recovery_on_coll_timer, s);
+  s->deadline_tick = evtimer_new(s->base, sup_recovery_on_tick, s);
   g_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
   g_stall.ev = event_new(s->base, -1, EV_PERSIST, stall_cb, s);
   if (!s->sig_chld || !s->sig_int || !s->sig_term || !s->tick || !s->grace || !s->waitpoll ||
-      !s->launch_ev || !s->rejoin_timer || !s->coll_timer || !g_accept_resume || !g_stall.ev ||
-      event_priority_set(g_stall.ev, 0))
+      !s->launch_ev || !s->rejoin_timer || !s->coll_timer || !s->deadline_tick ||
+      !g_accept_resume || !g_stall.ev || event_priority_set(g_stall.ev, 0))
     return SUP_EXIT_FAILED;
   event_add(s->sig_chld, NULL);
   event_add(s->sig_int, NULL);
   event_add(s->sig_term, NULL);
-  /* the tick finds silent workers: every 50 ms, so a silence is named
-   * within 50 ms of the heartbeat timeout (a pass over 16,384 workers costs
-   * ~0.1 ms; tests/scale) */
+  /* the tick finds silent workers: every 50 ms (TICK_S in sup_recovery.c),
+   * and again when a silence reaches the heartbeat timeout between two
+   * ticks (a pass over 16,384 workers costs ~0.1 ms; tests/scale) */
   struct timeval tick = {0, 50000}, stall = {0, (long)(STALL_PERIOD_S * 1e6)};
   event_add(s->tick, &tick);
   g_stall.last_s = ft_now_s();
@@ -1416,14 +1418,15 @@ static void cleanup(main_ctx *m) {
   sup *s = m->s;
   sup_shardq_free(s->shardq);   /* reports parsed but not filed are dropped */
   sup_commitq_free(s->commitq); /* it may still report to the log and the gang */
+  sup_logprep_stop(s->logprep);
   sup_pending_clear(s);
   sup_watch_free(s);
   sup_conn_free_all();
   sup_http_free(s);
   sup_kv_free(s->kv);
-  struct event *evs[] = {s->tick,         s->grace,    s->waitpoll, s->rejoin_timer,
-                         s->coll_timer,   s->sig_chld, s->sig_int,  s->sig_term,
-                         g_accept_resume, g_stall.ev,  s->launch_ev};
+  struct event *evs[] = {s->tick,         s->grace,    s->waitpoll,  s->rejoin_timer,
+                         s->coll_timer,   s->sig_chld, s->sig_int,   s->sig_term,
+                         g_accept_resume, g_stall.ev,  s->launch_ev, s->deadline_tick};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i])
       event_free(evs[i]);

@@ -308,6 +308,15 @@ static int local_threads(const sup *s) {
   return t > 0 ? t : 1;
 }
 
+/* Where node n's worker j writes (the slurm and command launchers' one
+ * process for the node: the node's). */
+static void node_log_path(const sup *s, int n, int j, char *buf, size_t size) {
+  if (s->node_step)
+    snprintf(buf, size, "%s/logs/node%d.log", s->state_dir, n);
+  else
+    snprintf(buf, size, "%s/logs/node%d.slot%d.log", s->state_dir, n, j);
+}
+
 /* Starts node n's worker j (the slurm launcher: the node's whole job step,
  * every slot) as the launcher says; *pid: the process we wait for. */
 static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
@@ -325,10 +334,7 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
                        .token_stdin = s->ssh_launcher};
   char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL;
   char log[4200];
-  if (s->node_step)
-    snprintf(log, sizeof log, "%s/logs/node%d.log", s->state_dir, n);
-  else
-    snprintf(log, sizeof log, "%s/logs/node%d.slot%d.log", s->state_dir, n, j);
+  node_log_path(s, n, j, log, sizeof log);
   if (!argv)
     return ft_err_set(FT_ENOMEM, "out of memory");
   int rc = FT_OK;
@@ -1498,6 +1504,27 @@ int sup_recovery_blame_silent(sup *s, const char *why) {
   return rc;
 }
 
+/* The log files of the queued launches, created on a thread ahead of them
+ * (sup_logprep_start); without it (out of memory) each launch creates its
+ * own. */
+static void prepare_logs(sup *s) {
+  int per = s->node_step ? 1 : s->G, n = s->nlaunch_q * per, k = 0;
+  char **paths = n ? calloc((size_t)n, sizeof *paths) : NULL;
+  if (!paths)
+    return;
+  for (int i = 0; i < s->nlaunch_q; i++)
+    for (int j = 0; j < per; j++) {
+      char log[4200];
+      node_log_path(s, s->launch_q[i], j, log, sizeof log);
+      if (!(paths[k] = strdup(log)))
+        break;
+      k++;
+    }
+  sup_logprep_stop(s->logprep);
+  s->logprep = NULL;
+  (void)sup_logprep_start(paths, k, &s->logprep); /* failing: each launch creates its own */
+}
+
 static int start_t(sup *s) {
   load_notes(s);
   sup_plan plan;
@@ -1528,6 +1555,7 @@ static int start_t(sup *s) {
     if (role == SUP_ROLE_ACTIVE || role == SUP_ROLE_SPARE)
       s->launch_q[s->nlaunch_q++] = n;
   }
+  prepare_logs(s);
   /* the first slice now (a launch error is the start's), the rest from the
    * loop */
   return launch_slice(s);
@@ -1622,10 +1650,7 @@ static sup_worker *worker_by_pid(sup *s, pid_t pid) {
 /* The last non-empty line of a worker's log, into out. */
 static void log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
   char path[4200], line[512];
-  if (s->node_step) /* the node's one log, slots labelled */
-    snprintf(path, sizeof path, "%s/logs/node%d.log", s->state_dir, w->node);
-  else
-    snprintf(path, sizeof path, "%s/logs/node%d.slot%d.log", s->state_dir, w->node, w->slot);
+  node_log_path(s, w->node, w->slot, path, sizeof path); /* node_step: slots labelled */
   out[0] = 0;
   FILE *f = fopen(path, "r");
   if (!f)
@@ -1802,7 +1827,11 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   if (!sup_in_gang(s, w->node))
     return;
   int ours = (sig == SIGTERM && nd->term_sent) || (sig == SIGKILL && nd->kill_sent);
-  if (s->node_step) /* srun (or a node's command) exits with its tasks' codes, whatever we sent */
+  /* srun (or a node's command) exits with its tasks' codes, whatever we
+   * sent; ssh turns our SIGTERM into exit code 255, and so may any program a
+   * command template runs (run without /bin/sh when it needs none:
+   * sup_shell_split_simple): once we signalled the node, its end is ours */
+  if (s->node_step || s->ssh_launcher || s->command_launcher)
     ours = nd->term_sent || nd->kill_sent;
   int stopping =
       s->state == SUP_RECOVERING && (s->rphase == SUP_RP_STOPPING || s->rphase == SUP_RP_WAITING);
@@ -2015,6 +2044,10 @@ static void spares_silent(sup *s, double now, double limit) {
   }
 }
 
+/* The tick's period (sup_main.c); a silence about to pass its limit within
+ * one gets a tick of its own at that moment (deadline_tick). */
+#define TICK_S 0.05
+
 static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   if (s->cfg_deadline_s && ft_now_s() >= s->cfg_deadline_s)
@@ -2030,6 +2063,7 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
     sup_watch_links(s, now);
     sup_doctor_tick(s, now); /* idle spares check themselves again */
   }
+  double first = INFINITY; /* the soonest a worker heard from can pass its limit */
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
     for (int j = 0; j < s->G; j++) {
@@ -2039,8 +2073,13 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
       double lim = !w->hello && s->rf.watchdog.start_timeout_s > limit
                        ? s->rf.watchdog.start_timeout_s
                        : limit;
-      if (!w->alive || quiet <= lim)
+      if (!w->alive)
         continue;
+      if (quiet <= lim) {
+        if (lim - quiet < first)
+          first = lim - quiet;
+        continue;
+      }
       if (sup_conn_unread(w->conn)) {
         /* its frames wait for us (a loop busy with thousands of others'
          * checkpoint reports): we are behind, it is not silent */
@@ -2060,6 +2099,12 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
       sup_recovery_fault(s, "hang", n, j, w->pid, detail, SUP_BLAME_NODE);
       return; /* the state changed; the next tick looks again */
     }
+  }
+  /* a silence that ends before the next tick is looked at when it ends, not
+   * up to a tick later (detection within the timeout, not timeout + tick) */
+  if (first < TICK_S && s->deadline_tick) {
+    struct timeval tv = {0, (long)((first > 0 ? first : 0) * 1e6) + 1000};
+    event_add(s->deadline_tick, &tv);
   }
   /* a gang being formed waits for its members' doctor reports: one that has
    * not come within start_timeout_s of its HELLO (its checks hang: a disk

@@ -189,6 +189,78 @@ static void test_quote_roundtrip(void **st) {
   free(joined);
 }
 
+/* A command a shell would only split into words runs without the shell; the
+ * words are the shell's own (sup_shell_join's output splits back into its
+ * argv); anything more is left to /bin/sh. */
+static void test_split_simple(void **st) {
+  (void)st;
+  char *args[] = {"/x/ftswarm_attach",
+                  "/tmp/s.sock",
+                  "8",
+                  "a b",
+                  "it's",
+                  "$HOME",
+                  "`x`",
+                  "\"q\"",
+                  "back\\slash",
+                  "",
+                  "x=1",
+                  "l1\nl2",
+                  NULL};
+  char *joined = sup_shell_join(args);
+  char **w = sup_shell_split_simple(joined);
+  assert_non_null(w);
+  int i = 0;
+  for (; args[i]; i++) {
+    assert_non_null(w[i]);
+    assert_string_equal(w[i], args[i]);
+  }
+  assert_null(w[i]);
+  sup_argv_free(w);
+  free(joined);
+  w = sup_shell_split_simple("  prog\t a\\ b   c ");
+  assert_non_null(w);
+  assert_string_equal(w[0], "prog");
+  assert_string_equal(w[1], "a b");
+  assert_string_equal(w[2], "c");
+  assert_null(w[3]);
+  sup_argv_free(w);
+  const char *shell[] = {"a | b",     "a; b",     "echo $HOME", "a > f",   "x=1 prog",
+                         "exec prog", "cd /tmp",  "a \"b\"",    "a 'open", "",
+                         "   ",       "ls *.log", "~/bin/w",    "a # c",   "a &",
+                         "a\\",       "(a)",      "a `b`",      ". ./env", "ulimit -n 9"};
+  for (size_t k = 0; k < sizeof shell / sizeof shell[0]; k++) {
+    w = sup_shell_split_simple(shell[k]);
+    if (w)
+      fail_msg("'%s' split without a shell into '%s'...", shell[k], w[0]);
+  }
+  /* sup_launch_spawn runs such a command itself: its child is the program
+   * from the start (through /bin/sh it would be "/bin/sh -c 'sleep 30'") */
+  char log[] = "/tmp/test_split.XXXXXX";
+  int fd = mkstemp(log);
+  assert_true(fd >= 0);
+  close(fd);
+  sup_spawn sp = {.cmd = "sleep 30", .log_path = log};
+  pid_t pid;
+  assert_int_equal(sup_launch_spawn(&sp, &pid), 0);
+  char path[64], cmdline[64] = {0};
+  snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+  size_t n = 0;
+  for (int i = 0; i < 1000 && n == 0; i++) { /* empty until the exec has set up its stack */
+    FILE *f = fopen(path, "r");
+    n = f ? fread(cmdline, 1, sizeof cmdline - 1, f) : 0;
+    if (f)
+      fclose(f);
+    if (!n)
+      usleep(1000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  unlink(log);
+  assert_true(n > 0);
+  assert_string_equal(cmdline, "sleep"); /* argv[0], up to its NUL */
+}
+
 static void test_template(void **st) {
   char *t = sup_template_expand("ssh {host} {argv} # {host}{other}", "n1", "w --node 1", NULL);
   assert_string_equal(t, "ssh n1 w --node 1 # n1{other}");
@@ -313,6 +385,63 @@ static void test_spawn(void **st) {
   unlink(log);
 }
 
+/* The log files of a first launch, created on a thread ahead of the
+ * launches: every path exists afterwards, in a directory that exists, and a
+ * file that already holds a log (a launch came first) keeps it. */
+static void test_logprep(void **st) {
+  (void)st;
+  char dir[] = "/tmp/test_logprep.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  enum { N = 300 };
+  char **paths = calloc(N, sizeof *paths);
+  assert_non_null(paths);
+  for (int i = 0; i < N; i++) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/node%d.log", dir, i);
+    paths[i] = strdup(p);
+  }
+  char first[300];
+  snprintf(first, sizeof first, "%s", paths[7]);
+  FILE *f = fopen(first, "w");
+  fputs("launched already\n", f);
+  fclose(f);
+  sup_logprep *lp = NULL;
+  assert_int_equal(sup_logprep_start(paths, N, &lp), FT_OK);
+  assert_non_null(lp);
+  sup_logprep *again = NULL; /* a second one over the same files: harmless */
+  char **p2 = calloc(1, sizeof *p2);
+  p2[0] = strdup(first);
+  assert_int_equal(sup_logprep_start(p2, 1, &again), FT_OK);
+  sup_logprep_stop(again);
+  /* stop joins: wait for the thread to reach the end first */
+  char last[300];
+  snprintf(last, sizeof last, "%s/node%d.log", dir, N - 1);
+  for (int i = 0; i < 2000 && access(last, F_OK) != 0; i++)
+    usleep(1000);
+  sup_logprep_stop(lp);
+  char buf[64] = {0};
+  f = fopen(first, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  assert_string_equal(buf, "launched already\n"); /* not truncated */
+  for (int i = 0; i < N; i++) {
+    char p[300];
+    snprintf(p, sizeof p, "%s/node%d.log", dir, i);
+    assert_int_equal(access(p, W_OK), 0);
+    unlink(p);
+  }
+  sup_logprep_stop(NULL);
+  /* stopped at once: joins without creating the rest, frees what it holds */
+  char **p3 = calloc(2, sizeof *p3);
+  p3[0] = strdup("/nonexistent/dir/a.log");
+  p3[1] = strdup("/nonexistent/dir/b.log");
+  sup_logprep *bad = NULL;
+  assert_int_equal(sup_logprep_start(p3, 2, &bad), FT_OK); /* errors are the launch's */
+  sup_logprep_stop(bad);
+  rmdir(dir);
+}
+
 /* The host stand-in leads its own process group, which a worker joins; a
  * worker killed alone leaves it running; killing the group kills it (that
  * is how the supervisor tells a crash from a lost node). */
@@ -347,12 +476,14 @@ int main(void) {
       cmocka_unit_test(test_argv),
       cmocka_unit_test(test_quote),
       cmocka_unit_test(test_quote_roundtrip),
+      cmocka_unit_test(test_split_simple),
       cmocka_unit_test(test_template),
       cmocka_unit_test(test_ssh_command),
       cmocka_unit_test(test_srun_argv),
       cmocka_unit_test(test_ssh_roundtrip),
       cmocka_unit_test(test_spawn_stdin),
       cmocka_unit_test(test_spawn),
+      cmocka_unit_test(test_logprep),
       cmocka_unit_test(test_host),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
