@@ -23,6 +23,10 @@ ft_add_script_test(NAME worker_cuda_resume LABELS gpu TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_resume.sh cuda)
 ft_add_script_test(NAME sup_cuda LABELS gpu TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/sup_cuda.sh)
+# the CUDA FSDP engine at world 2 and 4 (one GPU per rank; the sizes above the
+# GPU count are skipped); on cuemu every build runs it (worker_cuemu_world)
+ft_add_script_test(NAME worker_cuda_world LABELS gpu TIMEOUT 600
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/cuemu/worker_cuemu_world.sh)
 ft_add_test(NAME test_shardmap SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_shardmap.c
             LIBS ftworker LABELS unit TIMEOUT 60)
 ft_add_test(NAME test_sdc SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_sdc.c LIBS ftworker

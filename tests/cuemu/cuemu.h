@@ -35,6 +35,10 @@
  *    each lane's arrival and a store writes after the warp's barrier, so
  *    a __syncwarp missing between them and the lanes' own accesses shows.
  *
+ *  - NCCL (cuemu_nccl.cpp): ranks are processes exchanging through shared
+ *    memory, each collective an operation of its stream whose result lands
+ *    only when nothing else on the device is ready.
+ *
  * What it does not model: timing, memory ordering between threads without
  * a barrier (each fibre's writes are visible at once), the tensor cores'
  * own summation order (mma sums in k order, in fp32), and cuBLASLt's own

@@ -377,7 +377,7 @@ struct CUevent_st {
 };
 
 struct op {
-  enum { KERNEL, COPY, SET, RECORD, WAIT, FN } kind;
+  enum { KERNEL, COPY, SET, RECORD, WAIT, FN, COLL } kind;
   const char *name = "";
   dim3 grid, block;
   size_t smem = 0;
@@ -389,7 +389,9 @@ struct op {
   int value = 0;
   CUevent_st *ev = NULL;
   uint64_t seq = 0;
-  std::function<void()> fn; /* FN: a cuBLASLt call */
+  std::function<void()> fn;   /* FN: a cuBLASLt call */
+  std::function<bool()> poll; /* COLL: a collective's progress (cuemu_nccl.cpp); true: it can
+                                 run, i.e. land its result (fn) */
 };
 
 struct CUstream_st {
@@ -409,7 +411,18 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static bool runnable(const op *o) {
+/* A collective at the head of its stream makes what progress its peers
+ * allow each time it is looked at (cuemu_nccl.cpp); it can run (a no-op)
+ * once it is complete. */
+static bool g_coll_waiting; /* step() found a collective waiting for its peers */
+
+static bool runnable(op *o) {
+  if (o->kind == op::COLL) {
+    if (o->poll())
+      return true;
+    g_coll_waiting = true;
+    return false;
+  }
   return o->kind != op::WAIT || o->ev->done >= o->seq;
 }
 
@@ -434,6 +447,9 @@ static void execute(op *o) {
   case op::FN:
     o->fn();
     break;
+  case op::COLL:
+    o->fn();
+    break;
   }
   delete o;
 }
@@ -441,10 +457,16 @@ static void execute(op *o) {
 /* Runs one ready operation (the head of a random stream that has one).
  * False when none is ready. */
 static bool step(void) {
-  std::vector<CUstream_st *> ready;
+  g_coll_waiting = false;
+  /* a ready collective runs only when nothing else is ready: its result
+   * lands as late as stream order allows (a transfer outlasts a kernel), so
+   * a kernel that does not wait for it reads what was there before */
+  std::vector<CUstream_st *> ready, colls;
   for (CUstream_st *s : g_streams)
     if (!s->q.empty() && runnable(s->q.front()))
-      ready.push_back(s);
+      (s->q.front()->kind == op::COLL ? colls : ready).push_back(s);
+  if (ready.empty())
+    ready.swap(colls);
   if (ready.empty())
     return false;
   CUstream_st *s = ready[(size_t)(rng_next() % ready.size())];
@@ -454,8 +476,26 @@ static bool step(void) {
   return true;
 }
 
+/* After a step() that ran nothing: true when a collective waits for its
+ * peers (other processes), after a short sleep with the lock let go (an
+ * abort from another thread may come); false when nothing can ever run. A
+ * wait for a peer that never comes is a hang, as on a GPU. */
+static bool wait_for_peers(void) {
+  if (!g_coll_waiting)
+    return false;
+  g_mu.unlock();
+  struct timespec ts = {0, 100 * 1000};
+  nanosleep(&ts, NULL);
+  g_mu.lock();
+  return true;
+}
+
 static void drain_all(void) {
-  while (step()) {
+  for (;;) {
+    while (step()) {
+    }
+    if (!wait_for_peers())
+      break;
   }
   for (CUstream_st *s : g_streams)
     if (!s->q.empty())
@@ -464,21 +504,47 @@ static void drain_all(void) {
 
 static void drain_stream(CUstream_st *s) {
   while (!s->q.empty())
-    if (!step())
+    if (!step() && !wait_for_peers())
       die("stream work left that can never run");
 }
 
 static void drain_event(CUevent_st *e, uint64_t seq) {
   while (e->done < seq)
-    if (!step())
+    if (!step() && !wait_for_peers())
       die("an event that can never complete");
 }
 
 static void enqueue(cudaStream_t st, op *o) {
   init_once();
   stream_of(st)->q.push_back(o);
-  if (!g_lazy)
-    drain_all();
+  if (!g_lazy) /* eager: all that can run now (a collective may wait for its peers) */
+    while (step()) {
+    }
+}
+
+/* For cuemu_nccl.cpp: a collective on stream st; poll makes its progress and
+ * says when it can run, land writes its result when it runs. */
+void cuemu_enqueue_coll(cudaStream_t st, const char *name, std::function<bool()> poll,
+                        std::function<void()> land) {
+  LOCK;
+  op *o = new op;
+  o->kind = op::COLL;
+  o->name = name;
+  o->poll = std::move(poll);
+  o->fn = std::move(land);
+  enqueue(st, o);
+}
+
+/* For cuemu_nccl.cpp: dies unless [p, p+n) is inside one device allocation. */
+void cuemu_check_dev(const void *p, size_t n, const char *what) {
+  LOCK;
+  if (!is_dev(p, n ? n : 1))
+    die("%s: %zu bytes at %p are not inside a device allocation", what, n, p);
+}
+
+/* For cuemu_nccl.cpp: the lock of every entry point. */
+std::recursive_mutex &cuemu_lock(void) {
+  return g_mu;
 }
 
 static std::map<const void *, int> g_max_dyn; /* cudaFuncAttributeMaxDynamicSharedMemorySize */
@@ -538,12 +604,16 @@ cudaError_t cudaGetDeviceCount(int *n) {
   *n = g_devices;
   return cudaSuccess;
 }
+static int g_cur_dev; /* this process's current device (one model of memory for all) */
 cudaError_t cudaSetDevice(int d) {
   init_once();
-  return d >= 0 && d < g_devices ? cudaSuccess : cudaErrorInvalidDevice;
+  if (d < 0 || d >= g_devices)
+    return cudaErrorInvalidDevice;
+  g_cur_dev = d;
+  return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d) {
-  *d = 0;
+  *d = g_cur_dev;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
@@ -606,6 +676,29 @@ cudaError_t cudaFree(void *p) {
   free(p);
   return cudaSuccess;
 }
+/* Stream-ordered allocation: the memory at once, its release in stream order. */
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) {
+  return cudaMalloc(p, n);
+}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t st) {
+  LOCK;
+  if (!p)
+    return cudaSuccess;
+  if (g_dev.find((uintptr_t)p) == g_dev.end())
+    die("cudaFreeAsync of %p, which is not the start of a device allocation", p);
+  op *o = new op;
+  o->kind = op::FN;
+  o->name = "cudaFreeAsync";
+  o->fn = [p]() {
+    auto it = g_dev.find((uintptr_t)p);
+    g_dev_used -= it->second;
+    g_dev.erase(it);
+    free(p);
+  };
+  enqueue(st, o);
+  return cudaSuccess;
+}
+
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int) {
   LOCK;
   void *m = NULL;
