@@ -5,7 +5,8 @@
 # For each N: gang formation (supervise's start to the last ASSIGN), the
 # supervisor's CPU and resident memory in steady state, detection of a
 # silent rank / a silent host / a dropped host (injection to the first
-# reaction the other workers see; p50 and p99), a recovery cycle (that
+# reaction that reaches another worker's host, by the kernel's receive
+# timestamp; p50 and p99), a recovery cycle (that
 # reaction to the new gang's last ASSIGN, and the fault to its first step),
 # commits of N shard manifests (the last SHARD_SAVED written to the first
 # COMMITTED), and the growth of events.jsonl and the catalog; each beside
@@ -66,8 +67,9 @@ for k, what in (("detect_silent_ms", "silent rank"), ("detect_host_ms", "silent 
     row(f"detect {what} p50/p99", f"{d['p50']:.0f} / {d['p99']:.0f} ms (n={d['n']})",
         "p99 < timeout 4000 + 100 ms" if k != "detect_drop_ms" else "reset: at once")
 # the supervisor's side of a silence: injection (the swarm's wall clock) to
-# its fault_detected (detected_at); the rest of "detect" above is the STOP's
-# way to the swarm and the swarm's own loop, on the same two cores
+# its fault_detected (detected_at); the rest of "detect" above is the
+# supervisor's fault handling up to its first STOP and that STOP's way to the
+# worker's host
 inj = [(m.group(1), float(m.group(2))) for m in
        re.finditer(r"fault \d+: (silent|host), .* at ([0-9.]+)", open(sys.argv[4] + "/swarm.out").read())]
 det = sorted(e["detected_at"] for e in map(json.loads, open(sys.argv[4] + "/state/events.jsonl"))

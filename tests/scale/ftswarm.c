@@ -53,7 +53,9 @@
  * random gang node at once: a host that lost power, its process still
  * there), "drop" (a random gang node's process is SIGKILLed: its
  * connections reset). For each: detection = injection to the first STOP any
- * other gang worker receives; recovery = that STOP to the new generation's
+ * other gang worker receives (the kernel's receive time of its bytes on this
+ * host, SO_TIMESTAMPNS: when a worker process would have it, not when this
+ * one loop over 16,384 sockets got to it); recovery = that STOP to the new generation's
  * last ASSIGN, and to its first step. Checkpoints: the last SHARD_SAVED of a
  * step written to its socket to the first COMMITTED of that step. The
  * figures go to stdout and, as JSON, to --out.
@@ -249,12 +251,20 @@ static void tell_attach(sw_node *nd, const char *line) {
  * closed connection or a killed node process of another gang worker of the
  * generation the fault hit (whichever comes first; the STOP may still be
  * unread in a socket when the node's process is killed). */
+/* When the bytes being handled reached this host (the kernel's receive
+ * timestamp, SO_TIMESTAMPNS, on our clock), or 0 outside a read: a worker
+ * is a process of its own that reads its socket at once, where this one
+ * loop reads 16,384 in turn, so the STOP's arrival is what a worker would
+ * see, not when the swarm's loop came to it (150-300 ms later at 16,384
+ * ranks on two cores). */
+static double g_rx_s;
+
 static void reaction(const sw_worker *w) {
   if (g.cur_fault >= g.nfaults)
     return;
   fault *f = &g.faults[g.cur_fault];
   if (f->t_inject && !f->t_stop && w->gen == f->gen && w->node != f->node)
-    f->t_stop = ft_now_s();
+    f->t_stop = g_rx_s > 0 ? g_rx_s : ft_now_s();
 }
 
 /* Worker w ends with code: its node's process ends with the first non-zero
@@ -676,11 +686,26 @@ static void flush_out(sw_worker *w) {
   ep_mod(w);
 }
 
-static void on_readable(sw_worker *w, double now) {
+static void read_frames(sw_worker *w, double now) {
   for (;;) {
     if (ft_buf_reserve(&w->in, 65536))
       exit(1);
-    ssize_t n = recv(w->fd, w->in.data + w->in.len, w->in.cap - w->in.len, 0);
+    struct iovec iov = {w->in.data + w->in.len, w->in.cap - w->in.len};
+    union {
+      char buf[CMSG_SPACE(sizeof(struct timespec))];
+      struct cmsghdr align;
+    } cm;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
+                        .msg_controllen = sizeof cm.buf};
+    ssize_t n = recvmsg(w->fd, &mh, 0);
+    g_rx_s = 0;
+    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+        struct timespec ts;
+        memcpy(&ts, CMSG_DATA(c), sizeof ts);
+        double age = wall_s() - ((double)ts.tv_sec + ts.tv_nsec * 1e-9);
+        g_rx_s = ft_now_s() - (age > 0 ? age : 0);
+      }
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && errno == EAGAIN)
@@ -716,6 +741,14 @@ static void on_readable(sw_worker *w, double now) {
   }
 }
 
+/* Reads and handles what w's socket holds. A frame handled is stamped with
+ * the receive time of the read that completed it (for TCP the kernel's
+ * stamp of that read's last segment: never earlier than the frame came). */
+static void on_readable(sw_worker *w, double now) {
+  read_frames(w, now);
+  g_rx_s = 0;
+}
+
 static void worker_connect(sw_worker *w) {
   w->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (w->fd < 0) {
@@ -724,6 +757,7 @@ static void worker_connect(sw_worker *w) {
   }
   int one = 1;
   setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(w->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one); /* reaction() */
   if ((ntohl(g.sup.sin_addr.s_addr) >> 24) == 127) {
     /* each simulated host connects from its own loopback address, as each
      * host of a cluster has its own: 16,384 connections from 127.0.0.1 to
