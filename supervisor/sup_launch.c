@@ -595,6 +595,7 @@ struct sup_logprep {
   char **paths;
   int n;
   atomic_int stop;
+  atomic_int done; /* paths[0..done) are created (or failed: the launch reports it) */
 };
 
 static void *logprep_main(void *arg) {
@@ -603,8 +604,14 @@ static void *logprep_main(void *arg) {
     int fd = open(p->paths[i], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) /* an error is the launch's to report, when it opens the file */
       close(fd);
+    atomic_store(&p->done, i + 1);
   }
+  atomic_store(&p->done, p->n); /* stopped: nothing more to wait for */
   return NULL;
+}
+
+int sup_logprep_ready(sup_logprep *p, int i) {
+  return !p || i < atomic_load(&p->done);
 }
 
 static void logprep_free_paths(char **paths, int n) {
@@ -623,6 +630,7 @@ int sup_logprep_start(char **paths, int n, sup_logprep **out) {
   p->paths = paths;
   p->n = n;
   atomic_init(&p->stop, 0);
+  atomic_init(&p->done, 0);
   int e = pthread_create(&p->th, NULL, logprep_main, p);
   if (e) {
     logprep_free_paths(paths, n);

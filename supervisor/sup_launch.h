@@ -138,13 +138,17 @@ int sup_launch_spawn(const sup_spawn *sp, pid_t *pid);
  * created on the loop took 1.9 s of a 16,384-rank gang's formation
  * (tests/scale). sup_logprep_start creates the files paths[0..n) on a thread
  * of its own, in order, ahead of the launches that open them (O_APPEND: a
- * launch that comes first creates its file itself, and neither truncates).
+ * launch that comes first creates its file itself, and neither truncates;
+ * the first gang's launches wait for the thread instead, sup_logprep_ready).
  * Takes paths and each string (malloc'd). sup_logprep_stop (NULL is fine)
  * stops it at the next file, joins and frees. FT_OK, or FT_ENOMEM/FT_EIO
  * (the caller goes on without it). */
 typedef struct sup_logprep sup_logprep;
 int sup_logprep_start(char **paths, int n, sup_logprep **out);
 void sup_logprep_stop(sup_logprep *p);
+/* 1 once paths[i] has been created (or the thread has ended); p NULL: 1.
+ * The first launch waits for it rather than create the file on the loop. */
+int sup_logprep_ready(sup_logprep *p, int i);
 
 /* The local launcher's stand-in for a node's host: a child that leads a new
  * process group (the node's workers join it) and does nothing until it is

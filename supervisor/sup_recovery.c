@@ -1092,6 +1092,8 @@ static void plan_and_launch_t(sup *s) {
   s->rphase = SUP_RP_FORMING;
   s->rejoined_nodes = 0;
   s->nlaunch_q = s->launch_qi = 0;
+  sup_logprep_stop(s->logprep); /* its files were the first gang's queue's */
+  s->logprep = NULL;
   for (int i = 0; i < plan.nrestart; i++) {
     if (node_rejoined(s, plan.restart[i])) { /* in process: it waits for ASSIGN */
       s->rejoined_nodes++;
@@ -1584,9 +1586,18 @@ int sup_recovery_start(sup *s) {
 /* Launches queued nodes for up to LAUNCH_SLICE_S; schedules the rest. */
 static int launch_slice(sup *s) {
   double until = ft_now_s() + LAUNCH_SLICE_S;
+  int per = s->node_step ? 1 : s->G;
+  struct timeval later = {0, 0};
   while (s->launch_qi < s->nlaunch_q) {
     if (s->state >= SUP_FINISHING || ft_now_s() > until)
       break;
+    /* the first gang's queue is the one whose log files the thread creates
+     * (prepare_logs): a node whose files are not there yet waits a
+     * millisecond rather than have the loop create them */
+    if (s->state == SUP_STARTING && !sup_logprep_ready(s->logprep, (s->launch_qi + 1) * per - 1)) {
+      later.tv_usec = 1000;
+      break;
+    }
     int n = s->launch_q[s->launch_qi++], role = s->nodes[n].role;
     if (role != SUP_ROLE_ACTIVE && role != SUP_ROLE_SPARE)
       continue;
@@ -1598,10 +1609,8 @@ static int launch_slice(sup *s) {
   }
   if (s->state >= SUP_FINISHING)
     s->nlaunch_q = s->launch_qi = 0;
-  if (s->launch_qi < s->nlaunch_q) {
-    struct timeval now = {0, 0};
-    event_add(s->launch_ev, &now);
-  }
+  if (s->launch_qi < s->nlaunch_q)
+    event_add(s->launch_ev, &later);
   return FT_OK;
 }
 

@@ -695,8 +695,8 @@ static void read_frames(sw_worker *w, double now) {
       char buf[CMSG_SPACE(sizeof(struct timespec))];
       struct cmsghdr align;
     } cm;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf,
-                        .msg_controllen = sizeof cm.buf};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf};
     ssize_t n = recvmsg(w->fd, &mh, 0);
     g_rx_s = 0;
     for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
