@@ -688,9 +688,22 @@ static void flush_out(sw_worker *w) {
 
 static void read_frames(sw_worker *w, double now) {
   for (;;) {
-    if (ft_buf_reserve(&w->in, 65536))
+    /* up to the end of the frame being read, no further: the receive time
+     * of a read (for TCP, of the last segment it took) is then that of the
+     * frame it completes, not of a later one that came behind it */
+    size_t want = 4;
+    if (w->in.len >= 4) {
+      const uint8_t *d = w->in.data;
+      size_t flen = ((size_t)d[0] << 24 | (size_t)d[1] << 16 | (size_t)d[2] << 8 | d[3]) + 4;
+      want = flen > w->in.len ? flen - w->in.len : 0;
+      if (flen > FT_WIRE_MAX_FRAME + 4 || !want) /* the frame check below says what */
+        want = 65536;
+    } else {
+      want -= w->in.len;
+    }
+    if (ft_buf_reserve(&w->in, want))
       exit(1);
-    struct iovec iov = {w->in.data + w->in.len, w->in.cap - w->in.len};
+    struct iovec iov = {w->in.data + w->in.len, want};
     union {
       char buf[CMSG_SPACE(sizeof(struct timespec))];
       struct cmsghdr align;
@@ -741,9 +754,10 @@ static void read_frames(sw_worker *w, double now) {
   }
 }
 
-/* Reads and handles what w's socket holds. A frame handled is stamped with
- * the receive time of the read that completed it (for TCP the kernel's
- * stamp of that read's last segment: never earlier than the frame came). */
+/* Reads and handles what w's socket holds, a frame at a time. A frame is
+ * stamped with the receive time of the read that completed it (for TCP the
+ * kernel's stamp of that read's last segment: the one that brought the
+ * frame's last byte). */
 static void on_readable(sw_worker *w, double now) {
   read_frames(w, now);
   g_rx_s = 0;

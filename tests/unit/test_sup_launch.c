@@ -413,11 +413,17 @@ static void test_logprep(void **st) {
   p2[0] = strdup(first);
   assert_int_equal(sup_logprep_start(p2, 1, &again), FT_OK);
   sup_logprep_stop(again);
-  /* stop joins: wait for the thread to reach the end first */
-  char last[300];
-  snprintf(last, sizeof last, "%s/node%d.log", dir, N - 1);
-  for (int i = 0; i < 2000 && access(last, F_OK) != 0; i++)
+  /* ready(i): paths[0..i] exist (the first gang's launches wait on it) */
+  assert_int_equal(sup_logprep_ready(NULL, 5), 1);
+  for (int i = 0; i < 5000 && !sup_logprep_ready(lp, N - 1); i++)
     usleep(1000);
+  assert_int_equal(sup_logprep_ready(lp, N - 1), 1);
+  for (int i = 0; i < N; i++) {
+    char p[300];
+    snprintf(p, sizeof p, "%s/node%d.log", dir, i);
+    if (access(p, F_OK))
+      fail_msg("%s: ready says created, but it is not there", p);
+  }
   sup_logprep_stop(lp);
   char buf[64] = {0};
   f = fopen(first, "r");
