@@ -1515,16 +1515,19 @@ static void prepare_logs(sup *s) {
   if (!paths)
     return;
   for (int i = 0; i < s->nlaunch_q; i++)
-    for (int j = 0; j < per; j++) {
+    for (int j = 0; j < per; j++, k++) {
       char log[4200];
       node_log_path(s, s->launch_q[i], j, log, sizeof log);
-      if (!(paths[k] = strdup(log)))
-        break;
-      k++;
+      if (!(paths[k] = strdup(log))) { /* all or none: launch i waits for path i */
+        while (k--)
+          free(paths[k]);
+        free(paths);
+        return;
+      }
     }
   sup_logprep_stop(s->logprep);
   s->logprep = NULL;
-  (void)sup_logprep_start(paths, k, &s->logprep); /* failing: each launch creates its own */
+  (void)sup_logprep_start(paths, n, &s->logprep); /* failing: each launch creates its own */
 }
 
 static int start_t(sup *s) {
