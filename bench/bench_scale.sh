@@ -66,6 +66,9 @@ for k, what in (("detect_silent_ms", "silent rank"), ("detect_host_ms", "silent 
     d = f[k]
     row(f"detect {what} p50/p99", f"{d['p50']:.0f} / {d['p99']:.0f} ms (n={d['n']})",
         "p99 < timeout 4000 + 100 ms" if k != "detect_drop_ms" else "reset: at once")
+d = f["stop_spread_ms"]
+row("STOP, first to last worker", f"{d['p50']:.0f} / {d['p99']:.0f} ms (n={d['n']})",
+    "every worker told")
 # the supervisor's side of a silence: injection (the swarm's wall clock) to
 # its fault_detected (detected_at); the rest of "detect" above is the
 # supervisor's fault handling up to its first STOP and that STOP's way to the

@@ -16,8 +16,11 @@
 #include "ft_err.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,8 +141,28 @@ int sup_conn_send(sup_conn *c, const ft_msg *m) {
   ft_buf b;
   ft_buf_init(&b);
   int rc = ft_wire_encode(m, &b);
-  if (!rc && bufferevent_write(c->bev, b.data, b.len) != 0)
-    rc = ft_err_set(FT_ENOMEM, "bufferevent_write failed");
+  if (!rc) {
+    /* Write-through: with nothing queued before it, the frame goes to the
+     * socket now, and only what the kernel does not take is queued. The
+     * bufferevent would send it on a later pass of the loop, after an
+     * epoll_ctl to watch for writability and before another to stop: a
+     * fault handler that queues 16,384 STOPs sent the first only once it
+     * had queued the last, and an echoed heartbeat cost three system
+     * calls instead of one. An error (the peer gone) queues the frame
+     * whole, so the bufferevent meets the error and reports it as before. */
+    size_t sent = 0;
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    if (fd >= 0 && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+      ssize_t n;
+      do
+        n = send(fd, b.data, b.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      while (n < 0 && errno == EINTR);
+      if (n > 0)
+        sent = (size_t)n;
+    }
+    if (sent < b.len && bufferevent_write(c->bev, b.data + sent, b.len - sent) != 0)
+      rc = ft_err_set(FT_ENOMEM, "bufferevent_write failed");
+  }
   ft_buf_release(&b);
   return rc;
 }
@@ -301,6 +324,12 @@ int sup_conn_new(struct event_base *base, int fd, const char *run, const char *t
   }
   evutil_make_socket_nonblocking(fd);
   evutil_make_socket_closeonexec(fd);
+  /* Frames to a worker are small and each is awaited (STOP, ASSIGN, an
+   * echo): with Nagle on, a frame queued while the previous one still waits
+   * for the worker's delayed ACK (40-200 ms on Linux, since the worker sends
+   * nothing until its next heartbeat) is held until that ACK comes. */
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
   c->reaper = evtimer_new(base, reap_cb, c);
   c->deadline = evtimer_new(base, deadline_cb, c);

@@ -1,7 +1,9 @@
-/* Unit tests of supervisor/sup_conn.c's bounds on connections that have
- * not said HELLO: the HELLO deadline and the cap (oldest evicted), on a
- * real libevent loop over socketpairs; an authenticated connection is
- * touched by neither. */
+/* Unit tests of supervisor/sup_conn.c on a real libevent loop over
+ * socketpairs: the bounds on connections that have not said HELLO (the
+ * HELLO deadline and the cap, oldest evicted; an authenticated connection
+ * is touched by neither), and sending: a frame reaches the socket before
+ * the loop runs again, frames stay in order when the kernel's buffer
+ * fills, and a peer that is gone is reported, not fatal. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +12,8 @@
 
 #include "sup_conn.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,11 +118,125 @@ static void test_cap_evicts_oldest_then_deadline(void **st) {
   sup_conn_set_limits(SUP_CONN_HELLO_TIMEOUT_S, SUP_CONN_MAX_UNAUTH);
 }
 
+static void send_beat(sup_conn *c, uint32_t seq) {
+  ft_msg hb;
+  ft_msg_init(&hb, FT_MSG_HEARTBEAT);
+  snprintf(hb.run, sizeof hb.run, "%s", RUN);
+  hb.gen = 7;
+  hb.heartbeat.seq = seq;
+  assert_int_equal(sup_conn_send(c, &hb), 0);
+}
+
+/* Decodes the frames at the start of buf[0..*len): checks each is the
+ * HEARTBEAT numbered *next, counts it, and keeps the incomplete tail. */
+static void take_beats(uint8_t *buf, size_t *len, uint32_t *next) {
+  size_t off = 0, flen = 0;
+  while (ft_wire_frame_len_max(buf + off, *len - off, 1 << 20, &flen) == 1 && *len - off >= flen) {
+    ft_msg m;
+    assert_int_equal(ft_wire_decode(buf + off, flen, &m), 0);
+    assert_int_equal(m.type, FT_MSG_HEARTBEAT);
+    if (m.heartbeat.seq != *next)
+      fail_msg("frame %u arrived where %u was due", m.heartbeat.seq, *next);
+    (*next)++;
+    ft_msg_release(&m);
+    off += flen;
+  }
+  memmove(buf, buf + off, *len - off);
+  *len -= off;
+}
+
+/* A frame sent with nothing queued before it is in the peer's socket at
+ * once, not on the loop's next pass (a fault's STOPs to thousands of
+ * workers went out only after the last was queued). */
+static void test_send_reaches_socket_before_loop(void **st) {
+  struct event_base *base = event_base_new();
+  rec r = {0};
+  int p;
+  sup_conn *c = conn(base, &r, &p);
+  say_hello(base, p);
+  send_beat(c, 0);
+  uint8_t buf[4096];
+  ssize_t n = recv(p, buf, sizeof buf, MSG_DONTWAIT); /* the loop has not run */
+  if (n < 0)
+    fail_msg("the frame was not on the socket before the loop ran: %s", strerror(errno));
+  size_t len = (size_t)n;
+  uint32_t next = 0;
+  take_beats(buf, &len, &next);
+  assert_int_equal(next, 1);
+  assert_int_equal(len, 0);
+  assert_int_equal(r.nclosed, 0);
+  sup_conn_free_all();
+  close(p);
+  event_base_free(base);
+}
+
+/* More than the socket buffer holds, sent while the peer reads nothing:
+ * what the kernel does not take is queued and follows on the loop, every
+ * frame once and in order (a frame written straight to the socket while
+ * earlier ones wait in the queue would overtake them). */
+static void test_send_keeps_order_past_full_buffer(void **st) {
+  struct event_base *base = event_base_new();
+  rec r = {0};
+  int p;
+  sup_conn *c = conn(base, &r, &p);
+  say_hello(base, p);
+  enum { N = 40000 }; /* ~1.7 MB of heartbeats: several socket buffers */
+  static uint8_t buf[1 << 16];
+  size_t len = 0;
+  uint32_t next = 0, i = 0;
+  for (; i < N / 2; i++)
+    send_beat(c, i);
+  /* the peer takes what the socket holds while the rest is still queued;
+   * the frames sent next must wait behind the queue, not take the room */
+  ssize_t n;
+  while ((n = recv(p, buf + len, sizeof buf - len, MSG_DONTWAIT)) > 0) {
+    len += (size_t)n;
+    take_beats(buf, &len, &next);
+  }
+  assert_true(next > 0 && next < N / 2);
+  for (; i < N; i++)
+    send_beat(c, i);
+  for (int round = 0; round < 2000 && next < N; round++) {
+    run_for(base, 0.002);
+    while ((n = recv(p, buf + len, sizeof buf - len, MSG_DONTWAIT)) > 0) {
+      len += (size_t)n;
+      take_beats(buf, &len, &next);
+    }
+  }
+  assert_int_equal(next, N);
+  assert_int_equal(len, 0);
+  assert_int_equal(r.nclosed, 0);
+  sup_conn_free_all();
+  close(p);
+  event_base_free(base);
+}
+
+/* A peer that is gone: the send does not fail the caller, and the loop
+ * reports the connection closed (SIGPIPE ignored, as supervise does). */
+static void test_send_to_gone_peer_is_reported(void **st) {
+  struct event_base *base = event_base_new();
+  rec r = {0};
+  int p;
+  sup_conn *c = conn(base, &r, &p);
+  say_hello(base, p);
+  close(p);
+  send_beat(c, 0);
+  send_beat(c, 1);
+  run_for(base, 0.05);
+  assert_int_equal(r.nclosed, 1);
+  sup_conn_free_all();
+  event_base_free(base);
+}
+
 int main(void) {
   if (ft_wire_token_new(g_token))
     return 1;
+  signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cap_evicts_oldest_then_deadline),
+      cmocka_unit_test(test_send_reaches_socket_before_loop),
+      cmocka_unit_test(test_send_keeps_order_past_full_buffer),
+      cmocka_unit_test(test_send_to_gone_peer_is_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
