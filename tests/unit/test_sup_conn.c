@@ -12,7 +12,6 @@
 
 #include "sup_conn.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <event2/event.h>
 #include <stdio.h>
@@ -145,29 +144,59 @@ static void take_beats(uint8_t *buf, size_t *len, uint32_t *next) {
   *len -= off;
 }
 
+/* Reads what peer holds now (without running the loop) into buf after
+ * *len and takes the whole frames; returns the bytes read, -1 if none. */
+static ssize_t read_beats(int peer, uint8_t *buf, size_t cap, size_t *len, uint32_t *next) {
+  ssize_t n, got = -1;
+  while ((n = recv(peer, buf + *len, cap - *len, MSG_DONTWAIT)) > 0) {
+    got = (got < 0 ? 0 : got) + n;
+    *len += (size_t)n;
+    take_beats(buf, len, next);
+  }
+  return got;
+}
+
+/* An authenticated connection for a sending test, and its peer. */
+typedef struct sending {
+  struct event_base *base;
+  rec r;
+  sup_conn *c;
+  int peer;
+} sending;
+
+static int sending_setup(void **st) {
+  sending *t = calloc(1, sizeof *t);
+  t->base = event_base_new();
+  t->c = conn(t->base, &t->r, &t->peer);
+  say_hello(t->base, t->peer);
+  *st = t;
+  return 0;
+}
+
+static int sending_teardown(void **st) {
+  sending *t = *st;
+  sup_conn_free_all();
+  if (t->peer >= 0)
+    close(t->peer);
+  event_base_free(t->base);
+  free(t);
+  return 0;
+}
+
 /* A frame sent with nothing queued before it is in the peer's socket at
  * once, not on the loop's next pass (a fault's STOPs to thousands of
  * workers went out only after the last was queued). */
 static void test_send_reaches_socket_before_loop(void **st) {
-  struct event_base *base = event_base_new();
-  rec r = {0};
-  int p;
-  sup_conn *c = conn(base, &r, &p);
-  say_hello(base, p);
-  send_beat(c, 0);
+  sending *t = *st;
+  send_beat(t->c, 0);
   uint8_t buf[4096];
-  ssize_t n = recv(p, buf, sizeof buf, MSG_DONTWAIT); /* the loop has not run */
-  if (n < 0)
-    fail_msg("the frame was not on the socket before the loop ran: %s", strerror(errno));
-  size_t len = (size_t)n;
+  size_t len = 0;
   uint32_t next = 0;
-  take_beats(buf, &len, &next);
+  if (read_beats(t->peer, buf, sizeof buf, &len, &next) < 0) /* the loop has not run */
+    fail_msg("the frame was not on the socket before the loop ran");
   assert_int_equal(next, 1);
   assert_int_equal(len, 0);
-  assert_int_equal(r.nclosed, 0);
-  sup_conn_free_all();
-  close(p);
-  event_base_free(base);
+  assert_int_equal(t->r.nclosed, 0);
 }
 
 /* More than the socket buffer holds, sent while the peer reads nothing:
@@ -175,57 +204,38 @@ static void test_send_reaches_socket_before_loop(void **st) {
  * frame once and in order (a frame written straight to the socket while
  * earlier ones wait in the queue would overtake them). */
 static void test_send_keeps_order_past_full_buffer(void **st) {
-  struct event_base *base = event_base_new();
-  rec r = {0};
-  int p;
-  sup_conn *c = conn(base, &r, &p);
-  say_hello(base, p);
+  sending *t = *st;
   enum { N = 40000 }; /* ~1.7 MB of heartbeats: several socket buffers */
   static uint8_t buf[1 << 16];
   size_t len = 0;
   uint32_t next = 0, i = 0;
   for (; i < N / 2; i++)
-    send_beat(c, i);
+    send_beat(t->c, i);
   /* the peer takes what the socket holds while the rest is still queued;
    * the frames sent next must wait behind the queue, not take the room */
-  ssize_t n;
-  while ((n = recv(p, buf + len, sizeof buf - len, MSG_DONTWAIT)) > 0) {
-    len += (size_t)n;
-    take_beats(buf, &len, &next);
-  }
+  read_beats(t->peer, buf, sizeof buf, &len, &next);
   assert_true(next > 0 && next < N / 2);
   for (; i < N; i++)
-    send_beat(c, i);
+    send_beat(t->c, i);
   for (int round = 0; round < 2000 && next < N; round++) {
-    run_for(base, 0.002);
-    while ((n = recv(p, buf + len, sizeof buf - len, MSG_DONTWAIT)) > 0) {
-      len += (size_t)n;
-      take_beats(buf, &len, &next);
-    }
+    run_for(t->base, 0.002);
+    read_beats(t->peer, buf, sizeof buf, &len, &next);
   }
   assert_int_equal(next, N);
   assert_int_equal(len, 0);
-  assert_int_equal(r.nclosed, 0);
-  sup_conn_free_all();
-  close(p);
-  event_base_free(base);
+  assert_int_equal(t->r.nclosed, 0);
 }
 
 /* A peer that is gone: the send does not fail the caller, and the loop
  * reports the connection closed (SIGPIPE ignored, as supervise does). */
 static void test_send_to_gone_peer_is_reported(void **st) {
-  struct event_base *base = event_base_new();
-  rec r = {0};
-  int p;
-  sup_conn *c = conn(base, &r, &p);
-  say_hello(base, p);
-  close(p);
-  send_beat(c, 0);
-  send_beat(c, 1);
-  run_for(base, 0.05);
-  assert_int_equal(r.nclosed, 1);
-  sup_conn_free_all();
-  event_base_free(base);
+  sending *t = *st;
+  close(t->peer);
+  t->peer = -1;
+  send_beat(t->c, 0);
+  send_beat(t->c, 1);
+  run_for(t->base, 0.05);
+  assert_int_equal(t->r.nclosed, 1);
 }
 
 int main(void) {
@@ -234,9 +244,12 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cap_evicts_oldest_then_deadline),
-      cmocka_unit_test(test_send_reaches_socket_before_loop),
-      cmocka_unit_test(test_send_keeps_order_past_full_buffer),
-      cmocka_unit_test(test_send_to_gone_peer_is_reported),
+      cmocka_unit_test_setup_teardown(test_send_reaches_socket_before_loop, sending_setup,
+                                      sending_teardown),
+      cmocka_unit_test_setup_teardown(test_send_keeps_order_past_full_buffer, sending_setup,
+                                      sending_teardown),
+      cmocka_unit_test_setup_teardown(test_send_to_gone_peer_is_reported, sending_setup,
+                                      sending_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
