@@ -52,11 +52,12 @@
  * stops sending and reading: a hung process), "host" (every rank of a
  * random gang node at once: a host that lost power, its process still
  * there), "drop" (a random gang node's process is SIGKILLed: its
- * connections reset). For each: detection = injection to the first STOP any
- * other gang worker receives (the kernel's receive time of its bytes on this
- * host, SO_TIMESTAMPNS: when a worker process would have it, not when this
- * one loop over 16,384 sockets got to it); recovery = that STOP to the new generation's
- * last ASSIGN, and to its first step. Checkpoints: the last SHARD_SAVED of a
+ * connections reset). For each: detection = injection to the earliest STOP
+ * any other gang worker receives (the kernel's receive time of its bytes on
+ * this host, SO_TIMESTAMPNS: when a worker process would have it, not when
+ * this one loop over 16,384 sockets got to it); the spread = that STOP to
+ * the last worker's (stop_spread_ms); recovery = the earliest STOP to the
+ * new generation's last ASSIGN, and to its first step. Checkpoints: the last SHARD_SAVED of a
  * step written to its socket to the first COMMITTED of that step. The
  * figures go to stdout and, as JSON, to --out.
  *
