@@ -1132,6 +1132,10 @@ static int put_marked(ckpt_store *s, const ckpt_info *old, const ckpt_info *now)
 }
 
 int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state) {
+  return ckpt_store_set_state_from(s, run, step, -1, state);
+}
+
+int ckpt_store_set_state_from(ckpt_store *s, const char *run, int64_t step, int from, int state) {
   int rc = writable(s, "changing a checkpoint's state");
   if (rc)
     return rc;
@@ -1157,6 +1161,11 @@ int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state
     goto out;
   if (info.state == state)
     goto out;
+  if (from >= 0 && info.state != from) {
+    rc = ft_err_set(FT_ESTATE, "checkpoint %s step %" PRId64 " is %s, not %s: left as it is", run,
+                    step, ckpt_state_name(info.state), ckpt_state_name(from));
+    goto out;
+  }
   if (state == CKPT_PENDING || info.state == CKPT_PENDING || state == CKPT_COMMITTED) {
     rc = ft_err_set(FT_ESTATE, "checkpoint %s step %" PRId64 " is %s; it cannot become %s%s", run,
                     step, ckpt_state_name(info.state), ckpt_state_name(state),

@@ -382,6 +382,11 @@ int ckpt_store_read(ckpt_store *s, const ckpt_manifest *m, const char *tensor, u
 /* ---- operations --------------------------------------------------------- */
 
 int ckpt_store_set_state(ckpt_store *s, const char *run, int64_t step, int state);
+/* The same, only if the checkpoint is in state from now (checked and changed
+ * under the store's meta lock, so no other change can come between): else
+ * FT_ESTATE and nothing changes. from = -1: any state, as set_state. How a
+ * background thread marks GOOD without undoing a BAD mark made meanwhile. */
+int ckpt_store_set_state_from(ckpt_store *s, const char *run, int64_t step, int from, int state);
 int ckpt_store_pin(ckpt_store *s, const char *run, int64_t step, int pinned);
 
 typedef struct ckpt_verify_report {

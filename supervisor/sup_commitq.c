@@ -33,9 +33,12 @@
  * each successful store-level commit, coalesced (gc_main), so a GC that
  * lists a bucket which is down does not hold up the commits behind it
  * (memory-level records are pruned by the work callback itself, in the
- * catalog only). sup_commitq_busy says whether the store may be inside a
- * commit or GC (which hold the store's meta lock, possibly for an outage):
- * the loop defers its own state changes (GOOD marks) then.
+ * catalog only). GOOD marks are jobs of the store lane too (mark_good):
+ * a mark writes a mark object (a rename, an upload) and waits for the
+ * store's meta lock, which a commit may hold for as long as the bucket is
+ * away; on the loop either stopped heartbeats (a 4.5 s rename made the
+ * workers and spares give the supervisor up). In the store lane a mark
+ * follows the commit of its step, and triggers no GC.
  */
 #include "sup_commitq.h"
 #include "sup_wake.h"
@@ -135,7 +138,7 @@ static void *thread_main(void *arg) {
     l->inflight = 0;
     if (!store)
       pthread_cond_signal(&q->lane[LANE_STORE].cv);
-    if (!p->rc && l == &q->lane[LANE_STORE]) {
+    if (!p->rc && l == &q->lane[LANE_STORE] && !p->mark_good) {
       q->gc_wanted = 1;
       pthread_cond_signal(&q->gc_cv);
     }
@@ -221,15 +224,6 @@ void sup_commitq_push(sup_commitq *q, sup_pending_ckpt *p) {
   l->queue_tail = &p->next;
   pthread_cond_signal(&l->cv);
   pthread_mutex_unlock(&q->mu);
-}
-
-int sup_commitq_busy(sup_commitq *q) {
-  pthread_mutex_lock(&q->mu);
-  int busy = q->gc_wanted || q->gc_running;
-  for (int i = 0; i < NLANES; i++)
-    busy |= q->lane[i].queue || q->lane[i].inflight;
-  pthread_mutex_unlock(&q->mu);
-  return busy;
 }
 
 void sup_commitq_free(sup_commitq *q) {

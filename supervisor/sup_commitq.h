@@ -13,13 +13,11 @@ typedef struct sup_commitq sup_commitq;
 typedef void (*sup_commitq_fn)(void *ud, sup_pending_ckpt *p);
 
 /* work runs on the queue's threads (one per lane: memory-level jobs, the
- * others); gc on its GC thread after each store-level job whose p->rc is
- * 0; done (which then owns p) and release (for jobs never
+ * others); gc on its GC thread after each store-level commit (not a
+ * mark_good job) whose p->rc is 0; done (which then owns p) and release (for jobs never
  * started, at free) on the loop's. */
 int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn done,
                     sup_commitq_fn release, void (*gc)(void *ud), void *ud, sup_commitq **out);
-/* 1 while a job is queued or in flight or a GC is wanted or running. */
-int sup_commitq_busy(sup_commitq *q);
 /* Queues p (the queue owns it until done or release). */
 void sup_commitq_push(sup_commitq *q, sup_pending_ckpt *p);
 /* Waits for the job in flight, reports finished ones, releases the rest.

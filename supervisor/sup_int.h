@@ -118,15 +118,25 @@ typedef struct sup_node {
   /* blame (sup_recovery.c): failures counted against the node, one per
    * recovery round at most; why it is quarantined (events, persisted) */
   sup_failures fails;
-  int counted;        /* a failure of this round is counted */
-  int nfailures;      /* failures inside the window when it was last counted */
-  char why[256];      /* the reason it is (or will be) quarantined */
-  char dverdict[300]; /* the node doctor's last verdict on it ("" none yet) */
-  pid_t host_pid;     /* local launcher: the node's host stand-in, leader of pgid */
-  int host_alive;     /* host_pid launched and not yet reaped */
-  int host_lost;      /* the host died from outside (SIGKILL): node lost */
-  int rejoin;         /* its workers were asked to rejoin in process this round */
+  int counted;          /* a failure of this round is counted */
+  int nfailures;        /* failures inside the window when it was last counted */
+  char why[256];        /* the reason it is (or will be) quarantined */
+  char dverdict[300];   /* the node doctor's last verdict on it ("" none yet) */
+  pid_t host_pid;       /* local launcher: the node's host stand-in, leader of pgid */
+  int host_alive;       /* host_pid launched and not yet reaped */
+  int host_lost;        /* the host died from outside (SIGKILL): node lost */
+  int rejoin;           /* its workers were asked to rejoin in process this round */
+  int respawn;          /* a spare that lost the supervisor (exit 6): relaunched
+                           as a spare once its last process is reaped */
+  sup_failures lost_us; /* its spare relaunches (SUP_SPARE_RELAUNCHES a window) */
 } sup_node;
+
+/* A warm spare whose worker exits FT_EXIT_LOST (it heard nothing from the
+ * supervisor for heartbeat_timeout_s: our own stall, a slow disk under the
+ * loop) is relaunched, not lost, and nothing is counted against its node;
+ * past this many relaunches within recovery.node_failure_window_s it is the
+ * spare's own link that fails, and it leaves the pool. */
+#define SUP_SPARE_RELAUNCHES 3
 
 /* How a fault is blamed (sup_recovery_fault's `blame`). */
 enum sup_blame {
@@ -144,6 +154,9 @@ typedef struct sup_pending_ckpt {
   int level;                      /* enum ckpt_level: memory, or the store's */
   uint64_t memory_epoch;          /* the store's when the first shard came
                                      (ckpt_meta.memory_epoch) */
+  int mark_good;                  /* not a commit: a GOOD mark of step (made on
+                                     the queue's thread, never on the loop) */
+  int64_t at_step;                /* mark_good: the step that made it due */
   int superseded;                 /* a memory-level commit that found the step
                                      in the store already, or was made before
                                      the run's memory records were dropped:
@@ -253,8 +266,6 @@ typedef struct sup {
   double gc_swept_at;          /* when the retention GC last swept (ft_now_s;
                                   0: never; the commit thread's alone) */
   struct sup_shardq *shardq;   /* SHARD_SAVED parsed off the loop (sup_shardq.c) */
-  int64_t good_later[64];      /* GOOD marks deferred while commitq was busy */
-  int ngood_later;
 
   /* loss faults and rollbacks (sup_watch.c, sup_recovery.c) */
   ft_wire_range skips[FT_WIRE_MAX_SKIPS]; /* batch ranges never trained on; persisted */
@@ -333,6 +344,11 @@ int sup_run_commitq_start(sup *s);
 /* Emits the count of rate-limited connection_closed events once their
  * window is over (called by a periodic timer). */
 void sup_run_flush_log(sup *s);
+/* Marks checkpoint step GOOD (at_step: the step that made it due) on the
+ * commit queue's store thread; the loop reports it (checkpoint_good, or
+ * checkpoint_mark_failed). A step no longer COMMITTED (a rollback marked it
+ * BAD meanwhile, its commit failed) is left as it is, silently. */
+void sup_run_mark_good(sup *s, int64_t step, int64_t at_step);
 
 /* ---- sup_main.c --------------------------------------------------------- */
 /* Checks whether the loop went without running since the last check (see

@@ -1826,13 +1826,24 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
     rejoin_fallback(s, w->node, "a worker exited while rejoining");
   if (nd->role == SUP_ROLE_SPARE) {
     nd->role = SUP_ROLE_LOST;
+    int lost_us = code == FT_EXIT_LOST &&
+                  sup_failures_add(&nd->lost_us, ft_now_s(),
+                                   s->rf.recovery.node_failure_window_s) <= SUP_SPARE_RELAUNCHES;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "node", w->node);
     cJSON_AddNumberToObject(f, "slot", w->slot);
     cJSON_AddNumberToObject(f, "pid", w->pid);
     cJSON_AddStringToObject(f, "detail", detail);
-    sup_events_emit(s->ev, "spare_lost", f, "spare node %d (slot %d %s) leaves the pool", w->node,
-                    w->slot, detail);
+    if (lost_us) { /* not the spare's fault: relaunched when its node is down */
+      nd->respawn = 1;
+      sup_events_emit(s->ev, "spare_lost_supervisor", f,
+                      "spare node %d (slot %d) lost the supervisor (%s): relaunched as a spare, "
+                      "nothing counted against it",
+                      w->node, w->slot, detail);
+    } else {
+      sup_events_emit(s->ev, "spare_lost", f, "spare node %d (slot %d %s) leaves the pool", w->node,
+                      w->slot, detail);
+    }
     signal_node(s, w->node, SIGKILL);
     return;
   }
@@ -1965,6 +1976,27 @@ static void host_reap(sup *s, int n) {
   on_host_exit(s, n, status, we_killed);
 }
 
+/* A spare that lost the supervisor (nd->respawn), once every process of
+ * its node is reaped: launched again as a spare. */
+static void respawn_spare(sup *s, int n) {
+  sup_node *nd = &s->nodes[n];
+  if (!nd->respawn || nd->host_alive || node_alive(s, n))
+    return;
+  nd->respawn = 0;
+  if (s->state >= SUP_FINISHING || nd->role != SUP_ROLE_LOST)
+    return;
+  nd->role = SUP_ROLE_SPARE;
+  if (launch_node(s, n, "spare") == FT_OK)
+    return;
+  nd->role = SUP_ROLE_LOST;
+  signal_node(s, n, SIGKILL);
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  cJSON_AddStringToObject(f, "detail", ft_err_detail());
+  sup_events_emit(s->ev, "spare_lost", f,
+                  "spare node %d cannot be relaunched (%s): leaves the pool", n, ft_err_detail());
+}
+
 static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   for (;;) {
@@ -1980,6 +2012,7 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
         if (s->nodes[n].w[j].alive && s->nodes[n].w[j].pid == pid)
           on_exit_status(s, &s->nodes[n].w[j], status);
       host_reap(s, n);
+      respawn_spare(s, n);
       continue;
     }
     if (drain_reaped(s, pid, status))
@@ -1987,6 +2020,7 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
     for (int n = 0; n < s->nnodes; n++)
       if (s->nodes[n].host_alive && s->nodes[n].host_pid == pid) {
         on_host_exit(s, n, status, 0);
+        respawn_spare(s, n);
         break;
       }
   }

@@ -385,7 +385,61 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
 
 /* ---- sup_commitq callbacks ---- */
 
+/* A GOOD mark (mark_good job), on the store lane's thread. */
+static void mark_store(sup *s, sup_pending_ckpt *p) {
+  p->rc = ckpt_store_set_state_from(s->store, s->rf.run, p->step, CKPT_COMMITTED, CKPT_GOOD);
+  if (p->rc == FT_ESTATE || p->rc == FT_ENOENT) {
+    p->superseded = 1; /* BAD meanwhile, GOOD already, or never committed */
+    p->rc = FT_OK;
+  } else if (p->rc) {
+    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+  }
+}
+
+static void mark_report(sup *s, const sup_pending_ckpt *p) {
+  if (p->superseded)
+    return;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "step", (double)p->step);
+  cJSON_AddNumberToObject(f, "at_step", (double)p->at_step);
+  if (p->rc) {
+    cJSON_AddStringToObject(f, "state", "GOOD");
+    cJSON_AddStringToObject(f, "reason", p->why);
+    sup_events_emit(s->ev, "checkpoint_mark_failed", f,
+                    "step %" PRId64 " could not be marked GOOD: %s (it stays COMMITTED and "
+                    "restorable)",
+                    p->step, p->why);
+    return;
+  }
+  sup_events_emit(s->ev, "checkpoint_good", f,
+                  "step %" PRId64 ": no loss fault in the %d steps after it", p->step,
+                  s->rf.watchdog.spike_window);
+}
+
+void sup_run_mark_good(sup *s, int64_t step, int64_t at_step) {
+  sup_pending_ckpt *p = calloc(1, sizeof *p);
+  if (!p) {
+    fprintf(stderr, "supervise: out of memory marking step %" PRId64 " GOOD\n", step);
+    return;
+  }
+  p->mark_good = 1;
+  p->step = step;
+  p->at_step = at_step;
+  p->level = CKPT_LEVEL_DURABLE; /* the store lane, behind its step's commit */
+  if (s->commitq) {
+    sup_commitq_push(s->commitq, p);
+    return;
+  }
+  mark_store(s, p);
+  mark_report(s, p);
+  pending_free(p);
+}
+
 static void cq_work(void *ud, sup_pending_ckpt *p) {
+  if (p->mark_good) {
+    mark_store(ud, p);
+    return;
+  }
   commit_store(ud, p);
   /* the loop needs none of the manifests after the commit: freed here,
    * not on the loop (tests/scale: a loop stall after every commit) */
@@ -398,6 +452,11 @@ static void cq_gc(void *ud) {
 
 static void cq_done(void *ud, sup_pending_ckpt *p) {
   sup *s = ud;
+  if (p->mark_good) {
+    mark_report(s, p);
+    pending_free(p);
+    return;
+  }
   commit_report(s, p);
   /* the end waits for the final checkpoint in the store, not its memory copy */
   if (p->step >= s->final_step && p->level != CKPT_LEVEL_MEMORY && s->state < SUP_FINISHING) {

@@ -312,49 +312,15 @@ static void hist_add(sup *s, int64_t step, double loss) {
   s->nloss++;
 }
 
+/* Queues a GOOD mark for every checkpoint that is now spike_window steps
+ * old with no loss fault since. The marks are made on the commit queue's
+ * store thread (sup_run_mark_good), never here: a mark renames a mark
+ * object into place and waits for the store's meta lock. */
 static void mark_good(sup *s, int64_t k) {
-  int64_t due[128];
-  int nd = 0;
-  /* marks deferred while the store was inside a commit or GC (s3:// stores,
-   * sup_commitq): setting a state waits for the store's meta lock, which
-   * such a commit may hold for as long as the bucket is away */
-  for (int i = 0; i < s->ngood_later; i++)
-    due[nd++] = s->good_later[i];
-  s->ngood_later = 0;
-  int nnew = sup_rollback_good_due(&s->good, k, s->rf.watchdog.spike_window, due + nd, 64);
-  if (nnew > 0)
-    nd += nnew;
-  if (nd <= 0)
-    return;
-  if (s->commitq && sup_commitq_busy(s->commitq)) {
-    int first = nd > 64 ? nd - 64 : 0; /* keep the newest 64 */
-    for (int i = first; i < nd; i++)
-      s->good_later[s->ngood_later++] = due[i];
-    return;
-  }
-  ckpt_info *list = NULL;
-  size_t n = 0;
-  if (ckpt_store_list(s->store, s->rf.run, &list, &n)) {
-    fprintf(stderr, "supervise: cannot list checkpoints to mark GOOD: %s\n", ft_err_detail());
-    return;
-  }
+  int64_t due[64];
+  int nd = sup_rollback_good_due(&s->good, k, s->rf.watchdog.spike_window, due, 64);
   for (int i = 0; i < nd; i++)
-    for (size_t j = 0; j < n; j++) {
-      if (list[j].step != due[i] || list[j].state != CKPT_COMMITTED)
-        continue;
-      if (ckpt_store_set_state(s->store, s->rf.run, due[i], CKPT_GOOD)) {
-        fprintf(stderr, "supervise: cannot mark step %" PRId64 " GOOD: %s\n", due[i],
-                ft_err_detail());
-        break;
-      }
-      cJSON *f = cJSON_CreateObject();
-      cJSON_AddNumberToObject(f, "step", (double)due[i]);
-      cJSON_AddNumberToObject(f, "at_step", (double)k);
-      sup_events_emit(s->ev, "checkpoint_good", f,
-                      "step %" PRId64 ": no loss fault in the %d steps after it", due[i],
-                      s->rf.watchdog.spike_window);
-    }
-  free(list);
+    sup_run_mark_good(s, due[i], k);
 }
 
 static const char *on_spike_name(int mode) {
