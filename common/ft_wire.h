@@ -258,14 +258,16 @@ typedef enum ft_msg_type {
   X(FT_FAULT_STORAGE, 9, "storage") /* a checkpoint write failed: detail "path: errno E (..)" */   \
   X(FT_FAULT_CONFIG, 10, "config")  /* run file / model file error (this worker's view) */         \
   X(FT_FAULT_DATA, 11, "data")      /* the data could not be read */                               \
-  X(FT_FAULT_SDC, 12, "sdc") /* recomputed bits differ: detail "rank R ..." names the wrong one */
+  X(FT_FAULT_SDC, 12, "sdc") /* recomputed bits differ: detail "rank R ..." names the wrong one */ \
+  X(FT_FAULT_RESTORE_CORRUPT, 13,                                                                  \
+    "restore_corrupt") /* step's chunk failed its hash from every source: detail names it */
 
 typedef enum ft_fault_kind {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
   FT_FAULT_KINDS(FT_WIRE_ENUM_)
 #undef FT_WIRE_ENUM_
 } ft_fault_kind;
-#define FT_FAULT_KIND_COUNT 13
+#define FT_FAULT_KIND_COUNT 14
 
 #define FT_STOP_REASONS(X)                                                                         \
   X(FT_STOP_DONE, 0, "done")                         /* the run finished */                        \

@@ -118,18 +118,31 @@ typedef struct sup_node {
   /* blame (sup_recovery.c): failures counted against the node, one per
    * recovery round at most; why it is quarantined (events, persisted) */
   sup_failures fails;
-  int counted;          /* a failure of this round is counted */
-  int nfailures;        /* failures inside the window when it was last counted */
-  char why[256];        /* the reason it is (or will be) quarantined */
-  char dverdict[300];   /* the node doctor's last verdict on it ("" none yet) */
-  pid_t host_pid;       /* local launcher: the node's host stand-in, leader of pgid */
-  int host_alive;       /* host_pid launched and not yet reaped */
-  int host_lost;        /* the host died from outside (SIGKILL): node lost */
-  int rejoin;           /* its workers were asked to rejoin in process this round */
-  int respawn;          /* a spare that lost the supervisor (exit 6): relaunched
-                           as a spare once its last process is reaped */
-  sup_failures lost_us; /* its spare relaunches (SUP_SPARE_RELAUNCHES a window) */
+  int counted;            /* a failure of this round is counted */
+  int nfailures;          /* failures inside the window when it was last counted */
+  char why[256];          /* the reason it is (or will be) quarantined */
+  char dverdict[300];     /* the node doctor's last verdict on it ("" none yet) */
+  pid_t host_pid;         /* local launcher: the node's host stand-in, leader of pgid */
+  int host_alive;         /* host_pid launched and not yet reaped */
+  int host_lost;          /* the host died from outside (SIGKILL): node lost */
+  int rejoin;             /* its workers were asked to rejoin in process this round */
+  int respawn;            /* a spare that lost the supervisor (exit 6): relaunched
+                             as a spare once its last process is reaped */
+  sup_failures lost_us;   /* its spare relaunches (SUP_SPARE_RELAUNCHES a window) */
+  sup_failures hashfails; /* restores whose chunks failed their hash on it */
 } sup_node;
+
+/* Restore fallback (sup_watch.c, on_restore_corrupt). A chunk of the
+ * checkpoint being restored that fails its hash from every source marks
+ * that checkpoint BAD and the next generation restores the next older one;
+ * at most SUP_MAX_FALLBACKS checkpoints between two generations that train
+ * (then the run fails, naming them: something is wrong with the store, not
+ * with one checkpoint). A node that reports failed hashes on
+ * SUP_HASHFAIL_SUSPECT restores within recovery.node_failure_window_s is
+ * the suspect (its memory or disk) rather than the store: quarantined, and
+ * the checkpoint it could not read is tried again on the spare. */
+#define SUP_MAX_FALLBACKS 3
+#define SUP_HASHFAIL_SUSPECT 3
 
 /* A warm spare whose worker exits FT_EXIT_LOST (it heard nothing from the
  * supervisor for heartbeat_timeout_s: our own stall, a slow disk under the
@@ -256,7 +269,11 @@ typedef struct sup {
   /* the terminal's progress line (sup_run.c): the pace since a mark */
   double pace_t, pace_rate, progress_next_s;
   int64_t pace_step;
-  int64_t restore_step; /* of the current generation */
+  int64_t restore_step;                      /* of the current generation */
+  int nfallbacks;                            /* checkpoints marked BAD by restores since the
+                                                last generation that trained */
+  int64_t fallback_steps[SUP_MAX_FALLBACKS]; /* which (oldest first) */
+  uint64_t fallback_gen;                     /* the generation that marked the last one */
   int chaos_done;
   int64_t newest_committed; /* the newest checkpoint this process saw committed; -1: none */
   int64_t final_step;       /* train.steps */

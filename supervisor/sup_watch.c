@@ -247,6 +247,7 @@ void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
   int world = s->steptime_world, rank = w->rank;
   int64_t k = m->step.step;
   s->trained_gen = s->gen; /* the gang trains: a worker's own error is its node's now */
+  s->nfallbacks = 0;       /* its restore worked: a new budget of fallbacks */
   if (!s->strag || rank < 0 || rank >= world || k < 0)
     return;
   sup_steptime *t = &s->steptime[k % SUP_STEPTIME_SLOTS];
@@ -511,6 +512,79 @@ static void on_sdc(sup *s, const sup_worker *from, int64_t step, const char *det
   sup_recovery_sdc_fault(s, step, node, slot, pid, detail);
 }
 
+/* FAULT restore_corrupt: a chunk of the checkpoint this generation
+ * restores failed its hash from every source the worker has (its memory,
+ * buddies, the store). Persisted checkpoints only: a memory-level one that
+ * cannot be restored is dropped by the recovery (drop_lost_memory). The
+ * worker exits FT_EXIT_STORE next (nobody's fault: a restart in place),
+ * and that generation's ASSIGN restores the newest checkpoint not BAD.
+ * The mark is made here, on the loop, as a rollback's are: the gang is not
+ * training, and it must be in the catalog before the next ASSIGN. */
+static void on_restore_corrupt(sup *s, sup_worker *w, int64_t step, const char *detail) {
+  sup_node *nd = &s->nodes[w->node];
+  if (step < 0 || step != s->restore_step || s->state >= SUP_FINISHING)
+    return;
+  ckpt_info info;
+  if (ckpt_store_get_info(s->store, s->rf.run, step, &info) || info.level == CKPT_LEVEL_MEMORY ||
+      info.state == CKPT_BAD)
+    return; /* a memory-level one, or marked by another rank's report */
+  int nfail = sup_failures_add(&nd->hashfails, ft_now_s(), s->rf.recovery.node_failure_window_s);
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "step", (double)step);
+  cJSON_AddNumberToObject(f, "node", w->node);
+  cJSON_AddNumberToObject(f, "slot", w->slot);
+  cJSON_AddNumberToObject(f, "rank", w->rank);
+  cJSON_AddNumberToObject(f, "node_hash_failures", nfail);
+  cJSON_AddStringToObject(f, "detail", detail);
+  if (nfail >= SUP_HASHFAIL_SUSPECT) {
+    cJSON_AddStringToObject(f, "verdict", "node_suspect");
+    sup_events_emit(s->ev, "restore_hash_failure", f,
+                    "node %d failed the hashes of %d restores within %.0f s: its memory or disk "
+                    "is suspect, not checkpoint %" PRId64 " (%s)",
+                    w->node, nfail, s->rf.recovery.node_failure_window_s, step, detail);
+    char why[FT_WIRE_MAX_DETAIL + 128];
+    snprintf(why, sizeof why, "%d restores failed their hashes on this node: %s", nfail, detail);
+    snprintf(nd->why, sizeof nd->why,
+             "restore_hash: %d restores failed their hashes on this node within %.0f s", nfail,
+             s->rf.recovery.node_failure_window_s);
+    sup_recovery_fault(s, "restore_hash", w->node, w->slot, w->pid, why, SUP_BLAME_NODE);
+    return;
+  }
+  if (s->nfallbacks >= SUP_MAX_FALLBACKS) {
+    char steps[128] = "";
+    for (int i = 0, o = 0; i < s->nfallbacks && o < (int)sizeof steps; i++)
+      o += snprintf(steps + o, sizeof steps - (size_t)o, "%s%" PRId64, i ? ", " : "",
+                    s->fallback_steps[i]);
+    cJSON_AddStringToObject(f, "verdict", "too_many_fallbacks");
+    sup_events_emit(s->ev, "restore_hash_failure", f,
+                    "checkpoint %" PRId64 " failed its hash too (%s)", step, detail);
+    char why[FT_WIRE_MAX_DETAIL + 384];
+    snprintf(why, sizeof why,
+             "checkpoint %" PRId64 " cannot be restored (%s), and neither could %s before it: "
+             "stopped after %d fallbacks; check the store with 'ckpt verify'",
+             step, detail, steps, SUP_MAX_FALLBACKS);
+    sup_recovery_fail(s, why);
+    return;
+  }
+  int rc = ckpt_store_set_state(s->store, s->rf.run, step, CKPT_BAD);
+  if (rc) {
+    char why[FT_WIRE_MAX_DETAIL + 640];
+    snprintf(why, sizeof why,
+             "checkpoint %" PRId64 " cannot be restored (%s) and cannot be marked BAD (%s)", step,
+             detail, ft_err_detail());
+    cJSON_Delete(f);
+    sup_recovery_fail(s, why);
+    return;
+  }
+  s->fallback_steps[s->nfallbacks++] = step;
+  cJSON_AddStringToObject(f, "verdict", "checkpoint_bad");
+  cJSON_AddNumberToObject(f, "fallback", s->nfallbacks);
+  sup_events_emit(s->ev, "checkpoint_damaged", f,
+                  "checkpoint %" PRId64 " cannot be restored (%s): marked BAD; the next generation "
+                  "restores the next older one (fallback %d of at most %d)",
+                  step, detail, s->nfallbacks, SUP_MAX_FALLBACKS);
+}
+
 void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
   const char *detail = m->fault.detail ? m->fault.detail : "";
   int current = m->gen == s->gen && w->gen == s->gen && w->rank >= 0 && sup_in_gang(s, w->node);
@@ -556,6 +630,10 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
     return;
   case FT_FAULT_STORAGE:
     on_storage(s, w, m->fault.step, detail);
+    return;
+  case FT_FAULT_RESTORE_CORRUPT:
+    if (m->gen == s->gen && w->gen == s->gen && sup_in_gang(s, w->node))
+      on_restore_corrupt(s, w, m->fault.step, detail);
     return;
   case FT_FAULT_CONFIG:
   case FT_FAULT_DATA:

@@ -54,6 +54,9 @@ if(TARGET supervise)
   # Checkpoints in memory: every step, persist_every, require memory, lost copies.
   ft_add_script_test(NAME sup_memckpt COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_memckpt.sh
                      LABELS integration TIMEOUT 180)
+  # Restores fall back: a damaged newest checkpoint is marked BAD, at most 3 fallbacks.
+  ft_add_script_test(NAME sup_restore_fallback COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_restore_fallback.sh
+                     LABELS integration TIMEOUT 180)
   ft_add_script_test(NAME sup_spare_silent COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_spare_silent.sh
                      LABELS integration TIMEOUT 90)
 endif()

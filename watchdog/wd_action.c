@@ -56,6 +56,11 @@ static const struct {
                       "a rank's micro-batch recomputed on other nodes gave other bits (silent data "
                       "corruption); quarantine the node the majority names, roll back to the last "
                       "checkpoint before the first unchecked step"},
+    [FT_FAULT_RESTORE_CORRUPT] = {WD_ACT_REPORT,
+                                  "a chunk of the checkpoint being restored failed its hash from "
+                                  "every source; the supervisor marks that checkpoint BAD and the "
+                                  "next generation restores the next older one (at most 3 a "
+                                  "recovery; a node that fails hashes on 3 restores is suspect)"},
 };
 
 const char *wd_action_name(int action) {

@@ -877,6 +877,13 @@ static int phase_restore(trainer *t) {
       if (rc) {
         fprintf(stderr, "worker: restore of step %" PRId64 ": %s\n", t->restore_step,
                 ft_err_detail());
+        /* damaged or missing from every source (memory, buddies, the store):
+         * the supervisor marks the checkpoint BAD and falls back */
+        if (o->ctl && (rc == FT_ECORRUPT || rc == FT_ENOENT)) {
+          char msg[FT_WIRE_MAX_DETAIL + 1];
+          snprintf(msg, sizeof msg, "%s", ft_err_detail());
+          ctl_send_fault(o->ctl, FT_FAULT_RESTORE_CORRUPT, t->restore_step, msg);
+        }
         return FT_EXIT_STORE;
       }
       char hash[65];

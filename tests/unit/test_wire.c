@@ -854,7 +854,7 @@ static void test_malformed(void **state) {
   tb_u8(&t, FT_FAULT_KIND_COUNT);
   tb_u64(&t, 1);
   tb_str(&t, "x");
-  tb_bad(&t, "FAULT.kind: 13 out of range");
+  tb_bad(&t, "FAULT.kind: 14 out of range");
   tb_start(&t, FT_MSG_FAULT, 1);
   tb_u8(&t, FT_FAULT_NAN);
   tb_u64(&t, (uint64_t)-2);
@@ -1352,11 +1352,11 @@ static void test_names(void **state) {
   assert_int_equal(ft_wire_sender(FT_MSG_HELLO), FT_WIRE_FROM_WORKER);
   assert_int_equal(ft_wire_sender(FT_MSG_ASSIGN), FT_WIRE_FROM_SUPERVISOR);
   assert_int_equal(ft_wire_sender(99), 0);
-  const char *kinds[] = {"process_exit", "hang",       "collective_timeout",
-                         "xid",          "loss_spike", "nan",
-                         "oom",          "straggler",  "other",
-                         "storage",      "config",     "data",
-                         "sdc"};
+  const char *kinds[] = {"process_exit", "hang",           "collective_timeout",
+                         "xid",          "loss_spike",     "nan",
+                         "oom",          "straggler",      "other",
+                         "storage",      "config",         "data",
+                         "sdc",          "restore_corrupt"};
   assert_int_equal(sizeof kinds / sizeof kinds[0], FT_FAULT_KIND_COUNT);
   for (int k = 0; k < FT_FAULT_KIND_COUNT; k++) {
     assert_string_equal(ft_fault_kind_name(k), kinds[k]);
