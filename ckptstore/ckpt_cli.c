@@ -546,6 +546,11 @@ static int cmd_show(cli *c, const char *arg) {
 
 /* ---- restore -------------------------------------------------------------------- */
 
+/* `restore latest` moves on to the next older restorable checkpoint when
+ * the newest is damaged (FT_ECORRUPT), at most this many times; an
+ * explicit step never falls back. */
+#define CKPT_RESTORE_FALLBACKS 3
+
 static int cmd_restore(cli *c, const char *arg) {
   if (!c->to)
     return usage_error("restore needs --to PATH%s", "");
@@ -554,33 +559,75 @@ static int cmd_restore(cli *c, const char *arg) {
   if (c->world > 0 && c->rank >= c->world)
     return usage_error("--rank must be below --world%s", "");
   char to[8192], config[8192];
-  int rc = ckpt_cli_restore_target(c->to, c->world, c->rank, to, sizeof to, config, sizeof config);
-  if (rc)
-    return fail(rc, "restore");
-  int64_t step;
-  rc = parse_step(c, arg, &step);
-  ckpt_manifest *m = NULL;
+  int rc = ckpt_cli_restore_outside(c->to, ckpt_store_dir(c->s));
   if (rc == FT_OK)
-    rc = ckpt_store_load(c->s, c->run, step, &m);
+    rc = ckpt_cli_restore_target(c->to, c->world, c->rank, to, sizeof to, config, sizeof config);
   if (rc)
     return fail(rc, "restore");
-  const ckpt_info *i = ckpt_manifest_info(m);
-  if (i->state == CKPT_BAD)
+  int64_t step, newest = -1;
+  int latest = arg && strcmp(arg, "latest") == 0, fallbacks = 0, ndamaged = 0;
+  rc = parse_step(c, arg, &step);
+  newest = step;
+  ckpt_manifest *m = NULL;
+  for (;;) {
+    if (rc == FT_OK)
+      rc = ckpt_store_load(c->s, c->run, step, &m);
+    if (rc == FT_OK) {
+      const ckpt_info *i = ckpt_manifest_info(m);
+      if (i->state == CKPT_BAD)
+        fprintf(stderr,
+                "ckpt: warning: checkpoint %s step %" PRId64
+                " is marked bad; restoring it anyway as asked\n",
+                i->run, i->step);
+      rc = ckpt_cli_restore(c->s, m, to, config, c->world > 0 ? c->world : 0, c->rank);
+    }
+    ndamaged += rc == FT_ECORRUPT;
+    if (rc != FT_ECORRUPT || !latest || fallbacks == CKPT_RESTORE_FALLBACKS)
+      break;
+    /* the newest is damaged: name it and what is wrong, then the next older */
     fprintf(stderr,
-            "ckpt: warning: checkpoint %s step %" PRId64
-            " is marked bad; restoring it anyway as asked\n",
-            i->run, i->step);
-  rc = ckpt_cli_restore(c->s, m, to, config, c->world > 0 ? c->world : 0, c->rank);
+            "ckpt: warning: checkpoint %s step %" PRId64 " is damaged: %s\n"
+            "ckpt: nothing of it was written to %s; it is not marked bad here (restore only "
+            "reads the catalog): 'ckpt verify %" PRId64 "' would mark it\n",
+            c->run, step, ft_err_detail(), to, step);
+    ckpt_manifest_free(m);
+    m = NULL;
+    fallbacks++;
+    int64_t damaged = step;
+    rc = damaged > 0 ? ckpt_store_latest_at(c->s, c->run, damaged - 1, CKPT_LEVEL_LOCAL, &step)
+                     : FT_ENOENT;
+    if (rc == FT_ENOENT) {
+      rc = ft_err_set(FT_ECORRUPT,
+                      "checkpoint %s step %" PRId64 " is damaged and the run has no older "
+                      "restorable checkpoint",
+                      c->run, damaged);
+      break;
+    }
+    if (rc == FT_OK)
+      fprintf(stderr, "ckpt: falling back to step %" PRId64 " (fallback %d of at most %d)\n", step,
+              fallbacks, CKPT_RESTORE_FALLBACKS);
+  }
   if (rc) {
     int code = fail(rc, "restore");
-    if (rc == FT_ECORRUPT)
+    if (rc == FT_ECORRUPT && fallbacks)
+      fprintf(stderr,
+              "ckpt: nothing was written to %s: %d damaged checkpoint%s from step %" PRId64
+              " down; run 'ckpt verify' and restore an older one by its step ('ckpt ls')\n",
+              to, ndamaged, ndamaged == 1 ? "" : "s", newest);
+    else if (rc == FT_ECORRUPT)
       fprintf(stderr,
               "ckpt: nothing was written to %s; run 'ckpt verify %" PRId64
               "' and restore an older checkpoint ('ckpt ls')\n",
-              to, i->step);
+              to, step);
     ckpt_manifest_free(m);
     return code;
   }
+  const ckpt_info *i = ckpt_manifest_info(m);
+  if (fallbacks)
+    fprintf(stderr,
+            "ckpt: warning: restored step %" PRId64 ", not the newest (step %" PRId64
+            "): %d newer checkpoint%s damaged (above)\n",
+            i->step, newest, fallbacks, fallbacks == 1 ? " is" : "s are");
   if (c->json) {
     cJSON *o = jobj("restore");
     cJSON_AddStringToObject(o, "run", i->run);
@@ -590,6 +637,7 @@ static int cmd_restore(cli *c, const char *arg) {
     cJSON_AddNumberToObject(o, "world", c->world > 0 ? c->world : 0);
     cJSON_AddNumberToObject(o, "rank", c->world > 0 ? c->rank : 0);
     cJSON_AddStringToObject(o, "path", to);
+    cJSON_AddNumberToObject(o, "fallbacks", fallbacks);
     if (config[0])
       cJSON_AddStringToObject(o, "config", config);
     emit(o);
@@ -619,6 +667,7 @@ static void verify_json(cli *c, const char *run, int64_t step, const ckpt_verify
   cJSON_AddNumberToObject(x, "chunks_checked", rep->chunks_checked);
   cJSON_AddNumberToObject(x, "chunks_corrupt", rep->chunks_corrupt);
   cJSON_AddNumberToObject(x, "chunks_missing", rep->chunks_missing);
+  cJSON_AddBoolToObject(x, "manifest_bad", rep->manifest_bad);
   cJSON_AddStringToObject(x, "problem", rep->first_problem);
   cJSON_AddNumberToObject(x, "dependants_marked_bad", rep->dependants_bad);
   cJSON_AddItemToArray(c->jv, x);
@@ -641,8 +690,9 @@ static int verify_one(cli *c, const char *run, int64_t step, int *problems) {
     if (c->jv)
       verify_json(c, run, step, &rep, 0);
     else
-      printf("BAD   %s step %" PRId64 ": %d corrupt, %d missing of %d chunks\n      %s\n", run,
-             step, rep.chunks_corrupt, rep.chunks_missing, rep.chunks_checked, rep.first_problem);
+      printf("BAD   %s step %" PRId64 ": %s%d corrupt, %d missing of %d chunks\n      %s\n", run,
+             step, rep.manifest_bad ? "bad manifest object, " : "", rep.chunks_corrupt,
+             rep.chunks_missing, rep.chunks_checked, rep.first_problem);
     if (rep.dependants_bad && !c->jv)
       printf("      %d other checkpoint(s) need those chunks (delta chains): marked bad too\n",
              rep.dependants_bad);
