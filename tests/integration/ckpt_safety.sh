@@ -25,15 +25,16 @@ run_ckpt() { # NAME ARGS...: $RC and $TMP/NAME.out (stdout and stderr)
   RC=0
   "$C" "$@" >"$TMP/$name.out" 2>&1 || RC=$?
 }
-write() { # START STEPS
-  "$W" --store "$CKPT_STORE" --start "$1" --steps "$2" --world 2 --layers 2 --embd 64 \
+write() { # START STEPS EMBD (the writer's bytes depend on the step's index in its
+  # run, not on the step: another width gives chunks no earlier run wrote)
+  "$W" --store "$CKPT_STORE" --start "$1" --steps "$2" --world 2 --layers 2 --embd "$3" \
     --chunk-mib 1 >"$TMP/w.out" 2>&1 || fail "writer: $(cat "$TMP/w.out")"
 }
 
 # ---- 1 -------------------------------------------------------------------------
-write 1 2
+write 1 2 64
 cp -a "$D/catalog" "$TMP/catalog.old"
-write 3 1
+write 3 1 128
 "$C" restore 3 --to "$TMP/want3.st" >/dev/null || fail "restore 3"
 rm -rf "$D/catalog"
 cp -a "$TMP/catalog.old" "$D/catalog"
@@ -85,7 +86,7 @@ cp "$TMP/m2.json" "$m2"
 pass "restore into the store refused (exit 2, manifest unchanged); verify and rebuild name an overwritten manifest"
 
 # ---- 3 -------------------------------------------------------------------------
-write 4 2 # steps 4 and 5
+write 4 2 96 # steps 4 and 5
 "$C" restore 4 --to "$TMP/want4.st" >/dev/null || fail "restore 4"
 hex=$(grep -A40 '"param/h.0"' "$M/00000000000000000005.json" | grep -oE '[0-9a-f]{64}' | head -n 1)
 victim="$D/chunks/${hex:0:2}/$hex"
