@@ -12,6 +12,8 @@
 #      host committed since) makes `gc --grace 0` (and --dry-run) refuse,
 #      naming them; not one object of the bucket is deleted, and a new cache
 #      restores every checkpoint bit for bit
+#   4. a chunk damaged in the cache is read again from the bucket by a
+#      restore (and the cache copy replaced)
 set -u
 W="$FT_BUILD/tests/ckpt_testwriter"
 C="$FT_BIN/ckpt"
@@ -112,4 +114,19 @@ run_ckpt gc_ok --store "$S" gc --grace 0
 [ "$RC" -eq 0 ] || fail "gc after the rebuild: exit $RC: $(cat "$T/gc_ok.out")"
 grep -q "deleted 0 checkpoints, 0 chunks" "$T/gc_ok.out" || fail "gc after the rebuild: $(cat "$T/gc_ok.out")"
 echo "ok 3: gc refuses a catalog behind the bucket, naming the manifests; nothing deleted, all restore"
+
+# ---- 4 -------------------------------------------------------------------------
+# a chunk of step 3 truncated in cache1: the restore reads the bucket's copy
+# (and puts it back in the cache) instead of failing or falling back
+export FT_S3_CACHE="$T/cache1"
+hex=$(grep -A40 '"param/h.0"' "$T/cache1/manifests/testrun/00000000000000000003.json" |
+  grep -oE '[0-9a-f]{64}' | head -n 1)
+victim="$T/cache1/chunks/${hex:0:2}/$hex"
+[ -f "$victim" ] || fail "no chunk file $victim in the cache"
+truncate -s 100 "$victim"
+run_ckpt evict --store "$S" restore 3 --to "$T/again3.st"
+[ "$RC" -eq 0 ] || fail "restore 3 with a truncated cache chunk: exit $RC: $(cat "$T/evict.out")"
+cmp "$T/want3.st" "$T/again3.st" || fail "restore 3 after the cache repair differs"
+[ "$(stat -c %s "$victim")" -gt 100 ] || fail "the cache copy of $hex was not replaced"
+echo "ok 4: a damaged cache chunk is read again from the bucket"
 echo "PASS: s3_gc_safety"
