@@ -1,10 +1,13 @@
 /*
  * ckpt_verify: re-hash every chunk of a checkpoint.
  *
- * First, the checkpoint's manifest object must hold the catalog's copy of
- * its manifest byte for byte: one overwritten (a `ckpt restore --to` into
- * the store), cut short or lost is a problem like a damaged chunk (a
- * catalog rebuild would lose the checkpoint, or record other bytes).
+ * First, the checkpoint's manifest object, where it exists, must hold the
+ * catalog's copy of its manifest byte for byte: one overwritten (a `ckpt
+ * restore --to` into the store) or cut short is a problem like a damaged
+ * chunk (a catalog rebuild would lose the checkpoint, or record other
+ * bytes). A missing one is not: a GC that dropped the checkpoint deletes
+ * the object before the catalog record (ckpt_gc.c G3), and a crash between
+ * leaves the checkpoint whole in the catalog.
  * Each chunk the manifest references is read from the tier, decoded and its
  * SHA-256 compared with its name (ckpt_store_fetch); a delta chunk is
  * decoded against its base, read and checked the same way, so a damaged or
@@ -96,7 +99,8 @@ static int mark_dependants(ckpt_store *s, const char *run, int64_t step, const c
  * manifest, byte for byte (the commit writes both from one text, and a
  * rebuild copies the object): FT_OK, or FT_ECORRUPT with why (what is
  * wrong with the object, by name) in the detail; FT_OK too where the
- * catalog keeps no copy (a checkpoint read from the bucket alone). */
+ * catalog keeps no copy (a checkpoint read from the bucket alone) or the
+ * object is gone (see below). */
 static int check_manifest_object(ckpt_store *s, const char *run, int64_t step) {
   char ckey[256], okey[256], *cat = NULL;
   uint8_t *obj = NULL;
@@ -110,10 +114,10 @@ static int check_manifest_object(ckpt_store *s, const char *run, int64_t step) {
     return rc;
   rc = s->tier->get(s->tier, okey, &obj, &olen);
   if (rc == FT_ENOENT) {
-    rc = ft_err_set(FT_ECORRUPT,
-                    "manifest object %s is missing from the store (the catalog has its copy; "
-                    "a catalog rebuild would lose this checkpoint)",
-                    okey);
+    /* not damage: a GC dropping this checkpoint deletes the object before
+     * the record (G3), and a crash in between leaves it whole in the
+     * catalog until the next GC */
+    rc = FT_OK;
   } else if (rc == FT_OK && (olen != clen || memcmp(obj, cat, clen) != 0)) {
     uint8_t h[CKPT_HASH_LEN];
     char hex[CKPT_HEX_LEN + 1] = "?";

@@ -395,13 +395,13 @@ typedef struct ckpt_verify_report {
   char first_problem[512]; /* human-readable; "" when none */
   int dependants_bad;      /* other checkpoints of the run marked BAD because
                               they need a chunk that failed (delta chains) */
-  int manifest_bad;        /* its manifest object is missing, is no manifest
-                              or differs from the catalog's copy */
+  int manifest_bad;        /* its manifest object is no manifest or differs
+                              from the catalog's copy */
 } ckpt_verify_report;
 /* Re-hashes every chunk of (run, step) (a delta decoded with its chain),
  * and checks that its manifest object in the store holds the catalog's
- * copy of the manifest byte for byte (one overwritten, cut short or lost
- * would make a catalog rebuild lose the checkpoint). On a bad manifest
+ * copy of the manifest byte for byte where it exists (one overwritten or
+ * cut short would make a catalog rebuild lose the checkpoint). On a bad manifest
  * object or any corrupt or missing chunk the checkpoint is marked
  * CKPT_BAD (unless read-only), and so is every other checkpoint of the run
  * that needs one of the chunks that failed (rep->dependants_bad), and
