@@ -444,6 +444,29 @@ int ckpt_catalog_scan(ckpt_catalog *c, const char *prefix,
   return rc;
 }
 
+int ckpt_catalog_destroy(const char *dir) {
+  rocksdb_options_t *o = rocksdb_options_create();
+  rocksdb_options_set_info_log_level(o, CAT_INFO_LOG_OFF);
+  char *err = NULL;
+  rocksdb_destroy_db(o, dir, &err);
+  rocksdb_options_destroy(o);
+  if (err)
+    return db_err(err, "destroy", dir);
+  char lock[4096];
+  snprintf(lock, sizeof lock, "%s.lock", dir);
+  unlink(lock);
+  DIR *d = opendir(dir); /* what RocksDB does not count as its own (the empty LOG) */
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+      unlinkat(dirfd(d), e->d_name, 0);
+  if (d)
+    closedir(d);
+  if (rmdir(dir) != 0 && errno != ENOENT)
+    return ft_err_set(ft_err_from_errno(errno), "removing the folder %s: %s", dir, strerror(errno));
+  return FT_OK;
+}
+
 ckpt_batch *ckpt_batch_new(void) {
   ckpt_batch *b = calloc(1, sizeof *b);
   if (b)

@@ -53,9 +53,17 @@ static const char *usage_text =
     "                          directory (model.safetensors + config.json, loads\n"
     "                          with GPT2LMHeadModel.from_pretrained), for a shard\n"
     "                          rankR-of-N.safetensors in it; anything else (a\n"
-    "                          device, FIFO, link) is refused\n"
+    "                          device, FIFO, link), and any PATH inside the\n"
+    "                          store's folder (or an s3 store's cache; links and\n"
+    "                          '..' followed) is refused (exit 2).\n"
+    "                          'restore latest' whose checkpoint is damaged names\n"
+    "                          it and its chunk and restores the next older one\n"
+    "                          (at most 3 fallbacks; exit 0 with a warning); an\n"
+    "                          explicit STEP never falls back\n"
     "  verify [STEP]           re-read and re-hash every chunk of one checkpoint\n"
-    "                          (or of all), delta chunks with their chains;\n"
+    "                          (or of all), delta chunks with their chains, and\n"
+    "                          check that its manifest object in the store holds\n"
+    "                          the catalog's copy (one overwritten is named);\n"
     "                          damaged ones are marked bad, and so are the\n"
     "                          checkpoints whose chains need a damaged chunk (not\n"
     "                          while another writer holds the catalog or the\n"
@@ -70,7 +78,10 @@ static const char *usage_text =
     "                          Also removes temp files crashed writes left. On a\n"
     "                          full disk it still deletes the chunks nothing\n"
     "                          references, then retention if that made room;\n"
-    "                          exit 4 (naming the error) if it could not\n"
+    "                          exit 4 (naming the error) if it could not.\n"
+    "                          Refused (exit 4, nothing deleted, a dry run too)\n"
+    "                          when the store holds manifests its catalog does\n"
+    "                          not list (named): run rebuild-catalog first\n"
     "  pin STEP / unpin STEP   protect a checkpoint from gc (or stop protecting it)\n"
     "  diff A B                which tensors changed between steps A and B, and\n"
     "                          by how many bytes (at chunk granularity)\n"
@@ -81,8 +92,11 @@ static const char *usage_text =
     "                          or damaged catalog needs. A damaged catalog is\n"
     "                          moved aside (CATALOG.damaged.TIME) and rebuilt;\n"
     "                          every manifest that cannot be used is named, with\n"
-    "                          why (exit 1). An s3:// cache without a catalog is\n"
-    "                          rebuilt anyway on first use.\n"
+    "                          why (exit 1). Until it completes, the catalog is\n"
+    "                          marked incomplete and every other command refuses\n"
+    "                          it (exit 4). An s3:// cache without a catalog gets\n"
+    "                          one on first use, built beside it and moved in\n"
+    "                          only when whole.\n"
     "\n"
     "STEP is a step number or 'latest' (the newest committed or good one).\n"
     "\n"
@@ -130,13 +144,15 @@ static const char *usage_text =
     "\n"
     "Exit codes:\n"
     "  0  success\n"
-    "  1  a problem was found: verify saw a corrupt or missing chunk, restore\n"
-    "     met a damaged chunk (nothing was written), or rebuild-catalog skipped\n"
-    "     a manifest it could not use\n"
-    "  2  usage error (bad command, option or argument; ambiguous run)\n"
+    "  1  a problem was found: verify saw a corrupt or missing chunk or a bad\n"
+    "     manifest object, restore met a damaged chunk (nothing was written), or\n"
+    "     rebuild-catalog skipped a manifest it could not use\n"
+    "  2  usage error (bad command, option or argument; ambiguous run; restore\n"
+    "     --to a path inside the store)\n"
     "  3  not found (no such store, run, checkpoint or tensor)\n"
-    "  4  store or catalog error (I/O, a full disk, database, format; a damaged\n"
-    "     or missing catalog: run 'ckpt rebuild-catalog')\n"
+    "  4  store or catalog error (I/O, a full disk, database, format; a damaged,\n"
+    "     missing or incomplete catalog, or gc refused because the catalog lacks\n"
+    "     manifests the store has: run 'ckpt rebuild-catalog')\n"
     "  5  the catalog is locked by another writer (gc, pin, unpin); try later\n";
 
 typedef struct cli {
@@ -546,6 +562,11 @@ static int cmd_show(cli *c, const char *arg) {
 
 /* ---- restore -------------------------------------------------------------------- */
 
+/* `restore latest` moves on to the next older restorable checkpoint when
+ * the newest is damaged (FT_ECORRUPT), at most this many times; an
+ * explicit step never falls back. */
+#define CKPT_RESTORE_FALLBACKS 3
+
 static int cmd_restore(cli *c, const char *arg) {
   if (!c->to)
     return usage_error("restore needs --to PATH%s", "");
@@ -554,33 +575,75 @@ static int cmd_restore(cli *c, const char *arg) {
   if (c->world > 0 && c->rank >= c->world)
     return usage_error("--rank must be below --world%s", "");
   char to[8192], config[8192];
-  int rc = ckpt_cli_restore_target(c->to, c->world, c->rank, to, sizeof to, config, sizeof config);
-  if (rc)
-    return fail(rc, "restore");
-  int64_t step;
-  rc = parse_step(c, arg, &step);
-  ckpt_manifest *m = NULL;
+  int rc = ckpt_cli_restore_outside(c->to, ckpt_store_dir(c->s));
   if (rc == FT_OK)
-    rc = ckpt_store_load(c->s, c->run, step, &m);
+    rc = ckpt_cli_restore_target(c->to, c->world, c->rank, to, sizeof to, config, sizeof config);
   if (rc)
     return fail(rc, "restore");
-  const ckpt_info *i = ckpt_manifest_info(m);
-  if (i->state == CKPT_BAD)
+  int64_t step, newest = -1;
+  int latest = arg && strcmp(arg, "latest") == 0, fallbacks = 0, ndamaged = 0;
+  rc = parse_step(c, arg, &step);
+  newest = step;
+  ckpt_manifest *m = NULL;
+  for (;;) {
+    if (rc == FT_OK)
+      rc = ckpt_store_load(c->s, c->run, step, &m);
+    if (rc == FT_OK) {
+      const ckpt_info *i = ckpt_manifest_info(m);
+      if (i->state == CKPT_BAD)
+        fprintf(stderr,
+                "ckpt: warning: checkpoint %s step %" PRId64
+                " is marked bad; restoring it anyway as asked\n",
+                i->run, i->step);
+      rc = ckpt_cli_restore(c->s, m, to, config, c->world > 0 ? c->world : 0, c->rank);
+    }
+    ndamaged += rc == FT_ECORRUPT;
+    if (rc != FT_ECORRUPT || !latest || fallbacks == CKPT_RESTORE_FALLBACKS)
+      break;
+    /* the newest is damaged: name it and what is wrong, then the next older */
     fprintf(stderr,
-            "ckpt: warning: checkpoint %s step %" PRId64
-            " is marked bad; restoring it anyway as asked\n",
-            i->run, i->step);
-  rc = ckpt_cli_restore(c->s, m, to, config, c->world > 0 ? c->world : 0, c->rank);
+            "ckpt: warning: checkpoint %s step %" PRId64 " is damaged: %s\n"
+            "ckpt: nothing of it was written to %s; it is not marked bad here (restore only "
+            "reads the catalog): 'ckpt verify %" PRId64 "' would mark it\n",
+            c->run, step, ft_err_detail(), to, step);
+    ckpt_manifest_free(m);
+    m = NULL;
+    fallbacks++;
+    int64_t damaged = step;
+    rc = damaged > 0 ? ckpt_store_latest_at(c->s, c->run, damaged - 1, CKPT_LEVEL_LOCAL, &step)
+                     : FT_ENOENT;
+    if (rc == FT_ENOENT) {
+      rc = ft_err_set(FT_ECORRUPT,
+                      "checkpoint %s step %" PRId64 " is damaged and the run has no older "
+                      "restorable checkpoint",
+                      c->run, damaged);
+      break;
+    }
+    if (rc == FT_OK)
+      fprintf(stderr, "ckpt: falling back to step %" PRId64 " (fallback %d of at most %d)\n", step,
+              fallbacks, CKPT_RESTORE_FALLBACKS);
+  }
   if (rc) {
     int code = fail(rc, "restore");
-    if (rc == FT_ECORRUPT)
+    if (rc == FT_ECORRUPT && fallbacks)
+      fprintf(stderr,
+              "ckpt: nothing was written to %s: %d damaged checkpoint%s from step %" PRId64
+              " down; run 'ckpt verify' and restore an older one by its step ('ckpt ls')\n",
+              to, ndamaged, ndamaged == 1 ? "" : "s", newest);
+    else if (rc == FT_ECORRUPT)
       fprintf(stderr,
               "ckpt: nothing was written to %s; run 'ckpt verify %" PRId64
               "' and restore an older checkpoint ('ckpt ls')\n",
-              to, i->step);
+              to, step);
     ckpt_manifest_free(m);
     return code;
   }
+  const ckpt_info *i = ckpt_manifest_info(m);
+  if (fallbacks)
+    fprintf(stderr,
+            "ckpt: warning: restored step %" PRId64 ", not the newest (step %" PRId64
+            "): %d newer checkpoint%s damaged (above)\n",
+            i->step, newest, fallbacks, fallbacks == 1 ? " is" : "s are");
   if (c->json) {
     cJSON *o = jobj("restore");
     cJSON_AddStringToObject(o, "run", i->run);
@@ -590,6 +653,7 @@ static int cmd_restore(cli *c, const char *arg) {
     cJSON_AddNumberToObject(o, "world", c->world > 0 ? c->world : 0);
     cJSON_AddNumberToObject(o, "rank", c->world > 0 ? c->rank : 0);
     cJSON_AddStringToObject(o, "path", to);
+    cJSON_AddNumberToObject(o, "fallbacks", fallbacks);
     if (config[0])
       cJSON_AddStringToObject(o, "config", config);
     emit(o);
@@ -619,6 +683,7 @@ static void verify_json(cli *c, const char *run, int64_t step, const ckpt_verify
   cJSON_AddNumberToObject(x, "chunks_checked", rep->chunks_checked);
   cJSON_AddNumberToObject(x, "chunks_corrupt", rep->chunks_corrupt);
   cJSON_AddNumberToObject(x, "chunks_missing", rep->chunks_missing);
+  cJSON_AddBoolToObject(x, "manifest_bad", rep->manifest_bad);
   cJSON_AddStringToObject(x, "problem", rep->first_problem);
   cJSON_AddNumberToObject(x, "dependants_marked_bad", rep->dependants_bad);
   cJSON_AddItemToArray(c->jv, x);
@@ -641,8 +706,9 @@ static int verify_one(cli *c, const char *run, int64_t step, int *problems) {
     if (c->jv)
       verify_json(c, run, step, &rep, 0);
     else
-      printf("BAD   %s step %" PRId64 ": %d corrupt, %d missing of %d chunks\n      %s\n", run,
-             step, rep.chunks_corrupt, rep.chunks_missing, rep.chunks_checked, rep.first_problem);
+      printf("BAD   %s step %" PRId64 ": %s%d corrupt, %d missing of %d chunks\n      %s\n", run,
+             step, rep.manifest_bad ? "bad manifest object, " : "", rep.chunks_corrupt,
+             rep.chunks_missing, rep.chunks_checked, rep.first_problem);
     if (rep.dependants_bad && !c->jv)
       printf("      %d other checkpoint(s) need those chunks (delta chains): marked bad too\n",
              rep.dependants_bad);

@@ -32,6 +32,12 @@ int ckpt_cli_restore(ckpt_store *s, const ckpt_manifest *m, const char *path, co
  * that folder, or "" (a shard, or a file target). FT_EINVAL (saying what it
  * is) if a path exists and is not a regular file: restore never replaces a
  * device, FIFO or link. */
+/* FT_OK unless --to TO lies inside the store's folder dir (after symbolic
+ * links and '..' are resolved; for a path that does not exist yet, its
+ * nearest existing parent): then FT_EINVAL naming both. A restore never
+ * writes into the store, where it would replace a manifest, a chunk or
+ * the catalog. */
+int ckpt_cli_restore_outside(const char *to, const char *dir);
 int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size_t n, char *config,
                             size_t config_len);
 

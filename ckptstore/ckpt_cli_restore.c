@@ -16,6 +16,10 @@
  * SHA-256; a bad chunk stops the restore and nothing is left at PATH (files
  * are written to a temp name, fsynced and renamed).
  *
+ * PATH must lie outside the store's folder (the local store, or an s3://
+ * store's cache), after symbolic links and '..' are resolved: a restore
+ * into it would replace a manifest, a chunk or the catalog (refused,
+ * exit 2, before anything is read or made).
  * PATH: a new name, an existing regular file (replaced), or a folder (an
  * existing one, or a path ending in '/', made): rank<R>-of-<N>.safetensors
  * in it for a shard; for the model a Hugging Face model directory,
@@ -34,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +234,50 @@ out:
   free(start);
   free(count);
   return rc;
+}
+
+/* path made absolute with every symbolic link and '..' resolved
+ * (realpath), where it does not exist yet: its nearest existing ancestor
+ * resolved, the rest appended. -1 if too long. */
+static int resolve_path(const char *path, char out[PATH_MAX]) {
+  char p[PATH_MAX], tail[PATH_MAX] = "", r[PATH_MAX];
+  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+    return -1;
+  for (;;) {
+    size_t l = strlen(p);
+    while (l > 1 && p[l - 1] == '/')
+      p[--l] = 0;
+    if (realpath(l ? p : ".", r)) {
+      int w = snprintf(out, PATH_MAX, "%s%s", strcmp(r, "/") ? r : "", tail);
+      if (!out[0])
+        snprintf(out, PATH_MAX, "/");
+      return w < 0 || w >= PATH_MAX ? -1 : 0;
+    }
+    char *sl = strrchr(p, '/'), t[PATH_MAX];
+    if (snprintf(t, sizeof t, "/%s%s", sl ? sl + 1 : p, tail) >= (int)sizeof t)
+      return -1;
+    memcpy(tail, t, sizeof tail);
+    if (!sl)
+      snprintf(p, sizeof p, ".");
+    else if (sl == p)
+      snprintf(p, sizeof p, "/");
+    else
+      *sl = 0;
+  }
+}
+
+int ckpt_cli_restore_outside(const char *to, const char *dir) {
+  char t[PATH_MAX], d[PATH_MAX];
+  if (resolve_path(to, t) || resolve_path(dir, d))
+    return ft_err_set(FT_EINVAL, "--to %s: path too long", to);
+  size_t l = strlen(d);
+  if (strncmp(t, d, l) == 0 && (t[l] == 0 || t[l] == '/' || l == 1))
+    return ft_err_set(FT_EINVAL,
+                      "--to %s is inside the store's folder %s (it resolves to %s): restore "
+                      "never writes into the store, where it would replace a manifest, a chunk "
+                      "or the catalog; give a path outside it",
+                      to, d, t);
+  return FT_OK;
 }
 
 int ckpt_cli_restore_target(const char *to, int world, int rank, char *out, size_t n, char *config,

@@ -221,6 +221,15 @@ static void busy_leave(ckpt_store *s, const char *run, int64_t step) {
   pthread_mutex_unlock(&s->busy_mu);
 }
 
+int ckpt_commit_busy(ckpt_store *s, const char *run, int64_t step) {
+  pthread_mutex_lock(&s->busy_mu);
+  int busy = 0;
+  for (int i = 0; i < s->nbusy && !busy; i++)
+    busy = s->busy[i].step == step && strcmp(s->busy[i].run, run) == 0;
+  pthread_mutex_unlock(&s->busy_mu);
+  return busy;
+}
+
 /* C3: every chunk of m exists in the tier (freshened), into refs (k of
  * them) with its stored size; a memory-level commit only lists them. */
 static int check_chunks(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m, int memory,

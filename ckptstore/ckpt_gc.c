@@ -21,12 +21,23 @@
  * where "referenced" = named by a manifest the catalog holds at G4.
  *
  * Steps of ckpt_store_gc (the function performing each in brackets):
+ *   G0 list the store's manifest objects (the local manifests/ folder, or
+ *      the cache's and the bucket's) [ckpt_tier_manifest_keys], before
+ *      meta_mu: a bucket's listing takes requests.
  *   G1 take meta_mu (no commit runs from here to G4; gc_epoch counts this
  *      GC, so a commit whose C3 ran before it checks its chunks again, see
  *      ckpt_commit.c); read the tier's clock
  *      T0 [tier->now]; the sweep's cutoff is T0 - grace (grace: 1 h by
  *      default, ckpt_store_set_gc_grace) so chunks written for a checkpoint
  *      that is still being written (not yet committed) are left alone.
+ *   G1b the catalog must list every manifest G0 saw, except those a commit
+ *      of this handle is between C4 and C5 with (ckpt_commit_busy); else
+ *      it is incomplete: refuse (FT_ESTATE naming them, nothing done, a
+ *      dry run alike) [check_catalog_whole]. What the catalog does not
+ *      list G4 does not mark, so G5 would delete the chunks of those
+ *      checkpoints (a catalog left empty by an interrupted rebuild would
+ *      lose the whole store). A manifest put after G0 belongs to a commit
+ *      that records it under meta_mu, so after G4 (I1 below).
  *   G2 decide retention from the catalog's info records [keep_set].
  *   G3 drop: delete the manifest objects of dropped checkpoints, then one
  *      synced batch deleting their catalog records [ckpt_catalog_write].
@@ -352,6 +363,56 @@ static int sweep_manifest_tmp(gc_ctx *g, int64_t t0) {
   return rc;
 }
 
+/* G1b: every manifest object G0 listed (keys) has its checkpoint in the
+ * catalog (ckpt/man/<run>/<step>), unless a commit of this handle is
+ * writing it (C4 puts the object before C5 records it, with meta_mu let
+ * go). Else the catalog is incomplete (an interrupted rebuild, a lost or
+ * older copy, a commit that crashed between C4 and C5) and G4 would miss
+ * chunks a checkpoint needs: FT_ESTATE naming the first few, and nothing
+ * is done. Under meta_mu. */
+#define GC_NAMED 3
+static int check_catalog_whole(ckpt_store *s, char **keys, size_t n) {
+  char names[3 * 320] = "", key[512];
+  size_t missing = 0, plen = strlen(CKPT_OBJ_MANIFESTS);
+  int rc = FT_OK;
+  for (size_t i = 0; i < n && rc == FT_OK; i++) {
+    int64_t step;
+    const char *run = keys[i] + plen, *slash = strrchr(keys[i], '/');
+    if (strncmp(keys[i], CKPT_OBJ_MANIFESTS, plen) != 0 || !slash || slash <= run ||
+        slash - run > 200 || ckpt_objkey_manifest_step(keys[i], &step) != 0)
+      continue; /* ckpt_tier_manifest_keys lists no other */
+    char rn[256], *val = NULL;
+    snprintf(rn, sizeof rn, "%.*s", (int)(slash - run), run);
+    ckpt_key_man(key, sizeof key, rn, step);
+    rc = ckpt_catalog_get(s->cat, key, &val, NULL);
+    free(val);
+    if (rc != FT_ENOENT)
+      continue;
+    rc = FT_OK;
+    if (ckpt_commit_busy(s, rn, step))
+      continue;
+    if (missing++ < GC_NAMED) {
+      size_t l = strlen(names);
+      snprintf(names + l, sizeof names - l, "%s%s", l ? ", " : "", keys[i]);
+    }
+  }
+  if (rc)
+    return ckpt_err_wrap(rc, "gc stopped, nothing deleted: reading the catalog");
+  if (!missing)
+    return FT_OK;
+  char more[64] = "";
+  if (missing > GC_NAMED)
+    snprintf(more, sizeof more, " and %zu more", missing - GC_NAMED);
+  return ft_err_set(FT_ESTATE,
+                    "gc refused, nothing deleted: the store %s holds %zu checkpoint manifest%s "
+                    "that its catalog does not list (%s%s); the catalog is incomplete (an "
+                    "interrupted rebuild, a lost or older copy, or a commit that crashed "
+                    "before recording its checkpoint) and gc would delete chunks those "
+                    "checkpoints need. Run 'ckpt rebuild-catalog %s' first (a manifest it "
+                    "skips as damaged must be moved out of the store before gc)",
+                    s->uri, missing, missing == 1 ? "" : "s", names, more, s->uri);
+}
+
 static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_gc_report *rep,
                    int again);
 
@@ -378,12 +439,22 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
   int64_t t0 = 0;
   char key[256];
   int sweep = 1;
+  char **mkeys = NULL;
+  size_t nmkeys = 0;
 
+  /* G0, before meta_mu: listing a bucket takes requests, and a commit
+   * waits on meta_mu */
+  int rc = ckpt_tier_manifest_keys(s->tier, &mkeys, &nmkeys);
+  if (rc)
+    return ckpt_err_wrap(rc, "gc stopped, nothing deleted: listing the store's manifests (to check "
+                             "that the catalog lists every checkpoint)");
   pthread_mutex_lock(&s->meta_mu); /* G1 */
   s->gc_epoch++;
-  int rc = s->read_only ? FT_OK : s->tier->now(s->tier, &t0);
+  rc = s->read_only ? FT_OK : s->tier->now(s->tier, &t0);
   if (s->read_only)
     t0 = ft_wall_ns();
+  if (rc == FT_OK)
+    rc = check_catalog_whole(s, mkeys, nmkeys); /* G1b */
   if (rc)
     goto unlock;
   g.cutoff = t0 - s->gc_grace_s * 1000000000LL;
@@ -484,6 +555,7 @@ unlock:
     }
   }
 out:
+  ckpt_keys_free(mkeys, nmkeys);
   ckpt_hashset_release(&g.marked);
   ckpt_hashset_release(&g.shards);
   for (size_t i = 0; i < g.nobjmans; i++)

@@ -239,6 +239,9 @@ int ckpt_catalog_refresh(ckpt_catalog *c);
  * batch; *copied: how many. FT_OK if every key was read, else the error
  * that stopped the scan (what was read before it is copied anyway). */
 int ckpt_catalog_salvage(const char *from, ckpt_catalog *into, const char *prefix, int *copied);
+/* Deletes the catalog at dir (closed, its lock not held by anyone): its
+ * files, its lock file and the folder. */
+int ckpt_catalog_destroy(const char *dir);
 /* Writes the batch atomically with sync=true. Frees the batch either way.
  * A failure (FT_ENOSPC / FT_EIO naming the file) leaves the catalog as it
  * was; the next write reopens the database first. */
@@ -253,6 +256,11 @@ void ckpt_batch_free(ckpt_batch *b);
 void ckpt_key_info(char *buf, size_t n, const char *run, int64_t step);
 void ckpt_key_man(char *buf, size_t n, const char *run, int64_t step);
 void ckpt_key_chunk(char *buf, size_t n, const char hex[CKPT_HEX_LEN + 1]);
+/* A rebuild from the manifests under way, or interrupted
+ * (ckpt_store.c): written before the rebuild records anything and deleted
+ * by the batch after its last one. A catalog that holds it may lack
+ * checkpoints the store has: every open but a rebuild's refuses it. */
+#define CKPT_KEY_INCOMPLETE "ckpt/incomplete"
 /* Other components' records (ckpt_meta.c) are "sup/<key>". */
 #define CKPT_META_PREFIX "sup/"
 /* Scan prefixes: "ckpt/info/<run>/" (run NULL: every run's), "ckpt/man/". */
@@ -276,6 +284,7 @@ typedef struct ckpt_dseq ckpt_dseq;
 
 struct ckpt_store {
   char *uri;
+  char *dir; /* absolute: DIR of local:DIR, or an s3:// store's cache */
   ckpt_tier *tier;
   ckpt_catalog *cat;
   int read_only;    /* the catalog is read-only (also for a shard writer) */
@@ -362,6 +371,11 @@ int ckpt_mem_has(ckpt_mem *m, const uint8_t *hash, uint64_t len);
  * the failpoint corrupt_memory_chunk leaves it alone. */
 int ckpt_mem_copy(ckpt_mem *m, const uint8_t *hash, void *dst, uint64_t len);
 
+/* ckpt_commit.c: 1 while a commit of (run, step) is under way in this
+ * handle (between its C3 and C6: its manifest object may be in the tier
+ * before its catalog record). */
+int ckpt_commit_busy(ckpt_store *s, const char *run, int64_t step);
+
 int ckpt_writer_start(ckpt_store *s);
 void ckpt_writer_stop(ckpt_store *s);
 /* Frees the delta bases (at close, the writer stopped). */
@@ -395,6 +409,11 @@ int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_o
 int ckpt_freshen_shard(ckpt_tier *t, const ckpt_shard *sh);
 /* ckpt_manifest_from_json, then ckpt_manifest_expand_tier. */
 int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out);
+/* The keys of every checkpoint manifest object in t (manifests/<run>/
+ * <step %020lld>.json; not marks or temp files), sorted, each once (a
+ * cache and its bucket are both listed): *keys malloc'd, ckpt_keys_free. */
+int ckpt_tier_manifest_keys(ckpt_tier *t, char ***keys, size_t *n);
+void ckpt_keys_free(char **keys, size_t n);
 /* ckpt_store_get_info: ckptstore.h */
 int ckpt_store_put_info(ckpt_store *s, const ckpt_info *info);
 /* Writes (or, for a plain unpinned COMMITTED record, deletes) the mark

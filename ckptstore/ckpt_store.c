@@ -34,6 +34,7 @@
 #include "ckpt_s3.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -213,14 +214,105 @@ static int set_catalog_aside(ckpt_store *s, const char *catdir) {
   return FT_OK;
 }
 
-/* Opens the catalog of a store. A catalog is created only where the store
- * has no manifests yet (a new store); where it has some, a missing catalog
- * is damage: FT_EDB naming it and saying to run `ckpt rebuild-catalog`,
- * never an empty store. o->rebuild_catalog (writers): a missing catalog is
- * created empty and a damaged one is moved aside and replaced by an empty
- * one, for ckpt_store_rebuild_catalog to fill. An s3:// cache without a
- * catalog gets one rebuilt from the bucket here (the bucket is the store;
- * a new cache is only an empty copy). */
+/* Writes the incomplete marker (CKPT_KEY_INCOMPLETE) into cat: the first
+ * write of any rebuild, so one that stops midway leaves a catalog that
+ * says so. */
+static int mark_incomplete(ckpt_catalog *cat, const char *from) {
+  char v[1400];
+  int n = snprintf(v, sizeof v,
+                   "a rebuild from the manifests of %s (started at %lld by pid %d) did not finish",
+                   from, (long long)time(NULL), (int)getpid());
+  ckpt_batch *b = ckpt_batch_new();
+  if (b)
+    ckpt_batch_put(b, CKPT_KEY_INCOMPLETE, v, (size_t)(n < (int)sizeof v ? n : (int)sizeof v - 1));
+  return ckpt_catalog_write(cat, b);
+}
+
+/* FT_EDB if the open catalog carries the incomplete marker: it may lack
+ * checkpoints the store has, so it is never listed from, restored from or
+ * collected; only a rebuild opens it. One read, no listing of the store. */
+static int check_complete(ckpt_store *s, const char *catdir) {
+  char *why = NULL;
+  int rc = ckpt_catalog_get(s->cat, CKPT_KEY_INCOMPLETE, &why, NULL);
+  if (rc == FT_ENOENT)
+    return FT_OK;
+  if (rc)
+    return rc;
+  rc = ft_err_set(FT_EDB,
+                  "the catalog %s is incomplete: %s, so it may lack checkpoints the store has; "
+                  "it is not used until 'ckpt rebuild-catalog %s' completes",
+                  catdir, why, s->uri);
+  free(why);
+  return rc;
+}
+
+/* Makes the catalog of catdir beside it, at <catdir>.rebuilding, and
+ * renames it into place only when whole, so an interrupted build leaves
+ * nothing at catdir that looks like a catalog (the next open builds again).
+ * fill: records every manifest of the store (what an s3:// cache without a
+ * catalog gets); 0: an empty catalog that carries the incomplete marker
+ * from its first moment, which an explicit rebuild then fills in place.
+ * FT_EBUSY while another process builds it. */
+static int build_aside(ckpt_store *s, const char *catdir, int fill) {
+  char aside[PATH_MAX + 64], cur[PATH_MAX + 64];
+  if (snprintf(aside, sizeof aside, "%s.rebuilding", catdir) >= (int)sizeof aside)
+    return ft_err_set(FT_EINVAL, "catalog path %s too long", catdir);
+  snprintf(cur, sizeof cur, "%s/CURRENT", catdir);
+  ckpt_catalog *cat = NULL;
+  int rc = ckpt_catalog_open(aside, CKPT_CAT_CREATE, &cat);
+  if (rc == FT_EDB) { /* a build that a crash cut short and damaged: start again */
+    rc = ckpt_catalog_destroy(aside);
+    if (rc == FT_OK)
+      rc = ckpt_catalog_open(aside, CKPT_CAT_CREATE, &cat);
+  }
+  if (rc == FT_EBUSY)
+    return ckpt_err_wrap(
+        rc, "another process is building the catalog %s; try again when it is done", catdir);
+  if (rc)
+    return rc;
+  /* a folder left by an interrupted build still carries the marker: the
+   * rebuild goes on from what it holds (each record is whole) */
+  rc = fill ? ckpt_store_rebuild_into(s->tier, cat, NULL, NULL, NULL, NULL)
+            : mark_incomplete(cat, s->tier->desc);
+  ckpt_catalog_close(cat);
+  if (rc)
+    return rc;
+  struct stat st;
+  for (int tries = 0; rename(aside, catdir) != 0; tries++) {
+    int e = errno;
+    if ((e == ENOTEMPTY || e == EEXIST) && stat(cur, &st) == 0)
+      return ckpt_catalog_destroy(aside); /* another process built it first: theirs is used */
+    if ((e == ENOTEMPTY || e == EEXIST) && tries == 0 && (rc = set_catalog_aside(s, catdir)) == 0)
+      continue; /* something that is no catalog was in the way: kept aside */
+    return rc ? rc
+              : ft_err_set(ft_err_from_errno(e), "renaming the built catalog %s to %s: %s", aside,
+                           catdir, strerror(e));
+  }
+  char lock[PATH_MAX + 80];
+  snprintf(lock, sizeof lock, "%s.lock", aside);
+  unlink(lock);
+  char *slash = strrchr(aside, '/');
+  if (slash && slash != aside) { /* the rename survives a power loss */
+    *slash = 0;
+    int fd = open(aside, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      fsync(fd);
+      close(fd);
+    }
+  }
+  return FT_OK;
+}
+
+/* Opens the catalog of a store. A catalog is created in place only where
+ * the store has no manifests yet (a new store); where it has some, a
+ * missing catalog is damage: FT_EDB naming it and saying to run `ckpt
+ * rebuild-catalog`, never an empty store. o->rebuild_catalog (writers): a
+ * missing catalog, or a damaged one (moved aside), is replaced by an empty
+ * one that carries the incomplete marker (build_aside), for
+ * ckpt_store_rebuild_catalog to fill. An s3:// cache without a catalog
+ * gets one built from the bucket here (the bucket is the store; a new
+ * cache is only an empty copy), beside it and renamed in when whole. Every
+ * open but a rebuild's refuses a catalog with the marker (check_complete). */
 static int open_catalog(ckpt_store *s, const char *catdir, int is_s3, const ckpt_store_opts *o) {
   char cur[PATH_MAX + 32];
   struct stat st;
@@ -248,22 +340,21 @@ static int open_catalog(ckpt_store *s, const char *catdir, int is_s3, const ckpt
       return rc;
     missing = 1;
   }
-  if (missing && is_s3 && !rebuild) {
-    /* build it with a short-lived writer, then open it as asked */
-    ckpt_catalog *cat = NULL;
-    rc = ckpt_catalog_open(catdir, CKPT_CAT_CREATE, &cat);
-    if (rc == FT_OK) {
-      rc = ckpt_store_rebuild_into(s->tier, cat, NULL, NULL, NULL, NULL);
-      ckpt_catalog_close(cat);
-      if (rc)
-        return ckpt_err_wrap(rc, "rebuilding the catalog %s from the bucket", catdir);
-      missing = 0;
-    } else if (rc != FT_EBUSY) { /* busy: its writer is building it */
+  if (missing && (is_s3 || rebuild)) {
+    rc = build_aside(s, catdir, !rebuild);
+    if (rc && !rebuild)
+      return ckpt_err_wrap(rc,
+                           "building the catalog %s from the bucket (nothing was put in its "
+                           "place; the next use tries again)",
+                           catdir);
+    if (rc)
       return rc;
-    }
+    missing = 0;
   }
   int mode = s->read_only ? CKPT_CAT_READ : missing ? CKPT_CAT_CREATE : CKPT_CAT_WRITE;
   rc = ckpt_catalog_open(catdir, mode, &s->cat);
+  if (rc == FT_OK && !rebuild)
+    rc = check_complete(s, catdir);
   if (rc == FT_OK && s->catalog_aside[0]) {
     /* other components' records (the supervisor's run state) are in no
      * manifest: keep what still reads of them */
@@ -377,6 +468,10 @@ int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **o
       goto fail;
     }
   }
+  if (!(s->dir = strdup(dir))) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto fail;
+  }
   if (o.catalog_dir)
     snprintf(catdir, sizeof catdir, "%s", o.catalog_dir);
   else
@@ -423,7 +518,12 @@ void ckpt_store_free(ckpt_store *s) {
   pthread_cond_destroy(&s->cv_jobs);
   free(s->pool);
   free(s->uri);
+  free(s->dir);
   free(s);
+}
+
+const char *ckpt_store_dir(const ckpt_store *s) {
+  return s->dir;
 }
 
 int ckpt_store_set_gc_grace(ckpt_store *s, int64_t seconds) {
@@ -1325,13 +1425,10 @@ static int rebuild_one(ckpt_tier *tier, ckpt_catalog *cat, const char *objkey, c
   return rc;
 }
 
-/* Lists manifests/ of the tier (the local tier lists run folders, the
- * bucket whole keys: both are handled) and records each in cat. A manifest
- * object that cannot be used is skipped (counted in found, not in added)
- * and reported through skipped with the reason. */
-static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn skipped, void *ud,
-                                   int *found, int *added) {
+int ckpt_tier_manifest_keys(ckpt_tier *tier, char ***keys, size_t *n) {
   mkeys k = {0}, all = {0};
+  *keys = NULL;
+  *n = 0;
   int rc = tier->list(tier, CKPT_OBJ_MANIFESTS, mkeys_cb, &k);
   for (size_t i = 0; rc == FT_OK && i < k.n; i++) {
     if (ckpt_objkey_manifest_step(k.v[i], NULL) == 0) {
@@ -1349,12 +1446,44 @@ static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn s
       free(inner.v);
     }
   }
+  ckpt_keys_free(k.v, k.n);
   if (all.n > 1)
     qsort(all.v, all.n, sizeof *all.v, str_cmp);
+  size_t w = 0; /* a cache and its bucket may both list a key */
+  for (size_t i = 0; i < all.n; i++) {
+    if (w > 0 && strcmp(all.v[i], all.v[w - 1]) == 0)
+      free(all.v[i]);
+    else
+      all.v[w++] = all.v[i];
+  }
+  if (rc) {
+    ckpt_keys_free(all.v, w);
+    return rc;
+  }
+  *keys = all.v;
+  *n = w;
+  return FT_OK;
+}
+
+void ckpt_keys_free(char **keys, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(keys[i]);
+  free(keys);
+}
+
+/* Records every manifest of the tier (ckpt_tier_manifest_keys) in cat,
+ * between the incomplete marker, written first, and the batch that deletes
+ * it, written only when every manifest was handled. A manifest object
+ * that cannot be used is skipped (counted in found, not in added) and
+ * reported through skipped with the reason. */
+static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn skipped, void *ud,
+                                   int *found, int *added) {
+  mkeys all = {0};
+  int rc = mark_incomplete(cat, tier->desc);
+  if (rc == FT_OK)
+    rc = ckpt_tier_manifest_keys(tier, &all.v, &all.n);
   int nfound = 0, nadded = 0;
   for (size_t i = 0; rc == FT_OK && i < all.n; i++) {
-    if (i > 0 && strcmp(all.v[i], all.v[i - 1]) == 0)
-      continue;
     nfound++;
     uint8_t *data = NULL;
     size_t len = 0;
@@ -1363,7 +1492,9 @@ static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn s
       rc = FT_OK;
       continue;
     }
-    if (rc == FT_EIO || rc == FT_ECORRUPT) {
+    /* a damaged object is skipped (named); the bucket failing to answer
+     * (5xx, EIO) is no verdict on it: the rebuild stops, unfinished */
+    if (rc == FT_ECORRUPT || (rc == FT_EIO && !ckpt_s3_tiered_is(tier))) {
       if (skipped)
         skipped(ud, all.v[i], ft_err_detail());
       rc = FT_OK;
@@ -1389,12 +1520,13 @@ static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn s
       rc = FT_OK;
     }
   }
-  for (size_t i = 0; i < k.n; i++)
-    free(k.v[i]);
-  for (size_t i = 0; i < all.n; i++)
-    free(all.v[i]);
-  free(k.v);
-  free(all.v);
+  ckpt_keys_free(all.v, all.n);
+  if (rc == FT_OK) { /* whole: the last batch says so */
+    ckpt_batch *b = ckpt_batch_new();
+    if (b)
+      ckpt_batch_del(b, CKPT_KEY_INCOMPLETE);
+    rc = ckpt_catalog_write(cat, b);
+  }
   if (found)
     *found = nfound;
   if (added)

@@ -1,6 +1,13 @@
 /*
  * ckpt_verify: re-hash every chunk of a checkpoint.
  *
+ * First, the checkpoint's manifest object, where it exists, must hold the
+ * catalog's copy of its manifest byte for byte: one overwritten (a `ckpt
+ * restore --to` into the store) or cut short is a problem like a damaged
+ * chunk (a catalog rebuild would lose the checkpoint, or record other
+ * bytes). A missing one is not: a GC that dropped the checkpoint deletes
+ * the object before the catalog record (ckpt_gc.c G3), and a crash between
+ * leaves the checkpoint whole in the catalog.
  * Each chunk the manifest references is read from the tier, decoded and its
  * SHA-256 compared with its name (ckpt_store_fetch); a delta chunk is
  * decoded against its base, read and checked the same way, so a damaged or
@@ -88,6 +95,51 @@ static int mark_dependants(ckpt_store *s, const char *run, int64_t step, const c
   return rc;
 }
 
+/* The manifest object of (run, step) holds the catalog's copy of its
+ * manifest, byte for byte (the commit writes both from one text, and a
+ * rebuild copies the object): FT_OK, or FT_ECORRUPT with why (what is
+ * wrong with the object, by name) in the detail; FT_OK too where the
+ * catalog keeps no copy (a checkpoint read from the bucket alone) or the
+ * object is gone (see below). */
+static int check_manifest_object(ckpt_store *s, const char *run, int64_t step) {
+  char ckey[256], okey[256], *cat = NULL;
+  uint8_t *obj = NULL;
+  size_t clen = 0, olen = 0;
+  ckpt_key_man(ckey, sizeof ckey, run, step);
+  ckpt_objkey_manifest(okey, sizeof okey, run, step);
+  int rc = ckpt_catalog_get(s->cat, ckey, &cat, &clen);
+  if (rc == FT_ENOENT)
+    return FT_OK;
+  if (rc)
+    return rc;
+  rc = s->tier->get(s->tier, okey, &obj, &olen);
+  if (rc == FT_ENOENT) {
+    /* not damage: a GC dropping this checkpoint deletes the object before
+     * the record (G3), and a crash in between leaves it whole in the
+     * catalog until the next GC */
+    rc = FT_OK;
+  } else if (rc == FT_OK && (olen != clen || memcmp(obj, cat, clen) != 0)) {
+    uint8_t h[CKPT_HASH_LEN];
+    char hex[CKPT_HEX_LEN + 1] = "?";
+    if (ckpt_sha256(obj, olen, h) == FT_OK)
+      ckpt_hex(h, hex);
+    ckpt_manifest *m = NULL;
+    char *txt = ckpt_text(obj, olen);
+    int parses = txt && strlen(txt) == olen && ckpt_manifest_from_json(txt, &m) == FT_OK;
+    ckpt_manifest_free(m);
+    free(txt);
+    rc = ft_err_set(FT_ECORRUPT,
+                    "manifest object %s was overwritten or damaged: it %s (%zu bytes, SHA-256 "
+                    "%.16s...) and differs from the catalog's copy (%zu bytes); a catalog "
+                    "rebuild would %s",
+                    okey, parses ? "is another manifest" : "is not a manifest", olen, hex, clen,
+                    parses ? "record what it holds instead" : "skip this checkpoint");
+  }
+  free(obj);
+  free(cat);
+  return rc;
+}
+
 int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_report *rep,
                       void (*progress)(void *ud, uint64_t done, uint64_t total), void *ud) {
   ckpt_verify_report local;
@@ -111,6 +163,15 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
                       "checkpoint %s step %" PRId64 " lives only in workers' memory (level "
                       "memory, checkpoint.persist_every): the store holds none of its chunks",
                       run, step);
+  }
+  rc = check_manifest_object(s, run, step);
+  if (rc == FT_ECORRUPT) {
+    rep->manifest_bad = 1;
+    snprintf(rep->first_problem, sizeof rep->first_problem, "%s", ft_err_detail());
+    rc = FT_OK;
+  } else if (rc) { /* an I/O error is not a verdict on the checkpoint */
+    ckpt_manifest_free(m);
+    return rc;
   }
   ckpt_hashset failed = {0}; /* chunks that could not be read back */
   uint64_t total = (uint64_t)m->info.nchunks, done = 0;
@@ -153,7 +214,7 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
         progress(ud, done, total);
     }
   }
-  if (rep->chunks_corrupt || rep->chunks_missing) {
+  if (rep->chunks_corrupt || rep->chunks_missing || rep->manifest_bad) {
     if (!s->read_only) {
       int r = ckpt_store_set_state(s, run, step, CKPT_BAD);
       if (r == FT_OK)
@@ -164,9 +225,10 @@ int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_
       }
     }
     rc = ft_err_set(FT_ECORRUPT,
-                    "checkpoint %s step %" PRId64 ": %d corrupt, %d missing of %d "
+                    "checkpoint %s step %" PRId64 ": %s%d corrupt, %d missing of %d "
                     "chunks; first: %s",
-                    run, step, rep->chunks_corrupt, rep->chunks_missing, rep->chunks_checked,
+                    run, step, rep->manifest_bad ? "a bad manifest object, " : "",
+                    rep->chunks_corrupt, rep->chunks_missing, rep->chunks_checked,
                     rep->first_problem);
   }
 out:

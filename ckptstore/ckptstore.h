@@ -120,6 +120,10 @@ typedef struct ckpt_store_opts {
 int ckpt_store_open(const char *uri, const ckpt_store_opts *opts, ckpt_store **out);
 /* Waits for submitted jobs, then closes. NULL is a no-op. */
 void ckpt_store_free(ckpt_store *s);
+/* The store's folder on this machine, absolute: DIR of local:DIR, or the
+ * cache folder of an s3:// store (which holds its catalog). Valid until
+ * the store is freed. */
+const char *ckpt_store_dir(const ckpt_store *s);
 
 /* ---- writing ------------------------------------------------------------ */
 
@@ -396,12 +400,17 @@ typedef struct ckpt_verify_report {
   char first_problem[512]; /* human-readable; "" when none */
   int dependants_bad;      /* other checkpoints of the run marked BAD because
                               they need a chunk that failed (delta chains) */
+  int manifest_bad;        /* its manifest object is no manifest or differs
+                              from the catalog's copy */
 } ckpt_verify_report;
-/* Re-hashes every chunk of (run, step) (a delta decoded with its chain). On
- * any corrupt or missing chunk the checkpoint is marked CKPT_BAD (unless
- * read-only), and so is every other checkpoint of the run that needs one of
- * the chunks that failed (rep->dependants_bad), and FT_ECORRUPT is
- * returned; rep is filled either way. progress may be NULL; it is called
+/* Re-hashes every chunk of (run, step) (a delta decoded with its chain),
+ * and checks that its manifest object in the store holds the catalog's
+ * copy of the manifest byte for byte where it exists (one overwritten or
+ * cut short would make a catalog rebuild lose the checkpoint). On a bad manifest
+ * object or any corrupt or missing chunk the checkpoint is marked
+ * CKPT_BAD (unless read-only), and so is every other checkpoint of the run
+ * that needs one of the chunks that failed (rep->dependants_bad), and
+ * FT_ECORRUPT is returned; rep is filled either way. progress may be NULL; it is called
  * with (done, total) chunk counts. */
 int ckpt_store_verify(ckpt_store *s, const char *run, int64_t step, ckpt_verify_report *rep,
                       void (*progress)(void *ud, uint64_t done, uint64_t total), void *ud);

@@ -15,7 +15,7 @@ if(TARGET ftckpt AND TARGET ckpt)
   endforeach()
 
   foreach(t ckpt_cli ckpt_commands ckpt_crash ckpt_corrupt ckpt_fulldisk ckpt_catalog_damage
-           ckpt_s3_marks)
+           ckpt_s3_marks ckpt_safety)
     if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh)
       ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
                          LABELS integration TIMEOUT 240)

@@ -21,7 +21,7 @@ if(TARGET ftckpt AND TARGET ckpt AND TARGET ckpt_testwriter)
                        COMMAND python3 ${CMAKE_SOURCE_DIR}/chaos/chaos.py --suite s3 wrong-key)
   endif()
 
-  foreach(t s3_client s3_store s3_chaos)
+  foreach(t s3_client s3_store s3_chaos s3_gc_safety)
     if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh)
       ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
                          LABELS integration TIMEOUT 600)
