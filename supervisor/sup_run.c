@@ -930,6 +930,9 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
     cJSON_AddStringToObject(f, "peer", sup_conn_peer(c));
     cJSON_AddNumberToObject(f, "node", w ? w->node : -1);
     cJSON_AddNumberToObject(f, "slot", w ? w->slot : -1);
+    cJSON_AddNumberToObject(f, "rank", w ? w->rank : -1);
+    if (sup_conn_overflowed(c)) /* closed for not reading: what it held */
+      cJSON_AddNumberToObject(f, "queued_bytes", (double)sup_conn_overflowed(c));
     if (w)
       sup_events_emit(s->ev, "connection_closed", f, "node %d slot %d: %s", w->node, w->slot,
                       reason);
