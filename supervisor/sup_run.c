@@ -885,8 +885,13 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     sup_watch_fault(s, w, m);
     break;
   case FT_MSG_KV_SET:
-    if (current)
-      sup_kv_set(s->kv, m->kv_set.key, m->kv_set.value, m->kv_set.value_len);
+    /* charged to this rank in this generation (sup_kv.h: the bounds); a
+     * set past them closes the connection, the reason in its event */
+    if (current && sup_kv_set_by(s->kv, m->gen << 32 | (uint32_t)w->rank, m->kv_set.key,
+                                 m->kv_set.value, m->kv_set.value_len) == FT_EPROTO) {
+      snprintf(reason, sizeof reason, "%s", ft_err_detail());
+      sup_conn_close(c, reason, 1);
+    }
     break;
   case FT_MSG_KV_GET:
     if (current)
