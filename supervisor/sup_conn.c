@@ -267,7 +267,9 @@ out:
 static void read_cb(struct bufferevent *bev, void *arg) {
   sup_conn *c = arg;
   struct evbuffer *in = bufferevent_get_input(bev);
-  while (!c->closing) {
+  /* over the output cap: its further requests would only be answered into
+   * a queue that drops them */
+  while (!c->closing && !c->overflowed) {
     size_t avail = evbuffer_get_length(in), flen = 0;
     uint8_t hdr[FT_WIRE_HDR_LEN];
     size_t hn = avail < sizeof hdr ? avail : sizeof hdr;

@@ -810,6 +810,15 @@ static void worker_fault_event(sup *s, const sup_worker *w, const ft_msg *m, int
                     w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step, detail);
 }
 
+/* A gang worker closed for its own misbehaviour (it stopped reading past
+ * its output cap, or stored past its KV bound): a fault counted against
+ * its node, as its crash would be. Its exit that follows (it lost us)
+ * joins this recovery instead of being blamed on nobody. */
+static void peer_misbehaved(sup *s, sup_worker *w, const char *reason) {
+  if (w->gen == s->gen && w->rank >= 0 && sup_in_gang(s, w->node))
+    sup_recovery_fault(s, "peer_misbehaved", w->node, w->slot, w->pid, reason, SUP_BLAME_COUNT);
+}
+
 static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   sup *s = ud;
   sup_worker *w = sup_conn_user(c);
@@ -891,6 +900,7 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
                                  m->kv_set.value, m->kv_set.value_len) == FT_EPROTO) {
       snprintf(reason, sizeof reason, "%s", ft_err_detail());
       sup_conn_close(c, reason, 1);
+      peer_misbehaved(s, w, reason);
     }
     break;
   case FT_MSG_KV_GET:
@@ -947,6 +957,8 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
                       reason, suppressed);
     else
       sup_events_emit(s->ev, "connection_closed", f, "%s: %s", sup_conn_peer(c), reason);
+    if (w && sup_conn_overflowed(c))
+      peer_misbehaved(s, w, reason);
   }
 }
 

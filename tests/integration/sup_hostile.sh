@@ -3,12 +3,25 @@
 # and a message before HELLO, all sent to the control port during a run:
 # each closes only its own connection (event connection_closed with a
 # reason), and the run still finishes.
+# Meanwhile an authenticated gang worker (node 0 slot 0, FAKE_FLOOD) asks
+# for 30 x 15 MiB of KV answers and reads nothing for a second (issue 41:
+# 1.5 GB of RSS, nothing closed): the supervisor's peak RSS stays under
+# 300 MiB, that connection is closed at its output cap with an event naming
+# the worker and the bytes queued, its node is blamed (peer_misbehaved),
+# and the run still finishes.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 ST=$TMP/state
-mkdir -p "$ST"
+mkdir -p "$ST" "$TMP/once"
 
-FAKE_STEP_MS=100 sup_bg "$ST" --spares 0
+FAKE_STEP_MS=100 FAKE_FLOOD_NODE=0 FAKE_FLOOD_STEP=3 FAKE_ONCE_DIR=$TMP/once \
+  sup_bg "$ST" --spares 0
+# the supervisor's peak resident memory (VmHWM) while it runs
+(while kill -0 "$SUP" 2>/dev/null; do
+  hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$SUP/status" 2>/dev/null) && [ -n "$hwm" ] &&
+    echo "$hwm" >"$TMP/hwm"
+  sleep 0.05
+done) &
 for _ in $(seq 100); do [ -s "$ST/control.port" ] && break; sleep 0.1; done
 [ -s "$ST/control.port" ] || fail "no control.port"
 PORT=$(cat "$ST/control.port")
@@ -76,4 +89,16 @@ n=$(events "$ST" | grep -c connection_closed || true)
 has_event "$ST" connection_closed '"MAC" in e["reason"]' || fail "no bad-MAC reason logged"
 has_event "$ST" connection_closed '"another run" in e["reason"]' || fail "no wrong-run reason"
 grep -q "$(printf '%s' FT_RUN_TOKEN)=" "$ST.out" && fail "token leaked into the log"
-pass "hostile clients closed; run finished"
+
+# the worker that stopped reading
+wait
+[ -e "$TMP/once/flood" ] || fail "the flooding worker never flooded"
+has_event "$ST" connection_closed '"output queue over its cap" in e["reason"] and e["node"] == 0 and e["slot"] == 0 and e["rank"] >= 0 and e["queued_bytes"] > 0 and e["peer"].startswith("127.0.0.1:")' ||
+  { events "$ST" | sort | uniq -c; fail "no connection_closed naming the worker over its output cap"; }
+has_event "$ST" fault_detected 'e["kind"] == "peer_misbehaved" and e["node"] == 0' ||
+  fail "the flooding worker's node was not blamed"
+grep -h -e "output queue" -e peer_misbehaved "$ST/events.jsonl" || true
+hwm_kb=$(cat "$TMP/hwm")
+echo "supervise peak RSS: $((hwm_kb / 1024)) MiB"
+[ "$hwm_kb" -lt $((300 * 1024)) ] || fail "supervise grew to $((hwm_kb / 1024)) MiB (bound 300 MiB)"
+pass "hostile clients closed; a worker that stopped reading closed at its cap; run finished"
