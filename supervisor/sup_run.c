@@ -20,7 +20,14 @@
  *   FAULT       "worker_fault" event, then sup_watch_fault: nan/loss_spike
  *               -> rollback, xid -> per its action, collective_timeout/
  *               other -> blame silent workers (the worker exits 5 next)
- *   KV_SET/GET  the rendezvous store, current gen only
+ *   KV_SET/GET  the rendezvous store, current gen only; a KV_SET is charged
+ *               to (gen, rank) and one past sup_kv's bounds closes the
+ *               connection
+ *
+ * connection_closed carries node, slot, rank (-1 unknown) and peer, and
+ * queued_bytes when sup_conn closed it for not reading (its output cap).
+ * A gang worker closed for its own misbehaviour (that, or its KV bound) is
+ * also a fault, "peer_misbehaved", counted against its node.
  *
  * Commits and the retention GC after them run on sup_commitq's threads for
  * every store, local ones too: a local commit is milliseconds when the disk
