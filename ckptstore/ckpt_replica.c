@@ -1,6 +1,14 @@
 /*
  * ckpt_replica: chunks pushed into a buddy's memory (see ckpt_replica.h).
  *
+ * Memory per connection: the server answers each request before reading
+ * the next, with blocking sends under the socket's deadline, so nothing
+ * queues in this process beyond one chunk's buffer: a peer that pushes or
+ * requests and never reads fills the kernel's buffers, the next send waits
+ * CKPT_REPLICA_IO_TIMEOUT_S and the connection is dropped. A 'G' buffer is
+ * only grown for a chunk the memory holds (so at most the largest chunk
+ * held), and there are at most CKPT_REPLICA_MAX_CONN connections.
+ *
  * Threads: the server has one acceptor thread (poll on the listening
  * socket, so a stop is seen within POLL_MS) and one detached thread per
  * connection; the connections' sockets are listed under mu so that a stop
@@ -131,6 +139,13 @@ static void serve_conn(ckpt_replica *r, int fd) {
       (void)ft_send_all(fd, "R", 1, "replica client");
       count(r, &r->st.conns_refused, 1);
       break;
+    }
+    if (op == 'G' && !ckpt_mem_has(r->store->mem, hdr, len)) {
+      /* not held: no buffer of len bytes for it (any len up to the cap
+       * would otherwise be allocated per request) */
+      if (ft_send_all(fd, "N", 1, "replica client"))
+        break;
+      continue;
     }
     if (op == 'G' && len > cap) {
       uint8_t *nb = realloc(buf, len ? len : 1);

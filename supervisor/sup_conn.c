@@ -10,6 +10,11 @@
  * The HELLO deadline is a per-connection timer armed at accept and deleted
  * when the HELLO is accepted; g_unauth counts connections neither
  * authenticated nor closing.
+ * The output cap is checked in sup_conn_send before anything is queued:
+ * queued + the part of the frame the kernel did not take > g_max_queued
+ * marks the connection (overflowed) and arms `closer`, a zero timer that
+ * closes it on the loop's next pass; the frame and every later one are
+ * dropped, so the queue never passes the cap.
  */
 #include "sup_conn.h"
 
@@ -33,6 +38,8 @@ struct sup_conn {
   struct bufferevent *bev;
   struct event *reaper;   /* deferred free */
   struct event *deadline; /* no HELLO in time: close */
+  struct event *closer;   /* over the output cap: close on the next pass */
+  size_t overflowed;      /* bytes it would have held then; 0: never over */
   uint64_t id;
   const char *run, *token;
   uint8_t nonce[FT_WIRE_NONCE_LEN];
@@ -48,10 +55,15 @@ static uint64_t g_next_id = 1;
 static int g_unauth;
 static double g_hello_timeout_s = SUP_CONN_HELLO_TIMEOUT_S;
 static int g_max_unauth = SUP_CONN_MAX_UNAUTH;
+static size_t g_max_queued = SUP_CONN_MAX_QUEUED;
 
 void sup_conn_set_limits(double hello_timeout_s, int max_unauth) {
   g_hello_timeout_s = hello_timeout_s > 0 ? hello_timeout_s : SUP_CONN_HELLO_TIMEOUT_S;
   g_max_unauth = max_unauth > 0 ? max_unauth : SUP_CONN_MAX_UNAUTH;
+}
+
+void sup_conn_set_max_queued(size_t bytes) {
+  g_max_queued = bytes ? bytes : SUP_CONN_MAX_QUEUED;
 }
 
 int sup_conn_unauth_count(void) {
@@ -73,6 +85,8 @@ static void conn_unlink_free(sup_conn *c) {
     event_free(c->reaper);
   if (c->deadline)
     event_free(c->deadline);
+  if (c->closer)
+    event_free(c->closer);
   free(c);
 }
 
@@ -110,6 +124,9 @@ void *sup_conn_user(const sup_conn *c) {
 const char *sup_conn_peer(const sup_conn *c) {
   return c->peer;
 }
+size_t sup_conn_overflowed(const sup_conn *c) {
+  return c->overflowed;
+}
 
 static void close_impl(sup_conn *c, const char *reason, int flush, int is_error) {
   if (c->closing)
@@ -119,6 +136,8 @@ static void close_impl(sup_conn *c, const char *reason, int flush, int is_error)
     g_unauth--;
   if (c->deadline)
     event_del(c->deadline);
+  if (c->closer)
+    event_del(c->closer);
   if (c->ops->on_close)
     c->ops->on_close(c->ud, c, reason ? reason : "", is_error);
   bufferevent_disable(c->bev, EV_READ);
@@ -135,8 +154,27 @@ void sup_conn_close(sup_conn *c, const char *reason, int flush) {
   close_impl(c, reason, flush, reason && reason[0]);
 }
 
+/* The peer does not read: the queue would pass the cap. Closed from the
+ * loop (closer_cb), never here: the caller may be inside a walk (the KV's
+ * pending gets) that on_close changes. */
+static void overflow(sup_conn *c, size_t would_hold) {
+  c->overflowed = would_hold;
+  struct timeval tv = {0, 0};
+  event_add(c->closer, &tv);
+}
+
+static void closer_cb(evutil_socket_t fd, short what, void *arg) {
+  sup_conn *c = arg;
+  char reason[256];
+  snprintf(reason, sizeof reason,
+           "output queue over its cap: %zu bytes would wait for a peer that does not read "
+           "(cap %zu)",
+           c->overflowed, g_max_queued);
+  close_impl(c, reason, 0, 1); /* no flush: it would not be read */
+}
+
 int sup_conn_send(sup_conn *c, const ft_msg *m) {
-  if (c->closing && !(m->type == FT_MSG_STOP))
+  if (c->overflowed || (c->closing && !(m->type == FT_MSG_STOP)))
     return FT_OK;
   ft_buf b;
   ft_buf_init(&b);
@@ -160,7 +198,10 @@ int sup_conn_send(sup_conn *c, const ft_msg *m) {
       if (n > 0)
         sent = (size_t)n;
     }
-    if (sent < b.len && bufferevent_write(c->bev, b.data + sent, b.len - sent) != 0)
+    size_t queued = evbuffer_get_length(bufferevent_get_output(c->bev));
+    if (sent < b.len && queued + (b.len - sent) > g_max_queued)
+      overflow(c, queued + (b.len - sent));
+    else if (sent < b.len && bufferevent_write(c->bev, b.data + sent, b.len - sent) != 0)
       rc = ft_err_set(FT_ENOMEM, "bufferevent_write failed");
   }
   ft_buf_release(&b);
@@ -226,7 +267,9 @@ out:
 static void read_cb(struct bufferevent *bev, void *arg) {
   sup_conn *c = arg;
   struct evbuffer *in = bufferevent_get_input(bev);
-  while (!c->closing) {
+  /* over the output cap: its further requests would only be answered into
+   * a queue that drops them */
+  while (!c->closing && !c->overflowed) {
     size_t avail = evbuffer_get_length(in), flen = 0;
     uint8_t hdr[FT_WIRE_HDR_LEN];
     size_t hn = avail < sizeof hdr ? avail : sizeof hdr;
@@ -333,7 +376,8 @@ int sup_conn_new(struct event_base *base, int fd, const char *run, const char *t
   c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
   c->reaper = evtimer_new(base, reap_cb, c);
   c->deadline = evtimer_new(base, deadline_cb, c);
-  if (!c->bev || !c->reaper || !c->deadline) {
+  c->closer = evtimer_new(base, closer_cb, c);
+  if (!c->bev || !c->reaper || !c->deadline || !c->closer) {
     if (!c->bev)
       close(fd);
     rc = ft_err_set(FT_ENOMEM, "out of memory");
@@ -373,6 +417,8 @@ fail:
     event_free(c->reaper);
   if (c->deadline)
     event_free(c->deadline);
+  if (c->closer)
+    event_free(c->closer);
   free(c);
   return rc;
 }

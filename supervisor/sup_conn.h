@@ -19,6 +19,16 @@
  * oldest ("too many connections without HELLO"). A worker's handshake takes
  * milliseconds, so neither touches a real worker.
  *
+ * Output is bounded too: what the kernel does not take waits in the
+ * connection's queue, and a send that would make the queue hold more than
+ * the cap (SUP_CONN_MAX_QUEUED; sup_conn_set_max_queued) is not queued: the
+ * peer is not reading. The connection is then closed from the loop (not
+ * inside the send: the sender may be walking a list that on_close edits),
+ * with no flush, reason "output queue over its cap: ..." and is_error 1;
+ * sends meanwhile are dropped. A gang worker closed so goes through the
+ * same on_close as one whose peer hung up: it is that worker's fault.
+ * sup_conn_overflowed says how many bytes it was holding.
+ *
  * Freeing is deferred to the loop (a zero timeout), so a handler may close
  * the connection it is handling; after sup_conn_close no callback of that
  * connection fires again.
@@ -30,6 +40,7 @@
 #include "ft_wire.h"
 
 #include <event2/event.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct sup_conn sup_conn;
@@ -65,6 +76,18 @@ void sup_conn_close(sup_conn *c, const char *reason, int flush);
 #define SUP_CONN_HELLO_TIMEOUT_S 5.0
 #define SUP_CONN_MAX_UNAUTH 64
 void sup_conn_set_limits(double hello_timeout_s, int max_unauth);
+/* The cap on one connection's queued output (bytes the kernel has not
+ * taken). Sized for the largest burst a healthy worker can be owed: a
+ * worker has at most one KV_GET in flight (worker/ctl.c waits for each
+ * answer), so at most one KV_VALUE, itself at most one frame
+ * (FT_WIRE_MAX_FRAME, 16 MiB; the restore manifest, tens of MB at 16,384
+ * ranks, is published in 1 MiB parts and fetched one part per request),
+ * plus small frames (heartbeat echoes, ASSIGN <= 21 KiB, STOP, BUDDIES
+ * <= 4 KiB, DOCTOR). Twice the largest frame leaves 16 MiB for those. The
+ * kernel's own buffer (several MB) comes on top. */
+#define SUP_CONN_MAX_QUEUED ((size_t)2 * FT_WIRE_MAX_FRAME)
+/* Sets the cap for every connection (process-wide; 0: the default). */
+void sup_conn_set_max_queued(size_t bytes);
 /* How many connections are waiting for their HELLO now. */
 int sup_conn_unauth_count(void);
 /* Frees every connection still open at shutdown (no callbacks). */
@@ -77,5 +100,8 @@ size_t sup_conn_unread(const sup_conn *c);
 void sup_conn_set_user(sup_conn *c, void *user);
 void *sup_conn_user(const sup_conn *c);
 const char *sup_conn_peer(const sup_conn *c);
+/* For a connection closed for going over the output cap: the bytes it
+ * would have held (queued plus the frame that did not fit); else 0. */
+size_t sup_conn_overflowed(const sup_conn *c);
 
 #endif

@@ -13,7 +13,16 @@
  * built from memory (the sup struct and what this module folded from the
  * event stream through sup_events' hook), so a request never waits on the
  * store, a worker or the disk, and a slow client only holds its own
- * connection (evhttp writes from a buffer). Hostile clients: headers over
+ * connection (evhttp writes from a buffer).
+ * Memory per client is bounded: evhttp answers one request of a connection
+ * at a time and stops reading it until the answer is written (pipelined
+ * requests wait in the kernel), so a connection holds at most one answer
+ * (the largest, /view.json?points=20000, is a few MB); a client that stops
+ * reading is closed after HTTP_IDLE_S without progress. And at most
+ * HTTP_MAX_CLIENTS connections that asked something are open at once: a
+ * request on another one gets 503 "too many HTTP clients" and its
+ * connection is closed (counted in ftsup_http_refused_total), so clients
+ * that ask and never read hold at most HTTP_MAX_CLIENTS answers. Hostile clients: headers over
  * 8 KiB and bodies over 1 KiB are refused by evhttp, a connection idle for
  * 10 s is closed, anything but GET and HEAD gets 405 (but POST /doctor, which
  * needs the key in STATE/http.token: 403 without), and accept errors (EMFILE
@@ -64,8 +73,9 @@
 #define HTTP_MAX_BODY 1024
 #define HTTP_IDLE_S 10
 #define HTTP_PAUSE_S 0.1
-#define KEEP_FAULTS 10 /* the last faults /status lists */
-#define KEEP_CKPTS 12  /* the last checkpoints /status lists */
+#define HTTP_MAX_CLIENTS 64 /* a few dashboards and scrapers need a handful */
+#define KEEP_FAULTS 10      /* the last faults /status lists */
+#define KEEP_CKPTS 12       /* the last checkpoints /status lists */
 
 /* A Prometheus histogram with fixed upper bounds (seconds). */
 typedef struct hist {
@@ -115,7 +125,10 @@ struct sup_http {
   cJSON *last_faults; /* array of fault_detected events, newest last */
   cJSON *ckpts;       /* array of {step, state, ts}, newest last */
   double eta_t0, eta_t1;
-  int64_t eta_s0, eta_s1; /* two "step" events: the pace */
+  int64_t eta_s0, eta_s1;                              /* two "step" events: the pace */
+  struct evhttp_connection *clients[HTTP_MAX_CLIENTS]; /* open, have asked */
+  int nclients;
+  double refused; /* requests refused: too many clients */
 };
 
 static void count(counted *a, int *na, int cap, const char *key, int node, double by) {
@@ -386,6 +399,9 @@ static void metrics_body(struct sup_http *h, struct evbuffer *b) {
     gauge(b, "ftsup_s3_uploads_failed_total", "counter",
           "Background uploads that failed (and were retried).", (double)ts.uploads_failed);
   }
+  gauge(b, "ftsup_http_refused_total", "counter",
+        "HTTP requests refused with 503: too many clients (HTTP_MAX_CLIENTS) had asked already.",
+        h->refused);
   metric(b, "ftsup_events_total", "counter", "Events written to events.jsonl, by name.");
   for (int i = 0; i < h->nevents; i++)
     evbuffer_add_printf(b, "ftsup_events_total{event=\"%s\"} %.0f\n", h->events[i].key,
@@ -508,8 +524,36 @@ static void post_doctor(struct sup_http *h, struct evhttp_request *req, struct e
   reply_json(req, b, o);
 }
 
+static void client_closed(struct evhttp_connection *evcon, void *arg) {
+  struct sup_http *h = arg;
+  for (int i = 0; i < h->nclients; i++)
+    if (h->clients[i] == evcon) {
+      h->clients[i] = h->clients[--h->nclients];
+      return;
+    }
+}
+
+/* 1 when evcon may be answered: already a client, or one more fits. */
+static int client_admit(struct sup_http *h, struct evhttp_connection *evcon) {
+  if (!evcon)
+    return 1;
+  for (int i = 0; i < h->nclients; i++)
+    if (h->clients[i] == evcon)
+      return 1;
+  if (h->nclients == HTTP_MAX_CLIENTS)
+    return 0;
+  h->clients[h->nclients++] = evcon;
+  evhttp_connection_set_closecb(evcon, client_closed, h);
+  return 1;
+}
+
 static void on_request(struct evhttp_request *req, void *arg) {
   struct sup_http *h = arg;
+  if (!client_admit(h, evhttp_request_get_connection(req))) {
+    h->refused++;
+    evhttp_send_error(req, 503, "too many HTTP clients"); /* and closes it */
+    return;
+  }
   const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
   struct evbuffer *b = evbuffer_new();
   if (!b) {

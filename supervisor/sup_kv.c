@@ -4,6 +4,9 @@
  * Why so plain: a gang's rendezvous is a few keys per rank (Gloo's
  * addresses), so a linear table and a linked list of pending gets are the
  * right size; each set re-checks the pending gets (O(pending x keys)).
+ * Accounts (what each peer stores) are an open-addressing table keyed by
+ * the caller's uint64, grown at half full: a set at 16,384 ranks must not
+ * search a list of them. An entry remembers the account it is charged to.
  */
 #include "sup_kv.h"
 
@@ -16,7 +19,15 @@ typedef struct kv_entry {
   char *key;
   uint8_t *val;
   uint32_t len;
+  int charged; /* to account `who` (0: the supervisor's own key) */
+  uint64_t who;
 } kv_entry;
+
+typedef struct kv_account {
+  uint64_t who;
+  int used;
+  size_t bytes, keys;
+} kv_account;
 
 typedef struct kv_get {
   struct kv_get *next;
@@ -34,6 +45,9 @@ struct sup_kv {
   size_t npending;
   sup_kv_reply_fn reply;
   void *ud;
+  kv_account *acct; /* open addressing, acap a power of two */
+  size_t nacct, acap;
+  size_t max_bytes, max_keys;
 };
 
 static kv_entry *find(const sup_kv *kv, const char *key) {
@@ -56,6 +70,8 @@ int sup_kv_new(sup_kv_reply_fn reply, void *ud, sup_kv **out) {
     return ft_err_set(FT_ENOMEM, "out of memory");
   kv->reply = reply;
   kv->ud = ud;
+  kv->max_bytes = SUP_KV_MAX_PEER_BYTES;
+  kv->max_keys = SUP_KV_MAX_PEER_KEYS;
   *out = kv;
   return FT_OK;
 }
@@ -74,7 +90,54 @@ void sup_kv_free(sup_kv *kv) {
     free(kv->e[i].val);
   }
   free(kv->e);
+  free(kv->acct);
   free(kv);
+}
+
+void sup_kv_set_limits(sup_kv *kv, size_t max_bytes, size_t max_keys) {
+  kv->max_bytes = max_bytes ? max_bytes : SUP_KV_MAX_PEER_BYTES;
+  kv->max_keys = max_keys ? max_keys : SUP_KV_MAX_PEER_KEYS;
+}
+
+/* The slot of account who: its own, or the free one where it would go;
+ * NULL only when the table is empty. */
+static kv_account *acct_slot(const sup_kv *kv, uint64_t who) {
+  if (!kv->acap)
+    return NULL;
+  uint64_t h = who * 0x9e3779b97f4a7c15ull;
+  for (size_t i = (size_t)(h >> 32) & (kv->acap - 1);; i = (i + 1) & (kv->acap - 1))
+    if (!kv->acct[i].used || kv->acct[i].who == who)
+      return &kv->acct[i];
+}
+
+/* Account who, created empty if new; NULL: out of memory. */
+static kv_account *acct_get(sup_kv *kv, uint64_t who) {
+  kv_account *a = acct_slot(kv, who);
+  if (a && a->used)
+    return a;
+  if (2 * (kv->nacct + 1) > kv->acap) {
+    size_t cap = kv->acap ? 2 * kv->acap : 64;
+    kv_account *old = kv->acct, *na = calloc(cap, sizeof *na);
+    if (!na)
+      return NULL;
+    size_t ocap = kv->acap;
+    kv->acct = na;
+    kv->acap = cap;
+    for (size_t i = 0; i < ocap; i++)
+      if (old[i].used)
+        *acct_slot(kv, old[i].who) = old[i];
+    free(old);
+  }
+  a = acct_slot(kv, who);
+  *a = (kv_account){.who = who, .used = 1};
+  kv->nacct++;
+  return a;
+}
+
+void sup_kv_account(const sup_kv *kv, uint64_t who, size_t *bytes, size_t *keys) {
+  const kv_account *a = acct_slot(kv, who);
+  *bytes = a && a->used ? a->bytes : 0;
+  *keys = a && a->used ? a->keys : 0;
 }
 
 /* Answers g if all its keys exist: 1 answered, 0 not yet, FT_ENOMEM. */
@@ -93,14 +156,50 @@ static int try_answer(sup_kv *kv, kv_get *g) {
   return 1;
 }
 
-int sup_kv_set(sup_kv *kv, const char *key, const uint8_t *value, uint32_t len) {
+/* Whether account a may store key = len bytes (e: the key's entry if it
+ * exists; an overwrite of a's own key replaces its charge): FT_EPROTO
+ * naming the bound it would pass. Changes nothing. */
+static int charge_check(const sup_kv *kv, const kv_account *a, const kv_entry *e, const char *key,
+                        uint32_t len) {
+  size_t bytes = a->bytes + strlen(key) + len, keys = a->keys + 1;
+  if (e && e->charged && e->who == a->who) {
+    bytes -= strlen(e->key) + e->len;
+    keys--;
+  }
+  if (keys > kv->max_keys)
+    return ft_err_set(FT_EPROTO,
+                      "KV_SET '%s' refused: this peer would store %zu keys (at most %zu)", key,
+                      keys, kv->max_keys);
+  if (bytes > kv->max_bytes)
+    return ft_err_set(FT_EPROTO,
+                      "KV_SET '%s' refused: this peer would store %zu bytes (at most %zu)", key,
+                      bytes, kv->max_bytes);
+  return FT_OK;
+}
+
+/* Lifts e's charge from its account (before its value is replaced). */
+static void uncharge(sup_kv *kv, kv_entry *e) {
+  if (!e->charged)
+    return;
+  kv_account *p = acct_slot(kv, e->who);
+  p->bytes -= strlen(e->key) + e->len;
+  p->keys--;
+  e->charged = 0;
+}
+
+static int set_impl(sup_kv *kv, kv_account *a, const char *key, const uint8_t *value,
+                    uint32_t len) {
+  kv_entry *e = find(kv, key);
+  int rc = a ? charge_check(kv, a, e, key, len) : FT_OK;
+  if (rc)
+    return rc;
   uint8_t *v = malloc(len ? len : 1);
   if (!v)
     return ft_err_set(FT_ENOMEM, "out of memory");
   if (len)
     memcpy(v, value, len);
-  kv_entry *e = find(kv, key);
   if (e) {
+    uncharge(kv, e);
     free(e->val);
   } else {
     if (kv->n == kv->cap) {
@@ -120,9 +219,16 @@ int sup_kv_set(sup_kv *kv, const char *key, const uint8_t *value, uint32_t len) 
     }
     e = &kv->e[kv->n++];
     e->key = k;
+    e->charged = 0;
   }
   e->val = v;
   e->len = len;
+  if (a) {
+    a->bytes += strlen(key) + len;
+    a->keys++;
+    e->charged = 1;
+    e->who = a->who;
+  }
   /* answer the gets this set completes (the reply may not touch kv) */
   kv_get **pp = &kv->pending;
   while (*pp) {
@@ -137,6 +243,17 @@ int sup_kv_set(sup_kv *kv, const char *key, const uint8_t *value, uint32_t len) 
     }
   }
   return FT_OK;
+}
+
+int sup_kv_set(sup_kv *kv, const char *key, const uint8_t *value, uint32_t len) {
+  return set_impl(kv, NULL, key, value, len);
+}
+
+int sup_kv_set_by(sup_kv *kv, uint64_t who, const char *key, const uint8_t *value, uint32_t len) {
+  kv_account *a = acct_get(kv, who);
+  if (!a)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  return set_impl(kv, a, key, value, len);
 }
 
 int sup_kv_get(sup_kv *kv, uint64_t owner, uint32_t req, const char *const *keys, uint32_t nkeys,

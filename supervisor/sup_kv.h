@@ -13,6 +13,15 @@
  * Keys are set once per generation (they carry the "g<gen>/" prefix); a
  * second set overwrites. All keys are kept (they are tiny).
  *
+ * What a peer stores is bounded: sup_kv_set_by charges each key and its
+ * value to an account (the caller's choice: the supervisor uses one per
+ * rank and generation) and refuses a set that would take the account past
+ * SUP_KV_MAX_PEER_BYTES or SUP_KV_MAX_PEER_KEYS (sup_kv_set_limits), with
+ * FT_EPROTO and a detail naming the bound; nothing is stored then. An
+ * overwrite charges the new size and credits the key's previous account.
+ * The supervisor's own keys (sup_kv_set: the restore manifest) are charged
+ * to no one.
+ *
  * Invariants: every get reaches the reply callback exactly once: OK,
  * TIMEOUT, or status -1 when sup_kv_drop_owner / sup_kv_free drops it (send
  * nothing then, only free the tag).
@@ -23,6 +32,7 @@
 
 #include "ft_wire.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct sup_kv sup_kv;
@@ -39,6 +49,21 @@ void sup_kv_free(sup_kv *kv);
 
 /* Stores key = value (copied), then answers every pending get it completes. */
 int sup_kv_set(sup_kv *kv, const char *key, const uint8_t *value, uint32_t len);
+/* The same for a peer: charged to account `who` (key bytes + value bytes,
+ * one key). FT_EPROTO when the account would pass a bound (nothing is
+ * stored), FT_ENOMEM. */
+int sup_kv_set_by(sup_kv *kv, uint64_t who, const char *key, const uint8_t *value, uint32_t len);
+/* Bounds per account. A healthy rank stores a few keys a generation: Gloo's
+ * full-mesh rendezvous one key of its pairs' addresses (at most one value,
+ * FT_WIRE_MAX_VALUE = 1 MiB, the wire's own cap), NCCL's unique id 128
+ * bytes, once per communicator. 16 MiB and 1,024 keys are sixteen times
+ * the largest legitimate value and hundreds of communicators. */
+#define SUP_KV_MAX_PEER_BYTES ((size_t)16 << 20)
+#define SUP_KV_MAX_PEER_KEYS 1024
+/* 0 keeps the default. */
+void sup_kv_set_limits(sup_kv *kv, size_t max_bytes, size_t max_keys);
+/* What account who holds now (for tests and /status). */
+void sup_kv_account(const sup_kv *kv, uint64_t who, size_t *bytes, size_t *keys);
 /* A get of nkeys keys for (owner, req). Answers at once if every key
  * exists (returns 1), else queues it (returns 0); FT_ENOMEM. tag is handed
  * back in the reply either way. Keys are copied. */

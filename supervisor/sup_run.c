@@ -20,7 +20,14 @@
  *   FAULT       "worker_fault" event, then sup_watch_fault: nan/loss_spike
  *               -> rollback, xid -> per its action, collective_timeout/
  *               other -> blame silent workers (the worker exits 5 next)
- *   KV_SET/GET  the rendezvous store, current gen only
+ *   KV_SET/GET  the rendezvous store, current gen only; a KV_SET is charged
+ *               to (gen, rank) and one past sup_kv's bounds closes the
+ *               connection
+ *
+ * connection_closed carries node, slot, rank (-1 unknown) and peer, and
+ * queued_bytes when sup_conn closed it for not reading (its output cap).
+ * A gang worker closed for its own misbehaviour (that, or its KV bound) is
+ * also a fault, "peer_misbehaved", counted against its node.
  *
  * Commits and the retention GC after them run on sup_commitq's threads for
  * every store, local ones too: a local commit is milliseconds when the disk
@@ -869,6 +876,15 @@ static void worker_fault_event(sup *s, const sup_worker *w, const ft_msg *m, int
                     w->slot, ft_fault_kind_name(m->fault.kind), m->fault.step, detail);
 }
 
+/* A gang worker closed for its own misbehaviour (it stopped reading past
+ * its output cap, or stored past its KV bound): a fault counted against
+ * its node, as its crash would be. Its exit that follows (it lost us)
+ * joins this recovery instead of being blamed on nobody. */
+static void peer_misbehaved(sup *s, sup_worker *w, const char *reason) {
+  if (w->gen == s->gen && w->rank >= 0 && sup_in_gang(s, w->node))
+    sup_recovery_fault(s, "peer_misbehaved", w->node, w->slot, w->pid, reason, SUP_BLAME_COUNT);
+}
+
 static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   sup *s = ud;
   sup_worker *w = sup_conn_user(c);
@@ -944,8 +960,14 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     sup_watch_fault(s, w, m);
     break;
   case FT_MSG_KV_SET:
-    if (current)
-      sup_kv_set(s->kv, m->kv_set.key, m->kv_set.value, m->kv_set.value_len);
+    /* charged to this rank in this generation (sup_kv.h: the bounds); a
+     * set past them closes the connection, the reason in its event */
+    if (current && sup_kv_set_by(s->kv, m->gen << 32 | (uint32_t)w->rank, m->kv_set.key,
+                                 m->kv_set.value, m->kv_set.value_len) == FT_EPROTO) {
+      snprintf(reason, sizeof reason, "%s", ft_err_detail());
+      sup_conn_close(c, reason, 1);
+      peer_misbehaved(s, w, reason);
+    }
     break;
   case FT_MSG_KV_GET:
     if (current)
@@ -989,6 +1011,9 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
     cJSON_AddStringToObject(f, "peer", sup_conn_peer(c));
     cJSON_AddNumberToObject(f, "node", w ? w->node : -1);
     cJSON_AddNumberToObject(f, "slot", w ? w->slot : -1);
+    cJSON_AddNumberToObject(f, "rank", w ? w->rank : -1);
+    if (sup_conn_overflowed(c)) /* closed for not reading: what it held */
+      cJSON_AddNumberToObject(f, "queued_bytes", (double)sup_conn_overflowed(c));
     if (w)
       sup_events_emit(s->ev, "connection_closed", f, "node %d slot %d: %s", w->node, w->slot,
                       reason);
@@ -998,6 +1023,8 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
                       reason, suppressed);
     else
       sup_events_emit(s->ev, "connection_closed", f, "%s: %s", sup_conn_peer(c), reason);
+    if (w && sup_conn_overflowed(c))
+      peer_misbehaved(s, w, reason);
   }
 }
 

@@ -52,8 +52,13 @@
  *   FAKE_DOCTOR_HANG=I    node I never sends its first doctor report
  *   FAKE_DOCTOR_FAIL=I    node I's doctor report fails its memory check
  *   FAKE_DOCTOR_PLATFORM_NODE=I  node I reports another platform
- *   FAKE_ONCE_DIR=DIR     the xid, collective and nan faults fire once per
- *                         test: a marker file DIR/<fault> records it
+ *   FAKE_FLOOD_NODE=I, FAKE_FLOOD_STEP=S [, FAKE_FLOOD_GETS=N (30)]
+ *                         node I slot 0 at step S: KV_SET one 1 MiB key,
+ *                         then N KV_GETs of it 15 times over (15 MiB an
+ *                         answer) and 1 s without reading (a peer that asks
+ *                         and never reads); then it goes on
+ *   FAKE_ONCE_DIR=DIR     the xid, collective, nan and flood faults fire once
+ *                         per test: a marker file DIR/<fault> records it
  * Every rank sends STEP (rank 0's carries the loss, the others' NaN; at
  * train.val_every steps rank 0's carries a validation loss, loss + 0.25);
  * rank 0 logs "fake_worker: step K batch B" for each step.
@@ -240,6 +245,32 @@ static void send_fault(ft_fault_kind kind, int64_t step, const char *detail) {
   send_msg(&f);
 }
 
+/* FAKE_FLOOD: asks for 15 MiB n times, then reads nothing for 1 s. */
+static void flood(const char *rdzv, int n) {
+  static uint8_t big[FT_WIRE_MAX_VALUE];
+  char key[300];
+  snprintf(key, sizeof key, "%sflood", rdzv);
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_KV_SET);
+  m.kv_set.key = key;
+  m.kv_set.value = big;
+  m.kv_set.value_len = sizeof big;
+  send_msg(&m);
+  const char *keys[15];
+  for (int i = 0; i < 15; i++)
+    keys[i] = key;
+  for (int i = 0; i < n; i++) {
+    ft_msg_init(&m, FT_MSG_KV_GET);
+    m.kv_get.req = 1000u + (uint32_t)i;
+    m.kv_get.timeout_ms = 1000;
+    m.kv_get.keys = keys;
+    m.kv_get.nkeys = 15;
+    send_msg(&m);
+  }
+  fprintf(stderr, "fake_worker: flooding: %d KV_GETs of 15 MiB sent, reading nothing for 1 s\n", n);
+  sleep(1);
+}
+
 /* The skip rule, step by step, as the real worker applies it. */
 static int64_t skip_rule(const ft_wire_range *r, uint32_t n, int64_t b) {
   for (int moved = 1; moved;) {
@@ -386,6 +417,8 @@ int main(int argc, char **argv) {
   int coll_delay = env_int("FAKE_COLL_DELAY_MS", 2000), slow_rank = env_int("FAKE_SLOW_RANK", -1);
   int skip_rank = env_int("FAKE_SKIP_SAVE_RANK", -1),
       skip_step = env_int("FAKE_SKIP_SAVE_STEP", -1);
+  int flood_node = env_int("FAKE_FLOOD_NODE", -1), flood_step = env_int("FAKE_FLOOD_STEP", -1);
+  int flood_gets = env_int("FAKE_FLOOD_GETS", 30);
 
   /* connect */
   char host[64];
@@ -561,6 +594,8 @@ int main(int argc, char **argv) {
       send_fault(FT_FAULT_COLLECTIVE_TIMEOUT, step, "allreduce timed out (fake)");
       die(FT_EXIT_GANG, "collective timeout");
     }
+    if (node == flood_node && slot == 0 && step == flood_step && once("flood"))
+      flood(rdzv, flood_gets);
     if (node == die_node && step == die_step) {
       fprintf(stderr, "fake_worker: dying with signal %d at step %" PRId64 "\n", die_sig, step);
       raise(die_sig);

@@ -3,7 +3,10 @@
  * HELLO deadline and the cap, oldest evicted; an authenticated connection
  * is touched by neither), and sending: a frame reaches the socket before
  * the loop runs again, frames stay in order when the kernel's buffer
- * fills, and a peer that is gone is reported, not fatal. */
+ * fills, and a peer that is gone is reported, not fatal; a peer that
+ * reads nothing while answers pile up is closed once its queue would pass
+ * the output cap (from the loop, not inside the send), with the bytes it
+ * held. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,8 +28,10 @@ static char g_token[FT_WIRE_TOKEN_HEX + 1];
 
 typedef struct rec {
   int nclosed;
-  char reasons[8][128];
+  char reasons[8][192];
   int closed_id[8];
+  int is_error[8];
+  size_t overflowed[8];
 } rec;
 
 static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t rlen) {
@@ -38,6 +43,8 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
   if (r->nclosed < 8) {
     snprintf(r->reasons[r->nclosed], sizeof r->reasons[0], "%s", reason);
     r->closed_id[r->nclosed] = (int)sup_conn_id(c);
+    r->is_error[r->nclosed] = is_error;
+    r->overflowed[r->nclosed] = sup_conn_overflowed(c);
   }
   r->nclosed++;
 }
@@ -238,6 +245,47 @@ static void test_send_to_gone_peer_is_reported(void **st) {
   assert_int_equal(t->r.nclosed, 1);
 }
 
+/* A peer that asks and never reads (the KV_GET flood of issue 41: 1.5 GB
+ * of answers queued, nothing closed): the queue stops at the cap, the
+ * connection is closed on the loop's next pass with the reason and the
+ * bytes it would have held, and the peer then reads EOF. */
+static void test_peer_not_reading_closed_at_cap(void **st) {
+  sending *t = *st;
+  enum { CAP = 256 << 10, VAL = 64 << 10, N = 200 }; /* 12.8 MB of answers */
+  sup_conn_set_max_queued(CAP);
+  static uint8_t val[VAL];
+  ft_wire_blob blob = {.data = val, .len = VAL};
+  for (uint32_t i = 0; i < N; i++) {
+    ft_msg m;
+    ft_msg_init(&m, FT_MSG_KV_VALUE);
+    snprintf(m.run, sizeof m.run, "%s", RUN);
+    m.gen = 7;
+    m.kv_value.req = i;
+    m.kv_value.status = FT_KV_OK;
+    m.kv_value.vals = &blob;
+    m.kv_value.nvals = 1;
+    assert_int_equal(sup_conn_send(t->c, &m), 0); /* the caller is not failed */
+  }
+  /* not closed inside a send: the sender may be walking a list on_close edits */
+  assert_int_equal(t->r.nclosed, 0);
+  run_for(t->base, 0.05);
+  assert_int_equal(t->r.nclosed, 1);
+  assert_non_null(strstr(t->r.reasons[0], "output queue over its cap"));
+  assert_int_equal(t->r.is_error[0], 1);
+  assert_true(t->r.overflowed[0] > CAP);
+  assert_true(t->r.overflowed[0] <= CAP + VAL + 64);
+  run_for(t->base, 0.05); /* freed */
+  /* what reached the socket was the first frames; then EOF, no more */
+  static uint8_t buf[1 << 16];
+  size_t total = 0;
+  ssize_t n;
+  while ((n = read(t->peer, buf, sizeof buf)) > 0)
+    total += (size_t)n;
+  assert_int_equal(n, 0);
+  assert_true(total < (size_t)N * VAL / 4);
+  sup_conn_set_max_queued(0);
+}
+
 int main(void) {
   if (ft_wire_token_new(g_token))
     return 1;
@@ -249,6 +297,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_send_keeps_order_past_full_buffer, sending_setup,
                                       sending_teardown),
       cmocka_unit_test_setup_teardown(test_send_to_gone_peer_is_reported, sending_setup,
+                                      sending_teardown),
+      cmocka_unit_test_setup_teardown(test_peer_not_reading_closed_at_cap, sending_setup,
                                       sending_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,12 +1,15 @@
-/* Unit tests of supervisor/sup_kv.c: the rendezvous store with waiting gets. */
+/* Unit tests of supervisor/sup_kv.c: the rendezvous store with waiting gets,
+ * and the bounds on what one peer (account) may store. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "ft_err.h"
 #include "sup_kv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +150,50 @@ static void test_bad_counts(void **st) {
   assert_int_equal(g_n, 0);
 }
 
+/* One account may hold max_keys keys and max_bytes bytes (key + value);
+ * a set past either is refused with FT_EPROTO naming the bound, stores
+ * nothing, and leaves other accounts and the supervisor's own sets free.
+ * Overwriting its own key re-charges it; another's key moves the charge. */
+static void test_peer_bounds(void **st) {
+  sup_kv *kv = *st;
+  sup_kv_set_limits(kv, 100, 3);
+  uint8_t v[64] = {0};
+  size_t bytes, keys;
+  assert_int_equal(sup_kv_set_by(kv, 7, "a", v, 10), FT_OK); /* 11 */
+  assert_int_equal(sup_kv_set_by(kv, 7, "b", v, 10), FT_OK); /* 22 */
+  assert_int_equal(sup_kv_set_by(kv, 7, "a", v, 40), FT_OK); /* own key again: 52 */
+  sup_kv_account(kv, 7, &bytes, &keys);
+  assert_int_equal(bytes, 52);
+  assert_int_equal(keys, 2);
+  assert_int_equal(sup_kv_set_by(kv, 7, "c", v, 60), FT_EPROTO); /* 113 bytes > 100 */
+  assert_non_null(strstr(ft_err_detail(), "would store 113 bytes (at most 100)"));
+  assert_null(sup_kv_lookup(kv, "c", NULL));
+  assert_int_equal(sup_kv_set_by(kv, 7, "c", v, 1), FT_OK);
+  assert_int_equal(sup_kv_set_by(kv, 7, "d", v, 1), FT_EPROTO); /* a fourth key */
+  assert_non_null(strstr(ft_err_detail(), "would store 4 keys (at most 3)"));
+  assert_null(sup_kv_lookup(kv, "d", NULL));
+  /* another peer and the supervisor are not held back by peer 7 */
+  assert_int_equal(sup_kv_set_by(kv, 8, "d", v, 60), FT_OK);
+  assert_int_equal(sup_kv_set(kv, "big", v, 64), FT_OK);
+  /* peer 8 takes over peer 7's "a": the charge moves, 7 can store again */
+  assert_int_equal(sup_kv_set_by(kv, 8, "a", v, 1), FT_OK);
+  sup_kv_account(kv, 7, &bytes, &keys);
+  assert_int_equal(keys, 2);
+  assert_int_equal(bytes, 13);
+  assert_int_equal(sup_kv_set_by(kv, 7, "e", v, 60), FT_OK);
+  /* many accounts (the table grows) each keep their own charge */
+  for (uint64_t w = 100; w < 400; w++) {
+    char k[16];
+    snprintf(k, sizeof k, "r%u", (unsigned)w);
+    assert_int_equal(sup_kv_set_by(kv, w << 32, k, v, (uint32_t)(w % 50)), FT_OK);
+  }
+  for (uint64_t w = 100; w < 400; w++) {
+    sup_kv_account(kv, w << 32, &bytes, &keys);
+    assert_int_equal(keys, 1);
+    assert_int_equal(bytes, (w < 1000 ? 4 : 5) + w % 50);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_immediate, setup, teardown),
@@ -155,6 +202,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_timeout_and_drop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_free_drops_pending, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_counts, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_peer_bounds, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
