@@ -186,8 +186,9 @@ static void describe_change(const sup *s, const char *sealed_config, const char 
   if (!cfg)
     snprintf(out, n, "it no longer parses: %s", why);
   else if (!config_diff(sealed_config, cfg, out, n))
-    snprintf(out, n, "no key of model/train/data differs: the change is in another section, or "
-                     "in comments and layout");
+    snprintf(out, n,
+             "no key of model/train/data differs: the change is in another section, or "
+             "in comments and layout");
   free(cfg);
 }
 
@@ -286,7 +287,8 @@ int sup_seal_snapshot(sup *s, const char *runfile, int accept) {
     snprintf(s->seal_accepted, sizeof s->seal_accepted, "%.1000s", now);
   }
   /* an edit of the copy itself, about to be replaced: said, not silent */
-  if (sealed[0] && strcmp(snap, runfile) && read_small(snap, FT_RUNFILE_MAX_BYTES, &old, &olen) == 0 &&
+  if (sealed[0] && strcmp(snap, runfile) &&
+      read_small(snap, FT_RUNFILE_MAX_BYTES, &old, &olen) == 0 &&
       sha256_hex(old, olen, old_sha) == 0 && strcmp(old_sha, sealed)) {
     describe_change(s, sealed_cfg, old, olen, now, sizeof now);
     fprintf(stderr,
@@ -307,7 +309,8 @@ int sup_seal_snapshot(sup *s, const char *runfile, int accept) {
   free(s->runfile_config);
   s->runfile_config = cfg;
   cfg = NULL;
-  if (strcmp(sealed, s->runfile_sha256) && (rc = seal_write(s, s->runfile_sha256, s->runfile_config, runfile)))
+  if (strcmp(sealed, s->runfile_sha256) &&
+      (rc = seal_write(s, s->runfile_sha256, s->runfile_config, runfile)))
     fprintf(stderr, "supervise: cannot seal the run file's copy: %s\n", ft_err_detail());
 out:
   free(text);
@@ -344,8 +347,8 @@ int sup_seal_check(sup *s) {
     cJSON_AddNullToObject(f, "sha256");
   cJSON_AddStringToObject(f, "changed", changed);
   sup_events_emit(s->ev, "runfile_changed", f,
-                  "%s no longer matches the run file this run was started with: %s", s->runfile_path,
-                  changed);
+                  "%s no longer matches the run file this run was started with: %s",
+                  s->runfile_path, changed);
   char why[4700];
   snprintf(why, sizeof why,
            "the run file's copy %s changed during the run (%.160s); no worker is launched "
