@@ -263,6 +263,12 @@ typedef struct sup {
   int64_t last_step; /* last step rank 0 reported in this process */
   double last_loss, last_tps, last_step_ms, last_val_loss;
   double last_step_at_s; /* ft_now_s of rank 0's last STEP; 0: none yet */
+  uint64_t gen_filed;    /* the generation floor DIR/generation holds (sup_seal.c) */
+  /* the run file's snapshot, sealed at start (sup_seal.c): its SHA-256 (""
+   * none), its config JSON (malloc'd), and what an accepted change changed */
+  char runfile_sha256[65];
+  char *runfile_config;
+  char seal_accepted[1024];
   sup_history *hist;     /* STATE/history.bin (sup_history.h); NULL: none */
   int hist_failed;       /* its write failure was reported */
   struct sup_http *http; /* the operator's HTTP port (sup_http.c); NULL: off */
@@ -373,6 +379,33 @@ void sup_run_mark_good(sup *s, int64_t step, int64_t at_step);
  * first in every loop iteration by itself; a hang check may call it first
  * too, to see a stall that ended inside the same iteration. */
 void sup_loop_stall_check(sup *s);
+
+/* ---- sup_seal.c ---------------------------------------------------------- */
+/* At start: reads runfile (a real path) once, compares it with DIR's seal
+ * (refused, with a message on stderr naming the keys that differ, unless
+ * accept), copies it to DIR/run.yaml, points s->runfile_path there and
+ * seals the copy. FT_OK, or an error already reported on stderr. */
+int sup_seal_snapshot(sup *s, const char *runfile, int accept);
+/* Before a launch round: FT_OK if the copy still matches its seal; else
+ * event runfile_changed, the run fails (sup_recovery_fail) and FT_ECONFIG. */
+int sup_seal_check(sup *s);
+void sup_seal_release(sup *s);
+/* DIR/generation: the highest generation persisted (0: none; FT_EFORMAT
+ * naming the file when it holds no number). Also sets s->gen_filed. */
+int sup_gen_floor_read(sup *s, uint64_t *gen);
+/* Writes s->gen there if it grew (written whole, renamed in); sup_persist. */
+int sup_gen_floor_write(sup *s);
+
+/* ---- sup_ckpt_events.c -------------------------------------------------- */
+/* checkpoint_failed {step, rank (>= 0), missing (>= 0), cause, reason}:
+ * checkpoint step will not be committed. cause: "report" (a shard report
+ * bad or missing), "storage" (a worker could not write its shard). */
+void sup_event_checkpoint_failed(sup *s, int64_t step, int rank, int missing, const char *cause,
+                                 const char *why);
+/* checkpoint_mark_failed {step, mark, reason}: the store refused to mark
+ * committed checkpoint step (mark: "GOOD", "BAD"); also on stderr. Call it on
+ * the loop (a thread hands the failure to the loop first). */
+void sup_event_mark_failed(sup *s, int64_t step, const char *mark, const char *why);
 
 /* ---- sup_recovery.c ----------------------------------------------------- */
 /* Launches every node, forms the first gang (STARTING). */

@@ -17,7 +17,17 @@
  *  - The run file is copied to DIR/run.yaml at every start and the workers
  *    get that copy (editing or deleting the original mid-run changes
  *    nothing); its relative data globs, which mean the original's
- *    directory, are passed as absolute --set overrides.
+ *    directory, are passed as absolute --set overrides. The copy is sealed
+ *    (sup_seal.c): checked before every launch round, an edit fails the
+ *    run; a start with a run file other than the sealed one is refused
+ *    (exit 2) unless --accept-runfile-change.
+ *  - The generation continues after the highest one used, from the
+ *    catalog's run state or DIR/generation (sup_seal.c), whichever is
+ *    higher: a catalog rebuilt from the manifests never restarts it at 1.
+ *  - A run that is done is done again, with "nothing to do", unless --steps
+ *    goes beyond its final checkpoint: then it trains on from there (a new
+ *    generation; the learning-rate schedule follows the new train.steps).
+ *    A --steps that does not is said to change nothing.
  *  - A catalog that lists less than the store holds for this run
  *    (ckpt_store_catalog_behind: an old copy put back, a lost catalog
  *    recreated) is refused with exit 4, naming the catalog and
@@ -79,7 +89,10 @@
  *    advertise). A bind that fails (in use, not this host's) is exit 2.
  *  - Events beyond the spec's list: supervisor_stall {seconds, cause,
  *    gen, last_step}; run_started carries store_from, runfile (the
- *    snapshot), launcher and hosts (node i's host, when there is a list);
+ *    snapshot) and runfile_sha256 (its seal), launcher and hosts (node i's
+ *    host, when there is a list); runfile_changed and
+ *    runfile_change_accepted (sup_seal.c); checkpoint_failed carries cause
+ *    and checkpoint_mark_failed says a mark failed (sup_ckpt_events.c);
  *    connection_closed of peers without HELLO carries "suppressed" when
  *    rate limiting left some out; worker_launched carries role;
  *    run_interrupted {signal, gen, last_step} on SIGINT/SIGTERM;
@@ -143,7 +156,7 @@ static void usage(FILE *f) {
   fputs("usage: supervise [--spares N] [--state DIR] [--steps N] [--store URI]\n"
         "                 [--set KEY=VALUE]... [--worker PATH] [--from-scratch]\n"
         "                 [--listen HOST:PORT] [--advertise HOST[:PORT]]\n"
-        "                 [--http HOST:PORT|off] RUN.yaml\n"
+        "                 [--http HOST:PORT|off] [--accept-runfile-change] RUN.yaml\n"
         "       supervise [--state DIR] [--store URI] --unquarantine NODE|all RUN.yaml\n"
         "       supervise status DIR [--json]   (what a run is doing; --help there)\n"
         "       supervise report DIR --out FILE (the dashboard as one HTML file)\n"
@@ -163,7 +176,8 @@ static void usage(FILE *f) {
         "  --spares N      warm spare nodes (default 0)\n"
         "  --state DIR     run state, event log, logs, the run file's copy (run.yaml)\n"
         "                  and by default the checkpoint store live here (./state)\n"
-        "  --steps N       override train.steps (forwarded to the workers)\n"
+        "  --steps N       override train.steps (forwarded to the workers); on a run\n"
+        "                  that is done, a larger N trains it on to step N\n"
         "  --store URI     the checkpoint store: local:PATH or s3://BUCKET/PREFIX\n"
         "                  (default: the run file's checkpoint.store, a local:DIR\n"
         "                  relative to the run file's directory; its default,\n"
@@ -195,6 +209,10 @@ static void usage(FILE *f) {
         "                  put a quarantined node (or all) back into the run's pool:\n"
         "                  rewrites the persisted run state, says what it did, exits\n"
         "                  (0); the next run uses the node again\n"
+        "  --accept-runfile-change\n"
+        "                  take RUN.yaml although it differs from the run file this\n"
+        "                  state directory's run was started with (DIR/run.seal.json);\n"
+        "                  without it such a start is refused (exit 2)\n"
         "  -h, --help      this text\n"
         "  --version       the version and the git revision it was built from\n"
         "\n"
@@ -225,14 +243,20 @@ static void usage(FILE *f) {
         "it resumes from the last committed checkpoint with a new generation.\n"
         "The run file is copied to DIR/run.yaml at start and the workers read that\n"
         "copy, so editing or removing RUN.yaml mid-run changes nothing until the\n"
-        "next start.\n"
+        "next start. The copy is sealed (its SHA-256 in DIR/run.seal.json): an edit of\n"
+        "DIR/run.yaml mid-run is found before the next launch, which does not happen:\n"
+        "the run fails (exit 1, event runfile_changed naming the keys). A change is\n"
+        "applied only at a start, through RUN.yaml and --accept-runfile-change.\n"
         "\n"
         "exit codes:\n"
-        "  0    run done (also: the run in DIR was already done)\n"
+        "  0    run done (also: the run in DIR was already done; it says so, and\n"
+        "       whether --steps changed anything)\n"
         "  1    run failed (recovery.max_restarts exceeded, no nodes left,\n"
+        "       the run file's copy DIR/run.yaml changed mid-run,\n"
         "       recovery.when_no_spares: fail, a global batch the world can't divide,\n"
         "       too few usable nodes: see --unquarantine)\n"
-        "  2    usage or run-file error\n"
+        "  2    usage or run-file error (also: RUN.yaml differs from the run file the\n"
+        "       run was started with: see --accept-runfile-change)\n"
         "  4    checkpoint store / catalog error (another supervisor holds it, a\n"
         "       damaged catalog, a catalog behind the store: see --from-scratch;\n"
         "       the store refused the final checkpoint: run again to resume)\n"
@@ -500,7 +524,8 @@ typedef struct main_ctx {
   const char *listen_arg, *advertise_arg; /* --listen, --advertise */
   const char *http_arg;                   /* --http */
   int spares, spares_given, from_scratch;
-  const char **sets; /* the --set arguments (point into argv), then pin_data's */
+  int accept_runfile; /* --accept-runfile-change */
+  const char **sets;  /* the --set arguments (point into argv), then pin_data's */
   int nsets;
   char set_train[1200], set_val[1200]; /* pin_data's --set arguments */
   const char *store_from;              /* what chose the store (resolve_store) */
@@ -511,13 +536,21 @@ typedef struct main_ctx {
 } main_ctx;
 
 static int parse_args(main_ctx *m, int argc, char **argv) {
-  static const struct option opts[] = {{"spares", 1, 0, 'p'},       {"state", 1, 0, 'd'},
-                                       {"steps", 1, 0, 'n'},        {"store", 1, 0, 's'},
-                                       {"set", 1, 0, 'S'},          {"worker", 1, 0, 'w'},
-                                       {"help", 0, 0, 'h'},         {"unquarantine", 1, 0, 'U'},
-                                       {"from-scratch", 0, 0, 'F'}, {"version", 0, 0, 'V'},
-                                       {"listen", 1, 0, 'L'},       {"advertise", 1, 0, 'A'},
-                                       {"http", 1, 0, 'H'},         {0, 0, 0, 0}};
+  static const struct option opts[] = {{"spares", 1, 0, 'p'},
+                                       {"state", 1, 0, 'd'},
+                                       {"steps", 1, 0, 'n'},
+                                       {"store", 1, 0, 's'},
+                                       {"set", 1, 0, 'S'},
+                                       {"worker", 1, 0, 'w'},
+                                       {"help", 0, 0, 'h'},
+                                       {"unquarantine", 1, 0, 'U'},
+                                       {"from-scratch", 0, 0, 'F'},
+                                       {"version", 0, 0, 'V'},
+                                       {"listen", 1, 0, 'L'},
+                                       {"advertise", 1, 0, 'A'},
+                                       {"http", 1, 0, 'H'},
+                                       {"accept-runfile-change", 0, 0, 'R'},
+                                       {0, 0, 0, 0}};
   int ch;
   char oerr[192];
   if (ft_opts_check(argc, argv, opts, oerr, sizeof oerr)) {
@@ -570,6 +603,9 @@ static int parse_args(main_ctx *m, int argc, char **argv) {
     }
     case 'F':
       m->from_scratch = 1;
+      break;
+    case 'R':
+      m->accept_runfile = 1;
       break;
     case 'H':
       m->http_arg = optarg;
@@ -794,54 +830,6 @@ static int load_runfile(main_ctx *m) {
   return GO;
 }
 
-/* Copies the run file to DIR/run.yaml (written whole, then renamed in) and
- * points s->runfile_path at the copy: every launch, relaunches included,
- * reads the run file as it was at start. */
-static int snapshot_runfile(sup *s, const char *runfile) {
-  char path[sizeof s->runfile_path], tmp[sizeof path + 8], buf[65536];
-  int in = -1, out = -1, rc = -1;
-  if (snprintf(path, sizeof path, "%s/run.yaml", s->state_dir) >= (int)sizeof path) {
-    fprintf(stderr, "supervise: --state path too long\n");
-    return -1;
-  }
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  if (!strcmp(path, s->runfile_path))
-    return 0; /* run from the snapshot itself */
-  in = open(runfile, O_RDONLY | O_CLOEXEC);
-  out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (in < 0 || out < 0)
-    goto out;
-  for (;;) {
-    ssize_t n = read(in, buf, sizeof buf);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      goto out;
-    if (n == 0)
-      break;
-    if (ft_write_all(out, buf, (size_t)n, tmp))
-      goto out;
-  }
-  if (fsync(out) || close(out)) {
-    out = -1;
-    goto out;
-  }
-  out = -1;
-  if (rename(tmp, path))
-    goto out;
-  memcpy(s->runfile_path, path, sizeof path);
-  rc = 0;
-out:
-  if (rc)
-    fprintf(stderr, "supervise: cannot copy the run file %s to %s: %s\n", runfile, path,
-            strerror(errno));
-  if (in >= 0)
-    close(in);
-  if (out >= 0)
-    close(out);
-  return rc;
-}
-
 /* The run file's relative data globs are relative to its directory, which
  * the snapshot (in DIR) does not share: the workers get them as absolute
  * --set overrides, resolved as supervise resolved them. */
@@ -990,12 +978,12 @@ static int open_store(main_ctx *m) {
   return GO;
 }
 
-/* The run file's snapshot, once the catalog's lock is ours (a second
- * supervisor, refused, must not replace the running one's). */
+/* The run file's snapshot, sealed (sup_seal.c), once the catalog's lock is
+ * ours (a second supervisor, refused, must not replace the running one's). */
 static int snapshot(main_ctx *m) {
   if (m->unquarantine)
     return GO;
-  if (snapshot_runfile(m->s, m->runfile) || pin_data(m))
+  if (sup_seal_snapshot(m->s, m->s->runfile_path, m->accept_runfile) || pin_data(m))
     return SUP_EXIT_USAGE;
   return GO;
 }
@@ -1096,15 +1084,47 @@ static int load_run_state(main_ctx *m) {
     free(pstatus);
     return ex;
   }
-  if (pstatus && !strcmp(pstatus, "done")) {
-    printf("supervise: run %s in %s is already done (generation %" PRIu64
-           ", %d restart(s)); nothing to do\n",
-           s->rf.run, s->state_dir, pgen, prestarts);
+  uint64_t floor = 0;
+  if (sup_gen_floor_read(s, &floor)) {
+    fprintf(stderr, "supervise: %s\n", ft_err_detail());
     free(pstatus);
-    return SUP_EXIT_DONE;
+    return SUP_EXIT_STORE;
   }
-  s->gen = pstatus ? pgen + 1 : 1;
-  s->restarts = pstatus && strcmp(pstatus, "failed") ? prestarts : 0;
+  if (pstatus && !strcmp(pstatus, "done")) {
+    /* --steps beyond the final checkpoint extends a finished run; else
+     * nothing to do, saying what was not done */
+    if (!m->steps || m->latest >= s->final_step) {
+      printf("supervise: run %s in %s is already done (generation %" PRIu64
+             ", %d restart(s)); nothing to do\n",
+             s->rf.run, s->state_dir, pgen, prestarts);
+      if (m->steps)
+        printf("supervise: --steps %s changes nothing: the run's final checkpoint is step "
+               "%" PRId64 " already; a larger --steps trains the run further\n",
+               m->steps, m->latest);
+      free(pstatus);
+      return SUP_EXIT_DONE;
+    }
+    fprintf(stderr,
+            "supervise: run %s was done at step %" PRId64 "; --steps %s extends it: training "
+            "on from that checkpoint (the learning-rate schedule follows the new train.steps)\n",
+            s->rf.run, m->latest, m->steps);
+  }
+  /* the generation after every one used: the catalog's, or DIR/generation's
+   * when the catalog lost its record (rebuilt from the manifests) */
+  uint64_t last = pstatus && pgen > floor ? pgen : floor;
+  if (!pstatus && floor)
+    fprintf(stderr,
+            "supervise: the catalog has no run state of run %s (rebuilt from the manifests?), "
+            "but %s/generation says generation %" PRIu64 " was used: going on with %" PRIu64 "\n",
+            s->rf.run, s->state_dir, floor, floor + 1);
+  else if (pstatus && floor > pgen)
+    fprintf(stderr,
+            "supervise: the catalog's run state of run %s is at generation %" PRIu64
+            ", but %s/generation says %" PRIu64 " was used (an older catalog put back): "
+            "going on with %" PRIu64 "\n",
+            s->rf.run, pgen, s->state_dir, floor, floor + 1);
+  s->gen = last + 1;
+  s->restarts = pstatus && strcmp(pstatus, "failed") && strcmp(pstatus, "done") ? prestarts : 0;
   if (pstatus)
     fprintf(stderr, "supervise: resuming run %s (was %s at generation %" PRIu64 ")\n", s->rf.run,
             pstatus, pgen);
@@ -1365,6 +1385,7 @@ static int run(main_ctx *m) {
   if (!strncmp(s->store_uri, "s3://", 5))
     cJSON_AddStringToObject(f, "s3_cache", getenv("FT_S3_CACHE"));
   cJSON_AddStringToObject(f, "runfile", s->runfile_path);
+  cJSON_AddStringToObject(f, "runfile_sha256", s->runfile_sha256);
   cJSON_AddNumberToObject(f, "pid", getpid());
   cJSON_AddNumberToObject(f, "port", s->port);
   cJSON_AddStringToObject(f, "listen", m->listen);
@@ -1379,11 +1400,21 @@ static int run(main_ctx *m) {
                   s->rf.run, s->gen, s->N, s->G, s->S, s->store_uri, m->store_from, s->port,
                   m->listen, m->advertise, sup_http_addr(s) ? "; dashboard http://" : "",
                   sup_http_addr(s) ? sup_http_addr(s) : "", sup_http_addr(s) ? "/" : "");
+  if (s->seal_accepted[0]) {
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddStringToObject(a, "path", s->runfile_path);
+    cJSON_AddStringToObject(a, "sha256", s->runfile_sha256);
+    cJSON_AddStringToObject(a, "changed", s->seal_accepted);
+    sup_events_emit(s->ev, "runfile_change_accepted", a,
+                    "--accept-runfile-change: the workers read the new run file (%s)",
+                    s->seal_accepted);
+  }
   if (sup_persist(s, "running")) {
     fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
     return SUP_EXIT_STORE;
   }
-  if (sup_recovery_start(s)) {
+  /* the first launch round, as every later one, checks the sealed copy */
+  if (sup_seal_check(s) == FT_OK && sup_recovery_start(s)) {
     char why[512];
     snprintf(why, sizeof why, "cannot launch workers: %s", ft_err_detail());
     sup_recovery_fail(s, why);
@@ -1435,6 +1466,7 @@ static void cleanup(main_ctx *m) {
   if (s->base)
     event_base_free(s->base);
   sup_history_free(s->hist); /* flushes */
+  sup_seal_release(s);
   sup_events_free(s->ev);
   ckpt_store_free(s->store);
   if (s->nodes)

@@ -1067,6 +1067,8 @@ static void plan_and_launch_t(sup *s) {
   }
   if (plan.nquarantine)
     persist_notes(s);
+  if (sup_seal_check(s)) /* the run file's copy, once per round (sup_seal.c) */
+    return;
   for (int i = 0; i < plan.npromote; i++) {
     int sp = plan.promote_spare[i];
     s->nodes[sp].role = SUP_ROLE_ACTIVE;

@@ -45,6 +45,9 @@
  *  "restarts": R, "skips": [[first, end], ...]} (skips: global batch
  * ranges never trained on again, sent in every ASSIGN). gen is written BEFORE it is used
  * (sup_persist first, then ASSIGN), so a restarted supervisor never reuses a generation.
+ * sup_persist writes the generation to DIR/generation as well (sup_seal.c): a
+ * catalog rebuilt from the manifests has no run state, and a start then takes
+ * the generation after the file's.
  */
 #include "sup_int.h"
 
@@ -88,7 +91,10 @@ int sup_persist(sup *s, const char *status) {
   cJSON_Delete(o);
   if (!txt)
     return ft_err_set(FT_ENOMEM, "out of memory");
-  int rc = ckpt_store_put_meta(s->store, key, txt);
+  /* the generation also where a rebuilt catalog cannot lose it (sup_seal.c) */
+  int rc = sup_gen_floor_write(s);
+  if (rc == FT_OK)
+    rc = ckpt_store_put_meta(s->store, key, txt);
   free(txt);
   return rc;
 }
@@ -494,18 +500,6 @@ int sup_run_commitq_start(sup *s) {
   return sup_commitq_new(s->base, cq_work, cq_done, cq_release, cq_gc, s, &s->commitq);
 }
 
-/* checkpoint_failed for step: rank's report was bad, or (missing >= 0)
- * that many ranks, rank the first, never reported it. */
-static void ckpt_failed(sup *s, int64_t step, int rank, int missing, const char *why) {
-  cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "step", (double)step);
-  cJSON_AddNumberToObject(f, "rank", rank);
-  if (missing >= 0)
-    cJSON_AddNumberToObject(f, "missing", missing);
-  cJSON_AddStringToObject(f, "reason", why);
-  sup_events_emit(s->ev, "checkpoint_failed", f, "step %" PRId64 " rank %d: %s", step, rank, why);
-}
-
 /* Checkpoint done is complete: an older one of its level still missing
  * reports never will be (each rank reports its checkpoints in order, so
  * every rank that reported done passed the older one without reporting
@@ -530,7 +524,7 @@ static void abandon_older(sup *s, const sup_pending_ckpt *done) {
              "%d of %d ranks never reported it (the first: rank %d) before step %" PRId64
              " was complete",
              p->world - p->nhave, p->world, first, done->step);
-    ckpt_failed(s, p->step, first, p->world - p->nhave, why);
+    sup_event_checkpoint_failed(s, p->step, first, p->world - p->nhave, "report", why);
     pending_free(p);
   }
 }
@@ -545,7 +539,7 @@ static void on_shard_parsed(void *ud, sup_shard_job *j) {
   if (j->gen != s->gen || j->rank < 0 || j->rank >= world)
     goto out;
   if (j->why[0]) {
-    ckpt_failed(s, j->step, j->rank, -1, j->why);
+    sup_event_checkpoint_failed(s, j->step, j->rank, -1, "report", j->why);
     goto out;
   }
   sup_pending_ckpt *p = s->pending;
@@ -606,7 +600,7 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
   j->rank = rank;
   if (rank != w->rank) {
     snprintf(j->why, sizeof j->why, "SHARD_SAVED for rank %d from rank %d", rank, w->rank);
-    ckpt_failed(s, j->step, j->rank, -1, j->why);
+    sup_event_checkpoint_failed(s, j->step, j->rank, -1, "report", j->why);
     sup_shard_job_free(j);
     return;
   }

@@ -475,6 +475,8 @@ static void on_storage(sup *s, sup_worker *w, int64_t step, const char *detail) 
                   w->node, w->slot, step, en ? en : "store error", path[0] ? " on " : "", path,
                   final ? "the final checkpoint: the worker retries it, no node blamed"
                         : "checkpoint skipped, training goes on, no node blamed");
+  if (!final) /* the final one is retried: it fails only if the run does */
+    sup_event_checkpoint_failed(s, step, w->rank, -1, "storage", detail);
 }
 
 /* A worker's recomputation check found bits that differ (FAULT sdc): the

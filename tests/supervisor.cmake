@@ -10,6 +10,11 @@ if(TARGET supervise)
   # common/ft_bug.h: FT_BUG and FT_ASSERT_INV, which sup_recovery.c's check_state uses
   ft_add_test(NAME test_ft_bug SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ft_bug.c
               LIBS ftcommon LABELS unit TIMEOUT 60)
+  # the checkpoint events (supervisor/sup_ckpt_events.c, part of supervise)
+  ft_add_test(NAME test_sup_ckpt_events
+              SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_ckpt_events.c
+                      ${CMAKE_SOURCE_DIR}/supervisor/sup_ckpt_events.c
+              LIBS ftsup ftwatchdog LABELS unit TIMEOUT 60)
   ft_add_test(NAME test_sup_meta SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_meta.c
               LIBS ftckpt LABELS unit TIMEOUT 60)
 

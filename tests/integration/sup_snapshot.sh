@@ -3,6 +3,12 @@
 # launch reads the snapshot: deleting the run file mid-run and then losing
 # a node (every relaunched worker reads its --runfile) still recovers and
 # finishes; a second supervisor, refused, does not touch the snapshot.
+# The snapshot is sealed: an edit of STATE/run.yaml mid-run (lr 3e-3 ->
+# 0.5) is found before the relaunch after a node is lost, which does not
+# happen (event runfile_changed naming train.lr, exit 1). Run again with
+# the run file as it was, the edit is replaced (with a warning) and the run
+# finishes; a changed run file is refused (exit 2) unless
+# --accept-runfile-change.
 # With the real worker: the run file's relative data globs still
 # mean its own directory although the workers read the snapshot.
 source "$(dirname "$0")/lib.sh"
@@ -38,6 +44,60 @@ has_event "$ST" run_done || fail "no run_done"
 cmp -s "$ST/run.yaml" "$FT_SRC/examples/demo.yaml" || fail "no snapshot in $ST/run.yaml"
 has_event "$ST" run_started "e[\"runfile\"] == \"$ST/run.yaml\"" || fail "run_started does not name the snapshot"
 pass "run file deleted mid-run: the relaunch used the snapshot; run done"
+
+# ---- the seal: STATE/run.yaml edited mid-run ----
+ST4=$TMP/sealed
+mkdir -p "$ST4"
+cp "$FT_SRC/examples/demo.yaml" "$TMP/run4.yaml"
+rm -f "$TMP/gate"
+SEAL_ARGS=(--worker "$FAKE" --steps 40 --set checkpoint.every_steps=5
+  --set watchdog.heartbeat_timeout_s=3 --spares 1)
+FAKE_GATE=$TMP/gate FT_FAILPOINTS=kill_node_at_step=15 FAKE_STEP_MS=60 "$FT_BIN/supervise" \
+  --state "$ST4" "${SEAL_ARGS[@]}" "$TMP/run4.yaml" >"$ST4.out" 2>&1 &
+SUP=$!
+for _ in $(seq 100); do [ -s "$ST4/control.port" ] && break; sleep 0.05; done
+[ -s "$ST4/control.port" ] || fail "sealed run: no control.port"
+grep -q '^  lr: 3.0e-3$' "$ST4/run.yaml" || fail "no lr line to edit in the snapshot"
+sed -i 's/^  lr: 3.0e-3$/  lr: 0.5/' "$ST4/run.yaml"
+touch "$TMP/gate"
+rc=0
+wait $SUP || rc=$?
+[ $rc -eq 1 ] || { cat "$ST4.out"; fail "an edited snapshot: supervise exited $rc, want 1"; }
+has_event "$ST4" chaos_kill || fail "sealed run: no node was killed"
+has_event "$ST4" runfile_changed "'train.lr: 0.003 -> 0.5' in e['changed'] and e['path'] == '$ST4/run.yaml'" ||
+  { cat "$ST4.out"; fail "no runfile_changed naming train.lr and the file"; }
+python3 - "$ST4/events.jsonl" <<'PY' || fail "a worker was launched after the snapshot was edited"
+import json, sys
+evs = [json.loads(l)["event"] for l in open(sys.argv[1])]
+assert "worker_launched" not in evs[evs.index("chaos_kill"):], evs
+PY
+grep -q "run_failed: .*run.yaml changed during the run.*--accept-runfile-change" "$ST4.out" ||
+  { cat "$ST4.out"; fail "run_failed does not name the file and the way to apply a change"; }
+pass "snapshot edited mid-run: no relaunch from it, runfile_changed names train.lr, exit 1"
+
+# again with the run file as it was: the edit is replaced, said, and the run goes on
+rc=0
+FAKE_STEP_MS=5 "$FT_BIN/supervise" --state "$ST4" "${SEAL_ARGS[@]}" "$TMP/run4.yaml" >"$ST4.out2" 2>&1 || rc=$?
+[ $rc -eq 0 ] || { cat "$ST4.out2"; fail "rerun with the sealed run file: exit $rc"; }
+grep -q "warning: $ST4/run.yaml was edited since it was sealed (train.lr: 0.003 -> 0.5)" "$ST4.out2" ||
+  { cat "$ST4.out2"; fail "the replaced edit was not reported"; }
+cmp -s "$ST4/run.yaml" "$TMP/run4.yaml" || fail "the edited snapshot was not replaced"
+# a changed run file on the finished run's state: refused, naming the key
+sed 's/^  lr: 3.0e-3$/  lr: 1.0e-3/' "$TMP/run4.yaml" >"$TMP/run4b.yaml"
+rc=0
+"$FT_BIN/supervise" --state "$ST4" "${SEAL_ARGS[@]}" --steps 45 "$TMP/run4b.yaml" >"$ST4.out3" 2>&1 || rc=$?
+[ $rc -eq 2 ] || { cat "$ST4.out3"; fail "a changed run file: exit $rc, want 2"; }
+grep -q "train.lr: 0.003 -> 0.001" "$ST4.out3" && grep -q -- "--accept-runfile-change" "$ST4.out3" ||
+  { cat "$ST4.out3"; fail "the refusal does not name the key and the flag"; }
+cmp -s "$ST4/run.yaml" "$TMP/run4.yaml" || fail "a refused start replaced the snapshot"
+rc=0
+FAKE_STEP_MS=5 "$FT_BIN/supervise" --state "$ST4" "${SEAL_ARGS[@]}" --steps 45 --accept-runfile-change \
+  "$TMP/run4b.yaml" >"$ST4.out4" 2>&1 || rc=$?
+[ $rc -eq 0 ] || { cat "$ST4.out4"; fail "--accept-runfile-change: exit $rc"; }
+has_event "$ST4" runfile_change_accepted "'train.lr: 0.003 -> 0.001' in e['changed']" ||
+  fail "no runfile_change_accepted"
+cmp -s "$ST4/run.yaml" "$TMP/run4b.yaml" || fail "the accepted run file is not the snapshot"
+pass "restart: the edited snapshot replaced with a warning; a changed run file refused, then accepted"
 
 # the real worker, a run file with relative data beside it, run from elsewhere
 mkdir -p "$TMP/r/data" "$TMP/elsewhere"

@@ -3,8 +3,9 @@
 # a small tmpfs; needs root for the mount, else skipped with 77):
 #  1. a 3 MiB store fills up after two checkpoints: each later shard write
 #     fails with ENOSPC, reported as storage_fault (path and errno), the
-#     checkpoint is skipped and training goes on; the final checkpoint is
-#     retried for a bounded time, then supervise exits 4 saying so. No node
+#     checkpoint is skipped (checkpoint_failed, cause storage) and training
+#     goes on; the final checkpoint is retried for a bounded time, then
+#     supervise exits 4 saying so. No node
 #     quarantined, no spare spent, no recovery.
 #  2. the store fills up mid-run and space comes back: checkpoints resume by
 #     themselves and the run finishes (exit 0), nobody blamed.
@@ -44,6 +45,8 @@ grep -q "run_failed: the final checkpoint (step 60) could not be written.*No spa
   { cat "$ST.out"; fail "the terminal does not say the final checkpoint failed"; }
 has_event "$ST" storage_fault "e['errno'] == 'ENOSPC' and e['path'].startswith('$MNT/store/') and e['step'] < 60" ||
   fail "no storage_fault with errno and path: $(grep storage_fault "$ST/events.jsonl" | head -1)"
+has_event "$ST" checkpoint_failed "e['cause'] == 'storage' and e['step'] < 60 and 'No space left' in e['reason']" ||
+  fail "a skipped checkpoint wrote no checkpoint_failed (cause storage)"
 has_event "$ST" checkpoint_committed || fail "no checkpoint committed before the store filled up"
 has_event "$ST" run_failed 'e["cause"] == "store"' || fail "run_failed cause store"
 no_blame "$ST"
