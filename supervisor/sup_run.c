@@ -412,18 +412,13 @@ static void mark_store(sup *s, sup_pending_ckpt *p) {
 static void mark_report(sup *s, const sup_pending_ckpt *p) {
   if (p->superseded)
     return;
+  if (p->rc) {
+    sup_event_mark_failed(s, p->step, "GOOD", p->why);
+    return;
+  }
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "step", (double)p->step);
   cJSON_AddNumberToObject(f, "at_step", (double)p->at_step);
-  if (p->rc) {
-    cJSON_AddStringToObject(f, "state", "GOOD");
-    cJSON_AddStringToObject(f, "reason", p->why);
-    sup_events_emit(s->ev, "checkpoint_mark_failed", f,
-                    "step %" PRId64 " could not be marked GOOD: %s (it stays COMMITTED and "
-                    "restorable)",
-                    p->step, p->why);
-    return;
-  }
   sup_events_emit(s->ev, "checkpoint_good", f,
                   "step %" PRId64 ": no loss fault in the %d steps after it", p->step,
                   s->rf.watchdog.spike_window);
