@@ -86,7 +86,8 @@ pass "a damaged newest checkpoint: marked BAD, the run fell back to 30 and finis
 
 # 2. every checkpoint damaged: three fallbacks, then the run fails naming them
 for k in 40 30 20 10; do damage "$TMP/store2" $k >/dev/null; done
-sed -i "s|local:$TMP/store\"|local:$TMP/store2\"|" "$TMP/run.yaml"
+mv "$TMP/store" "$TMP/store1" # the run file (sealed in the state) names store
+mv "$TMP/store2" "$TMP/store"
 sup_real "$TMP/st2"
 [ $RC -eq 1 ] || { tail -30 "$TMP/st2.out"; fail "supervise exited $RC with every checkpoint damaged (want 1)"; }
 grep -q "stopped after 3 fallbacks" "$TMP/st2.out" || { tail -30 "$TMP/st2.out"; fail "the failure does not say it stopped after 3 fallbacks"; }
