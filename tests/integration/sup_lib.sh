@@ -97,3 +97,30 @@ PY
 sup_meta_get() {
   "$FAKE" --meta-get "local:$1/store" "$2"
 }
+
+# need_strace: skips (77) without strace; LeakSanitizer cannot run in a
+# traced process (sanitizer builds), so the traced supervisor checks no
+# leaks (everything else in it is still checked).
+need_strace() {
+  command -v strace >/dev/null || { echo "SKIP: strace is not installed"; exit 77; }
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+}
+
+# trace_renames PID INJECT: strace -f on PID, every rename(2) (all threads)
+# with the injection INJECT (delay_exit=4500000, error=EIO); STRACE = its pid.
+trace_renames() {
+  strace -f -qq -p "$1" -o "$TMP/strace.log" -e trace=rename,renameat,renameat2 \
+    -e inject=rename,renameat,renameat2:"$2" 2>"$TMP/strace.err" &
+  STRACE=$!
+}
+
+# traced_renames PATTERN: after the traced process ended: skips (77) where
+# ptrace was not permitted; fails unless some rename's line matches PATTERN.
+traced_renames() {
+  wait $STRACE || true
+  if grep -q "Operation not permitted" "$TMP/strace.err"; then
+    echo "SKIP: strace may not attach here (ptrace not permitted)"
+    exit 77
+  fi
+  grep -q "$1" "$TMP/strace.log" || { cat "$TMP/strace.log"; fail "no rename matched $1 (strace could not attach?)"; }
+}

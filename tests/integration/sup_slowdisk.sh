@@ -7,10 +7,7 @@
 # or where ptrace is not permitted.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
-command -v strace >/dev/null || { echo "SKIP: strace is not installed"; exit 77; }
-# LeakSanitizer cannot run in a traced process (sanitizer builds): the traced
-# supervisor checks no leaks; everything else in it is still checked.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+need_strace
 ST=$TMP/state
 mkdir -p "$ST"
 
@@ -20,18 +17,11 @@ for _ in $(seq 300); do
   sleep 0.05
 done
 has_event "$ST" generation_started || { cat "$ST.out"; fail "the gang did not start"; }
-strace -f -qq -p $SUP -o "$TMP/strace.log" -e trace=rename,renameat,renameat2 \
-  -e inject=rename,renameat,renameat2:delay_exit=4500000 2>"$TMP/strace.err" &
-STRACE=$!
+trace_renames $SUP delay_exit=4500000
 rc=0
 wait $SUP || rc=$?
+traced_renames DELAYED
 [ $rc -eq 0 ] || { cat "$ST.out"; fail "supervise exited $rc with slow renames"; }
-wait $STRACE || true
-if grep -q "Operation not permitted" "$TMP/strace.err"; then
-  echo "SKIP: strace may not attach here (ptrace not permitted)"
-  exit 77
-fi
-grep -q DELAYED "$TMP/strace.log" || { cat "$TMP/strace.log"; fail "no rename was delayed (strace could not attach?)"; }
 has_event "$ST" run_done || fail "no run_done"
 has_event "$ST" checkpoint_committed 'e["step"] == 30' || fail "the final checkpoint was not committed"
 has_event "$ST" node_quarantined && { cat "$ST.out"; fail "a node was quarantined for a slow disk"; }

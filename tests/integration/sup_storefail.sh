@@ -7,10 +7,7 @@
 # without strace or where ptrace is not permitted.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
-command -v strace >/dev/null || { echo "SKIP: strace is not installed"; exit 77; }
-# LeakSanitizer cannot run in a traced process (sanitizer builds): the traced
-# supervisor checks no leaks; everything else in it is still checked.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+need_strace
 ST=$TMP/state
 mkdir -p "$ST"
 
@@ -22,19 +19,12 @@ for _ in $(seq 300); do
   sleep 0.05
 done
 has_event "$ST" checkpoint_committed 'e["step"] == 20' || { cat "$ST.out"; fail "no checkpoint 20"; }
-strace -f -qq -p $SUP -o "$TMP/strace.log" -e trace=rename,renameat,renameat2 \
-  -e inject=rename,renameat,renameat2:error=EIO 2>"$TMP/strace.err" &
-STRACE=$!
+trace_renames $SUP error=EIO
 rc=0
 for _ in $(seq 600); do kill -0 $SUP 2>/dev/null || break; sleep 0.1; done
 kill -0 $SUP 2>/dev/null && { kill -9 $SUP; cat "$ST.out"; fail "supervise did not end after its final checkpoint failed"; }
 wait $SUP || rc=$?
-wait $STRACE || true
-if grep -q "Operation not permitted" "$TMP/strace.err"; then
-  echo "SKIP: strace may not attach here (ptrace not permitted)"
-  exit 77
-fi
-grep -q "EIO (Input/output error) (INJECTED)" "$TMP/strace.log" || { cat "$TMP/strace.log"; fail "no rename failed"; }
+traced_renames "EIO (Input/output error) (INJECTED)"
 [ $rc -eq 4 ] || { cat "$ST.out"; fail "a refused final checkpoint: exit $rc, want 4"; }
 has_event "$ST" run_failed 'e["cause"] == "store"' || { cat "$ST.out"; fail "no run_failed with cause store"; }
 has_event "$ST" node_quarantined && fail "a node was quarantined for the store"
