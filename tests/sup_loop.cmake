@@ -3,7 +3,7 @@
 if(TARGET supervise)
   ft_add_test(NAME test_sup_conn SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_conn.c
               LIBS ftsup LABELS unit TIMEOUT 60)
-  foreach(t sup_terminal sup_stall sup_slowdisk sup_slowmark sup_idle sup_snapshot sup_catalog
+  foreach(t sup_terminal sup_stall sup_slowdisk sup_idle sup_snapshot sup_catalog
             sup_localstore sup_storefail sup_generation)
     ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
                        LABELS integration TIMEOUT 120)
