@@ -7,10 +7,15 @@
  *                   hang checks, loss-fault rollbacks, shutdown
  *   sup_watch.c     the watchdog's detectors wired to the STEP/FAULT
  *                   streams: loss spikes, GOOD checkpoints, Xid faults,
- *                   stragglers
+ *                   stragglers, damaged checkpoints at a restore
+ *   sup_seal.c      the run file's sealed snapshot
+ *   sup_ckpt_events.c  checkpoint_failed / checkpoint_mark_failed events
  * and the pure modules sup_kv, sup_gang, sup_launch, sup_events, sup_conn,
  * sup_rollback.
- * Not a public header. Single-threaded: everything runs on the loop.
+ * Not a public header. Threads: struct sup is the loop's alone; the store
+ * work (commits, GOOD marks, retention GC) runs on sup_commitq's threads,
+ * which touch only the store and the job they were handed
+ * (sup_pending_ckpt), and hand it back to the loop to report.
  */
 #ifndef SUP_INT_H
 #define SUP_INT_H

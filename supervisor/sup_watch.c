@@ -7,7 +7,12 @@
  *     sup_recovery_loss_fault (rollback, BAD marking, skip range);
  *   - GOOD checkpoints: a committed checkpoint c becomes GOOD when rank 0
  *     reports step >= c + window with no loss fault since c (the decisions
- *     are sup_rollback_good_*, unit-tested);
+ *     are sup_rollback_good_*, unit-tested); the mark itself is queued to
+ *     the commit queue's store thread (sup_run_mark_good), never made here;
+ *   - damaged checkpoints: FAULT restore_corrupt of the step being restored
+ *     -> that checkpoint marked BAD (event "checkpoint_damaged"), at most
+ *     SUP_MAX_FALLBACKS between generations that train; a node failing the
+ *     hashes of SUP_HASHFAIL_SUSPECT restores is quarantined instead;
  *   - Xid faults: FAULT xid "xid=N action=A pci=P: ..." -> event "xid";
  *     quarantine blames the node, restart restarts the gang in place;
  *   - collective failures: FAULT collective_timeout/other -> blame the
