@@ -805,6 +805,7 @@ static int cmd_gc(cli *c) {
     cJSON_AddNumberToObject(o, "tmp_deleted", rep.tmp_deleted);
     cJSON_AddNumberToObject(o, "shards_deleted", (double)rep.shards_deleted);
     cJSON_AddBoolToObject(o, "sweep_only", rep.sweep_only);
+    cJSON_AddNumberToObject(o, "marks_followed", rep.marks_followed);
     cJSON_AddStringToObject(o, "note", rep.note);
     emit(o);
     if (rep.sweep_only)
@@ -819,6 +820,11 @@ static int cmd_gc(cli *c) {
     printf("%s%" PRIu64 " shard object%s no kept checkpoint names\n",
            c->dry_run ? "would delete " : "deleted ", rep.shards_deleted,
            rep.shards_deleted == 1 ? "" : "s");
+  if (rep.marks_followed)
+    printf("%d checkpoint%s pinned or marked in the store but not in the catalog (an older "
+           "copy): kept as the store says%s\n",
+           rep.marks_followed, rep.marks_followed == 1 ? "" : "s",
+           c->dry_run ? "" : "; the catalog is updated");
   if (rep.tmp_deleted)
     printf("%s%d temp file%s left by interrupted manifest writes\n",
            c->dry_run ? "would delete " : "deleted ", rep.tmp_deleted,

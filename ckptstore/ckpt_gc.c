@@ -38,7 +38,9 @@
  *      checkpoints (a catalog left empty by an interrupted rebuild would
  *      lose the whole store). A manifest put after G0 belongs to a commit
  *      that records it under meta_mu, so after G4 (I1 below).
- *   G2 decide retention from the catalog's info records [keep_set].
+ *   G2 decide retention from the catalog's info records [keep_set], where
+ *      keep_last > 0 after merging in the store's mark objects (a pin or a
+ *      BAD mark the catalog lags behind) [merge_marks, G2a].
  *   G3 drop: delete the manifest objects of dropped checkpoints, then one
  *      synced batch deleting their catalog records [ckpt_catalog_write].
  *   G4 mark: collect every chunk hash named by a manifest still in the
@@ -155,6 +157,64 @@ static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
     }
     a = b;
   }
+}
+
+/* G2a: the store's mark objects where they say more than the catalog. A
+ * pin or a state is written to the mark object first and to the catalog
+ * second (put_marked), so a catalog can lag its marks (a crash between the
+ * two, a copy put back, an s3 cache another host's pin bypassed) but not
+ * the other way round. For retention the two are merged the safe way:
+ * pinned if either says so; BAD if either says so (a BAD mark came from a
+ * real failed hash: it must not count as one of the newest keep_last),
+ * else GOOD if either does. Records that change are written back to the
+ * catalog (not in a dry run), so ls shows what gc followed. */
+static int merge_marks(ckpt_store *s, ckpt_info *v, size_t n, int dry_run, int *merged) {
+  ckpt_batch *b = NULL;
+  int rc = FT_OK;
+  *merged = 0;
+  for (size_t i = 0; i < n && rc == FT_OK; i++) {
+    ckpt_info *x = &v[i];
+    if (x->level == CKPT_LEVEL_MEMORY || x->state == CKPT_PENDING)
+      continue; /* no mark object: a memory-level or uncommitted record */
+    int state = CKPT_COMMITTED, pinned = 0;
+    rc = ckpt_tier_get_mark(s->tier, x->run, x->step, &state, &pinned);
+    if (rc == FT_ENOENT || rc == FT_EFORMAT) {
+      rc = FT_OK; /* none, or damaged: the catalog's record stands */
+      continue;
+    }
+    if (rc) {
+      rc = ckpt_err_wrap(rc, "gc stopped, nothing deleted: reading the mark of %s step %" PRId64,
+                         x->run, x->step);
+      break;
+    }
+    int st = x->state == CKPT_BAD || state == CKPT_BAD     ? CKPT_BAD
+             : x->state == CKPT_GOOD || state == CKPT_GOOD ? CKPT_GOOD
+                                                           : CKPT_COMMITTED;
+    if (st == x->state && (x->pinned || !pinned))
+      continue;
+    x->state = st;
+    x->pinned = x->pinned || pinned;
+    (*merged)++;
+    if (dry_run)
+      continue;
+    char key[256], *js = ckpt_info_to_json(x);
+    if (!js || (!b && !(b = ckpt_batch_new()))) {
+      free(js);
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      break;
+    }
+    ckpt_key_info(key, sizeof key, x->run, x->step);
+    ckpt_batch_put(b, key, js, strlen(js));
+    free(js);
+  }
+  if (b && rc == FT_OK) {
+    /* best effort: the decision below uses the merged records either way
+     * (a full disk must not stop the sweep that frees it) */
+    (void)ckpt_catalog_write(s->cat, b);
+  } else {
+    ckpt_batch_free(b);
+  }
+  return rc;
 }
 
 static int mark_chunks(gc_ctx *g, const ckpt_tensor *ts, int n) {
@@ -459,6 +519,8 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
     goto unlock;
   g.cutoff = t0 - s->gc_grace_s * 1000000000LL;
   rc = ckpt_store_list(s, NULL, &v, &n); /* G2 */
+  if (rc == FT_OK && ret->keep_last > 0)
+    rc = merge_marks(s, v, n, dry_run, &rep->marks_followed); /* G2a */
   if (rc)
     goto unlock;
   keep_set(v, n, ret);

@@ -419,5 +419,9 @@ int ckpt_store_put_info(ckpt_store *s, const ckpt_info *info);
 /* Writes (or, for a plain unpinned COMMITTED record, deletes) the mark
  * object of info's checkpoint: its state and pin, for a catalog rebuild. */
 int ckpt_store_put_mark(ckpt_store *s, const ckpt_info *info);
+/* Reads the mark object of (run, step) from t: its state (COMMITTED, GOOD
+ * or BAD) and pin; FT_ENOENT when it has none (COMMITTED, unpinned),
+ * FT_EFORMAT when it is damaged. */
+int ckpt_tier_get_mark(ckpt_tier *t, const char *run, int64_t step, int *state, int *pinned);
 
 #endif

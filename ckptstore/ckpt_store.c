@@ -1259,8 +1259,13 @@ int ckpt_store_set_state_from(ckpt_store *s, const char *run, int64_t step, int 
   }
   if (rc)
     goto out;
-  if (info.state == state)
+  if (info.state == state) {
+    /* the catalog agrees, but the store's mark object may not (a catalog
+     * older than the marks, one put back from a copy): write it again, so
+     * a rebuilt catalog and gc (which reads the marks) see this state */
+    rc = ckpt_store_put_mark(s, &info);
     goto out;
+  }
   if (from >= 0 && info.state != from) {
     rc = ft_err_set(FT_ESTATE, "checkpoint %s step %" PRId64 " is %s, not %s: left as it is", run,
                     step, ckpt_state_name(info.state), ckpt_state_name(from));
@@ -1291,6 +1296,10 @@ int ckpt_store_pin(ckpt_store *s, const char *run, int64_t step, int pinned) {
     ckpt_info now = info;
     now.pinned = !!pinned;
     rc = put_marked(s, &info, &now);
+  } else if (rc == FT_OK) {
+    /* the catalog says so already; the mark object may not (see
+     * ckpt_store_set_state_from): a pin that exits 0 is in the store */
+    rc = ckpt_store_put_mark(s, &info);
   }
   meta_unlock(s);
   return rc;
@@ -1309,7 +1318,7 @@ static int ends_with(const char *s, const char *suf) {
 
 /* Reads the mark object of (run, step) into *state / *pinned; FT_ENOENT
  * when none was written (COMMITTED, unpinned). */
-static int get_mark(ckpt_tier *tier, const char *run, int64_t step, int *state, int *pinned) {
+int ckpt_tier_get_mark(ckpt_tier *tier, const char *run, int64_t step, int *state, int *pinned) {
   char key[300];
   uint8_t *data = NULL;
   size_t len = 0;
@@ -1377,7 +1386,7 @@ static int rebuild_one(ckpt_tier *tier, ckpt_catalog *cat, const char *objkey, c
     return rc;
   }
   int state = CKPT_COMMITTED, pinned = 0;
-  rc = get_mark(tier, m->info.run, m->info.step, &state, &pinned);
+  rc = ckpt_tier_get_mark(tier, m->info.run, m->info.step, &state, &pinned);
   if (rc != FT_OK && rc != FT_ENOENT) {
     ckpt_manifest_free(m);
     return ckpt_err_wrap(rc, "reading the mark of %s step %" PRId64, m->info.run, m->info.step);

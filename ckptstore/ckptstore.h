@@ -431,6 +431,9 @@ typedef struct ckpt_gc_report {
   int sweep_only;          /* 1: the catalog could not be written (a full disk):
                               retention was not applied, only chunks no checkpoint
                               references were deleted; note says why */
+  int marks_followed;      /* catalog records whose pin or state lagged the
+                              store's mark objects: retention followed the
+                              marks (and the catalog was updated, unless dry) */
   char note[512];
 } ckpt_gc_report;
 /* Applies retention (pinned checkpoints are always kept), then deletes the

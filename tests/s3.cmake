@@ -21,10 +21,16 @@ if(TARGET ftckpt AND TARGET ckpt AND TARGET ckpt_testwriter)
                        COMMAND python3 ${CMAKE_SOURCE_DIR}/chaos/chaos.py --suite s3 wrong-key)
   endif()
 
-  foreach(t s3_client s3_store s3_chaos s3_gc_safety)
+  foreach(t s3_client s3_store s3_chaos s3_gc_safety ckpt_property)
     if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh)
       ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
                          LABELS integration TIMEOUT 600)
     endif()
   endforeach()
+  # The property test (random ckpt commands under faults, a local and an s3
+  # store): 40 commands per store (about 2 minutes on two cores), 15 under
+  # the sanitizers. FT_PROPERTY_SEED=N replays one.
+  if(SANITIZE AND TEST ckpt_property)
+    set_property(TEST ckpt_property APPEND PROPERTY ENVIRONMENT FT_PROPERTY_OPS=15)
+  endif()
 endif()

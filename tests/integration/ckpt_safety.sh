@@ -12,6 +12,10 @@
 #      the damaged step and chunk and restores the previous step (the same
 #      bytes as `restore <prev>`), exit 0 with a warning; `restore <newest>`
 #      still fails and writes nothing
+#   4. the catalog lags the store's marks (an older copy put back): a pin
+#      the catalog does not show is still honoured by gc (and written back
+#      to the catalog), and a pin the catalog already shows is written to
+#      the store again, so a rebuilt catalog keeps it
 source "$(dirname "$0")/lib.sh"
 : "${FT_BUILD:?FT_BUILD must point to the build directory}"
 W="$FT_BUILD/tests/ckpt_testwriter"
@@ -103,3 +107,32 @@ run_ckpt five restore 5 --to "$TMP/five.st"
 [ "$RC" -eq 1 ] && [ ! -e "$TMP/five.st" ] || fail "restore 5: exit $RC: $(cat "$TMP/five.out")"
 grep -q "falling back" "$TMP/five.out" && fail "an explicit step fell back: $(cat "$TMP/five.out")"
 pass "restore latest falls back past a damaged newest checkpoint, naming it; an explicit step does not"
+
+# ---- 4 -------------------------------------------------------------------------
+export CKPT_STORE="local:$TMP/store4"
+D4="$TMP/store4"
+"$W" --store "$CKPT_STORE" --start 1 --steps 3 --world 2 --layers 2 --embd 64 --chunk-mib 1 \
+  >"$TMP/w.out" 2>&1 || fail "writer: $(cat "$TMP/w.out")"
+"$C" restore 2 --to "$TMP/want2.st" >/dev/null || fail "restore 2"
+cp -a "$D4/catalog" "$TMP/cat4.old" # nothing pinned
+"$C" pin 2 >/dev/null || fail "pin 2"
+rm -rf "$D4/catalog" && cp -a "$TMP/cat4.old" "$D4/catalog"
+"$C" ls | grep -qE '^testrun +2 .*committed ' || fail "the older catalog shows step 2 pinned: $("$C" ls)"
+run_ckpt gc4 gc --keep-last 1 --grace 0
+[ "$RC" -eq 0 ] || fail "gc on a catalog behind the marks: exit $RC: $(cat "$TMP/gc4.out")"
+grep -q "deleted 1 checkpoint," "$TMP/gc4.out" &&
+  grep -q "1 checkpoint pinned or marked in the store but not in the catalog" "$TMP/gc4.out" ||
+  fail "gc on a catalog behind the marks: $(cat "$TMP/gc4.out")"
+"$C" restore 2 --to "$TMP/got2.st" >/dev/null 2>"$TMP/e" && cmp "$TMP/want2.st" "$TMP/got2.st" ||
+  fail "gc deleted step 2, pinned in the store: $(cat "$TMP/e")"
+"$C" ls | grep -qE '^testrun +2 .*committed\* ' || fail "the catalog does not show the pin now: $("$C" ls)"
+# the other way: the catalog says pinned, the store's mark was removed since
+cp -a "$D4/catalog" "$TMP/cat4.pinned"
+"$C" unpin 2 >/dev/null || fail "unpin 2"
+rm -rf "$D4/catalog" && cp -a "$TMP/cat4.pinned" "$D4/catalog"
+"$C" pin 2 >/dev/null || fail "pin 2 on a catalog that shows it pinned"
+rm -rf "$D4/catalog"
+"$C" rebuild-catalog "$D4" >/dev/null || fail "rebuild-catalog"
+"$C" ls | grep -qE '^testrun +2 .*committed\* ' ||
+  fail "a pin that exited 0 is lost by a rebuilt catalog: $("$C" ls)"
+pass "pins the catalog lags are honoured by gc; a pin that exits 0 is in the store"
