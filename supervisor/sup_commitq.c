@@ -29,16 +29,18 @@
  * sup_commitq_free, on the caller's thread, which is the loop's), in push
  * order within a lane. Free waits for the jobs in flight, reports finished
  * jobs through done, and hands unstarted ones to release (they were never
- * committed). Retention GC runs on a third thread after
- * each successful store-level commit, coalesced (gc_main), so a GC that
- * lists a bucket which is down does not hold up the commits behind it
- * (memory-level records are pruned by the work callback itself, in the
- * catalog only). GOOD marks are jobs of the store lane too (mark_good):
- * a mark writes a mark object (a rename, an upload) and waits for the
- * store's meta lock, which a commit may hold for as long as the bucket is
- * away; on the loop either stopped heartbeats (a 4.5 s rename made the
- * workers and spares give the supervisor up). In the store lane a mark
- * follows the commit of its step, and triggers no GC.
+ * committed). Retention GC runs on a third thread after each successful
+ * store-level commit, coalesced (gc_main), so a GC that lists a bucket
+ * which is down does not hold up the commits behind it (memory-level
+ * records are pruned by the work callback itself, in the catalog only).
+ * Its outcome (a job with gc_done set, or none) goes back to the loop
+ * through done like a finished job, so that a GC that fails or is refused
+ * becomes an event (events are the loop's). GOOD marks are jobs of the
+ * store lane too (mark_good): a mark writes a mark object (a rename, an
+ * upload) and waits for the store's meta lock, which a commit may hold for
+ * as long as the bucket is away; on the loop either stopped heartbeats (a
+ * 4.5 s rename made the workers and spares give the supervisor up). In the
+ * store lane a mark follows the commit of its step, and triggers no GC.
  */
 #include "sup_commitq.h"
 #include "sup_wake.h"
@@ -75,7 +77,7 @@ struct sup_commitq {
   int stop;
   sup_wake wake; /* the threads' word to the loop: jobs finished */
   sup_commitq_fn work, done_fn, release;
-  void (*gc)(void *ud);
+  sup_commitq_gc gc;
   void *ud;
 };
 
@@ -93,9 +95,15 @@ static void *gc_main(void *arg) {
     q->gc_wanted = 0;
     q->gc_running = 1;
     pthread_mutex_unlock(&q->mu);
-    q->gc(q->ud);
+    sup_pending_ckpt *r = q->gc(q->ud);
     pthread_mutex_lock(&q->mu);
     q->gc_running = 0;
+    if (r) { /* its outcome, to the loop as a finished job's */
+      r->next = NULL;
+      *q->done_tail = r;
+      q->done_tail = &r->next;
+      sup_wake_signal(&q->wake);
+    }
   }
   pthread_mutex_unlock(&q->mu);
   return NULL;
@@ -175,7 +183,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg) {
 }
 
 int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn done,
-                    sup_commitq_fn release, void (*gc)(void *ud), void *ud, sup_commitq **out) {
+                    sup_commitq_fn release, sup_commitq_gc gc, void *ud, sup_commitq **out) {
   *out = NULL;
   sup_commitq *q = calloc(1, sizeof *q);
   if (!q)

@@ -175,6 +175,8 @@ typedef struct sup_pending_ckpt {
   int mark_good;                  /* not a commit: a GOOD mark of step (made on
                                      the queue's thread, never on the loop) */
   int64_t at_step;                /* mark_good: the step that made it due */
+  int gc_done;                    /* not a commit: the outcome of a retention
+                                     GC (rc, why), handed to the loop */
   int superseded;                 /* a memory-level commit that found the step
                                      in the store already, or was made before
                                      the run's memory records were dropped:
@@ -185,7 +187,7 @@ typedef struct sup_pending_ckpt {
   /* the commit's outcome (sup_commitq: set on its thread, read on the loop) */
   int rc;
   double ms;
-  char why[512];
+  char why[1024];
   /* its sizes and the run's in the store after it (0: unknown) */
   uint64_t logical, stored, new_bytes, run_logical, run_stored;
 } sup_pending_ckpt;
@@ -293,6 +295,8 @@ typedef struct sup {
   struct sup_logprep *logprep; /* the first launch's log files, created ahead (sup_launch.h) */
   double gc_swept_at;          /* when the retention GC last swept (ft_now_s;
                                   0: never; the commit thread's alone) */
+  char gc_failed[1024];        /* the reason of the last gc_failed event; ""
+                                  none since a GC that succeeded (sup_run.c) */
   struct sup_shardq *shardq;   /* SHARD_SAVED parsed off the loop (sup_shardq.c) */
 
   /* loss faults and rollbacks (sup_watch.c, sup_recovery.c) */

@@ -33,7 +33,9 @@
  * every store, local ones too: a local commit is milliseconds when the disk
  * is well, but a slow fsync or rename (seconds, on a loaded or failing disk)
  * on the loop would stop heartbeats, and the workers would take the
- * supervisor for dead. The loop only reports (cq_done).
+ * supervisor for dead. The loop only reports (cq_done), the retention
+ * GC's outcome too: one that failed or that the store refused is event
+ * gc_failed (gc_report), and the run goes on.
  *
  * connection_closed events of peers that never said a valid HELLO are rate
  * limited (anyone on the host can cause them at will; each is an fsync'ed
@@ -329,7 +331,9 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
  * hour) anyway, so sweeping after every commit frees nothing more. */
 #define SUP_SWEEP_EVERY_S 600.0
 
-static void retention_gc(sup *s) {
+/* On the GC thread: the job that carries its outcome to the loop
+ * (gc_report), or NULL when the run keeps every checkpoint (no GC). */
+static sup_pending_ckpt *retention_gc(sup *s) {
   double now = ft_now_s();
   int sweep = s->gc_swept_at == 0 || now - s->gc_swept_at >= SUP_SWEEP_EVERY_S;
   ckpt_retention ret = {.keep_last = s->rf.checkpoint.keep_last,
@@ -340,12 +344,46 @@ static void retention_gc(sup *s) {
   /* memory-level checkpoints (persist_every, require memory) are pruned
    * whatever keep_last says: their memory is overwritten by newer ones */
   int memory = s->rf.checkpoint.persist_every > 1 || !strcmp(s->rf.checkpoint.require, "memory");
-  if (ret.keep_last > 0 || ret.keep_every > 0 || memory) {
-    ckpt_gc_report rep;
-    int rc = ckpt_store_gc(s->store, &ret, 0, &rep);
+  if (!(ret.keep_last > 0 || ret.keep_every > 0 || memory))
+    return NULL;
+  ckpt_gc_report rep;
+  int rc = ckpt_store_gc(s->store, &ret, 0, &rep);
+  sup_pending_ckpt *p = calloc(1, sizeof *p);
+  if (!p) {
     if (rc)
       fprintf(stderr, "supervise: retention GC failed (the run goes on): %s\n", ft_err_detail());
+    return NULL;
   }
+  p->gc_done = 1;
+  p->rc = rc;
+  if (rc)
+    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+  return p;
+}
+
+/* The retention GC's outcome, on the loop. A GC that failed, or that the
+ * store refused (FT_ESTATE: it holds manifests its catalog does not list,
+ * and deletes nothing until 'ckpt rebuild-catalog'), is event gc_failed
+ * {reason, refused}; nobody is blamed and the run goes on (its checkpoints
+ * are all kept meanwhile). The GC runs after every commit, so the same
+ * reason is told once, until a GC succeeds or the reason changes. */
+static void gc_report(sup *s, const sup_pending_ckpt *p) {
+  if (!p->rc) {
+    s->gc_failed[0] = 0;
+    return;
+  }
+  if (!strcmp(s->gc_failed, p->why))
+    return;
+  snprintf(s->gc_failed, sizeof s->gc_failed, "%s", p->why);
+  int refused = p->rc == FT_ESTATE;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(f, "reason", p->why);
+  cJSON_AddBoolToObject(f, "refused", refused);
+  sup_events_emit(s->ev, "gc_failed", f,
+                  "retention GC %s; training goes on and no checkpoint is deleted until a GC "
+                  "succeeds%s: %s",
+                  refused ? "refused" : "failed", refused ? " (the reason says what to run)" : "",
+                  p->why);
 }
 
 /* The loop's part: events, COMMITTED to the gang, the end of the run. */
@@ -454,12 +492,17 @@ static void cq_work(void *ud, sup_pending_ckpt *p) {
   pending_free_shards(p);
 }
 
-static void cq_gc(void *ud) {
-  retention_gc(ud);
+static sup_pending_ckpt *cq_gc(void *ud) {
+  return retention_gc(ud);
 }
 
 static void cq_done(void *ud, sup_pending_ckpt *p) {
   sup *s = ud;
+  if (p->gc_done) {
+    gc_report(s, p);
+    pending_free(p);
+    return;
+  }
   if (p->mark_good) {
     mark_report(s, p);
     pending_free(p);
@@ -472,7 +515,7 @@ static void cq_done(void *ud, sup_pending_ckpt *p) {
       sup_recovery_done(s);
     else {
       /* the workers have nothing left to train: waiting would never end */
-      char why[700];
+      char why[1200];
       snprintf(why, sizeof why, "the store refused the final checkpoint (step %" PRId64 "): %s",
                p->step, p->why);
       sup_recovery_store_failed(s, why);
