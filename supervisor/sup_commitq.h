@@ -15,8 +15,8 @@ typedef void (*sup_commitq_fn)(void *ud, sup_pending_ckpt *p);
  * NULL (nothing to report). */
 typedef sup_pending_ckpt *(*sup_commitq_gc)(void *ud);
 
-/* work runs on the queue's threads (one per lane: memory-level jobs, the
- * others); gc on its GC thread after each store-level commit (not a
+/* work runs on the queue's threads (one per lane: memory-level jobs,
+ * records (p->rec.work set), the others); gc on its GC thread after each store-level commit (not a
  * mark_good job) whose p->rc is 0, and what it returns goes to done; done
  * (which then owns p) and release (for jobs never started, at free) on the
  * loop's. */

@@ -46,13 +46,18 @@
  * {"gen": G, "status": "running|done|failed", "quarantined": [...],
  *  "restarts": R, "skips": [[first, end], ...]} (skips: global batch
  * ranges never trained on again, sent in every ASSIGN). gen is written BEFORE it is used
- * (sup_persist first, then ASSIGN), so a restarted supervisor never reuses a generation.
- * sup_persist writes the generation to DIR/generation as well (sup_seal.c): a
+ * (its record first, then ASSIGN), so a restarted supervisor never reuses a generation.
+ * The record writes the generation to DIR/generation as well (sup_seal.c): a
  * catalog rebuilt from the manifests has no run state, and a start then takes
- * the generation after the file's.
+ * the generation after the file's. Before the loop runs sup_persist writes it
+ * at once; on the loop sup_persist_queue queues it on the commit queue's
+ * record lane (sup_record_push: numbered, written one at a time in order,
+ * beside commits), and the recovery waits for its answer where a message
+ * would carry the generation (sup_recovery.c, invariant 1).
  */
 #include "sup_int.h"
 
+#include "ft_bug.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_failpoint.h"
@@ -69,12 +74,11 @@
 
 /* ---- persisted state ------------------------------------------------------ */
 
-int sup_persist(sup *s, const char *status) {
-  char key[256];
-  snprintf(key, sizeof key, "%s/state", s->rf.run);
+/* The run-state record's text (malloc'd; NULL: out of memory). */
+static char *state_text(sup *s, const char *status) {
   cJSON *o = cJSON_CreateObject();
   if (!o)
-    return ft_err_set(FT_ENOMEM, "out of memory");
+    return NULL;
   cJSON_AddNumberToObject(o, "gen", (double)s->gen);
   cJSON_AddStringToObject(o, "status", status);
   cJSON *q = cJSON_AddArrayToObject(o, "quarantined");
@@ -91,14 +95,100 @@ int sup_persist(sup *s, const char *status) {
   }
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
+  return txt;
+}
+
+/* The run state's writes, on whichever thread writes records: the
+ * generation also where a rebuilt catalog cannot lose it (sup_seal.c),
+ * then the catalog record. */
+static int state_write(sup *s, uint64_t gen, const char *key, const char *txt) {
+  int rc = sup_gen_floor_write(s, gen);
+  return rc == FT_OK ? ckpt_store_put_meta(s->store, key, txt) : rc;
+}
+
+int sup_persist(sup *s, const char *status) {
+  char key[256];
+  snprintf(key, sizeof key, "%s/state", s->rf.run);
+  char *txt = state_text(s, status);
   if (!txt)
     return ft_err_set(FT_ENOMEM, "out of memory");
-  /* the generation also where a rebuilt catalog cannot lose it (sup_seal.c) */
-  int rc = sup_gen_floor_write(s);
-  if (rc == FT_OK)
-    rc = ckpt_store_put_meta(s->store, key, txt);
+  int rc = state_write(s, s->gen, key, txt);
   free(txt);
+  if (rc == FT_OK && s->gen > s->gen_recorded)
+    s->gen_recorded = s->gen;
   return rc;
+}
+
+/* ---- records: the record lane ----------------------------------------------- */
+
+sup_pending_ckpt *sup_record_new(sup_record_fn work, sup_record_fn then, const char *what) {
+  sup_pending_ckpt *p = calloc(1, sizeof *p);
+  if (!p) /* a write the recovery waits for cannot be left out */
+    FT_BUG("out of memory queueing a record (%s)", what);
+  p->rec.work = work;
+  p->rec.then = then;
+  snprintf(p->rec.what, sizeof p->rec.what, "%s", what);
+  return p;
+}
+
+static void pending_free(sup_pending_ckpt *p);
+
+/* A record answered, on the loop (in order): its then, then whatever waits. */
+static void record_report(sup *s, sup_pending_ckpt *p) {
+  if (p->rec.gen > s->gen_recorded)
+    s->gen_recorded = p->rec.gen;
+  if (p->rec.then)
+    p->rec.then(s, p);
+  else if (p->rc)
+    fprintf(stderr, "supervise: cannot persist %s: %s\n", p->rec.what, p->why);
+  sup_recovery_recorded(s, p->rec.seq);
+}
+
+uint64_t sup_record_push(sup *s, sup_pending_ckpt *p) {
+  uint64_t seq = p->rec.seq = ++s->rec_queued;
+  if (s->commitq) {
+    sup_commitq_push(s->commitq, p); /* reported by cq_done */
+    return seq;
+  }
+  p->rec.work(s, p); /* no queue: no thread to write it */
+  record_report(s, p);
+  pending_free(p);
+  return seq;
+}
+
+/* A catalog record (put_meta), on the record lane. */
+static void meta_work(sup *s, sup_pending_ckpt *p) {
+  p->rc = p->rec.gen ? state_write(s, p->rec.gen, p->rec.key, p->rec.text)
+                     : ckpt_store_put_meta(s->store, p->rec.key, p->rec.text);
+  if (p->rc)
+    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+}
+
+static uint64_t meta_push(sup *s, const char *key, char *text, uint64_t gen, const char *what) {
+  sup_pending_ckpt *p = sup_record_new(meta_work, NULL, what);
+  p->rec.key = strdup(key);
+  p->rec.text = text;
+  p->rec.gen = gen;
+  if (!p->rec.key || !text) {
+    p->rec.work = NULL; /* said as a write that failed, in order */
+    p->rc = FT_ENOMEM;
+    snprintf(p->why, sizeof p->why, "out of memory");
+    p->rec.seq = ++s->rec_queued;
+    record_report(s, p);
+    pending_free(p);
+    return s->rec_queued;
+  }
+  return sup_record_push(s, p);
+}
+
+uint64_t sup_record_meta(sup *s, const char *key, const char *text, const char *what) {
+  return meta_push(s, key, text ? strdup(text) : NULL, 0, what);
+}
+
+uint64_t sup_persist_queue(sup *s, const char *status, const char *what) {
+  char key[256];
+  snprintf(key, sizeof key, "%s/state", s->rf.run);
+  return meta_push(s, key, state_text(s, status), s->gen, what);
 }
 
 int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts) {
@@ -252,6 +342,10 @@ static void pending_free_shards(sup_pending_ckpt *p) {
 
 static void pending_free(sup_pending_ckpt *p) {
   pending_free_shards(p);
+  free(p->rec.key);
+  free(p->rec.text);
+  free(p->rec.bad);
+  cJSON_Delete(p->rec.ev);
   free(p->state);
   free(p->config);
   free(p->metrics);
@@ -425,12 +519,13 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
       if (w->conn && w->gen == s->gen)
         sup_send(s, w->conn, &m, s->gen);
     }
-  /* warm spares too: with recovery.in_process they fetch it into memory */
+  /* warm spares too: with recovery.in_process they fetch it into memory.
+   * In the newest recorded generation: s->gen may not be recorded yet */
   for (int n = 0; n < s->nnodes; n++)
     for (int j = 0; s->nodes[n].role == SUP_ROLE_SPARE && j < s->G; j++) {
       sup_worker *w = &s->nodes[n].w[j];
       if (w->conn && w->hello)
-        sup_send(s, w->conn, &m, s->gen);
+        sup_send(s, w->conn, &m, s->gen_recorded);
     }
 }
 
@@ -482,6 +577,10 @@ void sup_run_mark_good(sup *s, int64_t step, int64_t at_step) {
 }
 
 static void cq_work(void *ud, sup_pending_ckpt *p) {
+  if (p->rec.work) {
+    p->rec.work(ud, p);
+    return;
+  }
   if (p->mark_good) {
     mark_store(ud, p);
     return;
@@ -500,6 +599,11 @@ static void cq_done(void *ud, sup_pending_ckpt *p) {
   sup *s = ud;
   if (p->gc_done) {
     gc_report(s, p);
+    pending_free(p);
+    return;
+  }
+  if (p->rec.work) {
+    record_report(s, p);
     pending_free(p);
     return;
   }
