@@ -12,33 +12,38 @@
  * the workers while the store is slow, and a commit lands (or fails,
  * reported as checkpoint_failed) when the store returns.
  *
- * Model: jobs are sup_pending_ckpt, in two lanes: memory-level commits
+ * Model: jobs are sup_pending_ckpt, in three lanes: memory-level commits
  * (checkpoint.persist_every, require memory: a catalog record, no tier
- * request) and the others (the store's level). Each lane commits its jobs
- * strictly in push order on a thread of its own (work callback), so a
- * memory-level commit never waits behind a store-level one that checks its
- * chunks in a slow bucket; the store serialises their catalog writes
- * (meta_mu). The other way round, a store-level job waits while a
- * memory-level one of the same or an earlier step is queued or in flight,
- * so a step committed at both levels (checkpoint.require memory) is
- * committed and reported in memory first, as the workers sent it. A
- * finished job is handed back to the loop thread (done callback, through a
- * pipe), which emits the events and owns the job from then on. The queue
- * owns a job from push to done. Invariants: at most one job per lane is in
- * the store at a time; done runs only on the loop thread (or in
+ * request), the others (the store's level), and records (the supervisor's
+ * own: run state, DIR/generation, why nodes left, BAD marks; rec.work set).
+ * Each lane runs its jobs strictly in push order on a thread of its own
+ * (work callback), so a memory-level commit never waits behind a store-
+ * level one that checks its chunks in a slow bucket, nor a record (a
+ * generation the next ASSIGN waits for) behind either; the store serialises
+ * their catalog writes (meta_mu). The other way round, a store-level job
+ * waits while a memory-level one of the same or an earlier step is queued
+ * or in flight, so a step committed at both levels (checkpoint.require
+ * memory) is committed and reported in memory first, as the workers sent
+ * it. A finished job is handed back to the loop thread (done callback,
+ * through a pipe), which emits the events and owns the job from then on.
+ * The queue owns a job from push to done. Invariants: at most one job per
+ * lane is in the store at a time; done runs only on the loop thread (or in
  * sup_commitq_free, on the caller's thread, which is the loop's), in push
- * order within a lane. Free waits for the jobs in flight, reports finished
- * jobs through done, and hands unstarted ones to release (they were never
- * committed). Retention GC runs on a third thread after
- * each successful store-level commit, coalesced (gc_main), so a GC that
- * lists a bucket which is down does not hold up the commits behind it
- * (memory-level records are pruned by the work callback itself, in the
- * catalog only). GOOD marks are jobs of the store lane too (mark_good):
- * a mark writes a mark object (a rename, an upload) and waits for the
- * store's meta lock, which a commit may hold for as long as the bucket is
- * away; on the loop either stopped heartbeats (a 4.5 s rename made the
- * workers and spares give the supervisor up). In the store lane a mark
- * follows the commit of its step, and triggers no GC.
+ * order within a lane. Free waits for the jobs in flight, writes the
+ * records still queued, reports finished jobs through done, and hands
+ * unstarted commits to release (they were never committed). Retention GC
+ * runs on a thread of its own after each successful store-level commit,
+ * coalesced (gc_main), so a GC that lists a bucket which is down does not
+ * hold up the commits behind it (memory-level records are pruned by the
+ * work callback itself, in the catalog only). Its outcome (a job with
+ * gc_done set, or none) goes back to the loop through done like a finished
+ * job, so that a GC that fails or is refused becomes an event (events are
+ * the loop's). GOOD marks are jobs of the store lane too (mark_good): a
+ * mark writes a mark object (a rename, an upload) and waits for the store's
+ * meta lock, which a commit may hold for as long as the bucket is away; on
+ * the loop either stopped heartbeats (a 4.5 s rename made the workers and
+ * spares give the supervisor up). In the store lane a mark follows the
+ * commit of its step, and triggers no GC.
  */
 #include "sup_commitq.h"
 #include "sup_wake.h"
@@ -52,7 +57,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { LANE_STORE, LANE_MEMORY, NLANES };
+enum { LANE_STORE, LANE_MEMORY, LANE_RECORD, NLANES };
 
 struct lane {
   struct sup_commitq *q;
@@ -75,7 +80,7 @@ struct sup_commitq {
   int stop;
   sup_wake wake; /* the threads' word to the loop: jobs finished */
   sup_commitq_fn work, done_fn, release;
-  void (*gc)(void *ud);
+  sup_commitq_gc gc;
   void *ud;
 };
 
@@ -93,9 +98,15 @@ static void *gc_main(void *arg) {
     q->gc_wanted = 0;
     q->gc_running = 1;
     pthread_mutex_unlock(&q->mu);
-    q->gc(q->ud);
+    sup_pending_ckpt *r = q->gc(q->ud);
     pthread_mutex_lock(&q->mu);
     q->gc_running = 0;
+    if (r) { /* its outcome, to the loop as a finished job's */
+      r->next = NULL;
+      *q->done_tail = r;
+      q->done_tail = &r->next;
+      sup_wake_signal(&q->wake);
+    }
   }
   pthread_mutex_unlock(&q->mu);
   return NULL;
@@ -116,6 +127,9 @@ static void *thread_main(void *arg) {
   struct lane *l = arg;
   sup_commitq *q = l->q;
   int store = l == &q->lane[LANE_STORE];
+  /* records are never dropped: at free the record lane writes the ones
+   * still queued (the run's final status among them) before it stops */
+  int finish = l == &q->lane[LANE_RECORD];
   pthread_mutex_lock(&q->mu);
   for (;;) {
     /* the store lane lets the memory lane's earlier steps go first: a
@@ -123,7 +137,7 @@ static void *thread_main(void *arg) {
      * before its upgrade, as the workers sent them */
     while (!q->stop && (!l->queue || (store && memory_first(q, l->queue->step))))
       pthread_cond_wait(&l->cv, &q->mu);
-    if (q->stop)
+    if (q->stop && !(finish && l->queue))
       break;
     sup_pending_ckpt *p = l->queue;
     l->queue = p->next;
@@ -175,7 +189,7 @@ static void on_pipe(evutil_socket_t fd, short what, void *arg) {
 }
 
 int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn done,
-                    sup_commitq_fn release, void (*gc)(void *ud), void *ud, sup_commitq **out) {
+                    sup_commitq_fn release, sup_commitq_gc gc, void *ud, sup_commitq **out) {
   *out = NULL;
   sup_commitq *q = calloc(1, sizeof *q);
   if (!q)
@@ -217,7 +231,9 @@ fail:
 }
 
 void sup_commitq_push(sup_commitq *q, sup_pending_ckpt *p) {
-  struct lane *l = &q->lane[p->level == CKPT_LEVEL_MEMORY ? LANE_MEMORY : LANE_STORE];
+  struct lane *l = &q->lane[p->rec.work                     ? LANE_RECORD
+                            : p->level == CKPT_LEVEL_MEMORY ? LANE_MEMORY
+                                                            : LANE_STORE];
   p->next = NULL;
   pthread_mutex_lock(&q->mu);
   *l->queue_tail = p;
@@ -240,7 +256,7 @@ void sup_commitq_free(sup_commitq *q) {
   for (int i = 0; i < NLANES; i++)
     if (q->lane[i].started)
       pthread_join(q->lane[i].th, NULL); /* waits for the job in flight */
-  if (q->lane[LANE_STORE].started || q->lane[LANE_MEMORY].started)
+  if (q->lane[LANE_STORE].started || q->lane[LANE_MEMORY].started || q->lane[LANE_RECORD].started)
     drain_done(q);
   for (int i = 0; i < NLANES; i++)
     while (q->lane[i].queue) {

@@ -13,9 +13,12 @@
  * and the pure modules sup_kv, sup_gang, sup_launch, sup_events, sup_conn,
  * sup_rollback.
  * Not a public header. Threads: struct sup is the loop's alone; the store
- * work (commits, GOOD marks, retention GC) runs on sup_commitq's threads,
- * which touch only the store and the job they were handed
- * (sup_pending_ckpt), and hand it back to the loop to report.
+ * work runs on sup_commitq's threads, which touch only the store and the
+ * job they were handed (sup_pending_ckpt), and hand it back to the loop to
+ * report: commits and GOOD marks (store and memory lanes), the retention
+ * GC (its thread), and the supervisor's own records (the record lane: the
+ * run state and DIR/generation, why nodes left, BAD marks), so that no
+ * write of the store or the state directory blocks the loop.
  */
 #ifndef SUP_INT_H
 #define SUP_INT_H
@@ -65,10 +68,13 @@ typedef enum sup_state {
 
 typedef enum sup_rphase {
   SUP_RP_NONE = 0,
-  SUP_RP_STOPPING, /* STOP + SIGTERM sent to the old gang; waiting for reaps */
-  SUP_RP_WAITING,  /* when_no_spares: wait; re-planning every second */
-  SUP_RP_FORMING,  /* new gang launched; waiting for every HELLO */
-  SUP_RP_ASSIGNED, /* ASSIGN sent; waiting for the first STEP */
+  SUP_RP_STOPPING,  /* STOP + SIGTERM sent to the old gang; waiting for reaps */
+  SUP_RP_WAITING,   /* when_no_spares: wait; re-planning every second */
+  SUP_RP_RECORDING, /* new gang planned; its launch waits for the round's
+                       records (generation, quarantines, skips, BAD marks)
+                       on the record lane: s->rec_done reaching rec_wait */
+  SUP_RP_FORMING,   /* new gang launched; waiting for every HELLO */
+  SUP_RP_ASSIGNED,  /* ASSIGN sent; waiting for the first STEP */
 } sup_rphase;
 
 typedef struct sup_worker {
@@ -131,6 +137,8 @@ typedef struct sup_node {
   int host_alive;         /* host_pid launched and not yet reaped */
   int host_lost;          /* the host died from outside (SIGKILL): node lost */
   int rejoin;             /* its workers were asked to rejoin in process this round */
+  int rejoin_told;        /* its workers were sent this round's STOP(rejoin) (it
+                             carries the new generation: sent once recorded) */
   int respawn;            /* a spare that lost the supervisor (exit 6): relaunched
                              as a spare once its last process is reaped */
   sup_failures lost_us;   /* its spare relaunches (SUP_SPARE_RELAUNCHES a window) */
@@ -164,17 +172,38 @@ enum sup_blame {
   SUP_BLAME_NODE = 2,  /* a hardware cause (fatal Xid, host lost, hang): quarantine now */
 };
 
+struct sup;
+struct sup_pending_ckpt;
+/* A record job's two halves (sup_record_new): on the record lane's thread
+ * (the store and the job only), then on the loop. */
+typedef void (*sup_record_fn)(struct sup *s, struct sup_pending_ckpt *p);
+
 typedef struct sup_pending_ckpt {
   struct sup_pending_ckpt *next;
   int64_t step;
   int world;
   int nhave;
-  int level;                      /* enum ckpt_level: memory, or the store's */
-  uint64_t memory_epoch;          /* the store's when the first shard came
-                                     (ckpt_meta.memory_epoch) */
-  int mark_good;                  /* not a commit: a GOOD mark of step (made on
-                                     the queue's thread, never on the loop) */
-  int64_t at_step;                /* mark_good: the step that made it due */
+  int level;             /* enum ckpt_level: memory, or the store's */
+  uint64_t memory_epoch; /* the store's when the first shard came
+                            (ckpt_meta.memory_epoch) */
+  int mark_good;         /* not a commit: a GOOD mark of step (made on
+                            the queue's thread, never on the loop) */
+  int64_t at_step;       /* mark_good: the step that made it due */
+  int gc_done;           /* not a commit: the outcome of a retention
+                            GC (rc, why), handed to the loop */
+  /* not a commit when rec.work is set: a record of the supervisor's
+   * (sup_record_new), written on the commit queue's record lane */
+  struct {
+    sup_record_fn work, then;
+    uint64_t seq;     /* its number (s->rec_queued when queued) */
+    uint64_t gen;     /* a run-state record: its generation (DIR/generation) */
+    char *key, *text; /* a catalog record (put_meta) */
+    char what[64];    /* what it records, for a failure's message */
+    int64_t restore;  /* BAD marks: every checkpoint after it, or (-2) step */
+    int64_t *bad;     /* the steps it marked BAD */
+    size_t nbad;
+    cJSON *ev; /* the fields of the event then emits (owned) */
+  } rec;
   int superseded;                 /* a memory-level commit that found the step
                                      in the store already, or was made before
                                      the run's memory records were dropped:
@@ -185,7 +214,7 @@ typedef struct sup_pending_ckpt {
   /* the commit's outcome (sup_commitq: set on its thread, read on the loop) */
   int rc;
   double ms;
-  char why[512];
+  char why[1024];
   /* its sizes and the run's in the store after it (0: unknown) */
   uint64_t logical, stored, new_bytes, run_logical, run_stored;
 } sup_pending_ckpt;
@@ -268,7 +297,8 @@ typedef struct sup {
   int64_t last_step; /* last step rank 0 reported in this process */
   double last_loss, last_tps, last_step_ms, last_val_loss;
   double last_step_at_s; /* ft_now_s of rank 0's last STEP; 0: none yet */
-  uint64_t gen_filed;    /* the generation floor DIR/generation holds (sup_seal.c) */
+  uint64_t gen_filed;    /* the generation floor DIR/generation holds (sup_seal.c;
+                            the record lane's once the loop runs) */
   /* the run file's snapshot, sealed at start (sup_seal.c): its SHA-256 (""
    * none), its config JSON (malloc'd), and what an accepted change changed */
   char runfile_sha256[65];
@@ -293,7 +323,18 @@ typedef struct sup {
   struct sup_logprep *logprep; /* the first launch's log files, created ahead (sup_launch.h) */
   double gc_swept_at;          /* when the retention GC last swept (ft_now_s;
                                   0: never; the commit thread's alone) */
-  struct sup_shardq *shardq;   /* SHARD_SAVED parsed off the loop (sup_shardq.c) */
+  char gc_failed[1024];        /* the reason of the last gc_failed event; ""
+                                  none since a GC that succeeded (sup_run.c) */
+  /* the record lane (sup_record_push): records are numbered as queued, and
+   * answered (written, or failed) in that order */
+  uint64_t rec_queued, rec_done;
+  uint64_t rec_wait, rec_wait_gen; /* RECORDING: the record the round waits
+                                      for, and the generation it records */
+  uint64_t gen_rec;                /* the record of s->gen: no message carries
+                                      s->gen before rec_done reaches it */
+  uint64_t gen_recorded;           /* the newest generation whose record was
+                                      answered (what COMMITTED to spares carries) */
+  struct sup_shardq *shardq;       /* SHARD_SAVED parsed off the loop (sup_shardq.c) */
 
   /* loss faults and rollbacks (sup_watch.c, sup_recovery.c) */
   ft_wire_range skips[FT_WIRE_MAX_SKIPS]; /* batch ranges never trained on; persisted */
@@ -353,9 +394,24 @@ enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBA
 /* ---- sup_run.c ---------------------------------------------------------- */
 extern const sup_conn_ops sup_run_conn_ops;
 int sup_kv_reply_init(sup *s); /* creates s->kv with its libevent reply */
-/* Writes {gen, status, quarantined, restarts} under "<run>/state" (synced).
- * status: "running" | "done" | "failed". */
+/* Writes {gen, status, quarantined, restarts} under "<run>/state" (synced),
+ * and s->gen to DIR/generation. status: "running" | "done" | "failed".
+ * Synchronous: before the loop runs (sup_main.c). */
 int sup_persist(sup *s, const char *status);
+/* On the loop: the same record, queued on the record lane (after every
+ * record queued before it); a failure is said on stderr naming what (as
+ * "cannot persist WHAT: ..."), and the run goes on. Returns its number. */
+uint64_t sup_persist_queue(sup *s, const char *status, const char *what);
+/* A record job (never NULL: out of memory is a bug report and an abort):
+ * work on the record lane's thread, then on the loop once it was written
+ * or failed (p->rc, p->why). */
+sup_pending_ckpt *sup_record_new(sup_record_fn work, sup_record_fn then, const char *what);
+/* Queues p (the queue owns it) and returns its number. Records are written
+ * one at a time, in this order, beside commits (never behind one); each
+ * one's then runs before the next one's, and sup_recovery_recorded after. */
+uint64_t sup_record_push(sup *s, sup_pending_ckpt *p);
+/* A record job writing text under catalog key (both copied). */
+uint64_t sup_record_meta(sup *s, const char *key, const char *text, const char *what);
 /* Reads it back; FT_ENOENT if this run has none. *status: malloc'd. */
 int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts);
 /* Sends a message of type t from the supervisor (run/gen filled). */
@@ -398,8 +454,9 @@ void sup_seal_release(sup *s);
 /* DIR/generation: the highest generation persisted (0: none; FT_EFORMAT
  * naming the file when it holds no number). Also sets s->gen_filed. */
 int sup_gen_floor_read(sup *s, uint64_t *gen);
-/* Writes s->gen there if it grew (written whole, renamed in); sup_persist. */
-int sup_gen_floor_write(sup *s);
+/* Writes gen there if it grew (written whole, renamed in); sup_persist. Its
+ * s->gen_filed is the record lane's once the loop runs. */
+int sup_gen_floor_write(sup *s, uint64_t gen);
 
 /* ---- sup_ckpt_events.c -------------------------------------------------- */
 /* checkpoint_failed {step, rank (>= 0), missing (>= 0), cause, reason}:
@@ -440,6 +497,10 @@ int sup_recovery_blame_silent(sup *s, const char *why);
 void sup_recovery_done(sup *s);
 /* The run cannot go on. */
 void sup_recovery_fail(sup *s, const char *reason);
+/* The record lane answered records up to number seq (s->rec_done): a
+ * round waiting for them goes on (RECORDING -> FORMING; the STOP(rejoin)
+ * of a recorded generation). */
+void sup_recovery_recorded(sup *s, uint64_t seq);
 /* The run cannot end because the store refuses its final checkpoint: exit
  * SUP_EXIT_STORE ("run_failed" cause "store"), no node blamed. */
 void sup_recovery_store_failed(sup *s, const char *reason);

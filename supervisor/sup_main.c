@@ -44,8 +44,9 @@
  *  - Stalls of the supervisor itself (the loop did not run: SIGSTOP, a long
  *    callback, an overloaded host; or a suspend) are measured by a
  *    highest-priority timer: event supervisor_stall {seconds, cause}, and
- *    s->stall_end_s for the hang checks. No store I/O of a commit or GC
- *    runs on the loop (sup_commitq, every store).
+ *    s->stall_end_s for the hang checks. No store I/O of a commit, a GC
+ *    or a record of the supervisor's own runs on the loop (sup_commitq,
+ *    every store).
  *  - Peers on the control port: RLIMIT_NOFILE is raised to its hard limit;
  *    connections without an accepted HELLO are closed after
  *    SUP_CONN_HELLO_TIMEOUT_S and capped (the oldest is evicted; the cap is

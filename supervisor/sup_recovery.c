@@ -11,7 +11,8 @@
  *         | fault           fault, or   |   | first STEP of the new gen     |
  *         |                 loss fault  |   |                               |
  *         v                 (rollback)  v   |                               |
- *      RECOVERING: STOPPING --all reaped--> (plan) --> FORMING --all HELLO--> ASSIGNED
+ *      RECOVERING: STOPPING --all reaped--> (plan) --> RECORDING --records--> FORMING
+ *                                                     --all HELLO--> ASSIGNED
  *                      |                      |  \--WAIT--> WAITING (re-plan every 1 s)
  *                      |                      \--FAIL--> FINISHING (exit 1) --> FAILED
  *      any state --SIGINT/SIGTERM--> FINISHING (exit 130)
@@ -55,8 +56,18 @@
  * quarantined and a spare takes its place.
  *
  * INVARIANTS
- *  1. gen only grows, and is persisted (sup_persist) before any message
- *     carries it: a restarted supervisor never reuses one.
+ *  1. gen only grows, and is persisted before any message carries it: a
+ *     restarted supervisor never reuses one. The records (run state,
+ *     DIR/generation, why nodes left, BAD marks) are written on the commit
+ *     queue's record lane, never on the loop, one at a time in the order
+ *     queued (numbered: s->rec_queued; answered: s->rec_done). fault_t
+ *     queues the new gen's record (s->gen_rec) and stops the old gang at
+ *     once (its messages carry its own gen); STOP(rejoin), which carries
+ *     the new gen, waits for that record (rejoin_tell); the plan queues
+ *     the run state and waits in RECORDING until it is answered, so ASSIGN
+ *     follows every record of the round (sup_recovery_recorded). The
+ *     run's final status is written before supervise exits (the lane
+ *     writes what is queued when it is freed).
  *  2. Only the current gen's gang may STEP, SHARD_SAVED or KV (sup_run.c
  *     fences everything else), so no old worker commits into a new gen.
  *  3. One recovery at a time. A fault while STOPPING/WAITING is recorded
@@ -84,7 +95,8 @@
  *     collective_timeout/other) every gang worker silent for more than 2
  *     heartbeat intervals is blamed as "hang" (a SIGSTOPped worker sends
  *     nothing); if none is, nobody is blamed.
- *  7. Rollback: before the round starts, every checkpoint with step >
+ *  7. Rollback: before the round's ASSIGN (its BAD marks are queued on the
+ *     record lane ahead of the round's records), every checkpoint with step >
  *     restore_step is BAD in the catalog (a checkpoint that cannot be marked
  *     fails the run rather than being restored later), and a new skip range
  *     is in the persisted skip list, so ASSIGN (which restores the newest
@@ -100,10 +112,11 @@
  *  RUNNING/ASSIGNED -> (BAD marks, skip) ->
  *    RECOVERING.STOPPING (loss fault) ....... sup_recovery_loss_fault
  *    (silent data corruption) ............... sup_recovery_sdc_fault
- *                                             -> rollback_t: mark_bad_after, fault_t
+ *                                             -> rollback_t: BAD marks queued, fault_t
  *  RUNNING/... -> STOPPING (silent peers) ... sup_recovery_blame_silent
  *                                             -> sup_recovery_fault
- *  STOPPING -> plan -> FORMING|WAITING|fail . check_stopped -> plan_and_launch
+ *  STOPPING -> plan -> RECORDING|WAITING|fail check_stopped -> plan_and_launch
+ *  RECORDING -> FORMING (records answered) .. sup_recovery_recorded
  *  RUNNING -> FINISHING (done) .............. sup_recovery_done
  *  any -> FINISHING (failed) ................ sup_recovery_fail
  *  FINISHING -> DONE/FAILED (loop ends) ..... maybe_finished
@@ -189,6 +202,18 @@ static void check_state(const sup *s) {
     FT_BUG("supervisor state %d", (int)s->state);
   }
   FT_ASSERT_INV(s->rphase >= SUP_RP_NONE && s->rphase <= SUP_RP_ASSIGNED, "rphase %d", s->rphase);
+  /* 1: RECORDING waits for a record of this generation not yet answered
+   * (its launch follows that record's answer, sup_recovery_recorded) */
+  if (s->rphase == SUP_RP_RECORDING)
+    FT_ASSERT_INV(s->rec_done < s->rec_wait && s->rec_wait <= s->rec_queued &&
+                      s->rec_wait_gen == s->gen,
+                  "RECORDING: records %" PRIu64 " of %" PRIu64 " answered, waits for %" PRIu64
+                  " (gen %" PRIu64 ", current %" PRIu64 ")",
+                  s->rec_done, s->rec_queued, s->rec_wait, s->rec_wait_gen, s->gen);
+  /* 1: nothing carries s->gen before its record: the gang has it only
+   * once it was answered (ASSIGN follows RECORDING) */
+  if (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED))
+    FT_ASSERT_INV(s->rec_done >= s->gen_rec, "gen %" PRIu64 " assigned before its record", s->gen);
   /* 1: gen only grows (within this process) */
   if (check_last_sup == s)
     FT_ASSERT_INV(s->gen >= check_last_gen, "gen went back from %" PRIu64 " to %" PRIu64,
@@ -255,8 +280,8 @@ static void check_state(const sup *s) {
                       s->gang[p], j, w->gen, w->rank, s->gen, s->ngang * s->G);
       }
   }
-  /* FORMING: the new gang's workers are not assigned yet */
-  if (s->rphase == SUP_RP_FORMING)
+  /* RECORDING, FORMING: the new gang's workers are not assigned yet */
+  if (s->rphase == SUP_RP_RECORDING || s->rphase == SUP_RP_FORMING)
     for (int p = 0; p < s->ngang; p++)
       for (int j = 0; j < s->G; j++) {
         const sup_worker *w = &s->nodes[s->gang[p]].w[j];
@@ -520,10 +545,32 @@ static int node_rejoined(const sup *s, int n) {
   return 1;
 }
 
+/* Sends node n's workers the STOP(rejoin) of this round, which carries
+ * s->gen: only once its record was answered (invariant 1); until then
+ * their frames of the old generation are tolerated (rejoin_from), and
+ * sup_recovery_recorded sends it. */
+static void rejoin_tell(sup *s, int n) {
+  sup_node *nd = &s->nodes[n];
+  if (!nd->rejoin || nd->rejoin_told || s->rec_done < s->gen_rec)
+    return;
+  nd->rejoin_told = 1;
+  for (int j = 0; j < s->G; j++) {
+    sup_worker *w = &nd->w[j];
+    if (!w->conn)
+      continue;
+    ft_msg m;
+    ft_msg_init(&m, FT_MSG_STOP);
+    m.stop.reason = FT_STOP_REJOIN;
+    m.stop.detail = "a fault elsewhere: rejoin the next generation in process";
+    sup_send(s, w->conn, &m, s->gen);
+  }
+}
+
 /* Asks node n's workers to leave generation s->gen - 1 (or older) in process. */
 static void rejoin_request(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
   nd->rejoin = 1;
+  nd->rejoin_told = 0;
   for (int j = 0; j < s->G; j++) {
     sup_worker *w = &nd->w[j];
     /* the oldest generation its late frames may carry: the one it trains in,
@@ -531,12 +578,8 @@ static void rejoin_request(sup *s, int n) {
     if (!w->rejoin_from)
       w->rejoin_from = w->gen;
     w->rejoined = 0;
-    ft_msg m;
-    ft_msg_init(&m, FT_MSG_STOP);
-    m.stop.reason = FT_STOP_REJOIN;
-    m.stop.detail = "a fault elsewhere: rejoin the next generation in process";
-    sup_send(s, w->conn, &m, s->gen);
   }
+  rejoin_tell(s, n);
 }
 
 /* Node n leaves the in-process path: its workers are stopped as processes. */
@@ -588,9 +631,8 @@ static void persist_notes(sup *s) {
   cJSON_AddBoolToObject(o, "chaos_fired", s->chaos_done != 0);
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
-  if (!txt || ckpt_store_put_meta(s->store, key, txt))
-    fprintf(stderr, "supervise: cannot persist why nodes left: %s\n",
-            txt ? ft_err_detail() : "out of memory");
+  /* on the record lane; a failure is said there, and the run goes on */
+  sup_record_meta(s, key, txt, "why nodes left");
   free(txt);
 }
 
@@ -637,8 +679,8 @@ static void maybe_finished_t(sup *s) {
     cJSON_AddNumberToObject(f, "gen", (double)s->gen);
     sup_events_emit(s->ev, "run_done", f, "%" PRId64 " steps, %d restart(s), %.1f s", s->final_step,
                     s->restarts, wall);
-    if (sup_persist(s, "done"))
-      fprintf(stderr, "supervise: cannot persist the run's status: %s\n", ft_err_detail());
+    /* on the record lane, which writes it before supervise exits (sup_commitq_free) */
+    sup_persist_queue(s, "done", "the run's status");
     s->state = SUP_DONE;
   } else if (s->exit_code == SUP_EXIT_FAILED) {
     s->state = SUP_FAILED;
@@ -705,8 +747,7 @@ static void fail_run_t(sup *s, int exit_code, const char *cause, const char *rea
   cJSON_AddNumberToObject(f, "restarts", s->restarts);
   cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
   sup_events_emit(s->ev, "run_failed", f, "%s", reason);
-  if (sup_persist(s, "failed"))
-    fprintf(stderr, "supervise: cannot persist the run's status: %s\n", ft_err_detail());
+  sup_persist_queue(s, "failed", "the run's status");
   stop_everyone(s, FT_STOP_SHUTDOWN, reason, SUP_GRACE_STOP_S);
 }
 
@@ -1089,13 +1130,8 @@ static void plan_and_launch_t(sup *s) {
   s->ngang = plan.ngang;
   for (int n = 0; n < s->nnodes; n++)
     s->nodes[n].faulty = s->nodes[n].counted = 0;
-  if (sup_persist(s, "running"))
-    fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
-  s->rphase = SUP_RP_FORMING;
   s->rejoined_nodes = 0;
   s->nlaunch_q = s->launch_qi = 0;
-  sup_logprep_stop(s->logprep); /* its files were the first gang's queue's */
-  s->logprep = NULL;
   for (int i = 0; i < plan.nrestart; i++) {
     if (node_rejoined(s, plan.restart[i])) { /* in process: it waits for ASSIGN */
       s->rejoined_nodes++;
@@ -1103,7 +1139,38 @@ static void plan_and_launch_t(sup *s) {
     }
     s->launch_q[s->nlaunch_q++] = plan.restart[i];
   }
+  /* the run state with this plan's quarantines, on the record lane; the
+   * launch (then ASSIGN) waits in RECORDING for it, and so for every
+   * record queued before it: the generation, a rollback's BAD marks */
+  s->rphase = SUP_RP_RECORDING;
+  s->rec_wait = s->rec_queued + 1;
+  s->rec_wait_gen = s->gen;
+  sup_persist_queue(s, "running", "the run state");
+}
+
+/* RECORDING -> FORMING: the round's records are answered (written, or a
+ * failure said on stderr, after which the round goes on as it always
+ * did): the planned gang is launched. */
+static void recorded_launch_t(sup *s) {
+  s->rphase = SUP_RP_FORMING;
+  sup_logprep_stop(s->logprep); /* its files were the first gang's queue's */
+  s->logprep = NULL;
   launch_more_t(s);
+}
+
+void sup_recovery_recorded(sup *s, uint64_t seq) {
+  enter(s);
+  s->rec_done = seq;
+  if (s->state == SUP_RECOVERING) {
+    /* STOP(rejoin) carries s->gen: sent once its record is answered */
+    for (int p = 0; p < s->ngang; p++)
+      rejoin_tell(s, s->gang[p]);
+    /* the record this round waits for, of the generation still current (a
+     * fault since would have started another round: STOPPING) */
+    if (s->rphase == SUP_RP_RECORDING && s->rec_wait_gen == s->gen && s->rec_done >= s->rec_wait)
+      recorded_launch_t(s);
+  }
+  leave(s);
 }
 
 static void plan_and_launch(sup *s) {
@@ -1229,12 +1296,16 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
   }
   s->t_detect_s = ft_now_s();
   s->fault_last_step = s->last_step;
-  s->gen++; /* fence the old gang; persisted before anyone sees it */
-  if (sup_persist(s, "running"))
-    fprintf(stderr, "supervise: cannot persist generation %" PRIu64 ": %s\n", s->gen,
-            ft_err_detail());
+  s->gen++; /* fence the old gang; recorded before any message carries it */
   s->state = SUP_RECOVERING;
   s->rphase = SUP_RP_STOPPING;
+  /* on the record lane: the old gang is stopped meanwhile (its messages
+   * carry its own generation); STOP(rejoin) waits for it (rejoin_tell),
+   * and ASSIGN for the plan's record behind it (RECORDING) */
+  char what[64];
+  snprintf(what, sizeof what, "generation %" PRIu64, s->gen);
+  s->gen_rec = s->rec_queued + 1;
+  sup_persist_queue(s, "running", what);
   sup_pending_clear(s);
   int rejoining = 0;
   for (int p = 0; p < s->ngang; p++) {
@@ -1295,48 +1366,82 @@ void sup_recovery_refuse(sup *s, int n, const char *why) {
   leave(s);
 }
 
-/* Marks every checkpoint of the run with step > restore BAD (event
- * "checkpoint_bad" each) and collects their steps into bad (a JSON array).
- * A checkpoint we cannot mark would be restored later: that is an error. */
-static int mark_bad_after_t(sup *s, int64_t restore, int64_t spike_step, cJSON *bad) {
+/* A rollback's BAD marks, on the record lane: every checkpoint of the run
+ * with step > p->rec.restore (COMMITTED or GOOD: a PENDING one is a commit
+ * under way, a BAD one is marked) is marked BAD, its step kept in
+ * p->rec.bad. One that cannot be marked would be restored later: p->rc. */
+static void mark_bad_after_work(sup *s, sup_pending_ckpt *p) {
   ckpt_info *list = NULL;
   size_t n = 0;
-  int rc = ckpt_store_list(s->store, s->rf.run, &list, &n);
-  if (rc)
-    return rc;
-  for (size_t i = 0; i < n && !rc; i++) {
-    if (list[i].step <= restore || list[i].state == CKPT_BAD || list[i].state == CKPT_PENDING)
+  p->rc = ckpt_store_list(s->store, s->rf.run, &list, &n);
+  if (!p->rc && n && !(p->rec.bad = calloc(n, sizeof *p->rec.bad)))
+    p->rc = ft_err_set(FT_ENOMEM, "out of memory");
+  for (size_t i = 0; i < n && !p->rc; i++) {
+    if (list[i].step <= p->rec.restore || list[i].state == CKPT_BAD ||
+        list[i].state == CKPT_PENDING)
       continue;
-    rc = ckpt_store_set_state(s->store, s->rf.run, list[i].step, CKPT_BAD);
-    if (rc == FT_ENOENT) { /* deleted by retention meanwhile: nothing to restore */
-      rc = FT_OK;
+    p->rc = ckpt_store_set_state(s->store, s->rf.run, list[i].step, CKPT_BAD);
+    if (p->rc == FT_ENOENT) { /* deleted by retention meanwhile: nothing to restore */
+      p->rc = FT_OK;
       continue;
     }
-    if (rc)
-      break;
-    char reason[160];
-    snprintf(reason, sizeof reason, "may hold the fault begun at step %" PRId64, spike_step);
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "step", (double)list[i].step);
-    cJSON_AddStringToObject(f, "reason", reason);
-    sup_events_emit(s->ev, "checkpoint_bad", f, "step %" PRId64 ": %s", list[i].step, reason);
-    cJSON_AddItemToArray(bad, cJSON_CreateNumber((double)list[i].step));
+    if (!p->rc)
+      p->rec.bad[p->rec.nbad++] = list[i].step;
   }
+  if (p->rc)
+    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
   free(list);
-  return rc;
 }
 
-static int mark_bad_after(sup *s, int64_t restore, int64_t spike_step, cJSON *bad) {
-  enter(s);
-  int rc = mark_bad_after_t(s, restore, spike_step, bad);
-  leave(s);
-  return rc;
+/* The marks answered, on the loop: "checkpoint_bad" for each, then the
+ * "rollback" event (its fields in p->rec.ev); a mark that failed fails the
+ * run (invariant 7). Whatever round is current now: the marks are in the
+ * catalog, and every later ASSIGN waits for them (the record lane's order). */
+static void rollback_marked(sup *s, sup_pending_ckpt *p) {
+  cJSON *f = p->rec.ev;
+  int64_t spike = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(f, "spike_step"));
+  int64_t restore = p->rec.restore;
+  for (size_t i = 0; i < p->rec.nbad; i++) {
+    char reason[160];
+    snprintf(reason, sizeof reason, "may hold the fault begun at step %" PRId64, spike);
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddNumberToObject(b, "step", (double)p->rec.bad[i]);
+    cJSON_AddStringToObject(b, "reason", reason);
+    sup_events_emit(s->ev, "checkpoint_bad", b, "step %" PRId64 ": %s", p->rec.bad[i], reason);
+  }
+  if (p->rc) {
+    char why[1200];
+    snprintf(why, sizeof why,
+             "cannot mark the checkpoints after step %" PRId64 " bad (a restart would restore "
+             "one): %s",
+             restore, p->why);
+    sup_recovery_fail(s, why);
+    return;
+  }
+  cJSON *bad = cJSON_AddArrayToObject(f, "bad_steps");
+  for (size_t i = 0; i < p->rec.nbad; i++)
+    cJSON_AddItemToArray(bad, cJSON_CreateNumber((double)p->rec.bad[i]));
+  const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(f, "kind"));
+  cJSON *first = cJSON_GetObjectItem(f, "skip_first"), *end = cJSON_GetObjectItem(f, "skip_end");
+  p->rec.ev = NULL; /* the event owns f now */
+  if (cJSON_IsNumber(first))
+    sup_events_emit(s->ev, "rollback", f,
+                    "%s at step %" PRId64 ": back to step %" PRId64 ", skipping batches [%" PRId64
+                    ", %" PRId64 ")",
+                    kind, spike, restore, (int64_t)first->valuedouble, (int64_t)end->valuedouble);
+  else
+    sup_events_emit(s->ev, "rollback", f, "%s at step %" PRId64 ": back to step %" PRId64, kind,
+                    spike, restore);
 }
 
 /* Rolls back before step `first` (the first step the fault may have
  * touched): the newest committed checkpoint before it becomes the restore
  * point, the newer ones BAD, a skip range under rollback_and_skip; then a
- * recovery round blaming `node` (-1: nobody; the gang restarts in place). */
+ * recovery round blaming `node` (-1: nobody; the gang restarts in place).
+ * The marks go to the record lane first, then the round starts at once
+ * (the old gang must stop training); its generation's record and the
+ * plan's follow the marks in the lane, so the next ASSIGN (RECORDING)
+ * comes after them. */
 static void rollback_t(sup *s, int64_t first_step, const char *kind, const char *detail, int mode,
                        int node, int slot, pid_t pid) {
   int64_t restore = -1;
@@ -1354,17 +1459,6 @@ static void rollback_t(sup *s, int64_t first_step, const char *kind, const char 
       return;
     }
   }
-  cJSON *bad = cJSON_CreateArray();
-  int rc = mark_bad_after(s, restore, first_step, bad);
-  if (rc) {
-    cJSON_Delete(bad);
-    snprintf(why, sizeof why,
-             "cannot mark the checkpoints after step %" PRId64 " bad (a restart would restore "
-             "one): %s",
-             restore, ft_err_detail());
-    sup_recovery_fail(s, why);
-    return;
-  }
   sup_rollback_good_fault(&s->good, first_step, 1, restore);
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "spike_step", (double)first_step);
@@ -1377,16 +1471,11 @@ static void rollback_t(sup *s, int64_t first_step, const char *kind, const char 
     cJSON_AddNullToObject(f, "skip_first");
     cJSON_AddNullToObject(f, "skip_end");
   }
-  cJSON_AddItemToObject(f, "bad_steps", bad);
-  if (first >= 0)
-    sup_events_emit(s->ev, "rollback", f,
-                    "%s at step %" PRId64 ": back to step %" PRId64 ", skipping batches [%" PRId64
-                    ", %" PRId64 ")",
-                    kind, first_step, restore, first, end);
-  else
-    sup_events_emit(s->ev, "rollback", f, "%s at step %" PRId64 ": back to step %" PRId64, kind,
-                    first_step, restore);
-  /* the recovery round; it persists gen with the new skip list before the
+  sup_pending_ckpt *p = sup_record_new(mark_bad_after_work, rollback_marked, "the BAD marks");
+  p->rec.restore = restore;
+  p->rec.ev = f;
+  sup_record_push(s, p);
+  /* the recovery round; it records gen with the new skip list before the
    * next ASSIGN */
   fault_t(s, kind, node, slot, pid, detail, node >= 0 ? SUP_BLAME_NODE : SUP_BLAME_NONE);
 }

@@ -33,7 +33,9 @@
  * every store, local ones too: a local commit is milliseconds when the disk
  * is well, but a slow fsync or rename (seconds, on a loaded or failing disk)
  * on the loop would stop heartbeats, and the workers would take the
- * supervisor for dead. The loop only reports (cq_done).
+ * supervisor for dead. The loop only reports (cq_done), the retention
+ * GC's outcome too: one that failed or that the store refused is event
+ * gc_failed (gc_report), and the run goes on.
  *
  * connection_closed events of peers that never said a valid HELLO are rate
  * limited (anyone on the host can cause them at will; each is an fsync'ed
@@ -44,13 +46,18 @@
  * {"gen": G, "status": "running|done|failed", "quarantined": [...],
  *  "restarts": R, "skips": [[first, end], ...]} (skips: global batch
  * ranges never trained on again, sent in every ASSIGN). gen is written BEFORE it is used
- * (sup_persist first, then ASSIGN), so a restarted supervisor never reuses a generation.
- * sup_persist writes the generation to DIR/generation as well (sup_seal.c): a
+ * (its record first, then ASSIGN), so a restarted supervisor never reuses a generation.
+ * The record writes the generation to DIR/generation as well (sup_seal.c): a
  * catalog rebuilt from the manifests has no run state, and a start then takes
- * the generation after the file's.
+ * the generation after the file's. Before the loop runs sup_persist writes it
+ * at once; on the loop sup_persist_queue queues it on the commit queue's
+ * record lane (sup_record_push: numbered, written one at a time in order,
+ * beside commits), and the recovery waits for its answer where a message
+ * would carry the generation (sup_recovery.c, invariant 1).
  */
 #include "sup_int.h"
 
+#include "ft_bug.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_failpoint.h"
@@ -67,12 +74,11 @@
 
 /* ---- persisted state ------------------------------------------------------ */
 
-int sup_persist(sup *s, const char *status) {
-  char key[256];
-  snprintf(key, sizeof key, "%s/state", s->rf.run);
+/* The run-state record's text (malloc'd; NULL: out of memory). */
+static char *state_text(sup *s, const char *status) {
   cJSON *o = cJSON_CreateObject();
   if (!o)
-    return ft_err_set(FT_ENOMEM, "out of memory");
+    return NULL;
   cJSON_AddNumberToObject(o, "gen", (double)s->gen);
   cJSON_AddStringToObject(o, "status", status);
   cJSON *q = cJSON_AddArrayToObject(o, "quarantined");
@@ -89,14 +95,100 @@ int sup_persist(sup *s, const char *status) {
   }
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
+  return txt;
+}
+
+/* The run state's writes, on whichever thread writes records: the
+ * generation also where a rebuilt catalog cannot lose it (sup_seal.c),
+ * then the catalog record. */
+static int state_write(sup *s, uint64_t gen, const char *key, const char *txt) {
+  int rc = sup_gen_floor_write(s, gen);
+  return rc == FT_OK ? ckpt_store_put_meta(s->store, key, txt) : rc;
+}
+
+int sup_persist(sup *s, const char *status) {
+  char key[256];
+  snprintf(key, sizeof key, "%s/state", s->rf.run);
+  char *txt = state_text(s, status);
   if (!txt)
     return ft_err_set(FT_ENOMEM, "out of memory");
-  /* the generation also where a rebuilt catalog cannot lose it (sup_seal.c) */
-  int rc = sup_gen_floor_write(s);
-  if (rc == FT_OK)
-    rc = ckpt_store_put_meta(s->store, key, txt);
+  int rc = state_write(s, s->gen, key, txt);
   free(txt);
+  if (rc == FT_OK && s->gen > s->gen_recorded)
+    s->gen_recorded = s->gen;
   return rc;
+}
+
+/* ---- records: the record lane ----------------------------------------------- */
+
+sup_pending_ckpt *sup_record_new(sup_record_fn work, sup_record_fn then, const char *what) {
+  sup_pending_ckpt *p = calloc(1, sizeof *p);
+  if (!p) /* a write the recovery waits for cannot be left out */
+    FT_BUG("out of memory queueing a record (%s)", what);
+  p->rec.work = work;
+  p->rec.then = then;
+  snprintf(p->rec.what, sizeof p->rec.what, "%s", what);
+  return p;
+}
+
+static void pending_free(sup_pending_ckpt *p);
+
+/* A record answered, on the loop (in order): its then, then whatever waits. */
+static void record_report(sup *s, sup_pending_ckpt *p) {
+  if (p->rec.gen > s->gen_recorded)
+    s->gen_recorded = p->rec.gen;
+  if (p->rec.then)
+    p->rec.then(s, p);
+  else if (p->rc)
+    fprintf(stderr, "supervise: cannot persist %s: %s\n", p->rec.what, p->why);
+  sup_recovery_recorded(s, p->rec.seq);
+}
+
+uint64_t sup_record_push(sup *s, sup_pending_ckpt *p) {
+  uint64_t seq = p->rec.seq = ++s->rec_queued;
+  if (s->commitq) {
+    sup_commitq_push(s->commitq, p); /* reported by cq_done */
+    return seq;
+  }
+  p->rec.work(s, p); /* no queue: no thread to write it */
+  record_report(s, p);
+  pending_free(p);
+  return seq;
+}
+
+/* A catalog record (put_meta), on the record lane. */
+static void meta_work(sup *s, sup_pending_ckpt *p) {
+  p->rc = p->rec.gen ? state_write(s, p->rec.gen, p->rec.key, p->rec.text)
+                     : ckpt_store_put_meta(s->store, p->rec.key, p->rec.text);
+  if (p->rc)
+    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+}
+
+static uint64_t meta_push(sup *s, const char *key, char *text, uint64_t gen, const char *what) {
+  sup_pending_ckpt *p = sup_record_new(meta_work, NULL, what);
+  p->rec.key = strdup(key);
+  p->rec.text = text;
+  p->rec.gen = gen;
+  if (!p->rec.key || !text) {
+    p->rec.work = NULL; /* said as a write that failed, in order */
+    p->rc = FT_ENOMEM;
+    snprintf(p->why, sizeof p->why, "out of memory");
+    p->rec.seq = ++s->rec_queued;
+    record_report(s, p);
+    pending_free(p);
+    return s->rec_queued;
+  }
+  return sup_record_push(s, p);
+}
+
+uint64_t sup_record_meta(sup *s, const char *key, const char *text, const char *what) {
+  return meta_push(s, key, text ? strdup(text) : NULL, 0, what);
+}
+
+uint64_t sup_persist_queue(sup *s, const char *status, const char *what) {
+  char key[256];
+  snprintf(key, sizeof key, "%s/state", s->rf.run);
+  return meta_push(s, key, state_text(s, status), s->gen, what);
 }
 
 int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts) {
@@ -250,6 +342,10 @@ static void pending_free_shards(sup_pending_ckpt *p) {
 
 static void pending_free(sup_pending_ckpt *p) {
   pending_free_shards(p);
+  free(p->rec.key);
+  free(p->rec.text);
+  free(p->rec.bad);
+  cJSON_Delete(p->rec.ev);
   free(p->state);
   free(p->config);
   free(p->metrics);
@@ -329,7 +425,9 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
  * hour) anyway, so sweeping after every commit frees nothing more. */
 #define SUP_SWEEP_EVERY_S 600.0
 
-static void retention_gc(sup *s) {
+/* On the GC thread: the job that carries its outcome to the loop
+ * (gc_report), or NULL when the run keeps every checkpoint (no GC). */
+static sup_pending_ckpt *retention_gc(sup *s) {
   double now = ft_now_s();
   int sweep = s->gc_swept_at == 0 || now - s->gc_swept_at >= SUP_SWEEP_EVERY_S;
   ckpt_retention ret = {.keep_last = s->rf.checkpoint.keep_last,
@@ -340,12 +438,46 @@ static void retention_gc(sup *s) {
   /* memory-level checkpoints (persist_every, require memory) are pruned
    * whatever keep_last says: their memory is overwritten by newer ones */
   int memory = s->rf.checkpoint.persist_every > 1 || !strcmp(s->rf.checkpoint.require, "memory");
-  if (ret.keep_last > 0 || ret.keep_every > 0 || memory) {
-    ckpt_gc_report rep;
-    int rc = ckpt_store_gc(s->store, &ret, 0, &rep);
+  if (!(ret.keep_last > 0 || ret.keep_every > 0 || memory))
+    return NULL;
+  ckpt_gc_report rep;
+  int rc = ckpt_store_gc(s->store, &ret, 0, &rep);
+  sup_pending_ckpt *p = calloc(1, sizeof *p);
+  if (!p) {
     if (rc)
       fprintf(stderr, "supervise: retention GC failed (the run goes on): %s\n", ft_err_detail());
+    return NULL;
   }
+  p->gc_done = 1;
+  p->rc = rc;
+  if (rc)
+    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+  return p;
+}
+
+/* The retention GC's outcome, on the loop. A GC that failed, or that the
+ * store refused (FT_ESTATE: it holds manifests its catalog does not list,
+ * and deletes nothing until 'ckpt rebuild-catalog'), is event gc_failed
+ * {reason, refused}; nobody is blamed and the run goes on (its checkpoints
+ * are all kept meanwhile). The GC runs after every commit, so the same
+ * reason is told once, until a GC succeeds or the reason changes. */
+static void gc_report(sup *s, const sup_pending_ckpt *p) {
+  if (!p->rc) {
+    s->gc_failed[0] = 0;
+    return;
+  }
+  if (!strcmp(s->gc_failed, p->why))
+    return;
+  snprintf(s->gc_failed, sizeof s->gc_failed, "%s", p->why);
+  int refused = p->rc == FT_ESTATE;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(f, "reason", p->why);
+  cJSON_AddBoolToObject(f, "refused", refused);
+  sup_events_emit(s->ev, "gc_failed", f,
+                  "retention GC %s; training goes on and no checkpoint is deleted until a GC "
+                  "succeeds%s: %s",
+                  refused ? "refused" : "failed", refused ? " (the reason says what to run)" : "",
+                  p->why);
 }
 
 /* The loop's part: events, COMMITTED to the gang, the end of the run. */
@@ -387,12 +519,13 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
       if (w->conn && w->gen == s->gen)
         sup_send(s, w->conn, &m, s->gen);
     }
-  /* warm spares too: with recovery.in_process they fetch it into memory */
+  /* warm spares too: with recovery.in_process they fetch it into memory.
+   * In the newest recorded generation: s->gen may not be recorded yet */
   for (int n = 0; n < s->nnodes; n++)
     for (int j = 0; s->nodes[n].role == SUP_ROLE_SPARE && j < s->G; j++) {
       sup_worker *w = &s->nodes[n].w[j];
       if (w->conn && w->hello)
-        sup_send(s, w->conn, &m, s->gen);
+        sup_send(s, w->conn, &m, s->gen_recorded);
     }
 }
 
@@ -444,6 +577,10 @@ void sup_run_mark_good(sup *s, int64_t step, int64_t at_step) {
 }
 
 static void cq_work(void *ud, sup_pending_ckpt *p) {
+  if (p->rec.work) {
+    p->rec.work(ud, p);
+    return;
+  }
   if (p->mark_good) {
     mark_store(ud, p);
     return;
@@ -454,12 +591,22 @@ static void cq_work(void *ud, sup_pending_ckpt *p) {
   pending_free_shards(p);
 }
 
-static void cq_gc(void *ud) {
-  retention_gc(ud);
+static sup_pending_ckpt *cq_gc(void *ud) {
+  return retention_gc(ud);
 }
 
 static void cq_done(void *ud, sup_pending_ckpt *p) {
   sup *s = ud;
+  if (p->gc_done) {
+    gc_report(s, p);
+    pending_free(p);
+    return;
+  }
+  if (p->rec.work) {
+    record_report(s, p);
+    pending_free(p);
+    return;
+  }
   if (p->mark_good) {
     mark_report(s, p);
     pending_free(p);
@@ -472,7 +619,7 @@ static void cq_done(void *ud, sup_pending_ckpt *p) {
       sup_recovery_done(s);
     else {
       /* the workers have nothing left to train: waiting would never end */
-      char why[700];
+      char why[1200];
       snprintf(why, sizeof why, "the store refused the final checkpoint (step %" PRId64 "): %s",
                p->step, p->why);
       sup_recovery_store_failed(s, why);

@@ -391,14 +391,14 @@ int sup_gen_floor_read(sup *s, uint64_t *gen) {
   return FT_OK;
 }
 
-int sup_gen_floor_write(sup *s) {
-  if (s->gen <= s->gen_filed)
+int sup_gen_floor_write(sup *s, uint64_t gen) {
+  if (gen <= s->gen_filed)
     return FT_OK;
   char path[4200], line[32];
   state_path(s, GEN_FILE, path, sizeof path);
-  snprintf(line, sizeof line, "%" PRIu64 "\n", s->gen);
+  snprintf(line, sizeof line, "%" PRIu64 "\n", gen);
   int rc = write_whole(path, line, strlen(line));
   if (rc == FT_OK)
-    s->gen_filed = s->gen;
+    s->gen_filed = gen;
   return rc;
 }

@@ -404,8 +404,7 @@ static void quarantine_spare(sup *s, int n, const char *why) {
   cJSON_AddStringToObject(f, "reason", why);
   sup_events_emit(s->ev, "node_quarantined", f, "spare node %d is not used in this run (%s)", n,
                   why);
-  if (sup_persist(s, "running"))
-    fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());
+  sup_persist_queue(s, "running", "the run state"); /* on the record lane */
   nd->kill_sent = 1;
   if (nd->pgid > 0)
     kill(-nd->pgid, SIGKILL);
@@ -519,18 +518,53 @@ static void on_sdc(sup *s, const sup_worker *from, int64_t step, const char *det
   sup_recovery_sdc_fault(s, step, node, slot, pid, detail);
 }
 
+/* The BAD mark of a damaged checkpoint (p->step), on the record lane. */
+static void mark_damaged_work(sup *s, sup_pending_ckpt *p) {
+  p->rc = ckpt_store_set_state(s->store, s->rf.run, p->step, CKPT_BAD);
+  if (p->rc)
+    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+}
+
+/* ... answered, on the loop: checkpoint_damaged (its fields in p->rec.ev),
+ * or the run fails: a checkpoint that cannot be restored nor marked would
+ * be restored again. */
+static void damaged_marked(sup *s, sup_pending_ckpt *p) {
+  cJSON *f = p->rec.ev;
+  const char *detail = cJSON_GetStringValue(cJSON_GetObjectItem(f, "detail"));
+  if (p->rc) {
+    char why[FT_WIRE_MAX_DETAIL + 1280];
+    snprintf(why, sizeof why,
+             "checkpoint %" PRId64 " cannot be restored (%s) and cannot be marked BAD (%s)",
+             p->step, detail, p->why);
+    sup_recovery_fail(s, why);
+    return;
+  }
+  int fallback = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(f, "fallback"));
+  p->rec.ev = NULL; /* the event owns f now */
+  sup_events_emit(s->ev, "checkpoint_damaged", f,
+                  "checkpoint %" PRId64 " cannot be restored (%s): marked BAD; the next generation "
+                  "restores the next older one (fallback %d of at most %d)",
+                  p->step, detail, fallback, SUP_MAX_FALLBACKS);
+}
+
 /* FAULT restore_corrupt: a chunk of the checkpoint this generation
  * restores failed its hash from every source the worker has (its memory,
  * buddies, the store). Persisted checkpoints only: a memory-level one that
  * cannot be restored is dropped by the recovery (drop_lost_memory). The
  * worker exits FT_EXIT_STORE next (nobody's fault: a restart in place),
  * and that generation's ASSIGN restores the newest checkpoint not BAD.
- * The mark is made here, on the loop, as a rollback's are: the gang is not
- * training, and it must be in the catalog before the next ASSIGN. */
+ * The mark goes to the record lane (a mark waits for the store's meta
+ * lock, and renames a mark object): the next round's records follow it
+ * there, and its ASSIGN waits for them (RECORDING), so the mark is in the
+ * catalog first. Counted at once: another rank's report of the same step
+ * (before the mark is in) is the same fallback. */
 static void on_restore_corrupt(sup *s, sup_worker *w, int64_t step, const char *detail) {
   sup_node *nd = &s->nodes[w->node];
   if (step < 0 || step != s->restore_step || s->state >= SUP_FINISHING)
     return;
+  for (int i = 0; i < s->nfallbacks; i++)
+    if (s->fallback_steps[i] == step)
+      return; /* being marked for another rank's report */
   ckpt_info info;
   if (ckpt_store_get_info(s->store, s->rf.run, step, &info) || info.level == CKPT_LEVEL_MEMORY ||
       info.state == CKPT_BAD)
@@ -573,23 +607,13 @@ static void on_restore_corrupt(sup *s, sup_worker *w, int64_t step, const char *
     sup_recovery_fail(s, why);
     return;
   }
-  int rc = ckpt_store_set_state(s->store, s->rf.run, step, CKPT_BAD);
-  if (rc) {
-    char why[FT_WIRE_MAX_DETAIL + 640];
-    snprintf(why, sizeof why,
-             "checkpoint %" PRId64 " cannot be restored (%s) and cannot be marked BAD (%s)", step,
-             detail, ft_err_detail());
-    cJSON_Delete(f);
-    sup_recovery_fail(s, why);
-    return;
-  }
   s->fallback_steps[s->nfallbacks++] = step;
   cJSON_AddStringToObject(f, "verdict", "checkpoint_bad");
   cJSON_AddNumberToObject(f, "fallback", s->nfallbacks);
-  sup_events_emit(s->ev, "checkpoint_damaged", f,
-                  "checkpoint %" PRId64 " cannot be restored (%s): marked BAD; the next generation "
-                  "restores the next older one (fallback %d of at most %d)",
-                  step, detail, s->nfallbacks, SUP_MAX_FALLBACKS);
+  sup_pending_ckpt *p = sup_record_new(mark_damaged_work, damaged_marked, "a BAD mark");
+  p->step = step;
+  p->rec.ev = f;
+  sup_record_push(s, p);
 }
 
 void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {

@@ -62,6 +62,9 @@ if(TARGET supervise)
   # Restores fall back: a damaged newest checkpoint is marked BAD, at most 3 fallbacks.
   ft_add_script_test(NAME sup_restore_fallback COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_restore_fallback.sh
                      LABELS integration TIMEOUT 180)
+  # A retention GC the store refuses (a manifest its catalog lacks): an event, nothing deleted.
+  ft_add_script_test(NAME sup_gc_refused COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_gc_refused.sh
+                     LABELS integration TIMEOUT 90)
   ft_add_script_test(NAME sup_spare_silent COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_spare_silent.sh
                      LABELS integration TIMEOUT 90)
 endif()
