@@ -34,6 +34,8 @@
  *      cache copy is replaced by the bucket's (repaired_local). With scrub
  *      on (ckpt verify), the bucket copy is also read and re-uploaded from
  *      the cache when missing or bad (repaired_remote).
+ *   B3b get of a mark object (manifests/.../STEP.mark) asks the bucket
+ *      first, the cache when the bucket has none: marks are set by any host.
  *   B4 GC timestamps are the cache's: exists/freshen/now go to the cache;
  *      del_if_older deletes from the bucket what it deletes from the cache,
  *      and bucket-only chunks by their LastModified.
@@ -448,6 +450,15 @@ static int td_get(ckpt_tier *t, const char *key, uint8_t **data, size_t *len) {
   size_t ll = 0, rl = 0;
   *data = NULL;
   *len = 0;
+  size_t kl = strlen(key);
+  if (is_manifest(key) && kl > 5 && strcmp(key + kl - 5, ".mark") == 0) {
+    /* a mark object (a pin, a GOOD or BAD state) is read from the bucket
+     * first: another host may have set it since this cache's copy, and gc
+     * (ckpt_gc.c G2a) and a rebuild follow it. The cache's copy only when
+     * the bucket has none (its upload still journaled). */
+    int rc = td->remote->get(td->remote, key, data, len);
+    return rc == FT_ENOENT ? td->local->get(td->local, key, data, len) : rc;
+  }
   int lrc = td->local->get(td->local, key, &lo, &ll);
   if (!is_chunk(key)) {
     if (lrc != FT_ENOENT) {

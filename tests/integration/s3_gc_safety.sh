@@ -14,6 +14,8 @@
 #      restores every checkpoint bit for bit
 #   4. a chunk damaged in the cache is read again from the bucket by a
 #      restore (and the cache copy replaced)
+#   5. a pin set from another host (the bucket's mark says pinned, this
+#      cache's older copy of the mark does not) is honoured by gc
 set -u
 W="$FT_BUILD/tests/ckpt_testwriter"
 C="$FT_BIN/ckpt"
@@ -129,4 +131,26 @@ run_ckpt evict --store "$S" restore 3 --to "$T/again3.st"
 cmp "$T/want3.st" "$T/again3.st" || fail "restore 3 after the cache repair differs"
 [ "$(stat -c %s "$victim")" -gt 100 ] || fail "the cache copy of $hex was not replaced"
 echo "ok 4: a damaged cache chunk is read again from the bucket"
+
+# ---- 5 -------------------------------------------------------------------------
+# host B (cache2) marked step 2 GOOD (its cache holds that mark); host A then
+# pinned it: the bucket's mark says so, B's copy does not. B's gc follows
+# the bucket's mark, keeps step 2 and records the pin in its catalog.
+export FT_S3_CACHE="$T/cache2"
+"$C" --store "$S" ls >/dev/null || fail "ls from cache2"
+mark=manifests/testrun/00000000000000000002.mark
+printf '{"run":"testrun","step":2,"state":"good","pinned":false}\n' >"$T/cache2/$mark"
+printf '{"run":"testrun","step":2,"state":"good","pinned":true}\n' >"$T/mark.pinned"
+aws_s3 s3 cp --quiet "$T/mark.pinned" "s3://ckpts/run-a/$mark" || fail "cannot put the bucket's mark"
+run_ckpt gc_pin --store "$S" gc --keep-last 1 --grace 0
+[ "$RC" -eq 0 ] || fail "gc with a pin set from another host: exit $RC: $(cat "$T/gc_pin.out")"
+grep -q "1 checkpoint pinned or marked in the store but not in the catalog" "$T/gc_pin.out" ||
+  fail "gc did not follow the bucket's mark: $(cat "$T/gc_pin.out")"
+export FT_S3_CACHE="$T/cache4"
+"$C" --store "$S" restore 2 --to "$T/pin2.st" >/dev/null 2>"$T/e" && cmp "$T/want2.st" "$T/pin2.st" ||
+  fail "gc deleted step 2, pinned from another host: $(cat "$T/e")"
+export FT_S3_CACHE="$T/cache2"
+"$C" --store "$S" ls | grep -qE '^testrun +2 .*good\* ' ||
+  fail "cache2's catalog does not show the pin: $("$C" --store "$S" ls)"
+echo "ok 5: gc follows a pin another host set (the bucket's mark over the cache's copy)"
 echo "PASS: s3_gc_safety"
