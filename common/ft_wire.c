@@ -51,7 +51,22 @@ const char *ft_fault_kind_name(int kind) {
 const char *ft_stop_reason_name(int reason) {
   switch (reason) { FT_STOP_REASONS(FT_WIRE_CASE_) }
   return "?";
+}
+
+const char *ft_phase_name(int phase) {
+  switch (phase) { FT_PHASES(FT_WIRE_CASE_) }
+  return "?";
 #undef FT_WIRE_CASE_
+}
+
+int ft_phase_from_name(const char *name, ft_phase *out) {
+  for (int k = 0; name && k < FT_PHASE_COUNT; k++) {
+    if (strcmp(name, ft_phase_name(k)) == 0) {
+      *out = (ft_phase)k;
+      return 0;
+    }
+  }
+  return ft_err_set(FT_EINVAL, "unknown phase '%s'", name ? name : "(null)");
 }
 
 const char *ft_exit_code_name(int code) {

@@ -269,6 +269,28 @@ typedef enum ft_fault_kind {
 } ft_fault_kind;
 #define FT_FAULT_KIND_COUNT 14
 
+/* What a worker's training thread is doing: worker/progress.h publishes it. */
+#define FT_PHASES(X)                                                                               \
+  X(FT_PHASE_IDLE, 0, "idle")             /* not training: waiting for ASSIGN or STOP */           \
+  X(FT_PHASE_DATA, 1, "data")             /* reading a micro-batch's tokens */                     \
+  X(FT_PHASE_FORWARD, 2, "forward")       /* forward (and, in one call, backward) compute */       \
+  X(FT_PHASE_BACKWARD, 3, "backward")     /* backward compute, where the engine separates it */    \
+  X(FT_PHASE_COLLECTIVE, 4, "collective") /* inside collective coll_seq */                         \
+  X(FT_PHASE_OPTIMIZER, 5, "optimizer")   /* loss, norm, clipping, AdamW, the step's reports */    \
+  X(FT_PHASE_SNAPSHOT, 6, "snapshot")     /* a checkpoint's shard copied out (training waits) */   \
+  X(FT_PHASE_CKPT_WRITE, 7, "checkpoint_write") /* waiting for shards to be durable */             \
+  X(FT_PHASE_VALIDATION, 8, "validation")       /* the validation loss */                          \
+  X(FT_PHASE_SDC, 9, "sdc_recompute")           /* recomputing a peer's micro-batch (SDC check) */ \
+  X(FT_PHASE_RESTORE, 10, "restore") /* after the rendezvous: engine built, checkpoint read */     \
+  X(FT_PHASE_RENDEZVOUS, 11, "rendezvous") /* forming the generation's communicator */
+
+typedef enum ft_phase {
+#define FT_WIRE_ENUM_(name, val, str) name = val,
+  FT_PHASES(FT_WIRE_ENUM_)
+#undef FT_WIRE_ENUM_
+} ft_phase;
+#define FT_PHASE_COUNT 12
+
 #define FT_STOP_REASONS(X)                                                                         \
   X(FT_STOP_DONE, 0, "done")                         /* the run finished */                        \
   X(FT_STOP_STALE_GENERATION, 1, "stale_generation") /* fenced: exit now */                        \
@@ -303,6 +325,9 @@ const char *ft_msg_type_name(int type);
 const char *ft_fault_kind_name(int kind);
 const char *ft_stop_reason_name(int reason);
 const char *ft_kv_status_name(int status);
+const char *ft_phase_name(int phase);
+/* Parses a phase name ("forward", ...); FT_EINVAL if unknown. */
+int ft_phase_from_name(const char *name, ft_phase *out);
 /* Parses a fault kind name ("xid", ...); FT_EINVAL if unknown. */
 int ft_fault_kind_from_name(const char *name, ft_fault_kind *out);
 

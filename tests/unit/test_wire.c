@@ -1372,6 +1372,20 @@ static void test_names(void **state) {
   assert_string_equal(ft_stop_reason_name(FT_STOP_REASON_COUNT), "?");
   assert_string_equal(ft_kv_status_name(FT_KV_TIMEOUT), "timeout");
   assert_string_equal(ft_kv_status_name(7), "?");
+  const char *phases[] = {"idle",       "data",          "forward",  "backward",
+                          "collective", "optimizer",     "snapshot", "checkpoint_write",
+                          "validation", "sdc_recompute", "restore",  "rendezvous"};
+  assert_int_equal(sizeof phases / sizeof phases[0], FT_PHASE_COUNT);
+  for (int k = 0; k < FT_PHASE_COUNT; k++) {
+    assert_string_equal(ft_phase_name(k), phases[k]);
+    ft_phase ph;
+    assert_int_equal(ft_phase_from_name(phases[k], &ph), 0);
+    assert_int_equal(ph, k);
+  }
+  ft_phase ph;
+  assert_int_equal(ft_phase_from_name("nap", &ph), FT_EINVAL);
+  assert_string_equal(ft_phase_name(FT_PHASE_COUNT), "?");
+  assert_string_equal(ft_phase_name(-1), "?");
   /* the worker's exit codes: the numbers are a contract (worker --help,
    * scripts, the supervisor's blame rules) and never change */
   assert_int_equal(FT_EXIT_OK, 0);
