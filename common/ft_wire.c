@@ -51,7 +51,22 @@ const char *ft_fault_kind_name(int kind) {
 const char *ft_stop_reason_name(int reason) {
   switch (reason) { FT_STOP_REASONS(FT_WIRE_CASE_) }
   return "?";
+}
+
+const char *ft_phase_name(int phase) {
+  switch (phase) { FT_PHASES(FT_WIRE_CASE_) }
+  return "?";
 #undef FT_WIRE_CASE_
+}
+
+int ft_phase_from_name(const char *name, ft_phase *out) {
+  for (int k = 0; name && k < FT_PHASE_COUNT; k++) {
+    if (strcmp(name, ft_phase_name(k)) == 0) {
+      *out = (ft_phase)k;
+      return 0;
+    }
+  }
+  return ft_err_set(FT_EINVAL, "unknown phase '%s'", name ? name : "(null)");
 }
 
 const char *ft_exit_code_name(int code) {
@@ -295,6 +310,9 @@ static int check_msg(const ft_msg *m, int err) {
   case FT_MSG_HEARTBEAT:
     if (m->heartbeat.step < -1)
       return ft_err_set(err, "HEARTBEAT.step: %lld below -1", (long long)m->heartbeat.step);
+    if ((unsigned)m->heartbeat.phase >= FT_PHASE_COUNT)
+      return ft_err_set(err, "HEARTBEAT.phase: %u out of range 0..%d", (unsigned)m->heartbeat.phase,
+                        FT_PHASE_COUNT - 1);
     return 0;
   case FT_MSG_STEP:
     if (m->step.step < 0)
@@ -467,6 +485,9 @@ int ft_wire_encode(const ft_msg *m, ft_buf *out) {
     w_i64(&w, m->heartbeat.step);
     w_u32(&w, m->heartbeat.seq);
     w_u32(&w, m->heartbeat.rtt_us);
+    w_u8(&w, (uint8_t)m->heartbeat.phase);
+    w_u64(&w, m->heartbeat.coll_seq);
+    w_u32(&w, m->heartbeat.prog_age_ms);
     break;
   case FT_MSG_STEP:
     w_i64(&w, m->step.step);
@@ -711,6 +732,9 @@ static void decode_payload(rd *r, ft_msg *m) {
     m->heartbeat.step = r_i64(r, "step");
     m->heartbeat.seq = r_u32(r, "seq");
     m->heartbeat.rtt_us = r_u32(r, "rtt_us");
+    m->heartbeat.phase = (ft_phase)r_u8(r, "phase");
+    m->heartbeat.coll_seq = r_u64(r, "coll_seq");
+    m->heartbeat.prog_age_ms = r_u32(r, "prog_age_ms");
     break;
   case FT_MSG_STEP:
     m->step.step = r_i64(r, "step");

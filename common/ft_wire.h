@@ -56,10 +56,17 @@
  *                         skips are GLOBAL BATCH INDEX ranges [first, end), 0 <= first < end
  *   5  HEARTBEAT    W->S  step i64 (>= -1: last completed step, -1 none),
  *                         seq u32 (this beat's number), rtt_us u32 (the
- *                         last beat's round trip in us, 0: none measured)
+ *                         last beat's round trip in us, 0: none measured),
+ *                         then the training thread's progress (worker/
+ *                         progress.h): phase u8 (ft_phase, < FT_PHASE_COUNT),
+ *                         coll_seq u64 (collectives this generation's comm
+ *                         has started; in phase collective the one it is
+ *                         in), prog_age_ms u32 (ms since the progress last
+ *                         changed, saturating)
  *                   S->W  (the supervisor echoes step and seq, so a worker
  *                         notices a lost supervisor and times the round
- *                         trip of its control link; rtt_us 0)
+ *                         trip of its control link; rtt_us 0, phase idle,
+ *                         coll_seq 0, prog_age_ms 0)
  *   6  STEP         W->S  step i64 (>= 0), loss f64, grad_norm f64,
  *                         tokens_per_s f64, step_ms f64, val_loss f64 (NaN
  *                         but at train.val_every steps) (any bits, NaN too:
@@ -151,8 +158,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA; 5: DOCTOR; 6: FAULT sdc */
-#define FT_WIRE_VERSION 6
+/* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA; 5: DOCTOR; 6: FAULT sdc;
+ * 7: HEARTBEAT phase, coll_seq, prog_age_ms (the training thread's progress), and FAULT
+ *    kind 13 restore_corrupt (added without a bump of its own: a version-6 peer refuses it) */
+#define FT_WIRE_VERSION 7
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */
@@ -269,6 +278,29 @@ typedef enum ft_fault_kind {
 } ft_fault_kind;
 #define FT_FAULT_KIND_COUNT 14
 
+/* What a worker's training thread is doing: worker/progress.h publishes it,
+ * HEARTBEAT.phase carries it, watchdog/wd_progress.h judges it. */
+#define FT_PHASES(X)                                                                               \
+  X(FT_PHASE_IDLE, 0, "idle")             /* not training: waiting for ASSIGN or STOP */           \
+  X(FT_PHASE_DATA, 1, "data")             /* reading a micro-batch's tokens */                     \
+  X(FT_PHASE_FORWARD, 2, "forward")       /* forward (and, in one call, backward) compute */       \
+  X(FT_PHASE_BACKWARD, 3, "backward")     /* backward compute, where the engine separates it */    \
+  X(FT_PHASE_COLLECTIVE, 4, "collective") /* inside collective coll_seq */                         \
+  X(FT_PHASE_OPTIMIZER, 5, "optimizer")   /* loss, norm, clipping, AdamW, the step's reports */    \
+  X(FT_PHASE_SNAPSHOT, 6, "snapshot")     /* a checkpoint's shard copied out (training waits) */   \
+  X(FT_PHASE_CKPT_WRITE, 7, "checkpoint_write") /* waiting for shards to be durable */             \
+  X(FT_PHASE_VALIDATION, 8, "validation")       /* the validation loss */                          \
+  X(FT_PHASE_SDC, 9, "sdc_recompute")           /* recomputing a peer's micro-batch (SDC check) */ \
+  X(FT_PHASE_RESTORE, 10, "restore") /* after the rendezvous: engine built, checkpoint read */     \
+  X(FT_PHASE_RENDEZVOUS, 11, "rendezvous") /* forming the generation's communicator */
+
+typedef enum ft_phase {
+#define FT_WIRE_ENUM_(name, val, str) name = val,
+  FT_PHASES(FT_WIRE_ENUM_)
+#undef FT_WIRE_ENUM_
+} ft_phase;
+#define FT_PHASE_COUNT 12
+
 #define FT_STOP_REASONS(X)                                                                         \
   X(FT_STOP_DONE, 0, "done")                         /* the run finished */                        \
   X(FT_STOP_STALE_GENERATION, 1, "stale_generation") /* fenced: exit now */                        \
@@ -303,6 +335,9 @@ const char *ft_msg_type_name(int type);
 const char *ft_fault_kind_name(int kind);
 const char *ft_stop_reason_name(int reason);
 const char *ft_kv_status_name(int status);
+const char *ft_phase_name(int phase);
+/* Parses a phase name ("forward", ...); FT_EINVAL if unknown. */
+int ft_phase_from_name(const char *name, ft_phase *out);
 /* Parses a fault kind name ("xid", ...); FT_EINVAL if unknown. */
 int ft_fault_kind_from_name(const char *name, ft_fault_kind *out);
 
@@ -362,8 +397,11 @@ typedef struct ft_msg {
     } assign;
     struct {
       int64_t step;
-      uint32_t seq;    /* the beat's number; the echo carries it back */
-      uint32_t rtt_us; /* W->S: the last echoed beat's round trip; 0: none */
+      uint32_t seq;         /* the beat's number; the echo carries it back */
+      uint32_t rtt_us;      /* W->S: the last echoed beat's round trip; 0: none */
+      ft_phase phase;       /* W->S: the training thread's phase */
+      uint64_t coll_seq;    /* W->S: its collectives started this generation */
+      uint32_t prog_age_ms; /* W->S: ms since its progress last changed */
     } heartbeat;
     struct {
       int64_t step;

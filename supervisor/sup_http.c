@@ -408,6 +408,34 @@ static void metrics_body(struct sup_http *h, struct evbuffer *b) {
                         h->events[i].n);
 }
 
+/* A node's workers' progress (their last HEARTBEAT's, worker/progress.h)
+ * into its /status entry as "workers": [{slot, rank, gen, step, phase,
+ * coll_seq, progress_age_s, heartbeat_age_s}]: what each training thread is
+ * doing and how long since it last moved, which heartbeats alone cannot
+ * tell. Only connected workers that have sent one. */
+static void add_progress(const sup *s, int n, cJSON *x) {
+  cJSON *ws = NULL;
+  double now = ft_now_s();
+  for (int j = 0; j < s->G; j++) {
+    const sup_worker *w = &s->nodes[n].w[j];
+    if (!w->conn || !w->prog_have)
+      continue;
+    if (!ws)
+      ws = cJSON_AddArrayToObject(x, "workers");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "slot", j);
+    cJSON_AddNumberToObject(o, "rank", w->rank);
+    cJSON_AddNumberToObject(o, "gen", (double)w->prog_gen);
+    cJSON_AddNumberToObject(o, "step", (double)w->prog_step);
+    cJSON_AddStringToObject(o, "phase", ft_phase_name(w->prog_phase));
+    cJSON_AddNumberToObject(o, "coll_seq", (double)w->prog_coll);
+    double age = now - w->prog_changed_s, hb = now - w->prog_beat_s;
+    cJSON_AddNumberToObject(o, "progress_age_s", round((age > 0 ? age : 0) * 10) / 10);
+    cJSON_AddNumberToObject(o, "heartbeat_age_s", round((hb > 0 ? hb : 0) * 10) / 10);
+    cJSON_AddItemToArray(ws, o);
+  }
+}
+
 static cJSON *status_json(struct sup_http *h) {
   sup *s = h->s;
   cJSON *o = cJSON_CreateObject();
@@ -448,6 +476,7 @@ static cJSON *status_json(struct sup_http *h) {
     cJSON_AddStringToObject(x, "doctor", sup_doctor_node_state(s, n));
     if (s->nodes[n].dverdict[0])
       cJSON_AddStringToObject(x, "doctor_verdict", s->nodes[n].dverdict);
+    add_progress(s, n, x);
     cJSON_AddItemToArray(nodes, x);
   }
   cJSON_AddItemToObject(o, "checkpoints", cJSON_Duplicate(h->ckpts, 1));
@@ -882,6 +911,49 @@ static cJSON *status_of(const char *dir) {
   return o ? o : offline_status(dir);
 }
 
+/* The gang's ranks, the longest without progress first (at most 8 lines):
+ * "rank R (node N slot J): PHASE, collective C, step S, no progress for X s". */
+#define PRINT_PROGRESS_MAX 8
+typedef struct prog_line {
+  const cJSON *w;
+  double node, age;
+} prog_line;
+
+static int by_age_desc(const void *a, const void *b) {
+  double x = ((const prog_line *)a)->age, y = ((const prog_line *)b)->age;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void print_progress(const cJSON *o) {
+  const cJSON *nd, *w;
+  int total = 0;
+  cJSON_ArrayForEach(nd, cJSON_GetObjectItem(o, "nodes")) {
+    total += cJSON_GetArraySize(cJSON_GetObjectItem(nd, "workers"));
+  }
+  prog_line *l = total ? calloc((size_t)total, sizeof *l) : NULL;
+  if (!l)
+    return;
+  int n = 0;
+  cJSON_ArrayForEach(nd, cJSON_GetObjectItem(o, "nodes")) {
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(nd, "workers")) {
+      if (num(w, "rank", -1) >= 0 && n < total)
+        l[n++] = (prog_line){w, num(nd, "node", -1), num(w, "progress_age_s", 0)};
+    }
+  }
+  qsort(l, (size_t)n, sizeof *l, by_age_desc);
+  if (n)
+    printf("  progress (oldest first):\n");
+  for (int i = 0; i < n && i < PRINT_PROGRESS_MAX; i++)
+    printf("    rank %.0f (node %.0f slot %.0f): %s, collective %.0f, step %.0f, no progress for "
+           "%.1f s\n",
+           num(l[i].w, "rank", -1), l[i].node, num(l[i].w, "slot", -1),
+           str(l[i].w, "phase") ? str(l[i].w, "phase") : "?", num(l[i].w, "coll_seq", 0),
+           num(l[i].w, "step", -1), l[i].age);
+  if (n > PRINT_PROGRESS_MAX)
+    printf("    (%d more)\n", n - PRINT_PROGRESS_MAX);
+  free(l);
+}
+
 static void print_human(const cJSON *o) {
   int running = cJSON_IsTrue(cJSON_GetObjectItem(o, "running"));
   double step = num(o, "step", 0), fin = num(o, "final_step", 0);
@@ -916,6 +988,7 @@ static void print_human(const cJSON *o) {
     }
     printf("\n");
   }
+  print_progress(o);
   if (cJSON_GetArraySize(cJSON_GetObjectItem(o, "checkpoints")) > 0) {
     printf("  checkpoints:");
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "checkpoints")) {

@@ -92,6 +92,17 @@ typedef struct sup_worker {
   char fault_detail[256];
   /* its control link's last round trip (HEARTBEAT rtt_us), and when it came */
   double rtt_ms, rtt_at_s;
+  /* its training thread's last progress (HEARTBEAT phase, coll_seq, step,
+   * prog_age_ms; worker/progress.h): prog_changed_s is the loop time
+   * (ft_now_s) the progress last changed (the beat's arrival less its age),
+   * prog_beat_s when that beat came, prog_gen its generation; prog_have 0:
+   * no beat from this process yet */
+  int prog_have;
+  int prog_phase; /* ft_phase */
+  uint64_t prog_coll;
+  int64_t prog_step;
+  uint64_t prog_gen;
+  double prog_changed_s, prog_beat_s;
   /* in-process rejoin (recovery.in_process): the generation it trained in
    * when asked to leave it (0: not asked), so its late frames of that
    * generation are tolerated; rejoined: it said it is out (a frame of the
@@ -562,6 +573,9 @@ void sup_watch_generation(sup *s);
 /* STEP of the current gen from any rank (step times); rank 0 also feeds the
  * loss detector and GOOD marking (returns 1 if a loss fault was acted on). */
 void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m);
+/* sup_run.c: a HEARTBEAT's progress (phase, coll_seq, step, age) into
+ * w's record, received at loop time now_s. */
+void sup_progress_beat(sup_worker *w, const ft_msg *m, double now_s);
 int sup_watch_loss(sup *s, const ft_msg *m);
 /* A FAULT from a worker (after its worker_fault event). */
 void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m);

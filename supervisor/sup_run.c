@@ -921,6 +921,7 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   w->conn = c;
   w->hello = 1;
   w->hello_s = ft_now_s();
+  w->prog_have = 0; /* a new process: no progress heard yet */
   w->last_msg_s = ft_now_s();
   sup_conn_set_user(c, w);
   ft_msg wm;
@@ -1021,6 +1022,17 @@ static void peer_misbehaved(sup *s, sup_worker *w, const char *reason) {
     sup_recovery_fault(s, "peer_misbehaved", w->node, w->slot, w->pid, reason, SUP_BLAME_COUNT);
 }
 
+/* A HEARTBEAT's progress into its worker's record (sup_int.h). */
+void sup_progress_beat(sup_worker *w, const ft_msg *m, double now_s) {
+  w->prog_have = 1;
+  w->prog_phase = m->heartbeat.phase;
+  w->prog_coll = m->heartbeat.coll_seq;
+  w->prog_step = m->heartbeat.step;
+  w->prog_gen = m->gen;
+  w->prog_beat_s = now_s;
+  w->prog_changed_s = now_s - m->heartbeat.prog_age_ms * 1e-3;
+}
+
 static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   sup *s = ud;
   sup_worker *w = sup_conn_user(c);
@@ -1035,6 +1047,7 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
      * rejoin broke) is logged, the rest is dropped */
     if (m->type == FT_MSG_HEARTBEAT) {
       echo_beat(s, c, m);
+      sup_progress_beat(w, m, w->last_msg_s);
     } else if (m->type == FT_MSG_FAULT) {
       worker_fault_event(s, w, m, 1);
     }
@@ -1048,6 +1061,7 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
     sup_recovery_rejoined(s, w);
     if (m->type == FT_MSG_HEARTBEAT) {
       echo_beat(s, c, m);
+      sup_progress_beat(w, m, w->last_msg_s);
     }
     return;
   }
@@ -1077,6 +1091,7 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
       w->rtt_ms = m->heartbeat.rtt_us * 1e-3;
       w->rtt_at_s = ft_now_s();
     }
+    sup_progress_beat(w, m, w->last_msg_s);
     break;
   }
   case FT_MSG_STEP:

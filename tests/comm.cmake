@@ -5,6 +5,9 @@ endif()
 if(TARGET ftcomm)
   ft_add_test(NAME test_comm_filestore SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_comm_filestore.c
               LIBS ftcomm LABELS unit TIMEOUT 30)
+  # the training thread's progress record (worker/progress.c, in ftcomm)
+  ft_add_test(NAME test_progress SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_progress.c
+              LIBS ftcomm LABELS unit TIMEOUT 60)
   ft_add_test(NAME test_comm SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_comm.c
               LIBS ftcomm LABELS integration TIMEOUT 90)
 endif()

@@ -79,7 +79,7 @@ if(FT_CUEMU_NCCL_INC)
   target_link_libraries(ftnccl_cuemu PUBLIC ftkernels_cuemu)
   add_library(ftcomm_nccl_cuemu STATIC ${CMAKE_SOURCE_DIR}/worker/comm.c
               ${CMAKE_SOURCE_DIR}/worker/comm_filestore.c ${CMAKE_SOURCE_DIR}/worker/comm_gloo.cpp
-              ${CMAKE_SOURCE_DIR}/worker/comm_nccl.c)
+              ${CMAKE_SOURCE_DIR}/worker/comm_nccl.c ${CMAKE_SOURCE_DIR}/worker/progress.c)
   target_compile_definitions(ftcomm_nccl_cuemu PUBLIC FT_HAVE_NCCL)
   target_include_directories(ftcomm_nccl_cuemu PUBLIC ${CMAKE_SOURCE_DIR}/worker)
   target_include_directories(ftcomm_nccl_cuemu SYSTEM PRIVATE ${GLOO_INCLUDE_DIR} ${GLOO_COMPAT_DIR}
@@ -96,9 +96,10 @@ endif()
 # The worker with the CUDA engine on cuemu (NCCL on cuemu where nccl.h is found),
 # in build/cuemu/bin beside links to the build's other programs.
 file(GLOB EMU_WORKER_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/worker/*.c)
-list(FILTER EMU_WORKER_SRC EXCLUDE REGEX "/(ftdata_main|comm[a-z_]*)\\.c$")
+list(FILTER EMU_WORKER_SRC EXCLUDE REGEX "/(ftdata_main|comm[a-z_]*|progress)\\.c$")
 add_library(ftcomm_cuemu STATIC ${CMAKE_SOURCE_DIR}/worker/comm.c
-            ${CMAKE_SOURCE_DIR}/worker/comm_filestore.c ${CMAKE_SOURCE_DIR}/worker/comm_gloo.cpp)
+            ${CMAKE_SOURCE_DIR}/worker/comm_filestore.c ${CMAKE_SOURCE_DIR}/worker/comm_gloo.cpp
+            ${CMAKE_SOURCE_DIR}/worker/progress.c)
 target_include_directories(ftcomm_cuemu PUBLIC ${CMAKE_SOURCE_DIR}/worker)
 target_include_directories(ftcomm_cuemu SYSTEM PRIVATE ${GLOO_INCLUDE_DIR} ${GLOO_COMPAT_DIR})
 target_link_libraries(ftcomm_cuemu PUBLIC ftcommon Threads::Threads PRIVATE ${GLOO_LIB})

@@ -65,6 +65,9 @@ if(TARGET supervise)
   # A retention GC the store refuses (a manifest its catalog lacks): an event, nothing deleted.
   ft_add_script_test(NAME sup_gc_refused COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_gc_refused.sh
                      LABELS integration TIMEOUT 90)
+  # A hang with live processes (hang_at_step): /status shows phase and progress age.
+  ft_add_script_test(NAME sup_hang_progress COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_hang_progress.sh
+                     LABELS integration TIMEOUT 180)
   ft_add_script_test(NAME sup_spare_silent COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_spare_silent.sh
                      LABELS integration TIMEOUT 90)
 endif()

@@ -17,12 +17,19 @@
  * comm_abort, which may run on another thread: it touches only the atomic
  * c->aborted and the backend's (thread-safe) abort.
  *
+ * Progress (progress.h): every collective that reaches the backend is
+ * counted (coll_seq) and, while it runs, is the training thread's phase; a
+ * device collective is counted when enqueued and comm_dev_wait is the
+ * phase collective. Every rank issues the same collectives in the same
+ * order, so coll_seq names the same collective on every rank.
+ *
  * Builds without NCCL (FT_HAVE_NCCL undefined: no CUDA, or no libnccl) get a
  * comm_nccl_new here that fails with FT_ECONFIG.
  */
 #include "comm_int.h"
 
 #include "ft_err.h"
+#include "progress.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -107,7 +114,10 @@ int comm_allgather(comm *c, const float *send, float *recv, size_t count) {
     return FT_OK;
   if (!send || !recv)
     return ft_err_set(FT_EINVAL, "comm_allgather: NULL buffer");
-  return after(c, "allgather", c->ops->allgather(c->impl, send, recv, count));
+  ft_phase before = progress_coll_begin();
+  rc = after(c, "allgather", c->ops->allgather(c->impl, send, recv, count));
+  progress_coll_end(before);
+  return rc;
 }
 
 int comm_reduce_scatter(comm *c, const float *send, float *recv, size_t count) {
@@ -120,7 +130,10 @@ int comm_reduce_scatter(comm *c, const float *send, float *recv, size_t count) {
     return FT_OK;
   if (!send || !recv)
     return ft_err_set(FT_EINVAL, "comm_reduce_scatter: NULL buffer");
-  return after(c, "reduce_scatter", c->ops->reduce_scatter(c->impl, send, recv, count));
+  ft_phase before = progress_coll_begin();
+  rc = after(c, "reduce_scatter", c->ops->reduce_scatter(c->impl, send, recv, count));
+  progress_coll_end(before);
+  return rc;
 }
 
 int comm_allreduce(comm *c, float *buf, size_t n) {
@@ -133,7 +146,10 @@ int comm_allreduce(comm *c, float *buf, size_t n) {
     return FT_OK;
   if (!buf)
     return ft_err_set(FT_EINVAL, "comm_allreduce: NULL buffer");
-  return after(c, "allreduce", c->ops->allreduce_f32(c->impl, buf, n));
+  ft_phase before = progress_coll_begin();
+  rc = after(c, "allreduce", c->ops->allreduce_f32(c->impl, buf, n));
+  progress_coll_end(before);
+  return rc;
 }
 
 int comm_allreduce_f64(comm *c, double *buf, size_t n) {
@@ -146,7 +162,10 @@ int comm_allreduce_f64(comm *c, double *buf, size_t n) {
     return FT_OK;
   if (!buf)
     return ft_err_set(FT_EINVAL, "comm_allreduce_f64: NULL buffer");
-  return after(c, "allreduce_f64", c->ops->allreduce_f64(c->impl, buf, n));
+  ft_phase before = progress_coll_begin();
+  rc = after(c, "allreduce_f64", c->ops->allreduce_f64(c->impl, buf, n));
+  progress_coll_end(before);
+  return rc;
 }
 
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root) {
@@ -159,7 +178,10 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root) {
     return FT_OK;
   if (!buf)
     return ft_err_set(FT_EINVAL, "comm_broadcast: NULL buffer");
-  return after(c, "broadcast", c->ops->broadcast(c->impl, buf, bytes, root));
+  ft_phase before = progress_coll_begin();
+  rc = after(c, "broadcast", c->ops->broadcast(c->impl, buf, bytes, root));
+  progress_coll_end(before);
+  return rc;
 }
 
 int comm_shift(comm *c, const void *send, void *recv, size_t bytes, int dist, double *recv_s) {
@@ -179,14 +201,20 @@ int comm_shift(comm *c, const void *send, void *recv, size_t bytes, int dist, do
     return FT_OK;
   if (!send || !recv)
     return ft_err_set(FT_EINVAL, "comm_shift: NULL buffer");
-  return after(c, "shift", c->ops->shift(c->impl, send, recv, bytes, dist, recv_s));
+  ft_phase before = progress_coll_begin();
+  rc = after(c, "shift", c->ops->shift(c->impl, send, recv, bytes, dist, recv_s));
+  progress_coll_end(before);
+  return rc;
 }
 
 int comm_barrier(comm *c) {
   int rc = check_healthy(c, "barrier");
   if (rc)
     return rc;
-  return after(c, "barrier", c->ops->barrier(c->impl));
+  ft_phase before = progress_coll_begin();
+  rc = after(c, "barrier", c->ops->barrier(c->impl));
+  progress_coll_end(before);
+  return rc;
 }
 
 /* ---- device collectives (NCCL) ------------------------------------------ */
@@ -216,6 +244,7 @@ int comm_dev_allgather_bf16(comm *c, const void *send, void *recv, size_t count,
     return FT_OK;
   if (!send || !recv)
     return ft_err_set(FT_EINVAL, "comm_dev_allgather_bf16: NULL buffer");
+  progress_coll_count();
   return after(c, "dev_allgather_bf16", c->dev->allgather_bf16(c->impl, send, recv, count, stream));
 }
 
@@ -230,6 +259,7 @@ int comm_dev_reduce_scatter_f32(comm *c, const float *send, float *recv, size_t 
     return FT_OK;
   if (!send || !recv)
     return ft_err_set(FT_EINVAL, "comm_dev_reduce_scatter_f32: NULL buffer");
+  progress_coll_count();
   return after(c, "dev_reduce_scatter_f32",
                c->dev->reduce_scatter_f32(c->impl, send, recv, count, stream));
 }
@@ -244,6 +274,7 @@ int comm_dev_allreduce_f32(comm *c, float *buf, size_t n, void *stream) {
     return FT_OK;
   if (!buf)
     return ft_err_set(FT_EINVAL, "comm_dev_allreduce_f32: NULL buffer");
+  progress_coll_count();
   return after(c, "dev_allreduce_f32", c->dev->allreduce_f32(c->impl, buf, n, stream));
 }
 
@@ -257,6 +288,7 @@ int comm_dev_allreduce_f64(comm *c, double *buf, size_t n, void *stream) {
     return FT_OK;
   if (!buf)
     return ft_err_set(FT_EINVAL, "comm_dev_allreduce_f64: NULL buffer");
+  progress_coll_count();
   return after(c, "dev_allreduce_f64", c->dev->allreduce_f64(c->impl, buf, n, stream));
 }
 
@@ -275,7 +307,10 @@ int comm_dev_wait(comm *c, void *stream, int timeout_ms) {
   int rc = check_dev(c, "dev_wait");
   if (rc)
     return rc;
-  return after(c, "dev_wait", c->dev->wait(c->impl, stream, timeout_ms));
+  ft_phase before = progress_coll_wait_begin();
+  rc = after(c, "dev_wait", c->dev->wait(c->impl, stream, timeout_ms));
+  progress_coll_end(before);
+  return rc;
 }
 
 /* Any thread, concurrently with one other call on c (never with comm_free).

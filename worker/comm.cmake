@@ -1,4 +1,5 @@
-# ftcomm: collectives behind comm.h (Gloo over TCP on the CPU; NCCL on the
+# ftcomm: collectives behind comm.h (each published in the training
+# thread's progress record, progress.c, which lives here for that reason) (Gloo over TCP on the CPU; NCCL on the
 # GPU where CUDA and NCCL are found) and the directory-backed rendezvous store
 # (comm_filestore.h). Included from worker/CMakeLists.txt (and, until then,
 # from tests/comm.cmake).
@@ -23,6 +24,7 @@ endif()
 add_library(ftcomm STATIC
   ${CMAKE_CURRENT_LIST_DIR}/comm.c
   ${CMAKE_CURRENT_LIST_DIR}/comm_filestore.c
+  ${CMAKE_CURRENT_LIST_DIR}/progress.c
   ${CMAKE_CURRENT_LIST_DIR}/comm_gloo.cpp)
 target_include_directories(ftcomm PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_include_directories(ftcomm SYSTEM PRIVATE ${GLOO_INCLUDE_DIR} ${GLOO_COMPAT_DIR})

@@ -31,6 +31,7 @@
 #include "ft_file.h"
 #include "ft_net.h"
 #include "ft_wire.h"
+#include "progress.h"
 
 typedef struct kv_entry {
   struct kv_entry *next;
@@ -176,6 +177,11 @@ static ft_msg beat_locked(ctl *c) {
   }
   m.heartbeat.seq = ++c->hb_seq;
   m.heartbeat.rtt_us = c->rtt_us;
+  progress_rec pr; /* the training thread's progress: what tells a hang from a live process */
+  progress_read(&pr);
+  m.heartbeat.phase = pr.phase;
+  m.heartbeat.coll_seq = pr.coll_seq;
+  m.heartbeat.prog_age_ms = progress_age_ms(&pr, now);
   c->hb_sent_ns = now;
   return m;
 }

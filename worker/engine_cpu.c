@@ -17,6 +17,7 @@
 #include "fsdp.h"
 #include "ft_err.h"
 #include "gpt2.h"
+#include "progress.h"
 
 typedef struct ecpu {
   ft_gpt2_dims d;
@@ -109,6 +110,7 @@ static int ecpu_micro(void *impl, const int32_t *inputs, const int32_t *targets,
     *e->check = fsdp_hash_fold(*e->check, &loss, sizeof loss);
   if (!e->discard)
     e->loss_sum += loss;
+  progress_phase_if(FT_PHASE_FORWARD, FT_PHASE_BACKWARD); /* a training micro-batch's */
   return e->m->err ? e->m->err : gpt2_backward(e->m, dloss_scale);
 }
 

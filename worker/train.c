@@ -54,6 +54,7 @@
 #include "ft_gpt2.h"
 #include "gpt2.h"
 #include "buddy.h"
+#include "progress.h"
 #include "sdc.h"
 #include "snap.h"
 #include "wdog.h"
@@ -615,7 +616,10 @@ static int join_gang(trainer *t) {
     t->pf_stop = 0;
     prefetching = pthread_create(&pf, NULL, spare_main, t) == 0;
   }
+  progress_phase(FT_PHASE_IDLE);
   ctl_wait_assign(o->ctl, &t->a);
+  progress_generation(); /* this generation's comm counts its collectives from 0 */
+  progress_phase(FT_PHASE_RENDEZVOUS);
   if (prefetching) {
     __atomic_store_n(&t->pf_stop, 1, __ATOMIC_RELAXED);
     ctl_wake(o->ctl);
@@ -683,6 +687,7 @@ static int phase_gang(trainer *t) {
                     .world = t->world,
                     .bind_addr = addr,
                     .timeout_ms = (int)(rf->watchdog.collective_timeout_s * 1000)};
+    progress_phase(FT_PHASE_RENDEZVOUS);
     rc = comm_filestore_init(&kv, o->rdzv_dir);
     if (rc == FT_OK) {
       rc = comm_for(t->cuda, 0, &co, &kv, &t->cm);
@@ -729,6 +734,7 @@ static int phase_engine(trainer *t) {
   const train_opts *o = t->o;
   const ft_train_cfg *tc = t->tc;
   uint64_t e0 = ft_now_ns();
+  progress_phase(FT_PHASE_RESTORE); /* the generation's start: engine, then weights */
   t->B = micro_for_world(tc, t->world, tc->micro_batch);
   if (!t->B) {
     fprintf(stderr, "worker: train.global_batch %d is not divisible by the world size %d\n",
@@ -849,6 +855,7 @@ static int phase_restore(trainer *t) {
               rf->run, o->store_uri);
     }
     if (t->restore_step >= 0) {
+      progress_phase(FT_PHASE_RESTORE);
       ckpt_read_stats r0, r1;
       snap_read_stats(t->sn, &r0);
       uint64_t t0 = ft_now_ns();
@@ -942,7 +949,8 @@ static int phase_prepare(trainer *t) {
             t->B, t->world, tc->steps);
   if (!ft_failpoint("slow_rank", &t->slow_rank))
     t->slow_rank = -1;
-  t->sdc_clean = t->st.step; /* a restored state is trusted */
+  t->sdc_clean = t->st.step;                     /* a restored state is trusted */
+  progress_step_done(t->st.step, FT_PHASE_DATA); /* the first step reads next */
   if (o->ctl)
     fprintf(stderr,
             "worker: node %u slot %u: generation %" PRIu64 " ready %.0f ms after its ASSIGN "
@@ -955,6 +963,8 @@ static int phase_prepare(trainer *t) {
 /* inp/tgt: micro-batch mb of `rank` in the step consuming `batch` (the
  * failpoint's poisoned targets included). FT_OK or non-zero (printed). */
 static int load_micro(trainer *t, int64_t batch, int mb, int rank) {
+  ft_phase was = progress_phase_get();
+  progress_phase(FT_PHASE_DATA);
   int rc = fill_batch(t->train, t->st.seq, mb, rank, t->world, t->B, t->T, t->inp, t->tgt);
   if (rc) {
     fprintf(stderr, "worker: %s\n", ft_err_detail());
@@ -962,6 +972,7 @@ static int load_micro(trainer *t, int64_t batch, int mb, int rank) {
   }
   if (ft_failpoint_at("poison_batch", batch))
     poison_targets(t->tgt, (size_t)t->B * t->T, t->rf->model.vocab_size);
+  progress_phase(was == FT_PHASE_SDC ? FT_PHASE_SDC : FT_PHASE_FORWARD);
   return FT_OK;
 }
 
@@ -1041,6 +1052,7 @@ static void sdc_arm(trainer *t, int64_t k) {
 
 /* Recomputes rank `whose` micro-batch t->sdc_mb of this step into *h. */
 static int sdc_recompute(trainer *t, int64_t batch, int whose, uint64_t *h) {
+  progress_phase(FT_PHASE_SDC);
   if (load_micro(t, batch, t->sdc_mb, whose))
     return FT_EXIT_DATA;
   *h = SDC_HASH_INIT;
@@ -1110,6 +1122,7 @@ static int sdc_check(trainer *t, int64_t batch, int64_t k, double *ms) {
   if (t->rank == (named == 0 ? 1 : 0)) /* the first healthy rank speaks */
     ctl_send_fault(t->o->ctl, FT_FAULT_SDC, t->sdc_clean + 1, detail);
   fflush(NULL);
+  progress_phase(FT_PHASE_IDLE);
   ctl_wait_stop(t->o->ctl);
   return TRAIN_REJOIN;
 }
@@ -1137,8 +1150,10 @@ static int checkpoint_step(trainer *t, double loss, double lr, float norm, doubl
            "{\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g}", loss, lr, norm);
   t->last_loss = loss;
   uint64_t c0 = ft_now_ns();
+  progress_phase(FT_PHASE_SNAPSHOT);
   int rc = snap_take(t->sn, t->e, t->rank, t->world, st, t->config, loss, t->last_metrics,
                      persisted(t, st->step));
+  progress_phase(FT_PHASE_OPTIMIZER); /* the step's tail */
   if (st->step == t->tc->steps)
     t->final_rc = rc;
   if (rc) {
@@ -1159,6 +1174,7 @@ static int checkpoint_step(trainer *t, double loss, double lr, float norm, doubl
 #define VAL_BATCHES 8
 static int val_loss_gang(trainer *t, double *out) {
   *out = NAN;
+  progress_phase(FT_PHASE_VALIDATION);
   const float *full;
   int rc = engine_full_params(t->e, &full);
   if (rc)
@@ -1206,6 +1222,7 @@ static int train_step(trainer *t) {
     code = sdc_check(t, batch, st->step + 1, &sdc_ms);
   if (code)
     return code;
+  progress_phase(FT_PHASE_OPTIMIZER);
   int rc = engine_loss(e, &loss);
   if (rc)
     return engine_failed(o, rc, st->step);
@@ -1229,6 +1246,7 @@ static int train_step(trainer *t) {
     if (o->ctl) { /* the update is not applied; the supervisor rolls back */
       ctl_send_fault(o->ctl, FT_FAULT_NAN, st->step + 1, "non-finite loss or gradient norm");
       fflush(NULL);
+      progress_phase(FT_PHASE_IDLE);
       ctl_wait_stop(o->ctl);
       return TRAIN_REJOIN; /* it returns only to rejoin (the rollback, in process) */
     }
@@ -1246,11 +1264,13 @@ static int train_step(trainer *t) {
   double fence_ms = engine_fence_ms(e);
   st->step++;
   st->seq += (uint64_t)tc->global_batch;
+  progress_step_done(st->step, FT_PHASE_OPTIMIZER);
   double ms = (double)(ft_now_ns() - t0) * 1e-6;
   double tok_s = (double)tc->global_batch * t->T / (ms * 1e-3);
   double vl = NAN; /* not timed: ms and tok_s are the training step's */
   if (t->val && tc->val_every > 0 && st->step % tc->val_every == 0 && (rc = val_loss_gang(t, &vl)))
     return engine_failed(o, rc, st->step);
+  progress_phase(FT_PHASE_OPTIMIZER); /* the step's tail: its reports */
 
   if (t->rank == 0) {
     if (!o->quiet)
@@ -1313,6 +1333,7 @@ static int final_checkpoint(trainer *t) {
   const train_opts *o = t->o;
   train_state *st = &t->st;
   char why[512];
+  progress_phase(FT_PHASE_CKPT_WRITE);
   int rc = t->final_rc ? t->final_rc : snap_drain_last(t->sn);
   snprintf(why, sizeof why, "%s", ft_err_detail());
   double give_up = ft_now_s() + final_retry_s(t->rf);
@@ -1344,6 +1365,8 @@ static int final_checkpoint(trainer *t) {
 static int phase_finish(trainer *t) {
   const train_opts *o = t->o;
   int rc;
+  if (t->sn && !o->ctl)
+    progress_phase(FT_PHASE_CKPT_WRITE);
   if (t->sn && !o->ctl && snap_drain(t->sn))
     return FT_EXIT_STORE;
   if (t->sn && o->ctl && t->st.step == t->tc->steps) {
@@ -1353,6 +1376,7 @@ static int phase_finish(trainer *t) {
   }
   if (o->ctl) {
     fflush(NULL);
+    progress_phase(FT_PHASE_IDLE);
     ctl_wait_stop(o->ctl); /* the supervisor ends the process once it has committed */
     return TRAIN_REJOIN;   /* or, in process, a fault elsewhere sends this rank back */
   }
@@ -1393,6 +1417,7 @@ static int rejoin(trainer *t) {
   if (t->wd && t->e && engine_device_pci(t->e, pci, sizeof pci) == FT_OK)
     wdog_set_gpu(t->wd, pci, NULL); /* its abort hook must not outlive the comm */
   ctl_set_comm(o->ctl, NULL);       /* nor the reader's */
+  progress_generation(); /* idle, nothing counted: not in the next generation until its ASSIGN */
   comm_free(t->cm);
   t->cm = NULL;
   if (t->sn)

@@ -7,7 +7,9 @@
 # then answers the second with a CHALLENGE of another run: the worker must
 # have connected twice, and then exit on the wrong run id.
 source "$(dirname "$0")/lib.sh"
-python3 - "$FT_BIN/worker" "$FT_SRC/examples/demo.yaml" <<'PY' || fail "the worker did not connect again"
+VERSION=$(sed -n 's/^#define FT_WIRE_VERSION \([0-9]*\).*/\1/p' "$FT_SRC/common/ft_wire.h")
+[ -n "$VERSION" ] || fail "no FT_WIRE_VERSION in common/ft_wire.h"
+python3 - "$FT_BIN/worker" "$FT_SRC/examples/demo.yaml" "$VERSION" <<'PY' || fail "the worker did not connect again"
 import os, socket, struct, subprocess, sys, time
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
@@ -22,10 +24,10 @@ first, _ = srv.accept()  # held open, silent
 t0 = time.time()
 second, _ = srv.accept()
 waited = time.time() - t0
-# a CHALLENGE of another run: version 6, type 1, run "other", gen 0, nonce
+# a CHALLENGE of another run: this wire version, type 1, run "other", gen 0, nonce
 run = b"other"
 payload = struct.pack(">I", len(run)) + run + struct.pack(">Q", 0) + os.urandom(32)
-second.sendall(struct.pack(">IBB", len(payload) + 2, 6, 1) + payload)
+second.sendall(struct.pack(">IBB", len(payload) + 2, int(sys.argv[3]), 1) + payload)
 err = w.communicate(timeout=20)[1]
 print("second connection after %.1f s; worker exit %d" % (waited, w.returncode))
 assert 4.0 <= waited <= 10.0, waited

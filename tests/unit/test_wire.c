@@ -135,6 +135,9 @@ static void assert_same(const ft_msg *a, const ft_msg *b) {
     assert_true(a->heartbeat.step == b->heartbeat.step);
     assert_int_equal(a->heartbeat.seq, b->heartbeat.seq);
     assert_int_equal(a->heartbeat.rtt_us, b->heartbeat.rtt_us);
+    assert_int_equal(a->heartbeat.phase, b->heartbeat.phase);
+    assert_true(a->heartbeat.coll_seq == b->heartbeat.coll_seq);
+    assert_int_equal(a->heartbeat.prog_age_ms, b->heartbeat.prog_age_ms);
     break;
   case FT_MSG_STEP:
     assert_true(a->step.step == b->step.step);
@@ -242,6 +245,9 @@ static void make_msg(int type, ft_msg *m) {
     m->heartbeat.step = 99;
     m->heartbeat.seq = 0xfffffffeu;
     m->heartbeat.rtt_us = 123456;
+    m->heartbeat.phase = FT_PHASE_COLLECTIVE;
+    m->heartbeat.coll_seq = 0x0102030405060708ull;
+    m->heartbeat.prog_age_ms = 4321;
     break;
   case FT_MSG_STEP:
     m->step.step = 1234;
@@ -355,6 +361,13 @@ static void test_roundtrip_extremes(void **state) {
   check_roundtrip(&m);
   m.heartbeat.step = INT64_MAX;
   check_roundtrip(&m);
+  /* the progress fields at their limits: every phase, any seq and age */
+  for (int ph = 0; ph < FT_PHASE_COUNT; ph++) {
+    m.heartbeat.phase = (ft_phase)ph;
+    m.heartbeat.coll_seq = ph % 2 ? UINT64_MAX : 0;
+    m.heartbeat.prog_age_ms = ph % 2 ? 0 : UINT32_MAX;
+    check_roundtrip(&m);
+  }
 
   /* doubles: NaN (with a payload, and negative), infinities, -0, denormals */
   const uint64_t nan_payload = 0x7ff8000000abcdefull, neg_nan = 0xfff8000000000001ull;
@@ -581,10 +594,10 @@ static void test_frame_len_bad(void **state) {
   const uint8_t small[] = {0, 0, 0x10, 0x00, FT_WIRE_VERSION};
   assert_int_equal(ft_wire_frame_len_max(small, 5, FT_WIRE_PREAUTH_MAX_FRAME, &fl), 0);
   /* version is checked as soon as its byte is there */
-  const uint8_t v1[] = {0, 0, 0, 10, 5}; /* version 5: before FAULT sdc */
+  const uint8_t v1[] = {0, 0, 0, 10, 6}; /* version 6: before HEARTBEAT's progress */
   assert_int_equal(ft_wire_frame_len(v1, 4, &fl), 0);
   assert_int_equal(ft_wire_frame_len(v1, 5, &fl), FT_EPROTO);
-  assert_non_null(strstr(ft_err_detail(), "version 5, expected 6"));
+  assert_non_null(strstr(ft_err_detail(), "version 6, expected 7"));
   const uint8_t v0[] = {0, 0, 0, 2, 0, 5};
   assert_int_equal(ft_wire_frame_len(v0, 6, &fl), FT_EPROTO);
 }
@@ -670,7 +683,7 @@ static void test_malformed(void **state) {
   tb_done(&t);
   expect_proto(t.d, t.n - 1, "length field"); /* frame shorter than its length */
   t.d[4] = FT_WIRE_VERSION + 1;
-  expect_proto(t.d, t.n, "expected 6");
+  expect_proto(t.d, t.n, "expected 7");
   t.d[4] = FT_WIRE_VERSION;
   for (unsigned ty = 0; ty < 256; ty++) {
     if (ty >= FT_MSG_TYPE_MIN && ty <= FT_MSG_TYPE_MAX)
@@ -731,7 +744,45 @@ static void test_malformed(void **state) {
   tb_u64(&t, 5);
   tb_u32(&t, 1);
   tb_u32(&t, 250);
+  tb_u8(&t, FT_PHASE_IDLE);
+  tb_u64(&t, 0);
+  tb_u32(&t, 0);
   tb_ok(&t);
+  /* a version-6 HEARTBEAT (no progress) is short now */
+  tb_start(&t, FT_MSG_HEARTBEAT, 1);
+  tb_u64(&t, 5);
+  tb_u32(&t, 1);
+  tb_u32(&t, 250);
+  tb_bad(&t, "HEARTBEAT.phase: truncated");
+  /* a phase out of range: hostile or from a newer worker */
+  for (unsigned ph = FT_PHASE_COUNT; ph < 256; ph += 61) {
+    tb_start(&t, FT_MSG_HEARTBEAT, 1);
+    tb_u64(&t, 5);
+    tb_u32(&t, 1);
+    tb_u32(&t, 250);
+    tb_u8(&t, (uint8_t)ph);
+    tb_u64(&t, 7);
+    tb_u32(&t, 10);
+    tb_bad(&t, "HEARTBEAT.phase");
+  }
+  tb_start(&t, FT_MSG_HEARTBEAT, 1);
+  tb_u64(&t, 5);
+  tb_u32(&t, 1);
+  tb_u32(&t, 250);
+  tb_u8(&t, FT_PHASE_COUNT - 1);
+  tb_u64(&t, UINT64_MAX);
+  tb_u32(&t, UINT32_MAX);
+  tb_ok(&t);
+  /* trailing bytes after the progress */
+  tb_start(&t, FT_MSG_HEARTBEAT, 1);
+  tb_u64(&t, 5);
+  tb_u32(&t, 1);
+  tb_u32(&t, 250);
+  tb_u8(&t, FT_PHASE_DATA);
+  tb_u64(&t, 7);
+  tb_u32(&t, 10);
+  tb_u8(&t, 0);
+  tb_bad(&t, "trailing");
 
   /* steps out of range */
   tb_start(&t, FT_MSG_COMMITTED, 1);
@@ -740,6 +791,9 @@ static void test_malformed(void **state) {
   tb_start(&t, FT_MSG_HEARTBEAT, 1);
   tb_u64(&t, (uint64_t)-2);
   tb_u32(&t, 1);
+  tb_u32(&t, 0);
+  tb_u8(&t, 0);
+  tb_u64(&t, 0);
   tb_u32(&t, 0);
   tb_bad(&t, "HEARTBEAT.step: -2");
   tb_start(&t, FT_MSG_STEP, 1);
@@ -1003,6 +1057,10 @@ static void test_encode_rejects(void **state) {
   make_msg(FT_MSG_STOP, &m);
   m.stop.reason = (ft_stop_reason)99;
   assert_int_equal(ft_wire_encode(&m, &b), FT_EINVAL);
+  make_msg(FT_MSG_HEARTBEAT, &m);
+  m.heartbeat.phase = (ft_phase)FT_PHASE_COUNT;
+  assert_int_equal(ft_wire_encode(&m, &b), FT_EINVAL);
+  assert_non_null(strstr(ft_err_detail(), "HEARTBEAT.phase"));
   make_msg(FT_MSG_ASSIGN, &m);
   m.assign.rank = m.assign.world;
   assert_int_equal(ft_wire_encode(&m, &b), FT_EINVAL);
@@ -1372,6 +1430,20 @@ static void test_names(void **state) {
   assert_string_equal(ft_stop_reason_name(FT_STOP_REASON_COUNT), "?");
   assert_string_equal(ft_kv_status_name(FT_KV_TIMEOUT), "timeout");
   assert_string_equal(ft_kv_status_name(7), "?");
+  const char *phases[] = {"idle",       "data",          "forward",  "backward",
+                          "collective", "optimizer",     "snapshot", "checkpoint_write",
+                          "validation", "sdc_recompute", "restore",  "rendezvous"};
+  assert_int_equal(sizeof phases / sizeof phases[0], FT_PHASE_COUNT);
+  for (int k = 0; k < FT_PHASE_COUNT; k++) {
+    assert_string_equal(ft_phase_name(k), phases[k]);
+    ft_phase ph;
+    assert_int_equal(ft_phase_from_name(phases[k], &ph), 0);
+    assert_int_equal(ph, k);
+  }
+  ft_phase ph;
+  assert_int_equal(ft_phase_from_name("nap", &ph), FT_EINVAL);
+  assert_string_equal(ft_phase_name(FT_PHASE_COUNT), "?");
+  assert_string_equal(ft_phase_name(-1), "?");
   /* the worker's exit codes: the numbers are a contract (worker --help,
    * scripts, the supervisor's blame rules) and never change */
   assert_int_equal(FT_EXIT_OK, 0);

@@ -1,0 +1,243 @@
+/*
+ * wd_progress: hangs where the processes stay alive. See wd_progress.h.
+ *
+ * One pass to find the highest collective count and whether every joined
+ * rank is past its deadline, then the classes in the header's order. O(n).
+ */
+#include "wd_progress.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ft_err.h"
+#include "ft_wire.h"
+
+void wd_progress_cfg_default(wd_progress_cfg *cfg, double heartbeat_timeout_s) {
+  cfg->timeout_s = 0;
+  cfg->heartbeat_timeout_s = heartbeat_timeout_s;
+  cfg->multiple = 10;
+  cfg->floor_s = 60;
+  cfg->ceiling_s = 1800;
+  cfg->first_step_s = 600;
+  cfg->restore_s = 600;
+  cfg->validation_s = 300;
+  cfg->checkpoint_s = 600;
+}
+
+const char *wd_prog_class_name(int cls) {
+  switch (cls) {
+  case WD_PROG_NONE:
+    return "none";
+  case WD_PROG_BEHIND:
+    return "behind";
+  case WD_PROG_STORAGE:
+    return "storage";
+  case WD_PROG_NETWORK:
+    return "network";
+  case WD_PROG_RENDEZVOUS:
+    return "rendezvous";
+  case WD_PROG_GANG:
+    return "gang";
+  }
+  return "?";
+}
+
+static double pos(double x) {
+  return isfinite(x) && x > 0 ? x : 0;
+}
+
+double wd_progress_deadline(const wd_progress_cfg *c, int phase, const double *step_s, int nsteps,
+                            int first_step) {
+  double floor_s =
+      pos(c->floor_s) > pos(c->heartbeat_timeout_s) ? pos(c->floor_s) : pos(c->heartbeat_timeout_s);
+  double base;
+  if (pos(c->timeout_s) > 0) {
+    base = c->timeout_s;
+  } else {
+    double slowest = 0;
+    for (int i = 0; step_s && i < nsteps; i++)
+      if (pos(step_s[i]) > slowest)
+        slowest = step_s[i];
+    base = pos(c->multiple) * slowest;
+    if (base > pos(c->ceiling_s) && pos(c->ceiling_s) > 0)
+      base = c->ceiling_s;
+    if (first_step || slowest == 0)
+      base = base > pos(c->first_step_s) ? base : pos(c->first_step_s);
+  }
+  if (base < floor_s)
+    base = floor_s;
+  switch (phase) {
+  case FT_PHASE_RESTORE:
+  case FT_PHASE_RENDEZVOUS:
+    return base > pos(c->restore_s) ? base : pos(c->restore_s);
+  case FT_PHASE_VALIDATION:
+    return base + pos(c->validation_s);
+  case FT_PHASE_SNAPSHOT:
+  case FT_PHASE_CKPT_WRITE:
+    return base + pos(c->checkpoint_s);
+  default:
+    return base;
+  }
+}
+
+static int joined(const wd_prog_rank *r) {
+  return r->in_gen && (r->phase != FT_PHASE_IDLE || r->coll_seq > 0);
+}
+
+/* idle after its part (joined): done, or waiting for a STOP */
+static int idle_done(const wd_prog_rank *r) {
+  return joined(r) && r->phase == FT_PHASE_IDLE;
+}
+
+static void blame(wd_prog_verdict *v, const wd_prog_rank *ranks, int r) {
+  if (v->nculprits < WD_PROG_MAX_CULPRITS)
+    v->culprits[v->nculprits] = r;
+  v->nculprits++;
+  for (int i = 0; i < v->nnodes; i++)
+    if (v->nodes[i] == ranks[r].node)
+      return;
+  if (v->nnodes < WD_PROG_MAX_CULPRITS)
+    v->nodes[v->nnodes++] = ranks[r].node;
+}
+
+/* "ranks 3, 5 (nodes 1, 2)" of the culprits, at most a few named */
+static void culprit_text(const wd_prog_verdict *v, char *buf, size_t len) {
+  size_t o = 0;
+  int shown = v->nculprits < WD_PROG_MAX_CULPRITS ? v->nculprits : WD_PROG_MAX_CULPRITS;
+  o += (size_t)snprintf(buf + o, len - o, "rank%s", v->nculprits > 1 ? "s" : "");
+  for (int i = 0; i < shown && i < 8 && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s %d", i ? "," : "", v->culprits[i]);
+  if (v->nculprits > 8 && o < len)
+    o += (size_t)snprintf(buf + o, len - o, " and %d more", v->nculprits - 8);
+  if (o < len)
+    o += (size_t)snprintf(buf + o, len - o, " (node%s", v->nnodes > 1 ? "s" : "");
+  for (int i = 0; i < v->nnodes && i < 8 && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s %d", i ? "," : "", v->nodes[i]);
+  if (v->nnodes > 8 && o < len)
+    o += (size_t)snprintf(buf + o, len - o, " and %d more", v->nnodes - 8);
+  if (o < len)
+    snprintf(buf + o, len - o, ")");
+}
+
+int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int n,
+                      const double *step_s, int nsteps, int first_step, wd_prog_verdict *v) {
+  if (!v)
+    return ft_err_set(FT_EINVAL, "wd_progress_judge: NULL verdict");
+  memset(v, 0, sizeof *v);
+  v->phase = -1;
+  if (!cfg || !ranks || n < 1 || nsteps < 0 || (nsteps > 0 && !step_s))
+    return ft_err_set(FT_EINVAL, "wd_progress_judge: bad arguments (n %d, nsteps %d)", n, nsteps);
+  v->deadline_s = wd_progress_deadline(cfg, FT_PHASE_FORWARD, step_s, nsteps, first_step);
+
+  int njoined = 0, nidle = 0;
+  uint64_t top = 0;
+  double least = INFINITY;
+  for (int r = 0; r < n; r++) {
+    const wd_prog_rank *x = &ranks[r];
+    if (!joined(x))
+      continue;
+    njoined++;
+    nidle += x->phase == FT_PHASE_IDLE;
+    if (x->coll_seq > top)
+      top = x->coll_seq;
+    double stuck = isfinite(x->stuck_s) ? x->stuck_s : 0;
+    if (stuck < least)
+      least = stuck;
+    /* one joined rank within its deadline: the gang moves */
+    if (!(stuck > wd_progress_deadline(cfg, x->phase, step_s, nsteps, first_step)))
+      return FT_OK;
+  }
+  if (njoined == 0 || nidle == njoined)
+    return FT_OK; /* not started, or nothing left for the workers to do */
+  v->stuck_s = least;
+  char who[200];
+
+  /* (d) some ranks never joined */
+  if (njoined < n) {
+    v->cls = WD_PROG_RENDEZVOUS;
+    v->phase = FT_PHASE_RENDEZVOUS;
+    for (int r = 0; r < n; r++)
+      if (!joined(&ranks[r]))
+        blame(v, ranks, r);
+    culprit_text(v, who, sizeof who);
+    snprintf(v->why, sizeof v->why,
+             "%s never joined the generation's rendezvous; the other %d rank(s) stuck for %.0f s "
+             "(deadline %.0f s)",
+             who, njoined, v->stuck_s, v->deadline_s);
+    return FT_OK;
+  }
+
+  /* (b) every rank in data or checkpoint_write (or done with its part) */
+  int storage = 1, first_io = -1;
+  for (int r = 0; r < n && storage; r++) {
+    int ph = ranks[r].phase;
+    if (ph == FT_PHASE_DATA || ph == FT_PHASE_CKPT_WRITE) {
+      if (first_io < 0)
+        first_io = r;
+    } else if (!idle_done(&ranks[r])) {
+      storage = 0;
+    }
+  }
+  if (storage && first_io >= 0) {
+    v->cls = WD_PROG_STORAGE;
+    v->phase = ranks[first_io].phase;
+    snprintf(v->why, sizeof v->why,
+             "every rank stuck in data or checkpoint_write for %.0f s (rank %d in %s): the store "
+             "or the data's file system; nobody blamed",
+             v->stuck_s, first_io, ft_phase_name(v->phase));
+    return FT_OK;
+  }
+
+  /* waiting = in collective `top` (or idle after its part); the rest behind */
+  int nwait = 0, nbehind = 0;
+  for (int r = 0; r < n; r++) {
+    const wd_prog_rank *x = &ranks[r];
+    if ((x->phase == FT_PHASE_COLLECTIVE && x->coll_seq == top) || idle_done(x))
+      nwait++;
+    else
+      nbehind++;
+  }
+  v->coll_seq = top;
+
+  /* (c) every rank in the same collective */
+  if (nbehind == 0 && nwait == n && nidle == 0) {
+    v->cls = WD_PROG_NETWORK;
+    v->phase = FT_PHASE_COLLECTIVE;
+    snprintf(v->why, sizeof v->why,
+             "every rank stuck in collective %llu for %.0f s, nobody behind: the network or the "
+             "collectives; nobody blamed",
+             (unsigned long long)top, v->stuck_s);
+    return FT_OK;
+  }
+
+  /* (a) a few ranks behind the others, who wait in collective `top` */
+  if (nbehind > 0 && nwait > 0 && 2 * nbehind <= n) {
+    v->cls = WD_PROG_BEHIND;
+    for (int r = 0; r < n; r++) {
+      const wd_prog_rank *x = &ranks[r];
+      if (!((x->phase == FT_PHASE_COLLECTIVE && x->coll_seq == top) || idle_done(x))) {
+        if (v->phase < 0)
+          v->phase = x->phase;
+        blame(v, ranks, r);
+      }
+    }
+    culprit_text(v, who, sizeof who);
+    snprintf(v->why, sizeof v->why,
+             "%s stuck in %s (step %lld, collective %llu) for %.0f s while %d rank(s) wait in "
+             "collective %llu (deadline %.0f s)",
+             who, ft_phase_name(v->phase), (long long)ranks[v->culprits[0]].step,
+             (unsigned long long)ranks[v->culprits[0]].coll_seq, v->stuck_s, nwait,
+             (unsigned long long)top, v->deadline_s);
+    return FT_OK;
+  }
+
+  v->cls = WD_PROG_GANG;
+  v->phase = ranks[0].phase;
+  snprintf(v->why, sizeof v->why,
+           "every rank stuck for %.0f s (rank 0 in %s at step %lld, collective %llu; %d of %d "
+           "behind collective %llu): a common cause; nobody blamed",
+           v->stuck_s, ft_phase_name(v->phase), (long long)ranks[0].step,
+           (unsigned long long)ranks[0].coll_seq, nbehind, n, (unsigned long long)top);
+  return FT_OK;
+}

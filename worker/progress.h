@@ -1,0 +1,88 @@
+/*
+ * progress: what the training thread is doing, published where the control
+ * thread reads it without a lock (issue 36: progress, not liveness).
+ *
+ * A worker whose training thread is stuck (a deadlock, a collective that
+ * never returns, a read from a hung file system) still heartbeats from its
+ * control thread, so heartbeats alone cannot tell a hang. Every HEARTBEAT
+ * therefore carries this record (ft_wire.h, version 7): the phase
+ * (ft_phase), the last completed step, the number of collectives started
+ * on this generation's communicator, and how long ago any of them last
+ * changed. The supervisor keeps each rank's last record and a detector
+ * (watchdog/wd_progress.h) judges them.
+ *
+ * One record per process (the training thread is the only writer that
+ * matters; comm.c publishes each collective, train.c the phases between
+ * them). Writers are serialised by the sequence word itself (a writer
+ * takes it from even to odd with a compare-and-swap), so a second writer
+ * (the link check, a test) never tears the record either; readers
+ * (progress_read) retry while a write is in flight and never block it.
+ * Each field is a C11 atomic accessed relaxed inside the seqlock, so the
+ * record is free of data races in the C11 sense (TSan-clean), not only
+ * "probably fine".
+ *
+ * Cost: a write is two atomic read-modify-writes, four relaxed stores and
+ * one clock_gettime(CLOCK_MONOTONIC), about 30 ns: a handful per micro-batch
+ * and one per collective.
+ */
+#ifndef FT_PROGRESS_H
+#define FT_PROGRESS_H
+
+#include <stdint.h>
+
+#include "ft_wire.h"
+
+typedef struct progress_rec {
+  ft_phase phase;
+  int64_t step;        /* last completed step (-1: none) */
+  uint64_t coll_seq;   /* collectives started since progress_generation (in phase
+                          collective: the one in flight) */
+  uint64_t changed_ns; /* ft_now_ns() when phase, step or coll_seq last changed */
+} progress_rec;
+
+/* The process's record: phase idle, step -1, coll_seq 0, changed now. A new
+ * generation's communicator starts counting its collectives at 0 on every
+ * rank (ranks compare them): call when the comm is made. */
+void progress_generation(void);
+
+/* The phase from now on (the time changes only when it differs). */
+void progress_phase(ft_phase phase);
+/* The phase `to`, only while the phase is `from` (the engine's backward
+ * half of a training micro-batch, not of a recomputation). */
+void progress_phase_if(ft_phase from, ft_phase to);
+/* Step `step` completed (its optimizer update applied), and the phase. */
+void progress_step_done(int64_t step, ft_phase phase);
+
+/* A collective starts: coll_seq + 1, phase collective; returns the phase
+ * it interrupted, for progress_coll_end. */
+ft_phase progress_coll_begin(void);
+/* Waiting for collectives enqueued earlier (comm_dev_wait): phase
+ * collective, coll_seq unchanged; returns the phase it interrupted. */
+ft_phase progress_coll_wait_begin(void);
+/* The collective returned (either way): the phase before it again. */
+void progress_coll_end(ft_phase before);
+/* A collective enqueued without waiting (a device collective): counted, the
+ * phase unchanged. */
+void progress_coll_count(void);
+
+/* The phase now (the writer's own view). */
+ft_phase progress_phase_get(void);
+
+/* A consistent copy of the record (never torn); lock-free, any thread. */
+void progress_read(progress_rec *out);
+
+/* The same over a record of one's own (tests): a progress_store is what the
+ * process record is made of. */
+typedef struct progress_store progress_store;
+progress_store *progress_store_new(void);
+void progress_store_free(progress_store *p);
+/* Writes a whole record (phase, step, coll_seq, changed_ns as given). */
+void progress_store_write(progress_store *p, const progress_rec *r);
+void progress_store_read(progress_store *p, progress_rec *out);
+/* Retries readers needed since creation (a test's proof they raced writes). */
+uint64_t progress_store_retries(progress_store *p);
+
+/* The milliseconds since r changed at now_ns, saturated to u32 (HEARTBEAT). */
+uint32_t progress_age_ms(const progress_rec *r, uint64_t now_ns);
+
+#endif
