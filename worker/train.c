@@ -1168,6 +1168,7 @@ static int val_loss_gang(trainer *t, double *out) {
   if (nb > VAL_BATCHES)
     nb = VAL_BATCHES;
   double acc[2] = {0, 0}; /* sum of micro-batch losses, their number */
+  uint64_t e0 = ft_now_ns();
   for (int i = t->rank; i < nb; i += t->world) {
     double l = NAN;
     if ((rc = fill_batch(t->val, 0, i, 0, 1, t->B, t->T, t->inp, t->tgt)) ||
@@ -1176,6 +1177,8 @@ static int val_loss_gang(trainer *t, double *out) {
     acc[0] += (float)l;
     acc[1] += 1;
   }
+  if (t->slow_rank == t->rank) /* failpoint: the straggler evaluates 3x slower too */
+    usleep((useconds_t)((double)(ft_now_ns() - e0) * 2e-3));
   if ((rc = engine_allreduce_sum(t->e, acc, 2)))
     return rc;
   if (acc[1] > 0)
@@ -1247,8 +1250,17 @@ static int train_step(trainer *t) {
   st->step++;
   st->seq += (uint64_t)tc->global_batch;
   double ms = (double)(ft_now_ns() - t0) * 1e-6;
+  /* This rank's own compute time (straggler detection, the supervisor's
+   * step times): the step's time less its time inside collectives (waiting
+   * for peers), both taken here, so validation is excluded from both. The
+   * validation below waits in its collectives for the slowest rank's
+   * evaluation; subtracting that wait from a time measured before it made
+   * every validation step's time negative. */
+  double own_ms = ms - (engine_comm_seconds(e) - comm0) * 1e3;
+  if (own_ms < 0) /* the collectives' share never exceeds the step's */
+    own_ms = 0;
   double tok_s = (double)tc->global_batch * t->T / (ms * 1e-3);
-  double vl = NAN; /* not timed: ms and tok_s are the training step's */
+  double vl = NAN; /* not timed: ms, own_ms and tok_s are the training step's */
   if (t->val && tc->val_every > 0 && st->step % tc->val_every == 0 && (rc = val_loss_gang(t, &vl)))
     return engine_failed(o, rc, st->step);
 
@@ -1262,7 +1274,6 @@ static int train_step(trainer *t) {
     fflush(stdout);
   }
   if (o->ctl) { /* every rank: its own compute time feeds straggler detection */
-    double own_ms = ms - (engine_comm_seconds(e) - comm0) * 1e3;
     ctl_send_step(o->ctl, st->step, t->rank == 0 ? loss : NAN, norm, tok_s, own_ms,
                   t->rank == 0 ? vl : NAN);
     ctl_set_step(o->ctl, st->step);
@@ -1274,8 +1285,8 @@ static int train_step(trainer *t) {
   if (t->logf) {
     fprintf(t->logf,
             "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-            "\"tok_s\":%.1f",
-            st->step, loss, lr, norm, ms, tok_s);
+            "\"tok_s\":%.1f,\"compute_ms\":%.3f",
+            st->step, loss, lr, norm, ms, tok_s, own_ms);
     if (stall_ms >= 0) /* the time the snapshot held the training loop */
       fprintf(t->logf, ",\"ckpt_stall_ms\":%.3f,\"ckpt_bytes\":%zu", stall_ms,
               engine_snapshot_bytes(e));
