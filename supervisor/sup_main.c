@@ -111,6 +111,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 #include "ft_file.h"
 #include "ft_net.h"
 #include "ft_opts.h"
@@ -1482,10 +1483,20 @@ int main(int argc, char **argv) {
     return sup_status_main(argc - 1, argv + 1);
   if (argc > 1 && !strcmp(argv[1], "report"))
     return sup_report_main(argc - 1, argv + 1);
+  char fperr[600]; /* the workers inherit FT_FAILPOINTS: refused before any launch */
+  int fpbad = ft_failpoint_check(fperr, sizeof fperr);
+  if (fpbad && argc > 1 && !strcmp(argv[1], "doctor")) {
+    fprintf(stderr, "supervise doctor: %s\n", fperr);
+    return SUP_EXIT_USAGE;
+  }
   if (argc > 1 && !strcmp(argv[1], "doctor"))
     return sup_doctor_main(argc - 1, argv + 1);
   raise_fd_limit();
   int ex = parse_args(&m, argc, argv);
+  if (ex == GO && fpbad) {
+    fprintf(stderr, "supervise: %s\n", fperr);
+    ex = SUP_EXIT_USAGE;
+  }
   if (ex == GO)
     ex = load_runfile(&m);
   if (ex == GO)

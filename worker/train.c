@@ -1195,6 +1195,7 @@ static int train_step(trainer *t) {
   engine *e = t->e;
   if (in_process(o) && ctl_aborted(o->ctl))
     return TRAIN_REJOIN; /* the supervisor ended this generation (a fault elsewhere) */
+  ft_failpoint_hang_arm((int)o->node, t->rank, st->step + 1); /* hang_at_step & co. */
   uint64_t t0 = ft_now_ns();
   double comm0 = engine_comm_seconds(e);
   double lr = train_lr(tc, st->step), loss = 0;
@@ -1303,11 +1304,7 @@ static int train_step(trainer *t) {
     fprintf(stderr, "worker: failpoint crash_at_step=%" PRId64 "\n", st->step);
     raise(SIGKILL);
   }
-  if (ft_failpoint_at("hang_at_step", st->step)) {
-    fprintf(stderr, "worker: failpoint hang_at_step=%" PRId64 ": hanging\n", st->step);
-    for (;;)
-      pause();
-  }
+  ft_failpoint_hang_here(FT_HANG_AFTER); /* hang_at_step=S without hang_in */
   int64_t min_ms; /* a pace no faster than this (a test's faults land mid-run) */
   if (ft_failpoint("min_step_ms", &min_ms) && min_ms > 0) {
     double left_s = (double)min_ms * 1e-3 - (double)(ft_now_ns() - t0) * 1e-9;

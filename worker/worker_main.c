@@ -20,6 +20,7 @@
 #include "ctl.h"
 #include "doctor.h"
 #include "engine.h"
+#include "ft_failpoint.h"
 #include "ft_runfile.h"
 #include "ft_wire.h"
 #include "ft_err.h"
@@ -523,6 +524,11 @@ int main(int argc, char **argv) {
       usage(stderr);
       return FT_EXIT_USAGE;
     }
+  }
+  char fperr[600]; /* a failpoint that does not parse: refused, never ignored */
+  if (ft_failpoint_check(fperr, sizeof fperr)) {
+    fprintf(stderr, "worker: %s\n", fperr);
+    return FT_EXIT_USAGE;
   }
   if (doctor && !runfile && optind + 1 == argc)
     runfile = argv[optind++];
