@@ -1514,6 +1514,22 @@ out:
   return out;
 }
 
+int ft_runfile_store_uri(const char *store, const char *runfile_path, const char *state_dir,
+                         char *out, size_t n) {
+  int k;
+  if (!strncmp(store, "s3://", 5) || (!strncmp(store, "local:", 6) && store[6] == '/'))
+    k = snprintf(out, n, "%s", store);
+  else if (!strcmp(store, "local:state/store") || strncmp(store, "local:", 6))
+    k = snprintf(out, n, "local:%s/store", state_dir);
+  else {
+    const char *slash = runfile_path ? strrchr(runfile_path, '/') : NULL;
+    k = slash ? snprintf(out, n, "local:%.*s/%s", (int)(slash - runfile_path), runfile_path,
+                         store + 6)
+              : snprintf(out, n, "%s", store);
+  }
+  return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
 void ft_runfile_store_env(const ft_runfile *rf, const char *store_uri) {
   if (store_uri && !strncmp(store_uri, "s3://", 5) && !strcmp(rf->checkpoint.require, "local"))
     setenv("FT_S3_REQUIRE", "local", 1);

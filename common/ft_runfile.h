@@ -202,6 +202,16 @@ int ft_runfile_load(const char *path, ft_runfile *rf, char *err, size_t errlen);
  * environment as it is (the store's default: both). */
 void ft_runfile_store_env(const ft_runfile *rf, const char *store_uri);
 
+/* The store a supervised run uses for checkpoint.store `store` when no
+ * --store is given (supervise's rule, which the node doctor's disk check
+ * follows too): an s3:// URI as it is; an absolute local:DIR as it is; a
+ * relative local:DIR relative to the run file's folder (runfile_path's;
+ * the current directory if it has no '/'); the default local:state/store
+ * (and any other scheme) local:STATE_DIR/store. 0, or -1 if it does not fit
+ * in out (n bytes). */
+int ft_runfile_store_uri(const char *store, const char *runfile_path, const char *state_dir,
+                         char *out, size_t n);
+
 /* Parses a run file's text (len bytes, need not be NUL-terminated) over the
  * defaults, as _load does with the file's contents; name is used in
  * messages and kept in rf->path. */

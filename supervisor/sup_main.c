@@ -111,6 +111,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 #include "ft_file.h"
 #include "ft_net.h"
 #include "ft_opts.h"
@@ -472,25 +473,13 @@ static int resolve_store(sup *s, const char *store_arg, const char **from) {
     uri = rs;
     *from = "the run file's checkpoint.store";
   }
-  if (!uri && (!strcmp(rs, DEFAULT_LOCAL_STORE) || strncmp(rs, "local:", 6))) {
-    *from = "the state directory";
-    if (snprintf(s->store_uri, sizeof s->store_uri, "local:%s/store", s->state_dir) >=
-        (int)sizeof s->store_uri) {
-      fprintf(stderr, "supervise: --state path too long\n");
-      return -1;
-    }
-    return 0;
-  }
-  if (!uri) {
-    /* local:DIR of the run file: relative to the run file's directory */
-    const char *dir = rs + 6, *slash = strrchr(s->runfile_path, '/');
-    int n = dir[0] == '/'
-                ? snprintf(s->store_uri, sizeof s->store_uri, "%s", rs)
-                : snprintf(s->store_uri, sizeof s->store_uri, "local:%.*s/%s",
-                           (int)(slash ? slash - s->runfile_path : 0), s->runfile_path, dir);
-    *from = "the run file's checkpoint.store";
-    if (n >= (int)sizeof s->store_uri) {
-      fprintf(stderr, "supervise: checkpoint.store: path too long\n");
+  if (!uri) { /* the default: STATE/store; a local:DIR of the run file: relative to its folder */
+    int dflt = !strcmp(rs, DEFAULT_LOCAL_STORE) || strncmp(rs, "local:", 6);
+    *from = dflt ? "the state directory" : "the run file's checkpoint.store";
+    if (ft_runfile_store_uri(rs, s->runfile_path, s->state_dir, s->store_uri,
+                             sizeof s->store_uri)) {
+      fprintf(stderr, "supervise: %s\n",
+              dflt ? "--state path too long" : "checkpoint.store: path too long");
       return -1;
     }
     return 0;
@@ -1494,10 +1483,20 @@ int main(int argc, char **argv) {
     return sup_status_main(argc - 1, argv + 1);
   if (argc > 1 && !strcmp(argv[1], "report"))
     return sup_report_main(argc - 1, argv + 1);
+  char fperr[600]; /* the workers inherit FT_FAILPOINTS: refused before any launch */
+  int fpbad = ft_failpoint_check(fperr, sizeof fperr);
+  if (fpbad && argc > 1 && !strcmp(argv[1], "doctor")) {
+    fprintf(stderr, "supervise doctor: %s\n", fperr);
+    return SUP_EXIT_USAGE;
+  }
   if (argc > 1 && !strcmp(argv[1], "doctor"))
     return sup_doctor_main(argc - 1, argv + 1);
   raise_fd_limit();
   int ex = parse_args(&m, argc, argv);
+  if (ex == GO && fpbad) {
+    fprintf(stderr, "supervise: %s\n", fperr);
+    ex = SUP_EXIT_USAGE;
+  }
   if (ex == GO)
     ex = load_runfile(&m);
   if (ex == GO)

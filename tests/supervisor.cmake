@@ -53,6 +53,9 @@ if(TARGET supervise)
   # The progress line on a terminal (script(1) gives supervise a pty).
   ft_add_script_test(NAME sup_progress COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_progress.sh
                      LABELS integration TIMEOUT 90)
+  # Failpoints aimed at one node (hang_node, hang_in) and a strict FT_FAILPOINTS.
+  ft_add_script_test(NAME sup_hang_target COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_hang_target.sh
+                     LABELS integration TIMEOUT 120)
   # In-process restart with the real worker: pids kept, bits equal, fallback.
   ft_add_script_test(NAME sup_inprocess COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_inprocess.sh
                      LABELS integration TIMEOUT 180)

@@ -15,6 +15,9 @@ ft_add_script_test(NAME fsdp_world4 LABELS integration TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/fsdp_world4.sh)
 ft_add_script_test(NAME worker_oom LABELS integration TIMEOUT 300
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_oom.sh)
+# the reported step time (straggler detection) on validation steps
+ft_add_script_test(NAME worker_steptime LABELS integration TIMEOUT 120
+                   COMMAND ${CMAKE_SOURCE_DIR}/tests/integration/worker_steptime.sh)
 # The CUDA trainer (label gpu): they exit 77 (skipped) where `worker --gpus`
 # sees no GPU, which includes every build without CUDA.
 ft_add_script_test(NAME worker_cuda_curve LABELS gpu TIMEOUT 300

@@ -29,6 +29,7 @@
 #include "comm_int.h"
 
 #include "ft_err.h"
+#include "ft_failpoint.h"
 #include "progress.h"
 
 #include <stdint.h>
@@ -81,6 +82,7 @@ static int check_healthy(comm *c, const char *op) {
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
     return ft_err_set(FT_ECOMM, "comm_%s: refused, the comm failed earlier: aborted (comm_abort)",
                       op);
+  ft_failpoint_hang_here(FT_HANG_COLLECTIVE); /* failpoint hang_in=collective: inside it */
   return FT_OK;
 }
 

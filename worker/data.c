@@ -21,6 +21,7 @@
 #include "ft_file.h"
 
 #include "ft_err.h"
+#include "ft_failpoint.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -250,6 +251,7 @@ static int find_shard(const data_loader *dl, uint64_t pos) {
 }
 
 int data_sequence(const data_loader *dl, uint64_t i, int T, int32_t *inp, int32_t *tgt) {
+  ft_failpoint_hang_here(FT_HANG_DATA); /* failpoint hang_in=data: inside the read */
   uint64_t nseq = data_num_sequences(dl, T);
   if (nseq == 0)
     return ft_err_set(FT_EINVAL, "data: %llu tokens hold no sequence of T=%d (need T+1 tokens)",

@@ -85,8 +85,12 @@ int doctor_run(const doctor_opts *o, char **report, int *ok);
 struct comm;
 int doctor_links(struct comm *c, size_t bytes, char **report);
 
-/* The folder the disk check uses for run file values: dir when set, else
- * a "local:DIR" store's DIR, else TMPDIR, else /tmp. Into buf. */
+/* The folder the disk check uses: dir (doctor.dir) when set, else a
+ * "local:DIR" store's DIR, else TMPDIR, else /tmp. Into buf. store is the
+ * URI as this process opens it (a relative DIR is this process's current
+ * directory's, as ckpt_store_open takes it): a gang worker's --store from
+ * the supervisor, never the run file's raw checkpoint.store (relative to
+ * the run file's folder, or the state directory's for the default). */
 const char *doctor_dir(const char *dir, const char *store, char *buf, unsigned len);
 
 #endif

@@ -93,6 +93,8 @@ static int64_t g_reduces; /* this process's gradient reductions (failpoint) */
 
 static int hook_reduce(void *ud, gpt2 *m, int g) {
   fsdp *f = ud;
+  if (!f->discard) /* failpoint hang_in=compute: mid-backward, before the reduction */
+    ft_failpoint_hang_here(FT_HANG_COMPUTE);
   int64_t nth; /* failpoint: the Nth reduction fails, a backward cut short */
   if (!f->discard && ft_failpoint("fail_reduce_once", &nth) &&
       __atomic_add_fetch(&g_reduces, 1, __ATOMIC_RELAXED) == nth)

@@ -28,6 +28,7 @@
 
 #include "ckptstore.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 
 typedef struct pending {
   struct pending *next;
@@ -334,6 +335,8 @@ int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
   rc = engine_snapshot(e, p->parts, p->names, &p->fence);
   if (rc)
     goto fail;
+  /* failpoint hang_in=checkpoint: the training thread stalls in the checkpoint */
+  ft_failpoint_hang_here(FT_HANG_CHECKPOINT);
   for (int i = 0; persist && i < np; i++) /* the moments' form (checkpoint.moments) */
     if (!strncmp(p->parts[i].tensor, "adam_m/", 7))
       p->parts[i].lossy = s->lossy_m;

@@ -1184,6 +1184,7 @@ static int val_loss_gang(trainer *t, double *out) {
   if (nb > VAL_BATCHES)
     nb = VAL_BATCHES;
   double acc[2] = {0, 0}; /* sum of micro-batch losses, their number */
+  uint64_t e0 = ft_now_ns();
   for (int i = t->rank; i < nb; i += t->world) {
     double l = NAN;
     if ((rc = fill_batch(t->val, 0, i, 0, 1, t->B, t->T, t->inp, t->tgt)) ||
@@ -1192,6 +1193,8 @@ static int val_loss_gang(trainer *t, double *out) {
     acc[0] += (float)l;
     acc[1] += 1;
   }
+  if (t->slow_rank == t->rank) /* failpoint: the straggler evaluates 3x slower too */
+    usleep((useconds_t)((double)(ft_now_ns() - e0) * 2e-3));
   if ((rc = engine_allreduce_sum(t->e, acc, 2)))
     return rc;
   if (acc[1] > 0)
@@ -1208,6 +1211,7 @@ static int train_step(trainer *t) {
   engine *e = t->e;
   if (in_process(o) && ctl_aborted(o->ctl))
     return TRAIN_REJOIN; /* the supervisor ended this generation (a fault elsewhere) */
+  ft_failpoint_hang_arm((int)o->node, t->rank, st->step + 1); /* hang_at_step & co. */
   uint64_t t0 = ft_now_ns();
   double comm0 = engine_comm_seconds(e);
   double lr = train_lr(tc, st->step), loss = 0;
@@ -1266,8 +1270,17 @@ static int train_step(trainer *t) {
   st->seq += (uint64_t)tc->global_batch;
   progress_step_done(st->step, FT_PHASE_OPTIMIZER);
   double ms = (double)(ft_now_ns() - t0) * 1e-6;
+  /* This rank's own compute time (straggler detection, the supervisor's
+   * step times): the step's time less its time inside collectives (waiting
+   * for peers), both taken here, so validation is excluded from both. The
+   * validation below waits in its collectives for the slowest rank's
+   * evaluation; subtracting that wait from a time measured before it made
+   * every validation step's time negative. */
+  double own_ms = ms - (engine_comm_seconds(e) - comm0) * 1e3;
+  if (own_ms < 0) /* the collectives' share never exceeds the step's */
+    own_ms = 0;
   double tok_s = (double)tc->global_batch * t->T / (ms * 1e-3);
-  double vl = NAN; /* not timed: ms and tok_s are the training step's */
+  double vl = NAN; /* not timed: ms, own_ms and tok_s are the training step's */
   if (t->val && tc->val_every > 0 && st->step % tc->val_every == 0 && (rc = val_loss_gang(t, &vl)))
     return engine_failed(o, rc, st->step);
   progress_phase(FT_PHASE_OPTIMIZER); /* the step's tail: its reports */
@@ -1282,7 +1295,6 @@ static int train_step(trainer *t) {
     fflush(stdout);
   }
   if (o->ctl) { /* every rank: its own compute time feeds straggler detection */
-    double own_ms = ms - (engine_comm_seconds(e) - comm0) * 1e3;
     ctl_send_step(o->ctl, st->step, t->rank == 0 ? loss : NAN, norm, tok_s, own_ms,
                   t->rank == 0 ? vl : NAN);
     ctl_set_step(o->ctl, st->step);
@@ -1294,8 +1306,8 @@ static int train_step(trainer *t) {
   if (t->logf) {
     fprintf(t->logf,
             "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-            "\"tok_s\":%.1f",
-            st->step, loss, lr, norm, ms, tok_s);
+            "\"tok_s\":%.1f,\"compute_ms\":%.3f",
+            st->step, loss, lr, norm, ms, tok_s, own_ms);
     if (stall_ms >= 0) /* the time the snapshot held the training loop */
       fprintf(t->logf, ",\"ckpt_stall_ms\":%.3f,\"ckpt_bytes\":%zu", stall_ms,
               engine_snapshot_bytes(e));
@@ -1312,11 +1324,7 @@ static int train_step(trainer *t) {
     fprintf(stderr, "worker: failpoint crash_at_step=%" PRId64 "\n", st->step);
     raise(SIGKILL);
   }
-  if (ft_failpoint_at("hang_at_step", st->step)) {
-    fprintf(stderr, "worker: failpoint hang_at_step=%" PRId64 ": hanging\n", st->step);
-    for (;;)
-      pause();
-  }
+  ft_failpoint_hang_here(FT_HANG_AFTER); /* hang_at_step=S without hang_in */
   int64_t min_ms; /* a pace no faster than this (a test's faults land mid-run) */
   if (ft_failpoint("min_step_ms", &min_ms) && min_ms > 0) {
     double left_s = (double)min_ms * 1e-3 - (double)(ft_now_ns() - t0) * 1e-9;

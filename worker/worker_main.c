@@ -20,6 +20,7 @@
 #include "ctl.h"
 #include "doctor.h"
 #include "engine.h"
+#include "ft_failpoint.h"
 #include "ft_runfile.h"
 #include "ft_wire.h"
 #include "ft_err.h"
@@ -48,7 +49,8 @@ static void usage(FILE *f) {
              "  --steps N           train until step N (overrides train.steps)\n"
              "  --set KEY=VALUE     override any run-file key, e.g. --set train.lr=3e-4\n"
              "  --log-json PATH     append one JSON object per step: step, loss (%%.9g), lr,\n"
-             "                      grad_norm, ms, tok_s (+ ckpt_stall_ms, ckpt_bytes on\n"
+             "                      grad_norm, ms, tok_s, compute_ms (ms less the time\n"
+             "                      waiting in collectives) (+ ckpt_stall_ms, ckpt_bytes on\n"
              "                      checkpoint steps, ckpt_fence_ms when the update waited\n"
              "                      for a snapshot's copy); a last line with val_loss\n"
              "  --store URI         write checkpoints to URI (e.g. local:state/store);\n"
@@ -71,7 +73,11 @@ static void usage(FILE *f) {
              "                      hash must equal a healthy node's of the same platform,\n"
              "                      a memory pattern test, a disk write/fsync/read-back;\n"
              "                      exit 0 healthy, 1 a check failed (the node's fault),\n"
-             "                      4 the disk check's folder is unusable (not the node's)\n"
+             "                      4 the disk check's folder is unusable (not the node's);\n"
+             "                      the disk check writes in doctor.dir, else in the store's\n"
+             "                      folder: --store, else the run file's checkpoint.store as\n"
+             "                      supervise resolves it (relative to the run file's folder;\n"
+             "                      the default in ./state/store)\n"
              "  --json              with --doctor: the report as one JSON object\n"
              "  --expect HASH       with --doctor: fail unless the compute hash is HASH\n"
              "  --rounds N          with --doctor: the compute check N times, failing unless\n"
@@ -193,11 +199,13 @@ static int doctor_device(const ft_runfile *rf, long slot) {
   return n > 0 ? (int)(slot % n) : 0;
 }
 
-static doctor_opts doctor_opts_of(const ft_runfile *rf, long node, long slot, char *dir,
-                                  unsigned dlen) {
+/* store: the store's URI as this process would open it (the disk check
+ * writes in a local store's own folder, unless doctor.dir says otherwise). */
+static doctor_opts doctor_opts_of(const ft_runfile *rf, const char *store, long node, long slot,
+                                  char *dir, unsigned dlen) {
   return (doctor_opts){.mem_mb = rf->doctor.mem_mb,
                        .disk_mb = rf->doctor.disk_mb,
-                       .dir = doctor_dir(rf->doctor.dir, rf->checkpoint.store, dir, dlen),
+                       .dir = doctor_dir(rf->doctor.dir, store, dir, dlen),
                        .node = (int)node,
                        .device = doctor_device(rf, slot)};
 }
@@ -206,26 +214,31 @@ static doctor_opts doctor_opts_of(const ft_runfile *rf, long node, long slot, ch
  * (it compares the compute hash with other nodes'); a line to the log. */
 static struct {
   const ft_runfile *rf;
+  const char *store;
   ctl *c;
   long node, slot;
 } g_doctor;
-static int gang_doctor(const ft_runfile *rf, ctl *c, long node, long slot);
+static int gang_doctor(const ft_runfile *rf, const char *store, ctl *c, long node, long slot);
 static void doctor_again(void *ud) {
   (void)ud;
-  gang_doctor(g_doctor.rf, g_doctor.c, g_doctor.node, g_doctor.slot);
+  gang_doctor(g_doctor.rf, g_doctor.store, g_doctor.c, g_doctor.node, g_doctor.slot);
 }
 
-static int gang_doctor(const ft_runfile *rf, ctl *c, long node, long slot) {
-  char dir[1100], *report = NULL;
+/* store: the supervisor's --store (resolved by it: the run file's
+ * checkpoint.store may be relative to the run file's folder or be the
+ * state directory's, neither of them this process's current directory). */
+static int gang_doctor(const ft_runfile *rf, const char *store, ctl *c, long node, long slot) {
+  char dir[4200], *report = NULL;
   int ok = 0;
   if (!g_doctor.c) { /* the first time: the supervisor may ask again */
     g_doctor.rf = rf;
+    g_doctor.store = store;
     g_doctor.c = c;
     g_doctor.node = node;
     g_doctor.slot = slot;
     ctl_set_doctor(c, doctor_again, NULL);
   }
-  doctor_opts d = doctor_opts_of(rf, node, slot, dir, sizeof dir);
+  doctor_opts d = doctor_opts_of(rf, store, node, slot, dir, sizeof dir);
   if (doctor_run(&d, &report, &ok)) {
     fprintf(stderr, "worker: node %ld: doctor: %s\n", node, ft_err_detail());
     return 1;
@@ -278,20 +291,30 @@ static void print_check(const cJSON *c) {
 }
 
 /* worker --doctor: exit 0 healthy, 1 the node failed a check, 4 only the
- * disk check's folder is unusable (storage, not the node). node: --node
+ * disk check's folder is unusable (storage, not the node). store: --store
+ * or NULL (then the run file's, as supervise resolves it). node: --node
  * (-1 unless `supervise doctor --hosts` numbers the hosts: the failpoints'
  * node), slot: --slot (the GPU). */
-static int doctor_main(const char *path, const char *const *sets, int nsets, int threads, int json,
-                       const char *expect, int rounds, long node, long slot) {
+static int doctor_main(const char *path, const char *store, const char *const *sets, int nsets,
+                       int threads, int json, const char *expect, int rounds, long node,
+                       long slot) {
   static ft_runfile rf;
   int rc = load_runfile(path, NULL, sets, nsets, &rf);
   if (rc)
     return rc;
   if (threads)
     k_set_threads(threads);
-  char dir[1100], *text = NULL;
+  char dir[4200], uri[4200], *text = NULL;
   int ok = 0;
-  doctor_opts d = doctor_opts_of(&rf, node, slot < 0 ? 0 : slot, dir, sizeof dir);
+  /* the store a supervised run of this run file would use (--store wins) */
+  if (!store && path) {
+    if (ft_runfile_store_uri(rf.checkpoint.store, path, "state", uri, sizeof uri)) {
+      fprintf(stderr, "worker: doctor: checkpoint.store: path too long\n");
+      return FT_EXIT_USAGE;
+    }
+    store = uri;
+  }
+  doctor_opts d = doctor_opts_of(&rf, store, node, slot < 0 ? 0 : slot, dir, sizeof dir);
   d.rounds = rounds;
   if (!path && !rf.doctor.dir[0]) /* no run file: no store folder either */
     d.dir = doctor_dir(NULL, NULL, dir, sizeof dir);
@@ -502,6 +525,11 @@ int main(int argc, char **argv) {
       return FT_EXIT_USAGE;
     }
   }
+  char fperr[600]; /* a failpoint that does not parse: refused, never ignored */
+  if (ft_failpoint_check(fperr, sizeof fperr)) {
+    fprintf(stderr, "worker: %s\n", fperr);
+    return FT_EXIT_USAGE;
+  }
   if (doctor && !runfile && optind + 1 == argc)
     runfile = argv[optind++];
   if (doctor && !connect_to) {
@@ -509,7 +537,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "worker: --doctor takes at most one run file\n");
       return FT_EXIT_USAGE;
     }
-    return doctor_main(runfile, sets, nsets, threads, json, expect, rounds, node, slot);
+    return doctor_main(runfile, o.store_uri, sets, nsets, threads, json, expect, rounds, node,
+                       slot);
   }
   if ((json || expect || rounds != 1) && !doctor) {
     fprintf(stderr, "worker: --json, --expect and --rounds go with --doctor\n");
@@ -576,7 +605,7 @@ int main(int argc, char **argv) {
       return FT_EXIT_LOST;
     }
     o.resume = 1; /* the supervisor decides what to restore (ASSIGN) */
-    if (!strcmp(rf.doctor.on_join, "true") && gang_doctor(&rf, o.ctl, node, slot))
+    if (!strcmp(rf.doctor.on_join, "true") && gang_doctor(&rf, o.store_uri, o.ctl, node, slot))
       return FT_EXIT_LOST;
   }
   return train_main(&o);

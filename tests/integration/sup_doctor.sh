@@ -29,6 +29,15 @@
 #     flipping a bit it alone is refused (exit 1); two hosts that disagree
 #     are undetermined (exit 5), neither refused.
 #  4. (part "worker") a disk check whose folder is unusable refuses nobody.
+#  8. (part "worker") the disk check writes in the store's own folder: in
+#     part 2's clean run (the demo's relative local:state/store, which
+#     supervise resolves to STATE/store) it checks STATE/store and no
+#     doctor_storage comes; worker --doctor on a run file whose store is
+#     relative (local:ro) checks the folder beside the run file whatever the
+#     current directory; with that folder read-only (a read-only bind mount;
+#     skipped where mounting is not permitted) the verdict is the storage's:
+#     worker --doctor exits 4 naming the folder, supervise doctor --hosts
+#     refuses no host and marks each storage_unusable.
 #  5. (part "worker") silent data corruption while training (watchdog.sdc_every):
 #     node 1's gradients flip a bit from step 6 (failpoint sdc_corrupt_node);
 #     the recomputation check at step 8 names it, it is quarantined, the run
@@ -115,6 +124,12 @@ for n in 0 1 2 3; do
   has_event "$TMP/clean" doctor_verdict "e['node'] == $n and e['verdict'] == 'admitted'" ||
     fail "node $n was not admitted in the clean run"
 done
+has_event "$TMP/clean" doctor_storage &&
+  fail "a healthy store gave doctor_storage: $(grep -h '"doctor_storage"' "$TMP/clean/events.jsonl" | head -1)"
+has_event "$TMP/clean" doctor_report \
+  "any(c['name'] == 'disk' and c['ok'] and c['dir'] == '$(realpath "$TMP")/clean/store' for c in e['report']['checks'])" ||
+  fail "no disk check in the store's folder: $(grep -h '"doctor_report"' "$TMP/clean/events.jsonl" | head -1)"
+pass "the disk check writes in the run's store (STATE/store for the demo's relative store); no doctor_storage"
 real "$TMP/bad" FT_FAILPOINTS=doctor_flip_bit=1 || { cat "$TMP/bad.out"; fail "the run failed"; }
 has_event "$TMP/bad" doctor_verdict \
   'e["node"] == 1 and e["verdict"] == "refused" and "computes wrong numbers" in e["reason"]' ||
@@ -181,6 +196,48 @@ FT_FAILPOINTS=doctor_flip_bit=1 "$FT_BIN/supervise" doctor --hosts a,b "${H[@]}"
 [ $rc = 5 ] && [ "$(grep -c ' undetermined' "$TMP/h2.out")" = 2 ] ||
   fail "two hosts that disagree: exit $rc, want 5, both undetermined: $(cat "$TMP/h2.out")"
 pass "supervise doctor --hosts: 3 healthy hosts pass; the one computing wrong is refused (exit 1); two that disagree are undetermined (exit 5)"
+
+# ---- 8. a relative store, then a read-only one ------------------------------------------
+mkdir -p "$TMP/rf/ro"
+sed -e 's|^  store: .*|  store: "local:ro"|' "$FT_SRC/examples/demo.yaml" >"$TMP/rf/run.yaml"
+disk_check() { # disk_check JSON PY_CONDITION on c (the disk check) and r (the report)
+  python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = next(c for c in r["checks"] if c["name"] == "disk")
+sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
+}
+RF=$TMP/rf # as the worker builds it from the run file's path
+(cd / && "$W" --doctor --json --set doctor.mem_mb=1 "$TMP/rf/run.yaml") >"$TMP/rel.json" ||
+  fail "a relative store's doctor failed: $(cat "$TMP/rel.json")"
+disk_check "$TMP/rel.json" "c['ok'] and c['dir'] == '$RF/ro'" ||
+  fail "the disk check did not write beside the run file: $(cat "$TMP/rel.json")"
+pass "worker --doctor: a relative local: store is the run file's folder's, whatever the current directory"
+if mount --bind "$TMP/rf/ro" "$TMP/rf/ro" 2>/dev/null; then
+  trap 'umount "$TMP/rf/ro" 2>/dev/null; cleanup' EXIT
+  mount -o remount,ro,bind "$TMP/rf/ro" || fail "cannot remount the bind mount read-only"
+  rc=0
+  "$W" --doctor --json --set doctor.mem_mb=1 "$TMP/rf/run.yaml" >"$TMP/ro.json" || rc=$?
+  [ $rc = 4 ] || fail "a read-only store: exit $rc, want 4 (the storage's): $(cat "$TMP/ro.json")"
+  disk_check "$TMP/ro.json" \
+    "not c['ok'] and c['blame'] == 'storage' and '$RF/ro/' in c['detail'] and 'Read-only' in c['detail']" ||
+    fail "the read-only store is not blamed as storage: $(cat "$TMP/ro.json")"
+  rc=0
+  "$FT_BIN/supervise" doctor --hosts a,b,c --json --set doctor.mem_mb=1 "$TMP/rf/run.yaml" \
+    >"$TMP/roh.json" 2>"$TMP/roh.err" || rc=$?
+  [ $rc = 0 ] || fail "--hosts with a read-only store: exit $rc, want 0: $(cat "$TMP/roh.json" "$TMP/roh.err")"
+  python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["refused"] == 0, r
+assert all(h["verdict"] == "passed" and h.get("storage_unusable") for h in r["hosts"]), r
+' "$TMP/roh.json" || fail "the --hosts verdicts on a read-only store: $(cat "$TMP/roh.json")"
+  umount "$TMP/rf/ro"
+  trap cleanup EXIT
+  pass "a read-only store: the storage's fault (worker --doctor exit 4 naming it; --hosts refuses nobody)"
+else
+  echo "SKIP: part 8's read-only store (mount --bind not permitted here)"
+fi
 
 # ---- 4. the storage's fault ----------------------------------------------------------
 sup_run "$TMP/st" --spares 1 --set nodes.count=2 --worker "$W" \
