@@ -121,24 +121,25 @@ void progress_generation(void) {
   write_end(p, s);
 }
 
-void progress_phase(ft_phase phase) {
+/* The phase becomes to (a change of the record) when it is from, or when
+ * any is set; otherwise nothing changes. */
+static void set_phase(int any, ft_phase from, ft_phase to) {
   progress_store *p = proc();
   uint64_t s = write_begin(p);
-  if (LD(phase) != (uint32_t)phase) {
-    ST(phase, (uint32_t)phase);
+  uint32_t now = LD(phase);
+  if (now != (uint32_t)to && (any || now == (uint32_t)from)) {
+    ST(phase, (uint32_t)to);
     ST(changed_ns, ft_now_ns());
   }
   write_end(p, s);
 }
 
+void progress_phase(ft_phase phase) {
+  set_phase(1, phase, phase);
+}
+
 void progress_phase_if(ft_phase from, ft_phase to) {
-  progress_store *p = proc();
-  uint64_t s = write_begin(p);
-  if (LD(phase) == (uint32_t)from && from != to) {
-    ST(phase, (uint32_t)to);
-    ST(changed_ns, ft_now_ns());
-  }
-  write_end(p, s);
+  set_phase(0, from, to);
 }
 
 void progress_step_done(int64_t step, ft_phase phase) {
