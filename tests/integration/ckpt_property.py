@@ -292,16 +292,20 @@ class Model:
     def __init__(self):
         self.steps = {}  # step -> {"sha": hex, "pinned": bool, "pin_sure": bool}
         self.next_step = 1
+        # the committed/good steps the operator's own ls showed at the last
+        # check: an s3 cache may hold one whose upload is still queued (level
+        # local), which a new host does not see yet but gc counts
+        self.operator_steps = set()
 
     def eligible(self, keep_last, keep_every):
         """The steps a gc with this policy may delete (ckpt_gc.c's G2)."""
         if keep_last <= 0:
             return set()
         out = set()
-        for i, step in enumerate(sorted(self.steps, reverse=True)):
-            c = self.steps[step]
-            if c["pinned"] or not c["pin_sure"]:
-                continue  # an uncertain pin: either way is allowed, keep it
+        for i, step in enumerate(sorted(set(self.steps) | self.operator_steps, reverse=True)):
+            c = self.steps.get(step)
+            if c is None or c["pinned"] or not c["pin_sure"]:
+                continue  # not in the model, or an uncertain pin: keep it
             if i < keep_last or (keep_every > 0 and step % keep_every == 0):
                 continue
             out.add(step)
@@ -404,6 +408,8 @@ def check(model, last, n):
         r, mine = ls_json(A.store, {})
     if mine is None:
         violation(f"after the faults healed, the operator's 'ckpt ls' exits {r.rc}: {r.text()}")
+    model.operator_steps = {c["step"] for c in mine
+                            if c["run"] == "testrun" and c["state"] in ("committed", "good")}
     for c in mine:
         if c["step"] in model.steps and c["state"] not in ("committed", "good"):
             violation(f"the operator's ls shows checkpoint {c['step']} as {c['state']}, though "
