@@ -109,7 +109,10 @@ need_strace() {
 # trace_renames PID INJECT: strace -f on PID, every rename(2) (all threads)
 # with the injection INJECT (delay_exit=4500000, error=EIO); STRACE = its pid.
 trace_renames() {
-  strace -f -qq -p "$1" -o "$TMP/strace.log" -e trace=rename,renameat,renameat2 \
+  rm -f "$TMP"/strace.log*
+  # -ff: one file per thread, so a delayed rename is one line ("<unfinished
+  # ...>" splits it when threads share the file)
+  strace -ff -qq -p "$1" -o "$TMP/strace.log" -e trace=rename,renameat,renameat2 \
     -e inject=rename,renameat,renameat2:"$2" 2>"$TMP/strace.err" &
   STRACE=$!
 }
@@ -122,5 +125,6 @@ traced_renames() {
     echo "SKIP: strace may not attach here (ptrace not permitted)"
     exit 77
   fi
-  grep -q "$1" "$TMP/strace.log" || { cat "$TMP/strace.log"; fail "no rename matched $1 (strace could not attach?)"; }
+  cat "$TMP"/strace.log.* >"$TMP/strace.all" 2>/dev/null
+  grep -q "$1" "$TMP/strace.all" || { cat "$TMP/strace.all"; fail "no rename matched $1 (strace could not attach?)"; }
 }

@@ -41,7 +41,8 @@ slow_run() {
 trace_threads() {
   local args=()
   for t in /proc/"$1"/task/*; do args+=(-p "${t##*/}"); done
-  strace -qq "${args[@]}" -o "$TMP/strace.log" -e trace=rename,renameat,renameat2 \
+  rm -f "$TMP"/strace.log*
+  strace --output-separately -qq "${args[@]}" -o "$TMP/strace.log" -e trace=rename,renameat,renameat2 \
     -e inject=rename,renameat,renameat2:"$2" 2>"$TMP/strace.err" &
   STRACE=$!
 }
