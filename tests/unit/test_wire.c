@@ -7,7 +7,10 @@
  * FT_EPROTO and the right reason; many thousands of randomly mutated valid
  * frames (a crash or an out-of-bounds read shows under ASan/UBSan, and every
  * frame that is accepted must re-encode to the same bytes); the HELLO MAC
- * against an independent HMAC of the documented input; generation fencing.
+ * against an independent HMAC of the documented input; generation fencing;
+ * the HEARTBEAT's progress (version 7: every phase and the extremes round
+ * trip, a phase out of range is refused by decode and encode, a version-6
+ * heartbeat is refused as truncated).
  * Every frame handed to the decoder sits in its own exact-size malloc block,
  * so ASan sees any read past its end.
  *
