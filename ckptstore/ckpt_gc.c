@@ -24,6 +24,8 @@
  *   G0 list the store's manifest objects (the local manifests/ folder, or
  *      the cache's and the bucket's) [ckpt_tier_manifest_keys], before
  *      meta_mu: a bucket's listing takes requests.
+ *   G0a with keep_last > 0, read the mark object of every committed record
+ *      the catalog lists [read_marks], before meta_mu for the same reason.
  *   G1 take meta_mu (no commit runs from here to G4; gc_epoch counts this
  *      GC, so a commit whose C3 ran before it checks its chunks again, see
  *      ckpt_commit.c); read the tier's clock
@@ -39,7 +41,7 @@
  *      lose the whole store). A manifest put after G0 belongs to a commit
  *      that records it under meta_mu, so after G4 (I1 below).
  *   G2 decide retention from the catalog's info records [keep_set], where
- *      keep_last > 0 after merging in the store's mark objects (a pin or a
+ *      keep_last > 0 after merging in the mark objects G0a read (a pin or a
  *      BAD mark the catalog lags behind) [merge_marks, G2a].
  *   G3 drop: delete the manifest objects of dropped checkpoints, then one
  *      synced batch deleting their catalog records [ckpt_catalog_write].
@@ -87,6 +89,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -167,13 +170,32 @@ static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
  * pinned if either says so; BAD if either says so (a BAD mark came from a
  * real failed hash: it must not count as one of the newest keep_last),
  * else GOOD if either does. Records that change are written back to the
- * catalog (not in a dry run), so ls shows what gc followed. */
-static int merge_marks(ckpt_store *s, ckpt_info *v, size_t n, int dry_run, int *merged) {
-  ckpt_batch *b = NULL;
-  int rc = FT_OK;
-  *merged = 0;
+ * catalog (not in a dry run), so ls shows what gc followed.
+ *
+ * The marks are read at G0a, before meta_mu (read_marks): on an s3 store a
+ * mark is a request to the bucket, and a bucket that is down would hold
+ * meta_mu, and with it every commit, for the whole retry budget (with
+ * FT_S3_REQUIRE=local commits must go on while the bucket is away). A
+ * record committed after G0a has no mark read: its catalog record stands
+ * (a commit writes its mark and its record together). */
+typedef struct gc_mark {
+  char run[sizeof ((ckpt_info *)0)->run];
+  int64_t step;
+  int state, pinned;
+} gc_mark;
+
+static int read_marks(ckpt_store *s, gc_mark **out, size_t *nout) {
+  ckpt_info *v = NULL;
+  size_t n = 0;
+  *out = NULL;
+  *nout = 0;
+  int rc = ckpt_store_list(s, NULL, &v, &n);
+  gc_mark *m = rc == FT_OK ? calloc(n ? n : 1, sizeof *m) : NULL;
+  if (rc == FT_OK && !m)
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  size_t k = 0;
   for (size_t i = 0; i < n && rc == FT_OK; i++) {
-    ckpt_info *x = &v[i];
+    const ckpt_info *x = &v[i];
     if (x->level == CKPT_LEVEL_MEMORY || x->state == CKPT_PENDING)
       continue; /* no mark object: a memory-level or uncommitted record */
     int state = CKPT_COMMITTED, pinned = 0;
@@ -187,13 +209,45 @@ static int merge_marks(ckpt_store *s, ckpt_info *v, size_t n, int dry_run, int *
                          x->run, x->step);
       break;
     }
-    int st = x->state == CKPT_BAD || state == CKPT_BAD     ? CKPT_BAD
-             : x->state == CKPT_GOOD || state == CKPT_GOOD ? CKPT_GOOD
-                                                           : CKPT_COMMITTED;
-    if (st == x->state && (x->pinned || !pinned))
+    snprintf(m[k].run, sizeof m[k].run, "%s", x->run);
+    m[k].step = x->step;
+    m[k].state = state;
+    m[k].pinned = pinned;
+    k++;
+  }
+  free(v);
+  if (rc) {
+    free(m);
+    return rc;
+  }
+  *out = m;
+  *nout = k;
+  return FT_OK;
+}
+
+/* Under meta_mu: merges the marks read_marks read into v (and the catalog). */
+static int merge_marks(ckpt_store *s, ckpt_info *v, size_t n, const gc_mark *mk, size_t nmk,
+                       int dry_run, int *merged) {
+  ckpt_batch *b = NULL;
+  int rc = FT_OK;
+  *merged = 0;
+  for (size_t i = 0; i < n && rc == FT_OK; i++) {
+    ckpt_info *x = &v[i];
+    if (x->level == CKPT_LEVEL_MEMORY || x->state == CKPT_PENDING)
+      continue;
+    const gc_mark *m = NULL;
+    for (size_t j = 0; j < nmk && !m; j++)
+      if (mk[j].step == x->step && strcmp(mk[j].run, x->run) == 0)
+        m = &mk[j];
+    if (!m)
+      continue; /* no mark, or committed after G0a: the catalog's record stands */
+    int st = x->state == CKPT_BAD || m->state == CKPT_BAD     ? CKPT_BAD
+             : x->state == CKPT_GOOD || m->state == CKPT_GOOD ? CKPT_GOOD
+                                                              : CKPT_COMMITTED;
+    if (st == x->state && (x->pinned || !m->pinned))
       continue;
     x->state = st;
-    x->pinned = x->pinned || pinned;
+    x->pinned = x->pinned || m->pinned;
     (*merged)++;
     if (dry_run)
       continue;
@@ -508,6 +562,18 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
   if (rc)
     return ckpt_err_wrap(rc, "gc stopped, nothing deleted: listing the store's manifests (to check "
                              "that the catalog lists every checkpoint)");
+  int64_t pause_ms; /* failpoint: a test's fault lands between G0 and G0a */
+  if (ft_failpoint("gc_pause_ms", &pause_ms) && pause_ms > 0) {
+    struct timespec ts = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+      ;
+  }
+  gc_mark *marks = NULL;
+  size_t nmarks = 0;
+  if (ret->keep_last > 0 && (rc = read_marks(s, &marks, &nmarks)) != FT_OK) { /* G0a */
+    ckpt_keys_free(mkeys, nmkeys);
+    return rc;
+  }
   pthread_mutex_lock(&s->meta_mu); /* G1 */
   s->gc_epoch++;
   rc = s->read_only ? FT_OK : s->tier->now(s->tier, &t0);
@@ -520,7 +586,7 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
   g.cutoff = t0 - s->gc_grace_s * 1000000000LL;
   rc = ckpt_store_list(s, NULL, &v, &n); /* G2 */
   if (rc == FT_OK && ret->keep_last > 0)
-    rc = merge_marks(s, v, n, dry_run, &rep->marks_followed); /* G2a */
+    rc = merge_marks(s, v, n, marks, nmarks, dry_run, &rep->marks_followed); /* G2a */
   if (rc)
     goto unlock;
   keep_set(v, n, ret);
@@ -618,6 +684,7 @@ unlock:
   }
 out:
   ckpt_keys_free(mkeys, nmkeys);
+  free(marks);
   ckpt_hashset_release(&g.marked);
   ckpt_hashset_release(&g.shards);
   for (size_t i = 0; i < g.nobjmans; i++)

@@ -45,6 +45,7 @@ static const struct {
     {"kill_after_commit", NULL, NULL},
     {"kill_gang_position", NULL, NULL},
     {"chaos_kill_spares", NULL, NULL},
+    {"gc_pause_ms", NULL, NULL},
 };
 #define FP_NKNOWN ((int)(sizeof fp_known / sizeof fp_known[0]))
 

@@ -5,7 +5,7 @@
  *   ckpt_testwriter --store URI [--run NAME] [--steps N] [--start S] [--every E]
  *                   [--world W] [--layers L] [--embd C] [--gc-keep K]
  *                   [--chunk-mib M] [--threads T] [--catalog DIR]
- *                   [--retry-file FILE] [--full-every N]
+ *                   [--retry-file FILE] [--full-every N] [--gc-beside MS]
  *
  * For each checkpoint step: every rank r of W submits its FSDP slice of
  * every tensor ("param/<group>", "adam_m/<group>", "adam_v/<group>": weights-
@@ -19,7 +19,12 @@
  * FILE a failed step (submit, write or commit) prints "failed STEP: DETAIL"
  * and waits until FILE exists, deletes it and tries the step again, in the
  * same process with the same open store (at most 5 times in all): the
- * full-disk test frees space meanwhile.
+ * full-disk test frees space meanwhile. --gc-beside MS runs one GC
+ * (keep_last: --gc-keep, else 100) on a thread of its own after the first
+ * commit, as supervise's retention does, printing "gc started" before it and
+ * "gc returned RC" after; the writer waits MS ms, then commits the other
+ * steps beside it (s3_chaos G: a GC waiting for a bucket that is down must
+ * not hold up commits with FT_S3_REQUIRE=local).
  * Exit: 0 done, 1 any library error (printed).
  */
 #include "ckptstore.h"
@@ -27,6 +32,7 @@
 #include "ft_gpt2.h"
 
 #include <getopt.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -53,9 +59,27 @@ static int die(int rc, const char *what) {
   return 1;
 }
 
+typedef struct {
+  ckpt_store *s;
+  int keep;
+} gc_beside;
+
+static void *gc_beside_main(void *arg) {
+  gc_beside *g = arg;
+  ckpt_retention ret = {.keep_last = g->keep};
+  printf("gc started\n");
+  fflush(stdout);
+  int rc = ckpt_store_gc(g->s, &ret, 0, NULL);
+  printf("gc returned %d%s%s\n", rc, rc ? ": " : "", rc ? ft_err_detail() : "");
+  fflush(stdout);
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   const char *store = NULL, *run = "testrun", *catalog = NULL, *retry_file = NULL;
-  int retries = 0;
+  int retries = 0, gc_beside_ms = -1;
+  pthread_t gc_th;
+  gc_beside gcb = {0};
   int steps = 3, world = 1, gc_keep = 0, chunk_mib = 1, threads = 2, full_every = 0;
   int64_t start = 1, every = 1;
   ft_gpt2_dims d = {
@@ -65,7 +89,8 @@ int main(int argc, char **argv) {
       {"start", 1, 0, 'b'},      {"every", 1, 0, 'e'},      {"world", 1, 0, 'w'},
       {"layers", 1, 0, 'l'},     {"embd", 1, 0, 'c'},       {"gc-keep", 1, 0, 'g'},
       {"chunk-mib", 1, 0, 'm'},  {"threads", 1, 0, 't'},    {"catalog", 1, 0, 'C'},
-      {"retry-file", 1, 0, 'R'}, {"full-every", 1, 0, 'F'}, {0, 0, 0, 0}};
+      {"retry-file", 1, 0, 'R'}, {"full-every", 1, 0, 'F'},
+      {"gc-beside", 1, 0, 'G'},  {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (ch) {
@@ -110,6 +135,9 @@ int main(int argc, char **argv) {
       break;
     case 'F':
       full_every = atoi(optarg);
+      break;
+    case 'G':
+      gc_beside_ms = atoi(optarg);
       break;
     default:
       fprintf(stderr, "usage: ckpt_testwriter --store URI [--run NAME] [--steps N] ...\n");
@@ -231,6 +259,14 @@ int main(int argc, char **argv) {
     printf("committed %" PRId64 "\n", step);
     fflush(stdout);
     parent = step;
+    if (gc_beside_ms >= 0 && !gcb.s) {
+      gcb.s = s;
+      gcb.keep = gc_keep > 0 ? gc_keep : 100;
+      if (pthread_create(&gc_th, NULL, gc_beside_main, &gcb))
+        return die(FT_ENOMEM, "gc thread");
+      usleep((useconds_t)gc_beside_ms * 1000);
+      continue;
+    }
     if (gc_keep > 0) {
       ckpt_retention ret = {.keep_last = gc_keep};
       rc = ckpt_store_gc(s, &ret, 0, NULL);
@@ -238,6 +274,8 @@ int main(int argc, char **argv) {
         return die(rc, "gc");
     }
   }
+  if (gcb.s)
+    pthread_join(gc_th, NULL);
   ckpt_store_free(s);
   free(state);
   free(parts);

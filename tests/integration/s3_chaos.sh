@@ -14,6 +14,9 @@
 #   F  a chunk deleted / corrupted in the bucket -> restore uses the cache;
 #      verify repairs the bucket; a bucket-only restore of a chunk with no
 #      good copy anywhere fails loudly (exit 1), never with wrong bytes
+#   G  FT_S3_REQUIRE=local, a retention GC running beside the commits when
+#      the server goes down: the GC waits for the bucket (it reads the
+#      checkpoints' marks there), the commits do not wait for the GC
 # At the end, from an empty cache (the bucket alone), every checkpoint the
 # writer reported committed is listed and verifies: nothing committed is lost.
 set -u
@@ -145,9 +148,39 @@ out=$("$C" --store "$S" verify 2>&1) || fail "F: verify with cache A: $out"
 echo "$out" | grep -q "in the bucket from the cache" || fail "F: no bucket repair: $out"
 echo "ok F: bucket chunk deleted+corrupted: cache restores, $bad bucket-only restores refused, verify repaired"
 
+# ---- G --------------------------------------------------------------------------
+# The GC starts after checkpoint 16 (its first step, listing the manifests,
+# while the server answers), pauses 3 s (failpoint gc_pause_ms), and the
+# server goes down during the pause; then it reads the marks from the bucket
+# and waits. The writer commits 17 and 18 4.5 s after the GC started: they
+# must land while the GC still waits (a GC that held the store's lock
+# through its bucket reads made them wait for the whole retry budget).
+export FT_S3_CACHE="$T/cG"
+"$C" --store "$S" ls >/dev/null || fail "G: ls"
+FT_S3_REQUIRE=local FT_FAILPOINTS=gc_pause_ms=3000 "$W" --store "$S" --start 16 --steps 3 --gc-beside 4500 \
+  "${ARGS[@]}" >"$T/wG" 2>&1 &
+WPID=$!
+for _ in $(seq 600); do grep -q '^gc started' "$T/wG" && break; sleep 0.1; done
+grep -q '^gc started' "$T/wG" || fail "G: the GC did not start: $(cat "$T/wG")"
+sleep 1
+echo down >"$T/mode"
+for _ in $(seq 1200); do
+  grep -q '^committed 18' "$T/wG" && break
+  kill -0 $WPID 2>/dev/null || break
+  sleep 0.1
+done
+echo ok >"$T/mode"
+wait $WPID || fail "G: writer: $(cat "$T/wG")"
+order=$(grep -E '^(committed 18|gc returned)' "$T/wG" | tr '\n' ';')
+case "$order" in
+"committed 18;gc returned 0;") ;;
+*) fail "G: want checkpoint 18 committed while the GC waited for the bucket, then the GC done; the writer printed: $(tr '\n' ';' <"$T/wG")" ;;
+esac
+echo "ok G: require=local: checkpoints 17 and 18 committed while a GC waited for the bucket that was down"
+
 # ---- nothing committed is lost ---------------------------------------------------
 export FT_S3_CACHE="$T/cFinal"
-all="$(committed "$T/wA")$(committed "$T/wB")$(committed "$T/wC")$(committed "$T/wD2")$(committed "$T/wE")"
+all="$(committed "$T/wA")$(committed "$T/wB")$(committed "$T/wC")$(committed "$T/wD2")$(committed "$T/wE")$(committed "$T/wG")"
 for s in $all; do
   "$C" --store "$S" show "$s" >/dev/null 2>&1 || fail "checkpoint $s was committed but is not in the bucket"
 done
