@@ -27,6 +27,7 @@ static const struct {
     {"hang_node", NULL, "hang_at_step"},
     {"hang_rank", NULL, "hang_at_step"},
     {"hang_in", "compute|data|collective|checkpoint", "hang_at_step"},
+    {"hang_gen", NULL, "hang_at_step"},
     {"poison_batch", NULL, NULL},
     {"nan_batch", NULL, NULL},
     {"oom_above_micro", NULL, NULL},
@@ -217,13 +218,15 @@ static const char *const hang_names[] = {"after", "compute", "data", "collective
 static __thread int hang_armed; /* 0, or 1 + the ft_hang_where */
 static __thread int hang_node, hang_rank;
 
-void ft_failpoint_hang_arm(int node, int rank, int64_t step) {
-  int64_t at, n, r;
+void ft_failpoint_hang_arm(int node, int rank, uint64_t gen, int64_t step) {
+  int64_t at, n, r, g;
   hang_armed = 0;
   if (!ft_failpoint("hang_at_step", &at))
     return;
   if ((ft_failpoint("hang_node", &n) && n != node) || (ft_failpoint("hang_rank", &r) && r != rank))
     return;
+  if (ft_failpoint("hang_gen", &g) && (g < 0 || (uint64_t)g != gen))
+    return; /* another generation: a restarted gang trains on */
   const char *in = ft_failpoint_word("hang_in");
   int where = FT_HANG_AFTER;
   for (int i = 0; in && i < (int)(sizeof hang_names / sizeof hang_names[0]); i++)

@@ -45,8 +45,9 @@ int ft_failpoint_parse(const char *spec, char *err, size_t len);
  * unset, else -1 with err. */
 int ft_failpoint_check(char *err, size_t len);
 
-/* The hang failpoint: hang_at_step=S, optionally hang_node=N, hang_rank=R
- * and hang_in=compute|data|collective|checkpoint (default: after step S). */
+/* The hang failpoint: hang_at_step=S, optionally hang_node=N, hang_rank=R,
+ * hang_gen=G (only in generation G; default: every generation) and
+ * hang_in=compute|data|collective|checkpoint (default: after step S). */
 typedef enum {
   FT_HANG_AFTER,      /* after step S's reports (train.c) */
   FT_HANG_COMPUTE,    /* step S's backward, before a gradient reduction (fsdp.c) */
@@ -56,9 +57,10 @@ typedef enum {
 } ft_hang_where;
 
 /* The training thread, at the start of the step that becomes `step`: arms
- * the hang on this thread when hang_at_step targets this node and rank and
- * this step (checkpoint: this step or a later one); else disarms it. */
-void ft_failpoint_hang_arm(int node, int rank, int64_t step);
+ * the hang on this thread when hang_at_step targets this node, rank,
+ * generation (gen: the supervisor's ASSIGN; 0 standalone) and this step
+ * (checkpoint: this step or a later one); else disarms it. */
+void ft_failpoint_hang_arm(int node, int rank, uint64_t gen, int64_t step);
 
 /* A place the hang can happen. Armed for `where` on this thread: says so on
  * stderr ("worker: failpoint hang_at_step=S ...: hanging") and stalls the

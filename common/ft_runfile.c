@@ -69,6 +69,7 @@ enum check { C_NONE, C_WORDS, C_CODEC, C_STORE, C_RUNID };
 #define LO_OPEN 1u  /* value must be > lo (not >=) */
 #define HI_OPEN 2u  /* value must be < hi (not <=) */
 #define EMPTY_OK 4u /* string may be "" (or null in the file) */
+#define AUTO_OK 8u  /* K_DBL: the word auto is a value too, stored as 0 */
 
 struct field {
   const char *key; /* dotted path */
@@ -161,6 +162,7 @@ static const struct field FIELDS[] = {
     F_DBL("watchdog.heartbeat_timeout_s", watchdog.heartbeat_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.start_timeout_s", watchdog.start_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, 86400, LO_OPEN),
+    F_DBL("watchdog.progress_timeout_s", watchdog.progress_timeout_s, 0, 86400, LO_OPEN | AUTO_OK),
     F_INT("watchdog.loss_spike.window", watchdog.spike_window, 2, 100000),
     F_DBL("watchdog.loss_spike.zscore", watchdog.spike_zscore, 0, 1000, LO_OPEN),
     F_INT("watchdog.loss_spike.min_steps", watchdog.spike_min_steps, 0, 1000000000),
@@ -237,6 +239,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   w->start_timeout_s = 60;
   w->sdc_every = 100;
   w->collective_timeout_s = 30;
+  w->progress_timeout_s = 0; /* auto */
   w->spike_window = 50;
   w->spike_zscore = 6.0;
   w->spike_min_steps = 20;
@@ -420,7 +423,7 @@ static const char *kind_name(const struct field *f) {
   case K_U64:
     return "a non-negative integer";
   case K_DBL:
-    return "a number";
+    return f->flags & AUTO_OK ? "a number or auto" : "a number";
   case K_STR:
     return "a string";
   case K_HOSTS:
@@ -539,6 +542,8 @@ static int check_stored(const struct field *f, const ft_runfile *rf, char *msg, 
   case K_U64:
     return 0;
   case K_DBL:
+    if ((f->flags & AUTO_OK) && *(const double *)p == 0)
+      return 0; /* auto */
     return check_dbl(f, *(const double *)p, msg, n);
   case K_STR: {
     size_t len = strnlen(p, f->size);
@@ -604,10 +609,14 @@ static int store_scalar(const struct field *f, ft_runfile *rf, const char *s, si
   }
   case K_DBL: {
     double v;
+    if ((f->flags & AUTO_OK) && !strcmp(buf, "auto")) {
+      *(double *)p = 0; /* auto */
+      return 0;
+    }
     if (!quoted && is_yaml_special_float(buf))
       return snprintf(msg, n, "must be a finite number, got %s", buf), -1;
     if (quoted || !is_float_text(buf, &v))
-      return snprintf(msg, n, "expected a number, got %s", what), -1;
+      return snprintf(msg, n, "expected %s, got %s", kind_name(f), what), -1;
     if (check_dbl(f, v, msg, n))
       return -1;
     *(double *)p = v;

@@ -120,6 +120,9 @@ typedef struct ft_watchdog_cfg {
   double heartbeat_timeout_s;
   double start_timeout_s; /* launch to HELLO: a start slower than this is a hang */
   double collective_timeout_s;
+  double progress_timeout_s; /* no progress from every rank this long is a hang
+                                (watchdog/wd_progress.h); 0: auto (the run file's
+                                `auto`: derived from the recent step times) */
   int spike_window;
   double spike_zscore;
   int spike_min_steps;

@@ -33,6 +33,7 @@
 #include "sup_kv.h"
 #include "sup_rollback.h"
 #include "wd_loss.h"
+#include "wd_progress.h"
 #include "wd_straggler.h"
 
 #include <event2/event.h>
@@ -236,6 +237,10 @@ typedef struct sup_loss_pt {
   double loss;
 } sup_loss_pt;
 
+/* Recent step durations the progress watchdog's auto deadline is derived
+ * from (sup_watch.c). */
+#define SUP_PROG_STEPS 32
+
 /* Per-rank step times of one step, until every rank has reported it. */
 #define SUP_STEPTIME_SLOTS 8
 typedef struct sup_steptime {
@@ -362,6 +367,19 @@ typedef struct sup {
   wd_straggler *linkstrag; /* slow links: per gang node round trips; NULL: off */
   double link_next_s;      /* the next judgement of the links */
   int64_t link_round;
+  /* the progress watchdog (sup_watch.c, sup_watch_progress): its config
+   * (watchdog.progress_timeout_s), the recent step durations in seconds (a
+   * ring of rank 0's STEP intervals), the own stall last seen (a tick that
+   * finds a new one does not judge), and the detector's input (grown) */
+  wd_progress_cfg prog_cfg;
+  double prog_step_s[SUP_PROG_STEPS];
+  int prog_nsteps, prog_stepi;
+  uint64_t prog_last_gen; /* rank 0's last STEP: its generation, step, arrival */
+  int64_t prog_last_step;
+  double prog_last_at;
+  double prog_stall_seen;
+  wd_prog_rank *prog_ranks;
+  int prog_cap;
 
   /* the recovery in progress */
   double t_detect_s, t_stopped_s;
@@ -579,11 +597,21 @@ void sup_progress_beat(sup_worker *w, const ft_msg *m, double now_s);
 int sup_watch_loss(sup *s, const ft_msg *m);
 /* A FAULT from a worker (after its worker_fault event). */
 void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m);
+/* Worker w of the gang waited in a collective until it timed out (its FAULT
+ * collective_timeout, or its exit code 5): if the progress records name
+ * ranks that never started that collective (wd_progress_behind), emits
+ * progress_hang and blames their nodes ("hang"). Returns 1 if it acted. */
+int sup_watch_progress_behind(sup *s, sup_worker *w, const char *trigger);
 /* A checkpoint was committed. */
 void sup_watch_committed(sup *s, int64_t step);
 /* From the tick: judges the gang's control-link round trips (slow links),
  * at most once per heartbeat interval. */
 void sup_watch_links(sup *s, double now);
+/* From the tick, while the gang trains (RUNNING, or ASSIGNED: a new
+ * generation before its first step): judges every rank's progress
+ * (wd_progress); on a hang verdict emits progress_hang and starts the
+ * recovery its class calls for. Returns 1 if it acted. */
+int sup_watch_progress(sup *s, double now);
 
 /* ---- sup_http.c --------------------------------------------------------- */
 /* The operator's HTTP port (/metrics, /status) on spec ("" = loopback, any

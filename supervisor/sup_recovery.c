@@ -38,6 +38,14 @@
  *    within their retries ends the run with exit 4;
  *  - silence is measured from max(last frame, the end of the supervisor's
  *    own stall): our stall is never a worker's hang;
+ *  - no progress although every worker heartbeats (sup_watch_progress,
+ *    wd_progress; from the tick): ranks behind the others or that never
+ *    joined the rendezvous: their nodes' ("hang", quarantined at once);
+ *    every rank in a data read or checkpoint write, in one collective, or
+ *    stuck alike: nobody's (storage_hang, network_hang, gang_hang);
+ *  - a collective timeout with nobody silent: the ranks the progress
+ *    records show behind that collective (sup_watch_progress_behind), if
+ *    any, are blamed as "hang"; else nobody;
  *  - every worker, spares included, silent at once on two or more nodes:
  *    our own isolation (isolated()), nobody's; a warm spare silent while
  *    the gang is heard: that spare's node (spares_silent());
@@ -1967,7 +1975,8 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   }
   if (code == FT_EXIT_GANG) {
     /* the peer is at fault: a silent (stopped, hung) one if there is one */
-    if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)"))
+    if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)") &&
+        !sup_watch_progress_behind(s, w, "collective_failure"))
       sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);
   } else if (code == FT_EXIT_STORE) {
     /* the store's fault, never the node's */
@@ -2237,6 +2246,10 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
       return; /* the state changed; the next tick looks again */
     }
   }
+  /* every worker heard: are they making progress? (hangs with live
+   * processes: sup_watch_progress; the own stall is handled there too) */
+  if (sup_watch_progress(s, now))
+    return;
   /* a silence that ends before the next tick is looked at when it ends, not
    * up to a tick later (detection within the timeout, not timeout + tick) */
   if (first < TICK_S && s->deadline_tick) {

@@ -16,7 +16,14 @@
  *   - Xid faults: FAULT xid "xid=N action=A pci=P: ..." -> event "xid";
  *     quarantine blames the node, restart restarts the gang in place;
  *   - collective failures: FAULT collective_timeout/other -> blame the
- *     silent workers (sup_recovery_blame_silent);
+ *     silent workers (sup_recovery_blame_silent); for a timeout, else the
+ *     ranks the progress records show behind that collective
+ *     (sup_watch_progress_behind: wd_progress_behind);
+ *   - hangs with live processes: wd_progress over every gang rank's
+ *     progress record (HEARTBEAT phase, collective count, step, age), on
+ *     the tick while the gang trains (sup_watch_progress): event
+ *     "progress_hang"; behind/rendezvous -> "hang" on the culprits' nodes
+ *     (quarantine), storage/network/gang -> a restart, nobody blamed;
  *   - stragglers: wd_straggler over every rank's step_ms, once every rank
  *     has reported a step; events "straggler" / "straggler_cleared" (cause
  *     "compute"), report only;
@@ -90,6 +97,14 @@ int sup_watch_init(sup *s) {
   s->loss_fed = -1;
   for (int i = 0; i < SUP_STEPTIME_SLOTS; i++)
     s->steptime[i].step = -1;
+  /* the progress watchdog: auto, or the run file's fixed deadline, which only
+   * the heartbeat timeout floors (progress is seen a beat at a time) */
+  wd_progress_cfg_default(&s->prog_cfg, s->rf.watchdog.heartbeat_timeout_s);
+  if (s->rf.watchdog.progress_timeout_s > 0) {
+    s->prog_cfg.timeout_s = s->rf.watchdog.progress_timeout_s;
+    s->prog_cfg.floor_s = 0;
+  }
+  s->prog_last_step = -1;
   sup_rollback_good_init(&s->good);
   /* after a supervisor restart: every COMMITTED checkpoint is a candidate */
   ckpt_info *list = NULL;
@@ -121,6 +136,9 @@ void sup_watch_free(sup *s) {
   wd_straggler_free(s->linkstrag);
   s->linkstrag = NULL;
   steptime_free(s);
+  free(s->prog_ranks);
+  s->prog_ranks = NULL;
+  s->prog_cap = 0;
   free(s->losshist);
   s->losshist = NULL;
   s->nloss = s->caploss = 0;
@@ -251,6 +269,21 @@ void sup_watch_links(sup *s, double now) {
 void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
   int world = s->steptime_world, rank = w->rank;
   int64_t k = m->step.step;
+  if (rank == 0) {
+    /* rank 0's consecutive STEPs of one generation: a step's wall time, all
+     * of it (the gang is synchronous), for the progress watchdog's auto
+     * deadline */
+    double now = ft_now_s();
+    if (s->prog_last_gen == s->gen && s->prog_last_step >= 0 && k == s->prog_last_step + 1) {
+      s->prog_step_s[s->prog_stepi] = now - s->prog_last_at;
+      s->prog_stepi = (s->prog_stepi + 1) % SUP_PROG_STEPS;
+      if (s->prog_nsteps < SUP_PROG_STEPS)
+        s->prog_nsteps++;
+    }
+    s->prog_last_gen = s->gen;
+    s->prog_last_step = k;
+    s->prog_last_at = now;
+  }
   s->trained_gen = s->gen; /* the gang trains: a worker's own error is its node's now */
   s->nfallbacks = 0;       /* its restore worked: a new budget of fallbacks */
   if (!s->strag || rank < 0 || rank >= world || k < 0)
@@ -679,8 +712,14 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
     char why[160];
     snprintf(why, sizeof why, "node %d slot %d reported %s", w->node, w->slot,
              ft_fault_kind_name(m->fault.kind));
-    if (!sup_recovery_blame_silent(s, why))
-      sup_recovery_collective_failed(s, w, detail);
+    if (sup_recovery_blame_silent(s, why))
+      return;
+    /* nobody silent: a rank that heartbeats but never started the collective
+     * this worker waited in (stuck in compute, a read) is the cause */
+    if (m->fault.kind == FT_FAULT_COLLECTIVE_TIMEOUT &&
+        sup_watch_progress_behind(s, w, "collective_timeout"))
+      return;
+    sup_recovery_collective_failed(s, w, detail);
     return;
   }
   default:
@@ -690,4 +729,174 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
 
 void sup_watch_committed(sup *s, int64_t step) {
   sup_rollback_good_add(&s->good, step);
+}
+
+/* ---- progress: hangs with live processes (issue 36) ------------------------ */
+
+static int gang_trains(const sup *s) {
+  return s->ngang > 0 &&
+         (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED));
+}
+
+/* The gang's progress records as wd_progress's input (index = rank);
+ * returns the world, 0 if none (or out of memory: nothing judged). A rank is
+ * in the generation when its process said HELLO (and lives, with `alive`:
+ * after a collective failure a peer that exited still tells where it was),
+ * was assigned this generation and its last beat carries it. Its stuck
+ * time, like the heartbeat detector's silence (sup_silence_s), never counts
+ * the supervisor's own stall: it starts no earlier than the stall's end. */
+static int prog_input(sup *s, double now, int alive) {
+  int n = s->ngang * s->G;
+  if (n < 1)
+    return 0;
+  if (n > s->prog_cap) {
+    wd_prog_rank *p = realloc(s->prog_ranks, (size_t)n * sizeof *p);
+    if (!p)
+      return 0;
+    s->prog_ranks = p;
+    s->prog_cap = n;
+  }
+  for (int p = 0; p < s->ngang; p++)
+    for (int j = 0; j < s->G; j++) {
+      const sup_worker *w = &s->nodes[s->gang[p]].w[j];
+      wd_prog_rank *r = &s->prog_ranks[p * s->G + j];
+      r->node = s->gang[p];
+      r->in_gen = (w->alive || !alive) && w->hello && w->prog_have && w->rank == p * s->G + j &&
+                  w->gen == s->gen && w->prog_gen == s->gen;
+      r->phase = w->prog_phase;
+      r->coll_seq = w->prog_coll;
+      r->step = w->prog_step;
+      r->stuck_s = r->in_gen ? sup_silence_s(now, w->prog_changed_s, s->stall_end_s) : 0;
+    }
+  return n;
+}
+
+static double round3(double x) {
+  return isfinite(x) ? round(x * 1000) / 1000 : -1;
+}
+
+/* Event progress_hang {class, phase, trigger, deadline_s, stuck_s, coll_seq,
+ * culprits [{rank, node, slot}], nodes, action, why, gen, step, ranks
+ * [{rank, node, slot, in_gen, phase, coll_seq, step, stuck_s}] (the first
+ * 64)}, then the recovery the class calls for: behind and rendezvous ->
+ * fault "hang" on each culprit node (SUP_BLAME_NODE: quarantined, a spare
+ * takes its place); storage, network, gang -> a restart in place with
+ * nobody blamed (fault storage_hang / network_hang / gang_hang), as the
+ * store's own errors are (store_error). */
+static void progress_hang(sup *s, const wd_prog_verdict *v, int n, const char *trigger) {
+  const wd_prog_rank *rk = s->prog_ranks;
+  uint64_t gen = s->gen; /* the first fault below starts the next one */
+  int named = v->cls == WD_PROG_BEHIND || v->cls == WD_PROG_RENDEZVOUS;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddStringToObject(f, "class", wd_prog_class_name(v->cls));
+  cJSON_AddStringToObject(f, "phase", v->phase >= 0 ? ft_phase_name(v->phase) : "");
+  cJSON_AddStringToObject(f, "trigger", trigger);
+  cJSON_AddNumberToObject(f, "deadline_s", round3(v->deadline_s));
+  cJSON_AddNumberToObject(f, "stuck_s", round3(v->stuck_s));
+  cJSON_AddNumberToObject(f, "coll_seq", (double)v->coll_seq);
+  cJSON *cu = cJSON_AddArrayToObject(f, "culprits");
+  int shown = v->nculprits < WD_PROG_MAX_CULPRITS ? v->nculprits : WD_PROG_MAX_CULPRITS;
+  for (int i = 0; i < shown; i++) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "rank", v->culprits[i]);
+    cJSON_AddNumberToObject(c, "node", rk[v->culprits[i]].node);
+    cJSON_AddNumberToObject(c, "slot", v->culprits[i] % s->G);
+    cJSON_AddItemToArray(cu, c);
+  }
+  cJSON *nodes = cJSON_AddArrayToObject(f, "nodes");
+  for (int i = 0; i < v->nnodes; i++)
+    cJSON_AddItemToArray(nodes, cJSON_CreateNumber(v->nodes[i]));
+  cJSON_AddStringToObject(f, "action", named ? "quarantine" : "restart");
+  cJSON_AddStringToObject(f, "why", v->why);
+  cJSON_AddNumberToObject(f, "gen", (double)gen);
+  cJSON_AddNumberToObject(f, "step", (double)s->last_step);
+  cJSON *ra = cJSON_AddArrayToObject(f, "ranks");
+  for (int r = 0; r < n && r < 64; r++) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "rank", r);
+    cJSON_AddNumberToObject(c, "node", rk[r].node);
+    cJSON_AddNumberToObject(c, "slot", r % s->G);
+    cJSON_AddBoolToObject(c, "in_gen", rk[r].in_gen);
+    cJSON_AddStringToObject(c, "phase", ft_phase_name(rk[r].phase));
+    cJSON_AddNumberToObject(c, "coll_seq", (double)rk[r].coll_seq);
+    cJSON_AddNumberToObject(c, "step", (double)rk[r].step);
+    cJSON_AddNumberToObject(c, "stuck_s", round3(rk[r].stuck_s));
+    cJSON_AddItemToArray(ra, c);
+  }
+  if (n > 64)
+    cJSON_AddNumberToObject(f, "ranks_omitted", n - 64);
+  sup_events_emit(s->ev, "progress_hang", f, "no progress (%s): %s -> %s",
+                  wd_prog_class_name(v->cls), v->why,
+                  named ? "quarantine the culprits' nodes" : "restart, nobody blamed");
+  if (!named) {
+    const char *kind = v->cls == WD_PROG_STORAGE   ? "storage_hang"
+                       : v->cls == WD_PROG_NETWORK ? "network_hang"
+                                                   : "gang_hang";
+    sup_recovery_fault(s, kind, -1, -1, 0, v->why, SUP_BLAME_NONE);
+    return;
+  }
+  /* one fault per culprit node (its first culprit rank named); the first
+   * starts the round, the others join it */
+  for (int i = 0; i < v->nnodes; i++) {
+    int r = -1;
+    for (int k = 0; k < shown && r < 0; k++)
+      if (rk[v->culprits[k]].node == v->nodes[i])
+        r = v->culprits[k];
+    if (r < 0)
+      continue;
+    const sup_worker *w = &s->nodes[v->nodes[i]].w[r % s->G];
+    char detail[256];
+    if (v->cls == WD_PROG_RENDEZVOUS)
+      snprintf(detail, sizeof detail,
+               "no progress: rank %d never joined generation %" PRIu64
+               "'s rendezvous; the others stuck for %.0f s (deadline %.0f s)",
+               r, gen, v->stuck_s, v->deadline_s);
+    else
+      snprintf(detail, sizeof detail,
+               "no progress: rank %d in %s at step %" PRId64 " (collective %" PRIu64
+               ") for %.0f s while others wait in collective %" PRIu64 " (%s %.0f s)",
+               r, ft_phase_name(rk[r].phase), rk[r].step, rk[r].coll_seq, rk[r].stuck_s,
+               v->coll_seq, strcmp(trigger, "deadline") ? "collective timeout" : "deadline",
+               v->deadline_s);
+    sup_recovery_fault(s, "hang", v->nodes[i], r % s->G, w->pid, detail, SUP_BLAME_NODE);
+  }
+}
+
+int sup_watch_progress(sup *s, double now) {
+  if (!gang_trains(s))
+    return 0;
+  /* a tick that finds a new stall of our own loop does not judge: beats may
+   * wait unread behind it; the stuck times then start at its end */
+  if (s->stall_end_s != s->prog_stall_seen) {
+    s->prog_stall_seen = s->stall_end_s;
+    return 0;
+  }
+  int n = prog_input(s, now, 1);
+  if (!n)
+    return 0;
+  wd_prog_verdict v;
+  if (wd_progress_judge(&s->prog_cfg, s->prog_ranks, n, s->prog_step_s, s->prog_nsteps,
+                        s->trained_gen != s->gen, &v) ||
+      v.cls == WD_PROG_NONE)
+    return 0;
+  progress_hang(s, &v, n, "deadline");
+  return 1;
+}
+
+int sup_watch_progress_behind(sup *s, sup_worker *w, const char *trigger) {
+  if (!gang_trains(s) || !w->prog_have || w->prog_gen != s->gen || w->gen != s->gen || w->rank < 0)
+    return 0;
+  int n = prog_input(s, ft_now_s(), 0);
+  if (!n)
+    return 0;
+  /* the collective timeout is the deadline: a rank behind must not have
+   * moved for half of it (one that moved since crashed or is slow) */
+  wd_prog_verdict v;
+  if (wd_progress_behind(s->prog_ranks, n, w->prog_coll, s->rf.watchdog.collective_timeout_s / 2,
+                         &v) ||
+      v.cls != WD_PROG_BEHIND)
+    return 0;
+  v.deadline_s = s->rf.watchdog.collective_timeout_s;
+  progress_hang(s, &v, n, trigger);
+  return 1;
 }

@@ -71,6 +71,15 @@ if(TARGET supervise)
   # A hang with live processes (hang_at_step): /status shows phase and progress age.
   ft_add_script_test(NAME sup_hang_progress COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_hang_progress.sh
                      LABELS integration TIMEOUT 180)
+  # The progress watchdog acts on a live hang (watchdog.progress_timeout_s):
+  # one rank behind (its node quarantined, a spare), a collective timeout
+  # attributed to the rank behind it, every rank in compute (gang), every
+  # rank in a data read (storage); each run finishes.
+  foreach(part behind coll gang storage)
+    ft_add_script_test(NAME sup_hang_watchdog_${part}
+                       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_hang_watchdog.sh ${part}
+                       LABELS integration TIMEOUT 150)
+  endforeach()
   ft_add_script_test(NAME sup_spare_silent COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_spare_silent.sh
                      LABELS integration TIMEOUT 90)
 endif()

@@ -241,3 +241,49 @@ int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int
            (unsigned long long)ranks[0].coll_seq, nbehind, n, (unsigned long long)top);
   return FT_OK;
 }
+
+int wd_progress_behind(const wd_prog_rank *ranks, int n, uint64_t seq, double min_stuck_s,
+                       wd_prog_verdict *v) {
+  if (!v)
+    return ft_err_set(FT_EINVAL, "wd_progress_behind: NULL verdict");
+  memset(v, 0, sizeof *v);
+  v->phase = -1;
+  if (!ranks || n < 1)
+    return ft_err_set(FT_EINVAL, "wd_progress_behind: bad arguments (n %d)", n);
+  if (seq < 1)
+    return FT_OK;
+  int nbehind = 0;
+  for (int r = 0; r < n; r++) {
+    if (!ranks[r].in_gen)
+      return FT_OK; /* a rank we cannot see in this generation: name nobody */
+    if (ranks[r].coll_seq >= seq)
+      continue;
+    if (!(ranks[r].stuck_s >= min_stuck_s))
+      return FT_OK; /* behind but it moved: crashed or slow, not hung */
+    nbehind++;
+  }
+  if (nbehind < 1 || 2 * nbehind > n)
+    return FT_OK; /* nobody behind (the network), or most: a common cause */
+  v->cls = WD_PROG_BEHIND;
+  v->coll_seq = seq;
+  v->stuck_s = INFINITY;
+  for (int r = 0; r < n; r++) {
+    if (ranks[r].coll_seq >= seq)
+      continue;
+    if (v->phase < 0)
+      v->phase = ranks[r].phase;
+    double st = isfinite(ranks[r].stuck_s) && ranks[r].stuck_s > 0 ? ranks[r].stuck_s : 0;
+    if (st < v->stuck_s)
+      v->stuck_s = st;
+    blame(v, ranks, r);
+  }
+  char who[120];
+  culprit_text(v, who, sizeof who);
+  snprintf(v->why, sizeof v->why,
+           "%s never started collective %llu (in %s at step %lld, collective %llu, no progress "
+           "for %.0f s) while %d rank(s) waited in it until it timed out",
+           who, (unsigned long long)seq, ft_phase_name(v->phase),
+           (long long)ranks[v->culprits[0]].step,
+           (unsigned long long)ranks[v->culprits[0]].coll_seq, v->stuck_s, n - nbehind);
+  return FT_OK;
+}

@@ -137,4 +137,20 @@ double wd_progress_deadline(const wd_progress_cfg *cfg, int phase, const double 
 int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int n,
                       const double *step_s, int nsteps, int first_step, wd_prog_verdict *v);
 
+/* After a collective timeout (issue 36): a worker reported that collective
+ * `seq` (its coll_seq: the collective it waited in) did not complete within
+ * watchdog.collective_timeout_s. That timeout is itself the deadline, so no
+ * stuck time is judged: the ranks BEHIND are those whose coll_seq < seq (they
+ * never started the collective the reporter waited in, whatever their phase
+ * now). Phases are not compared, because a rank whose collective failed goes
+ * back to the phase before it. Fills *v (cls WD_PROG_BEHIND with the
+ * culprits, their nodes and the first culprit's phase; coll_seq = seq) when
+ * every rank is in the generation (in_gen), seq >= 1, at least one and at
+ * most half of the ranks are behind, and every rank behind has made no
+ * progress for at least min_stuck_s (one that moved more recently crashed
+ * or is merely slow: not a hang to name); else cls WD_PROG_NONE (nobody to
+ * name: the caller blames nobody, as before). FT_OK or FT_EINVAL. */
+int wd_progress_behind(const wd_prog_rank *ranks, int n, uint64_t seq, double min_stuck_s,
+                       wd_prog_verdict *v);
+
 #endif

@@ -1211,7 +1211,7 @@ static int train_step(trainer *t) {
   engine *e = t->e;
   if (in_process(o) && ctl_aborted(o->ctl))
     return TRAIN_REJOIN; /* the supervisor ended this generation (a fault elsewhere) */
-  ft_failpoint_hang_arm((int)o->node, t->rank, st->step + 1); /* hang_at_step & co. */
+  ft_failpoint_hang_arm((int)o->node, t->rank, t->a.gen, st->step + 1); /* hang_at_step & co. */
   uint64_t t0 = ft_now_ns();
   double comm0 = engine_comm_seconds(e);
   double lr = train_lr(tc, st->step), loss = 0;

@@ -90,6 +90,7 @@ static void test_words_names_modifiers(void **state) {
   refused("hang_node@1=3", "hang_node@1", NULL);
   refused("=3", "unknown failpoint ''", NULL);
   refused("hang_node=1", "hang_node", "needs hang_at_step");
+  refused("hang_gen=1", "hang_gen", "needs hang_at_step");
   refused("hang_rank=0", "hang_rank", "needs hang_at_step");
   refused("hang_in=data", "hang_in", "needs hang_at_step");
   refused("sdc_corrupt_from=6", "sdc_corrupt_from", "needs sdc_corrupt_node");
@@ -159,33 +160,33 @@ static void test_valid_env(void **state) {
 /* hang_at_step=5,hang_node=1,hang_in=data: another node, another step,
  * another place return; node 1 at step 5 in the data loader stalls. */
 static void child_not_targeted(void) {
-  ft_failpoint_hang_arm(0, 1, 5); /* node 0 */
+  ft_failpoint_hang_arm(0, 1, 1, 5); /* node 0 */
   ft_failpoint_hang_here(FT_HANG_DATA);
-  ft_failpoint_hang_arm(1, 1, 4); /* step 4 */
+  ft_failpoint_hang_arm(1, 1, 1, 4); /* step 4 */
   ft_failpoint_hang_here(FT_HANG_DATA);
-  ft_failpoint_hang_arm(1, 1, 6); /* step 6 */
+  ft_failpoint_hang_arm(1, 1, 1, 6); /* step 6 */
   ft_failpoint_hang_here(FT_HANG_DATA);
-  ft_failpoint_hang_arm(1, 1, 5);
+  ft_failpoint_hang_arm(1, 1, 1, 5);
   ft_failpoint_hang_here(FT_HANG_AFTER); /* another place */
   ft_failpoint_hang_here(FT_HANG_COMPUTE);
 }
 
 static void child_targeted(void) {
-  ft_failpoint_hang_arm(1, 3, 5);
+  ft_failpoint_hang_arm(1, 3, 1, 5);
   ft_failpoint_hang_here(FT_HANG_DATA);
   _exit(9); /* must not get here */
 }
 
 static void child_rank(void) { /* rank 1 of node 0 at step 5, after the step */
-  ft_failpoint_hang_arm(0, 1, 5);
+  ft_failpoint_hang_arm(0, 1, 1, 5);
   ft_failpoint_hang_here(FT_HANG_AFTER);
   _exit(9);
 }
 
 static void child_checkpoint(void) { /* the first checkpoint at or after S */
-  ft_failpoint_hang_arm(0, 0, 2);
+  ft_failpoint_hang_arm(0, 0, 1, 2);
   ft_failpoint_hang_here(FT_HANG_CHECKPOINT);
-  ft_failpoint_hang_arm(0, 0, 4);
+  ft_failpoint_hang_arm(0, 0, 1, 4);
   ft_failpoint_hang_here(FT_HANG_CHECKPOINT);
   _exit(9);
 }
@@ -199,6 +200,9 @@ static void test_hang_targets(void **state) {
   assert_int_equal(in_child("hang_at_step=5,hang_rank=1", child_rank, 500), -1);
   assert_int_equal(in_child("hang_at_step=5,hang_rank=1,hang_node=1", child_rank, 5000), 9);
   assert_int_equal(in_child("hang_at_step=3,hang_in=checkpoint", child_checkpoint, 500), -1);
+  /* hang_gen: only in that generation (child_rank arms in generation 1) */
+  assert_int_equal(in_child("hang_at_step=5,hang_rank=1,hang_gen=2", child_rank, 5000), 9);
+  assert_int_equal(in_child("hang_at_step=5,hang_rank=1,hang_gen=1", child_rank, 500), -1);
 }
 
 int main(void) {

@@ -204,6 +204,20 @@ static void test_parse_buffer(void **state) {
                            "4194304)");
   free(huge);
   assert_int_equal(ft_runfile_parse("empty.yaml", NULL, 0, rf, err, sizeof err), FT_OK);
+  /* watchdog.progress_timeout_s: auto, a number, and the file's position of a bad one */
+  static const char pa[] = "watchdog:\n  progress_timeout_s: auto\n";
+  assert_int_equal(ft_runfile_parse("p.yaml", pa, sizeof pa - 1, rf, err, sizeof err), FT_OK);
+  assert_true(rf->watchdog.progress_timeout_s == 0);
+  static const char pn[] = "watchdog:\n  progress_timeout_s: 7.5\n";
+  assert_int_equal(ft_runfile_parse("p.yaml", pn, sizeof pn - 1, rf, err, sizeof err), FT_OK);
+  assert_true(rf->watchdog.progress_timeout_s == 7.5);
+  static const char p0[] = "watchdog:\n  progress_timeout_s: 0\n";
+  assert_int_equal(ft_runfile_parse("p.yaml", p0, sizeof p0 - 1, rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "p.yaml:2:23: watchdog.progress_timeout_s: must be > 0, got 0");
+  static const char pw[] = "watchdog:\n  progress_timeout_s: never\n";
+  assert_int_equal(ft_runfile_parse("p.yaml", pw, sizeof pw - 1, rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "p.yaml:2:23: watchdog.progress_timeout_s: expected a number or auto, "
+                           "got a string ('never')");
   free(rf);
 }
 
@@ -649,6 +663,22 @@ static void test_set(void **state) {
   set_bad(&rf, "watchdog.collective_timeout_s", "1e9",
           "watchdog.collective_timeout_s: must be <= 86400, got 1e+09");
   set_bad(&rf, "train.lr", "1e300", "train.lr: must be <= 10, got 1e+300");
+  /* watchdog.progress_timeout_s: auto (0) or a number > 0 */
+  assert_true(rf.watchdog.progress_timeout_s == 0);
+  set_ok(&rf, "watchdog.progress_timeout_s", "5");
+  assert_true(rf.watchdog.progress_timeout_s == 5);
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
+  set_ok(&rf, "watchdog.progress_timeout_s", "auto");
+  assert_true(rf.watchdog.progress_timeout_s == 0);
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
+  set_bad(&rf, "watchdog.progress_timeout_s", "0",
+          "watchdog.progress_timeout_s: must be > 0, got 0");
+  set_bad(&rf, "watchdog.progress_timeout_s", "-3",
+          "watchdog.progress_timeout_s: must be > 0, got -3");
+  set_bad(&rf, "watchdog.progress_timeout_s", "fast",
+          "watchdog.progress_timeout_s: expected a number or auto, got a string ('fast')");
+  set_bad(&rf, "watchdog.progress_timeout_s", "1e9",
+          "watchdog.progress_timeout_s: must be <= 86400, got 1e+09");
   set_bad(&rf, "train.stepz", "4", "train.stepz: unknown key, did you mean 'train.steps'?");
   set_bad(&rf, "steps", "4", "steps: unknown key, did you mean 'train.steps'?");
   set_bad(&rf, "bogus.thing", "4", "bogus.thing: unknown key");

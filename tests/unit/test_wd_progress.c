@@ -373,6 +373,59 @@ static void test_odd_inputs(void **state) {
   assert_true(strlen(v.why) < sizeof v.why);
 }
 
+/* wd_progress_behind: after a collective timeout, the ranks that never
+ * started the reporter's collective, whatever their phase; nobody when
+ * none, more than half, or a rank not in the generation. */
+static void test_behind_collective(void **state) {
+  (void)state;
+  wd_prog_rank r[4] = {
+      rk(0, FT_PHASE_COLLECTIVE, 7, 4, 30), rk(1, FT_PHASE_BACKWARD, 6, 4, 31),
+      rk(2, FT_PHASE_BACKWARD, 7, 4, 0.5), /* its collective failed: back in backward */
+      rk(3, FT_PHASE_IDLE, 7, 4, 0.2),     /* reported and waits for STOP */
+  };
+  wd_prog_verdict v;
+  assert_int_equal(wd_progress_behind(r, 4, 7, 10, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_BEHIND);
+  assert_int_equal(v.nculprits, 1);
+  assert_int_equal(v.culprits[0], 1);
+  assert_int_equal(v.nnodes, 1);
+  assert_int_equal(v.nodes[0], 1);
+  assert_int_equal(v.phase, FT_PHASE_BACKWARD);
+  assert_true(v.coll_seq == 7 && v.stuck_s == 31);
+  assert_non_null(strstr(v.why, "never started collective 7"));
+  /* two of four behind: still at most half */
+  r[3].coll_seq = 5;
+  r[3].stuck_s = 40;
+  assert_int_equal(wd_progress_behind(r, 4, 7, 10, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_BEHIND);
+  assert_int_equal(v.nculprits, 2);
+  /* ... unless one of them moved within min_stuck_s (it crashed) */
+  r[3].stuck_s = 0.2;
+  assert_int_equal(wd_progress_behind(r, 4, 7, 10, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  r[3].stuck_s = 40;
+  /* three of four: a common cause, nobody named */
+  r[2].coll_seq = 6;
+  assert_int_equal(wd_progress_behind(r, 4, 7, 10, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  /* nobody behind (every rank started it: the network) */
+  for (int i = 0; i < 4; i++)
+    r[i].coll_seq = 7;
+  assert_int_equal(wd_progress_behind(r, 4, 7, 10, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  /* a rank not in the generation: nobody */
+  r[1].coll_seq = 6;
+  r[2].in_gen = 0;
+  assert_int_equal(wd_progress_behind(r, 4, 7, 10, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  r[2].in_gen = 1;
+  assert_int_equal(wd_progress_behind(r, 4, 0, 10, &v), FT_OK); /* no collective */
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  assert_int_equal(wd_progress_behind(r, 4, 7, 10, NULL), FT_EINVAL);
+  assert_int_equal(wd_progress_behind(NULL, 4, 7, 10, &v), FT_EINVAL);
+  assert_int_equal(wd_progress_behind(r, 0, 7, 10, &v), FT_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_deadline_auto),
@@ -386,6 +439,7 @@ int main(void) {
       cmocka_unit_test(test_rendezvous),
       cmocka_unit_test(test_none),
       cmocka_unit_test(test_odd_inputs),
+      cmocka_unit_test(test_behind_collective),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The progress watchdog acts (issue 36): a hang where the processes stay
+# alive (FT_FAILPOINTS=hang_at_step, the real worker, 2 nodes) is detected
+# from the ranks' progress records, attributed, and recovered from; the
+# hang happens in generation 1 only (hang_gen=1), so the restarted gang
+# finishes the run (exit 0). One part per ctest entry:
+#   behind   one rank hangs in compute (hang_node=1) while its peer waits
+#            in the collective, --spares 1, watchdog.progress_timeout_s=5:
+#            progress_hang class behind naming node 1, fault "hang" on node
+#            1 (quarantined), the spare promoted; node 0 never blamed
+#   coll     the same hang, but the collective timeout (3 s) comes before
+#            the progress deadline (60 s): the peer's FAULT
+#            collective_timeout is attributed from the records (trigger
+#            collective_timeout): node 1 blamed, not nobody
+#   gang     every rank hangs in compute: class gang, a restart with
+#            nobody blamed, nothing quarantined
+#   storage  every rank hangs in a data read (hang_in=data): class storage,
+#            a restart with nobody blamed, nothing quarantined
+# On the main before the watchdog was wired (progress shown, not judged),
+# behind/gang/storage time out here (the supervisor waits forever, or
+# until the collective timeout blames nobody) and coll blames nobody.
+. "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+PART=${1:?usage: sup_hang_watchdog.sh behind|coll|gang|storage}
+synth_data "$TMP"
+W=$FT_BIN/worker
+S=8
+ARGS=(--worker "$W" --steps 30 --set nodes.count=2 --set train.val_every=0
+  --set checkpoint.every_steps=5 --set watchdog.heartbeat_timeout_s=4
+  --set "data.train=$TMP/synth_train_*.bin" --set "data.val=$TMP/synth_val_*.bin")
+FP=hang_at_step=$S,hang_gen=1,min_step_ms=20
+case $PART in
+behind)
+  FP=$FP,hang_node=1,hang_in=compute
+  ARGS+=(--spares 1 --set watchdog.progress_timeout_s=5)
+  CLASS=behind TRIGGER=deadline KIND=hang
+  ;;
+coll)
+  FP=$FP,hang_node=1,hang_in=compute
+  ARGS+=(--spares 1 --set watchdog.progress_timeout_s=60 --set watchdog.collective_timeout_s=3)
+  CLASS=behind TRIGGER=collective_timeout KIND=hang
+  ;;
+gang)
+  FP=$FP,hang_in=compute
+  ARGS+=(--spares 0 --set watchdog.progress_timeout_s=5)
+  CLASS=gang TRIGGER=deadline KIND=gang_hang
+  ;;
+storage)
+  FP=$FP,hang_in=data
+  ARGS+=(--spares 0 --set watchdog.progress_timeout_s=5)
+  CLASS=storage TRIGGER=deadline KIND=storage_hang
+  ;;
+*) fail "unknown part $PART" ;;
+esac
+ST=$TMP/st
+rc=0
+FT_FAILPOINTS=$FP timeout 100 "$FT_BIN/supervise" --state "$ST" "${ARGS[@]}" \
+  "$FT_SRC/examples/demo.yaml" >"$ST.out" 2>&1 || rc=$?
+[ $rc = 0 ] || { tail -n 30 "$ST.out"; fail "supervise exited $rc, want 0 (124: it never recovered)"; }
+grep -q "failpoint hang_at_step=$S" "$ST"/logs/node*.log ||
+  fail "no worker hung (the failpoint did not fire)"
+python3 - "$ST/events.jsonl" "$PART" "$CLASS" "$TRIGGER" "$KIND" <<'PY' || fail "events (above)"
+import json, sys
+path, part, cls, trigger, kind = sys.argv[1:6]
+ev = [json.loads(l) for l in open(path)]
+hangs = [e for e in ev if e["event"] == "progress_hang"]
+faults = [e for e in ev if e["event"] == "fault_detected"]
+quar = [e for e in ev if e["event"] == "node_quarantined"]
+print("progress_hang:", hangs)
+print("fault_detected:", [(f["kind"], f["node"], f["blamed"], f["quarantine"]) for f in faults])
+print("node_quarantined:", [q.get("node") for q in quar])
+assert len(hangs) == 1, "want exactly one progress_hang"
+h = hangs[0]
+assert h["class"] == cls and h["trigger"] == trigger, (h["class"], h["trigger"])
+assert h["gen"] == 1, h["gen"]
+ranks = {r["rank"]: r for r in h["ranks"]}
+assert sorted(ranks) == [0, 1], ranks
+for r in ranks.values():
+    assert r["in_gen"] and r["step"] >= 7 and r["stuck_s"] >= 0, r
+if cls == "behind":
+    assert [c["node"] for c in h["culprits"]] == [1] and h["nodes"] == [1], h
+    assert h["action"] == "quarantine"
+    assert ranks[0]["phase"] == "collective" and ranks[1]["phase"] in ("backward", "forward"), ranks
+    assert ranks[1]["coll_seq"] < ranks[0]["coll_seq"], ranks
+    if trigger == "deadline":
+        assert h["deadline_s"] == 5 and h["stuck_s"] >= 5, h
+    else:
+        assert h["deadline_s"] == 3, h
+    hf = [f for f in faults if f["kind"] == "hang"]
+    assert len(hf) == 1 and hf[0]["node"] == 1 and hf[0]["blamed"] and hf[0]["quarantine"], hf
+    assert "no progress" in hf[0]["detail"], hf[0]
+    assert not any(f["node"] == 0 and f["blamed"] for f in faults), "node 0 blamed"
+    assert [q["node"] for q in quar] == [1], quar
+    assert any(e["event"] == "spare_promoted" for e in ev), "no spare promoted"
+    g2 = [e for e in ev if e["event"] == "generation_started" and e["gen"] == 2]
+    assert g2 and 1 not in g2[0]["nodes"] and 0 in g2[0]["nodes"], g2
+else:
+    assert h["culprits"] == [] and h["action"] == "restart", h
+    assert h["deadline_s"] == 5 and h["stuck_s"] >= 5, h
+    want = "data" if cls == "storage" else None
+    for r in ranks.values():
+        assert want is None or r["phase"] == want, r
+    assert [f["kind"] for f in faults] == [kind], faults
+    assert not faults[0]["blamed"] and not faults[0]["quarantine"], faults[0]
+    assert not quar, quar
+    assert not any(e["event"] == "collective_failure" for e in ev)
+assert any(e["event"] == "run_done" for e in ev), "no run_done"
+PY
+pass "$PART: a live hang detected ($CLASS, $TRIGGER), $KIND, recovered; the run finished"
