@@ -179,7 +179,7 @@ static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
  * record committed after G0a has no mark read: its catalog record stands
  * (a commit writes its mark and its record together). */
 typedef struct gc_mark {
-  char run[sizeof ((ckpt_info *)0)->run];
+  char run[sizeof((ckpt_info *)0)->run];
   int64_t step;
   int state, pinned;
 } gc_mark;

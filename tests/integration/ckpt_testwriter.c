@@ -84,13 +84,14 @@ int main(int argc, char **argv) {
   int64_t start = 1, every = 1;
   ft_gpt2_dims d = {
       .max_seq_len = 64, .vocab_size = 256, .n_layer = 2, .n_head = 4, .channels = 64};
-  static const struct option opts[] = {
-      {"store", 1, 0, 's'},      {"run", 1, 0, 'r'},        {"steps", 1, 0, 'n'},
-      {"start", 1, 0, 'b'},      {"every", 1, 0, 'e'},      {"world", 1, 0, 'w'},
-      {"layers", 1, 0, 'l'},     {"embd", 1, 0, 'c'},       {"gc-keep", 1, 0, 'g'},
-      {"chunk-mib", 1, 0, 'm'},  {"threads", 1, 0, 't'},    {"catalog", 1, 0, 'C'},
-      {"retry-file", 1, 0, 'R'}, {"full-every", 1, 0, 'F'},
-      {"gc-beside", 1, 0, 'G'},  {0, 0, 0, 0}};
+  static const struct option opts[] = {{"store", 1, 0, 's'},      {"run", 1, 0, 'r'},
+                                       {"steps", 1, 0, 'n'},      {"start", 1, 0, 'b'},
+                                       {"every", 1, 0, 'e'},      {"world", 1, 0, 'w'},
+                                       {"layers", 1, 0, 'l'},     {"embd", 1, 0, 'c'},
+                                       {"gc-keep", 1, 0, 'g'},    {"chunk-mib", 1, 0, 'm'},
+                                       {"threads", 1, 0, 't'},    {"catalog", 1, 0, 'C'},
+                                       {"retry-file", 1, 0, 'R'}, {"full-every", 1, 0, 'F'},
+                                       {"gc-beside", 1, 0, 'G'},  {0, 0, 0, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (ch) {
