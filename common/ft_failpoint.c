@@ -28,6 +28,7 @@ static const struct {
     {"hang_rank", NULL, "hang_at_step"},
     {"hang_in", "compute|data|collective|checkpoint", "hang_at_step"},
     {"hang_gen", NULL, "hang_at_step"},
+    {"hang_gens", NULL, "hang_at_step"},
     {"poison_batch", NULL, NULL},
     {"nan_batch", NULL, NULL},
     {"oom_above_micro", NULL, NULL},
@@ -227,6 +228,8 @@ void ft_failpoint_hang_arm(int node, int rank, uint64_t gen, int64_t step) {
     return;
   if (ft_failpoint("hang_gen", &g) && (g < 0 || (uint64_t)g != gen))
     return; /* another generation: a restarted gang trains on */
+  if (ft_failpoint("hang_gens", &g) && (g < 0 || gen > (uint64_t)g))
+    return; /* past the first g generations */
   const char *in = ft_failpoint_word("hang_in");
   int where = FT_HANG_AFTER;
   for (int i = 0; in && i < (int)(sizeof hang_names / sizeof hang_names[0]); i++)

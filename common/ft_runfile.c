@@ -163,6 +163,7 @@ static const struct field FIELDS[] = {
     F_DBL("watchdog.start_timeout_s", watchdog.start_timeout_s, 0, 3600, LO_OPEN),
     F_DBL("watchdog.collective_timeout_s", watchdog.collective_timeout_s, 0, 86400, LO_OPEN),
     F_DBL("watchdog.progress_timeout_s", watchdog.progress_timeout_s, 0, 86400, LO_OPEN | AUTO_OK),
+    F_DBL("watchdog.storage_backoff_s", watchdog.storage_backoff_s, 0, 3600, 0),
     F_INT("watchdog.loss_spike.window", watchdog.spike_window, 2, 100000),
     F_DBL("watchdog.loss_spike.zscore", watchdog.spike_zscore, 0, 1000, LO_OPEN),
     F_INT("watchdog.loss_spike.min_steps", watchdog.spike_min_steps, 0, 1000000000),
@@ -240,6 +241,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   w->sdc_every = 100;
   w->collective_timeout_s = 30;
   w->progress_timeout_s = 0; /* auto */
+  w->storage_backoff_s = 10;
   w->spike_window = 50;
   w->spike_zscore = 6.0;
   w->spike_min_steps = 20;

@@ -123,6 +123,8 @@ typedef struct ft_watchdog_cfg {
   double progress_timeout_s; /* no progress from every rank this long is a hang
                                 (watchdog/wd_progress.h); 0: auto (the run file's
                                 `auto`: derived from the recent step times) */
+  double storage_backoff_s;  /* a storage hang's wait before the restart, doubled
+                                for each consecutive one (0: restart at once) */
   int spike_window;
   double spike_zscore;
   int spike_min_steps;

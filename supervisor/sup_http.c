@@ -333,6 +333,11 @@ static void metrics_body(struct sup_http *h, struct evbuffer *b) {
         s->last_step_ms * 1e-3);
   gauge(b, "ftsup_generation", "gauge", "The current gang generation.", (double)s->gen);
   gauge(b, "ftsup_restarts_total", "counter", "Recoveries (gang restarts) so far.", s->restarts);
+  gauge(b, "ftsup_waiting_on_storage", "gauge",
+        "1 while a storage hang's restart waits (watchdog.storage_backoff_s), else 0.",
+        s->storage_wait_until_s > 0);
+  gauge(b, "ftsup_storage_hangs", "gauge",
+        "Storage hangs in a row (a step past the last one's resets it).", s->storage_hangs);
   metric(b, "ftsup_nodes", "gauge", "Nodes of the pool by role.");
   int roles[5] = {0};
   for (int n = 0; n < s->nnodes; n++)
@@ -463,6 +468,14 @@ static cJSON *status_json(struct sup_http *h) {
     cJSON_AddNullToObject(o, "val_loss");
   cJSON_AddNumberToObject(o, "tokens_per_s", isfinite(s->last_tps) ? round(s->last_tps) : 0);
   cJSON_AddNumberToObject(o, "restarts", s->restarts);
+  if (s->storage_wait_until_s > 0) { /* a storage hang's wait before the restart */
+    cJSON *w = cJSON_AddObjectToObject(o, "waiting_on_storage");
+    cJSON_AddNumberToObject(w, "attempt", s->storage_hangs);
+    cJSON_AddNumberToObject(w, "wait_s", s->storage_wait_s);
+    double left = s->storage_wait_until_s - ft_now_s();
+    cJSON_AddNumberToObject(w, "retry_in_s", left > 0 ? round(left * 10) / 10 : 0);
+    cJSON_AddNumberToObject(w, "step", (double)s->storage_hang_step);
+  }
   cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
   for (int n = 0; n < s->nnodes; n++) {
     cJSON *x = cJSON_CreateObject();
@@ -974,6 +987,12 @@ static void print_human(const cJSON *o) {
            num(o, "tokens_per_s", 0), num(o, "restarts", 0));
   if (running || isfinite(num(o, "loss", NAN)))
     printf("\n");
+  const cJSON *ws = cJSON_GetObjectItem(o, "waiting_on_storage");
+  if (cJSON_IsObject(ws))
+    printf("  waiting on storage: hang %.0f in a row at step %.0f; restarting in %.0f s (waits "
+           "%.0f s)\n",
+           num(ws, "attempt", 0), num(ws, "step", 0), num(ws, "retry_in_s", 0),
+           num(ws, "wait_s", 0));
   const cJSON *it;
   if (cJSON_GetArraySize(cJSON_GetObjectItem(o, "nodes")) > 0) {
     printf("  nodes:");

@@ -55,6 +55,8 @@
 #define SUP_GRACE_DONE_S 5.0 /* the run is done */
 /* when_no_spares: wait re-plans this often (seconds). */
 #define SUP_WAIT_REPLAN_S 1
+/* the longest wait on storage before a restart (storage_backoff_s doubled) */
+#define SUP_STORAGE_WAIT_MAX_S 600
 /* scontrol drains running at once, at most (one per quarantined node) */
 #define SUP_MAX_DRAINS 32
 
@@ -381,6 +383,17 @@ typedef struct sup {
   wd_prog_rank *prog_ranks;
   int prog_cap;
 
+  /* waiting on storage (sup_recovery.c, storage_wait): a storage hang
+   * (every rank stuck in a data read or a checkpoint write) is not
+   * restarted into at once: the plan waits watchdog.storage_backoff_s,
+   * doubled for each consecutive one (storage_hangs, reset by a step past
+   * storage_hang_step, where the last one stalled), at most
+   * SUP_STORAGE_WAIT_MAX_S */
+  int storage_hangs;
+  int64_t storage_hang_step;
+  double storage_wait_s;       /* this round's wait; 0: none */
+  double storage_wait_until_s; /* its end (ft_now_s) once started; 0: not started */
+
   /* the recovery in progress */
   double t_detect_s, t_stopped_s;
   int64_t fault_last_step;
@@ -504,6 +517,8 @@ int sup_recovery_start(sup *s);
 /* Called when a worker's HELLO was accepted / its first STEP came. */
 void sup_recovery_hello(sup *s, sup_worker *w);
 void sup_recovery_first_step(sup *s, int64_t step);
+/* Every STEP: a step past the last storage hang's ends its streak. */
+void sup_recovery_step_done(sup *s, int64_t step);
 /* A fault. node -1: no node blamed; blame: enum sup_blame. */
 void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
                         int blame);

@@ -98,6 +98,8 @@
  *    rate limiting left some out; worker_launched carries role;
  *    run_interrupted {signal, gen, last_step} on SIGINT/SIGTERM;
  *    waiting_for_spare {reason} once when when_no_spares: wait blocks;
+ *    waiting_on_storage {attempt, wait_s, step} and storage_retry
+ *    {attempt, waited_s} around a storage hang's wait (sup_recovery.c);
  *    generation_started carries the skip list; worker_launched,
  *    fault_detected, node_quarantined and straggler carry "host" when the
  *    run has a host list (nodes.hosts or the Slurm allocation). The

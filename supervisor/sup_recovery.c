@@ -1054,7 +1054,74 @@ static void quarantine(sup *s, int n) {
     drain_start(s, n);
 }
 
+/* ---- waiting on storage ------------------------------------------------------
+ *
+ * A storage hang (every rank stuck in a data read or a checkpoint write,
+ * fault storage_hang, nobody blamed) is the store's or the data path's, not
+ * the nodes': a gang relaunched at once would stall in the same read. So
+ * the plan after it waits first (WAITING; event waiting_on_storage {attempt,
+ * wait_s, step}; /status "waiting_on_storage", metric
+ * ftsup_waiting_on_storage), watchdog.storage_backoff_s for the first,
+ * doubled for each consecutive one (at most SUP_STORAGE_WAIT_MAX_S), then
+ * relaunches (storage_retry {attempt, waited_s}). A step past the one the
+ * last hang stalled at ends the streak (sup_recovery_step_done). Each
+ * storage hang is still a round: recovery.max_restarts bounds them. */
+
+static void storage_hang_noted(sup *s) {
+  double base = s->rf.watchdog.storage_backoff_s;
+  s->storage_hangs++;
+  s->storage_hang_step = s->last_step;
+  if (base <= 0)
+    return;
+  double cap = base > SUP_STORAGE_WAIT_MAX_S ? base : SUP_STORAGE_WAIT_MAX_S, w = base;
+  for (int k = 1; k < s->storage_hangs && w < cap; k++)
+    w *= 2;
+  s->storage_wait_s = w < cap ? w : cap;
+  s->storage_wait_until_s = 0;
+}
+
+/* 1: the plan waits (WAITING, the waitpoll timer set); 0: go on. */
+static int storage_wait(sup *s) {
+  if (s->storage_wait_s <= 0)
+    return 0;
+  double now = ft_now_s();
+  if (s->storage_wait_until_s <= 0) {
+    s->storage_wait_until_s = now + s->storage_wait_s;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "attempt", s->storage_hangs);
+    cJSON_AddNumberToObject(f, "wait_s", s->storage_wait_s);
+    cJSON_AddNumberToObject(f, "step", (double)s->storage_hang_step);
+    sup_events_emit(s->ev, "waiting_on_storage", f,
+                    "storage hang %d in a row (at step %" PRId64
+                    "): waiting %.0f s before the restart (watchdog.storage_backoff_s, doubled "
+                    "each time)",
+                    s->storage_hangs, s->storage_hang_step, s->storage_wait_s);
+  }
+  double left = s->storage_wait_until_s - now;
+  if (left <= 0) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "attempt", s->storage_hangs);
+    cJSON_AddNumberToObject(f, "waited_s", s->storage_wait_s);
+    sup_events_emit(s->ev, "storage_retry", f, "waited %.0f s on storage: restarting (attempt %d)",
+                    s->storage_wait_s, s->storage_hangs);
+    s->storage_wait_s = 0;
+    s->storage_wait_until_s = 0;
+    return 0;
+  }
+  s->rphase = SUP_RP_WAITING;
+  struct timeval tv = {(long)left, (long)((left - (double)(long)left) * 1e6)};
+  evtimer_add(s->waitpoll, &tv);
+  return 1;
+}
+
+void sup_recovery_step_done(sup *s, int64_t step) {
+  if (s->storage_hangs && step > s->storage_hang_step)
+    s->storage_hangs = 0;
+}
+
 static void plan_and_launch_t(sup *s) {
+  if (storage_wait(s))
+    return;
   int faulty[SUP_MAX_NODES] = {0}, spares[SUP_MAX_NODES], nsp = 0;
   for (int n = 0; n < s->nnodes; n++)
     faulty[n] = s->nodes[n].faulty;
@@ -1288,6 +1355,8 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
     persist_notes(s); /* the chaos fault fired: never again in this run */
   if (nd && (nd->faulty || nd->counted))
     rejoin_fallback(s, node, "blamed for a fault while rejoining");
+  if (!strcmp(kind, "storage_hang"))
+    storage_hang_noted(s);
   if (joining)
     return;
 

@@ -809,6 +809,7 @@ static void chaos_kill(sup *s, int n, int64_t step, const char *what) {
 static void on_step(sup *s, const ft_msg *m) {
   int64_t step = m->step.step;
   s->last_step = step;
+  sup_recovery_step_done(s, step);
   s->last_loss = m->step.loss;
   s->last_tps = m->step.tokens_per_s;
   s->last_step_ms = m->step.step_ms;

@@ -75,7 +75,7 @@ if(TARGET supervise)
   # one rank behind (its node quarantined, a spare), a collective timeout
   # attributed to the rank behind it, every rank in compute (gang), every
   # rank in a data read (storage); each run finishes.
-  foreach(part behind coll gang storage)
+  foreach(part behind coll gang storage storage2)
     ft_add_script_test(NAME sup_hang_watchdog_${part}
                        COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_hang_watchdog.sh ${part}
                        LABELS integration TIMEOUT 150)

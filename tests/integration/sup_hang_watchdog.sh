@@ -15,13 +15,20 @@
 #   gang     every rank hangs in compute: class gang, a restart with
 #            nobody blamed, nothing quarantined
 #   storage  every rank hangs in a data read (hang_in=data): class storage,
-#            a restart with nobody blamed, nothing quarantined
+#            a restart with nobody blamed, nothing quarantined, after
+#            waiting on storage (watchdog.storage_backoff_s, default 10 s:
+#            events waiting_on_storage then storage_retry)
+#   storage2 the same data read hangs in generations 1 and 2 (hang_gens=2),
+#            storage_backoff_s 3: the supervisor does not restart into the
+#            stall at once: it waits 3 s, then 6 s (doubled), saying so in
+#            `supervise status` and /metrics (ftsup_waiting_on_storage 1)
+#            while it waits; generation 3 finishes the run
 # On the main before the watchdog was wired (progress shown, not judged),
 # behind/gang/storage time out here (the supervisor waits forever, or
 # until the collective timeout blames nobody) and coll blames nobody.
 . "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
-PART=${1:?usage: sup_hang_watchdog.sh behind|coll|gang|storage}
+PART=${1:?usage: sup_hang_watchdog.sh behind|coll|gang|storage|storage2}
 synth_data "$TMP"
 W=$FT_BIN/worker
 S=8
@@ -50,19 +57,69 @@ storage)
   ARGS+=(--spares 0 --set watchdog.progress_timeout_s=5)
   CLASS=storage TRIGGER=deadline KIND=storage_hang
   ;;
+storage2)
+  FP=hang_at_step=$S,hang_gens=2,min_step_ms=20,hang_in=data
+  ARGS+=(--spares 0 --set watchdog.progress_timeout_s=5 --set watchdog.storage_backoff_s=3)
+  CLASS=storage TRIGGER=deadline KIND=storage_hang
+  ;;
 *) fail "unknown part $PART" ;;
 esac
 ST=$TMP/st
 rc=0
 FT_FAILPOINTS=$FP timeout 100 "$FT_BIN/supervise" --state "$ST" "${ARGS[@]}" \
-  "$FT_SRC/examples/demo.yaml" >"$ST.out" 2>&1 || rc=$?
+  "$FT_SRC/examples/demo.yaml" >"$ST.out" 2>&1 &
+SUP=$!
+# what an operator sees while the supervisor waits on storage: status and
+# the metric, polled for as long as the run lasts
+: >"$TMP/seen"
+while kill -0 $SUP 2>/dev/null; do
+  if [ -s "$ST/http.addr" ]; then
+    { "$FT_BIN/supervise" status "$ST" 2>/dev/null | grep "waiting on storage" >>"$TMP/seen"; } || true
+    { curl -s -m 2 "http://$(cat "$ST/http.addr" 2>/dev/null)/metrics" 2>/dev/null |
+      grep '^ftsup_waiting_on_storage 1' >>"$TMP/seen"; } || true
+  fi
+  sleep 0.2
+done
+wait $SUP || rc=$?
 [ $rc = 0 ] || { tail -n 30 "$ST.out"; fail "supervise exited $rc, want 0 (124: it never recovered)"; }
 grep -q "failpoint hang_at_step=$S" "$ST"/logs/node*.log ||
   fail "no worker hung (the failpoint did not fire)"
-python3 - "$ST/events.jsonl" "$PART" "$CLASS" "$TRIGGER" "$KIND" <<'PY' || fail "events (above)"
+python3 - "$ST/events.jsonl" "$PART" "$CLASS" "$TRIGGER" "$KIND" "$TMP/seen" <<'PY' || fail "events (above)"
 import json, sys
-path, part, cls, trigger, kind = sys.argv[1:6]
+path, part, cls, trigger, kind, seen = sys.argv[1:7]
 ev = [json.loads(l) for l in open(path)]
+waits = [e for e in ev if e["event"] == "waiting_on_storage"]
+retries = [e for e in ev if e["event"] == "storage_retry"]
+print("waiting_on_storage:", [(w["attempt"], w["wait_s"]) for w in waits])
+if part == "storage2":
+    # two storage hangs in a row: waits of 3 s then 6 s, each before the
+    # next generation starts, none while a gang trains
+    hangs = [e for e in ev if e["event"] == "progress_hang"]
+    faults = [e for e in ev if e["event"] == "fault_detected"]
+    assert [h["class"] for h in hangs] == ["storage", "storage"], hangs
+    assert [f["kind"] for f in faults] == ["storage_hang"] * 2, faults
+    assert not any(f["blamed"] for f in faults), faults
+    assert [(w["attempt"], w["wait_s"]) for w in waits] == [(1, 3), (2, 6)], waits
+    assert [(r["attempt"], r["waited_s"]) for r in retries] == [(1, 3), (2, 6)], retries
+    names = [e["event"] for e in ev if e["event"] in
+             ("fault_detected", "waiting_on_storage", "storage_retry", "generation_started")]
+    want = ["generation_started", "fault_detected", "waiting_on_storage", "storage_retry",
+            "generation_started", "fault_detected", "waiting_on_storage", "storage_retry",
+            "generation_started"]
+    assert names == want, names
+    assert not any(e["event"] == "node_quarantined" for e in ev)
+    assert any(e["event"] == "run_done" for e in ev), "no run_done"
+    s = open(seen).read()
+    assert "waiting on storage: hang 1 in a row" in s or "waiting on storage: hang 2 in a row" in s, \
+        "supervise status never said it was waiting on storage: " + s
+    assert "ftsup_waiting_on_storage 1" in s, "/metrics never showed ftsup_waiting_on_storage 1"
+    print("ok: waited 3 s then 6 s on storage; status and /metrics said so")
+    sys.exit(0)
+if cls == "storage":
+    assert [(w["attempt"], w["wait_s"]) for w in waits] == [(1, 10)], waits
+    assert [r["attempt"] for r in retries] == [1], retries
+else:
+    assert not waits and not retries, (waits, retries)
 hangs = [e for e in ev if e["event"] == "progress_hang"]
 faults = [e for e in ev if e["event"] == "fault_detected"]
 quar = [e for e in ev if e["event"] == "node_quarantined"]
