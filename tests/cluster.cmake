@@ -12,7 +12,7 @@ ft_add_script_test(NAME cluster_sbatch_doc COMMAND bash ${CMAKE_CURRENT_SOURCE_D
                    LABELS cluster TIMEOUT 240)
 set_tests_properties(cluster_sbatch_doc PROPERTIES RESOURCE_LOCK cluster)
 # Cluster chaos (issue 13): faults injected into runs under the slurm launcher.
-foreach(t chaos_power chaos_cut chaos_head chaos_slow doctor_links)
+foreach(t chaos_power chaos_cut chaos_head chaos_slow chaos_hang doctor_links)
   ft_add_script_test(NAME cluster_${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/${t}.sh
                      LABELS cluster TIMEOUT 300)
   set_tests_properties(cluster_${t} PROPERTIES RESOURCE_LOCK cluster)
