@@ -79,6 +79,9 @@ print([e for e in ev if e["event"] == "worker_launched" and e.get("role") == "ac
 kill -KILL "$pid"
 n=$(wait_q 'ftsup_faults_total{kind="process_exit"}' 'v >= 1' 40)
 [ "$n" = 1 ] || fail "ftsup_faults_total{kind=\"process_exit\"} is $n, want 1"
+# the new generation's first step (the histogram counts it); a step
+# above s1 alone could still be the old gang's, scraped before the kill
+wait_q 'ftsup_recovery_seconds_count' 'v >= 1' 60 >/dev/null
 s2=$(wait_q 'ftsup_step' "v > $s1" 40)
 wait_q 'ftsup_restarts_total' 'v == 1' 20 >/dev/null
 pass "Prometheus scraped the run: step $s1 -> $s2, faults_total{kind=process_exit} = $n, restarts 1"
