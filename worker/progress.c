@@ -12,6 +12,19 @@
  *           s1 is even, else read again.
  * If the reader saw any store of a write, the fences order that write's
  * odd seq before its second load, so s2 != s1.
+ *
+ * The ring of the last changes (progress_ring): change number k (from 1)
+ * goes to slot k % PROGRESS_RING_LEN, written inside the record's write
+ * (so writers are already excluded from each other) as its own seqlock:
+ *   writer  slot.seq = 0 (relaxed), release fence, relaxed stores of the
+ *           fields, slot.seq = k (release), then head = k (release);
+ *   reader  h = head (acquire); for k = h, h-1, ...: s1 = slot.seq
+ *           (acquire), relaxed loads, acquire fence, s2 = slot.seq
+ *           (relaxed); the entry is change k iff s1 == s2 == k.
+ * A slot's sequence only takes 0 and ever larger change numbers, so a
+ * reader that saw any store of a later write sees s2 != k. The reader
+ * never retries: a slot being written (by a thread the reader interrupted,
+ * in a signal handler) or reused ends its list.
  */
 #include "progress.h"
 
@@ -21,6 +34,14 @@
 
 #include "ft_clock.h"
 
+typedef struct ring_slot {
+  _Atomic uint64_t seq; /* the change's number (from 1); 0 while written */
+  _Atomic uint32_t phase;
+  _Atomic int64_t step;
+  _Atomic uint64_t coll_seq;
+  _Atomic uint64_t at_ns;
+} ring_slot;
+
 struct progress_store {
   _Atomic uint64_t seq;
   _Atomic uint32_t phase;
@@ -28,6 +49,8 @@ struct progress_store {
   _Atomic uint64_t coll_seq;
   _Atomic uint64_t changed_ns;
   _Atomic uint64_t retries;
+  _Atomic uint64_t head; /* changes kept in the ring so far */
+  ring_slot ring[PROGRESS_RING_LEN];
 };
 
 static progress_store g_prog; /* the process's, set up by its first user */
@@ -46,12 +69,30 @@ static uint64_t write_begin(progress_store *p) {
   return s;
 }
 
-static void write_end(progress_store *p, uint64_t s) {
-  atomic_store_explicit(&p->seq, s + 2, memory_order_release);
-}
-
 #define LD(f) atomic_load_explicit(&p->f, memory_order_relaxed)
 #define ST(f, v) atomic_store_explicit(&p->f, (v), memory_order_relaxed)
+
+/* The record as it now is, into the ring's next slot (inside a write). */
+static void ring_push(progress_store *p) {
+  uint64_t k = LD(head) + 1;
+  ring_slot *e = &p->ring[k % PROGRESS_RING_LEN];
+  atomic_store_explicit(&e->seq, 0, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&e->phase, LD(phase), memory_order_relaxed);
+  atomic_store_explicit(&e->step, LD(step), memory_order_relaxed);
+  atomic_store_explicit(&e->coll_seq, LD(coll_seq), memory_order_relaxed);
+  atomic_store_explicit(&e->at_ns, LD(changed_ns), memory_order_relaxed);
+  atomic_store_explicit(&e->seq, k, memory_order_release);
+  atomic_store_explicit(&p->head, k, memory_order_release);
+}
+
+/* Ends a write; changed: the record changed (its new state goes to the
+ * ring). */
+static void write_end(progress_store *p, uint64_t s, int changed) {
+  if (changed)
+    ring_push(p);
+  atomic_store_explicit(&p->seq, s + 2, memory_order_release);
+}
 
 void progress_store_write(progress_store *p, const progress_rec *r) {
   uint64_t s = write_begin(p);
@@ -59,27 +100,60 @@ void progress_store_write(progress_store *p, const progress_rec *r) {
   ST(step, r->step);
   ST(coll_seq, r->coll_seq);
   ST(changed_ns, r->changed_ns);
-  write_end(p, s);
+  write_end(p, s, 1);
+}
+
+/* One attempt at a whole copy: 0, or -1 (a write in flight or under way). */
+static int read_once(progress_store *p, progress_rec *out) {
+  uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
+  if (s1 & 1)
+    return -1;
+  uint32_t ph = LD(phase);
+  int64_t step = LD(step);
+  uint64_t cs = LD(coll_seq), ch = LD(changed_ns);
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&p->seq, memory_order_relaxed) != s1)
+    return -1;
+  out->phase = (ft_phase)ph;
+  out->step = step;
+  out->coll_seq = cs;
+  out->changed_ns = ch;
+  return 0;
 }
 
 void progress_store_read(progress_store *p, progress_rec *out) {
-  for (;;) {
-    uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
-    if (!(s1 & 1)) {
-      uint32_t ph = LD(phase);
-      int64_t step = LD(step);
-      uint64_t cs = LD(coll_seq), ch = LD(changed_ns);
-      atomic_thread_fence(memory_order_acquire);
-      if (atomic_load_explicit(&p->seq, memory_order_relaxed) == s1) {
-        out->phase = (ft_phase)ph;
-        out->step = step;
-        out->coll_seq = cs;
-        out->changed_ns = ch;
-        return;
-      }
-    }
+  while (read_once(p, out))
     atomic_fetch_add_explicit(&p->retries, 1, memory_order_relaxed);
+}
+
+int progress_store_try_read(progress_store *p, progress_rec *out) {
+  /* a few tries: another thread's write takes nanoseconds; one this thread
+   * was interrupted in (a signal handler) never ends while we look */
+  for (int i = 0; i < 4; i++)
+    if (atomic_load_explicit(&p->seq, memory_order_relaxed) > 0 && !read_once(p, out))
+      return 0;
+  return -1;
+}
+
+int progress_store_ring(progress_store *p, progress_rec *out, int max) {
+  uint64_t h = atomic_load_explicit(&p->head, memory_order_acquire);
+  int n = 0;
+  for (uint64_t k = h; k > 0 && n < max && n < PROGRESS_RING_LEN; k--) {
+    ring_slot *e = &p->ring[k % PROGRESS_RING_LEN];
+    if (atomic_load_explicit(&e->seq, memory_order_acquire) != k)
+      break;
+    progress_rec r = {
+        .phase = (ft_phase)atomic_load_explicit(&e->phase, memory_order_relaxed),
+        .step = atomic_load_explicit(&e->step, memory_order_relaxed),
+        .coll_seq = atomic_load_explicit(&e->coll_seq, memory_order_relaxed),
+        .changed_ns = atomic_load_explicit(&e->at_ns, memory_order_relaxed),
+    };
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&e->seq, memory_order_relaxed) != k)
+      break;
+    out[n++] = r;
   }
+  return n;
 }
 
 uint64_t progress_store_retries(progress_store *p) {
@@ -118,7 +192,7 @@ void progress_generation(void) {
   ST(step, -1);
   ST(coll_seq, 0);
   ST(changed_ns, ft_now_ns());
-  write_end(p, s);
+  write_end(p, s, 1);
 }
 
 /* The phase becomes to (a change of the record) when it is from, or when
@@ -127,11 +201,12 @@ static void set_phase(int any, ft_phase from, ft_phase to) {
   progress_store *p = proc();
   uint64_t s = write_begin(p);
   uint32_t now = LD(phase);
-  if (now != (uint32_t)to && (any || now == (uint32_t)from)) {
+  int changed = now != (uint32_t)to && (any || now == (uint32_t)from);
+  if (changed) {
     ST(phase, (uint32_t)to);
     ST(changed_ns, ft_now_ns());
   }
-  write_end(p, s);
+  write_end(p, s, changed);
 }
 
 void progress_phase(ft_phase phase) {
@@ -145,12 +220,13 @@ void progress_phase_if(ft_phase from, ft_phase to) {
 void progress_step_done(int64_t step, ft_phase phase) {
   progress_store *p = proc();
   uint64_t s = write_begin(p);
-  if (LD(phase) != (uint32_t)phase || LD(step) != step) {
+  int changed = LD(phase) != (uint32_t)phase || LD(step) != step;
+  if (changed) {
     ST(phase, (uint32_t)phase);
     ST(step, step);
     ST(changed_ns, ft_now_ns());
   }
-  write_end(p, s);
+  write_end(p, s, changed);
 }
 
 static ft_phase coll_begin(int count) {
@@ -161,7 +237,7 @@ static ft_phase coll_begin(int count) {
   if (count)
     ST(coll_seq, LD(coll_seq) + 1);
   ST(changed_ns, ft_now_ns());
-  write_end(p, s);
+  write_end(p, s, 1);
   return before;
 }
 
@@ -178,7 +254,7 @@ void progress_coll_end(ft_phase before) {
   uint64_t s = write_begin(p);
   ST(phase, (uint32_t)before);
   ST(changed_ns, ft_now_ns());
-  write_end(p, s);
+  write_end(p, s, 1);
 }
 
 void progress_coll_count(void) {
@@ -186,7 +262,7 @@ void progress_coll_count(void) {
   uint64_t s = write_begin(p);
   ST(coll_seq, LD(coll_seq) + 1);
   ST(changed_ns, ft_now_ns());
-  write_end(p, s);
+  write_end(p, s, 1);
 }
 
 ft_phase progress_phase_get(void) {
@@ -197,6 +273,16 @@ ft_phase progress_phase_get(void) {
 
 void progress_read(progress_rec *out) {
   progress_store_read(proc(), out);
+}
+
+/* Not through proc(): pthread_once is no async-signal-safe call. A record
+ * never written has seq 0 and an empty ring, which both readers report. */
+int progress_try_read(progress_rec *out) {
+  return progress_store_try_read(&g_prog, out);
+}
+
+int progress_ring(progress_rec *out, int max) {
+  return progress_store_ring(&g_prog, out, max);
 }
 
 uint32_t progress_age_ms(const progress_rec *r, uint64_t now_ns) {

@@ -21,9 +21,19 @@
  * record is free of data races in the C11 sense (TSan-clean), not only
  * "probably fine".
  *
- * Cost: a write is two atomic read-modify-writes, four relaxed stores and
- * one clock_gettime(CLOCK_MONOTONIC), about 30 ns: a handful per micro-batch
- * and one per collective.
+ * The last PROGRESS_RING_LEN changes are kept too (progress_ring), for the
+ * evidence a hung worker leaves in its log before it is killed
+ * (worker/stackdump.h): each change of the record, inside the same write,
+ * fills the next slot of a ring. Each slot is a seqlock of its own whose
+ * sequence is the change's number, so a reader never waits: a slot being
+ * written, or already reused, is skipped. That makes the ring (and
+ * progress_try_read) safe in a signal handler, even one that interrupted
+ * a write on the writer's own thread, where a retrying reader would spin
+ * forever.
+ *
+ * Cost: a write is two atomic read-modify-writes, about ten relaxed stores
+ * and one clock_gettime(CLOCK_MONOTONIC), about 30 ns: a handful per
+ * micro-batch and one per collective.
  */
 #ifndef FT_PROGRESS_H
 #define FT_PROGRESS_H
@@ -71,6 +81,19 @@ ft_phase progress_phase_get(void);
 /* A consistent copy of the record (never torn); lock-free, any thread. */
 void progress_read(progress_rec *out);
 
+/* The same without waiting: 0 and a whole copy, or -1 when a write is in
+ * flight (or none was ever made). Async-signal-safe. */
+int progress_try_read(progress_rec *out);
+
+/* The last changes of the record kept (the ring's length). */
+#define PROGRESS_RING_LEN 32
+/* Copies up to max (at most PROGRESS_RING_LEN) of the record's last
+ * changes, newest first, each as the record became (changed_ns: when);
+ * returns how many. A slot caught mid-write (a write reusing the oldest)
+ * ends the list there. Never waits, never allocates: async-signal-safe, on
+ * any thread. */
+int progress_ring(progress_rec *out, int max);
+
 /* The same over a record of one's own (tests): a progress_store is what the
  * process record is made of. */
 typedef struct progress_store progress_store;
@@ -79,6 +102,8 @@ void progress_store_free(progress_store *p);
 /* Writes a whole record (phase, step, coll_seq, changed_ns as given). */
 void progress_store_write(progress_store *p, const progress_rec *r);
 void progress_store_read(progress_store *p, progress_rec *out);
+int progress_store_try_read(progress_store *p, progress_rec *out);
+int progress_store_ring(progress_store *p, progress_rec *out, int max);
 /* Retries readers needed since creation (a test's proof they raced writes). */
 uint64_t progress_store_retries(progress_store *p);
 
