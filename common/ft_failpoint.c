@@ -242,7 +242,9 @@ void ft_failpoint_hang_arm(int node, int rank, uint64_t gen, int64_t step) {
   }
 }
 
-void ft_failpoint_hang_here(ft_hang_where where) {
+/* Never inlined: its name is the frame a hung worker's stack shows
+ * (worker/stackdump.h), which the hang tests look for. */
+__attribute__((noinline)) void ft_failpoint_hang_here(ft_hang_where where) {
   if (hang_armed != 1 + (int)where)
     return;
   int64_t at = 0;

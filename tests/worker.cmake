@@ -34,6 +34,11 @@ ft_add_test(NAME test_shardmap SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_shard
             LIBS ftworker LABELS unit TIMEOUT 60)
 ft_add_test(NAME test_sdc SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_sdc.c LIBS ftworker
             LABELS unit TIMEOUT 60)
+# a hung worker's evidence: the training thread's stack on SIGUSR1, also
+# with a SIGTERM right behind it; -rdynamic as the worker, for the names
+ft_add_test(NAME test_stackdump SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_stackdump.c
+            LIBS ftworker LABELS unit TIMEOUT 60)
+set_target_properties(test_stackdump PROPERTIES ENABLE_EXPORTS ON)
 # Configuration and data errors under the supervisor (the real worker and
 # the fake one): the run fails with the workers' message, no node blamed.
 if(TARGET supervise AND TARGET fake_worker)

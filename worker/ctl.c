@@ -8,8 +8,10 @@
  * Failure model: the supervisor is the only authority. Anything that makes
  * the connection unusable (EOF, a read error, a malformed frame, silence
  * longer than the heartbeat timeout) ends the process with FT_EXIT_LOST;
- * a STOP ends it with FT_EXIT_OK. Exits use _exit after flushing
- * stdio, so no atexit handler races the training thread.
+ * a STOP ends it with FT_EXIT_OK, on the training thread after a stack
+ * dump the supervisor asked for just before (stackdump_exit). Exits use
+ * _exit after flushing stdio, so no atexit handler races the training
+ * thread.
  */
 #include "ctl.h"
 
@@ -32,6 +34,7 @@
 #include "ft_net.h"
 #include "ft_wire.h"
 #include "progress.h"
+#include "stackdump.h"
 
 typedef struct kv_entry {
   struct kv_entry *next;
@@ -259,7 +262,8 @@ static void *reader_main(void *arg) {
               ft_stop_reason_name(m.stop.reason), m.stop.detail && *m.stop.detail ? ": " : "",
               m.stop.detail ? m.stop.detail : "");
       fflush(NULL);
-      _exit(FT_EXIT_OK);
+      /* after a hung worker's stack, asked for just before (stackdump.h) */
+      stackdump_exit(FT_EXIT_OK);
     case FT_MSG_HEARTBEAT: /* the echo of our last beat times the control link */
       if (m.heartbeat.seq == c->hb_seq && c->hb_sent_ns) {
         uint64_t us = (c->last_rx_ns - c->hb_sent_ns) / 1000u;

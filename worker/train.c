@@ -57,6 +57,7 @@
 #include "progress.h"
 #include "sdc.h"
 #include "snap.h"
+#include "stackdump.h"
 #include "wdog.h"
 
 double train_lr(const ft_train_cfg *t, int64_t s) {
@@ -627,6 +628,7 @@ static int join_gang(trainer *t) {
   }
   t->assign_ns = ft_now_ns();
   t->rank = t->a.rank;
+  stackdump_set_rank(t->rank);
   t->world = t->a.world;
   t->restore_step = t->a.restore_step;
   comm_kv kv = ctl_kv(o->ctl);
@@ -682,6 +684,7 @@ static int phase_gang(trainer *t) {
     /* Several standalone processes meeting through a folder (tests, debugging). */
     comm_kv kv;
     t->rank = o->rank;
+    stackdump_set_rank(t->rank);
     t->world = o->world;
     comm_opts co = {.rank = t->rank,
                     .world = t->world,

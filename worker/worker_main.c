@@ -28,6 +28,7 @@
 #include "ft_opts.h"
 #include "ft_version.h"
 #include "kernels.h"
+#include "stackdump.h"
 #include "train.h"
 
 static void usage(FILE *f) {
@@ -100,6 +101,10 @@ static void usage(FILE *f) {
              "  worker --standalone examples/demo.yaml --store local:/tmp/st --ckpt-every 10\n"
              "  worker --standalone examples/demo.yaml --store local:/tmp/st --resume\n"
              "  worker --doctor --json        # on two nodes: the compute hashes must match\n"
+             "\n"
+             "signals:\n"
+             "  SIGUSR1   write the training thread's stack and its last progress to stderr\n"
+             "            and go on (supervise asks a hung worker before it stops it)\n"
              "\n"
              "exit codes:\n"
              "  0 done (or stopped by the supervisor)   1 training failed (non-finite loss,\n"
@@ -591,6 +596,12 @@ int main(int argc, char **argv) {
     }
     token = tokbuf;
   }
+  /* this (main) thread trains: SIGUSR1 writes its stack to the log (the
+   * supervisor asks it, tgkill to the process's main thread, before it
+   * stops a hung worker); before the first thread starts and before
+   * HELLO, after which the supervisor may ask */
+  if (stackdump_init(connect_to ? (int)node : -1, connect_to ? (int)slot : -1))
+    fprintf(stderr, "worker: no stack dumps on SIGUSR1: %s\n", strerror(errno));
   if (connect_to)
     threads = gang_threads(threads, &rf, node, slot);
   if (threads)
