@@ -512,6 +512,9 @@ void sup_event_checkpoint_failed(sup *s, int64_t step, int rank, int missing, co
 void sup_event_mark_failed(sup *s, int64_t step, const char *mark, const char *why);
 
 /* ---- sup_recovery.c ----------------------------------------------------- */
+/* The log node n's worker j writes to, STATE/logs/... (with one process
+ * per node, the slurm and command launchers', the node's). */
+void sup_node_log_path(const sup *s, int n, int j, char *buf, size_t size);
 /* Launches every node, forms the first gang (STARTING). */
 int sup_recovery_start(sup *s);
 /* Called when a worker's HELLO was accepted / its first STEP came. */

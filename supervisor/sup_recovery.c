@@ -343,7 +343,7 @@ static int local_threads(const sup *s) {
 
 /* Where node n's worker j writes (the slurm and command launchers' one
  * process for the node: the node's). */
-static void node_log_path(const sup *s, int n, int j, char *buf, size_t size) {
+void sup_node_log_path(const sup *s, int n, int j, char *buf, size_t size) {
   if (s->node_step)
     snprintf(buf, size, "%s/logs/node%d.log", s->state_dir, n);
   else
@@ -367,7 +367,7 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
                        .token_stdin = s->ssh_launcher};
   char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL;
   char log[4200];
-  node_log_path(s, n, j, log, sizeof log);
+  sup_node_log_path(s, n, j, log, sizeof log);
   if (!argv)
     return ft_err_set(FT_ENOMEM, "out of memory");
   int rc = FT_OK;
@@ -1685,7 +1685,7 @@ static void prepare_logs(sup *s) {
   for (int i = 0; i < s->nlaunch_q; i++)
     for (int j = 0; j < per; j++, k++) {
       char log[4200];
-      node_log_path(s, s->launch_q[i], j, log, sizeof log);
+      sup_node_log_path(s, s->launch_q[i], j, log, sizeof log);
       if (!(paths[k] = strdup(log))) { /* all or none: launch i waits for path i */
         while (k--)
           free(paths[k]);
@@ -1830,7 +1830,7 @@ static sup_worker *worker_by_pid(sup *s, pid_t pid) {
 /* The last non-empty line of a worker's log, into out. */
 static void log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
   char path[4200], line[512];
-  node_log_path(s, w->node, w->slot, path, sizeof path); /* node_step: slots labelled */
+  sup_node_log_path(s, w->node, w->slot, path, sizeof path); /* node_step: slots labelled */
   out[0] = 0;
   FILE *f = fopen(path, "r");
   if (!f)

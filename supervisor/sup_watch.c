@@ -23,7 +23,10 @@
  *     progress record (HEARTBEAT phase, collective count, step, age), on
  *     the tick while the gang trains (sup_watch_progress): event
  *     "progress_hang"; behind/rendezvous -> "hang" on the culprits' nodes
- *     (quarantine), storage/network/gang -> a restart, nobody blamed;
+ *     (quarantine), storage/network/gang -> a restart, nobody blamed.
+ *     Before that stop, the stuck workers (the culprits, or the whole
+ *     gang) are asked for their training thread's stack, which each
+ *     writes to its log, and the event names those logs (hang_evidence);
  *   - stragglers: wd_straggler over every rank's step_ms, once every rank
  *     has reported a step; events "straggler" / "straggler_cleared" (cause
  *     "compute"), report only;
@@ -76,6 +79,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static void links_reset(sup *s);
 
@@ -775,13 +780,63 @@ static double round3(double x) {
   return isfinite(x) ? round(x * 1000) / 1000 : -1;
 }
 
+#define HANG_LOGS_MAX 64 /* log paths in one progress_hang event */
+
+/* Evidence for the operator, before the recovery stops the hung workers:
+ * adds to f the logs of the ranks[0..nr) ("logs", the first
+ * HANG_LOGS_MAX, then "logs_omitted"), and asks each such worker for its
+ * training thread's stack, which it writes to that log ("stacks_asked":
+ * how many were asked). The request is SIGUSR1 to the worker's main
+ * thread, which is its training thread (tgkill(pid, pid):
+ * worker/stackdump.c says why not to the process). Only a worker we
+ * launched ourselves can be signalled (the local launcher: its HELLO's
+ * pid is the process we started); with the command, ssh and slurm
+ * launchers the pid is sh's, ssh's or srun's, on which SIGUSR1 would be
+ * fatal, so no stack is asked for there. A signal never blocks the loop;
+ * the worker ends its dump before it obeys the STOP and SIGTERM that
+ * follow. Returns the number of logs, the first one's path in first, the
+ * number asked in *asked_out. */
+static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first, size_t flen,
+                         int *asked_out) {
+  const wd_prog_rank *rk = s->prog_ranks;
+  cJSON *logs = cJSON_AddArrayToObject(f, "logs");
+  int nlogs = 0, omitted = 0, asked = 0;
+  char path[4200], last[4200] = "";
+  first[0] = 0;
+  for (int i = 0; i < nr; i++) {
+    int r = ranks[i], node = rk[r].node, slot = r % s->G;
+    sup_worker *w = &s->nodes[node].w[slot];
+    sup_node_log_path(s, node, slot, path, sizeof path);
+    if (strcmp(path, last)) { /* one process per node: its slots share a log */
+      snprintf(last, sizeof last, "%s", path);
+      if (nlogs < HANG_LOGS_MAX) {
+        cJSON_AddItemToArray(logs, cJSON_CreateString(path));
+        if (!nlogs++)
+          snprintf(first, flen, "%s", path);
+      } else {
+        omitted++;
+      }
+    }
+    if (!s->command_launcher && w->alive && w->hello && w->pid > 0 &&
+        syscall(SYS_tgkill, w->pid, w->pid, SIGUSR1) == 0)
+      asked++;
+  }
+  if (omitted)
+    cJSON_AddNumberToObject(f, "logs_omitted", omitted);
+  cJSON_AddNumberToObject(f, "stacks_asked", asked);
+  *asked_out = asked;
+  return nlogs + omitted;
+}
+
 /* Event progress_hang {class, phase, trigger, deadline_s, stuck_s, coll_seq,
  * culprits [{rank, node, slot}], nodes, action, why, gen, step, ranks
  * [{rank, node, slot, in_gen, phase, coll_seq, step, stuck_s}] (the first
- * 64)}, then the recovery the class calls for: behind and rendezvous ->
- * fault "hang" on each culprit node (SUP_BLAME_NODE: quarantined, a spare
- * takes its place); storage, network, gang -> a restart in place with
- * nobody blamed (fault storage_hang / network_hang / gang_hang), as the
+ * 64), logs, stacks_asked (hang_evidence: the culprits', or with nobody
+ * named every gang rank's)}, then the recovery the class calls for:
+ * behind and rendezvous -> fault "hang" on each culprit node
+ * (SUP_BLAME_NODE: quarantined, a spare takes its place); storage,
+ * network, gang -> a restart in place with nobody blamed (fault
+ * storage_hang / network_hang / gang_hang), as the
  * store's own errors are (store_error). */
 static void progress_hang(sup *s, const wd_prog_verdict *v, int n, const char *trigger) {
   const wd_prog_rank *rk = s->prog_ranks;
@@ -825,9 +880,22 @@ static void progress_hang(sup *s, const wd_prog_verdict *v, int n, const char *t
   }
   if (n > 64)
     cJSON_AddNumberToObject(f, "ranks_omitted", n - 64);
-  sup_events_emit(s->ev, "progress_hang", f, "no progress (%s): %s -> %s",
+  /* the stuck ranks: the culprits, or every rank when the class names none */
+  int *stuck = malloc((size_t)(named ? shown : n) * sizeof *stuck + 1);
+  int nstuck = 0;
+  for (int i = 0; stuck && i < (named ? shown : n); i++)
+    stuck[nstuck++] = named ? v->culprits[i] : i;
+  char first[4200], logs[4300] = "";
+  int asked;
+  int nlogs = hang_evidence(s, stuck, nstuck, f, first, sizeof first, &asked);
+  free(stuck);
+  if (nlogs > 0)
+    snprintf(logs, sizeof logs, "; %s %s%s",
+             asked ? "the stuck training threads' stacks in" : "logs:", first,
+             nlogs > 1 ? " and the others in \"logs\"" : "");
+  sup_events_emit(s->ev, "progress_hang", f, "no progress (%s): %s -> %s%s",
                   wd_prog_class_name(v->cls), v->why,
-                  named ? "quarantine the culprits' nodes" : "restart, nobody blamed");
+                  named ? "quarantine the culprits' nodes" : "restart, nobody blamed", logs);
   if (!named) {
     const char *kind = v->cls == WD_PROG_STORAGE   ? "storage_hang"
                        : v->cls == WD_PROG_NETWORK ? "network_hang"

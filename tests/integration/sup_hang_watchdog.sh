@@ -23,9 +23,19 @@
 #            stall at once: it waits 3 s, then 6 s (doubled), saying so in
 #            `supervise status` and /metrics (ftsup_waiting_on_storage 1)
 #            while it waits; generation 3 finishes the run
+# In every part the evidence is left for the operator before the stop:
+# the event's "logs" names the stuck workers' logs (the culprit's; with
+# nobody named, every rank's), and each of those logs holds its training
+# thread's stack, asked for by the supervisor (SIGUSR1): the header line
+# (its node, slot, rank, and the phase and collective the event shows), a
+# frame in ft_failpoint_hang_here (where the failpoint stalls) and the
+# last progress records (storage2: one such stack per hang); a worker not
+# named (behind: node 0) is not asked.
 # On the main before the watchdog was wired (progress shown, not judged),
 # behind/gang/storage time out here (the supervisor waits forever, or
 # until the collective timeout blames nobody) and coll blames nobody.
+# Without the stack request (the signal not sent) each part fails at
+# "no stack of the training thread in ..."
 . "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 PART=${1:?usage: sup_hang_watchdog.sh behind|coll|gang|storage|storage2}
@@ -163,4 +173,46 @@ else:
     assert not any(e["event"] == "collective_failure" for e in ev)
 assert any(e["event"] == "run_done" for e in ev), "no run_done"
 PY
-pass "$PART: a live hang detected ($CLASS, $TRIGGER), $KIND, recovered; the run finished"
+# the stuck threads' stacks, in the logs the event names (one stack per
+# hang: storage2 has two)
+python3 - "$ST" "$CLASS" <<'PY' || fail "the stuck thread's stack in the worker's log (above)"
+import json, os, re, sys
+st, cls = sys.argv[1:3]
+ev = [json.loads(l) for l in open(os.path.join(st, "events.jsonl"))]
+HEAD = re.compile(r"worker: stack of the training thread \(node (\d+) slot (\d+), rank (\d+), "
+                  r"step (-?\d+), phase (\w+), collective (\d+), no progress for [0-9.]+ s\):$")
+def log(node):
+    return os.path.join(st, "logs", "node%d.slot0.log" % node)
+want_heads = {}  # log -> the (hang's rank record) each of its stacks must match, in order
+for h in [e for e in ev if e["event"] == "progress_hang"]:
+    ranks = {r["rank"]: r for r in h["ranks"]}
+    stuck = [c["rank"] for c in h["culprits"]] if cls == "behind" else sorted(ranks)
+    print("gen", h["gen"], "logs:", h["logs"], "stacks_asked:", h["stacks_asked"])
+    assert h["logs"] == [log(ranks[r]["node"]) for r in stuck], h["logs"]
+    assert h["stacks_asked"] == len(stuck), h["stacks_asked"]
+    for r in ranks:
+        want_heads.setdefault(log(ranks[r]["node"]), [])
+    for r in stuck:
+        want_heads[log(ranks[r]["node"])].append(ranks[r])
+for path, want in sorted(want_heads.items()):
+    lines = open(path, errors="replace").read().splitlines()
+    heads = [i for i, l in enumerate(lines) if HEAD.match(l)]
+    if not want:  # not named: not asked
+        assert not heads, "a stack in %s, which no hang named" % path
+        continue
+    assert len(heads) == len(want), \
+        "no stack of the training thread in %s (%d headers, want %d)" % (path, len(heads), len(want))
+    for i, rec in zip(heads, want):
+        end = lines.index("worker: end of the training thread's stack", i)
+        print("\n".join(lines[i:end + 1]))
+        node, slot, rank, step, phase, coll = HEAD.match(lines[i]).groups()
+        assert (int(node), int(slot), int(rank)) == (rec["node"], 0, rec["rank"]), lines[i]
+        assert phase == rec["phase"] and int(coll) == rec["coll_seq"], (lines[i], rec)
+        assert int(step) == rec["step"], (lines[i], rec)
+        frames = lines[i + 1:end]
+        assert any("(ft_failpoint_hang_here+" in l for l in frames), "no frame of the stall: %s" % frames
+        ring = frames.index("worker: the training thread's last progress (newest first):")
+        assert len(frames) - ring - 1 >= 2, "no progress records: %s" % frames[ring:]
+        assert frames[ring + 1].endswith("step %s, phase %s, collective %s" % (step, phase, coll)), frames
+PY
+pass "$PART: a live hang detected ($CLASS, $TRIGGER), $KIND, recovered; the run finished; the stuck thread's stack in its log"
