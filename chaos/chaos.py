@@ -11,6 +11,11 @@ operator would check:
 It prints a table: fault, time to detect, time to recover (fault to the first
 step of the new generation), steps lost.
 
+No false alarms (issue 36): the events of every run a case starts (and of the
+fault-free reference) must hold no `progress_hang` unless the case injects a
+hang itself (HANG_CASES: a SIGSTOPped worker, S3 requests that hang); a case
+whose run shows one fails, naming it.
+
 The s3 suite runs supervise with an s3:// store against moto_server on
 loopback with authentication enforced (chaos/moto_auth.py: every request's
 SigV4 signature is checked, as on AWS; it fails, never skips, without moto)
@@ -58,10 +63,18 @@ def log(*a):
     print(*a, flush=True)
 
 
+# Cases that inject a hang of their own; every other case's runs must never
+# report progress_hang (the progress watchdog's false alarm).
+HANG_CASES = {"sigstop", "500-hang"}
+
+RUNS = []  # every Run made, in order (no_false_hang checks a case's own)
+
+
 class Run:
     """One supervise process and its state directory."""
 
     def __init__(self, args, name, spares, env=None):
+        RUNS.append(self)
         self.args, self.name, self.spares = args, name, spares
         self.state = os.path.join(args.work, name)
         self.store = "local:" + os.path.join(self.state, "store")
@@ -838,11 +851,26 @@ SUITES = {
 }
 
 
+def no_false_hang(runs):
+    """Raises Fail if any of these runs reported progress_hang (no hang was
+    injected: the progress watchdog took live training for a hang)."""
+    for run in runs:
+        hangs = [e for e in run.events() if e["event"] == "progress_hang"]
+        if hangs:
+            h = hangs[0]
+            raise Fail(f"{run.name}: progress_hang with no hang injected ({len(hangs)}; the first: "
+                       f"class {h.get('class')}, {h.get('why')})")
+
+
 def run_cases(args, cases, ref, rows, failed):
     for name in args.cases:
         log(f"== {name}")
+        first = len(RUNS)
         try:
-            rows.append(cases[name](args, ref))
+            row = cases[name](args, ref)
+            if name not in HANG_CASES:
+                no_false_hang(RUNS[first:])
+            rows.append(row)
             log(f"   ok: {rows[-1][4]}")
         except Fail as e:
             failed.append(name)
@@ -891,6 +919,7 @@ def main():
     ref_run = Run(args, "reference", spares=0).start()
     t_ref = time.time()
     ref_run.wait_exit(240)
+    no_false_hang([ref_run])
     args.ref_wall = time.time() - t_ref
     ref = ref_run.final()
     log(f"   final loss {ref[0]:.6f}")

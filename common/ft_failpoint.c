@@ -26,7 +26,7 @@ static const struct {
     {"hang_at_step", NULL, NULL},
     {"hang_node", NULL, "hang_at_step"},
     {"hang_rank", NULL, "hang_at_step"},
-    {"hang_in", "compute|data|collective|checkpoint", "hang_at_step"},
+    {"hang_in", "compute|data|collective|checkpoint|rendezvous|cuda", "hang_at_step"},
     {"hang_gen", NULL, "hang_at_step"},
     {"hang_gens", NULL, "hang_at_step"},
     {"poison_batch", NULL, NULL},
@@ -215,7 +215,8 @@ const char *ft_failpoint_word(const char *name) {
 
 /* ---- the hang (per thread: only the training thread arms it) ---- */
 
-static const char *const hang_names[] = {"after", "compute", "data", "collective", "checkpoint"};
+static const char *const hang_names[] = {"after",      "compute",    "data", "collective",
+                                         "checkpoint", "rendezvous", "cuda"};
 static __thread int hang_armed; /* 0, or 1 + the ft_hang_where */
 static __thread int hang_node, hang_rank;
 
@@ -235,24 +236,40 @@ void ft_failpoint_hang_arm(int node, int rank, uint64_t gen, int64_t step) {
   for (int i = 0; in && i < (int)(sizeof hang_names / sizeof hang_names[0]); i++)
     if (!strcmp(in, hang_names[i]))
       where = i;
-  if (where == FT_HANG_CHECKPOINT ? step >= at : step == at) {
+  /* checkpoint: the first one at or after S; rendezvous: a generation that
+   * is to train S (its first step, `step`, not after it); else step S */
+  int hit = where == FT_HANG_CHECKPOINT   ? step >= at
+            : where == FT_HANG_RENDEZVOUS ? step <= at
+                                          : step == at;
+  if (hit) {
     hang_armed = 1 + where;
     hang_node = node;
     hang_rank = rank;
   }
 }
 
+int ft_failpoint_hang_take(ft_hang_where where) {
+  if (hang_armed != 1 + (int)where)
+    return 0;
+  int64_t at = 0;
+  ft_failpoint("hang_at_step", &at);
+  struct timespec now; /* the wall clock, as the supervisor's events' ts */
+  clock_gettime(CLOCK_REALTIME, &now);
+  fprintf(stderr,
+          "worker: failpoint hang_at_step=%lld (node %d, rank %d, %s%s): hanging (ts %lld.%03ld)\n",
+          (long long)at, hang_node, hang_rank, where == FT_HANG_AFTER ? "" : "in ",
+          where == FT_HANG_AFTER ? "after the step" : hang_names[where], (long long)now.tv_sec,
+          now.tv_nsec / 1000000);
+  fflush(stderr);
+  hang_armed = 0; /* taken: the caller stalls (a second take says nothing) */
+  return 1;
+}
+
 /* Never inlined: its name is the frame a hung worker's stack shows
  * (worker/stackdump.h), which the hang tests look for. */
 __attribute__((noinline)) void ft_failpoint_hang_here(ft_hang_where where) {
-  if (hang_armed != 1 + (int)where)
+  if (!ft_failpoint_hang_take(where))
     return;
-  int64_t at = 0;
-  ft_failpoint("hang_at_step", &at);
-  fprintf(stderr, "worker: failpoint hang_at_step=%lld (node %d, rank %d, %s%s): hanging\n",
-          (long long)at, hang_node, hang_rank, where == FT_HANG_AFTER ? "" : "in ",
-          where == FT_HANG_AFTER ? "after the step" : hang_names[where]);
-  fflush(stderr);
   for (;;) { /* a real stall of this thread; signals only wake the sleep */
     struct timespec ts = {3600, 0};
     nanosleep(&ts, NULL);

@@ -47,25 +47,38 @@ int ft_failpoint_check(char *err, size_t len);
 
 /* The hang failpoint: hang_at_step=S, optionally hang_node=N, hang_rank=R,
  * hang_gen=G (only in generation G; default: every generation) and
- * hang_in=compute|data|collective|checkpoint (default: after step S). */
+ * hang_in=compute|data|collective|checkpoint|rendezvous|cuda (default: after
+ * step S). */
 typedef enum {
   FT_HANG_AFTER,      /* after step S's reports (train.c) */
   FT_HANG_COMPUTE,    /* step S's backward, before a gradient reduction (fsdp.c) */
   FT_HANG_DATA,       /* step S's first read of the data loader (data.c) */
   FT_HANG_COLLECTIVE, /* step S's first collective, entered (comm.c) */
   FT_HANG_CHECKPOINT, /* the first checkpoint at or after step S, its snapshot (snap.c) */
+  FT_HANG_RENDEZVOUS, /* a generation to train step S, its ASSIGN taken, before its rendezvous
+                         (train.c) */
+  FT_HANG_CUDA,       /* step S's first micro-batch on the CUDA engine: a kernel that never
+                         finishes, then a device synchronisation (engine_cuda.c) */
 } ft_hang_where;
 
 /* The training thread, at the start of the step that becomes `step`: arms
  * the hang on this thread when hang_at_step targets this node, rank,
  * generation (gen: the supervisor's ASSIGN; 0 standalone) and this step
- * (checkpoint: this step or a later one); else disarms it. */
+ * (checkpoint: this step or a later one; rendezvous: called as its
+ * generation starts, with `step` its first step, armed when that is not
+ * after S); else disarms it. */
 void ft_failpoint_hang_arm(int node, int rank, uint64_t gen, int64_t step);
 
 /* A place the hang can happen. Armed for `where` on this thread: says so on
- * stderr ("worker: failpoint hang_at_step=S ...: hanging") and stalls the
+ * stderr ("worker: failpoint hang_at_step=S ...: hanging (ts T)", T the
+ * wall clock in seconds, as the supervisor's events' ts) and stalls the
  * calling thread forever (sleeping; the process's other threads, its
  * heartbeats among them, run on). Otherwise nothing. */
 void ft_failpoint_hang_here(ft_hang_where where);
+
+/* The same for a caller that stalls its own way (the CUDA engine blocks in
+ * a device synchronisation behind a kernel that never finishes): armed for
+ * `where`, says so on stderr, disarms and returns 1; else 0. */
+int ft_failpoint_hang_take(ft_hang_where where);
 
 #endif

@@ -93,6 +93,10 @@ int kc_memset_async(void *d_dst, int byte, size_t bytes, kc_stream s);
 int kc_sync(void);
 /* Non-blocking: the first asynchronous error raised so far, FT_OK if none. */
 int kc_check(void);
+/* Enqueues on s a kernel that never finishes (failpoint hang_in=cuda: a
+ * rank stuck inside the device, as a deadlocked kernel leaves it); every
+ * later wait for s, kc_sync included, blocks for ever. */
+int kc_stall(kc_stream s);
 
 /* A non-blocking stream (does not synchronise with the legacy stream). */
 int kc_stream_new(kc_stream *out);

@@ -617,8 +617,10 @@ int sup_watch_loss(sup *s, const ft_msg *m);
 void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m);
 /* Worker w of the gang waited in a collective until it timed out (its FAULT
  * collective_timeout, or its exit code 5): if the progress records name
- * ranks that never started that collective (wd_progress_behind), emits
- * progress_hang and blames their nodes ("hang"). Returns 1 if it acted. */
+ * ranks that never started that collective (wd_progress_behind), or, when
+ * w had started none (its rendezvous timed out), ranks that heartbeat in
+ * the generation but never joined it, emits progress_hang (class behind or
+ * rendezvous) and blames their nodes ("hang"). Returns 1 if it acted. */
 int sup_watch_progress_behind(sup *s, sup_worker *w, const char *trigger);
 /* A checkpoint was committed. */
 void sup_watch_committed(sup *s, int64_t step);

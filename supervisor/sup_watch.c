@@ -18,7 +18,9 @@
  *   - collective failures: FAULT collective_timeout/other -> blame the
  *     silent workers (sup_recovery_blame_silent); for a timeout, else the
  *     ranks the progress records show behind that collective
- *     (sup_watch_progress_behind: wd_progress_behind);
+ *     (sup_watch_progress_behind: wd_progress_behind), or, for a timeout
+ *     in the generation's rendezvous (no collective yet), the ranks that
+ *     heartbeat in the generation but never joined it (class rendezvous);
  *   - hangs with live processes: wd_progress over every gang rank's
  *     progress record (HEARTBEAT phase, collective count, step, age), on
  *     the tick while the gang trains (sup_watch_progress): event
@@ -738,6 +740,10 @@ void sup_watch_committed(sup *s, int64_t step) {
 
 /* ---- progress: hangs with live processes (issue 36) ------------------------ */
 
+/* A worker's rendezvous waits max(watchdog.collective_timeout_s, this) for
+ * its peers (worker/comm.h, connect_timeout_ms 0) */
+#define RDZV_MIN_TIMEOUT_S 60.0
+
 static int gang_trains(const sup *s) {
   return s->ngang > 0 &&
          (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED));
@@ -958,13 +964,18 @@ int sup_watch_progress_behind(sup *s, sup_worker *w, const char *trigger) {
   if (!n)
     return 0;
   /* the collective timeout is the deadline: a rank behind must not have
-   * moved for half of it (one that moved since crashed or is slow) */
+   * moved for half of it (one that moved since crashed or is slow). A
+   * reporter with no collective yet timed out in its rendezvous, whose
+   * timeout is the collective timeout but at least RDZV_MIN_TIMEOUT_S:
+   * the ranks that never joined it are named (class rendezvous). */
   wd_prog_verdict v;
   if (wd_progress_behind(s->prog_ranks, n, w->prog_coll, s->rf.watchdog.collective_timeout_s / 2,
                          &v) ||
-      v.cls != WD_PROG_BEHIND)
+      v.cls == WD_PROG_NONE)
     return 0;
   v.deadline_s = s->rf.watchdog.collective_timeout_s;
+  if (v.cls == WD_PROG_RENDEZVOUS && v.deadline_s < RDZV_MIN_TIMEOUT_S)
+    v.deadline_s = RDZV_MIN_TIMEOUT_S;
   progress_hang(s, &v, n, trigger);
   return 1;
 }

@@ -16,6 +16,9 @@
 #       (cuemu_nccl.cpp): the NCCL backend's tests with two ranks, the CUDA
 #       FSDP engine at world 2 and 4, a world-2 run under the supervisor
 #       that loses a node and ends bit-identical to one that does not
+#   sup_cuemu_hang  a rank stuck in cudaDeviceSynchronize behind a kernel
+#       that never finishes (failpoint hang_in=cuda): the progress watchdog
+#       names its node, its process goes, a spare takes its place
 # It needs only the CUDA headers (no driver, no GPU, no libcudart) and an
 # x86-64 host (the fibre switch is x86-64 assembly).
 if(NOT FT_CUEMU)
@@ -127,6 +130,7 @@ ft_cuemu_script_test(worker_cuemu_doctor ${CMAKE_SOURCE_DIR}/tests/cuemu/doctor_
 if(TARGET ftcomm_nccl_cuemu)
   ft_cuemu_script_test(worker_cuemu_world ${CMAKE_SOURCE_DIR}/tests/cuemu/worker_cuemu_world.sh)
   ft_cuemu_script_test(sup_cuemu ${CMAKE_SOURCE_DIR}/tests/cuemu/sup_cuemu.sh)
+  ft_cuemu_script_test(sup_cuemu_hang ${CMAKE_SOURCE_DIR}/tests/cuemu/sup_cuemu_hang.sh)
   ft_add_test(NAME test_comm_nccl_cuemu SOURCES gpu/test_comm_nccl.c
               LIBS ftcomm_nccl_cuemu LABELS "cuemu" TIMEOUT 300)
   target_include_directories(test_comm_nccl_cuemu SYSTEM PRIVATE ${FT_CUEMU_CUDA_INC})

@@ -80,6 +80,14 @@ if(TARGET supervise)
                        COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_hang_watchdog.sh ${part}
                        LABELS integration TIMEOUT 150)
   endforeach()
+  # A rank that heartbeats but never joins the rendezvous: its node blamed at
+  # the first rendezvous timeout, a spare in its place (process restart, in
+  # process).
+  foreach(part process inprocess)
+    ft_add_script_test(NAME sup_hang_rendezvous_${part}
+                       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_hang_rendezvous.sh ${part}
+                       LABELS integration TIMEOUT 200)
+  endforeach()
   ft_add_script_test(NAME sup_spare_silent COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_spare_silent.sh
                      LABELS integration TIMEOUT 90)
 endif()

@@ -3,6 +3,9 @@
  *
  * One pass to find the highest collective count and whether every joined
  * rank is past its deadline, then the classes in the header's order. O(n).
+ * wd_progress_behind: one pass over the ranks behind the timed-out
+ * collective, or (no collective yet: absent) over the ranks that never
+ * joined the rendezvous; O(n) too.
  */
 #include "wd_progress.h"
 
@@ -242,6 +245,42 @@ int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int
   return FT_OK;
 }
 
+/* wd_progress_behind with seq 0: the reporter timed out before the
+ * generation's first collective, in its rendezvous. The culprits are the
+ * ranks that never joined (in the generation, idle, nothing counted). */
+static int absent(const wd_prog_rank *ranks, int n, double min_stuck_s, wd_prog_verdict *v) {
+  int nabsent = 0;
+  double least = INFINITY;
+  for (int r = 0; r < n; r++) {
+    if (!ranks[r].in_gen)
+      return FT_OK; /* a rank we cannot see in this generation: name nobody */
+    double st = isfinite(ranks[r].stuck_s) && ranks[r].stuck_s > 0 ? ranks[r].stuck_s : 0;
+    if (joined(&ranks[r])) {
+      if (st < least)
+        least = st;
+      continue;
+    }
+    if (!(ranks[r].stuck_s >= min_stuck_s))
+      return FT_OK; /* it moved lately (a worker just past its start): not hung */
+    nabsent++;
+  }
+  if (nabsent < 1 || 2 * nabsent > n)
+    return FT_OK; /* everyone joined (the network), or most never did: a common cause */
+  v->cls = WD_PROG_RENDEZVOUS;
+  v->phase = FT_PHASE_RENDEZVOUS;
+  v->stuck_s = least; /* how long the others have waited in the rendezvous */
+  for (int r = 0; r < n; r++)
+    if (!joined(&ranks[r]))
+      blame(v, ranks, r);
+  char who[120];
+  culprit_text(v, who, sizeof who);
+  snprintf(v->why, sizeof v->why,
+           "%s never joined the generation's rendezvous (heartbeating in it, idle, no progress "
+           "for %.0f s) while %d rank(s) waited in it until it timed out",
+           who, ranks[v->culprits[0]].stuck_s, n - nabsent);
+  return FT_OK;
+}
+
 int wd_progress_behind(const wd_prog_rank *ranks, int n, uint64_t seq, double min_stuck_s,
                        wd_prog_verdict *v) {
   if (!v)
@@ -251,7 +290,7 @@ int wd_progress_behind(const wd_prog_rank *ranks, int n, uint64_t seq, double mi
   if (!ranks || n < 1)
     return ft_err_set(FT_EINVAL, "wd_progress_behind: bad arguments (n %d)", n);
   if (seq < 1)
-    return FT_OK;
+    return absent(ranks, n, min_stuck_s, v);
   int nbehind = 0;
   for (int r = 0; r < n; r++) {
     if (!ranks[r].in_gen)

@@ -149,7 +149,16 @@ int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int
  * most half of the ranks are behind, and every rank behind has made no
  * progress for at least min_stuck_s (one that moved more recently crashed
  * or is merely slow: not a hang to name); else cls WD_PROG_NONE (nobody to
- * name: the caller blames nobody, as before). FT_OK or FT_EINVAL. */
+ * name: the caller blames nobody, as before).
+ * seq 0: the reporter timed out before the generation's first collective,
+ * in its rendezvous (a worker's rendezvous gives up after max(the
+ * collective timeout, 60 s), long before the rendezvous phase's deadline
+ * above). The culprits are then the ranks that never JOINED (in_gen: they
+ * heartbeat in the generation, but idle with nothing counted): cls
+ * WD_PROG_RENDEZVOUS, phase rendezvous, stuck_s the least of the joined
+ * ranks' (how long they waited), under the same rules (every rank in_gen,
+ * at least one and at most half absent, each absent one unmoved for
+ * min_stuck_s). FT_OK or FT_EINVAL. */
 int wd_progress_behind(const wd_prog_rank *ranks, int n, uint64_t seq, double min_stuck_s,
                        wd_prog_verdict *v);
 

@@ -55,6 +55,7 @@
 #include "engine_int.h"
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 #include "gpt2.h"
 #include "kernels_cuda.h"
 #include "shardmap.h"
@@ -548,6 +549,13 @@ static int ecuda_micro(void *impl, const int32_t *inputs, const int32_t *targets
   ecuda *e = impl;
   float *h;
   CK(e->zero_err);
+  /* failpoint hang_in=cuda (armed on this thread for this step): a kernel
+   * that never finishes, and the training thread blocked behind it in the
+   * device synchronisation, as a deadlocked kernel leaves a rank */
+  if (ft_failpoint_hang_take(FT_HANG_CUDA)) {
+    CK(kc_stall(e->cs));
+    CK(kc_sync());
+  }
   CK(loss_slot(e, e->nmicro, &h));
   CK(upload(e, inputs, targets));
   CK(forward(e, 1, dloss_scale / (float)N_of(e), h));

@@ -619,6 +619,11 @@ static int join_gang(trainer *t) {
   }
   progress_phase(FT_PHASE_IDLE);
   ctl_wait_assign(o->ctl, &t->a);
+  /* failpoint hang_in=rendezvous: the ASSIGN taken (heartbeats carry its
+   * generation), the generation never joined (still idle, nothing counted) */
+  ft_failpoint_hang_arm((int)o->node, t->a.rank, t->a.gen,
+                        (t->a.restore_step < 0 ? 0 : t->a.restore_step) + 1); /* its first step */
+  ft_failpoint_hang_here(FT_HANG_RENDEZVOUS);
   progress_generation(); /* this generation's comm counts its collectives from 0 */
   progress_phase(FT_PHASE_RENDEZVOUS);
   if (prefetching) {

@@ -174,6 +174,25 @@ extern "C" int kc_sync(void) {
   return kc__err(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
+/* A kernel that never finishes: one thread waiting for a device word that
+ * nothing ever writes (volatile: read again on every pass). */
+__global__ void stall_kernel(volatile int *flag) {
+  while (*flag == 0) {
+  }
+}
+
+extern "C" int kc_stall(kc_stream s) {
+  int *flag = NULL; /* never freed: the kernel reads it for ever */
+  int rc = kc__err(cudaMalloc((void **)&flag, sizeof *flag), "cudaMalloc (stall)");
+  if (rc)
+    return rc;
+  rc = kc__err(cudaMemsetAsync(flag, 0, sizeof *flag, kc__st(s)), "cudaMemsetAsync (stall)");
+  if (rc)
+    return rc;
+  stall_kernel<<<1, 1, 0, kc__st(s)>>>(flag);
+  return KC_LAUNCHED("stall");
+}
+
 extern "C" int kc_check(void) {
   /* A recorded (launch or sticky) error first; then a non-blocking query of
    * the legacy stream, which reports a kernel fault raised so far. "Not

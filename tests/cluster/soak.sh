@@ -28,7 +28,10 @@
 # supervise then: cluster_chaos_head).
 #
 # Asserts: the run reaches its last step; nobody is blamed but hosts hit by
-# a node-costing fault (or, for worker_kill, by repeated kills); every
+# a node-costing fault (or, for worker_kill, by repeated kills); no
+# progress_hang, in the soak or the fault-free run (no fault here leaves a
+# live process stuck: link_down's host goes silent, which the heartbeats
+# catch; a progress_hang would be the progress watchdog's false alarm); every
 # committed checkpoint verifies; the loss at each checkpointed step equals
 # the fault-free run's within 1e-5 (relative) and, unless the gang shrank,
 # the final weights are bit-identical. Prints goodput and, per fault, time
@@ -140,10 +143,12 @@ for host, kinds in hit.items():
     if costly & set(kinds):
         assert any(e["event"] == "node_quarantined" and e["host"] == host for e in ev), \
             f"{host} ({kinds}) was not quarantined"
+ph = [e for e in ev if e["event"] == "progress_hang"]
+assert not ph, f"progress_hang with no live hang injected (a false alarm): {ph[:2]}"
 print(f"soak: {len(faults)} faults; quarantined:",
       sorted(e["host"] for e in ev if e["event"] == "node_quarantined") or "none")
 PY
-pass "the run reached step $STEPS; only hosts hit by a node-costing fault paid"
+pass "the run reached step $STEPS; only hosts hit by a node-costing fault paid; no progress_hang"
 ftc_verify_all "$STORE"
 ref=$(ftc_reference "$RUN/run.yaml" $STEPS)
 python3 - "$ST/events.jsonl" "$TMP/ref/state/events.jsonl" <<'PY' || fail "loss against the fault-free run"
@@ -152,6 +157,8 @@ def losses(path):
     return {e["step"]: e["loss"] for e in map(json.loads, open(path))
             if e["event"] == "step" and e.get("loss") is not None}
 got, want = losses(sys.argv[1]), losses(sys.argv[2])
+ph = [e for e in map(json.loads, open(sys.argv[2])) if e["event"] == "progress_hang"]
+assert not ph, f"the fault-free run reported progress_hang (a false alarm): {ph[:2]}"
 common = sorted(set(got) & set(want))
 assert common, "no common checkpointed step"
 for k in common:

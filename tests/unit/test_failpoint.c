@@ -10,7 +10,8 @@
  * child with FT_FAILPOINTS=hang_at_step=40@node1); a valid one gives its
  * integers and words, and the hang stalls only the targeted node and rank,
  * only at its place (a child that must stay stalled, and one that must
- * return).
+ * return); hang_in=rendezvous in a generation that is to train step S;
+ * hang_in=cuda taken once by a caller that stalls its own way.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,6 +45,8 @@ static void test_valid(void **state) {
                       "hang_at_step=3,hang_in=data",
                       "hang_at_step=3,hang_in=collective",
                       "hang_at_step=3,hang_in=checkpoint",
+                      "hang_at_step=3,hang_in=rendezvous",
+                      "hang_at_step=3,hang_in=cuda",
                       "sdc_corrupt_node=1,sdc_corrupt_from=6",
                       "kill_node_at_step=15,kill_after_commit=10,kill_gang_position=0",
                       "crash_at_step=9223372036854775807"};
@@ -191,6 +194,31 @@ static void child_checkpoint(void) { /* the first checkpoint at or after S */
   _exit(9);
 }
 
+/* rendezvous: a generation whose first step is S or earlier (arm's step) */
+static void child_rendezvous(void) {
+  ft_failpoint_hang_arm(0, 0, 2, 4); /* a generation resuming after S: trains on */
+  ft_failpoint_hang_here(FT_HANG_RENDEZVOUS);
+  ft_failpoint_hang_arm(0, 0, 1, 1); /* the run's start */
+  ft_failpoint_hang_here(FT_HANG_AFTER);
+  ft_failpoint_hang_here(FT_HANG_RENDEZVOUS);
+  _exit(9);
+}
+
+/* cuda: the caller stalls its own way; taken once, then disarmed */
+static void child_take(void) {
+  ft_failpoint_hang_arm(0, 0, 1, 4);
+  if (ft_failpoint_hang_take(FT_HANG_CUDA))
+    _exit(1); /* step 4: not armed */
+  ft_failpoint_hang_arm(0, 0, 1, 5);
+  if (ft_failpoint_hang_take(FT_HANG_COMPUTE))
+    _exit(2); /* another place */
+  if (!ft_failpoint_hang_take(FT_HANG_CUDA))
+    _exit(3);
+  if (ft_failpoint_hang_take(FT_HANG_CUDA))
+    _exit(4);                           /* taken already */
+  ft_failpoint_hang_here(FT_HANG_CUDA); /* disarmed: returns */
+}
+
 static void test_hang_targets(void **state) {
   (void)state;
   const char *fp = "hang_at_step=5,hang_node=1,hang_in=data";
@@ -203,6 +231,9 @@ static void test_hang_targets(void **state) {
   /* hang_gen: only in that generation (child_rank arms in generation 1) */
   assert_int_equal(in_child("hang_at_step=5,hang_rank=1,hang_gen=2", child_rank, 5000), 9);
   assert_int_equal(in_child("hang_at_step=5,hang_rank=1,hang_gen=1", child_rank, 500), -1);
+  assert_int_equal(in_child("hang_at_step=3,hang_in=rendezvous", child_rendezvous, 500), -1);
+  assert_int_equal(in_child("hang_at_step=0,hang_in=rendezvous", child_rendezvous, 5000), 9);
+  assert_int_equal(in_child("hang_at_step=5,hang_in=cuda", child_take, 5000), 0);
 }
 
 int main(void) {

@@ -3,7 +3,9 @@
  * multiple of the slowest recent step, its floor, ceiling and first-step
  * minimum; fixed; each phase's allowance), no verdict while any rank
  * moves, and every class: behind (culprits and their nodes, the phase
- * named), storage, network, rendezvous, gang, none; hostile values.
+ * named), storage, network, rendezvous, gang, none; hostile values; the
+ * attribution of a collective timeout (wd_progress_behind), and of a
+ * rendezvous timeout to the ranks that never joined.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -426,6 +428,68 @@ static void test_behind_collective(void **state) {
   assert_int_equal(wd_progress_behind(r, 0, 7, 10, &v), FT_EINVAL);
 }
 
+/* wd_progress_behind with seq 0: the reporter's rendezvous timed out (a
+ * worker's gives up after max(collective timeout, 60 s)) before any
+ * collective: the ranks that heartbeat in the generation but never joined
+ * it (idle, nothing counted) are named, class rendezvous; nobody when one
+ * of them just moved, is not in the generation, or most never joined. The
+ * deadline judge alone would wait for the rendezvous allowance (600 s,
+ * whatever progress_timeout_s says). */
+static void test_rendezvous_timeout(void **state) {
+  (void)state;
+  wd_prog_rank r[4] = {
+      rk(0, FT_PHASE_RENDEZVOUS, 0, -1, 60), rk(1, FT_PHASE_IDLE, 0, -1, 61), /* never joined */
+      rk(2, FT_PHASE_RENDEZVOUS, 0, -1, 59), rk(3, FT_PHASE_RENDEZVOUS, 0, -1, 62)};
+  wd_prog_verdict v;
+  assert_int_equal(wd_progress_behind(r, 4, 0, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_RENDEZVOUS);
+  assert_int_equal(v.phase, FT_PHASE_RENDEZVOUS);
+  assert_int_equal(v.nculprits, 1);
+  assert_int_equal(v.culprits[0], 1);
+  assert_int_equal(v.nnodes, 1);
+  assert_int_equal(v.nodes[0], 1);
+  assert_true(v.coll_seq == 0 && v.stuck_s == 59); /* the least the others waited */
+  assert_non_null(strstr(v.why, "never joined the generation's rendezvous"));
+  /* the deadline judge says nothing yet: the others are in their rendezvous */
+  wd_progress_cfg c = cfg10();
+  c.timeout_s = 5; /* an explicit deadline does not shorten the rendezvous' */
+  c.floor_s = 0;
+  assert_true(wd_progress_deadline(&c, FT_PHASE_RENDEZVOUS, NULL, 0, 1) == 600);
+  assert_true(wd_progress_deadline(&c, FT_PHASE_RESTORE, NULL, 0, 1) == 600);
+  assert_int_equal(wd_progress_judge(&c, r, 4, NULL, 0, 1, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  /* two of four absent: both named */
+  r[3] = rk(3, FT_PHASE_IDLE, 0, -1, 62);
+  assert_int_equal(wd_progress_behind(r, 4, 0, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_RENDEZVOUS);
+  assert_int_equal(v.nculprits, 2);
+  assert_true(v.culprits[0] == 1 && v.culprits[1] == 3 && v.nnodes == 2);
+  /* three of four: a common cause, nobody named */
+  r[2] = rk(2, FT_PHASE_IDLE, 0, -1, 62);
+  assert_int_equal(wd_progress_behind(r, 4, 0, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  r[2] = rk(2, FT_PHASE_RENDEZVOUS, 0, -1, 59);
+  /* an absent rank that moved within min_stuck_s (it is just starting) */
+  r[3].stuck_s = 3;
+  assert_int_equal(wd_progress_behind(r, 4, 0, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  r[3] = rk(3, FT_PHASE_RENDEZVOUS, 0, -1, 62);
+  /* the absent rank does not heartbeat in this generation: nobody */
+  r[1].in_gen = 0;
+  assert_int_equal(wd_progress_behind(r, 4, 0, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  r[1].in_gen = 1;
+  /* everyone joined (all in the rendezvous): the network, nobody */
+  r[1] = rk(1, FT_PHASE_RENDEZVOUS, 0, -1, 61);
+  assert_int_equal(wd_progress_behind(r, 4, 0, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  /* world 2, the failpoint's case */
+  wd_prog_rank two[2] = {rk(0, FT_PHASE_RENDEZVOUS, 0, -1, 60), rk(1, FT_PHASE_IDLE, 0, -1, 60)};
+  assert_int_equal(wd_progress_behind(two, 2, 0, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_RENDEZVOUS);
+  assert_true(v.nculprits == 1 && v.culprits[0] == 1 && v.nodes[0] == 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_deadline_auto),
@@ -440,6 +504,7 @@ int main(void) {
       cmocka_unit_test(test_none),
       cmocka_unit_test(test_odd_inputs),
       cmocka_unit_test(test_behind_collective),
+      cmocka_unit_test(test_rendezvous_timeout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
