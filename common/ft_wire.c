@@ -117,6 +117,7 @@ int ft_wire_sender(int type) {
   case FT_MSG_COMMITTED:
   case FT_MSG_STOP:
   case FT_MSG_KV_VALUE:
+  case FT_MSG_DUMP:
     return FT_WIRE_FROM_SUPERVISOR;
   case FT_MSG_HELLO:
   case FT_MSG_STEP:
@@ -266,6 +267,7 @@ static int gen_zero_allowed(int type) {
   case FT_MSG_STOP:
   case FT_MSG_REPLICA:
   case FT_MSG_DOCTOR:
+  case FT_MSG_DUMP:
     return 1;
   }
   return 0;
@@ -344,6 +346,7 @@ static int check_msg(const ft_msg *m, int err) {
   case FT_MSG_KV_SET:
   case FT_MSG_REPLICA:
   case FT_MSG_DOCTOR:
+  case FT_MSG_DUMP:
     return 0;
   case FT_MSG_KV_GET:
     if (m->kv_get.timeout_ms > FT_WIRE_MAX_KV_TIMEOUT_MS)
@@ -541,6 +544,8 @@ int ft_wire_encode(const ft_msg *m, ft_buf *out) {
     break;
   case FT_MSG_DOCTOR:
     w_str(&w, m->doctor.report, 0, FT_WIRE_MAX_REPORT, "report");
+    break;
+  case FT_MSG_DUMP: /* the header only */
     break;
   }
   if (!w.err && out->len - start - 4 > FT_WIRE_MAX_FRAME)
@@ -850,6 +855,8 @@ static void decode_payload(rd *r, ft_msg *m) {
   case FT_MSG_DOCTOR:
     v = r_view(r, 0, FT_WIRE_MAX_REPORT, 1, "report");
     m->doctor.report = r->err ? "" : r_strdup(r, m, 0, v);
+    break;
+  case FT_MSG_DUMP: /* the header only: any byte after it is trailing */
     break;
   }
 }

@@ -105,6 +105,12 @@
  *                   S->W  report "": run the checks again and send the report
  *                         (an idle spare, doctor.spare_every_s).
  *                         Generation 0 allowed.
+ *  16  DUMP         S->W  (nothing after the header): write the training
+ *                         thread's stack and last progress to the log
+ *                         (worker/stackdump.h), as SIGUSR1 does; sent when
+ *                         a hang is declared, before the STOP, to a worker
+ *                         the supervisor cannot signal itself (a command,
+ *                         ssh or Slurm launcher). Generation 0 allowed.
  *
  * HANDSHAKE (the token is proven before anything else is accepted)
  *
@@ -138,8 +144,8 @@
  *
  * GENERATIONS
  *   Generations start at 1 and only grow; 0 means "not in any gang" and is
- *   allowed only in CHALLENGE, HELLO, WELCOME, HEARTBEAT, FAULT, STOP, REPLICA
- *   and DOCTOR.
+ *   allowed only in CHALLENGE, HELLO, WELCOME, HEARTBEAT, FAULT, STOP, REPLICA,
+ *   DOCTOR and DUMP.
  *   ASSIGN, STEP, SHARD_SAVED, COMMITTED and the KV messages must carry
  *   gen >= 1 (decode rejects 0). The receiver of a fenced message calls
  *   ft_wire_check_gen(): older than current -> drop it and send STOP(stale
@@ -160,8 +166,9 @@
 
 /* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA; 5: DOCTOR; 6: FAULT sdc;
  * 7: HEARTBEAT phase, coll_seq, prog_age_ms (the training thread's progress), and FAULT
- *    kind 13 restore_corrupt (added without a bump of its own: a version-6 peer refuses it) */
-#define FT_WIRE_VERSION 7
+ *    kind 13 restore_corrupt (added without a bump of its own: a version-6 peer refuses it);
+ * 8: DUMP (the supervisor asks a hung worker for its training thread's stack over the wire) */
+#define FT_WIRE_VERSION 8
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */
@@ -243,7 +250,8 @@ static inline double ft_wire_heartbeat_interval_s(double heartbeat_timeout_s) {
   X(FT_MSG_KV_GET, 12, "KV_GET")                                                                   \
   X(FT_MSG_KV_VALUE, 13, "KV_VALUE")                                                               \
   X(FT_MSG_REPLICA, 14, "REPLICA")                                                                 \
-  X(FT_MSG_DOCTOR, 15, "DOCTOR")
+  X(FT_MSG_DOCTOR, 15, "DOCTOR")                                                                   \
+  X(FT_MSG_DUMP, 16, "DUMP")
 
 typedef enum ft_msg_type {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
@@ -251,7 +259,7 @@ typedef enum ft_msg_type {
 #undef FT_WIRE_ENUM_
 } ft_msg_type;
 #define FT_MSG_TYPE_MIN 1
-#define FT_MSG_TYPE_MAX 15
+#define FT_MSG_TYPE_MAX 16
 
 /* The fault taxonomy shared with the watchdog and the supervisor. */
 #define FT_FAULT_KINDS(X)                                                                          \

@@ -139,7 +139,9 @@ typedef struct sup_node {
   pid_t pgid; /* process group of its workers; 0: none */
   int faulty; /* blamed during the current recovery */
   int term_sent, kill_sent;
-  sup_worker *w; /* G workers */
+  int dump_asked; /* a DUMP went to a worker of it (hang_evidence): the recovery's
+                     stop sends it no SIGTERM, the STOP behind the DUMP ends it */
+  sup_worker *w;  /* G workers */
   /* blame (sup_recovery.c): failures counted against the node, one per
    * recovery round at most; why it is quarantined (events, persisted) */
   sup_failures fails;

@@ -417,6 +417,7 @@ static int launch_node(sup *s, int n, const char *role) {
   sup_node *nd = &s->nodes[n];
   nd->pgid = 0;
   nd->term_sent = nd->kill_sent = 0;
+  nd->dump_asked = 0;
   nd->rejoin = 0;
   nd->faulty = 0;
   nd->host_lost = 0;
@@ -1395,8 +1396,15 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
     rejoin_fallback(s, n, "not eligible this round"); /* asked in an earlier round */
     for (int j = 0; j < s->G; j++)
       sup_stop_worker(s, &s->nodes[n].w[j], FT_STOP_RECOVERING, "gang stopped for recovery");
-    signal_node(s, n, SIGTERM);
+    /* a node asked for its stacks over the wire (hang_evidence) is ended
+     * by the STOP just queued behind the DUMP, once its dump is written: a
+     * SIGTERM of its ssh or srun now would end it before the DUMP arrives;
+     * the grace timer's SIGKILL below ends it if the STOP does not */
+    if (!s->nodes[n].dump_asked)
+      signal_node(s, n, SIGTERM);
   }
+  for (int n = 0; n < s->nnodes; n++)
+    s->nodes[n].dump_asked = 0;
   struct timeval tv = {(long)SUP_GRACE_STOP_S, 0};
   evtimer_add(s->grace, &tv);
   if (rejoining) {

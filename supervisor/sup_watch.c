@@ -792,16 +792,22 @@ static double round3(double x) {
  * adds to f the logs of the ranks[0..nr) ("logs", the first
  * HANG_LOGS_MAX, then "logs_omitted"), and asks each such worker for its
  * training thread's stack, which it writes to that log ("stacks_asked":
- * how many were asked). The request is SIGUSR1 to the worker's main
- * thread, which is its training thread (tgkill(pid, pid):
- * worker/stackdump.c says why not to the process). Only a worker we
- * launched ourselves can be signalled (the local launcher: its HELLO's
- * pid is the process we started); with the command, ssh and slurm
- * launchers the pid is sh's, ssh's or srun's, on which SIGUSR1 would be
- * fatal, so no stack is asked for there. A signal never blocks the loop;
- * the worker ends its dump before it obeys the STOP and SIGTERM that
- * follow. Returns the number of logs, the first one's path in first, the
- * number asked in *asked_out. */
+ * how many were asked). A worker we launched ourselves (the local
+ * launcher: its HELLO's pid is the process we started) gets SIGUSR1 on
+ * its main thread, which is its training thread (tgkill(pid, pid):
+ * worker/stackdump.c says why not to the process). With the command, ssh
+ * and slurm launchers the pid is sh's, ssh's or srun's, on which SIGUSR1
+ * would be fatal: such a worker gets a DUMP message on its connection
+ * instead, which its reader thread turns into the same tgkill from
+ * inside; its node is marked dump_asked, so the recovery's stop sends it
+ * no SIGTERM (ssh would die at once and take the log's pipe with it, srun
+ * would SIGKILL the task): the STOP behind the DUMP on the same
+ * connection ends the worker after its dump, and the grace timer's
+ * SIGKILL is the backstop. Neither a signal nor a send blocks the loop
+ * (sup_conn_send queues what the socket does not take). The worker ends
+ * its dump before it obeys the STOP and SIGTERM that follow. Returns the
+ * number of logs, the first one's path in first, the number asked in
+ * *asked_out. */
 static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first, size_t flen,
                          int *asked_out) {
   const wd_prog_rank *rk = s->prog_ranks;
@@ -823,9 +829,19 @@ static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first
         omitted++;
       }
     }
-    if (!s->command_launcher && w->alive && w->hello && w->pid > 0 &&
-        syscall(SYS_tgkill, w->pid, w->pid, SIGUSR1) == 0)
-      asked++;
+    if (!w->alive || !w->hello)
+      continue;
+    if (!s->command_launcher) {
+      if (w->pid > 0 && syscall(SYS_tgkill, w->pid, w->pid, SIGUSR1) == 0)
+        asked++;
+    } else if (w->conn) {
+      ft_msg m;
+      ft_msg_init(&m, FT_MSG_DUMP);
+      if (sup_send(s, w->conn, &m, w->gen) == FT_OK) {
+        s->nodes[node].dump_asked = 1;
+        asked++;
+      }
+    }
   }
   if (omitted)
     cJSON_AddNumberToObject(f, "logs_omitted", omitted);

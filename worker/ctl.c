@@ -9,7 +9,8 @@
  * the connection unusable (EOF, a read error, a malformed frame, silence
  * longer than the heartbeat timeout) ends the process with FT_EXIT_LOST;
  * a STOP ends it with FT_EXIT_OK, on the training thread after a stack
- * dump the supervisor asked for just before (stackdump_exit). Exits use
+ * dump the supervisor asked for just before (its SIGUSR1, or a DUMP this
+ * reader thread turned into one: stackdump_request, stackdump_exit). Exits use
  * _exit after flushing stdio, so no atexit handler races the training
  * thread.
  */
@@ -284,6 +285,13 @@ static void *reader_main(void *arg) {
         c->doctor_busy = pthread_create(&th, &at, doctor_main, c) == 0;
         pthread_attr_destroy(&at);
       }
+      break;
+    case FT_MSG_DUMP:
+      /* a hung worker's stack (ft_wire.h): SIGUSR1 queued on the training
+       * thread now, before this thread can take a STOP behind it */
+      if (stackdump_request())
+        fprintf(stderr, "worker: node %u slot %u: a stack dump was asked for: %s\n", c->node,
+                c->slot, strerror(errno));
       break;
     case FT_MSG_COMMITTED:
       if (m.committed.step > c->committed) {

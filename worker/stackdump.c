@@ -27,6 +27,12 @@
  *     the same with its exit code. The thread that passed it on waits, and
  *     ends the process itself if the training thread never does
  *     (uninterruptible sleep in the kernel).
+ * The supervisor's DUMP (a worker it cannot signal itself: ctl.c's
+ * reader thread, stackdump_request) is the same tgkill to the training
+ * thread, from the thread that reads the connection; the STOP behind it
+ * on that connection is handled by that thread only after the tgkill
+ * returned, so SIGUSR1 is pending on the training thread before the stop's
+ * SIGTERM is sent, exactly as with the supervisor's own tgkill.
  * A process-directed SIGUSR1 (`kill -USR1`) that lands on another thread
  * is forwarded to the training thread; a stop right behind such a one can
  * still miss the window above.
@@ -341,6 +347,15 @@ int stackdump_init(int node, int slot) {
   sigaddset(&both, SIGTERM);
   pthread_sigmask(SIG_UNBLOCK, &both, NULL);
   return 0;
+}
+
+int stackdump_request(void) {
+  int t = atomic_load(&g_tid);
+  if (t <= 0) {
+    errno = ESRCH;
+    return -1;
+  }
+  return syscall(SYS_tgkill, (int)getpid(), t, SIGUSR1) == 0 ? 0 : -1;
 }
 
 void stackdump_set_rank(int rank) {

@@ -5,7 +5,12 @@
  * When the supervisor declares a hang with live processes (the progress
  * watchdog, docs/watchdog.md), it sends SIGUSR1 to the hung workers' main
  * thread, which is their training thread (worker_main.c), just before it
- * stops them; an operator can do the same (`kill -USR1 PID`). The stack
+ * stops them; an operator can do the same (`kill -USR1 PID`). A worker
+ * the supervisor did not start itself (a command, ssh or Slurm launcher:
+ * the pid it knows is sh's, ssh's or srun's) is asked with a DUMP message
+ * instead (ft_wire.h), on which ctl.c's reader thread calls
+ * stackdump_request: the same signal, sent to the training thread from
+ * inside the process. The stack
  * wanted is the TRAINING thread's (the stuck one), whatever thread the
  * kernel hands a process-directed signal to: the handler on any other
  * thread forwards the signal to the training thread (tgkill), whose
@@ -56,6 +61,14 @@
  * needs. node, slot: this worker's (-1: standalone), for the header line.
  * Returns 0, or -1 if a handler cannot be installed (errno). */
 int stackdump_init(int node, int slot);
+
+/* Asks for a dump, as the supervisor's DUMP does: SIGUSR1 queued on the
+ * training thread (tgkill(getpid(), its tid)), from any thread. A STOP
+ * that the same thread handles afterwards (stackdump_exit) then waits for
+ * that dump: the signal is already pending on the training thread before
+ * the stop's SIGTERM is sent to it, so it is delivered first (stackdump.c).
+ * Returns 0, or -1 (errno; ESRCH: stackdump_init was never called). */
+int stackdump_request(void);
 
 /* The training thread's rank from now on (-1: none yet), for the header. */
 void stackdump_set_rank(int rank);

@@ -13,7 +13,11 @@
 # 1's host (quarantined), that host drained in Slurm (sinfo -R shows
 # "ftsup: hang: ..."), the spare promoted, the other active host never
 # blamed nor drained, and the run reaches its last step with every
-# committed checkpoint verifying.
+# committed checkpoint verifying. Before the stop the hung worker is asked
+# for its training thread's stack over its connection (DUMP: under srun
+# the supervisor cannot signal the worker itself): the event counts it
+# (stacks_asked >= 1) and node 1's log holds the stack, the failpoint's
+# frame in it.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ftc_begin 3
@@ -32,6 +36,7 @@ assert len(ph) == 1, ph
 p = ph[0]
 assert p['class'] == 'behind' and p['nodes'] == [1], p
 assert [c['node'] for c in p['culprits']] == [1], p
+assert p['stacks_asked'] >= 1, ('no stack asked for', p)
 f = named('fault_detected', kind='hang')
 assert len(f) == 1 and f[0]['node'] == 1 and f[0]['blamed'] and f[0]['quarantine'], f
 host = f[0]['host']
@@ -49,8 +54,12 @@ open('$TMP/victim', 'w').write(host)
 victim=$(cat "$TMP/victim")
 grep -q "failpoint hang_at_step=12 (node 1," "$ST"/logs/node*.log ||
   fail "node 1's worker did not hang (the failpoint did not fire)"
+grep -q "worker: stack of the training thread" "$ST"/logs/node1*.log ||
+  fail "node 1's log holds no stack of its training thread (DUMP not sent, or the worker stopped first)"
+grep -q "ft_failpoint_hang_here" "$ST"/logs/node1*.log ||
+  fail "node 1's stack does not show the frame it hung in (ft_failpoint_hang_here)"
 drained=$(cluster_exec head sinfo -R -h -o '%n|%E')
 echo "$drained" | grep -q "^$victim|ftsup: hang" || fail "sinfo -R does not show $victim drained for the hang: $drained"
 [ "$(echo "$drained" | grep -c '|ftsup: ')" = 1 ] || fail "more than the hung host drained: $drained"
-pass "the frozen worker's host ($victim) was named, quarantined and drained in Slurm; a spare took its place; run done"
+pass "the frozen worker's host ($victim) was named, quarantined and drained in Slurm; its stack is in node 1's log; a spare took its place; run done"
 ftc_verify_all "$STORE"

@@ -20,6 +20,10 @@
  * 3. The same with the STOP path instead of SIGTERM: the other thread
  *    calls stackdump_exit(7) right after the SIGUSR1; exit code 7, dump
  *    whole.
+ * 4. The DUMP path (a worker the supervisor cannot signal: ctl.c's reader
+ *    thread gets DUMP, then STOP): nobody signals the child from outside;
+ *    its other thread calls stackdump_request() and at once
+ *    stackdump_exit(7); exit code 7, dump whole.
  * The executable is linked with -rdynamic (tests/worker.cmake), as the
  * worker is, so that its functions have names in the stack.
  */
@@ -140,7 +144,8 @@ static void test_forwarded(void **state) {
 
 /* A child's other thread: says the training thread is in place, then, for
  * the STOP path (go_r >= 0), waits for a byte and ends the process as the
- * control thread does on STOP, with stackdump_exit(7). */
+ * control thread does on STOP, with stackdump_exit(7); a 'd' first asks
+ * for the dump itself, as the control thread does on DUMP. */
 typedef struct helper_args {
   int ready_w, go_r;
 } helper_args;
@@ -152,8 +157,11 @@ static void *helper(void *arg) {
   if (write(h->ready_w, "r", 1) != 1)
     _exit(91);
   char c;
-  if (h->go_r >= 0 && read(h->go_r, &c, 1) == 1)
+  if (h->go_r >= 0 && read(h->go_r, &c, 1) == 1) {
+    if (c == 'd' && stackdump_request())
+      _exit(93);
     stackdump_exit(7);
+  }
   for (;;)
     pause();
   return NULL;
@@ -174,9 +182,13 @@ static void child(int logfd, int ready_w, int go_r) {
   _exit(92);
 }
 
-/* Rounds of: a child set up, SIGUSR1, then at once SIGTERM (stop 0) or the
- * STOP path (stop 1); the child must end as the stop says, its dump whole. */
-static void stop_rounds(int stop) {
+enum { BY_SIGTERM, BY_STOP, BY_DUMP_STOP };
+
+/* Rounds of: a child set up, SIGUSR1, then at once SIGTERM (BY_SIGTERM)
+ * or the STOP path (BY_STOP); or DUMP and STOP from its own other thread
+ * (BY_DUMP_STOP). The child must end as the stop says, its dump whole. */
+static void stop_rounds(int how) {
+  int stop = how != BY_SIGTERM;
   for (int round = 0; round < 20; round++) {
     char path[] = "/tmp/test_stackdump.XXXXXX";
     int fd = mkstemp(path);
@@ -200,9 +212,10 @@ static void stop_rounds(int stop) {
     close(p[0]);
     /* as the supervisor asks: to the main thread (tgkill), where the
      * worker trains */
-    assert_int_equal(syscall(SYS_tgkill, pid, pid, SIGUSR1), 0);
+    if (how != BY_DUMP_STOP)
+      assert_int_equal(syscall(SYS_tgkill, pid, pid, SIGUSR1), 0);
     if (stop)
-      assert_int_equal(write(go[1], "g", 1), 1);
+      assert_int_equal(write(go[1], how == BY_DUMP_STOP ? "d" : "g", 1), 1);
     else
       assert_int_equal(kill(pid, SIGTERM), 0);
     close(go[1]);
@@ -222,12 +235,17 @@ static void stop_rounds(int stop) {
 
 static void test_sigterm_waits(void **state) {
   (void)state;
-  stop_rounds(0);
+  stop_rounds(BY_SIGTERM);
 }
 
 static void test_stop_waits(void **state) {
   (void)state;
-  stop_rounds(1);
+  stop_rounds(BY_STOP);
+}
+
+static void test_dump_then_stop(void **state) {
+  (void)state;
+  stop_rounds(BY_DUMP_STOP);
 }
 
 int main(void) {
@@ -235,6 +253,7 @@ int main(void) {
       cmocka_unit_test(test_forwarded),
       cmocka_unit_test(test_sigterm_waits),
       cmocka_unit_test(test_stop_waits),
+      cmocka_unit_test(test_dump_then_stop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,8 @@
  * fills, and a peer that is gone is reported, not fatal; a peer that
  * reads nothing while answers pile up is closed once its queue would pass
  * the output cap (from the loop, not inside the send), with the bytes it
- * held. */
+ * held. A worker that sends a type only the supervisor may send (DUMP,
+ * STOP, COMMITTED) is closed with the reason. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -122,6 +123,39 @@ static void test_cap_evicts_oldest_then_deadline(void **st) {
     close(p[i]);
   event_base_free(base);
   sup_conn_set_limits(SUP_CONN_HELLO_TIMEOUT_S, SUP_CONN_MAX_UNAUTH);
+}
+
+/* A frame only the supervisor sends, from an authenticated worker: the
+ * connection is closed with the reason (DUMP as STOP and COMMITTED). */
+static void test_supervisor_types_from_worker_refused(void **st) {
+  (void)st;
+  int types[] = {FT_MSG_DUMP, FT_MSG_STOP, FT_MSG_COMMITTED};
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    struct event_base *base = event_base_new();
+    rec r = {0};
+    int peer;
+    conn(base, &r, &peer);
+    say_hello(base, peer);
+    assert_int_equal(r.nclosed, 0);
+    ft_msg m;
+    ft_msg_init(&m, (ft_msg_type)types[i]);
+    snprintf(m.run, sizeof m.run, "%s", RUN);
+    m.gen = 1;
+    ft_buf b;
+    ft_buf_init(&b);
+    assert_int_equal(ft_wire_encode(&m, &b), 0);
+    assert_int_equal(write(peer, b.data, b.len), (ssize_t)b.len);
+    ft_buf_release(&b);
+    run_for(base, 0.05);
+    assert_int_equal(r.nclosed, 1);
+    char want[64];
+    snprintf(want, sizeof want, "a worker may not send %s", ft_msg_type_name(types[i]));
+    assert_non_null(strstr(r.reasons[0], want));
+    assert_int_equal(r.is_error[0], 1);
+    sup_conn_free_all();
+    close(peer);
+    event_base_free(base);
+  }
 }
 
 static void send_beat(sup_conn *c, uint32_t seq) {
@@ -292,6 +326,7 @@ int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cap_evicts_oldest_then_deadline),
+      cmocka_unit_test(test_supervisor_types_from_worker_refused),
       cmocka_unit_test_setup_teardown(test_send_reaches_socket_before_loop, sending_setup,
                                       sending_teardown),
       cmocka_unit_test_setup_teardown(test_send_keeps_order_past_full_buffer, sending_setup,

@@ -198,6 +198,8 @@ static void assert_same(const ft_msg *a, const ft_msg *b) {
   case FT_MSG_DOCTOR:
     assert_string_equal(str_or_empty(a->doctor.report), str_or_empty(b->doctor.report));
     break;
+  case FT_MSG_DUMP: /* the header only */
+    break;
   }
 }
 
@@ -388,6 +390,22 @@ static void test_roundtrip_extremes(void **state) {
   m.step.tokens_per_s = 1.7976931348623157e308;
   m.step.step_ms = 0.0;
   check_roundtrip(&m);
+
+  /* DUMP: the header alone, in and out of a gang */
+  make_msg(FT_MSG_DUMP, &m);
+  m.gen = 0;
+  check_roundtrip(&m);
+  m.gen = UINT64_MAX;
+  check_roundtrip(&m);
+  {
+    ft_buf b;
+    ft_buf_init(&b);
+    make_msg(FT_MSG_DUMP, &m);
+    assert_int_equal(ft_wire_encode(&m, &b), 0);
+    /* length + version + type + run (u32 + "run-16") + gen u64: nothing after it */
+    assert_int_equal(b.len, FT_WIRE_HDR_LEN + 4 + strlen(m.run) + 8);
+    ft_buf_release(&b);
+  }
 
   make_msg(FT_MSG_COMMITTED, &m);
   m.committed.step = 0;
@@ -600,7 +618,7 @@ static void test_frame_len_bad(void **state) {
   const uint8_t v1[] = {0, 0, 0, 10, 6}; /* version 6: before HEARTBEAT's progress */
   assert_int_equal(ft_wire_frame_len(v1, 4, &fl), 0);
   assert_int_equal(ft_wire_frame_len(v1, 5, &fl), FT_EPROTO);
-  assert_non_null(strstr(ft_err_detail(), "version 6, expected 7"));
+  assert_non_null(strstr(ft_err_detail(), "version 6, expected 8"));
   const uint8_t v0[] = {0, 0, 0, 2, 0, 5};
   assert_int_equal(ft_wire_frame_len(v0, 6, &fl), FT_EPROTO);
 }
@@ -686,7 +704,7 @@ static void test_malformed(void **state) {
   tb_done(&t);
   expect_proto(t.d, t.n - 1, "length field"); /* frame shorter than its length */
   t.d[4] = FT_WIRE_VERSION + 1;
-  expect_proto(t.d, t.n, "expected 7");
+  expect_proto(t.d, t.n, "expected 8");
   t.d[4] = FT_WIRE_VERSION;
   for (unsigned ty = 0; ty < 256; ty++) {
     if (ty >= FT_MSG_TYPE_MIN && ty <= FT_MSG_TYPE_MAX)
@@ -700,6 +718,19 @@ static void test_malformed(void **state) {
   tb_u64(&t, 5);
   tb_u8(&t, 0);
   tb_bad(&t, "1 trailing bytes");
+
+  /* DUMP has no body: the header alone is whole, any byte after it is
+   * trailing (a version-7 peer never sends type 16: unknown type there) */
+  tb_start(&t, FT_MSG_DUMP, 3);
+  tb_ok(&t);
+  tb_start(&t, FT_MSG_DUMP, 0);
+  tb_ok(&t);
+  tb_start(&t, FT_MSG_DUMP, 3);
+  tb_u8(&t, 0);
+  tb_bad(&t, "DUMP: 1 trailing bytes");
+  tb_start(&t, FT_MSG_DUMP, 3);
+  tb_u64(&t, 5);
+  tb_bad(&t, "DUMP: 8 trailing bytes");
 
   /* short payload */
   tb_start(&t, FT_MSG_COMMITTED, 3);
@@ -1376,8 +1407,8 @@ static void test_check_gen(void **state) {
     assert_int_equal(ft_wire_check_gen(&m, 0), FT_EPROTO);
   }
   /* gen 0 = not in a gang: fine for an idle worker's heartbeat/hello/fault */
-  int idle_ok[] = {FT_MSG_HEARTBEAT, FT_MSG_FAULT, FT_MSG_HELLO};
-  for (size_t i = 0; i < 3; i++) {
+  int idle_ok[] = {FT_MSG_HEARTBEAT, FT_MSG_FAULT, FT_MSG_HELLO, FT_MSG_DUMP};
+  for (size_t i = 0; i < 4; i++) {
     make_msg(idle_ok[i], &m);
     m.gen = 0;
     assert_int_equal(ft_wire_check_gen(&m, 9), 0);
@@ -1405,13 +1436,18 @@ static void test_names(void **state) {
   assert_string_equal(ft_msg_type_name(FT_MSG_KV_VALUE), "KV_VALUE");
   assert_string_equal(ft_msg_type_name(0), "?");
   assert_string_equal(ft_msg_type_name(FT_MSG_DOCTOR), "DOCTOR");
-  assert_string_equal(ft_msg_type_name(16), "?");
+  assert_string_equal(ft_msg_type_name(16), "DUMP");
+  assert_string_equal(ft_msg_type_name(17), "?");
   for (int t = FT_MSG_TYPE_MIN; t <= FT_MSG_TYPE_MAX; t++) {
     assert_string_not_equal(ft_msg_type_name(t), "?");
     assert_true(ft_wire_sender(t) != 0);
   }
   assert_int_equal(ft_wire_sender(FT_MSG_HELLO), FT_WIRE_FROM_WORKER);
   assert_int_equal(ft_wire_sender(FT_MSG_ASSIGN), FT_WIRE_FROM_SUPERVISOR);
+  /* a worker never sends DUMP: the supervisor refuses it (sup_conn.c), as
+   * it refuses STOP and COMMITTED from a worker */
+  assert_int_equal(ft_wire_sender(FT_MSG_DUMP), FT_WIRE_FROM_SUPERVISOR);
+  assert_int_equal(ft_wire_sender(FT_MSG_STOP), FT_WIRE_FROM_SUPERVISOR);
   assert_int_equal(ft_wire_sender(99), 0);
   const char *kinds[] = {"process_exit", "hang",           "collective_timeout",
                          "xid",          "loss_spike",     "nan",
