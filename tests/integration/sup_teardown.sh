@@ -21,11 +21,16 @@
 #           (the round did not wait for them). Thawed, the run finishes, and
 #           both processes are reaped (unkillable_reaped). Needs root and a
 #           loop device (exit 77 without).
-# Before this was built, rejoin waits out the hour (timeout, 124) and dstate
-# never gets past the stopping gang (no worker_unkillable while frozen).
+#   dstate_end  the same two workers in D state, and the run interrupted
+#           (SIGINT) instead: supervise's run is over once both are given up
+#           (unkillable_left names them, while they still exist), and it
+#           exits 130 after the thaw (its own store is on that file system).
+# Before this was built, rejoin waits out the hour (timeout, 124), dstate
+# never gets past the stopping gang (no worker_unkillable while frozen) and
+# dstate_end waits for the frozen workers (no unkillable_left).
 . "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
-PART=${1:?usage: sup_teardown.sh rejoin|dstate}
+PART=${1:?usage: sup_teardown.sh rejoin|dstate|dstate_end}
 
 # runfile NAME STORE: the demo run file for a short run in $TMP/NAME.yaml
 # (40 steps, a checkpoint every 5, heartbeats timing out after 3 s), its
@@ -55,6 +60,70 @@ in_dstate() {
     [ "$(sed 's/.*) //' "$t" 2>/dev/null | cut -c1)" = D ] && return 0
   done
   return 1
+}
+
+# frozen_run: the dstate parts' start: a loop-mounted ext4 image at
+# $TMP/mnt holding the run's store (skips with 77 without root or a loop
+# device), supervise (SUP, state ST) with 2 nodes and 2 spares on it,
+# trained past a committed checkpoint 10; then the file system frozen and
+# both gang workers (P0, P1) blocked in D state in their checkpoint writes.
+frozen_run() {
+  [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (a loop-mounted file system to freeze)"; exit 77; }
+  local c
+  for c in mkfs.ext4 fsfreeze mount umount mountpoint; do
+    command -v $c >/dev/null || { echo "SKIP: $c is not installed"; exit 77; }
+  done
+  MNT=$TMP/mnt
+  mkdir -p "$MNT" "$TMP/doctor"
+  truncate -s 256M "$TMP/fs.img"
+  mkfs.ext4 -q -F "$TMP/fs.img" >/dev/null 2>&1 || { echo "SKIP: mkfs.ext4 failed"; exit 77; }
+  mount -o loop "$TMP/fs.img" "$MNT" 2>"$TMP/mount.err" || {
+    echo "SKIP: cannot loop-mount an image: $(cat "$TMP/mount.err")"
+    exit 77
+  }
+  SUP=
+  trap unfreeze EXIT
+  runfile dstate "local:$MNT/store"
+  ST=$TMP/st
+  # (the node doctor's disk check off the frozen mount: a spare's recheck
+  # is not what this tests)
+  FT_FAILPOINTS=min_step_ms=150 "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" \
+    --spares 2 --set "doctor.dir=$TMP/doctor" "$TMP/dstate.yaml" >"$ST.out" 2>&1 &
+  SUP=$!
+  # (the waits give up after a minute, so a failure is reported rather than
+  # left to ctest's timeout; nothing is timed)
+  local end=$((SECONDS + 60))
+  while [ $SECONDS -lt $end ]; do
+    has_event "$ST" checkpoint_committed 'e["step"] >= 10' 2>/dev/null && break
+    kill -0 $SUP 2>/dev/null || fail "supervise ended early: $(tail -5 "$ST.out")"
+    sleep 0.1
+  done
+  has_event "$ST" checkpoint_committed 'e["step"] >= 10' || fail "no checkpoint committed"
+  P0=$(pid_of "$ST" 0)
+  P1=$(pid_of "$ST" 1)
+  fsfreeze -f "$MNT"
+  # each worker's checkpoint writer blocks at its next write
+  end=$((SECONDS + 60))
+  while [ $SECONDS -lt $end ]; do
+    in_dstate "$P0" && in_dstate "$P1" && break
+    sleep 0.1
+  done
+  in_dstate "$P0" && in_dstate "$P1" ||
+    fail "the workers ($P0, $P1) never blocked in D state on the frozen store"
+}
+
+# unfreeze: the dstate parts' exit trap: thaw before anything else (a frozen
+# mount holds every writer, lib.sh's cleanup included), then the run, then
+# the mount
+unfreeze() {
+  fsfreeze -u "$MNT" 2>/dev/null || true
+  [ -n "$SUP" ] && kill -9 "$SUP" 2>/dev/null || true
+  for _ in $(seq 100); do
+    umount "$MNT" 2>/dev/null && break
+    sleep 0.1
+  done
+  mountpoint -q "$MNT" && umount -l "$MNT" 2>/dev/null
+  cleanup
 }
 
 synth_data "$TMP"
@@ -101,61 +170,35 @@ PY
   pass "rejoin: a survivor whose training thread hung was killed at its grace (not rejoin_timeout_s), the spare took node 1's place, the run finished"
   ;;
 
-dstate)
-  [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (a loop-mounted file system to freeze)"; exit 77; }
-  for c in mkfs.ext4 fsfreeze mount umount; do
-    command -v $c >/dev/null || { echo "SKIP: $c is not installed"; exit 77; }
-  done
-  MNT=$TMP/mnt
-  mkdir -p "$MNT" "$TMP/doctor"
-  truncate -s 256M "$TMP/fs.img"
-  mkfs.ext4 -q -F "$TMP/fs.img" >/dev/null 2>&1 || { echo "SKIP: mkfs.ext4 failed"; exit 77; }
-  mount -o loop "$TMP/fs.img" "$MNT" 2>"$TMP/mount.err" || {
-    echo "SKIP: cannot loop-mount an image: $(cat "$TMP/mount.err")"
-    exit 77
-  }
-  SUP=
-  # thaw before anything else (a frozen mount holds every writer, this
-  # script's cleanup included), then the run, then the mount
-  teardown() {
-    fsfreeze -u "$MNT" 2>/dev/null || true
-    [ -n "$SUP" ] && kill -9 "$SUP" 2>/dev/null || true
-    for _ in $(seq 100); do
-      umount "$MNT" 2>/dev/null && break
+dstate | dstate_end)
+  frozen_run
+  if [ $PART = dstate_end ]; then
+    # the run ends (interrupted) while both workers are in D state: it is
+    # over once they are given up, and says so; init reaps them later
+    kill -INT $SUP
+    end=$((SECONDS + 60))
+    while [ $SECONDS -lt $end ]; do
+      has_event "$ST" unkillable_left && break
+      kill -0 $SUP 2>/dev/null || break
       sleep 0.1
     done
-    mountpoint -q "$MNT" && umount -l "$MNT" 2>/dev/null
-    cleanup
-  }
-  trap teardown EXIT
-  runfile dstate "local:$MNT/store"
-  ST=$TMP/st
-  # (the node doctor's disk check off the frozen mount: a spare's recheck
-  # is not what this tests)
-  FT_FAILPOINTS=min_step_ms=150 "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" \
-    --spares 2 --set "doctor.dir=$TMP/doctor" "$TMP/dstate.yaml" >"$ST.out" 2>&1 &
-  SUP=$!
-  # (the waits below give up after a minute, so a failure is reported
-  # rather than left to ctest's timeout; nothing is timed)
-  end=$((SECONDS + 60))
-  while [ $SECONDS -lt $end ]; do
-    has_event "$ST" checkpoint_committed 'e["step"] >= 10' 2>/dev/null && break
-    kill -0 $SUP 2>/dev/null || fail "supervise ended early: $(tail -5 "$ST.out")"
-    sleep 0.1
-  done
-  has_event "$ST" checkpoint_committed 'e["step"] >= 10' || fail "no checkpoint committed"
-  P0=$(pid_of "$ST" 0)
-  P1=$(pid_of "$ST" 1)
-  fsfreeze -f "$MNT"
-  # each worker's checkpoint writer blocks at its next write
-  end=$((SECONDS + 60))
-  while [ $SECONDS -lt $end ]; do
-    in_dstate "$P0" && in_dstate "$P1" && break
-    sleep 0.1
-  done
-  in_dstate "$P0" && in_dstate "$P1" ||
-    fail "the workers ($P0, $P1) never blocked in D state on the frozen store"
-  kill -9 -- "-$(ps -o pgid= -p "$P1" | tr -d ' ')" # node 1 lost (its process group)
+    has_event "$ST" unkillable_left "sorted(e['pids']) == sorted([$P0, $P1])" ||
+      fail "no unkillable_left naming $P0 and $P1: $(events "$ST" | tail -n 12 | tr '\n' ' ')"
+    [ -d "/proc/$P0" ] && [ -d "/proc/$P1" ] ||
+      fail "a worker was reaped while frozen: the test proves nothing"
+    has_event "$ST" worker_unkillable "e['node'] == 0 and e['pid'] == $P0" ||
+      fail "no worker_unkillable for node 0 (pid $P0)"
+    fsfreeze -u "$MNT"
+    rc=0
+    wait $SUP || rc=$?
+    SUP=
+    [ $rc = 130 ] || { tail -n 20 "$ST.out"; fail "supervise exited $rc, want 130 (interrupted)"; }
+    echo "events: $(events "$ST" | tail -n 6 | tr '\n' ' ')"
+    pass "dstate_end: a run interrupted with two workers in D state ended once they were given up (unkillable_left), not when they could be reaped"
+    exit 0
+  fi
+  # node 1 lost (its process group): the round stops node 0 as well
+  kill -9 -- "-$(ps -o pgid= -p "$P1" | tr -d ' ')"
   end=$((SECONDS + 60))
   while [ $SECONDS -lt $end ]; do
     has_event "$ST" spare_promoted 'e["replaces"] == 0' &&
@@ -202,7 +245,7 @@ g2 = [e for e in ev if e["event"] == "generation_started" and e["gen"] == 2]
 assert g2 and sorted(g2[0]["nodes"]) == [2, 3], g2
 reaped = sorted(e["pid"] for e in ev if e["event"] == "unkillable_reaped")
 assert reaped == sorted([p0, p1]), reaped
-assert "run_done" in names, "no run_done"
+assert "run_done" in names and "unkillable_left" not in names, names[-5:]
 PY
   "$FT_BIN/ckpt" --store "local:$MNT/store" restore 40 --to "$TMP/final.safetensors" >/dev/null ||
     fail "no final checkpoint"
