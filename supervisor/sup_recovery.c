@@ -2164,12 +2164,15 @@ static void respawn_spare(sup *s, int n) {
  *    survivor (a checkpoint in flight to release first). What tells the two
  *    apart is its heartbeats' progress record: a survivor that leaves moves
  *    (its collective aborts, it frees its comm: progress_generation), a hung
- *    one does not. A grace after its STOP(rejoin), a worker whose progress
- *    has not changed since the request (a heartbeat that came after the
- *    grace says so), or that sent no frame for 2 heartbeat intervals, is
- *    hung (rejoin_hung): its node falls back to a process restart and is
- *    SIGKILLed at once, as the others were at their grace (under Slurm the
- *    fallback's SIGTERM is srun's kill, and the grace's SIGKILL follows).
+ *    one does not. A grace after its STOP(rejoin), a worker in a phase that
+ *    leaves within moments (phase_leaves_promptly: compute, data, a
+ *    collective, the optimizer) whose progress has not changed since the
+ *    request (a heartbeat that came after the grace says so), or one that
+ *    sent no frame for 2 heartbeat intervals, is hung (rejoin_hung): its
+ *    node falls back to a process restart and is SIGKILLed at once, as the
+ *    others were at their grace (under Slurm the fallback's SIGTERM is
+ *    srun's kill, and the grace's SIGKILL follows). A survivor waiting for
+ *    the store, validating, restoring or in a rendezvous keeps its deadline.
  *
  *  - A process SIGKILLed and never reaped: one of its threads sleeps
  *    uninterruptibly (D state: a write to a dead NFS mount or a frozen file
@@ -2310,6 +2313,27 @@ static int unkillable_reaped(sup *s, pid_t pid, int status) {
   return 0;
 }
 
+/* Phases a training thread leaves within moments of a STOP(rejoin): it
+ * looks for the request at its next collective, step or wait, and these
+ * reach one quickly (the rejoin aborts the comm, so a collective returns).
+ * A snapshot or checkpoint write waiting for the store, a validation pass
+ * (its collectives come at its end), a restore or a rendezvous may go on
+ * for long without a change: those keep recovery.rejoin_timeout_s. */
+static int phase_leaves_promptly(int phase) {
+  switch (phase) {
+  case FT_PHASE_IDLE:
+  case FT_PHASE_DATA:
+  case FT_PHASE_FORWARD:
+  case FT_PHASE_BACKWARD:
+  case FT_PHASE_COLLECTIVE:
+  case FT_PHASE_OPTIMIZER:
+  case FT_PHASE_SDC:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 /* A grace after its STOP(rejoin), is a survivor still in its old generation
  * hung (see above)? Its node falls back and is killed. Returns 1 while a
  * survivor is still to be judged. */
@@ -2340,7 +2364,8 @@ static int rejoin_hung(sup *s, double now) {
                  "hung: slot %d sent nothing for %.1f s, %.1f s after it was asked to leave its "
                  "generation",
                  j, quiet, now - nd->rejoin_told_s);
-      else if (w->prog_have && w->prog_beat_s - nd->rejoin_told_s >= grace &&
+      else if (w->prog_have && phase_leaves_promptly(w->prog_phase) &&
+               w->prog_beat_s - nd->rejoin_told_s >= grace &&
                w->prog_changed_s <= nd->rejoin_told_s)
         snprintf(why, sizeof why,
                  "hung: slot %d's training thread has not moved in the %.1f s since it was asked "
