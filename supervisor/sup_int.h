@@ -59,6 +59,17 @@
 #define SUP_STORAGE_WAIT_MAX_S 600
 /* scontrol drains running at once, at most (one per quarantined node) */
 #define SUP_MAX_DRAINS 32
+/* Bounded teardown (sup_recovery.c, on_teardown): while something we asked
+ * to stop is not gone, it is looked at this often (seconds). A process
+ * SIGKILLed and still not reaped, one of whose threads is in
+ * uninterruptible sleep (D state: a write to a dead NFS mount or a frozen
+ * file system, a wedged driver) at every look for SUP_UNKILLABLE_S, cannot
+ * be reaped until that I/O ends: it is reported (worker_unkillable), its
+ * node is lost, and nothing waits for it; at most SUP_MAX_UNKILLABLE are
+ * tracked until they are reaped. */
+#define SUP_TEARDOWN_CHECK_S 0.5
+#define SUP_UNKILLABLE_S 1.0
+#define SUP_MAX_UNKILLABLE 64
 
 typedef enum sup_state {
   SUP_STARTING = 0, /* first gang launched, not yet assigned */
@@ -112,6 +123,9 @@ typedef struct sup_worker {
    * current generation) and waits for ASSIGN */
   uint64_t rejoin_from;
   int rejoined;
+  /* bounded teardown: when it was first seen in uninterruptible sleep after
+   * its node was SIGKILLed (0: not seen so, or seen otherwise since) */
+  double dstate_s;
   /* checkpoint.replicate: its replica server ("" none: not connected, or it
    * serves none), and a hash of the buddy list last sent to it (0: none
    * sent, or to be told again; a list's hash is never 0) */
@@ -155,6 +169,8 @@ typedef struct sup_node {
   int rejoin;             /* its workers were asked to rejoin in process this round */
   int rejoin_told;        /* its workers were sent this round's STOP(rejoin) (it
                              carries the new generation: sent once recorded) */
+  double rejoin_told_s;   /* when (ft_now_s): a worker whose training thread has
+                             not moved for a grace since is hung (on_teardown) */
   int respawn;            /* a spare that lost the supervisor (exit 6): relaunched
                              as a spare once its last process is reaped */
   sup_failures lost_us;   /* its spare relaunches (SUP_SPARE_RELAUNCHES a window) */
@@ -284,6 +300,8 @@ typedef struct sup {
   sup_events *ev;
   sup_kv *kv;
   struct event *tick, *grace, *waitpoll, *rejoin_timer, *coll_timer;
+  struct event *teardown;      /* after a grace or a SIGKILL: rejoiners that do not
+                                  move, processes that cannot be reaped */
   struct event *deadline_tick; /* the tick again when a silence reaches its limit */
   /* nodes to launch, a slice per loop turn (sup_recovery.c, launch_more):
    * launch_q[launch_qi..nlaunch_q) */
@@ -424,6 +442,16 @@ typedef struct sup {
   } drains[SUP_MAX_DRAINS];
   int ndrains;
 
+  /* processes given up as unkillable (sup_recovery.c, worker_unkillable):
+   * no longer their node's workers, reaped with an event whenever their
+   * I/O ends; the run does not wait for them */
+  struct sup_unkillable {
+    pid_t pid;
+    int node, slot;
+    double since_s; /* ft_now_s when given up */
+  } unkillable[SUP_MAX_UNKILLABLE];
+  int nunkillable;
+
   /* the node doctor's compute reference per platform (sup_doctor.c) */
   struct {
     char plat[200];
@@ -563,6 +591,10 @@ void sup_recovery_launch_more(evutil_socket_t fd, short what, void *arg);
 /* recovery.rejoin_timeout_s passed: survivors not yet out of their old
  * generation are restarted as processes. */
 void sup_recovery_on_rejoin_timeout(evutil_socket_t fd, short what, void *arg);
+/* The teardown's follow-up (SUP_TEARDOWN_CHECK_S): survivors asked to rejoin
+ * whose training thread has not moved for a grace since are restarted as
+ * processes; SIGKILLed processes stuck in D state are given up. */
+void sup_recovery_on_teardown(evutil_socket_t fd, short what, void *arg);
 /* In process (recovery.in_process), a worker of the current generation
  * reported a failed collective and nobody is silent: its peers stay in
  * their processes, so no exit will start the recovery. If 2 heartbeat

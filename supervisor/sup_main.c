@@ -1334,11 +1334,12 @@ static int open_loop(main_ctx *m) {
   s->launch_ev = evtimer_new(s->base, sup_recovery_launch_more, s);
   s->rejoin_timer = evtimer_new(s->base, sup_recovery_on_rejoin_timeout, s);
   s->coll_timer = evtimer_new(s->base, sup_recovery_on_coll_timer, s);
+  s->teardown = evtimer_new(s->base, sup_recovery_on_teardown, s);
   s->deadline_tick = evtimer_new(s->base, sup_recovery_on_tick, s);
   g_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
   g_stall.ev = event_new(s->base, -1, EV_PERSIST, stall_cb, s);
   if (!s->sig_chld || !s->sig_int || !s->sig_term || !s->tick || !s->grace || !s->waitpoll ||
-      !s->launch_ev || !s->rejoin_timer || !s->coll_timer || !s->deadline_tick ||
+      !s->launch_ev || !s->rejoin_timer || !s->coll_timer || !s->teardown || !s->deadline_tick ||
       !g_accept_resume || !g_stall.ev || event_priority_set(g_stall.ev, 0))
     return SUP_EXIT_FAILED;
   event_add(s->sig_chld, NULL);
@@ -1449,7 +1450,8 @@ static void cleanup(main_ctx *m) {
   sup_kv_free(s->kv);
   struct event *evs[] = {s->tick,         s->grace,    s->waitpoll,  s->rejoin_timer,
                          s->coll_timer,   s->sig_chld, s->sig_int,   s->sig_term,
-                         g_accept_resume, g_stall.ev,  s->launch_ev, s->deadline_tick};
+                         g_accept_resume, g_stall.ev,  s->launch_ev, s->deadline_tick,
+                         s->teardown};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i])
       event_free(evs[i]);

@@ -52,7 +52,13 @@
  *  - slurm launcher: a step that does not end when srun is told to kill
  *    it: its node's (node_unreachable), unless every node's is late
  *    (steps_unanswered, nobody's); a step that could not start while no
- *    other node's did: nobody's (launch_failed).
+ *    other node's did: nobody's (launch_failed);
+ *  - a worker SIGKILLed that stays in uninterruptible sleep (D state, a
+ *    dead mount, a wedged driver): its node's, lost (node_lost,
+ *    quarantined at once; "bounded teardown" below);
+ *  - a survivor asked to rejoin in process whose training thread does not
+ *    move in the grace after the request: nobody's (hung, restarted as a
+ *    process; its own hang is the hang detector's to blame).
  *
  * A loss fault is a fault with nobody blamed, preceded by the rollback
  * bookkeeping: every gang node is restarted in place, spares are untouched,
@@ -85,7 +91,14 @@
  *     rollbacks included, counts against recovery.max_restarts.
  *  4. A quarantined node is never launched or assigned again in this run
  *     (its role is persisted with the run state).
- *  5. Every process we launched is reaped before the loop ends.
+ *  5. Every process we launched is reaped before the loop ends, or given
+ *     up as unkillable (SIGKILLed and in D state for SUP_UNKILLABLE_S,
+ *     give_up): then it is no worker of its node (checked), the round and
+ *     the run's end do not wait for it, it is reaped whenever its I/O ends
+ *     (unkillable_reaped), and a run that ends first leaves it to init
+ *     (unkillable_left). So nothing a round stops holds it for long after
+ *     the grace: a rejoiner whose progress shows it hung is killed too
+ *     (bounded teardown, below).
  *  6. Blame (enum sup_blame): an exit is held against its node only if it
  *     is a signal we did not send or an exit code other than FT_EXIT_OK,
  *     FT_EXIT_GANG (collective failure: the peer is at fault) and
@@ -124,6 +137,8 @@
  *  RUNNING/... -> STOPPING (silent peers) ... sup_recovery_blame_silent
  *                                             -> sup_recovery_fault
  *  STOPPING -> plan -> RECORDING|WAITING|fail check_stopped -> plan_and_launch
+ *  STOPPING: a hung rejoiner -> a process ... rejoin_hung (on_grace, on_teardown)
+ *  a SIGKILLed worker in D -> given up ....... give_up (on_teardown) -> a fault
  *  RECORDING -> FORMING (records answered) .. sup_recovery_recorded
  *  RUNNING -> FINISHING (done) .............. sup_recovery_done
  *  any -> FINISHING (failed) ................ sup_recovery_fail
@@ -147,7 +162,9 @@
 #include "sup_launch.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -249,6 +266,13 @@ static void check_state(const sup *s) {
     FT_ASSERT_INV(n >= 0 && n < s->nnodes && !seen[n], "gang[%d] = %d", p, n);
     seen[n] = 1;
   }
+  /* 5: a process given up as unkillable is no worker of its node any more */
+  for (int i = 0; i < s->nunkillable; i++)
+    for (int n = 0; n < s->nnodes; n++)
+      for (int j = 0; j < s->G; j++)
+        FT_ASSERT_INV(!s->nodes[n].w[j].alive || s->nodes[n].w[j].pid != s->unkillable[i].pid,
+                      "node %d slot %d is pid %d, given up as unkillable", n, j,
+                      (int)s->unkillable[i].pid);
   int started = !(s->state == SUP_STARTING && s->rphase == SUP_RP_NONE);
   if (s->state >= SUP_FINISHING || !started)
     return;
@@ -419,6 +443,7 @@ static int launch_node(sup *s, int n, const char *role) {
   nd->term_sent = nd->kill_sent = 0;
   nd->dump_asked = 0;
   nd->rejoin = 0;
+  nd->rejoin_told_s = 0;
   nd->faulty = 0;
   nd->host_lost = 0;
   /* the host stand-in is reaped with the node's last worker (host_reap),
@@ -459,6 +484,7 @@ static int launch_node(sup *s, int n, const char *role) {
     w->gen = 0;
     w->rejoin_from = 0;
     w->rejoined = 0;
+    w->dstate_s = 0;
     w->last_msg_s = ft_now_s();
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "node", n);
@@ -489,10 +515,21 @@ static int any_alive(const sup *s) {
   return 0;
 }
 
+/* The teardown's follow-up (on_teardown) looks again in SUP_TEARDOWN_CHECK_S. */
+static void teardown_arm(sup *s) {
+  if (!s->teardown || evtimer_pending(s->teardown, NULL))
+    return;
+  double d = SUP_TEARDOWN_CHECK_S;
+  struct timeval tv = {(long)d, (long)((d - (double)(long)d) * 1e6)};
+  evtimer_add(s->teardown, &tv);
+}
+
 static void signal_node(sup *s, int n, int sig) {
   sup_node *nd = &s->nodes[n];
   if (!node_alive(s, n))
     return;
+  if (sig == SIGKILL) /* is it gone? (a process in D state is not) */
+    teardown_arm(s);
   if (s->slurm_launcher) {
     /* srun turns SIGTERM into SIGKILL of every task of its step, through
      * slurmstepd on the node (a SIGKILL of srun itself would leave them
@@ -563,6 +600,7 @@ static void rejoin_tell(sup *s, int n) {
   if (!nd->rejoin || nd->rejoin_told || s->rec_done < s->gen_rec)
     return;
   nd->rejoin_told = 1;
+  nd->rejoin_told_s = ft_now_s();
   for (int j = 0; j < s->G; j++) {
     sup_worker *w = &nd->w[j];
     if (!w->conn)
@@ -580,6 +618,7 @@ static void rejoin_request(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
   nd->rejoin = 1;
   nd->rejoin_told = 0;
+  nd->rejoin_told_s = 0;
   for (int j = 0; j < s->G; j++) {
     sup_worker *w = &nd->w[j];
     /* the oldest generation its late frames may carry: the one it trains in,
@@ -693,6 +732,21 @@ static void maybe_finished_t(sup *s) {
     s->state = SUP_DONE;
   } else if (s->exit_code == SUP_EXIT_FAILED) {
     s->state = SUP_FAILED;
+  }
+  if (s->nunkillable) { /* never waited for (bounded teardown): init reaps them */
+    int pids[SUP_MAX_UNKILLABLE], nodes[SUP_MAX_UNKILLABLE];
+    for (int i = 0; i < s->nunkillable; i++) {
+      pids[i] = (int)s->unkillable[i].pid;
+      nodes[i] = s->unkillable[i].node;
+    }
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddItemToObject(f, "pids", int_array(pids, s->nunkillable));
+    cJSON_AddItemToObject(f, "nodes", int_array(nodes, s->nunkillable));
+    sup_events_emit(s->ev, "unkillable_left", f,
+                    "%d process(es) given up as unkillable still in uninterruptible sleep: left "
+                    "to init, which reaps them when their I/O ends",
+                    s->nunkillable);
+    s->nunkillable = 0;
   }
   event_base_loopbreak(s->base);
 }
@@ -2174,6 +2228,271 @@ static void respawn_spare(sup *s, int n) {
                   "spare node %d cannot be relaunched (%s): leaves the pool", n, ft_err_detail());
 }
 
+/* ---- bounded teardown ---------------------------------------------------------
+ *
+ * A round plans only once every process of the old gang is reaped or out of
+ * its generation in process (check_stopped), and the run ends only once
+ * every process is reaped (maybe_finished). Two things could hold either
+ * for ever; neither may:
+ *
+ *  - A survivor asked to rejoin in process whose own training thread is
+ *    hung. The grace does not kill it (it was asked to stay), and its
+ *    deadline, recovery.rejoin_timeout_s, is made for a slow but healthy
+ *    survivor (a checkpoint in flight to release first). What tells the two
+ *    apart is its heartbeats' progress record: a survivor that leaves moves
+ *    (its collective aborts, it frees its comm: progress_generation), a hung
+ *    one does not. A grace after its STOP(rejoin), a worker in a phase that
+ *    leaves within moments (phase_leaves_promptly: compute, data, a
+ *    collective, the optimizer) whose progress has not changed since the
+ *    request (a heartbeat that came after the grace says so), or one that
+ *    sent no frame for 2 heartbeat intervals, is hung (rejoin_hung): its
+ *    node falls back to a process restart and is SIGKILLed at once, as the
+ *    others were at their grace (under Slurm the fallback's SIGTERM is
+ *    srun's kill, and the grace's SIGKILL follows). A survivor waiting for
+ *    the store, validating, restoring or in a rendezvous keeps its deadline.
+ *
+ *  - A process SIGKILLed and never reaped: one of its threads sleeps
+ *    uninterruptibly (D state: a write to a dead NFS mount or a frozen file
+ *    system, a wedged driver), and the kernel acts on the SIGKILL only when
+ *    that sleep ends, which may be never. A worker of a node we SIGKILLed
+ *    that is seen with a thread in D at every look for SUP_UNKILLABLE_S is
+ *    given up (give_up): event worker_unkillable (node, slot, pid, the
+ *    thread's state and wchan), it stops being a worker of its node (so
+ *    the round and the run's end no longer wait for it, and it cannot count
+ *    in a new generation), it is kept in s->unkillable and reaped
+ *    (unkillable_reaped) whenever its I/O ends, and its node is lost: a
+ *    node fault (node_lost), quarantined, a spare in its place. At the
+ *    run's end the ones still there are named (unkillable_left) and left
+ *    to init.
+ *
+ * One timer looks at both (s->teardown, every SUP_TEARDOWN_CHECK_S), armed
+ * by the grace and by every SIGKILL we send, and stopping itself when
+ * nothing is left to look at. It reads only /proc (the kernel's view of
+ * the process, never blocked by the process's own I/O), never waits. */
+
+/* Reads at most n - 1 bytes of a small file, NUL-terminated, the trailing
+ * newline dropped. Returns the length, -1 if it cannot be read. */
+static int read_small(const char *path, char *buf, size_t n) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t k = read(fd, buf, n - 1);
+  close(fd);
+  if (k < 0)
+    return -1;
+  buf[k] = 0;
+  if (k > 0 && buf[k - 1] == '\n')
+    buf[--k] = 0;
+  return (int)k;
+}
+
+/* 1 if a thread of process pid is in uninterruptible sleep (state D); the
+ * kernel function it sleeps in into wchan ("" where the kernel hides it).
+ * Every thread is read: once SIGKILL is pending the others exit and the
+ * leader shows Z (zombie) while the process cannot be reaped. */
+static int proc_dstate(pid_t pid, char *wchan, size_t n) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d)
+    return 0;
+  int found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) {
+    int tid = atoi(e->d_name);
+    if (tid <= 0)
+      continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, tid);
+    /* "tid (comm) S ...": comm may hold spaces and ')', the state follows the last ')' */
+    char *rp = read_small(path, buf, sizeof buf) > 0 ? strrchr(buf, ')') : NULL;
+    if (!rp || rp[1] != ' ' || rp[2] != 'D')
+      continue;
+    found = 1;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/wchan", (int)pid, tid);
+    if (read_small(path, wchan, n) <= 0 || !strcmp(wchan, "0"))
+      wchan[0] = 0;
+  }
+  closedir(d);
+  return found;
+}
+
+/* Worker w, SIGKILLed, in D state for `secs`: no longer a worker of its
+ * node; its node is lost (see above). */
+static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
+  int n = w->node, slot = w->slot;
+  pid_t pid = w->pid;
+  sup_node *nd = &s->nodes[n];
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  if (sup_node_host(s, n))
+    cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
+  cJSON_AddNumberToObject(f, "slot", slot);
+  cJSON_AddNumberToObject(f, "pid", pid);
+  cJSON_AddStringToObject(f, "state", "D");
+  cJSON_AddStringToObject(f, "wchan", wchan);
+  cJSON_AddNumberToObject(f, "seconds", round(secs * 10) / 10);
+  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  sup_events_emit(s->ev, "worker_unkillable", f,
+                  "node %d slot %d: pid %d is in uninterruptible sleep (D%s%s) %.1f s after "
+                  "SIGKILL: it cannot be reaped until its I/O ends; its node is lost and "
+                  "nothing waits for it",
+                  n, slot, (int)pid, wchan[0] ? ", in " : "", wchan, secs);
+  if (s->nunkillable < SUP_MAX_UNKILLABLE)
+    s->unkillable[s->nunkillable++] =
+        (struct sup_unkillable){.pid = pid, .node = n, .slot = slot, .since_s = ft_now_s()};
+  /* a node_step process (srun) stands for every slot of its node */
+  for (int j = 0; j < s->G; j++) {
+    sup_worker *x = &nd->w[j];
+    if (!x->alive || x->pid != pid)
+      continue;
+    x->alive = 0;
+    x->dstate_s = 0;
+    if (x->conn)
+      sup_conn_close(x->conn, "", 0);
+  }
+  nd->respawn = 0; /* never relaunched beside it */
+  char detail[256];
+  snprintf(detail, sizeof detail,
+           "worker pid %d (slot %d) in uninterruptible sleep (D%s%s) %.1f s after SIGKILL",
+           (int)pid, slot, wchan[0] ? ", in " : "", wchan, secs);
+  if (s->state < SUP_FINISHING && sup_in_gang(s, n) && nd->role == SUP_ROLE_ACTIVE) {
+    if (!nd->faulty) /* joins the round that stopped it (a fault of its own otherwise) */
+      sup_recovery_fault(s, "node_lost", n, slot, pid, detail, SUP_BLAME_NODE);
+  } else if (s->state < SUP_FINISHING && nd->role != SUP_ROLE_QUARANTINED &&
+             nd->role != SUP_ROLE_LOST) {
+    snprintf(nd->why, sizeof nd->why, "node lost: %.200s", detail);
+    quarantine(s, n);
+    persist_notes(s);
+  }
+  host_reap(s, n); /* its last worker is gone as far as the node goes */
+}
+
+/* pid was given up as unkillable: its I/O ended at last. 0 if it was not one. */
+static int unkillable_reaped(sup *s, pid_t pid, int status) {
+  for (int i = 0; i < s->nunkillable; i++) {
+    if (s->unkillable[i].pid != pid)
+      continue;
+    struct sup_unkillable u = s->unkillable[i];
+    s->unkillable[i] = s->unkillable[--s->nunkillable];
+    double after = ft_now_s() - u.since_s;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "node", u.node);
+    cJSON_AddNumberToObject(f, "slot", u.slot);
+    cJSON_AddNumberToObject(f, "pid", pid);
+    cJSON_AddNumberToObject(f, "signal", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    cJSON_AddNumberToObject(f, "exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    cJSON_AddNumberToObject(f, "seconds", round(after * 10) / 10);
+    sup_events_emit(s->ev, "unkillable_reaped", f,
+                    "node %d slot %d: pid %d, given up as unkillable, ended %.1f s later", u.node,
+                    u.slot, (int)pid, after);
+    return 1;
+  }
+  return 0;
+}
+
+/* Phases a training thread leaves within moments of a STOP(rejoin): it
+ * looks for the request at its next collective, step or wait, and these
+ * reach one quickly (the rejoin aborts the comm, so a collective returns).
+ * A snapshot or checkpoint write waiting for the store, a validation pass
+ * (its collectives come at its end), a restore or a rendezvous may go on
+ * for long without a change: those keep recovery.rejoin_timeout_s. */
+static int phase_leaves_promptly(int phase) {
+  switch (phase) {
+  case FT_PHASE_IDLE:
+  case FT_PHASE_DATA:
+  case FT_PHASE_FORWARD:
+  case FT_PHASE_BACKWARD:
+  case FT_PHASE_COLLECTIVE:
+  case FT_PHASE_OPTIMIZER:
+  case FT_PHASE_SDC:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* A grace after its STOP(rejoin), is a survivor still in its old generation
+ * hung (see above)? Its node falls back and is killed. Returns 1 while a
+ * survivor is still to be judged. */
+static int rejoin_hung(sup *s, double now) {
+  if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
+    return 0;
+  double grace = SUP_GRACE_STOP_S;
+  double quiet_max = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
+  int pending = 0;
+  for (int p = 0; p < s->ngang; p++) {
+    int n = s->gang[p];
+    sup_node *nd = &s->nodes[n];
+    if (!nd->rejoin || node_rejoined(s, n))
+      continue;
+    /* not told yet (its generation's record is not answered): not its fault */
+    if (!nd->rejoin_told || now - nd->rejoin_told_s < grace) {
+      pending = 1;
+      continue;
+    }
+    char why[256] = "";
+    for (int j = 0; j < s->G && !why[0]; j++) {
+      const sup_worker *w = &nd->w[j];
+      double quiet = sup_silence_s(now, w->last_msg_s, s->stall_end_s);
+      if (!w->alive || w->rejoined)
+        continue;
+      if (quiet > quiet_max)
+        snprintf(why, sizeof why,
+                 "hung: slot %d sent nothing for %.1f s, %.1f s after it was asked to leave its "
+                 "generation",
+                 j, quiet, now - nd->rejoin_told_s);
+      else if (w->prog_have && phase_leaves_promptly(w->prog_phase) &&
+               w->prog_beat_s - nd->rejoin_told_s >= grace &&
+               w->prog_changed_s <= nd->rejoin_told_s)
+        snprintf(why, sizeof why,
+                 "hung: slot %d's training thread has not moved in the %.1f s since it was asked "
+                 "to leave its generation (phase %s, step %" PRId64 ")",
+                 j, w->prog_beat_s - nd->rejoin_told_s, ft_phase_name(w->prog_phase), w->prog_step);
+    }
+    if (!why[0]) { /* moving, or no heartbeat since the grace yet: its deadline holds */
+      pending = 1;
+      continue;
+    }
+    rejoin_fallback(s, n, why);
+    /* its grace is over: killed like the others (srun's SIGTERM is a kill) */
+    if (!s->slurm_launcher)
+      signal_node(s, n, SIGKILL);
+  }
+  return pending;
+}
+
+static void on_teardown_t(evutil_socket_t fd, short what, void *arg) {
+  sup *s = arg;
+  double now = ft_now_s();
+  int again = rejoin_hung(s, now);
+  for (int n = 0; n < s->nnodes; n++) {
+    if (!s->nodes[n].kill_sent)
+      continue;
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[n].w[j];
+      char wchan[128];
+      if (!w->alive)
+        continue;
+      again = 1;
+      if (!proc_dstate(w->pid, wchan, sizeof wchan)) {
+        w->dstate_s = 0; /* dying, a zombie, or not local (ssh): wait for SIGCHLD */
+        continue;
+      }
+      if (!w->dstate_s)
+        w->dstate_s = now;
+      else if (now - w->dstate_s >= SUP_UNKILLABLE_S)
+        give_up(s, w, wchan, now - w->dstate_s);
+    }
+  }
+  if (again)
+    teardown_arm(s);
+  if (s->state == SUP_RECOVERING)
+    check_stopped(s);
+  maybe_finished(s);
+}
+
+EVENT_ENTRY(sup_recovery_on_teardown, on_teardown_t)
+
 static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   for (;;) {
@@ -2193,6 +2512,8 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
       continue;
     }
     if (drain_reaped(s, pid, status))
+      continue;
+    if (unkillable_reaped(s, pid, status))
       continue;
     for (int n = 0; n < s->nnodes; n++)
       if (s->nodes[n].host_alive && s->nodes[n].host_pid == pid) {
@@ -2416,12 +2737,18 @@ static void blame_unanswered(sup *s) {
   }
 }
 
-/* grace timer: SIGKILL whatever was asked to stop and is still there */
+/* grace timer: SIGKILL whatever was asked to stop and is still there. A
+ * survivor asked to rejoin in process was not asked to exit: it is judged
+ * from its progress once a grace has passed since its request (rejoin_hung,
+ * on the teardown's timer); what the SIGKILL does not end is looked at
+ * there too (a process in D state). */
 static void on_grace_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   int stopping = s->state == SUP_RECOVERING && s->rphase == SUP_RP_STOPPING;
   if (stopping && s->slurm_launcher)
     blame_unanswered(s);
+  if (rejoin_hung(s, ft_now_s()))
+    teardown_arm(s);
   for (int n = 0; n < s->nnodes; n++)
     if (s->state == SUP_FINISHING || (stopping && sup_in_gang(s, n) && !s->nodes[n].rejoin) ||
         s->nodes[n].role == SUP_ROLE_QUARANTINED) /* left behind (node_left_behind) */

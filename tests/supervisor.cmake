@@ -90,4 +90,14 @@ if(TARGET supervise)
   endforeach()
   ft_add_script_test(NAME sup_spare_silent COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_spare_silent.sh
                      LABELS integration TIMEOUT 90)
+  # Bounded teardown: a survivor asked to rejoin in process whose training
+  # thread hangs is killed at its grace (rejoin); workers in D state on a
+  # frozen file system are given up, their nodes lost (dstate), and a run
+  # that ends meanwhile does not wait for them (dstate_end). The dstate
+  # parts need root and a loop device, else they skip with 77.
+  foreach(part rejoin dstate dstate_end)
+    ft_add_script_test(NAME sup_teardown_${part}
+                       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_teardown.sh ${part}
+                       LABELS integration TIMEOUT 240)
+  endforeach()
 endif()
