@@ -13,7 +13,8 @@
  *         v                 (rollback)  v   |                               |
  *      RECOVERING: STOPPING --all reaped--> (plan) --> RECORDING --records--> FORMING
  *                                                     --all HELLO--> ASSIGNED
- *                      |                      |  \--WAIT--> WAITING (re-plan every 1 s)
+ *                      |                      |  \--WAIT--> WAITING (re-plan every 1 s;
+ *                      |                      |      after a storage hang first its backoff)
  *                      |                      \--FAIL--> FINISHING (exit 1) --> FAILED
  *      any state --SIGINT/SIGTERM--> FINISHING (exit 130)
  *      STARTING/FORMING/ASSIGNED --every gang worker exits alike with a
@@ -42,7 +43,9 @@
  *    wd_progress; from the tick): ranks behind the others or that never
  *    joined the rendezvous: their nodes' ("hang", quarantined at once);
  *    every rank in a data read or checkpoint write, in one collective, or
- *    stuck alike: nobody's (storage_hang, network_hang, gang_hang);
+ *    stuck alike: nobody's (storage_hang, network_hang, gang_hang); after a
+ *    storage hang the plan waits on storage first (storage_wait, doubled
+ *    for each one in a row);
  *  - a collective timeout with nobody silent: the ranks the progress
  *    records show behind that collective (sup_watch_progress_behind), if
  *    any, are blamed as "hang"; else nobody;
