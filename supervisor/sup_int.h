@@ -448,6 +448,7 @@ typedef struct sup {
   struct sup_unkillable {
     pid_t pid;
     int node, slot;
+    uint64_t gen;   /* the generation when given up (its round's) */
     double since_s; /* ft_now_s when given up */
   } unkillable[SUP_MAX_UNKILLABLE];
   int nunkillable;

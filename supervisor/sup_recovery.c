@@ -2264,7 +2264,9 @@ static void respawn_spare(sup *s, int n) {
  *    the round and the run's end no longer wait for it, and it cannot count
  *    in a new generation), it is kept in s->unkillable and reaped
  *    (unkillable_reaped) whenever its I/O ends, and its node is lost: a
- *    node fault (node_lost), quarantined, a spare in its place. At the
+ *    node fault (node_lost), quarantined, a spare in its place; unless a
+ *    worker of another node is in D too (dstate_elsewhere): a common cause
+ *    (a shared file system), nobody blamed, the node restarts in place. At the
  *    run's end the ones still there are named (unkillable_left) and left
  *    to init.
  *
@@ -2319,8 +2321,29 @@ static int proc_dstate(pid_t pid, char *wchan, size_t n) {
   return found;
 }
 
+/* 1 if a worker of another node than n is in D state too: now (killed or
+ * not: /proc says), or given up in this round. Then the cause is common to
+ * the nodes (a shared file system frozen or dead, the store's), not n's
+ * own. Read only when a worker is given up (rare): one /proc look per
+ * live worker. */
+static int dstate_elsewhere(const sup *s, int n) {
+  char wchan[128];
+  for (int m = 0; m < s->nnodes; m++)
+    for (int j = 0; m != n && j < s->G; j++) {
+      const sup_worker *x = &s->nodes[m].w[j];
+      if (x->alive && x->pid > 0 && (x->dstate_s > 0 || proc_dstate(x->pid, wchan, sizeof wchan)))
+        return 1;
+    }
+  for (int i = 0; i < s->nunkillable; i++)
+    if (s->unkillable[i].node != n && s->unkillable[i].gen == s->gen)
+      return 1;
+  return 0;
+}
+
 /* Worker w, SIGKILLed, in D state for `secs`: no longer a worker of its
- * node; its node is lost (see above). */
+ * node; its node is lost (see above), unless workers of other nodes are in
+ * D state too (dstate_elsewhere): a common cause, nobody's, the node
+ * restarts in place like the others (a storage error never costs a node). */
 static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
   int n = w->node, slot = w->slot;
   pid_t pid = w->pid;
@@ -2335,14 +2358,18 @@ static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
   cJSON_AddStringToObject(f, "wchan", wchan);
   cJSON_AddNumberToObject(f, "seconds", round(secs * 10) / 10);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
+  int common = dstate_elsewhere(s, n);
+  cJSON_AddBoolToObject(f, "common", common);
   sup_events_emit(s->ev, "worker_unkillable", f,
                   "node %d slot %d: pid %d is in uninterruptible sleep (D%s%s) %.1f s after "
-                  "SIGKILL: it cannot be reaped until its I/O ends; its node is lost and "
-                  "nothing waits for it",
-                  n, slot, (int)pid, wchan[0] ? ", in " : "", wchan, secs);
+                  "SIGKILL: it cannot be reaped until its I/O ends; nothing waits for it; %s",
+                  n, slot, (int)pid, wchan[0] ? ", in " : "", wchan, secs,
+                  common ? "other nodes' workers are stuck alike (a shared file system?): no "
+                           "node blamed"
+                         : "its node is lost");
   if (s->nunkillable < SUP_MAX_UNKILLABLE)
-    s->unkillable[s->nunkillable++] =
-        (struct sup_unkillable){.pid = pid, .node = n, .slot = slot, .since_s = ft_now_s()};
+    s->unkillable[s->nunkillable++] = (struct sup_unkillable){
+        .pid = pid, .node = n, .slot = slot, .gen = s->gen, .since_s = ft_now_s()};
   /* a node_step process (srun) stands for every slot of its node */
   for (int j = 0; j < s->G; j++) {
     sup_worker *x = &nd->w[j];
@@ -2353,11 +2380,17 @@ static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
     if (x->conn)
       sup_conn_close(x->conn, "", 0);
   }
-  nd->respawn = 0; /* never relaunched beside it */
   char detail[256];
   snprintf(detail, sizeof detail,
            "worker pid %d (slot %d) in uninterruptible sleep (D%s%s) %.1f s after SIGKILL",
            (int)pid, slot, wchan[0] ? ", in " : "", wchan, secs);
+  if (common) { /* nobody's: the node restarts in place with the others */
+    if (s->state < SUP_FINISHING && sup_in_gang(s, n) && nd->role == SUP_ROLE_ACTIVE)
+      sup_recovery_fault(s, "worker_unkillable", n, slot, pid, detail, SUP_BLAME_NONE);
+    host_reap(s, n);
+    return;
+  }
+  nd->respawn = 0; /* never relaunched beside it */
   if (s->state < SUP_FINISHING && sup_in_gang(s, n) && nd->role == SUP_ROLE_ACTIVE) {
     if (!nd->faulty) /* joins the round that stopped it (a fault of its own otherwise) */
       sup_recovery_fault(s, "node_lost", n, slot, pid, detail, SUP_BLAME_NODE);
