@@ -657,6 +657,10 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m);
  * the generation but never joined it, emits progress_hang (class behind or
  * rendezvous) and blames their nodes ("hang"). Returns 1 if it acted. */
 int sup_watch_progress_behind(sup *s, sup_worker *w, const char *trigger);
+/* Asks worker w for its training thread's stack, written to its log:
+ * SIGUSR1 to its main thread (the local launcher), else a DUMP over its
+ * connection (its node marked dump_asked). Never blocks. 1 if asked. */
+int sup_watch_ask_stack(sup *s, sup_worker *w);
 /* A checkpoint was committed. */
 void sup_watch_committed(sup *s, int64_t step);
 /* From the tick: judges the gang's control-link round trips (slow links),

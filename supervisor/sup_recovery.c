@@ -2489,10 +2489,19 @@ static int rejoin_hung(sup *s, double now) {
       pending = 1;
       continue;
     }
+    /* evidence first: the hung slots' stacks into their logs, which the
+     * fallback's STOP and SIGTERM wait for (worker/stackdump.h) */
+    int asked = 0;
+    for (int j = 0; j < s->G; j++)
+      asked += sup_watch_ask_stack(s, &nd->w[j]);
     rejoin_fallback(s, n, why);
-    /* its grace is over: killed like the others (srun's SIGTERM is a kill) */
-    if (!s->slurm_launcher)
+    if (asked) { /* a grace from now, SIGKILL (on_grace_t) if still there */
+      struct timeval tv = {(long)SUP_GRACE_STOP_S, 0};
+      evtimer_add(s->grace, &tv);
+    } else if (!s->slurm_launcher) { /* its grace is over: killed like the others (srun's
+                                        SIGTERM is a kill) */
       signal_node(s, n, SIGKILL);
+    }
   }
   return pending;
 }

@@ -808,6 +808,21 @@ static double round3(double x) {
  * its dump before it obeys the STOP and SIGTERM that follow. Returns the
  * number of logs, the first one's path in first, the number asked in
  * *asked_out. */
+int sup_watch_ask_stack(sup *s, sup_worker *w) {
+  if (!w->alive || !w->hello)
+    return 0;
+  if (!s->command_launcher)
+    return w->pid > 0 && syscall(SYS_tgkill, w->pid, w->pid, SIGUSR1) == 0;
+  if (!w->conn)
+    return 0;
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_DUMP);
+  if (sup_send(s, w->conn, &m, w->gen) != FT_OK)
+    return 0;
+  s->nodes[w->node].dump_asked = 1;
+  return 1;
+}
+
 static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first, size_t flen,
                          int *asked_out) {
   const wd_prog_rank *rk = s->prog_ranks;
@@ -829,19 +844,7 @@ static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first
         omitted++;
       }
     }
-    if (!w->alive || !w->hello)
-      continue;
-    if (!s->command_launcher) {
-      if (w->pid > 0 && syscall(SYS_tgkill, w->pid, w->pid, SIGUSR1) == 0)
-        asked++;
-    } else if (w->conn) {
-      ft_msg m;
-      ft_msg_init(&m, FT_MSG_DUMP);
-      if (sup_send(s, w->conn, &m, w->gen) == FT_OK) {
-        s->nodes[node].dump_asked = 1;
-        asked++;
-      }
-    }
+    asked += sup_watch_ask_stack(s, w);
   }
   if (omitted)
     cJSON_AddNumberToObject(f, "logs_omitted", omitted);

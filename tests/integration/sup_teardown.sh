@@ -8,8 +8,9 @@
 #           lost at that step (chaos.kill_node_at_step). Node 0 is asked to
 #           rejoin in process but never moves: a grace after the request its
 #           heartbeats' progress has not changed, so it falls back to a
-#           process restart ("hung", not the deadline) and is killed; the
-#           spare replaces node 1 and the run finishes.
+#           process restart ("hung", not the deadline) and is killed, its
+#           training thread's stack first written to its log; the spare
+#           replaces node 1 and the run finishes.
 #   dstate  a real process in uninterruptible sleep: the run's store is on
 #           a loop-mounted ext4 image frozen with fsfreeze mid-run, so each
 #           worker's checkpoint writer blocks in D state and no SIGKILL
@@ -150,6 +151,10 @@ EOF
   }
   grep -q "failpoint hang_at_step=14" "$ST/logs/node0.slot0.log" ||
     fail "node 0 did not hang (the failpoint did not fire)"
+  # the evidence before the kill: the hung thread's stack in its log
+  grep -q "^worker: stack of the training thread" "$ST/logs/node0.slot0.log" &&
+    grep -q "ft_failpoint_hang_here" "$ST/logs/node0.slot0.log" ||
+    fail "no stack of node 0's hung training thread in its log"
   python3 - "$ST/events.jsonl" <<'PY' || fail "events (above)"
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
