@@ -60,6 +60,11 @@ FAKE_GATE=$TMP/gate FT_FAILPOINTS=kill_node_at_step=15 FAKE_STEP_MS=60 "$FT_BIN/
 SUP=$!
 for _ in $(seq 100); do [ -s "$ST4/control.port" ] && break; sleep 0.05; done
 [ -s "$ST4/control.port" ] || fail "sealed run: no control.port"
+# the first gang's seal check runs after control.port is written: edit only
+# once it has launched (under ASan the edit once came first and the run
+# failed at its first launch, before any kill)
+for _ in $(seq 600); do has_event "$ST4" worker_launched && break; sleep 0.05; done
+has_event "$ST4" worker_launched || fail "sealed run: no worker launched"
 grep -q '^  lr: 3.0e-3$' "$ST4/run.yaml" || fail "no lr line to edit in the snapshot"
 sed -i 's/^  lr: 3.0e-3$/  lr: 0.5/' "$ST4/run.yaml"
 touch "$TMP/gate"
