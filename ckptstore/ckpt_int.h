@@ -1,13 +1,18 @@
 /*
  * ckpt_int.h: the store's internal structures, shared by its modules.
  *
- * Modules (one per file):
+ * Modules (one per file; no circle of calls among them: a lower file calls
+ * up only through a function pointer, tests/unit/layering_store.py):
+ *   ckpt_leaf.c        object keys, names, error wrapping (ckpt_leaf.h):
+ *                      calls nothing in the store, any file may call it
  *   ckpt_tier_local.c  the "local:DIR" tier (layout documented there)
  *   ckpt_chunk.c       SHA-256, byte shuffle, zstd: raw bytes <-> chunk object
  *   ckpt_catalog.c     RocksDB (the only file that sees rocksdb/c.h) + the
  *                      writer lock
- *   ckpt_manifest.c    shard and checkpoint manifests, JSON with checksums
- *   ckpt_store.c       open/close, list/latest/load/read, states and pins
+ *   ckpt_manifest.c    shard and checkpoint manifests, JSON with checksums;
+ *                      reading a manifest's shard objects from a tier
+ *   ckpt_store.c       the facade: open/close, list/latest/load/read,
+ *                      states and pins
  *   ckpt_writer.c      the asynchronous writer (submit, jobs, threads)
  *   ckpt_commit.c      the commit protocol
  *   ckpt_gc.c          retention and garbage collection
@@ -23,9 +28,6 @@
 
 #include <pthread.h>
 #include <stdint.h>
-
-#define CKPT_HASH_LEN 32
-#define CKPT_HEX_LEN 64
 
 /* ---- chunks (ckpt_chunk.c) ------------------------------------------------ */
 
@@ -203,6 +205,18 @@ char *ckpt_info_to_json(const ckpt_info *i);
 int ckpt_info_from_json(const char *json, ckpt_info *i);
 /* Valid run name: 1..127 of [A-Za-z0-9._-], not starting with '.'. */
 int ckpt_run_name_ok(const char *run);
+/* A format 2 manifest's tensors from a tier (a store's or the bucket behind
+ * a cache): reads its shard objects (each checked against its name, and
+ * that it is the shard the manifest says) and fills its tensors; a no-op
+ * for a manifest that has them. FT_ECORRUPT naming the shard object that
+ * is missing or damaged. ckpt_manifest_expand: the same from a store. */
+int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m);
+/* Reads shard object o of m from t: FT_ECORRUPT naming it if it is
+ * missing, its bytes do not hash to its name or it is not a shard. */
+int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
+                        ckpt_shard **out);
+/* ckpt_manifest_from_json, then ckpt_manifest_expand_tier. */
+int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out);
 
 /* ---- catalog (ckpt_catalog.c) ---------------------------------------------- */
 
@@ -269,12 +283,7 @@ void ckpt_key_man_prefix(char *buf, size_t n);
 
 /* ---- the store (ckpt_store.c) --------------------------------------------- */
 
-/* A NUL-terminated copy of len bytes (an object's text): malloc'd, NULL
- * (FT_ENOMEM set) when out of memory. */
-char *ckpt_text(const void *data, size_t len);
-/* Sets the detail to "<fmt...>: <the current detail>" and returns rc.
- * (ft_err_set must not be handed its own buffer, so this copies it first.) */
-int ckpt_err_wrap(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ckpt_text, ckpt_get_text, ckpt_err_wrap: ckpt_leaf.h. */
 
 typedef struct ckpt_task ckpt_task;
 
@@ -398,17 +407,10 @@ int ckpt_store_fetch(ckpt_store *s, const uint8_t hash[CKPT_HASH_LEN], uint64_t 
  * a no-op for a manifest that has them. FT_ECORRUPT naming the shard
  * object that is missing or damaged. */
 int ckpt_manifest_expand(ckpt_store *s, ckpt_manifest *m);
-/* The same from a tier (a store's or the bucket behind a cache). */
-int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m);
-/* Reads shard object o of m from t: FT_ECORRUPT naming it if it is
- * missing, its bytes do not hash to its name or it is not a shard. */
-int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
-                        ckpt_shard **out);
+/* The same from a tier: ckpt_manifest_expand_tier (ckpt_manifest.c). */
 /* Every chunk of sh's parts and every base of its deltas exists in t,
  * freshened (exists with freshen=1): FT_ENOENT naming the first missing. */
 int ckpt_freshen_shard(ckpt_tier *t, const ckpt_shard *sh);
-/* ckpt_manifest_from_json, then ckpt_manifest_expand_tier. */
-int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out);
 /* The keys of every checkpoint manifest object in t (manifests/<run>/
  * <step %020lld>.json; not marks or temp files), sorted, each once (a
  * cache and its bucket are both listed): *keys malloc'd, ckpt_keys_free. */

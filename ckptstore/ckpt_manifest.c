@@ -23,7 +23,11 @@
  * name, a known dtype, nbytes = dtype size x shape (no overflow), chunks
  * tiling the tensor's (or part's) byte range in order, tensors of a
  * checkpoint sorted by name without duplicates. Anything else is FT_EFORMAT.
- * Pure data code; thread-safe as long as objects are not shared mutably.
+ * Pure data code, but for ckpt_manifest_read / ckpt_manifest_expand_tier /
+ * ckpt_shard_obj_read at the end, which read a format 2 manifest's shard
+ * objects from a tier (through its function pointers: below the store's
+ * facade, so the tiers may call them); thread-safe as long as objects are
+ * not shared mutably.
  */
 #include "ckpt_int.h"
 
@@ -1185,4 +1189,59 @@ int ckpt_manifest_find(const ckpt_manifest *m, const char *name) {
       hi = mid - 1;
   }
   return -1;
+}
+
+/* ---- reading a manifest's shard objects from a tier ------------------------ */
+
+int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
+                        ckpt_shard **out) {
+  char key[128];
+  uint8_t h[CKPT_HASH_LEN];
+  size_t len = 0;
+  ckpt_objkey_shard(key, sizeof key, o->hash);
+  char *js = NULL;
+  int rc = ckpt_get_text(t, key, &js, &len);
+  if (rc == FT_ENOENT) /* a committed checkpoint without one of its parts is damaged */
+    return ft_err_set(FT_ECORRUPT,
+                      "checkpoint %s step %" PRId64 ": shard object %s (rank %d) is missing",
+                      m->info.run, m->info.step, key, o->rank);
+  if (rc)
+    return rc;
+  rc = ckpt_sha256(js, len, h);
+  if (rc == FT_OK && (memchr(js, 0, len) || memcmp(h, o->hash, CKPT_HASH_LEN) != 0))
+    rc = ft_err_set(FT_ECORRUPT,
+                    "checkpoint %s step %" PRId64 ": shard object %s (rank %d) is damaged (its "
+                    "bytes do not hash to its name)",
+                    m->info.run, m->info.step, key, o->rank);
+  if (rc == FT_OK && (rc = ckpt_shard_from_json(js, out)) != FT_OK)
+    rc = ckpt_err_wrap(rc == FT_ENOMEM ? rc : FT_ECORRUPT, "shard object %s (rank %d)", key,
+                       o->rank);
+  free(js);
+  return rc;
+}
+
+int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m) {
+  if (m->nobjs == 0 || m->expanded)
+    return FT_OK;
+  ckpt_shard **sh = calloc((size_t)m->nobjs, sizeof *sh);
+  if (!sh)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  int rc = FT_OK;
+  for (int i = 0; i < m->nobjs && rc == FT_OK; i++)
+    rc = ckpt_shard_obj_read(t, m, &m->objs[i], &sh[i]);
+  if (rc == FT_OK)
+    rc = ckpt_manifest_fill(m, sh, m->nobjs);
+  for (int i = 0; i < m->nobjs; i++)
+    ckpt_shard_free(sh[i]);
+  free(sh);
+  return rc;
+}
+
+int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out) {
+  int rc = ckpt_manifest_from_json(json, out);
+  if (rc == FT_OK && (rc = ckpt_manifest_expand_tier(t, *out)) != FT_OK) {
+    ckpt_manifest_free(*out);
+    *out = NULL;
+  }
+  return rc;
 }

@@ -1,6 +1,13 @@
 /*
- * ckpt_store: opening a store; listing, loading and reading checkpoints;
- * states and pins.
+ * ckpt_store: the store's facade: opening a store; listing, loading and
+ * reading checkpoints; states and pins; rebuilding a catalog.
+ *
+ * The files below it (the tiers, the catalog, the manifests, the writer)
+ * never call back into it: what they share lives below them too, in the
+ * leaf (ckpt_leaf.c: object keys, names, error wrapping) and
+ * ckpt_manifest.c (reading a manifest's shard objects from a tier). The
+ * files above it (commit, GC, verify) call it and it calls none of them.
+ * tests/unit/layering_store.py fails on a circle.
  *
  * A store is a tier (where chunks and manifest objects live) plus a catalog
  * (which checkpoints exist and their state). A writer holds the catalog's
@@ -46,7 +53,6 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,95 +60,6 @@
 typedef void (*skip_fn)(void *ud, const char *key, const char *why);
 static int ckpt_store_rebuild_into(ckpt_tier *tier, ckpt_catalog *cat, skip_fn skipped, void *ud,
                                    int *found, int *added);
-
-int ckpt_objkey_chunk(char *buf, size_t n, const char *hex) {
-  int w = snprintf(buf, n, CKPT_OBJ_CHUNKS "%s", hex);
-  return w < 0 || (size_t)w >= n ? -1 : w;
-}
-
-int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step) {
-  int w = snprintf(buf, n, CKPT_OBJ_MANIFESTS "%s/%020" PRId64 ".json", run, step);
-  return w < 0 || (size_t)w >= n ? -1 : w;
-}
-
-int ckpt_objkey_mark(char *buf, size_t n, const char *run, int64_t step) {
-  int w = snprintf(buf, n, CKPT_OBJ_MANIFESTS "%s/%020" PRId64 ".mark", run, step);
-  return w < 0 || (size_t)w >= n ? -1 : w;
-}
-
-int ckpt_objkey_manifest_dir(char *buf, size_t n, const char *run) {
-  int w =
-      run ? snprintf(buf, n, CKPT_OBJ_MANIFESTS "%s/", run) : snprintf(buf, n, CKPT_OBJ_MANIFESTS);
-  return w < 0 || (size_t)w >= n ? -1 : w;
-}
-
-const char *ckpt_objkey_chunk_name(const char *key) {
-  size_t p = strlen(CKPT_OBJ_CHUNKS);
-  return strncmp(key, CKPT_OBJ_CHUNKS, p) == 0 ? key + p : NULL;
-}
-
-int ckpt_objkey_shard(char *buf, size_t n, const uint8_t hash[CKPT_HASH_LEN]) {
-  char hex[CKPT_HEX_LEN + 1];
-  ckpt_hex(hash, hex);
-  int w = snprintf(buf, n, CKPT_OBJ_SHARDS "%s", hex);
-  return w < 0 || (size_t)w >= n ? -1 : w;
-}
-
-const char *ckpt_objkey_shard_name(const char *key) {
-  size_t p = strlen(CKPT_OBJ_SHARDS);
-  return strncmp(key, CKPT_OBJ_SHARDS, p) == 0 ? key + p : NULL;
-}
-
-int ckpt_objkey_in_manifests(const char *key) {
-  return strncmp(key, CKPT_OBJ_MANIFESTS, strlen(CKPT_OBJ_MANIFESTS)) == 0;
-}
-
-int ckpt_objkey_manifest_step(const char *key, int64_t *step) {
-  const char *base = strrchr(key, '/');
-  base = base ? base + 1 : key;
-  if (strlen(base) != 20 + 5 || strcmp(base + 20, ".json") != 0)
-    return -1;
-  int64_t v = 0;
-  for (int i = 0; i < 20; i++) {
-    if (base[i] < '0' || base[i] > '9' || v > (INT64_MAX - 9) / 10)
-      return -1;
-    v = v * 10 + (base[i] - '0');
-  }
-  if (step)
-    *step = v;
-  return 0;
-}
-
-const char *ckpt_state_name(int state) {
-  switch (state) {
-  case CKPT_PENDING:
-    return "pending";
-  case CKPT_COMMITTED:
-    return "committed";
-  case CKPT_GOOD:
-    return "good";
-  case CKPT_BAD:
-    return "bad";
-  }
-  return "unknown";
-}
-
-const char *ckpt_lossy_name(int lossy) {
-  static const char *n[] = {"exact", "bf16", "q8", "q8log"};
-  return lossy >= 0 && lossy <= CKPT_LOSSY_Q8LOG ? n[lossy] : "?";
-}
-
-const char *ckpt_level_name(int level) {
-  switch (level) {
-  case CKPT_LEVEL_DURABLE:
-    return "durable";
-  case CKPT_LEVEL_LOCAL:
-    return "local";
-  case CKPT_LEVEL_MEMORY:
-    return "memory";
-  }
-  return "unknown";
-}
 
 typedef struct mkeys {
   char **v;
@@ -533,39 +450,6 @@ int ckpt_store_set_gc_grace(ckpt_store *s, int64_t seconds) {
   return FT_OK;
 }
 
-/* The object under key as text: *js malloc'd; *len its length. */
-static int get_text(ckpt_tier *t, const char *key, char **js, size_t *len) {
-  uint8_t *data = NULL;
-  *js = NULL;
-  int rc = t->get(t, key, &data, len);
-  if (rc)
-    return rc;
-  *js = ckpt_text(data, *len);
-  free(data);
-  return *js ? FT_OK : FT_ENOMEM;
-}
-
-char *ckpt_text(const void *data, size_t len) {
-  char *t = malloc(len + 1);
-  if (!t) {
-    ft_err_set(FT_ENOMEM, "out of memory");
-    return NULL;
-  }
-  memcpy(t, data, len);
-  t[len] = 0;
-  return t;
-}
-
-int ckpt_err_wrap(int rc, const char *fmt, ...) {
-  char saved[1024], ctx[512];
-  snprintf(saved, sizeof saved, "%s", ft_err_detail());
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(ctx, sizeof ctx, fmt, ap);
-  va_end(ap);
-  return ft_err_set(rc, "%s: %s", ctx, saved);
-}
-
 /* ---- info records ------------------------------------------------------------ */
 
 int ckpt_store_get_info(ckpt_store *s, const char *run, int64_t step, ckpt_info *info) {
@@ -754,61 +638,8 @@ int ckpt_store_put_shard(ckpt_store *s, ckpt_shard *sh) {
   return FT_OK;
 }
 
-int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
-                        ckpt_shard **out) {
-  char key[128];
-  uint8_t h[CKPT_HASH_LEN];
-  size_t len = 0;
-  ckpt_objkey_shard(key, sizeof key, o->hash);
-  char *js = NULL;
-  int rc = get_text(t, key, &js, &len);
-  if (rc == FT_ENOENT) /* a committed checkpoint without one of its parts is damaged */
-    return ft_err_set(FT_ECORRUPT,
-                      "checkpoint %s step %" PRId64 ": shard object %s (rank %d) is missing",
-                      m->info.run, m->info.step, key, o->rank);
-  if (rc)
-    return rc;
-  rc = ckpt_sha256(js, len, h);
-  if (rc == FT_OK && (memchr(js, 0, len) || memcmp(h, o->hash, CKPT_HASH_LEN) != 0))
-    rc = ft_err_set(FT_ECORRUPT,
-                    "checkpoint %s step %" PRId64 ": shard object %s (rank %d) is damaged (its "
-                    "bytes do not hash to its name)",
-                    m->info.run, m->info.step, key, o->rank);
-  if (rc == FT_OK && (rc = ckpt_shard_from_json(js, out)) != FT_OK)
-    rc = ckpt_err_wrap(rc == FT_ENOMEM ? rc : FT_ECORRUPT, "shard object %s (rank %d)", key,
-                       o->rank);
-  free(js);
-  return rc;
-}
-
-int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m) {
-  if (m->nobjs == 0 || m->expanded)
-    return FT_OK;
-  ckpt_shard **sh = calloc((size_t)m->nobjs, sizeof *sh);
-  if (!sh)
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  int rc = FT_OK;
-  for (int i = 0; i < m->nobjs && rc == FT_OK; i++)
-    rc = ckpt_shard_obj_read(t, m, &m->objs[i], &sh[i]);
-  if (rc == FT_OK)
-    rc = ckpt_manifest_fill(m, sh, m->nobjs);
-  for (int i = 0; i < m->nobjs; i++)
-    ckpt_shard_free(sh[i]);
-  free(sh);
-  return rc;
-}
-
 int ckpt_manifest_expand(ckpt_store *s, ckpt_manifest *m) {
   return ckpt_manifest_expand_tier(s->tier, m);
-}
-
-int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out) {
-  int rc = ckpt_manifest_from_json(json, out);
-  if (rc == FT_OK && (rc = ckpt_manifest_expand_tier(t, *out)) != FT_OK) {
-    ckpt_manifest_free(*out);
-    *out = NULL;
-  }
-  return rc;
 }
 
 /* A checkpoint this process's catalog does not know, read from its
@@ -819,7 +650,7 @@ static int load_foreign(ckpt_store *s, const char *run, int64_t step, ckpt_manif
   char key[256], *js = NULL;
   size_t len = 0;
   ckpt_objkey_manifest(key, sizeof key, run, step);
-  int rc = get_text(s->tier, key, &js, &len);
+  int rc = ckpt_get_text(s->tier, key, &js, &len);
   if (rc == FT_ENOENT)
     return ft_err_set(FT_ENOENT,
                       "no checkpoint of run '%s' at step %" PRId64

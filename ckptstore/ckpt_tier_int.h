@@ -18,9 +18,14 @@
  *            rename aside, re-check, then unlink or rename back).
  *   now      the tier's own clock, in the unit of its timestamps.
  * A tier is safe to use from several threads at once.
+ *
+ * The object keys' formats and makers are in ckpt_leaf.h (included here):
+ * a tier calls them, and they call nothing in the store.
  */
 #ifndef CKPT_TIER_INT_H
 #define CKPT_TIER_INT_H
+
+#include "ckpt_leaf.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -60,34 +65,5 @@ struct ckpt_tier {
 
 /* Opens "local:DIR", creating DIR and its folders if create is set. */
 int ckpt_tier_local_open(const char *dir, int create, ckpt_tier **out);
-
-/* ---- object keys (ckpt_store.c: the one place their formats are written) --
- *   chunks/<hex>                          a chunk object (64 hex digits)
- *   manifests/<run>/<step %020lld>.json   a checkpoint manifest
- *   manifests/<run>/<step %020lld>.mark   its GOOD/BAD mark and pin
- *   shards/<hex>                          a shard object (JSON, named by
- *                                         its SHA-256)
- * (and "<key>.tmp.<pid>.<tid>.<n>" temp files of the local tier's writes).
- * The makers return the length written (as snprintf) or -1 if it did not
- * fit in n. */
-#define CKPT_OBJ_CHUNKS "chunks/"
-#define CKPT_OBJ_MANIFESTS "manifests/"
-#define CKPT_OBJ_SHARDS "shards/"
-/* "shards/<hex>": a shard object (a rank's shard manifest, JSON). */
-int ckpt_objkey_shard(char *buf, size_t n, const uint8_t hash[32]);
-/* The <hex> part of "shards/<hex>", or NULL if key is not under shards/. */
-const char *ckpt_objkey_shard_name(const char *key);
-int ckpt_objkey_chunk(char *buf, size_t n, const char *hex);
-int ckpt_objkey_manifest(char *buf, size_t n, const char *run, int64_t step);
-int ckpt_objkey_mark(char *buf, size_t n, const char *run, int64_t step);
-/* "manifests/<run>/" (run NULL: "manifests/"). */
-int ckpt_objkey_manifest_dir(char *buf, size_t n, const char *run);
-/* The <hex> part of "chunks/<hex>", or NULL if key is not under chunks/. */
-const char *ckpt_objkey_chunk_name(const char *key);
-/* 1 if key is under manifests/ (manifests, marks, temp files), else 0. */
-int ckpt_objkey_in_manifests(const char *key);
-/* Parses a checkpoint manifest's key or file name ("<...>/<20 digits>.json")
- * into *step (may be NULL); 0 on success, -1 if it is not one. */
-int ckpt_objkey_manifest_step(const char *key, int64_t *step);
 
 #endif
