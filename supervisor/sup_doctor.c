@@ -4,7 +4,8 @@
  * With doctor.on_join, every worker process runs the doctor after its HELLO
  * and sends the report (DOCTOR); it may be put into a gang only once its
  * report is cleared here (gang_ready and the spare choice ask
- * sup_doctor_cleared). A report is judged in two parts:
+ * sup_doctor_cleared, which reads the verdict in sup_act.c, below the
+ * recovery). A report is judged in two parts:
  *
  *   its own checks: a memory or disk failure the node caused (or a training
  *     step with a non-finite loss) refuses the node at once. A disk check
@@ -35,16 +36,6 @@
 
 static int doctor_on(const sup *s) {
   return !strcmp(s->rf.doctor.on_join, "true");
-}
-
-int sup_doctor_cleared(const sup *s, const sup_worker *w) {
-  return !doctor_on(s) || w->doctor == SUP_DOCTOR_CLEARED;
-}
-
-void sup_doctor_reset(sup_worker *w) {
-  w->doctor = SUP_DOCTOR_NONE;
-  w->doctor_again = 0;
-  w->dhash[0] = w->dplat[0] = 0;
 }
 
 static int out_of_pool(const sup *s, int n) {

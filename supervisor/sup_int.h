@@ -1,24 +1,45 @@
 /*
- * sup_int.h: the supervisor's run state, shared by its program modules:
- *   sup_main.c      command line, setup (store, events, listener), exit codes
- *   sup_run.c       control messages: HELLO identity, fencing, heartbeats,
- *                   KV, STEP, SHARD_SAVED -> commit, FAULT; persisted state
- *   sup_recovery.c  the recovery state machine, launching, process exits,
- *                   hang checks, loss-fault rollbacks, shutdown
- *   sup_watch.c     the watchdog's detectors wired to the STEP/FAULT
- *                   streams: loss spikes, GOOD checkpoints, Xid faults,
- *                   stragglers, damaged checkpoints at a restore
- *   sup_seal.c      the run file's sealed snapshot
- *   sup_ckpt_events.c  checkpoint_failed / checkpoint_mark_failed events
- * and the pure modules sup_kv, sup_gang, sup_launch, sup_events, sup_conn,
- * sup_rollback.
- * Not a public header. Threads: struct sup is the loop's alone; the store
- * work runs on sup_commitq's threads, which touch only the store and the
- * job they were handed (sup_pending_ckpt), and hand it back to the loop to
- * report: commits and GOOD marks (store and memory lanes), the retention
- * GC (its thread), and the supervisor's own records (the record lane: the
- * run state and DIR/generation, why nodes left, BAD marks), so that no
- * write of the store or the state directory blocks the loop.
+ * sup_int.h: the supervisor's run state (struct sup) and the calls between
+ * its program modules. Not a public header. The modules, in layers; a file
+ * calls only into its own layer or lower ones (tests/unit/layering.py
+ * checks it on every build's objects), and the few calls that must go up
+ * go through s->hooks (sup_hooks), which sup_main.c wires:
+ *
+ *  5 main       sup_main.c        command line, setup (store, events,
+ *                                 listener, timers), the loop, exit codes
+ *               sup_doctor_cli.c  `supervise doctor`
+ *  4 operator   sup_http.c        /metrics, /status, the dashboard, the
+ *                                 operator's POSTs; `supervise status|report`
+ *  3 detectors  sup_run.c         control messages: HELLO identity, fencing,
+ *                                 heartbeats, KV, STEP, SHARD_SAVED -> commit,
+ *                                 FAULT; the commit queue's completions
+ *               sup_watch.c       the watchdog's detectors on the STEP/FAULT
+ *                                 streams: loss spikes and GOOD marks, Xid
+ *                                 faults, SDC, stragglers and slow links,
+ *                                 progress hangs, damaged checkpoints at a
+ *                                 restore
+ *               sup_doctor.c      the node doctor's verdicts
+ *  2 recovery   sup_recovery.c    the recovery state machine: faults, blame,
+ *                                 plans, launches, process exits, hang
+ *                                 checks on the tick, rollbacks, shutdown
+ *  1 act        sup_act.c         send, stop, persist and records, GOOD
+ *                                 marks, stacks asked for, log paths
+ *               sup_stall.c       the loop's own stalls, measured
+ *               sup_seal.c        the run file's sealed snapshot, the
+ *                                 generation floor
+ *  0 parts      sup_ckpt_events.c, sup_commitq, sup_shardq, sup_view,
+ *               sup_assets (supervise) and the ftsup library: sup_conn,
+ *               sup_events, sup_gang, sup_history, sup_kv, sup_launch,
+ *               sup_rollback, sup_wake. They know nothing of the run.
+ *
+ * Threads: struct sup is the loop's alone. Beside the loop run: the commit
+ * queue's lane threads (memory, store, record) and its GC thread, which
+ * touch only the store, the state directory and the job they were handed
+ * (sup_pending_ckpt), and hand it back to the loop to report; the shard
+ * reports' parser (sup_shardq); the event log's syncer (sup_events); the
+ * first launch's log-file maker (sup_launch, sup_logprep). None of them
+ * reads struct sup's loop state, so no write of the store or the state
+ * directory, and no parse of a checkpoint's reports, blocks the loop.
  */
 #ifndef SUP_INT_H
 #define SUP_INT_H
@@ -270,6 +291,30 @@ typedef struct sup_steptime {
   unsigned char *have;
 } sup_steptime;
 
+/* The few calls that must go up a layer, as function pointers sup_main.c
+ * wires (wire_hooks) before anything runs: what the recovery tells the
+ * detectors above it, and the record lane's answer, which the low layer
+ * hands up to the recovery. Every hook is set while the loop runs. */
+typedef struct sup_hooks {
+  /* a generation was assigned (restore_step, world known): the detectors'
+   * windows start again (sup_watch_generation) */
+  void (*generation)(struct sup *s);
+  /* each tick while the gang trains (RUNNING): slow links
+   * (sup_watch_links), idle spares asked to check again (sup_doctor_tick) */
+  void (*running_tick)(struct sup *s, double now);
+  /* each tick with every worker heard: the progress watchdog
+   * (sup_watch_progress); 1 if it acted (a recovery started) */
+  int (*progress)(struct sup *s, double now);
+  /* w timed out in a collective: ranks that never started it are blamed
+   * (sup_watch_progress_behind); 1 if it acted */
+  int (*progress_behind)(struct sup *s, sup_worker *w, const char *trigger);
+  /* a worker left: doctor reports that waited for it are judged
+   * (sup_doctor_judge) */
+  void (*doctor_judge)(struct sup *s);
+  /* the record lane answered records up to seq (sup_recovery_recorded) */
+  void (*recorded)(struct sup *s, uint64_t seq);
+} sup_hooks;
+
 typedef struct sup {
   /* configuration */
   ft_runfile rf;
@@ -289,6 +334,8 @@ typedef struct sup {
   int node_step;        /* one process per node stands for all its slots
                            (its workers carry no --slot from us): the slurm
                            launcher's srun, or a command naming {slots} */
+
+  sup_hooks hooks; /* sup_main.c wires them; see sup_hooks */
 
   /* resources */
   struct event_base *base;
@@ -464,9 +511,9 @@ typedef struct sup {
 
 enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };
 
-/* ---- sup_run.c ---------------------------------------------------------- */
-extern const sup_conn_ops sup_run_conn_ops;
-int sup_kv_reply_init(sup *s); /* creates s->kv with its libevent reply */
+/* ======== layer 1: acting, measuring, records (calls nothing above) ======== */
+
+/* ---- sup_act.c ---------------------------------------------------------- */
 /* Writes {gen, status, quarantined, restarts} under "<run>/state" (synced),
  * and s->gen to DIR/generation. status: "running" | "done" | "failed".
  * Synchronous: before the loop runs (sup_main.c). */
@@ -481,8 +528,12 @@ uint64_t sup_persist_queue(sup *s, const char *status, const char *what);
 sup_pending_ckpt *sup_record_new(sup_record_fn work, sup_record_fn then, const char *what);
 /* Queues p (the queue owns it) and returns its number. Records are written
  * one at a time, in this order, beside commits (never behind one); each
- * one's then runs before the next one's, and sup_recovery_recorded after. */
+ * one's then runs before the next one's, and s->hooks.recorded after. */
 uint64_t sup_record_push(sup *s, sup_pending_ckpt *p);
+/* A record answered (written or failed), on the loop, in order: its then,
+ * s->gen_recorded, then s->hooks.recorded. The commit queue's completion
+ * (sup_run.c) calls it; p is still the caller's to free. */
+void sup_record_answered(sup *s, sup_pending_ckpt *p);
 /* A record job writing text under catalog key (both copied). */
 uint64_t sup_record_meta(sup *s, const char *key, const char *text, const char *what);
 /* Reads it back; FT_ENOENT if this run has none. *status: malloc'd. */
@@ -490,29 +541,46 @@ int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts);
 /* Sends a message of type t from the supervisor (run/gen filled). */
 int sup_send(sup *s, sup_conn *c, ft_msg *m, uint64_t gen);
 void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *detail);
-void sup_pending_clear(sup *s);
 /* checkpoint.replicate: sends each gang worker its buddies (the replica
  * servers of the next gang node's worker of the same slot and of every
  * warm spare's) where they changed since it was last told. */
 void sup_send_buddies(sup *s);
-/* Starts the threads that commit (and GC) off the loop (sup_commitq); every
- * store uses them. */
-int sup_run_commitq_start(sup *s);
-/* Emits the count of rate-limited connection_closed events once their
- * window is over (called by a periodic timer). */
-void sup_run_flush_log(sup *s);
+/* A pending checkpoint or job: its shard manifests only, or all of it. */
+void sup_pending_free_shards(sup_pending_ckpt *p);
+void sup_pending_free(sup_pending_ckpt *p);
+void sup_pending_clear(sup *s); /* every checkpoint still collecting reports */
 /* Marks checkpoint step GOOD (at_step: the step that made it due) on the
  * commit queue's store thread; the loop reports it (checkpoint_good, or
  * checkpoint_mark_failed). A step no longer COMMITTED (a rollback marked it
- * BAD meanwhile, its commit failed) is left as it is, silently. */
-void sup_run_mark_good(sup *s, int64_t step, int64_t at_step);
+ * BAD meanwhile, its commit failed) is left as it is, silently. Its two
+ * halves, which the commit queue's callbacks (sup_run.c) run: */
+void sup_mark_good(sup *s, int64_t step, int64_t at_step);
+void sup_mark_store(sup *s, sup_pending_ckpt *p);        /* the queue's thread */
+void sup_mark_report(sup *s, const sup_pending_ckpt *p); /* the loop */
+/* Asks worker w for its training thread's stack, written to its log:
+ * SIGUSR1 to its main thread (the local launcher), else a DUMP over its
+ * connection (its node marked dump_asked). Never blocks. 1 if asked. */
+int sup_ask_stack(sup *s, sup_worker *w);
+/* The log node n's worker j writes to, STATE/logs/... (with one process
+ * per node, the slurm and command launchers', the node's). */
+void sup_node_log_path(const sup *s, int n, int j, char *buf, size_t size);
+/* The worker program beside this supervise binary ("worker" if unknown). */
+void sup_default_worker(char *out, size_t n);
+/* 1 when w may be put into a gang: doctor.on_join is off, or its report was
+ * cleared (the verdict is sup_doctor.c's; the gang's choice reads it). */
+int sup_doctor_cleared(const sup *s, const sup_worker *w);
+/* w was (re)launched: its old verdict does not hold for the new process. */
+void sup_doctor_reset(sup_worker *w);
 
-/* ---- sup_main.c --------------------------------------------------------- */
-/* Checks whether the loop went without running since the last check (see
- * sup_main.c): sets s->stall_end_s and emits supervisor_stall if so. Runs
- * first in every loop iteration by itself; a hang check may call it first
- * too, to see a stall that ended inside the same iteration. */
+/* ---- sup_stall.c -------------------------------------------------------- */
+#define SUP_STALL_PERIOD_S 0.1 /* the loop-stall timer's period (sup_main.c) */
+/* Checks whether the loop went without running since the last check:
+ * sets s->stall_end_s and emits supervisor_stall if so. Runs first in
+ * every loop iteration by itself (sup_main.c's timer); a hang check may
+ * call it first too, to see a stall that ended inside the same iteration. */
 void sup_loop_stall_check(sup *s);
+/* The next check measures from now (the loop starts; a launch before it). */
+void sup_stall_restart(void);
 
 /* ---- sup_seal.c ---------------------------------------------------------- */
 /* At start: reads runfile (a real path) once, compares it with DIR's seal
@@ -521,8 +589,9 @@ void sup_loop_stall_check(sup *s);
  * seals the copy. FT_OK, or an error already reported on stderr. */
 int sup_seal_snapshot(sup *s, const char *runfile, int accept);
 /* Before a launch round: FT_OK if the copy still matches its seal; else
- * event runfile_changed, the run fails (sup_recovery_fail) and FT_ECONFIG. */
-int sup_seal_check(sup *s);
+ * event runfile_changed, the reason the run must fail in why (naming the
+ * file, the keys and how to apply a change), and FT_ECONFIG. */
+int sup_seal_check(sup *s, char *why, size_t whylen);
 void sup_seal_release(sup *s);
 /* DIR/generation: the highest generation persisted (0: none; FT_EFORMAT
  * naming the file when it holds no number). Also sets s->gen_filed. */
@@ -542,10 +611,9 @@ void sup_event_checkpoint_failed(sup *s, int64_t step, int rank, int missing, co
  * the loop (a thread hands the failure to the loop first). */
 void sup_event_mark_failed(sup *s, int64_t step, const char *mark, const char *why);
 
+/* ======== layer 2: the recovery (decides; acts through layer 1) ======== */
+
 /* ---- sup_recovery.c ----------------------------------------------------- */
-/* The log node n's worker j writes to, STATE/logs/... (with one process
- * per node, the slurm and command launchers', the node's). */
-void sup_node_log_path(const sup *s, int n, int j, char *buf, size_t size);
 /* Launches every node, forms the first gang (STARTING). */
 int sup_recovery_start(sup *s);
 /* Called when a worker's HELLO was accepted / its first STEP came. */
@@ -612,14 +680,22 @@ void sup_recovery_rejoined(sup *s, sup_worker *w);
  * the round re-plans with a spare. */
 void sup_recovery_refuse(sup *s, int n, const char *why);
 
+/* ======== layer 3: the detectors (what they see goes down to the recovery) ======== */
+
+/* ---- sup_run.c ---------------------------------------------------------- */
+/* The worker connections' handler: every control message (sup_conn_ops). */
+extern const sup_conn_ops sup_run_conn_ops;
+int sup_kv_reply_init(sup *s); /* creates s->kv with its libevent reply */
+/* Starts the threads that commit (and GC) off the loop (sup_commitq); every
+ * store uses them. Their completions are reported here (cq_done). */
+int sup_run_commitq_start(sup *s);
+/* Emits the count of rate-limited connection_closed events once their
+ * window is over (called by a periodic timer). */
+void sup_run_flush_log(sup *s);
+
 /* ---- sup_doctor.c ------------------------------------------------------- */
 /* A worker's DOCTOR report (JSON text). */
 void sup_doctor_report(sup *s, sup_worker *w, const char *report);
-/* 1 when w may be put into a gang: doctor.on_join is off, or its report was
- * cleared. */
-int sup_doctor_cleared(const sup *s, const sup_worker *w);
-/* w was (re)launched: its old verdict does not hold for the new process. */
-void sup_doctor_reset(sup_worker *w);
 /* Judges reports that wait for others' (a worker that exited or a node
  * that left the pool may have been what they waited for). */
 void sup_doctor_judge(sup *s);
@@ -657,11 +733,7 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m);
  * the generation but never joined it, emits progress_hang (class behind or
  * rendezvous) and blames their nodes ("hang"). Returns 1 if it acted. */
 int sup_watch_progress_behind(sup *s, sup_worker *w, const char *trigger);
-/* Asks worker w for its training thread's stack, written to its log:
- * SIGUSR1 to its main thread (the local launcher), else a DUMP over its
- * connection (its node marked dump_asked). Never blocks. 1 if asked. */
-int sup_watch_ask_stack(sup *s, sup_worker *w);
-/* A checkpoint was committed. */
+
 void sup_watch_committed(sup *s, int64_t step);
 /* From the tick: judges the gang's control-link round trips (slow links),
  * at most once per heartbeat interval. */
@@ -671,6 +743,8 @@ void sup_watch_links(sup *s, double now);
  * (wd_progress); on a hang verdict emits progress_hang and starts the
  * recovery its class calls for. Returns 1 if it acted. */
 int sup_watch_progress(sup *s, double now);
+
+/* ======== layer 4: the operator's port; layer 5: the programs' mains ======== */
 
 /* ---- sup_http.c --------------------------------------------------------- */
 /* The operator's HTTP port (/metrics, /status) on spec ("" = loopback, any
@@ -683,8 +757,6 @@ void sup_http_free(sup *s);
 int sup_status_main(int argc, char **argv);
 /* `supervise doctor STATE` (argv[0] is "doctor"; sup_doctor_cli.c). */
 int sup_doctor_main(int argc, char **argv);
-/* The worker program beside this supervise binary ("worker" if unknown). */
-void sup_default_worker(char *out, size_t n);
 /* One HTTP request to ADDR (HOST:PORT) for path, GET or POST (empty body),
  * with "Authorization: Bearer bearer" unless NULL; *code: the status (0:
  * nobody answered). The body (malloc'd) or NULL. */

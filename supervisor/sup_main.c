@@ -370,36 +370,11 @@ static void accept_resume_cb(evutil_socket_t fd, short what, void *arg) {
   evconnlistener_enable(s->lis);
 }
 
-/* Stalls: the supervisor knows when it did not run. A timer of period
- * STALL_PERIOD_S at the loop's highest priority measures the gap since it
- * last ran: more than the period plus a threshold (an eighth of the
- * heartbeat timeout, at least 0.25 s) means the loop did not run (SIGSTOP,
- * a long callback, an overloaded host: cause "loop_blocked"); CLOCK_BOOTTIME
- * running ahead of CLOCK_MONOTONIC means the machine was suspended (cause
- * "suspend"). Either sets s->stall_end_s, which the hang checks use never
- * to blame a worker for silence that overlaps the stall, and emits
- * supervisor_stall {seconds, cause}. Being first in the loop's order, it
- * runs before any read or timer callback that was waiting behind the stall.
- * The same timer ends a loop whose run is over with no process left (a
- * safety net: every terminal state exits) and flushes rate-limited logs. */
-#define STALL_PERIOD_S 0.1
-static struct {
-  struct event *ev;
-  double last_s;   /* ft_now_s at the last check */
-  double boot_off; /* CLOCK_BOOTTIME - CLOCK_MONOTONIC then */
-} g_stall;
-
-static double boot_minus_mono_s(void) {
-  struct timespec b, m;
-  if (clock_gettime(CLOCK_BOOTTIME, &b) || clock_gettime(CLOCK_MONOTONIC, &m))
-    return 0;
-  return (double)(b.tv_sec - m.tv_sec) + (double)(b.tv_nsec - m.tv_nsec) * 1e-9;
-}
-
-static double stall_threshold_s(const sup *s) {
-  double th = s->rf.watchdog.heartbeat_timeout_s / 8.0;
-  return th < 0.25 ? 0.25 : th;
-}
+/* The loop-stall timer (sup_stall.c measures; this is its callback): at
+ * the loop's highest priority every SUP_STALL_PERIOD_S. The same timer ends
+ * a loop whose run is over with no process left (a safety net: every
+ * terminal state exits) and flushes rate-limited logs. */
+static struct event *g_stall_ev;
 
 static int any_process_alive(const sup *s) {
   for (int n = 0; n < s->nnodes; n++)
@@ -407,34 +382,6 @@ static int any_process_alive(const sup *s) {
       if (s->nodes[n].w[j].alive)
         return 1;
   return 0;
-}
-
-void sup_loop_stall_check(sup *s) {
-  double now = ft_now_s(), off = boot_minus_mono_s();
-  double gap = now - g_stall.last_s, slept = off - g_stall.boot_off, th = stall_threshold_s(s);
-  const char *cause = NULL;
-  double secs = 0;
-  if (slept > th) {
-    cause = "suspend";
-    secs = slept + gap;
-  } else if (gap - STALL_PERIOD_S > th) {
-    cause = "loop_blocked";
-    secs = gap;
-  }
-  g_stall.last_s = now;
-  g_stall.boot_off = off;
-  if (!cause)
-    return;
-  s->stall_end_s = now;
-  cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "seconds", round(secs * 1000) / 1000);
-  cJSON_AddStringToObject(f, "cause", cause);
-  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
-  sup_events_emit(s->ev, "supervisor_stall", f,
-                  "the supervisor did not run for %.1f s (%s); silence of workers during it is "
-                  "not held against them",
-                  secs, cause);
 }
 
 static void stall_cb(evutil_socket_t fd, short what, void *arg) {
@@ -447,17 +394,6 @@ static void stall_cb(evutil_socket_t fd, short what, void *arg) {
   /* every terminal state ends the loop, even one reached before it ran */
   if (s->state >= SUP_FINISHING && !any_process_alive(s))
     event_base_loopbreak(s->base);
-}
-
-void sup_default_worker(char *out, size_t n) {
-  char exe[PATH_MAX];
-  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (k <= 0) {
-    snprintf(out, n, "worker");
-    return;
-  }
-  exe[k] = 0;
-  snprintf(out, n, "%s/worker", dirname(exe));
 }
 
 /* The store: --store, else the run file's checkpoint.store: an s3:// URI
@@ -1337,10 +1273,10 @@ static int open_loop(main_ctx *m) {
   s->teardown = evtimer_new(s->base, sup_recovery_on_teardown, s);
   s->deadline_tick = evtimer_new(s->base, sup_recovery_on_tick, s);
   g_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
-  g_stall.ev = event_new(s->base, -1, EV_PERSIST, stall_cb, s);
+  g_stall_ev = event_new(s->base, -1, EV_PERSIST, stall_cb, s);
   if (!s->sig_chld || !s->sig_int || !s->sig_term || !s->tick || !s->grace || !s->waitpoll ||
       !s->launch_ev || !s->rejoin_timer || !s->coll_timer || !s->teardown || !s->deadline_tick ||
-      !g_accept_resume || !g_stall.ev || event_priority_set(g_stall.ev, 0))
+      !g_accept_resume || !g_stall_ev || event_priority_set(g_stall_ev, 0))
     return SUP_EXIT_FAILED;
   event_add(s->sig_chld, NULL);
   event_add(s->sig_int, NULL);
@@ -1348,11 +1284,10 @@ static int open_loop(main_ctx *m) {
   /* the tick finds silent workers: every 50 ms (TICK_S in sup_recovery.c),
    * and again when a silence reaches the heartbeat timeout between two
    * ticks (a pass over 16,384 workers costs ~0.1 ms; tests/scale) */
-  struct timeval tick = {0, 50000}, stall = {0, (long)(STALL_PERIOD_S * 1e6)};
+  struct timeval tick = {0, 50000}, stall = {0, (long)(SUP_STALL_PERIOD_S * 1e6)};
   event_add(s->tick, &tick);
-  g_stall.last_s = ft_now_s();
-  g_stall.boot_off = boot_minus_mono_s();
-  event_add(g_stall.ev, &stall);
+  sup_stall_restart();
+  event_add(g_stall_ev, &stall);
   return GO;
 }
 
@@ -1407,8 +1342,10 @@ static int run(main_ctx *m) {
     return SUP_EXIT_STORE;
   }
   /* the first launch round, as every later one, checks the sealed copy */
-  if (sup_seal_check(s) == FT_OK && sup_recovery_start(s)) {
-    char why[512];
+  char why[4700];
+  if (sup_seal_check(s, why, sizeof why)) {
+    sup_recovery_fail(s, why);
+  } else if (sup_recovery_start(s)) {
     snprintf(why, sizeof why, "cannot launch workers: %s", ft_err_detail());
     sup_recovery_fail(s, why);
   }
@@ -1416,8 +1353,7 @@ static int run(main_ctx *m) {
    * loopbreak then would be lost, so the loop runs only while something
    * is left to do. */
   if (s->state < SUP_FINISHING || any_process_alive(s)) {
-    g_stall.last_s = ft_now_s(); /* the launch above is not a stall */
-    g_stall.boot_off = boot_minus_mono_s();
+    sup_stall_restart(); /* the launch above is not a stall */
     event_base_dispatch(s->base);
   }
   sup_events_progress(s->ev, NULL); /* the summary below replaces it */
@@ -1450,7 +1386,7 @@ static void cleanup(main_ctx *m) {
   sup_kv_free(s->kv);
   struct event *evs[] = {s->tick,         s->grace,    s->waitpoll,  s->rejoin_timer,
                          s->coll_timer,   s->sig_chld, s->sig_int,   s->sig_term,
-                         g_accept_resume, g_stall.ev,  s->launch_ev, s->deadline_tick,
+                         g_accept_resume, g_stall_ev,  s->launch_ev, s->deadline_tick,
                          s->teardown};
   for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
     if (evs[i])
@@ -1479,6 +1415,23 @@ static void raise_fd_limit(void) {
   }
 }
 
+/* The calls that go up a layer (sup_int.h, sup_hooks): the recovery tells
+ * the detectors above it through these, and the record lane's answer
+ * reaches the recovery through the last. */
+static void running_tick(sup *s, double now) {
+  sup_watch_links(s, now);
+  sup_doctor_tick(s, now);
+}
+
+static void wire_hooks(sup *s) {
+  s->hooks = (sup_hooks){.generation = sup_watch_generation,
+                         .running_tick = running_tick,
+                         .progress = sup_watch_progress,
+                         .progress_behind = sup_watch_progress_behind,
+                         .doctor_judge = sup_doctor_judge,
+                         .recorded = sup_recovery_recorded};
+}
+
 int main(int argc, char **argv) {
   static sup S;
   const char *sets[argc + 3]; /* the --set arguments and pin_data's two */
@@ -1496,6 +1449,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "doctor"))
     return sup_doctor_main(argc - 1, argv + 1);
   raise_fd_limit();
+  wire_hooks(m.s);
   int ex = parse_args(&m, argc, argv);
   if (ex == GO && fpbad) {
     fprintf(stderr, "supervise: %s\n", fperr);

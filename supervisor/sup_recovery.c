@@ -368,15 +368,6 @@ static int local_threads(const sup *s) {
   return t > 0 ? t : 1;
 }
 
-/* Where node n's worker j writes (the slurm and command launchers' one
- * process for the node: the node's). */
-void sup_node_log_path(const sup *s, int n, int j, char *buf, size_t size) {
-  if (s->node_step)
-    snprintf(buf, size, "%s/logs/node%d.log", s->state_dir, n);
-  else
-    snprintf(buf, size, "%s/logs/node%d.slot%d.log", s->state_dir, n, j);
-}
-
 /* Starts node n's worker j (the slurm launcher: the node's whole job step,
  * every slot) as the launcher says; *pid: the process we wait for. */
 static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
@@ -873,7 +864,7 @@ static void assign_t(sup *s) {
     restore = -1;
   s->restore_step = restore;
   int world = s->ngang * s->G;
-  sup_watch_generation(s);
+  s->hooks.generation(s); /* the detectors' windows start again (sup_watch.c) */
   char rdzv[64];
   int rl = snprintf(rdzv, sizeof rdzv, "g%" PRIu64 "/", s->gen);
   publish_restore_manifest(s, restore, rdzv);
@@ -1241,8 +1232,11 @@ static void plan_and_launch_t(sup *s) {
   }
   if (plan.nquarantine)
     persist_notes(s);
-  if (sup_seal_check(s)) /* the run file's copy, once per round (sup_seal.c) */
+  char why[4700];
+  if (sup_seal_check(s, why, sizeof why)) { /* the run file's copy, once per round (sup_seal.c) */
+    sup_recovery_fail(s, why);
     return;
+  }
   for (int i = 0; i < plan.npromote; i++) {
     int sp = plan.promote_spare[i];
     s->nodes[sp].role = SUP_ROLE_ACTIVE;
@@ -2110,7 +2104,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   if (code == FT_EXIT_GANG) {
     /* the peer is at fault: a silent (stopped, hung) one if there is one */
     if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)") &&
-        !sup_watch_progress_behind(s, w, "collective_failure"))
+        !s->hooks.progress_behind(s, w, "collective_failure"))
       sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);
   } else if (code == FT_EXIT_STORE) {
     /* the store's fault, never the node's */
@@ -2493,7 +2487,7 @@ static int rejoin_hung(sup *s, double now) {
      * fallback's STOP and SIGTERM wait for (worker/stackdump.h) */
     int asked = 0;
     for (int j = 0; j < s->G; j++)
-      asked += sup_watch_ask_stack(s, &nd->w[j]);
+      asked += sup_ask_stack(s, &nd->w[j]);
     rejoin_fallback(s, n, why);
     if (asked) { /* a grace from now, SIGKILL (on_grace_t) if still there */
       struct timeval tv = {(long)SUP_GRACE_STOP_S, 0};
@@ -2569,7 +2563,7 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
   }
   if (s->state == SUP_RECOVERING)
     check_stopped(s);
-  sup_doctor_judge(s); /* doctor reports that waited for one that exited */
+  s->hooks.doctor_judge(s); /* doctor reports that waited for one that exited */
   maybe_finished(s);
 }
 
@@ -2649,8 +2643,7 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   double now = ft_now_s(), limit = s->rf.watchdog.heartbeat_timeout_s;
   spares_silent(s, now, limit);
   if (s->state == SUP_RUNNING) {
-    sup_watch_links(s, now);
-    sup_doctor_tick(s, now); /* idle spares check themselves again */
+    s->hooks.running_tick(s, now); /* slow links; idle spares check themselves again */
   }
   double first = INFINITY; /* the soonest a worker heard from can pass its limit */
   for (int p = 0; p < s->ngang; p++) {
@@ -2691,7 +2684,7 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   }
   /* every worker heard: are they making progress? (hangs with live
    * processes: sup_watch_progress; the own stall is handled there too) */
-  if (sup_watch_progress(s, now))
+  if (s->hooks.progress(s, now))
     return;
   /* a silence that ends before the next tick is looked at when it ends, not
    * up to a tick later (detection within the timeout, not timeout + tick) */

@@ -41,19 +41,6 @@
  * limited (anyone on the host can cause them at will; each is an fsync'ed
  * line): at most CLOSED_BURST a second, the next one (or sup_run_flush_log)
  * carries how many were left out as "suppressed".
- *
- * Persisted state (catalog key "sup/<run>/state", one synced JSON record):
- * {"gen": G, "status": "running|done|failed", "quarantined": [...],
- *  "restarts": R, "skips": [[first, end], ...]} (skips: global batch
- * ranges never trained on again, sent in every ASSIGN). gen is written BEFORE it is used
- * (its record first, then ASSIGN), so a restarted supervisor never reuses a generation.
- * The record writes the generation to DIR/generation as well (sup_seal.c): a
- * catalog rebuilt from the manifests has no run state, and a start then takes
- * the generation after the file's. Before the loop runs sup_persist writes it
- * at once; on the loop sup_persist_queue queues it on the commit queue's
- * record lane (sup_record_push: numbered, written one at a time in order,
- * beside commits), and the recovery waits for its answer where a message
- * would carry the generation (sup_recovery.c, invariant 1).
  */
 #include "sup_int.h"
 
@@ -71,190 +58,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- persisted state ------------------------------------------------------ */
-
-/* The run-state record's text (malloc'd; NULL: out of memory). */
-static char *state_text(sup *s, const char *status) {
-  cJSON *o = cJSON_CreateObject();
-  if (!o)
-    return NULL;
-  cJSON_AddNumberToObject(o, "gen", (double)s->gen);
-  cJSON_AddStringToObject(o, "status", status);
-  cJSON *q = cJSON_AddArrayToObject(o, "quarantined");
-  for (int n = 0; n < s->nnodes; n++)
-    if (s->nodes[n].role == SUP_ROLE_QUARANTINED)
-      cJSON_AddItemToArray(q, cJSON_CreateNumber(n));
-  cJSON_AddNumberToObject(o, "restarts", s->restarts);
-  cJSON *sk = cJSON_AddArrayToObject(o, "skips");
-  for (int i = 0; i < s->nskips; i++) {
-    cJSON *r = cJSON_CreateArray();
-    cJSON_AddItemToArray(r, cJSON_CreateNumber((double)s->skips[i].first));
-    cJSON_AddItemToArray(r, cJSON_CreateNumber((double)s->skips[i].end));
-    cJSON_AddItemToArray(sk, r);
-  }
-  char *txt = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return txt;
-}
-
-/* The run state's writes, on whichever thread writes records: the
- * generation also where a rebuilt catalog cannot lose it (sup_seal.c),
- * then the catalog record. */
-static int state_write(sup *s, uint64_t gen, const char *key, const char *txt) {
-  int rc = sup_gen_floor_write(s, gen);
-  return rc == FT_OK ? ckpt_store_put_meta(s->store, key, txt) : rc;
-}
-
-int sup_persist(sup *s, const char *status) {
-  char key[256];
-  snprintf(key, sizeof key, "%s/state", s->rf.run);
-  char *txt = state_text(s, status);
-  if (!txt)
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  int rc = state_write(s, s->gen, key, txt);
-  free(txt);
-  if (rc == FT_OK && s->gen > s->gen_recorded)
-    s->gen_recorded = s->gen;
-  return rc;
-}
-
-/* ---- records: the record lane ----------------------------------------------- */
-
-sup_pending_ckpt *sup_record_new(sup_record_fn work, sup_record_fn then, const char *what) {
-  sup_pending_ckpt *p = calloc(1, sizeof *p);
-  if (!p) /* a write the recovery waits for cannot be left out */
-    FT_BUG("out of memory queueing a record (%s)", what);
-  p->rec.work = work;
-  p->rec.then = then;
-  snprintf(p->rec.what, sizeof p->rec.what, "%s", what);
-  return p;
-}
-
-static void pending_free(sup_pending_ckpt *p);
-
-/* A record answered, on the loop (in order): its then, then whatever waits. */
-static void record_report(sup *s, sup_pending_ckpt *p) {
-  if (p->rec.gen > s->gen_recorded)
-    s->gen_recorded = p->rec.gen;
-  if (p->rec.then)
-    p->rec.then(s, p);
-  else if (p->rc)
-    fprintf(stderr, "supervise: cannot persist %s: %s\n", p->rec.what, p->why);
-  sup_recovery_recorded(s, p->rec.seq);
-}
-
-uint64_t sup_record_push(sup *s, sup_pending_ckpt *p) {
-  uint64_t seq = p->rec.seq = ++s->rec_queued;
-  if (s->commitq) {
-    sup_commitq_push(s->commitq, p); /* reported by cq_done */
-    return seq;
-  }
-  p->rec.work(s, p); /* no queue: no thread to write it */
-  record_report(s, p);
-  pending_free(p);
-  return seq;
-}
-
-/* A catalog record (put_meta), on the record lane. */
-static void meta_work(sup *s, sup_pending_ckpt *p) {
-  p->rc = p->rec.gen ? state_write(s, p->rec.gen, p->rec.key, p->rec.text)
-                     : ckpt_store_put_meta(s->store, p->rec.key, p->rec.text);
-  if (p->rc)
-    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
-}
-
-static uint64_t meta_push(sup *s, const char *key, char *text, uint64_t gen, const char *what) {
-  sup_pending_ckpt *p = sup_record_new(meta_work, NULL, what);
-  p->rec.key = strdup(key);
-  p->rec.text = text;
-  p->rec.gen = gen;
-  if (!p->rec.key || !text) {
-    p->rec.work = NULL; /* said as a write that failed, in order */
-    p->rc = FT_ENOMEM;
-    snprintf(p->why, sizeof p->why, "out of memory");
-    p->rec.seq = ++s->rec_queued;
-    record_report(s, p);
-    pending_free(p);
-    return s->rec_queued;
-  }
-  return sup_record_push(s, p);
-}
-
-uint64_t sup_record_meta(sup *s, const char *key, const char *text, const char *what) {
-  return meta_push(s, key, text ? strdup(text) : NULL, 0, what);
-}
-
-uint64_t sup_persist_queue(sup *s, const char *status, const char *what) {
-  char key[256];
-  snprintf(key, sizeof key, "%s/state", s->rf.run);
-  return meta_push(s, key, state_text(s, status), s->gen, what);
-}
-
-int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts) {
-  char key[256], *txt = NULL;
-  snprintf(key, sizeof key, "%s/state", s->rf.run);
-  *status = NULL;
-  int rc = ckpt_store_get_meta(s->store, key, &txt);
-  if (rc)
-    return rc;
-  cJSON *o = cJSON_Parse(txt);
-  free(txt);
-  if (!o)
-    return ft_err_set(FT_EFORMAT, "catalog key sup/%s is not JSON", key);
-  cJSON *g = cJSON_GetObjectItem(o, "gen"), *st = cJSON_GetObjectItem(o, "status");
-  cJSON *r = cJSON_GetObjectItem(o, "restarts"), *q = cJSON_GetObjectItem(o, "quarantined");
-  if (!cJSON_IsNumber(g) || !cJSON_IsString(st) || !cJSON_IsNumber(r)) {
-    cJSON_Delete(o);
-    return ft_err_set(FT_EFORMAT, "catalog key sup/%s lacks gen/status/restarts", key);
-  }
-  *gen = (uint64_t)g->valuedouble;
-  *restarts = (int)r->valuedouble;
-  *status = strdup(st->valuestring);
-  cJSON *it;
-  cJSON_ArrayForEach(it, q) {
-    int n = cJSON_IsNumber(it) ? (int)it->valuedouble : -1;
-    if (n >= 0 && n < s->nnodes)
-      s->nodes[n].role = SUP_ROLE_QUARANTINED;
-  }
-  /* skip ranges (absent in states written before rollbacks existed) */
-  s->nskips = 0;
-  cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "skips")) {
-    cJSON *f = cJSON_GetArrayItem(it, 0), *e = cJSON_GetArrayItem(it, 1);
-    if (!cJSON_IsNumber(f) || !cJSON_IsNumber(e) ||
-        sup_rollback_skips_add(s->skips, &s->nskips, FT_WIRE_MAX_SKIPS, (int64_t)f->valuedouble,
-                               (int64_t)e->valuedouble)) {
-      cJSON_Delete(o);
-      return ft_err_set(FT_EFORMAT, "catalog key sup/%s: bad skip range", key);
-    }
-  }
-  cJSON_Delete(o);
-  return *status ? FT_OK : ft_err_set(FT_ENOMEM, "out of memory");
-}
-
-/* ---- sending ---------------------------------------------------------------- */
-
-int sup_send(sup *s, sup_conn *c, ft_msg *m, uint64_t gen) {
-  snprintf(m->run, sizeof m->run, "%s", s->rf.run);
-  m->gen = gen;
-  int rc = sup_conn_send(c, m);
-  if (rc)
-    fprintf(stderr, "supervise: cannot encode %s: %s\n", ft_msg_type_name(m->type),
-            ft_err_detail());
-  return rc;
-}
-
-void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *detail) {
-  if (!w->conn)
-    return;
-  ft_msg m;
-  ft_msg_init(&m, FT_MSG_STOP);
-  m.stop.reason = why;
-  m.stop.detail = detail;
-  sup_send(s, w->conn, &m, w->gen);
-  sup_conn *c = w->conn;
-  sup_conn_close(c, "", 1); /* orderly: on_close clears w->conn */
-}
 
 /* ---- KV replies ---------------------------------------------------------- */
 
@@ -330,35 +133,6 @@ static void on_kv_get(sup *s, sup_worker *w, const ft_msg *m) {
 }
 
 /* ---- checkpoints --------------------------------------------------------- */
-
-/* Its shard manifests (~1.7 million chunk references at 16,384 ranks: a
- * few hundred ms to free). */
-static void pending_free_shards(sup_pending_ckpt *p) {
-  for (int r = 0; p->shards && r < p->world; r++)
-    ckpt_shard_free(p->shards[r]);
-  free(p->shards);
-  p->shards = NULL;
-}
-
-static void pending_free(sup_pending_ckpt *p) {
-  pending_free_shards(p);
-  free(p->rec.key);
-  free(p->rec.text);
-  free(p->rec.bad);
-  cJSON_Delete(p->rec.ev);
-  free(p->state);
-  free(p->config);
-  free(p->metrics);
-  free(p);
-}
-
-void sup_pending_clear(sup *s) {
-  while (s->pending) {
-    sup_pending_ckpt *p = s->pending;
-    s->pending = p->next;
-    pending_free(p);
-  }
-}
 
 /* The store's part of a commit (on sup_commitq's thread: touches only the
  * store and the run file, both safe there). */
@@ -531,64 +305,19 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
 
 /* ---- sup_commitq callbacks ---- */
 
-/* A GOOD mark (mark_good job), on the store lane's thread. */
-static void mark_store(sup *s, sup_pending_ckpt *p) {
-  p->rc = ckpt_store_set_state_from(s->store, s->rf.run, p->step, CKPT_COMMITTED, CKPT_GOOD);
-  if (p->rc == FT_ESTATE || p->rc == FT_ENOENT) {
-    p->superseded = 1; /* BAD meanwhile, GOOD already, or never committed */
-    p->rc = FT_OK;
-  } else if (p->rc) {
-    snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
-  }
-}
-
-static void mark_report(sup *s, const sup_pending_ckpt *p) {
-  if (p->superseded)
-    return;
-  if (p->rc) {
-    sup_event_mark_failed(s, p->step, "GOOD", p->why);
-    return;
-  }
-  cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "step", (double)p->step);
-  cJSON_AddNumberToObject(f, "at_step", (double)p->at_step);
-  sup_events_emit(s->ev, "checkpoint_good", f,
-                  "step %" PRId64 ": no loss fault in the %d steps after it", p->step,
-                  s->rf.watchdog.spike_window);
-}
-
-void sup_run_mark_good(sup *s, int64_t step, int64_t at_step) {
-  sup_pending_ckpt *p = calloc(1, sizeof *p);
-  if (!p) {
-    fprintf(stderr, "supervise: out of memory marking step %" PRId64 " GOOD\n", step);
-    return;
-  }
-  p->mark_good = 1;
-  p->step = step;
-  p->at_step = at_step;
-  p->level = CKPT_LEVEL_DURABLE; /* the store lane, behind its step's commit */
-  if (s->commitq) {
-    sup_commitq_push(s->commitq, p);
-    return;
-  }
-  mark_store(s, p);
-  mark_report(s, p);
-  pending_free(p);
-}
-
 static void cq_work(void *ud, sup_pending_ckpt *p) {
   if (p->rec.work) {
     p->rec.work(ud, p);
     return;
   }
   if (p->mark_good) {
-    mark_store(ud, p);
+    sup_mark_store(ud, p);
     return;
   }
   commit_store(ud, p);
   /* the loop needs none of the manifests after the commit: freed here,
    * not on the loop (tests/scale: a loop stall after every commit) */
-  pending_free_shards(p);
+  sup_pending_free_shards(p);
 }
 
 static sup_pending_ckpt *cq_gc(void *ud) {
@@ -599,17 +328,17 @@ static void cq_done(void *ud, sup_pending_ckpt *p) {
   sup *s = ud;
   if (p->gc_done) {
     gc_report(s, p);
-    pending_free(p);
+    sup_pending_free(p);
     return;
   }
   if (p->rec.work) {
-    record_report(s, p);
-    pending_free(p);
+    sup_record_answered(s, p);
+    sup_pending_free(p);
     return;
   }
   if (p->mark_good) {
-    mark_report(s, p);
-    pending_free(p);
+    sup_mark_report(s, p);
+    sup_pending_free(p);
     return;
   }
   commit_report(s, p);
@@ -625,12 +354,12 @@ static void cq_done(void *ud, sup_pending_ckpt *p) {
       sup_recovery_store_failed(s, why);
     }
   }
-  pending_free(p);
+  sup_pending_free(p);
 }
 
 static void cq_release(void *ud, sup_pending_ckpt *p) {
   (void)ud;
-  pending_free(p);
+  sup_pending_free(p);
 }
 
 static void on_shard_parsed(void *ud, sup_shard_job *j);
@@ -667,7 +396,7 @@ static void abandon_older(sup *s, const sup_pending_ckpt *done) {
              " was complete",
              p->world - p->nhave, p->world, first, done->step);
     sup_event_checkpoint_failed(s, p->step, first, p->world - p->nhave, "report", why);
-    pending_free(p);
+    sup_pending_free(p);
   }
 }
 
@@ -934,49 +663,6 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   sup_send(s, c, &wm, m->gen);
   sup_recovery_hello(s, w);
   return 0;
-}
-
-static void add_addr(char *list, size_t cap, const char *addr) {
-  size_t n = strlen(list);
-  if (!addr[0] || n + strlen(addr) + 2 > cap)
-    return;
-  snprintf(list + n, cap - n, "%s%s", n ? "," : "", addr);
-}
-
-/* FNV-1a of a buddy list, never 0 (0: nothing sent yet). */
-static uint64_t list_hash(const char *list) {
-  uint64_t h = 1469598103934665603ull;
-  for (const unsigned char *p = (const unsigned char *)list; *p; p++)
-    h = (h ^ *p) * 1099511628211ull;
-  return h | 1;
-}
-
-void sup_send_buddies(sup *s) {
-  for (int p = 0; p < s->ngang; p++)
-    for (int j = 0; j < s->G; j++) {
-      sup_worker *w = &s->nodes[s->gang[p]].w[j];
-      if (!w->conn || w->gen != s->gen || !w->replica[0])
-        continue;
-      char list[FT_WIRE_MAX_ADDRS + 1] = "";
-      if (s->ngang > 1) {
-        const sup_worker *next = &s->nodes[s->gang[(p + 1) % s->ngang]].w[j];
-        if (next->conn)
-          add_addr(list, sizeof list, next->replica);
-      }
-      for (int n = 0; n < s->nnodes; n++) {
-        const sup_worker *sp = &s->nodes[n].w[j];
-        if (s->nodes[n].role == SUP_ROLE_SPARE && sp->conn && sp->hello)
-          add_addr(list, sizeof list, sp->replica);
-      }
-      uint64_t h = list_hash(list);
-      if (h == w->buddies_h)
-        continue;
-      ft_msg m;
-      ft_msg_init(&m, FT_MSG_REPLICA);
-      m.replica.addrs = list;
-      if (sup_send(s, w->conn, &m, s->gen) == 0)
-        w->buddies_h = h;
-    }
 }
 
 /* The echo of a HEARTBEAT (same gen, step and seq): the worker times its

@@ -14,10 +14,10 @@
  *  - Before every launch round (the first gang: sup_main.c run; each
  *    recovery round: sup_recovery.c plan_and_launch) sup_seal_check hashes
  *    the copy again. One that no longer matches is never launched: event
- *    runfile_changed {path, sealed_sha256, sha256, changed} and the run
- *    fails (exit 1), the message naming the file, the config keys that
- *    differ (or that none of them does: another section, comments) and how
- *    to apply a change. It reads one small file (at most
+ *    runfile_changed {path, sealed_sha256, sha256, changed} and the
+ *    caller fails the run (exit 1) with the reason it is handed, naming
+ *    the file, the config keys that differ (or that none of them does:
+ *    another section, comments) and how to apply a change. It reads one small file (at most
  *    FT_RUNFILE_MAX_BYTES, a few KB in practice) once per round, never per
  *    worker: cheap enough for the loop; the parse runs only on a mismatch.
  *  - At a start on a DIR sealed before (sup_seal_snapshot), the run file
@@ -320,7 +320,7 @@ out:
   return rc;
 }
 
-int sup_seal_check(sup *s) {
+int sup_seal_check(sup *s, char *why, size_t whylen) {
   char sha[65] = "", changed[2048];
   char *text = NULL;
   size_t len = 0;
@@ -349,14 +349,12 @@ int sup_seal_check(sup *s) {
   sup_events_emit(s->ev, "runfile_changed", f,
                   "%s no longer matches the run file this run was started with: %s",
                   s->runfile_path, changed);
-  char why[4700];
-  snprintf(why, sizeof why,
+  snprintf(why, whylen,
            "the run file's copy %s changed during the run (%.160s); no worker is launched "
            "from it. A change applies only at a start: put it in the run file and run "
            "supervise again with --accept-runfile-change (as before, without it, to go on "
            "unchanged)",
            s->runfile_path, changed);
-  sup_recovery_fail(s, why);
   return FT_ECONFIG;
 }
 

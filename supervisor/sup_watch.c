@@ -8,7 +8,7 @@
  *   - GOOD checkpoints: a committed checkpoint c becomes GOOD when rank 0
  *     reports step >= c + window with no loss fault since c (the decisions
  *     are sup_rollback_good_*, unit-tested); the mark itself is queued to
- *     the commit queue's store thread (sup_run_mark_good), never made here;
+ *     the commit queue's store thread (sup_mark_good), never made here;
  *   - damaged checkpoints: FAULT restore_corrupt of the step being restored
  *     -> that checkpoint marked BAD (event "checkpoint_damaged"), at most
  *     SUP_MAX_FALLBACKS between generations that train; a node failing the
@@ -360,13 +360,13 @@ static void hist_add(sup *s, int64_t step, double loss) {
 
 /* Queues a GOOD mark for every checkpoint that is now spike_window steps
  * old with no loss fault since. The marks are made on the commit queue's
- * store thread (sup_run_mark_good), never here: a mark renames a mark
+ * store thread (sup_mark_good), never here: a mark renames a mark
  * object into place and waits for the store's meta lock. */
 static void mark_good(sup *s, int64_t k) {
   int64_t due[64];
   int nd = sup_rollback_good_due(&s->good, k, s->rf.watchdog.spike_window, due, 64);
   for (int i = 0; i < nd; i++)
-    sup_run_mark_good(s, due[i], k);
+    sup_mark_good(s, due[i], k);
 }
 
 static const char *on_spike_name(int mode) {
@@ -792,37 +792,9 @@ static double round3(double x) {
  * adds to f the logs of the ranks[0..nr) ("logs", the first
  * HANG_LOGS_MAX, then "logs_omitted"), and asks each such worker for its
  * training thread's stack, which it writes to that log ("stacks_asked":
- * how many were asked). A worker we launched ourselves (the local
- * launcher: its HELLO's pid is the process we started) gets SIGUSR1 on
- * its main thread, which is its training thread (tgkill(pid, pid):
- * worker/stackdump.c says why not to the process). With the command, ssh
- * and slurm launchers the pid is sh's, ssh's or srun's, on which SIGUSR1
- * would be fatal: such a worker gets a DUMP message on its connection
- * instead, which its reader thread turns into the same tgkill from
- * inside; its node is marked dump_asked, so the recovery's stop sends it
- * no SIGTERM (ssh would die at once and take the log's pipe with it, srun
- * would SIGKILL the task): the STOP behind the DUMP on the same
- * connection ends the worker after its dump, and the grace timer's
- * SIGKILL is the backstop. Neither a signal nor a send blocks the loop
- * (sup_conn_send queues what the socket does not take). The worker ends
- * its dump before it obeys the STOP and SIGTERM that follow. Returns the
- * number of logs, the first one's path in first, the number asked in
- * *asked_out. */
-int sup_watch_ask_stack(sup *s, sup_worker *w) {
-  if (!w->alive || !w->hello)
-    return 0;
-  if (!s->command_launcher)
-    return w->pid > 0 && syscall(SYS_tgkill, w->pid, w->pid, SIGUSR1) == 0;
-  if (!w->conn)
-    return 0;
-  ft_msg m;
-  ft_msg_init(&m, FT_MSG_DUMP);
-  if (sup_send(s, w->conn, &m, w->gen) != FT_OK)
-    return 0;
-  s->nodes[w->node].dump_asked = 1;
-  return 1;
-}
-
+ * how many were asked; sup_ask_stack says how). The worker ends its dump
+ * before it obeys the STOP and SIGTERM that follow. Returns the number of
+ * logs, the first one's path in first, the number asked in *asked_out. */
 static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first, size_t flen,
                          int *asked_out) {
   const wd_prog_rank *rk = s->prog_ranks;
@@ -844,7 +816,7 @@ static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first
         omitted++;
       }
     }
-    asked += sup_watch_ask_stack(s, w);
+    asked += sup_ask_stack(s, w);
   }
   if (omitted)
     cJSON_AddNumberToObject(f, "logs_omitted", omitted);

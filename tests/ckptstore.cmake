@@ -27,7 +27,7 @@ if(TARGET ftckpt AND TARGET ckpt)
   find_program(FT_PYTHON3 python3)
   if(FT_PYTHON3)
     ft_add_script_test(NAME layering_store LABELS unit TIMEOUT 30
-                       COMMAND ${FT_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/unit/layering_store.py)
+                       COMMAND ${FT_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/unit/layering.py store)
     set_property(TEST layering_store APPEND PROPERTY ENVIRONMENT NM=${CMAKE_NM})
   endif()
   # Under the sanitizers each kill waits for a writer that opens its store

@@ -7,6 +7,15 @@ if(TARGET supervise)
     ft_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c
                 LIBS ftsup LABELS unit TIMEOUT 60)
   endforeach()
+  # The supervisor's calls go one way (issue 40): no circle among its files
+  # and no call up a layer (tests/unit/layering.py LAYERS; sup_hooks for the
+  # few that must go up). nm on the ftsup and supervise objects.
+  find_program(FT_PYTHON3 python3)
+  if(FT_PYTHON3)
+    ft_add_script_test(NAME layering_supervisor LABELS unit TIMEOUT 30
+                       COMMAND ${FT_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/unit/layering.py supervisor)
+    set_property(TEST layering_supervisor APPEND PROPERTY ENVIRONMENT NM=${CMAKE_NM})
+  endif()
   # common/ft_bug.h: FT_BUG and FT_ASSERT_INV, which sup_recovery.c's check_state uses
   ft_add_test(NAME test_ft_bug SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ft_bug.c
               LIBS ftcommon LABELS unit TIMEOUT 60)
