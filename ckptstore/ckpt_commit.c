@@ -89,7 +89,9 @@
  * fsync, rename, fsync of the folder: ckpt_tier_local.c).
  *
  * Checked (FT_ASSERT_INV, Debug and sanitizer builds; common/ft_bug.h):
- * meta_mu is held from C2 to C5 and released by this thread at C6; before
+ * meta_mu is held at C3 (its run under the lock), C4 and C5, and released
+ * by this thread at C6 (a C4 that replaces no record lets it go for the
+ * put and takes it back, so it is held from C2 to C5 except there); before
  * C4 the manifest covers every byte of every tensor exactly once and its
  * record's totals add up (check_manifest); after C5 the record reads back
  * COMMITTED with the manifest's chunks (I1); after a failed C4/C5 the

@@ -3,9 +3,10 @@
  *
  * A tier stores immutable objects under string keys: chunks ("chunks/<hex>")
  * and manifests ("manifests/<run>/<step>.json"). Callers never see how: the
- * local directory tier (ckpt_tier_local.c) maps keys to files; an S3 tier
- * would map them to objects. Every operation returns FT_* codes and sets the
- * detail text.
+ * local directory tier (ckpt_tier_local.c) maps keys to files; the S3 tier
+ * (ckpt_tier_s3.c) maps them to objects of a bucket, and the tiered store
+ * (ckpt_s3_tiered.c) puts a local tier in front of it, uploading behind.
+ * Every operation returns FT_* codes and sets the detail text.
  *
  * Contract every tier keeps:
  *   put      durable when it returns (local: temp file, fsync, rename, fsync

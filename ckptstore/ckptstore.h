@@ -33,8 +33,12 @@
  * without reopening the store, and a failed commit leaves every earlier
  * checkpoint as it was.
  *
- * Threads: a ckpt_store may be used from several threads at once; callbacks
- * are not used: a submitted job is observed through its ckpt_job handle.
+ * Threads: a ckpt_store may be used from several threads at once. A
+ * submitted job is observed through its ckpt_job handle, not a callback.
+ * Three callbacks are declared, each said where it is: ckpt_remote_fn (a
+ * chunk from other processes' memory, called from the read threads at
+ * once), a progress report and a skipped-record report (both called on
+ * the calling thread).
  */
 #ifndef CKPTSTORE_H
 #define CKPTSTORE_H

@@ -40,3 +40,10 @@ struct timespec ft_wall_deadline(int64_t ms) {
   }
   return ts;
 }
+
+double ft_boot_minus_mono_s(void) {
+  struct timespec b, m;
+  if (clock_gettime(CLOCK_BOOTTIME, &b) || clock_gettime(CLOCK_MONOTONIC, &m))
+    return 0;
+  return (double)(b.tv_sec - m.tv_sec) + (double)(b.tv_nsec - m.tv_nsec) * 1e-9;
+}

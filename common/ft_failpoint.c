@@ -6,6 +6,8 @@
  */
 #include "ft_failpoint.h"
 
+#include "ft_clock.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -253,13 +255,12 @@ int ft_failpoint_hang_take(ft_hang_where where) {
     return 0;
   int64_t at = 0;
   ft_failpoint("hang_at_step", &at);
-  struct timespec now; /* the wall clock, as the supervisor's events' ts */
-  clock_gettime(CLOCK_REALTIME, &now);
+  int64_t now_ms = ft_wall_ms(); /* the wall clock, as the supervisor's events' ts */
   fprintf(stderr,
           "worker: failpoint hang_at_step=%lld (node %d, rank %d, %s%s): hanging (ts %lld.%03ld)\n",
           (long long)at, hang_node, hang_rank, where == FT_HANG_AFTER ? "" : "in ",
-          where == FT_HANG_AFTER ? "after the step" : hang_names[where], (long long)now.tv_sec,
-          now.tv_nsec / 1000000);
+          where == FT_HANG_AFTER ? "after the step" : hang_names[where], (long long)(now_ms / 1000),
+          (long)(now_ms % 1000));
   fflush(stderr);
   hang_armed = 0; /* taken: the caller stalls (a second take says nothing) */
   return 1;

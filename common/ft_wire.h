@@ -137,7 +137,10 @@
  *   (each run also has its own token); node/slot/pid/gen bind the identity the
  *   worker claims, so the proof can't be moved to another worker's identity.
  *   The token itself never crosses the wire: it reaches workers through the
- *   environment variable FT_WIRE_TOKEN_ENV (never argv, never a log line).
+ *   environment variable FT_WIRE_TOKEN_ENV, or, under the ssh launcher
+ *   (whose remote command gets no environment of ours), as the first line
+ *   of the worker's stdin (worker --token-stdin); never argv, never a log
+ *   line.
  *   Not covered: the supervisor does not prove itself to the worker, and the
  *   frames after HELLO are not MACed; the transport is loopback or a trusted
  *   cluster network (docs/design.md §3).

@@ -223,7 +223,6 @@ void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *deta
   sup_conn_close(c, "", 1); /* orderly: on_close clears w->conn */
 }
 
-
 /* Its shard manifests (~1.7 million chunk references at 16,384 ranks: a
  * few hundred ms to free). */
 void sup_pending_free_shards(sup_pending_ckpt *p) {
@@ -252,7 +251,6 @@ void sup_pending_clear(sup *s) {
     sup_pending_free(p);
   }
 }
-
 
 /* A GOOD mark (mark_good job), on the store lane's thread. */
 void sup_mark_store(sup *s, sup_pending_ckpt *p) {
@@ -299,7 +297,6 @@ void sup_mark_good(sup *s, int64_t step, int64_t at_step) {
   sup_pending_free(p);
 }
 
-
 static void add_addr(char *list, size_t cap, const char *addr) {
   size_t n = strlen(list);
   if (!addr[0] || n + strlen(addr) + 2 > cap)
@@ -342,7 +339,6 @@ void sup_send_buddies(sup *s) {
         w->buddies_h = h;
     }
 }
-
 
 /* ---- stacks, logs, the worker program ----------------------------------------- */
 
@@ -402,4 +398,32 @@ void sup_doctor_reset(sup_worker *w) {
   w->doctor = SUP_DOCTOR_NONE;
   w->doctor_again = 0;
   w->dhash[0] = w->dplat[0] = 0;
+}
+
+/* ---- names -------------------------------------------------------------------- */
+
+const char *sup_fault_kind_name(sup_fault_kind k) {
+  static const char *const names[SUP_FAULT_KINDS] = {
+      [SUP_FAULT_PROCESS_EXIT] = "process_exit",
+      [SUP_FAULT_HANG] = "hang",
+      [SUP_FAULT_NODE_LOST] = "node_lost",
+      [SUP_FAULT_NODE_UNREACHABLE] = "node_unreachable",
+      [SUP_FAULT_LAUNCH_FAILED] = "launch_failed",
+      [SUP_FAULT_LOST_SUPERVISOR] = "lost_supervisor",
+      [SUP_FAULT_PEER_MISBEHAVED] = "peer_misbehaved",
+      [SUP_FAULT_RESTORE_HASH] = "restore_hash",
+      [SUP_FAULT_STORE_ERROR] = "store_error",
+      [SUP_FAULT_SUPERVISOR_ISOLATED] = "supervisor_isolated",
+      [SUP_FAULT_WORKER_UNKILLABLE] = "worker_unkillable",
+      [SUP_FAULT_XID] = "xid",
+      [SUP_FAULT_COLLECTIVE_FAILURE] = "collective_failure",
+      [SUP_FAULT_DOCTOR] = "doctor",
+      [SUP_FAULT_STORAGE_HANG] = "storage_hang",
+      [SUP_FAULT_NETWORK_HANG] = "network_hang",
+      [SUP_FAULT_GANG_HANG] = "gang_hang",
+      [SUP_FAULT_LOSS_SPIKE] = "loss_spike",
+      [SUP_FAULT_NAN] = "nan",
+      [SUP_FAULT_SDC] = "sdc",
+  };
+  return k >= 0 && k < SUP_FAULT_KINDS && names[k] ? names[k] : "unknown";
 }

@@ -217,6 +217,33 @@ typedef struct sup_node {
  * spare's own link that fails, and it leaves the pool. */
 #define SUP_SPARE_RELAUNCHES 3
 
+/* What a detector saw, as it hands it down to the recovery
+ * (sup_recovery_fault, sup_recovery_loss_fault): the kind of fault, named
+ * in events (fault_detected, rollback) by sup_fault_kind_name. */
+typedef enum sup_fault_kind {
+  SUP_FAULT_PROCESS_EXIT,
+  SUP_FAULT_HANG,
+  SUP_FAULT_NODE_LOST,
+  SUP_FAULT_NODE_UNREACHABLE,
+  SUP_FAULT_LAUNCH_FAILED,
+  SUP_FAULT_LOST_SUPERVISOR,
+  SUP_FAULT_PEER_MISBEHAVED,
+  SUP_FAULT_RESTORE_HASH,
+  SUP_FAULT_STORE_ERROR,
+  SUP_FAULT_SUPERVISOR_ISOLATED,
+  SUP_FAULT_WORKER_UNKILLABLE,
+  SUP_FAULT_XID,
+  SUP_FAULT_COLLECTIVE_FAILURE,
+  SUP_FAULT_DOCTOR,
+  SUP_FAULT_STORAGE_HANG,
+  SUP_FAULT_NETWORK_HANG,
+  SUP_FAULT_GANG_HANG,
+  SUP_FAULT_LOSS_SPIKE,
+  SUP_FAULT_NAN,
+  SUP_FAULT_SDC,
+  SUP_FAULT_KINDS
+} sup_fault_kind;
+
 /* How a fault is blamed (sup_recovery_fault's `blame`). */
 enum sup_blame {
   SUP_BLAME_NONE = 0,  /* nobody: restart the gang in place */
@@ -566,6 +593,8 @@ int sup_ask_stack(sup *s, sup_worker *w);
 void sup_node_log_path(const sup *s, int n, int j, char *buf, size_t size);
 /* The worker program beside this supervise binary ("worker" if unknown). */
 void sup_default_worker(char *out, size_t n);
+/* A fault kind's name in events ("hang", "process_exit", ...). */
+const char *sup_fault_kind_name(sup_fault_kind k);
 /* 1 when w may be put into a gang: doctor.on_join is off, or its report was
  * cleared (the verdict is sup_doctor.c's; the gang's choice reads it). */
 int sup_doctor_cleared(const sup *s, const sup_worker *w);
@@ -622,14 +651,14 @@ void sup_recovery_first_step(sup *s, int64_t step);
 /* Every STEP: a step past the last storage hang's ends its streak. */
 void sup_recovery_step_done(sup *s, int64_t step);
 /* A fault. node -1: no node blamed; blame: enum sup_blame. */
-void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
-                        int blame);
+void sup_recovery_fault(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid,
+                        const char *detail, enum sup_blame blame);
 /* A loss fault (spike, NaN/Inf) at step spike_step: rolls back (on_spike
  * rollback / rollback_and_skip, or `force`: the workers stopped training)
  * to the newest COMMITTED/GOOD checkpoint before it, marks the newer ones
  * BAD, adds a skip range (rollback_and_skip), then starts a recovery round
  * with no node blamed. Returns 1 if a rollback started. */
-int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const char *detail,
+int sup_recovery_loss_fault(sup *s, int64_t spike_step, sup_fault_kind kind, const char *detail,
                             int force);
 /* Silent data corruption that may have begun at first_step: rolls back as
  * a loss fault does (no skip: the data was not at fault) and blames node

@@ -1350,8 +1350,9 @@ static void check_stopped(sup *s) {
   leave(s);
 }
 
-static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
-                    int blame) {
+static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, const char *detail,
+                    enum sup_blame blame) {
+  const char *kname = sup_fault_kind_name(kind);
   if (s->state >= SUP_FINISHING)
     return;
   int joining =
@@ -1360,7 +1361,7 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
   if (nd && blame == SUP_BLAME_NODE && !nd->faulty) {
     nd->faulty = 1;
     if (!nd->host_lost) /* a lost host wrote its own reason */
-      snprintf(nd->why, sizeof nd->why, "%s: %s", kind, detail);
+      snprintf(nd->why, sizeof nd->why, "%s: %s", kname, detail);
   }
   if (nd && blame == SUP_BLAME_COUNT && !nd->counted) {
     /* one failure per node per round, however many of its workers exit */
@@ -1373,11 +1374,11 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
                "%d failures within %.0f s (recovery.node_failures_to_quarantine %d); the last: "
                "%s: %s",
                nd->nfailures, s->rf.recovery.node_failure_window_s,
-               s->rf.recovery.node_failures_to_quarantine, kind, detail);
+               s->rf.recovery.node_failures_to_quarantine, kname, detail);
     }
   }
   cJSON *f = cJSON_CreateObject();
-  cJSON_AddStringToObject(f, "kind", kind);
+  cJSON_AddStringToObject(f, "kind", kname);
   cJSON_AddNumberToObject(f, "node", node);
   if (sup_node_host(s, node))
     cJSON_AddStringToObject(f, "host", sup_node_host(s, node));
@@ -1397,8 +1398,8 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
   cJSON_AddNumberToObject(f, "failures", nd ? nd->nfailures : 0);
   cJSON_AddBoolToObject(f, "quarantine", nd && nd->faulty);
   cJSON_AddBoolToObject(f, "during_recovery", joining);
-  sup_events_emit(s->ev, "fault_detected", f, "node %d %s (%s) at step %" PRId64 "%s%s", node, kind,
-                  detail, s->last_step,
+  sup_events_emit(s->ev, "fault_detected", f, "node %d %s (%s) at step %" PRId64 "%s%s", node,
+                  kname, detail, s->last_step,
                   !nd          ? ""
                   : nd->faulty ? " -> quarantine"
                                : " -> restart in place",
@@ -1407,7 +1408,7 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
     persist_notes(s); /* the chaos fault fired: never again in this run */
   if (nd && (nd->faulty || nd->counted))
     rejoin_fallback(s, node, "blamed for a fault while rejoining");
-  if (!strcmp(kind, "storage_hang"))
+  if (kind == SUP_FAULT_STORAGE_HANG)
     storage_hang_noted(s);
   if (joining)
     return;
@@ -1473,8 +1474,8 @@ static void fault_t(sup *s, const char *kind, int node, int slot, pid_t pid, con
   check_stopped(s);
 }
 
-void sup_recovery_fault(sup *s, const char *kind, int node, int slot, pid_t pid, const char *detail,
-                        int blame) {
+void sup_recovery_fault(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid,
+                        const char *detail, enum sup_blame blame) {
   enter(s);
   fault_t(s, kind, node, slot, pid, detail, blame);
   leave(s);
@@ -1485,7 +1486,7 @@ static void refuse_t(sup *s, int n, const char *why) {
   if (nd->role == SUP_ROLE_QUARANTINED || nd->role == SUP_ROLE_LOST || s->state >= SUP_FINISHING)
     return;
   if (sup_in_gang(s, n)) { /* the gang being formed: a round without it */
-    fault_t(s, "doctor", n, 0, nd->w[0].pid, why, SUP_BLAME_NODE);
+    fault_t(s, SUP_FAULT_DOCTOR, n, 0, nd->w[0].pid, why, SUP_BLAME_NODE);
     return;
   }
   snprintf(nd->why, sizeof nd->why, "doctor: %s", why);
@@ -1578,8 +1579,8 @@ static void rollback_marked(sup *s, sup_pending_ckpt *p) {
  * (the old gang must stop training); its generation's record and the
  * plan's follow the marks in the lane, so the next ASSIGN (RECORDING)
  * comes after them. */
-static void rollback_t(sup *s, int64_t first_step, const char *kind, const char *detail, int mode,
-                       int node, int slot, pid_t pid) {
+static void rollback_t(sup *s, int64_t first_step, sup_fault_kind kind, const char *detail,
+                       int mode, int node, int slot, pid_t pid) {
   int64_t restore = -1;
   if (first_step <= 0 || ckpt_store_latest(s->store, s->rf.run, first_step - 1, &restore) != 0)
     restore = -1;
@@ -1599,7 +1600,7 @@ static void rollback_t(sup *s, int64_t first_step, const char *kind, const char 
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "spike_step", (double)first_step);
   cJSON_AddNumberToObject(f, "restore_step", (double)restore);
-  cJSON_AddStringToObject(f, "kind", kind);
+  cJSON_AddStringToObject(f, "kind", sup_fault_kind_name(kind));
   if (first >= 0) {
     cJSON_AddNumberToObject(f, "skip_first", (double)first);
     cJSON_AddNumberToObject(f, "skip_end", (double)end);
@@ -1616,7 +1617,7 @@ static void rollback_t(sup *s, int64_t first_step, const char *kind, const char 
   fault_t(s, kind, node, slot, pid, detail, node >= 0 ? SUP_BLAME_NODE : SUP_BLAME_NONE);
 }
 
-static int loss_fault_t(sup *s, int64_t spike_step, const char *kind, const char *detail,
+static int loss_fault_t(sup *s, int64_t spike_step, sup_fault_kind kind, const char *detail,
                         int force) {
   /* only a gang that trains: RUNNING, or a new gen before its first STEP */
   if (!(s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)))
@@ -1632,7 +1633,7 @@ static int loss_fault_t(sup *s, int64_t spike_step, const char *kind, const char
   return 1;
 }
 
-int sup_recovery_loss_fault(sup *s, int64_t spike_step, const char *kind, const char *detail,
+int sup_recovery_loss_fault(sup *s, int64_t spike_step, sup_fault_kind kind, const char *detail,
                             int force) {
   enter(s);
   int rc = loss_fault_t(s, spike_step, kind, detail, force);
@@ -1644,7 +1645,7 @@ void sup_recovery_sdc_fault(sup *s, int64_t first_step, int node, int slot, pid_
                             const char *detail) {
   enter(s);
   if (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED))
-    rollback_t(s, first_step, "sdc", detail, SUP_SPIKE_ROLLBACK, node, slot, pid);
+    rollback_t(s, first_step, SUP_FAULT_SDC, detail, SUP_SPIKE_ROLLBACK, node, slot, pid);
   leave(s);
 }
 
@@ -1693,7 +1694,7 @@ static int isolated(sup *s, double now, double quiet) {
   s->isolated_s = now;
   for (int p = 0; p < s->ngang; p++)
     signal_node(s, s->gang[p], SIGKILL); /* whatever still runs there stops */
-  sup_recovery_fault(s, "supervisor_isolated", -1, -1, 0, detail, SUP_BLAME_NONE);
+  sup_recovery_fault(s, SUP_FAULT_SUPERVISOR_ISOLATED, -1, -1, 0, detail, SUP_BLAME_NONE);
   return 1;
 }
 
@@ -1721,7 +1722,7 @@ static int blame_silent_t(sup *s, const char *why) {
     snprintf(detail, sizeof detail, "%s; silent for %.1f s (> 2 heartbeat intervals, %.1f s)", why,
              sup_silence_s(now, w->last_msg_s, s->stall_end_s), limit);
     signal_node(s, w->node, SIGKILL); /* a stopped process ignores SIGTERM */
-    sup_recovery_fault(s, "hang", w->node, w->slot, w->pid, detail, SUP_BLAME_NODE);
+    sup_recovery_fault(s, SUP_FAULT_HANG, w->node, w->slot, w->pid, detail, SUP_BLAME_NODE);
   }
   return ns;
 }
@@ -1919,7 +1920,8 @@ static void cfg_blame_nodes(sup *s) {
       snprintf(detail, sizeof detail, "exit code %d (%s): %s", w->cfg_fail,
                ft_exit_code_name(w->cfg_fail), msg[0] ? msg : w->fault_detail);
       w->cfg_fail = 0;
-      sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, SUP_BLAME_COUNT);
+      sup_recovery_fault(s, SUP_FAULT_PROCESS_EXIT, w->node, w->slot, w->pid, detail,
+                         SUP_BLAME_COUNT);
     }
 }
 
@@ -2088,7 +2090,8 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   if (stopping) { /* on_sigchld checks whether the gang stopped */
     if (!(ours || code == FT_EXIT_OK || code == FT_EXIT_GANG || code == FT_EXIT_LOST ||
           code == FT_EXIT_STORE))
-      sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, SUP_BLAME_COUNT);
+      sup_recovery_fault(s, SUP_FAULT_PROCESS_EXIT, w->node, w->slot, w->pid, detail,
+                         SUP_BLAME_COUNT);
     return;
   }
   if (code == 0 || ours)
@@ -2105,7 +2108,8 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
     /* the peer is at fault: a silent (stopped, hung) one if there is one */
     if (!sup_recovery_blame_silent(s, "a collective failed (worker exit code 5)") &&
         !s->hooks.progress_behind(s, w, "collective_failure"))
-      sup_recovery_fault(s, "collective_failure", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);
+      sup_recovery_fault(s, SUP_FAULT_COLLECTIVE_FAILURE, w->node, w->slot, w->pid, detail,
+                         SUP_BLAME_NONE);
   } else if (code == FT_EXIT_STORE) {
     /* the store's fault, never the node's */
     char msg[480];
@@ -2120,11 +2124,12 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
       char d[640];
       snprintf(d, sizeof d, "%s: %s", detail, msg[0] ? msg : "store error");
       drop_lost_memory(s, w, d);
-      sup_recovery_fault(s, "store_error", w->node, w->slot, w->pid, d, SUP_BLAME_NONE);
+      sup_recovery_fault(s, SUP_FAULT_STORE_ERROR, w->node, w->slot, w->pid, d, SUP_BLAME_NONE);
     }
   } else if (code == FT_EXIT_LOST) {
     /* it lost us (our own stall, a network blip): nobody's node is at fault */
-    sup_recovery_fault(s, "lost_supervisor", w->node, w->slot, w->pid, detail, SUP_BLAME_NONE);
+    sup_recovery_fault(s, SUP_FAULT_LOST_SUPERVISOR, w->node, w->slot, w->pid, detail,
+                       SUP_BLAME_NONE);
   } else if (s->slurm_launcher && !w->hello && allocation_gone(s, w)) {
     return;
   } else if (s->slurm_launcher && !w->hello && !other_hello(s, w->node)) {
@@ -2136,9 +2141,10 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
     log_last_line(s, w, msg, sizeof msg);
     snprintf(d, sizeof d, "%s before its workers said HELLO: %s", detail,
              msg[0] ? msg : "(no output)");
-    sup_recovery_fault(s, "launch_failed", w->node, w->slot, w->pid, d, SUP_BLAME_NONE);
+    sup_recovery_fault(s, SUP_FAULT_LAUNCH_FAILED, w->node, w->slot, w->pid, d, SUP_BLAME_NONE);
   } else
-    sup_recovery_fault(s, "process_exit", w->node, w->slot, w->pid, detail, SUP_BLAME_COUNT);
+    sup_recovery_fault(s, SUP_FAULT_PROCESS_EXIT, w->node, w->slot, w->pid, detail,
+                       SUP_BLAME_COUNT);
 }
 
 /* A node's host stand-in (sup_launch_host) ended with status. Killed by
@@ -2160,7 +2166,7 @@ static void on_host_exit(sup *s, int n, int status, int we_killed) {
   nd->host_lost = 1;
   snprintf(nd->why, sizeof nd->why, "node lost: %s", detail);
   signal_node(s, n, SIGKILL); /* whatever is left of it */
-  sup_recovery_fault(s, "node_lost", n, -1, nd->host_pid, detail, SUP_BLAME_NODE);
+  sup_recovery_fault(s, SUP_FAULT_NODE_LOST, n, -1, nd->host_pid, detail, SUP_BLAME_NODE);
 }
 
 /* 1 if a signal that kills (SIGKILL) is pending for pid: it is dying. */
@@ -2380,14 +2386,14 @@ static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
            (int)pid, slot, wchan[0] ? ", in " : "", wchan, secs);
   if (common) { /* nobody's: the node restarts in place with the others */
     if (s->state < SUP_FINISHING && sup_in_gang(s, n) && nd->role == SUP_ROLE_ACTIVE)
-      sup_recovery_fault(s, "worker_unkillable", n, slot, pid, detail, SUP_BLAME_NONE);
+      sup_recovery_fault(s, SUP_FAULT_WORKER_UNKILLABLE, n, slot, pid, detail, SUP_BLAME_NONE);
     host_reap(s, n);
     return;
   }
   nd->respawn = 0; /* never relaunched beside it */
   if (s->state < SUP_FINISHING && sup_in_gang(s, n) && nd->role == SUP_ROLE_ACTIVE) {
     if (!nd->faulty) /* joins the round that stopped it (a fault of its own otherwise) */
-      sup_recovery_fault(s, "node_lost", n, slot, pid, detail, SUP_BLAME_NODE);
+      sup_recovery_fault(s, SUP_FAULT_NODE_LOST, n, slot, pid, detail, SUP_BLAME_NODE);
   } else if (s->state < SUP_FINISHING && nd->role != SUP_ROLE_QUARANTINED &&
              nd->role != SUP_ROLE_LOST) {
     snprintf(nd->why, sizeof nd->why, "node lost: %.200s", detail);
@@ -2678,7 +2684,7 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
         snprintf(detail, sizeof detail,
                  "no HELLO %.1f s after its launch (watchdog.start_timeout_s %.1f)", quiet, lim);
       signal_node(s, n, SIGKILL);
-      sup_recovery_fault(s, "hang", n, j, w->pid, detail, SUP_BLAME_NODE);
+      sup_recovery_fault(s, SUP_FAULT_HANG, n, j, w->pid, detail, SUP_BLAME_NODE);
       return; /* the state changed; the next tick looks again */
     }
   }
@@ -2708,7 +2714,7 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
                  "no node doctor report %.1f s after its HELLO (watchdog.start_timeout_s %.1f)",
                  waited, s->rf.watchdog.start_timeout_s);
         signal_node(s, s->gang[p], SIGKILL);
-        sup_recovery_fault(s, "hang", s->gang[p], j, w->pid, detail, SUP_BLAME_NODE);
+        sup_recovery_fault(s, SUP_FAULT_HANG, s->gang[p], j, w->pid, detail, SUP_BLAME_NODE);
         return;
       }
 }
@@ -2771,7 +2777,8 @@ static void blame_unanswered(sup *s) {
              "its Slurm job step on %s did not end %.1f s after srun was told to kill it: the "
              "host does not answer",
              s->rf.nodes.hosts[late[i]], grace);
-    sup_recovery_fault(s, "node_unreachable", late[i], -1, nd->w[0].pid, detail, SUP_BLAME_NODE);
+    sup_recovery_fault(s, SUP_FAULT_NODE_UNREACHABLE, late[i], -1, nd->w[0].pid, detail,
+                       SUP_BLAME_NODE);
   }
 }
 
@@ -2826,7 +2833,8 @@ static void on_coll_timer_t(evutil_socket_t fd, short what, void *arg) {
   char detail[400];
   snprintf(detail, sizeof detail, "node %d slot %d: %s; every worker still answers", s->coll.node,
            s->coll.slot, s->coll.detail);
-  fault_t(s, "collective_failure", s->coll.node, s->coll.slot, s->coll.pid, detail, SUP_BLAME_NONE);
+  fault_t(s, SUP_FAULT_COLLECTIVE_FAILURE, s->coll.node, s->coll.slot, s->coll.pid, detail,
+          SUP_BLAME_NONE);
 }
 
 EVENT_ENTRY(sup_recovery_on_coll_timer, on_coll_timer_t)

@@ -706,7 +706,8 @@ static void worker_fault_event(sup *s, const sup_worker *w, const ft_msg *m, int
  * joins this recovery instead of being blamed on nobody. */
 static void peer_misbehaved(sup *s, sup_worker *w, const char *reason) {
   if (w->gen == s->gen && w->rank >= 0 && sup_in_gang(s, w->node))
-    sup_recovery_fault(s, "peer_misbehaved", w->node, w->slot, w->pid, reason, SUP_BLAME_COUNT);
+    sup_recovery_fault(s, SUP_FAULT_PEER_MISBEHAVED, w->node, w->slot, w->pid, reason,
+                       SUP_BLAME_COUNT);
 }
 
 /* A HEARTBEAT's progress into its worker's record (sup_int.h). */

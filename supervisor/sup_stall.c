@@ -28,20 +28,13 @@ static struct {
   double boot_off; /* CLOCK_BOOTTIME - CLOCK_MONOTONIC then */
 } g_stall;
 
-static double boot_minus_mono_s(void) {
-  struct timespec b, m;
-  if (clock_gettime(CLOCK_BOOTTIME, &b) || clock_gettime(CLOCK_MONOTONIC, &m))
-    return 0;
-  return (double)(b.tv_sec - m.tv_sec) + (double)(b.tv_nsec - m.tv_nsec) * 1e-9;
-}
-
 static double stall_threshold_s(const sup *s) {
   double th = s->rf.watchdog.heartbeat_timeout_s / 8.0;
   return th < 0.25 ? 0.25 : th;
 }
 
 void sup_loop_stall_check(sup *s) {
-  double now = ft_now_s(), off = boot_minus_mono_s();
+  double now = ft_now_s(), off = ft_boot_minus_mono_s();
   double gap = now - g_stall.last_s, slept = off - g_stall.boot_off, th = stall_threshold_s(s);
   const char *cause = NULL;
   double secs = 0;
@@ -70,5 +63,5 @@ void sup_loop_stall_check(sup *s) {
 
 void sup_stall_restart(void) {
   g_stall.last_s = ft_now_s();
-  g_stall.boot_off = boot_minus_mono_s();
+  g_stall.boot_off = ft_boot_minus_mono_s();
 }

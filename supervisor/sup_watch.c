@@ -13,6 +13,11 @@
  *     -> that checkpoint marked BAD (event "checkpoint_damaged"), at most
  *     SUP_MAX_FALLBACKS between generations that train; a node failing the
  *     hashes of SUP_HASHFAIL_SUSPECT restores is quarantined instead;
+ *   - silent data corruption: FAULT sdc from a worker's recomputation
+ *     check (the detail names the rank a majority found wrong, or none)
+ *     -> event "sdc", then sup_recovery_sdc_fault: a rollback before the
+ *     first step no passed check covers, no skip range, and the named
+ *     rank's node quarantined (nobody when there was no majority);
  *   - Xid faults: FAULT xid "xid=N action=A pci=P: ..." -> event "xid";
  *     quarantine blames the node, restart restarts the gang in place;
  *   - collective failures: FAULT collective_timeout/other -> blame the
@@ -63,6 +68,10 @@
  * exception: the worker did not apply the update and waits for STOP, so the
  * run cannot go on without a restart; it rolls back (without a skip) even
  * under warn.
+ *
+ * A detector (layer 3, sup_int.h): what it finds goes down to the
+ * recovery (sup_recovery_*); the recovery reaches it only through the
+ * hooks sup_main.c wires (generation, the running tick, progress).
  *
  * Single-threaded (the loop). Failures of the store while marking GOOD are
  * logged and the run goes on (GOOD is advisory; BAD is not: see
@@ -411,7 +420,7 @@ int sup_watch_loss(sup *s, const ft_msg *m) {
   char detail[256];
   snprintf(detail, sizeof detail, "step %" PRId64 " loss %g (median %g, z %.1f, %s)", k,
            m->step.loss, ev.median, ev.z, wd_loss_verdict_name(ev.verdict));
-  return sup_recovery_loss_fault(s, k, spike ? "loss_spike" : "nan", detail, 0);
+  return sup_recovery_loss_fault(s, k, spike ? SUP_FAULT_LOSS_SPIKE : SUP_FAULT_NAN, detail, 0);
 }
 
 /* ---- FAULT ---------------------------------------------------------------- */
@@ -470,7 +479,7 @@ static void on_xid(sup *s, sup_worker *w, const char *detail) {
   if (!quarantine && !restart)
     return; /* report / ignore: the event only */
   if (sup_in_gang(s, w->node) && s->nodes[w->node].role == SUP_ROLE_ACTIVE)
-    sup_recovery_fault(s, "xid", w->node, w->slot, w->pid, detail,
+    sup_recovery_fault(s, SUP_FAULT_XID, w->node, w->slot, w->pid, detail,
                        quarantine ? SUP_BLAME_NODE : SUP_BLAME_NONE);
   else if (quarantine && s->nodes[w->node].role == SUP_ROLE_SPARE && s->state < SUP_FINISHING)
     quarantine_spare(s, w->node, "Xid");
@@ -628,7 +637,7 @@ static void on_restore_corrupt(sup *s, sup_worker *w, int64_t step, const char *
     snprintf(nd->why, sizeof nd->why,
              "restore_hash: %d restores failed their hashes on this node within %.0f s", nfail,
              s->rf.recovery.node_failure_window_s);
-    sup_recovery_fault(s, "restore_hash", w->node, w->slot, w->pid, why, SUP_BLAME_NODE);
+    sup_recovery_fault(s, SUP_FAULT_RESTORE_HASH, w->node, w->slot, w->pid, why, SUP_BLAME_NODE);
     return;
   }
   if (s->nfallbacks >= SUP_MAX_FALLBACKS) {
@@ -689,7 +698,7 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
     cJSON_AddStringToObject(f, "action", act);
     sup_events_emit(s->ev, "loss_spike", f, "rank %d reports %s at step %" PRId64 ": %s -> %s",
                     w->rank, nan ? "a non-finite loss" : "a loss spike", k, detail, act);
-    sup_recovery_loss_fault(s, k, nan ? "nan" : "loss_spike", detail, force);
+    sup_recovery_loss_fault(s, k, nan ? SUP_FAULT_NAN : SUP_FAULT_LOSS_SPIKE, detail, force);
     return;
   }
   case FT_FAULT_XID:
@@ -894,9 +903,9 @@ static void progress_hang(sup *s, const wd_prog_verdict *v, int n, const char *t
                   wd_prog_class_name(v->cls), v->why,
                   named ? "quarantine the culprits' nodes" : "restart, nobody blamed", logs);
   if (!named) {
-    const char *kind = v->cls == WD_PROG_STORAGE   ? "storage_hang"
-                       : v->cls == WD_PROG_NETWORK ? "network_hang"
-                                                   : "gang_hang";
+    sup_fault_kind kind = v->cls == WD_PROG_STORAGE   ? SUP_FAULT_STORAGE_HANG
+                          : v->cls == WD_PROG_NETWORK ? SUP_FAULT_NETWORK_HANG
+                                                      : SUP_FAULT_GANG_HANG;
     sup_recovery_fault(s, kind, -1, -1, 0, v->why, SUP_BLAME_NONE);
     return;
   }
@@ -923,7 +932,7 @@ static void progress_hang(sup *s, const wd_prog_verdict *v, int n, const char *t
                r, ft_phase_name(rk[r].phase), rk[r].step, rk[r].coll_seq, rk[r].stuck_s,
                v->coll_seq, strcmp(trigger, "deadline") ? "collective timeout" : "deadline",
                v->deadline_s);
-    sup_recovery_fault(s, "hang", v->nodes[i], r % s->G, w->pid, detail, SUP_BLAME_NODE);
+    sup_recovery_fault(s, SUP_FAULT_HANG, v->nodes[i], r % s->G, w->pid, detail, SUP_BLAME_NODE);
   }
 }
 

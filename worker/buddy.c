@@ -109,13 +109,7 @@ static void *pusher_main(void *arg) {
       break;
     char list[8];
     if (!ctl_buddies(b->c, list, sizeof list)) { /* no list yet: look again soon */
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 200 * 1000000L;
-      if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-      }
+      struct timespec ts = ft_wall_deadline(200);
       pthread_cond_timedwait(&b->cv, &b->mu, &ts);
       continue;
     }
@@ -239,9 +233,8 @@ void buddy_offer(buddy *b, const ckpt_shard *shard, char *report) {
 void buddy_flush(buddy *b) {
   if (!b)
     return;
-  struct timespec until; /* a push's own deadlines are 10 s; no buddy list yet: gives up */
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 15;
+  /* a push's own deadlines are 10 s; no buddy list yet: gives up */
+  struct timespec until = ft_wall_deadline(15000);
   pthread_mutex_lock(&b->mu);
   while ((b->pending || b->busy) && !b->stop)
     if (pthread_cond_timedwait(&b->cv, &b->mu, &until))

@@ -510,14 +510,7 @@ void ctl_wake(ctl *c) {
 }
 
 int64_t ctl_wait_committed(ctl *c, int64_t after, int timeout_ms, const int *stop) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += timeout_ms / 1000;
-  until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
+  struct timespec until = ft_wall_deadline(timeout_ms);
   pthread_mutex_lock(&c->mu);
   int64_t r;
   for (;;) {
