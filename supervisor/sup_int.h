@@ -19,11 +19,16 @@
  *                                 progress hangs, damaged checkpoints at a
  *                                 restore
  *               sup_doctor.c      the node doctor's verdicts
+ *               sup_timers.c      the recovery's clock and signals: silence
+ *                                 on the tick, SIGCHLD, grace, teardown,
+ *                                 collective and rejoin timers, SIGINT
  *  2 recovery   sup_recovery.c    the recovery state machine: faults, blame,
- *                                 plans, launches, process exits, hang
- *                                 checks on the tick, rollbacks, shutdown
+ *                                 plans, launches, process exits judged,
+ *                                 rollbacks, shutdown; checked invariants
  *  1 act        sup_act.c         send, stop, persist and records, GOOD
  *                                 marks, stacks asked for, log paths
+ *               sup_nodes.c       launch and signal nodes, quarantine and
+ *                                 Slurm drains, why nodes left, /proc
  *               sup_stall.c       the loop's own stalls, measured
  *               sup_seal.c        the run file's sealed snapshot, the
  *                                 generation floor
@@ -326,18 +331,9 @@ typedef struct sup_hooks {
   /* a generation was assigned (restore_step, world known): the detectors'
    * windows start again (sup_watch_generation) */
   void (*generation)(struct sup *s);
-  /* each tick while the gang trains (RUNNING): slow links
-   * (sup_watch_links), idle spares asked to check again (sup_doctor_tick) */
-  void (*running_tick)(struct sup *s, double now);
-  /* each tick with every worker heard: the progress watchdog
-   * (sup_watch_progress); 1 if it acted (a recovery started) */
-  int (*progress)(struct sup *s, double now);
-  /* w timed out in a collective: ranks that never started it are blamed
-   * (sup_watch_progress_behind); 1 if it acted */
+  /* w exited timed out in a collective: ranks that never started it are
+   * blamed (sup_watch_progress_behind); 1 if it acted */
   int (*progress_behind)(struct sup *s, sup_worker *w, const char *trigger);
-  /* a worker left: doctor reports that waited for it are judged
-   * (sup_doctor_judge) */
-  void (*doctor_judge)(struct sup *s);
   /* the record lane answered records up to seq (sup_recovery_recorded) */
   void (*recorded)(struct sup *s, uint64_t seq);
 } sup_hooks;
@@ -640,6 +636,43 @@ void sup_event_checkpoint_failed(sup *s, int64_t step, int rank, int missing, co
  * the loop (a thread hands the failure to the loop first). */
 void sup_event_mark_failed(sup *s, int64_t step, const char *mark, const char *why);
 
+/* ---- sup_nodes.c -------------------------------------------------------- */
+/* Launches node n's workers (and under the local launcher its host
+ * stand-in, the leader of its process group); role names it in the
+ * worker_launched events. */
+int sup_launch_node(sup *s, int n, const char *role);
+int sup_node_alive(const sup *s, int n); /* a worker of n not yet reaped */
+int sup_any_alive(const sup *s);
+/* sig to node n's processes (SIGTERM: asked; SIGKILL: the teardown's
+ * follow-up is armed); under Slurm srun's way (sup_nodes.c). */
+void sup_signal_node(sup *s, int n, int sig);
+void sup_teardown_arm(sup *s); /* the teardown's follow-up looks again soon */
+/* Node n leaves the pool for good (its nd->why; a Slurm drain under
+ * recovery.drain); persisted with the run state. */
+void sup_quarantine(sup *s, int n);
+/* Why nodes left, under catalog key <run>/recovery (on the record lane);
+ * read back at start (a resumed run keeps its quarantines' reasons). */
+void sup_persist_notes(sup *s);
+void sup_load_notes(sup *s);
+/* An scontrol drain ended (0 if pid was none): node_drained/drain_failed. */
+int sup_drain_reaped(sup *s, pid_t pid, int status);
+/* The first launch's log files, created on a thread ahead of it. */
+void sup_prepare_logs(sup *s);
+sup_worker *sup_worker_by_pid(sup *s, pid_t pid);
+/* The last line w wrote to its log (its error message), "" if none. */
+void sup_log_last_line(const sup *s, const sup_worker *w, char *out, size_t n);
+/* 1 while pid (our child) has a signal pending or is still there. */
+int sup_kill_pending(pid_t pid);
+/* 1 if pid is in uninterruptible sleep (D), its wchan in wchan. */
+int sup_proc_dstate(pid_t pid, char *wchan, size_t n);
+/* 1 if a SIGKILLed worker of another node than n is in D state too. */
+int sup_dstate_elsewhere(const sup *s, int n);
+/* pid was given up as unkillable: its I/O ended at last. 0 if not one. */
+int sup_unkillable_reaped(sup *s, pid_t pid, int status);
+/* RUNNING, or a new generation before its first step (ASSIGNED). */
+int sup_gang_trains(const sup *s);
+cJSON *sup_json_ints(const int *v, int n); /* a JSON array of v[0..n) */
+
 /* ======== layer 2: the recovery (decides; acts through layer 1) ======== */
 
 /* ---- sup_recovery.c ----------------------------------------------------- */
@@ -679,37 +712,90 @@ void sup_recovery_recorded(sup *s, uint64_t seq);
 /* The run cannot end because the store refuses its final checkpoint: exit
  * SUP_EXIT_STORE ("run_failed" cause "store"), no node blamed. */
 void sup_recovery_store_failed(sup *s, const char *reason);
-/* libevent callbacks */
-void sup_recovery_on_sigchld(evutil_socket_t fd, short what, void *arg);
-void sup_recovery_on_signal(evutil_socket_t fd, short what, void *arg);
-void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg);
-void sup_recovery_on_grace(evutil_socket_t fd, short what, void *arg);
-void sup_recovery_waitpoll(evutil_socket_t fd, short what, void *arg);
-void sup_recovery_launch_more(evutil_socket_t fd, short what, void *arg);
-/* recovery.rejoin_timeout_s passed: survivors not yet out of their old
- * generation are restarted as processes. */
-void sup_recovery_on_rejoin_timeout(evutil_socket_t fd, short what, void *arg);
-/* The teardown's follow-up (SUP_TEARDOWN_CHECK_S): survivors asked to rejoin
- * whose training thread has not moved for a grace since are restarted as
- * processes; SIGKILLed processes stuck in D state are given up. */
-void sup_recovery_on_teardown(evutil_socket_t fd, short what, void *arg);
 /* In process (recovery.in_process), a worker of the current generation
  * reported a failed collective and nobody is silent: its peers stay in
  * their processes, so no exit will start the recovery. If 2 heartbeat
  * intervals later the generation still trains and still nobody is silent
  * (a partition between workers, a collective timeout), a round starts with
- * nobody blamed ("collective_failure"). */
+ * nobody blamed ("collective_failure"; sup_timers.c, on_coll_timer). */
 void sup_recovery_collective_failed(sup *s, sup_worker *w, const char *detail);
-void sup_recovery_on_coll_timer(evutil_socket_t fd, short what, void *arg);
 /* Worker w (asked to rejoin in process) is out of its old generation. */
 void sup_recovery_rejoined(sup *s, sup_worker *w);
-
 /* The node doctor refused node n (why: its reason): a spare is quarantined
  * and stopped; a node of the gang being formed is blamed (BLAME_NODE), so
  * the round re-plans with a spare. */
 void sup_recovery_refuse(sup *s, int n, const char *why);
+/* libevent callback: the next slice of a gang's launches (launch_ev) */
+void sup_recovery_launch_more(evutil_socket_t fd, short what, void *arg);
+
+/* The recovery's checked invariants (check_state, compiled in where
+ * FT_CHECK_INVARIANTS is): every transition, and every libevent callback
+ * that drives one, runs between sup_rec_enter and sup_rec_leave; only the
+ * outermost pair checks. SUP_EVENT_ENTRY(name, body) defines the callback
+ * name as body(fd, what, arg) between them. */
+void sup_rec_enter(const sup *s);
+void sup_rec_leave(const sup *s);
+#define SUP_EVENT_ENTRY(name, body)                                                                \
+  void name(evutil_socket_t fd, short what, void *arg) {                                           \
+    sup_rec_enter(arg);                                                                            \
+    body(fd, what, arg);                                                                           \
+    sup_rec_leave(arg);                                                                            \
+  }
+
+/* The transitions the recovery's timers (sup_timers.c) drive. Each is
+ * called between sup_rec_enter and sup_rec_leave. */
+/* WAITING: plan again (the next gang, or wait more, or fail). */
+void sup_rec_plan_and_launch(sup *s);
+/* STOPPING: once the old gang is gone (rejoiners out of their generation
+ * count as gone), the plan. */
+void sup_rec_check_stopped(sup *s);
+/* FINISHING with nothing left alive (drains included): the loop ends. */
+void sup_rec_maybe_finished(sup *s);
+/* Everyone asked to stop (STOP why + SIGTERM, SIGKILL after grace_s). */
+void sup_rec_stop_everyone(sup *s, ft_stop_reason why, const char *detail, double grace_s);
+/* A reaped worker's exit status: blame by invariant 6, then a round. */
+void sup_rec_exit_status(sup *s, sup_worker *w, int status);
+/* Node n's host stand-in exited (we_killed: by us): unless we killed it,
+ * the node is lost (node_lost, quarantined). */
+void sup_rec_host_exit(sup *s, int n, int status, int we_killed);
+/* Node n has no worker left: its host stand-in is killed and reaped. */
+void sup_rec_host_reap(sup *s, int n);
+/* A spare whose worker lost us (exit 6) is relaunched as a spare. */
+void sup_rec_respawn_spare(sup *s, int n);
+/* w, SIGKILLed, stayed in D state for secs (in wchan): given up
+ * (worker_unkillable); its node lost unless several are (the storage's). */
+void sup_rec_give_up(sup *s, sup_worker *w, const char *wchan, double secs);
+/* STOPPING: survivors asked to rejoin whose thread has not moved a grace
+ * after the request fall back to a restart as processes. 1 while one is
+ * still to be judged. */
+int sup_rec_rejoin_hung(sup *s, double now);
+/* Node n asked to rejoin goes as a process after all (why: the reason). */
+void sup_rec_rejoin_fallback(sup *s, int n, const char *why);
+/* Every worker of node n asked to rejoin is out of its old generation. */
+int sup_rec_node_rejoined(const sup *s, int n);
+/* Configuration/data exits before the gang trained: the verdict (the
+ * run's if every gang worker failed alike, else the nodes'), once due. */
+void sup_rec_cfg_verdict(sup *s, int deadline_passed);
+/* Everyone silent at once (quiet: this worker's silence): the
+ * supervisor's own isolation, a round with nobody blamed. 1 if so. */
+int sup_rec_isolated(sup *s, double now, double quiet);
 
 /* ======== layer 3: the detectors (what they see goes down to the recovery) ======== */
+
+/* ---- sup_timers.c ------------------------------------------------------- */
+/* libevent callbacks (sup_main.c wires them): the tick's silence checks,
+ * SIGCHLD, the grace, the teardown's follow-up (SUP_TEARDOWN_CHECK_S:
+ * rejoiners that do not move, SIGKILLed processes stuck in D state), the
+ * collective-failure timer, recovery.rejoin_timeout_s, the wait's re-plan,
+ * SIGINT/SIGTERM. */
+void sup_on_tick(evutil_socket_t fd, short what, void *arg);
+void sup_on_sigchld(evutil_socket_t fd, short what, void *arg);
+void sup_on_grace(evutil_socket_t fd, short what, void *arg);
+void sup_on_teardown(evutil_socket_t fd, short what, void *arg);
+void sup_on_coll_timer(evutil_socket_t fd, short what, void *arg);
+void sup_on_rejoin_timeout(evutil_socket_t fd, short what, void *arg);
+void sup_on_waitpoll(evutil_socket_t fd, short what, void *arg);
+void sup_on_signal(evutil_socket_t fd, short what, void *arg);
 
 /* ---- sup_run.c ---------------------------------------------------------- */
 /* The worker connections' handler: every control message (sup_conn_ops). */

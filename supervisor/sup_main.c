@@ -1261,17 +1261,17 @@ static int open_loop(main_ctx *m) {
     fprintf(stderr, "supervise: %s\n", ft_err_detail());
     return SUP_EXIT_USAGE;
   }
-  s->sig_chld = evsignal_new(s->base, SIGCHLD, sup_recovery_on_sigchld, s);
-  s->sig_int = evsignal_new(s->base, SIGINT, sup_recovery_on_signal, s);
-  s->sig_term = evsignal_new(s->base, SIGTERM, sup_recovery_on_signal, s);
-  s->tick = event_new(s->base, -1, EV_PERSIST, sup_recovery_on_tick, s);
-  s->grace = evtimer_new(s->base, sup_recovery_on_grace, s);
-  s->waitpoll = evtimer_new(s->base, sup_recovery_waitpoll, s);
+  s->sig_chld = evsignal_new(s->base, SIGCHLD, sup_on_sigchld, s);
+  s->sig_int = evsignal_new(s->base, SIGINT, sup_on_signal, s);
+  s->sig_term = evsignal_new(s->base, SIGTERM, sup_on_signal, s);
+  s->tick = event_new(s->base, -1, EV_PERSIST, sup_on_tick, s);
+  s->grace = evtimer_new(s->base, sup_on_grace, s);
+  s->waitpoll = evtimer_new(s->base, sup_on_waitpoll, s);
   s->launch_ev = evtimer_new(s->base, sup_recovery_launch_more, s);
-  s->rejoin_timer = evtimer_new(s->base, sup_recovery_on_rejoin_timeout, s);
-  s->coll_timer = evtimer_new(s->base, sup_recovery_on_coll_timer, s);
-  s->teardown = evtimer_new(s->base, sup_recovery_on_teardown, s);
-  s->deadline_tick = evtimer_new(s->base, sup_recovery_on_tick, s);
+  s->rejoin_timer = evtimer_new(s->base, sup_on_rejoin_timeout, s);
+  s->coll_timer = evtimer_new(s->base, sup_on_coll_timer, s);
+  s->teardown = evtimer_new(s->base, sup_on_teardown, s);
+  s->deadline_tick = evtimer_new(s->base, sup_on_tick, s);
   g_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
   g_stall_ev = event_new(s->base, -1, EV_PERSIST, stall_cb, s);
   if (!s->sig_chld || !s->sig_int || !s->sig_term || !s->tick || !s->grace || !s->waitpoll ||
@@ -1416,19 +1416,11 @@ static void raise_fd_limit(void) {
 }
 
 /* The calls that go up a layer (sup_int.h, sup_hooks): the recovery tells
- * the detectors above it through these, and the record lane's answer
- * reaches the recovery through the last. */
-static void running_tick(sup *s, double now) {
-  sup_watch_links(s, now);
-  sup_doctor_tick(s, now);
-}
-
+ * the watchdog's detectors above it through these, and the record lane's
+ * answer reaches the recovery through the last. */
 static void wire_hooks(sup *s) {
   s->hooks = (sup_hooks){.generation = sup_watch_generation,
-                         .running_tick = running_tick,
-                         .progress = sup_watch_progress,
                          .progress_behind = sup_watch_progress_behind,
-                         .doctor_judge = sup_doctor_judge,
                          .recorded = sup_recovery_recorded};
 }
 

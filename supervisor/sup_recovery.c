@@ -1,8 +1,18 @@
 /*
  * sup_recovery: the supervisor's state machine: launching the gang,
- * detecting faults (process exits, hangs, silent peers of a collective
+ * judging faults (process exits, hangs, silent peers of a collective
  * failure), rolling back after loss faults, stopping the gang, swapping in
  * spares and starting the next generation; finishing and failing.
+ *
+ * Layer 2 of the supervisor (sup_int.h). Every transition is here, named
+ * in TRANSITIONS below. What drives them from above: the detectors
+ * (sup_run.c's messages, sup_watch.c, sup_doctor.c) and the recovery's own
+ * clock and signals (sup_timers.c: the tick's silence checks, SIGCHLD,
+ * grace, teardown, the collective and rejoin timers, SIGINT/SIGTERM). What
+ * it acts through, below: sup_nodes.c (launch, signal, quarantine and
+ * drains, why nodes left, /proc), sup_act.c (send, stop, persist, records).
+ * Up to the detectors it goes only through s->hooks (a new generation, the
+ * ranks behind a timed-out collective).
  *
  * STATES (sup->state, and sup->rphase inside RECOVERING)
  *
@@ -50,7 +60,7 @@
  *    records show behind that collective (sup_watch_progress_behind), if
  *    any, are blamed as "hang"; else nobody;
  *  - every worker, spares included, silent at once on two or more nodes:
- *    our own isolation (isolated()), nobody's; a warm spare silent while
+ *    our own isolation (sup_rec_isolated()), nobody's; a warm spare silent while
  *    the gang is heard: that spare's node (spares_silent());
  *  - slurm launcher: a step that does not end when srun is told to kill
  *    it: its node's (node_unreachable), unless every node's is late
@@ -96,9 +106,9 @@
  *     (its role is persisted with the run state).
  *  5. Every process we launched is reaped before the loop ends, or given
  *     up as unkillable (SIGKILLed and in D state for SUP_UNKILLABLE_S,
- *     give_up): then it is no worker of its node (checked), the round and
+ *     sup_rec_give_up): then it is no worker of its node (checked), the round and
  *     the run's end do not wait for it, it is reaped whenever its I/O ends
- *     (unkillable_reaped), and a run that ends first leaves it to init
+ *     (sup_unkillable_reaped), and a run that ends first leaves it to init
  *     (unkillable_left). So nothing a round stops holds it for long after
  *     the grace: a rejoiner whose progress shows it hung is killed too
  *     (bounded teardown, below).
@@ -139,13 +149,16 @@
  *                                             -> rollback_t: BAD marks queued, fault_t
  *  RUNNING/... -> STOPPING (silent peers) ... sup_recovery_blame_silent
  *                                             -> sup_recovery_fault
- *  STOPPING -> plan -> RECORDING|WAITING|fail check_stopped -> plan_and_launch
- *  STOPPING: a hung rejoiner -> a process ... rejoin_hung (on_grace, on_teardown)
- *  a SIGKILLed worker in D -> given up ....... give_up (on_teardown) -> a fault
+ *  STOPPING -> plan -> RECORDING|WAITING|fail sup_rec_check_stopped -> sup_rec_plan_and_launch
+ *  STOPPING: a hung rejoiner -> a process ... sup_rec_rejoin_hung (sup_timers.c: grace,
+ *                                             teardown)
+ *  a SIGKILLed worker in D -> given up ....... sup_rec_give_up (sup_timers.c: teardown)
+ *  a process exit -> blame, a fault ......... sup_rec_exit_status (sup_timers.c: SIGCHLD)
+ *  a silent worker -> a hang ................ sup_timers.c tick -> sup_recovery_fault
  *  RECORDING -> FORMING (records answered) .. sup_recovery_recorded
  *  RUNNING -> FINISHING (done) .............. sup_recovery_done
  *  any -> FINISHING (failed) ................ sup_recovery_fail
- *  FINISHING -> DONE/FAILED (loop ends) ..... maybe_finished
+ *  FINISHING -> DONE/FAILED (loop ends) ..... sup_rec_maybe_finished
  *
  * when_no_spares: wait re-plans every second; on one machine no new spare
  * ever appears (spares are launched only at start), so a run in WAITING
@@ -183,27 +196,18 @@ static double wall_s(void) {
   return (double)ft_wall_ns() * 1e-9;
 }
 
-static cJSON *int_array(const int *v, int n) {
-  cJSON *a = cJSON_CreateArray();
-  for (int i = 0; i < n; i++)
-    cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
-  return a;
-}
-
 /* ---- checked invariants -----------------------------------------------------
  *
  * check_state() asserts what the INVARIANTS and the STATES above say and the
  * struct can show (as SQLite's assert_pager_state). Every transition in the
  * TRANSITIONS table, and each libevent callback that drives them, calls it
  * on entry and on exit (ENTER/LEAVE). A transition may call another one
- * half-way (plan_and_launch quarantines the old gang's nodes, then fails the
+ * half-way (sup_rec_plan_and_launch quarantines the old gang's nodes, then fails the
  * run): only the outermost call checks, so the checks see the state between
  * two transitions, never a half-made one. Compiled in where
  * FT_CHECK_INVARIANTS is (Debug and sanitizer builds; common/ft_bug.h).
- * Each transition X's body is X_t(); X() is X_t() between enter() and
- * leave(). */
-
-static int node_alive(const sup *s, int n);
+ * Each transition X's body is X_t(); X() is X_t() between sup_rec_enter() and
+ * sup_rec_leave(). */
 
 #if FT_INVARIANTS_ON
 static int check_depth;
@@ -289,14 +293,14 @@ static void check_state(const sup *s) {
     const sup_node *nd = &s->nodes[n];
     if (seen[n])
       FT_ASSERT_INV(nd->role == SUP_ROLE_ACTIVE ||
-                        (replanning && nd->role == SUP_ROLE_QUARANTINED && !node_alive(s, n)),
+                        (replanning && nd->role == SUP_ROLE_QUARANTINED && !sup_node_alive(s, n)),
                     "gang node %d has role %s", n, sup_role_name(nd->role));
     else
       FT_ASSERT_INV(nd->role != SUP_ROLE_ACTIVE, "node %d is ACTIVE outside the gang", n);
     /* 4: a quarantined node is never launched again; one still alive is
      * being killed (an Xid on a spare) */
     if (nd->role == SUP_ROLE_QUARANTINED)
-      FT_ASSERT_INV(!node_alive(s, n) || nd->kill_sent, "quarantined node %d alive", n);
+      FT_ASSERT_INV(!sup_node_alive(s, n) || nd->kill_sent, "quarantined node %d alive", n);
     if (nd->role == SUP_ROLE_IDLE || nd->role == SUP_ROLE_LOST)
       FT_ASSERT_INV(!nd->faulty, "node %d (%s) marked faulty", n, sup_role_name(nd->role));
   }
@@ -324,231 +328,29 @@ static void check_state(const sup *s) {
       }
 }
 
-static void enter(const sup *s) {
+void sup_rec_enter(const sup *s) {
   if (check_depth++ == 0)
     check_state(s);
 }
 
-static void leave(const sup *s) {
+void sup_rec_leave(const sup *s) {
   if (--check_depth == 0)
     check_state(s);
 }
 #else
-static void enter(const sup *s) {}
-static void leave(const sup *s) {}
+void sup_rec_enter(const sup *s) {
+  (void)s;
+}
+void sup_rec_leave(const sup *s) {
+  (void)s;
+}
 #endif
-
-/* A libevent callback: its body (NAME_t) between enter and leave. */
-#define EVENT_ENTRY(name, body)                                                                    \
-  void name(evutil_socket_t fd, short what, void *arg) {                                           \
-    enter(arg);                                                                                    \
-    body(fd, what, arg);                                                                           \
-    leave(arg);                                                                                    \
-  }
 
 /* ---- launching ------------------------------------------------------------ */
 
-static void host_reap(sup *s, int n);
 static void cfg_blame_nodes(sup *s);
 static int launch_slice(sup *s);
 static void launch_more_t(sup *s);
-
-/* Kernel threads per worker: nodes.threads when set. Otherwise, under the
- * local launcher, the machine's cores shared by the gang's workers (spares
- * idle, so they don't count): each worker spinning its own full-size OpenMP
- * team on shared cores would make every step many times slower. Remote
- * hosts with nodes.threads 0: the worker decides on its host (its cores /
- * nodes.workers_per_node). */
-static int local_threads(const sup *s) {
-  if (s->command_launcher || s->rf.nodes.threads > 0)
-    return s->rf.nodes.threads;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int active = s->rf.nodes.count * s->G;
-  int t = active > 0 ? (int)(cores / active) : 1;
-  return t > 0 ? t : 1;
-}
-
-/* Starts node n's worker j (the slurm launcher: the node's whole job step,
- * every slot) as the launcher says; *pid: the process we wait for. */
-static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
-  sup_node *nd = &s->nodes[n];
-  sup_worker_args a = {.worker = s->worker_path,
-                       .connect = s->connect_addr,
-                       .node = n,
-                       .slot = s->node_step ? -1 : j,
-                       .store = s->store_uri,
-                       .runfile = s->runfile_path,
-                       .steps = s->steps_override,
-                       .sets = s->sets,
-                       .nsets = s->nsets,
-                       .threads = local_threads(s),
-                       .token_stdin = s->ssh_launcher};
-  char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL;
-  char log[4200];
-  sup_node_log_path(s, n, j, log, sizeof log);
-  if (!argv)
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  int rc = FT_OK;
-  const char *host = n < s->rf.nodes.nhosts ? s->rf.nodes.hosts[n] : "localhost";
-  if (s->slurm_launcher) {
-    char cwd[PATH_MAX], name[300];
-    const char *wd = s->rf.nodes.workdir;
-    if (!wd[0])
-      wd = getcwd(cwd, sizeof cwd) ? cwd : "/";
-    snprintf(name, sizeof name, "ftsup.%s.node%d", s->rf.run, n);
-    sup_srun_args sa = {
-        .host = host, .ntasks = s->G, .workdir = wd, .name = name, .extra = s->rf.nodes.srun_args};
-    rc = sup_abs_worker(argv);
-    if (!rc && !(srun = sup_srun_argv(&sa, argv)))
-      rc = ft_err_set(FT_ENOMEM, "out of memory");
-  } else if (s->ssh_launcher) {
-    rc = sup_ssh_launch_command(s->rf.nodes.command, host, s->rf.nodes.workdir, argv, &cmd);
-  } else if (s->command_launcher) {
-    char *text = sup_shell_join(argv), slots[16];
-    snprintf(slots, sizeof slots, "%d", s->G);
-    cmd = text ? sup_template_expand(s->rf.nodes.command, host, text, s->node_step ? slots : NULL)
-               : NULL;
-    free(text);
-    if (!cmd)
-      rc = ft_err_set(FT_ENOMEM, "out of memory");
-  }
-  if (!rc) {
-    /* ssh: the token on stdin, in no environment (sup_launch.h) */
-    char tokline[FT_WIRE_TOKEN_HEX + 2];
-    snprintf(tokline, sizeof tokline, "%s\n", s->token);
-    sup_spawn sp = {.argv = srun ? srun : argv,
-                    .cmd = cmd,
-                    .token = s->ssh_launcher ? NULL : s->token,
-                    .stdin_text = s->ssh_launcher ? tokline : NULL,
-                    .log_path = log,
-                    .pgid = nd->pgid};
-    rc = sup_launch_spawn(&sp, pid);
-    explicit_bzero(tokline, sizeof tokline);
-  }
-  sup_argv_free(argv);
-  sup_argv_free(srun);
-  free(cmd);
-  return rc;
-}
-
-static int launch_node(sup *s, int n, const char *role) {
-  sup_node *nd = &s->nodes[n];
-  nd->pgid = 0;
-  nd->term_sent = nd->kill_sent = 0;
-  nd->dump_asked = 0;
-  nd->rejoin = 0;
-  nd->rejoin_told_s = 0;
-  nd->faulty = 0;
-  nd->host_lost = 0;
-  /* the host stand-in is reaped with the node's last worker (host_reap),
-   * and only a stopped node is launched */
-  if (nd->host_alive || node_alive(s, n))
-    FT_BUG("node %d launched while its host %d or a worker is alive", n, (int)nd->host_pid);
-  nd->host_pid = 0;
-  if (!s->command_launcher) {
-    /* the host's stand-in leads the node's process group (sup_launch.h) */
-    int rc = sup_launch_host(&nd->host_pid);
-    if (rc)
-      return rc;
-    nd->host_alive = 1;
-    nd->pgid = nd->host_pid;
-  }
-  pid_t step_pid = 0; /* node_step: the node's one process, shared by its slots */
-  for (int j = 0; j < s->G; j++) {
-    sup_worker *w = &nd->w[j];
-    if (w->conn)
-      sup_conn_close(w->conn, "", 0);
-    pid_t pid = step_pid;
-    if (!pid) {
-      int rc = spawn_worker(s, n, j, &pid);
-      if (rc)
-        return rc;
-      if (s->node_step)
-        step_pid = pid;
-    }
-    if (j == 0 && !nd->pgid)
-      nd->pgid = pid;
-    w->pid = pid;
-    w->alive = 1;
-    w->hello = 0;
-    sup_doctor_reset(w);
-    w->cfg_fail = 0;
-    w->fault_detail[0] = 0;
-    w->rank = -1;
-    w->gen = 0;
-    w->rejoin_from = 0;
-    w->rejoined = 0;
-    w->dstate_s = 0;
-    w->last_msg_s = ft_now_s();
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "node", n);
-    cJSON_AddNumberToObject(f, "slot", j);
-    cJSON_AddNumberToObject(f, "pid", pid);
-    cJSON_AddStringToObject(f, "role", role);
-    if (sup_node_host(s, n))
-      cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
-    sup_events_emit(s->ev, "worker_launched", f, "node %d slot %d pid %d (%s)", n, j, (int)pid,
-                    role);
-  }
-  return FT_OK;
-}
-
-/* Workers only: a node's host stand-in is reaped with its last worker
- * (host_reap). */
-static int node_alive(const sup *s, int n) {
-  for (int j = 0; j < s->G; j++)
-    if (s->nodes[n].w[j].alive)
-      return 1;
-  return 0;
-}
-
-static int any_alive(const sup *s) {
-  for (int n = 0; n < s->nnodes; n++)
-    if (node_alive(s, n))
-      return 1;
-  return 0;
-}
-
-/* The teardown's follow-up (on_teardown) looks again in SUP_TEARDOWN_CHECK_S. */
-static void teardown_arm(sup *s) {
-  if (!s->teardown || evtimer_pending(s->teardown, NULL))
-    return;
-  double d = SUP_TEARDOWN_CHECK_S;
-  struct timeval tv = {(long)d, (long)((d - (double)(long)d) * 1e6)};
-  evtimer_add(s->teardown, &tv);
-}
-
-static void signal_node(sup *s, int n, int sig) {
-  sup_node *nd = &s->nodes[n];
-  if (!node_alive(s, n))
-    return;
-  if (sig == SIGKILL) /* is it gone? (a process in D state is not) */
-    teardown_arm(s);
-  if (s->slurm_launcher) {
-    /* srun turns SIGTERM into SIGKILL of every task of its step, through
-     * slurmstepd on the node (a SIGKILL of srun itself would leave them
-     * running). A kill after an earlier SIGTERM finds srun still there:
-     * its node does not answer (cut off, lost), so srun goes itself; what
-     * is left on such a host stops when it loses us (FT_EXIT_LOST). */
-    int again = sig == SIGKILL && (nd->kill_sent || nd->term_sent);
-    if (sig == SIGTERM)
-      nd->term_sent = 1;
-    if (sig == SIGKILL)
-      nd->kill_sent = 1;
-    if (nd->pgid > 0)
-      kill(-nd->pgid, again ? SIGKILL : SIGTERM);
-    return;
-  }
-  if (sig == SIGTERM)
-    nd->term_sent = 1;
-  if (sig == SIGKILL)
-    nd->kill_sent = 1;
-  if (nd->pgid > 0)
-    kill(-nd->pgid, sig);
-  for (int j = 0; j < s->G; j++)
-    if (nd->w[j].alive && nd->w[j].pid > 0)
-      kill(nd->w[j].pid, sig);
-}
 
 /* ---- in-process rejoin (recovery.in_process) ------------------------------------
  *
@@ -575,7 +377,7 @@ static int rejoin_eligible(const sup *s, int n) {
   return 1;
 }
 
-static int node_rejoined(const sup *s, int n) {
+int sup_rec_node_rejoined(const sup *s, int n) {
   const sup_node *nd = &s->nodes[n];
   if (!nd->rejoin)
     return 0;
@@ -625,7 +427,7 @@ static void rejoin_request(sup *s, int n) {
 }
 
 /* Node n leaves the in-process path: its workers are stopped as processes. */
-static void rejoin_fallback(sup *s, int n, const char *why) {
+void sup_rec_rejoin_fallback(sup *s, int n, const char *why) {
   sup_node *nd = &s->nodes[n];
   if (!nd->rejoin)
     return;
@@ -641,76 +443,17 @@ static void rejoin_fallback(sup *s, int n, const char *why) {
   sup_events_emit(s->ev, "rejoin_fallback", f, "node %d is restarted as a process: %s", n, why);
   for (int j = 0; j < s->G; j++)
     sup_stop_worker(s, &nd->w[j], FT_STOP_RECOVERING, "gang stopped for recovery");
-  signal_node(s, n, SIGTERM);
+  sup_signal_node(s, n, SIGTERM);
   if (!evtimer_pending(s->grace, NULL)) {
     struct timeval tv = {(long)SUP_GRACE_STOP_S, 0};
     evtimer_add(s->grace, &tv);
   }
 }
 
-/* ---- why nodes left, persisted ------------------------------------------------
- *
- * Catalog key "<run>/recovery", beside sup_persist's "<run>/state":
- * {"nodes": [{"node": N, "reason": "...", "failures": K}, ...],
- *  "chaos_fired": true|false}
- * nodes: each quarantined node and why (the failures counted in the window
- * when it left); chaos_fired: the run file's chaos fault already fired in
- * this run, so a resumed run does not inject it again. */
-
-static void persist_notes(sup *s) {
-  char key[256];
-  snprintf(key, sizeof key, "%s/recovery", s->rf.run);
-  cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "nodes");
-  for (int n = 0; n < s->nnodes; n++) {
-    if (s->nodes[n].role != SUP_ROLE_QUARANTINED)
-      continue;
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddNumberToObject(e, "node", n);
-    cJSON_AddStringToObject(e, "reason", s->nodes[n].why);
-    cJSON_AddNumberToObject(e, "failures", s->nodes[n].nfailures);
-    cJSON_AddItemToArray(a, e);
-  }
-  cJSON_AddBoolToObject(o, "chaos_fired", s->chaos_done != 0);
-  char *txt = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  /* on the record lane; a failure is said there, and the run goes on */
-  sup_record_meta(s, key, txt, "why nodes left");
-  free(txt);
-}
-
-/* A resumed run: why its quarantined nodes left, and whether the chaos
- * fault fired. Nothing persisted: nothing to do. */
-static void load_notes(sup *s) {
-  char key[256], *txt = NULL;
-  snprintf(key, sizeof key, "%s/recovery", s->rf.run);
-  if (ckpt_store_get_meta(s->store, key, &txt))
-    return;
-  cJSON *o = cJSON_Parse(txt), *it;
-  free(txt);
-  if (!o)
-    return;
-  if (cJSON_IsTrue(cJSON_GetObjectItem(o, "chaos_fired")))
-    s->chaos_done = 1;
-  cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "nodes")) {
-    cJSON *n = cJSON_GetObjectItem(it, "node"), *r = cJSON_GetObjectItem(it, "reason");
-    cJSON *k = cJSON_GetObjectItem(it, "failures");
-    if (!cJSON_IsNumber(n) || n->valueint < 0 || n->valueint >= s->nnodes)
-      continue;
-    sup_node *nd = &s->nodes[n->valueint];
-    if (nd->role != SUP_ROLE_QUARANTINED)
-      continue; /* taken out of quarantine (--unquarantine): a clean slate */
-    if (cJSON_IsString(r))
-      snprintf(nd->why, sizeof nd->why, "%s", r->valuestring);
-    if (cJSON_IsNumber(k))
-      nd->nfailures = k->valueint;
-  }
-  cJSON_Delete(o);
-}
-
 /* ---- finishing ------------------------------------------------------------ */
 
 static void maybe_finished_t(sup *s) {
-  if (s->state != SUP_FINISHING || any_alive(s) || s->ndrains)
+  if (s->state != SUP_FINISHING || sup_any_alive(s) || s->ndrains)
     return;
   if (s->exit_code == SUP_EXIT_DONE) {
     cJSON *f = cJSON_CreateObject();
@@ -734,8 +477,8 @@ static void maybe_finished_t(sup *s) {
       nodes[i] = s->unkillable[i].node;
     }
     cJSON *f = cJSON_CreateObject();
-    cJSON_AddItemToObject(f, "pids", int_array(pids, s->nunkillable));
-    cJSON_AddItemToObject(f, "nodes", int_array(nodes, s->nunkillable));
+    cJSON_AddItemToObject(f, "pids", sup_json_ints(pids, s->nunkillable));
+    cJSON_AddItemToObject(f, "nodes", sup_json_ints(nodes, s->nunkillable));
     sup_events_emit(s->ev, "unkillable_left", f,
                     "%d process(es) given up as unkillable still in uninterruptible sleep: left "
                     "to init, which reaps them when their I/O ends",
@@ -745,15 +488,15 @@ static void maybe_finished_t(sup *s) {
   event_base_loopbreak(s->base);
 }
 
-static void maybe_finished(sup *s) {
-  enter(s);
+void sup_rec_maybe_finished(sup *s) {
+  sup_rec_enter(s);
   maybe_finished_t(s);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 /* Stops every process: STOP(why) to the connected, SIGTERM to all, SIGKILL
  * after grace_s. */
-static void stop_everyone(sup *s, ft_stop_reason why, const char *detail, double grace_s) {
+void sup_rec_stop_everyone(sup *s, ft_stop_reason why, const char *detail, double grace_s) {
   s->state = SUP_FINISHING;
   s->rphase = SUP_RP_NONE;
   if (s->waitpoll)
@@ -764,29 +507,29 @@ static void stop_everyone(sup *s, ft_stop_reason why, const char *detail, double
     /* done: a STOP'ed worker exits 0 by itself; SIGTERM only the unconnected.
      * Otherwise SIGTERM at once. */
     if (why != FT_STOP_DONE)
-      signal_node(s, n, SIGTERM);
+      sup_signal_node(s, n, SIGTERM);
   }
   struct timeval tv = {(long)grace_s, (long)((grace_s - (long)grace_s) * 1e6)};
   evtimer_add(s->grace, &tv);
-  maybe_finished(s);
+  sup_rec_maybe_finished(s);
 }
 
 static void done_t(sup *s) {
   if (s->state >= SUP_FINISHING)
     return;
   s->exit_code = SUP_EXIT_DONE;
-  stop_everyone(s, FT_STOP_DONE, "run done", SUP_GRACE_DONE_S);
+  sup_rec_stop_everyone(s, FT_STOP_DONE, "run done", SUP_GRACE_DONE_S);
   /* workers that never connected get no STOP: terminate them */
   for (int n = 0; n < s->nnodes; n++)
     for (int j = 0; j < s->G; j++)
       if (s->nodes[n].w[j].alive && !s->nodes[n].w[j].hello)
-        signal_node(s, n, SIGTERM);
+        sup_signal_node(s, n, SIGTERM);
 }
 
 void sup_recovery_done(sup *s) {
-  enter(s);
+  sup_rec_enter(s);
   done_t(s);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 /* Ends the run: exit_code (SUP_EXIT_FAILED, SUP_EXIT_STORE), "run_failed"
@@ -805,13 +548,13 @@ static void fail_run_t(sup *s, int exit_code, const char *cause, const char *rea
   cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
   sup_events_emit(s->ev, "run_failed", f, "%s", reason);
   sup_persist_queue(s, "failed", "the run's status");
-  stop_everyone(s, FT_STOP_SHUTDOWN, reason, SUP_GRACE_STOP_S);
+  sup_rec_stop_everyone(s, FT_STOP_SHUTDOWN, reason, SUP_GRACE_STOP_S);
 }
 
 static void fail_run(sup *s, int exit_code, const char *cause, const char *reason) {
-  enter(s);
+  sup_rec_enter(s);
   fail_run_t(s, exit_code, cause, reason);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 void sup_recovery_fail(sup *s, const char *reason) {
@@ -895,7 +638,7 @@ static void assign_t(sup *s) {
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   cJSON_AddNumberToObject(f, "world", world);
-  cJSON_AddItemToObject(f, "nodes", int_array(s->gang, s->ngang));
+  cJSON_AddItemToObject(f, "nodes", sup_json_ints(s->gang, s->ngang));
   cJSON_AddNumberToObject(f, "restore_step", (double)restore);
   cJSON *sk = cJSON_AddArrayToObject(f, "skips");
   for (int i = 0; i < s->nskips; i++) {
@@ -915,9 +658,9 @@ static void assign_t(sup *s) {
 }
 
 static void assign(sup *s) {
-  enter(s);
+  sup_rec_enter(s);
   assign_t(s);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 /* Every gang worker launched, connected and cleared, and no node left to
@@ -958,9 +701,9 @@ static void hello_t(sup *s, sup_worker *w) {
 }
 
 void sup_recovery_hello(sup *s, sup_worker *w) {
-  enter(s);
+  sup_rec_enter(s);
   hello_t(s, w);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 static void first_step_t(sup *s, int64_t step) {
@@ -985,123 +728,12 @@ static void first_step_t(sup *s, int64_t step) {
 }
 
 void sup_recovery_first_step(sup *s, int64_t step) {
-  enter(s);
+  sup_rec_enter(s);
   first_step_t(s, step);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 /* ---- recovery -------------------------------------------------------------- */
-
-static void plan_and_launch(sup *s);
-
-static void waitpoll_t(evutil_socket_t fd, short what, void *arg) {
-  sup *s = arg;
-  if (s->state == SUP_RECOVERING && s->rphase == SUP_RP_WAITING)
-    plan_and_launch(s);
-}
-
-EVENT_ENTRY(sup_recovery_waitpoll, waitpoll_t)
-
-/* Takes node n out of the pool, saying why (node_quarantined). */
-/* ---- Slurm drains ----------------------------------------------------------
- *
- * A node quarantined under the slurm launcher (recovery.drain: true) is
- * drained, so no later job lands on it either:
- *   scontrol update nodename=HOST state=drain reason="ftsup: WHY at step S, run R"
- * Only node faults quarantine (storage, configuration, loss faults and the
- * supervisor's own isolation never do), so only they drain. scontrol runs as
- * a child of the loop, never waited for in place: its end is reaped with the
- * workers' (on_sigchld) and told as node_drained {node, host, reason} or
- * drain_failed {node, host, reason, detail}. The run ends only after every
- * drain it started ended. An operator undoes one with
- *   scontrol update nodename=HOST state=resume */
-
-static void drain_event(sup *s, const struct sup_drain *d, int status) {
-  const char *host = sup_node_host(s, d->node);
-  cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "node", d->node);
-  cJSON_AddStringToObject(f, "host", host);
-  cJSON_AddStringToObject(f, "reason", d->reason);
-  if (status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    sup_events_emit(s->ev, "node_drained", f, "node %d: Slurm node %s drained (%s)", d->node, host,
-                    d->reason);
-    return;
-  }
-  char detail[600], path[4200], line[480] = "";
-  snprintf(path, sizeof path, "%s/logs/drain.node%d.log", s->state_dir, d->node);
-  FILE *lf = fopen(path, "r");
-  if (lf) {
-    char buf[480];
-    while (fgets(buf, sizeof buf, lf))
-      if (buf[0] != '\n')
-        snprintf(line, sizeof line, "%.*s", (int)strcspn(buf, "\n"), buf);
-    fclose(lf);
-  }
-  if (status < 0)
-    snprintf(detail, sizeof detail, "%s", ft_err_detail());
-  else if (WIFEXITED(status))
-    snprintf(detail, sizeof detail, "scontrol exit code %d%s%s", WEXITSTATUS(status),
-             line[0] ? ": " : "", line);
-  else
-    snprintf(detail, sizeof detail, "scontrol signal %d",
-             WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  cJSON_AddStringToObject(f, "detail", detail);
-  sup_events_emit(s->ev, "drain_failed", f, "node %d: Slurm node %s not drained: %s", d->node, host,
-                  detail);
-}
-
-static void drain_start(sup *s, int n) {
-  struct sup_drain d = {.node = n};
-  char arg_node[200], arg_reason[320], log[4200];
-  /* one line of at most ~250 characters in sinfo -R */
-  snprintf(d.reason, sizeof d.reason, "ftsup: %.160s at step %" PRId64 ", run %.48s",
-           s->nodes[n].why, s->last_step, s->rf.run);
-  for (char *c = d.reason; *c; c++)
-    if (*c == '\n' || *c == '\r')
-      *c = ' ';
-  snprintf(arg_node, sizeof arg_node, "nodename=%s", s->rf.nodes.hosts[n]);
-  snprintf(arg_reason, sizeof arg_reason, "reason=%s", d.reason);
-  snprintf(log, sizeof log, "%s/logs/drain.node%d.log", s->state_dir, n);
-  char *argv[] = {"scontrol", "update", arg_node, "state=drain", arg_reason, NULL};
-  if (s->ndrains == SUP_MAX_DRAINS) {
-    ft_err_set(FT_EINVAL, "%d drains already running", SUP_MAX_DRAINS);
-    drain_event(s, &d, -1);
-    return;
-  }
-  sup_spawn sp = {.argv = argv, .log_path = log};
-  if (sup_launch_spawn(&sp, &d.pid)) {
-    drain_event(s, &d, -1);
-    return;
-  }
-  s->drains[s->ndrains++] = d;
-}
-
-/* pid was a drain's scontrol: tells how it went. 0 if it was not one. */
-static int drain_reaped(sup *s, pid_t pid, int status) {
-  for (int i = 0; i < s->ndrains; i++)
-    if (s->drains[i].pid == pid) {
-      struct sup_drain d = s->drains[i];
-      s->drains[i] = s->drains[--s->ndrains];
-      drain_event(s, &d, status);
-      return 1;
-    }
-  return 0;
-}
-
-static void quarantine(sup *s, int n) {
-  sup_node *nd = &s->nodes[n];
-  nd->role = SUP_ROLE_QUARANTINED;
-  cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "node", n);
-  if (sup_node_host(s, n))
-    cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
-  cJSON_AddStringToObject(f, "reason", nd->why);
-  cJSON_AddNumberToObject(f, "failures", nd->nfailures);
-  sup_events_emit(s->ev, "node_quarantined", f, "node %d is not used again in this run: %s", n,
-                  nd->why);
-  if (s->slurm_launcher && !strcmp(s->rf.recovery.drain, "true"))
-    drain_start(s, n);
-}
 
 /* ---- waiting on storage ------------------------------------------------------
  *
@@ -1193,9 +825,9 @@ static void plan_and_launch_t(sup *s) {
                 s->no_spares, &plan);
   if (plan.verdict == SUP_PLAN_FAIL) {
     for (int i = 0; i < plan.nquarantine; i++)
-      quarantine(s, plan.quarantine[i]);
+      sup_quarantine(s, plan.quarantine[i]);
     if (plan.nquarantine)
-      persist_notes(s);
+      sup_persist_notes(s);
     sup_recovery_fail(s, plan.reason);
     return;
   }
@@ -1213,7 +845,7 @@ static void plan_and_launch_t(sup *s) {
   if (plan.verdict != SUP_PLAN_OK)
     FT_BUG("sup_gang_plan verdict %d", plan.verdict);
   for (int i = 0; i < plan.nquarantine; i++)
-    quarantine(s, plan.quarantine[i]);
+    sup_quarantine(s, plan.quarantine[i]);
   /* nodes that failed on a host that still answers: restarted in place */
   for (int i = 0; i < plan.nrestart; i++) {
     sup_node *nd = &s->nodes[plan.restart[i]];
@@ -1231,7 +863,7 @@ static void plan_and_launch_t(sup *s) {
                     s->rf.recovery.node_failure_window_s);
   }
   if (plan.nquarantine)
-    persist_notes(s);
+    sup_persist_notes(s);
   char why[4700];
   if (sup_seal_check(s, why, sizeof why)) { /* the run file's copy, once per round (sup_seal.c) */
     sup_recovery_fail(s, why);
@@ -1260,7 +892,7 @@ static void plan_and_launch_t(sup *s) {
   s->rejoined_nodes = 0;
   s->nlaunch_q = s->launch_qi = 0;
   for (int i = 0; i < plan.nrestart; i++) {
-    if (node_rejoined(s, plan.restart[i])) { /* in process: it waits for ASSIGN */
+    if (sup_rec_node_rejoined(s, plan.restart[i])) { /* in process: it waits for ASSIGN */
       s->rejoined_nodes++;
       continue;
     }
@@ -1286,7 +918,7 @@ static void recorded_launch_t(sup *s) {
 }
 
 void sup_recovery_recorded(sup *s, uint64_t seq) {
-  enter(s);
+  sup_rec_enter(s);
   s->rec_done = seq;
   if (s->state == SUP_RECOVERING) {
     /* STOP(rejoin) carries s->gen: sent once its record is answered */
@@ -1297,13 +929,13 @@ void sup_recovery_recorded(sup *s, uint64_t seq) {
     if (s->rphase == SUP_RP_RECORDING && s->rec_wait_gen == s->gen && s->rec_done >= s->rec_wait)
       recorded_launch_t(s);
   }
-  leave(s);
+  sup_rec_leave(s);
 }
 
-static void plan_and_launch(sup *s) {
-  enter(s);
+void sup_rec_plan_and_launch(sup *s) {
+  sup_rec_enter(s);
   plan_and_launch_t(s);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 /* The slurm launcher: node n is blamed for a hardware cause (it will be
@@ -1324,7 +956,7 @@ static void check_stopped_t(sup *s) {
   int behind[SUP_MAX_NODES], nb = 0;
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
-    if (!node_alive(s, n) || node_rejoined(s, n))
+    if (!sup_node_alive(s, n) || sup_rec_node_rejoined(s, n))
       continue;
     if (!node_left_behind(s, n))
       return;
@@ -1337,17 +969,17 @@ static void check_stopped_t(sup *s) {
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   cJSON_AddNumberToObject(f, "ms", (double)(long long)((s->t_stopped_s - s->t_detect_s) * 1e3));
-  cJSON_AddItemToObject(f, "left_behind", int_array(behind, nb));
+  cJSON_AddItemToObject(f, "left_behind", sup_json_ints(behind, nb));
   sup_events_emit(
       s->ev, "gang_stopped", f, "%.0f ms after detection%s", (s->t_stopped_s - s->t_detect_s) * 1e3,
       nb ? " (the job step of a blamed node left behind: its host does not answer)" : "");
-  plan_and_launch(s);
+  sup_rec_plan_and_launch(s);
 }
 
-static void check_stopped(sup *s) {
-  enter(s);
+void sup_rec_check_stopped(sup *s) {
+  sup_rec_enter(s);
   check_stopped_t(s);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, const char *detail,
@@ -1405,9 +1037,9 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
                                : " -> restart in place",
                   joining ? " [joins the recovery in progress]" : "");
   if (s->chaos_done)
-    persist_notes(s); /* the chaos fault fired: never again in this run */
+    sup_persist_notes(s); /* the chaos fault fired: never again in this run */
   if (nd && (nd->faulty || nd->counted))
-    rejoin_fallback(s, node, "blamed for a fault while rejoining");
+    sup_rec_rejoin_fallback(s, node, "blamed for a fault while rejoining");
   if (kind == SUP_FAULT_STORAGE_HANG)
     storage_hang_noted(s);
   if (joining)
@@ -1418,8 +1050,8 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
     char why[256];
     snprintf(why, sizeof why, "recovery.max_restarts (%d) exceeded", s->rf.recovery.max_restarts);
     if (nd && nd->faulty) {
-      quarantine(s, node);
-      persist_notes(s);
+      sup_quarantine(s, node);
+      sup_persist_notes(s);
     }
     sup_recovery_fail(s, why);
     return;
@@ -1445,7 +1077,7 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
       rejoining++;
       continue;
     }
-    rejoin_fallback(s, n, "not eligible this round"); /* asked in an earlier round */
+    sup_rec_rejoin_fallback(s, n, "not eligible this round"); /* asked in an earlier round */
     for (int j = 0; j < s->G; j++)
       sup_stop_worker(s, &s->nodes[n].w[j], FT_STOP_RECOVERING, "gang stopped for recovery");
     /* a node asked for its stacks over the wire (hang_evidence) is ended
@@ -1453,7 +1085,7 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
      * SIGTERM of its ssh or srun now would end it before the DUMP arrives;
      * the grace timer's SIGKILL below ends it if the STOP does not */
     if (!s->nodes[n].dump_asked)
-      signal_node(s, n, SIGTERM);
+      sup_signal_node(s, n, SIGTERM);
   }
   for (int n = 0; n < s->nnodes; n++)
     s->nodes[n].dump_asked = 0;
@@ -1470,15 +1102,15 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
   /* nodes with no worker left: their hosts tell whether they are lost
    * before the plan is made */
   for (int p = 0; p < s->ngang; p++)
-    host_reap(s, s->gang[p]);
-  check_stopped(s);
+    sup_rec_host_reap(s, s->gang[p]);
+  sup_rec_check_stopped(s);
 }
 
 void sup_recovery_fault(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid,
                         const char *detail, enum sup_blame blame) {
-  enter(s);
+  sup_rec_enter(s);
   fault_t(s, kind, node, slot, pid, detail, blame);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 static void refuse_t(sup *s, int n, const char *why) {
@@ -1490,17 +1122,17 @@ static void refuse_t(sup *s, int n, const char *why) {
     return;
   }
   snprintf(nd->why, sizeof nd->why, "doctor: %s", why);
-  quarantine(s, n);
-  persist_notes(s);
+  sup_quarantine(s, n);
+  sup_persist_notes(s);
   for (int j = 0; j < s->G; j++)
     sup_stop_worker(s, &nd->w[j], FT_STOP_EVICTED, "the node doctor refused this node");
-  signal_node(s, n, SIGKILL);
+  sup_signal_node(s, n, SIGKILL);
 }
 
 void sup_recovery_refuse(sup *s, int n, const char *why) {
-  enter(s);
+  sup_rec_enter(s);
   refuse_t(s, n, why);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 /* A rollback's BAD marks, on the record lane: every checkpoint of the run
@@ -1635,18 +1267,18 @@ static int loss_fault_t(sup *s, int64_t spike_step, sup_fault_kind kind, const c
 
 int sup_recovery_loss_fault(sup *s, int64_t spike_step, sup_fault_kind kind, const char *detail,
                             int force) {
-  enter(s);
+  sup_rec_enter(s);
   int rc = loss_fault_t(s, spike_step, kind, detail, force);
-  leave(s);
+  sup_rec_leave(s);
   return rc;
 }
 
 void sup_recovery_sdc_fault(sup *s, int64_t first_step, int node, int slot, pid_t pid,
                             const char *detail) {
-  enter(s);
+  sup_rec_enter(s);
   if (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED))
     rollback_t(s, first_step, SUP_FAULT_SDC, detail, SUP_SPIKE_ROLLBACK, node, slot, pid);
-  leave(s);
+  sup_rec_leave(s);
 }
 
 /* ---- the supervisor's own isolation ----------------------------------------
@@ -1664,7 +1296,7 @@ void sup_recovery_sdc_fault(sup *s, int64_t first_step, int node, int slot, pid_
  * One node alone (no spare) cannot be told from its own hang: it stays a
  * hang. Returns 1 if it acted (the caller blames nobody). quiet: the
  * silence that triggered the check. */
-static int isolated(sup *s, double now, double quiet) {
+int sup_rec_isolated(sup *s, double now, double quiet) {
   double thr = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
   int nworkers = 0, nnodes = 0;
   for (int n = 0; n < s->nnodes; n++) {
@@ -1693,7 +1325,7 @@ static int isolated(sup *s, double now, double quiet) {
            nworkers, nnodes, quiet);
   s->isolated_s = now;
   for (int p = 0; p < s->ngang; p++)
-    signal_node(s, s->gang[p], SIGKILL); /* whatever still runs there stops */
+    sup_signal_node(s, s->gang[p], SIGKILL); /* whatever still runs there stops */
   sup_recovery_fault(s, SUP_FAULT_SUPERVISOR_ISOLATED, -1, -1, 0, detail, SUP_BLAME_NONE);
   return 1;
 }
@@ -1714,52 +1346,28 @@ static int blame_silent_t(sup *s, const char *why) {
           sup_silence_s(now, w->last_msg_s, s->stall_end_s) > limit)
         silent[ns++] = w;
     }
-  if (ns && isolated(s, now, sup_silence_s(now, silent[0]->last_msg_s, s->stall_end_s)))
+  if (ns && sup_rec_isolated(s, now, sup_silence_s(now, silent[0]->last_msg_s, s->stall_end_s)))
     return ns;
   for (int i = 0; i < ns; i++) {
     sup_worker *w = silent[i];
     char detail[256];
     snprintf(detail, sizeof detail, "%s; silent for %.1f s (> 2 heartbeat intervals, %.1f s)", why,
              sup_silence_s(now, w->last_msg_s, s->stall_end_s), limit);
-    signal_node(s, w->node, SIGKILL); /* a stopped process ignores SIGTERM */
+    sup_signal_node(s, w->node, SIGKILL); /* a stopped process ignores SIGTERM */
     sup_recovery_fault(s, SUP_FAULT_HANG, w->node, w->slot, w->pid, detail, SUP_BLAME_NODE);
   }
   return ns;
 }
 
 int sup_recovery_blame_silent(sup *s, const char *why) {
-  enter(s);
+  sup_rec_enter(s);
   int rc = blame_silent_t(s, why);
-  leave(s);
+  sup_rec_leave(s);
   return rc;
 }
 
-/* The log files of the queued launches, created on a thread ahead of them
- * (sup_logprep_start); without it (out of memory) each launch creates its
- * own. */
-static void prepare_logs(sup *s) {
-  int per = s->node_step ? 1 : s->G, n = s->nlaunch_q * per, k = 0;
-  char **paths = n ? calloc((size_t)n, sizeof *paths) : NULL;
-  if (!paths)
-    return;
-  for (int i = 0; i < s->nlaunch_q; i++)
-    for (int j = 0; j < per; j++, k++) {
-      char log[4200];
-      sup_node_log_path(s, s->launch_q[i], j, log, sizeof log);
-      if (!(paths[k] = strdup(log))) { /* all or none: launch i waits for path i */
-        while (k--)
-          free(paths[k]);
-        free(paths);
-        return;
-      }
-    }
-  sup_logprep_stop(s->logprep);
-  s->logprep = NULL;
-  (void)sup_logprep_start(paths, n, &s->logprep); /* failing: each launch creates its own */
-}
-
 static int start_t(sup *s) {
-  load_notes(s);
+  sup_load_notes(s);
   sup_plan plan;
   int roles[SUP_MAX_NODES];
   for (int n = 0; n < s->nnodes; n++)
@@ -1788,16 +1396,16 @@ static int start_t(sup *s) {
     if (role == SUP_ROLE_ACTIVE || role == SUP_ROLE_SPARE)
       s->launch_q[s->nlaunch_q++] = n;
   }
-  prepare_logs(s);
+  sup_prepare_logs(s);
   /* the first slice now (a launch error is the start's), the rest from the
    * loop */
   return launch_slice(s);
 }
 
 int sup_recovery_start(sup *s) {
-  enter(s);
+  sup_rec_enter(s);
   int rc = start_t(s);
-  leave(s);
+  sup_rec_leave(s);
   return rc;
 }
 
@@ -1823,7 +1431,7 @@ static int launch_slice(sup *s) {
     if (s->state >= SUP_FINISHING || ft_now_s() > until)
       break;
     /* the first gang's queue is the one whose log files the thread creates
-     * (prepare_logs): a node whose files are not there yet waits a
+     * (sup_prepare_logs): a node whose files are not there yet waits a
      * millisecond rather than have the loop create them */
     if (s->state == SUP_STARTING && !sup_logprep_ready(s->logprep, (s->launch_qi + 1) * per - 1)) {
       later.tv_usec = 1000;
@@ -1832,7 +1440,7 @@ static int launch_slice(sup *s) {
     int n = s->launch_q[s->launch_qi++], role = s->nodes[n].role;
     if (role != SUP_ROLE_ACTIVE && role != SUP_ROLE_SPARE)
       continue;
-    int rc = launch_node(s, n, role == SUP_ROLE_ACTIVE ? "active" : "spare");
+    int rc = sup_launch_node(s, n, role == SUP_ROLE_ACTIVE ? "active" : "spare");
     if (rc) {
       s->nlaunch_q = s->launch_qi = 0;
       return rc;
@@ -1864,46 +1472,7 @@ static void launch_more_cb_t(evutil_socket_t fd, short what, void *arg) {
   launch_more_t(arg);
 }
 
-EVENT_ENTRY(sup_recovery_launch_more, launch_more_cb_t)
-
-/* ---- detection ------------------------------------------------------------- */
-
-static sup_worker *worker_by_pid(sup *s, pid_t pid) {
-  for (int n = 0; n < s->nnodes; n++)
-    for (int j = 0; j < s->G; j++)
-      if (s->nodes[n].w[j].alive && s->nodes[n].w[j].pid == pid)
-        return &s->nodes[n].w[j];
-  return NULL;
-}
-
-/* ---- configuration and data errors ------------------------------------------
- *
- * A worker that exits FT_EXIT_USAGE or FT_EXIT_DATA before its gang trains
- * may see a problem of the run (a bad run file, a data glob that matches
- * nothing) or of its node (a bad local disk). Every gang worker failing the
- * same way within one heartbeat timeout is the run's: it fails at once with
- * the workers' own message (their FAULT detail, else the last line of the
- * first one's log), cause "config"/"data", nobody quarantined, no spare
- * spent. Otherwise, or once the gang trains, it is that node's failure,
- * counted like any other (invariant 6). */
-
-/* The last non-empty line of a worker's log, into out. */
-static void log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
-  char path[4200], line[512];
-  sup_node_log_path(s, w->node, w->slot, path, sizeof path); /* node_step: slots labelled */
-  out[0] = 0;
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return;
-  if (fseek(f, -4096, SEEK_END))
-    rewind(f);
-  while (fgets(line, sizeof line, f)) {
-    line[strcspn(line, "\r\n")] = 0;
-    if (line[0])
-      snprintf(out, n, "%.*s", (int)(n - 1), line);
-  }
-  fclose(f);
-}
+SUP_EVENT_ENTRY(sup_recovery_launch_more, launch_more_cb_t)
 
 /* The gang's workers that exited with a configuration/data error count
  * against their nodes; the verdict is over. */
@@ -1916,7 +1485,7 @@ static void cfg_blame_nodes(sup *s) {
         continue;
       char detail[512];
       char msg[256];
-      log_last_line(s, w, msg, sizeof msg);
+      sup_log_last_line(s, w, msg, sizeof msg);
       snprintf(detail, sizeof detail, "exit code %d (%s): %s", w->cfg_fail,
                ft_exit_code_name(w->cfg_fail), msg[0] ? msg : w->fault_detail);
       w->cfg_fail = 0;
@@ -1927,7 +1496,7 @@ static void cfg_blame_nodes(sup *s) {
 
 /* Decides when every gang worker exited with the same configuration/data
  * error (the run fails), or the deadline passed (their nodes' failures). */
-static void cfg_verdict(sup *s, int deadline_passed) {
+void sup_rec_cfg_verdict(sup *s, int deadline_passed) {
   if (!s->cfg_deadline_s || s->state >= SUP_FINISHING)
     return;
   int code = 0, alike = 1;
@@ -1945,7 +1514,7 @@ static void cfg_verdict(sup *s, int deadline_passed) {
     }
   if (alike && first) {
     char msg[256], reason[4608];
-    log_last_line(s, first, msg, sizeof msg); /* the worker's own words, with their context */
+    sup_log_last_line(s, first, msg, sizeof msg); /* the worker's own words, with their context */
     if (!msg[0])
       snprintf(msg, sizeof msg, "%s", first->fault_detail);
     const char *cause = code == FT_EXIT_DATA ? "data" : "config";
@@ -1982,7 +1551,7 @@ static int allocation_gone(sup *s, const sup_worker *w) {
                                      "already completing or completed", "has been revoked",
                                      "Job has been cancelled"};
   char msg[480];
-  log_last_line(s, w, msg, sizeof msg);
+  sup_log_last_line(s, w, msg, sizeof msg);
   for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
     if (!strstr(msg, gone[i]))
       continue;
@@ -2037,7 +1606,7 @@ static void drop_lost_memory(sup *s, const sup_worker *w, const char *detail) {
                   s->restore_step, w->node, detail, n - 1);
 }
 
-static void on_exit_status(sup *s, sup_worker *w, int status) {
+void sup_rec_exit_status(sup *s, sup_worker *w, int status) {
   sup_node *nd = &s->nodes[w->node];
   char detail[128];
   int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
@@ -2052,7 +1621,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   if (s->state >= SUP_FINISHING)
     return;
   if (nd->rejoin)
-    rejoin_fallback(s, w->node, "a worker exited while rejoining");
+    sup_rec_rejoin_fallback(s, w->node, "a worker exited while rejoining");
   if (nd->role == SUP_ROLE_SPARE) {
     nd->role = SUP_ROLE_LOST;
     int lost_us = code == FT_EXIT_LOST &&
@@ -2073,7 +1642,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
       sup_events_emit(s->ev, "spare_lost", f, "spare node %d (slot %d %s) leaves the pool", w->node,
                       w->slot, detail);
     }
-    signal_node(s, w->node, SIGKILL);
+    sup_signal_node(s, w->node, SIGKILL);
     return;
   }
   if (!sup_in_gang(s, w->node))
@@ -2101,7 +1670,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
     w->cfg_fail = code;
     if (!s->cfg_deadline_s)
       s->cfg_deadline_s = ft_now_s() + s->rf.watchdog.heartbeat_timeout_s;
-    cfg_verdict(s, 0);
+    sup_rec_cfg_verdict(s, 0);
     return;
   }
   if (code == FT_EXIT_GANG) {
@@ -2113,7 +1682,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   } else if (code == FT_EXIT_STORE) {
     /* the store's fault, never the node's */
     char msg[480];
-    log_last_line(s, w, msg, sizeof msg);
+    sup_log_last_line(s, w, msg, sizeof msg);
     if (s->last_step >= s->final_step) {
       char reason[1024];
       snprintf(reason, sizeof reason,
@@ -2135,10 +1704,10 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
   } else if (s->slurm_launcher && !w->hello && !other_hello(s, w->node)) {
     /* srun could not start the step ("Communication connection failure")
      * and no other node's step has started either: we may be the ones cut
-     * off (see isolated()), so nobody is blamed; a node that alone cannot
+     * off (see sup_rec_isolated()), so nobody is blamed; a node that alone cannot
      * be reached is found by the next round (hang, node_unreachable) */
     char msg[480], d[640];
-    log_last_line(s, w, msg, sizeof msg);
+    sup_log_last_line(s, w, msg, sizeof msg);
     snprintf(d, sizeof d, "%s before its workers said HELLO: %s", detail,
              msg[0] ? msg : "(no output)");
     sup_recovery_fault(s, SUP_FAULT_LAUNCH_FAILED, w->node, w->slot, w->pid, d, SUP_BLAME_NONE);
@@ -2150,7 +1719,7 @@ static void on_exit_status(sup *s, sup_worker *w, int status) {
 /* A node's host stand-in (sup_launch_host) ended with status. Killed by
  * anyone but us: the node's whole process group was killed, the node is
  * lost (quarantined at once, whatever its failure count). */
-static void on_host_exit(sup *s, int n, int status, int we_killed) {
+void sup_rec_host_exit(sup *s, int n, int status, int we_killed) {
   sup_node *nd = &s->nodes[n];
   nd->host_alive = 0;
   int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
@@ -2165,26 +1734,8 @@ static void on_host_exit(sup *s, int n, int status, int we_killed) {
              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   nd->host_lost = 1;
   snprintf(nd->why, sizeof nd->why, "node lost: %s", detail);
-  signal_node(s, n, SIGKILL); /* whatever is left of it */
+  sup_signal_node(s, n, SIGKILL); /* whatever is left of it */
   sup_recovery_fault(s, SUP_FAULT_NODE_LOST, n, -1, nd->host_pid, detail, SUP_BLAME_NODE);
-}
-
-/* 1 if a signal that kills (SIGKILL) is pending for pid: it is dying. */
-static int kill_pending(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return 0;
-  int pending = 0;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long long mask;
-    if ((sscanf(line, "SigPnd: %llx", &mask) == 1 || sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
-        (mask & (1ull << (SIGKILL - 1))))
-      pending = 1;
-  }
-  fclose(f);
-  return pending;
 }
 
 /* The node's last worker was reaped: reap its host stand-in now, so no
@@ -2192,14 +1743,14 @@ static int kill_pending(pid_t pid) {
  * from outside (the whole group was killed): that decides "node lost".
  * Alive: the host still answers; we end it ourselves. Never blocks long:
  * it is a sleeping process, and SIGKILL ends even a stopped one. */
-static void host_reap(sup *s, int n) {
+void sup_rec_host_reap(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
-  if (!nd->host_alive || node_alive(s, n))
+  if (!nd->host_alive || sup_node_alive(s, n))
     return;
   int status = 0, we_killed = 0;
   pid_t r = waitpid(nd->host_pid, &status, WNOHANG);
   if (r == 0) {
-    we_killed = !kill_pending(nd->host_pid);
+    we_killed = !sup_kill_pending(nd->host_pid);
     kill(nd->host_pid, SIGKILL);
     r = waitpid(nd->host_pid, &status, 0);
   }
@@ -2207,23 +1758,23 @@ static void host_reap(sup *s, int n) {
     nd->host_alive = 0;
     return;
   }
-  on_host_exit(s, n, status, we_killed);
+  sup_rec_host_exit(s, n, status, we_killed);
 }
 
 /* A spare that lost the supervisor (nd->respawn), once every process of
  * its node is reaped: launched again as a spare. */
-static void respawn_spare(sup *s, int n) {
+void sup_rec_respawn_spare(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
-  if (!nd->respawn || nd->host_alive || node_alive(s, n))
+  if (!nd->respawn || nd->host_alive || sup_node_alive(s, n))
     return;
   nd->respawn = 0;
   if (s->state >= SUP_FINISHING || nd->role != SUP_ROLE_LOST)
     return;
   nd->role = SUP_ROLE_SPARE;
-  if (launch_node(s, n, "spare") == FT_OK)
+  if (sup_launch_node(s, n, "spare") == FT_OK)
     return;
   nd->role = SUP_ROLE_LOST;
-  signal_node(s, n, SIGKILL);
+  sup_signal_node(s, n, SIGKILL);
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "node", n);
   cJSON_AddStringToObject(f, "detail", ft_err_detail());
@@ -2231,120 +1782,11 @@ static void respawn_spare(sup *s, int n) {
                   "spare node %d cannot be relaunched (%s): leaves the pool", n, ft_err_detail());
 }
 
-/* ---- bounded teardown ---------------------------------------------------------
- *
- * A round plans only once every process of the old gang is reaped or out of
- * its generation in process (check_stopped), and the run ends only once
- * every process is reaped (maybe_finished). Two things could hold either
- * for ever; neither may:
- *
- *  - A survivor asked to rejoin in process whose own training thread is
- *    hung. The grace does not kill it (it was asked to stay), and its
- *    deadline, recovery.rejoin_timeout_s, is made for a slow but healthy
- *    survivor (a checkpoint in flight to release first). What tells the two
- *    apart is its heartbeats' progress record: a survivor that leaves moves
- *    (its collective aborts, it frees its comm: progress_generation), a hung
- *    one does not. A grace after its STOP(rejoin), a worker in a phase that
- *    leaves within moments (phase_leaves_promptly: compute, data, a
- *    collective, the optimizer) whose progress has not changed since the
- *    request (a heartbeat that came after the grace says so), or one that
- *    sent no frame for 2 heartbeat intervals, is hung (rejoin_hung): its
- *    node falls back to a process restart and is SIGKILLed at once, as the
- *    others were at their grace (under Slurm the fallback's SIGTERM is
- *    srun's kill, and the grace's SIGKILL follows). A survivor waiting for
- *    the store, validating, restoring or in a rendezvous keeps its deadline.
- *
- *  - A process SIGKILLed and never reaped: one of its threads sleeps
- *    uninterruptibly (D state: a write to a dead NFS mount or a frozen file
- *    system, a wedged driver), and the kernel acts on the SIGKILL only when
- *    that sleep ends, which may be never. A worker of a node we SIGKILLed
- *    that is seen with a thread in D at every look for SUP_UNKILLABLE_S is
- *    given up (give_up): event worker_unkillable (node, slot, pid, the
- *    thread's state and wchan), it stops being a worker of its node (so
- *    the round and the run's end no longer wait for it, and it cannot count
- *    in a new generation), it is kept in s->unkillable and reaped
- *    (unkillable_reaped) whenever its I/O ends, and its node is lost: a
- *    node fault (node_lost), quarantined, a spare in its place; unless a
- *    worker of another node is in D too (dstate_elsewhere): a common cause
- *    (a shared file system), nobody blamed, the node restarts in place. At the
- *    run's end the ones still there are named (unkillable_left) and left
- *    to init.
- *
- * One timer looks at both (s->teardown, every SUP_TEARDOWN_CHECK_S), armed
- * by the grace and by every SIGKILL we send, and stopping itself when
- * nothing is left to look at. It reads only /proc (the kernel's view of
- * the process, never blocked by the process's own I/O), never waits. */
-
-/* Reads at most n - 1 bytes of a small file, NUL-terminated, the trailing
- * newline dropped. Returns the length, -1 if it cannot be read. */
-static int read_small(const char *path, char *buf, size_t n) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  ssize_t k = read(fd, buf, n - 1);
-  close(fd);
-  if (k < 0)
-    return -1;
-  buf[k] = 0;
-  if (k > 0 && buf[k - 1] == '\n')
-    buf[--k] = 0;
-  return (int)k;
-}
-
-/* 1 if a thread of process pid is in uninterruptible sleep (state D); the
- * kernel function it sleeps in into wchan ("" where the kernel hides it).
- * Every thread is read: once SIGKILL is pending the others exit and the
- * leader shows Z (zombie) while the process cannot be reaped. */
-static int proc_dstate(pid_t pid, char *wchan, size_t n) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-  DIR *d = opendir(path);
-  if (!d)
-    return 0;
-  int found = 0;
-  struct dirent *e;
-  while (!found && (e = readdir(d)) != NULL) {
-    int tid = atoi(e->d_name);
-    if (tid <= 0)
-      continue;
-    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, tid);
-    /* "tid (comm) S ...": comm may hold spaces and ')', the state follows the last ')' */
-    char *rp = read_small(path, buf, sizeof buf) > 0 ? strrchr(buf, ')') : NULL;
-    if (!rp || rp[1] != ' ' || rp[2] != 'D')
-      continue;
-    found = 1;
-    snprintf(path, sizeof path, "/proc/%d/task/%d/wchan", (int)pid, tid);
-    if (read_small(path, wchan, n) <= 0 || !strcmp(wchan, "0"))
-      wchan[0] = 0;
-  }
-  closedir(d);
-  return found;
-}
-
-/* 1 if a worker of another node than n is in D state too: now (killed or
- * not: /proc says), or given up in this round. Then the cause is common to
- * the nodes (a shared file system frozen or dead, the store's), not n's
- * own. Read only when a worker is given up (rare): one /proc look per
- * live worker. */
-static int dstate_elsewhere(const sup *s, int n) {
-  char wchan[128];
-  for (int m = 0; m < s->nnodes; m++)
-    for (int j = 0; m != n && j < s->G; j++) {
-      const sup_worker *x = &s->nodes[m].w[j];
-      if (x->alive && x->pid > 0 && (x->dstate_s > 0 || proc_dstate(x->pid, wchan, sizeof wchan)))
-        return 1;
-    }
-  for (int i = 0; i < s->nunkillable; i++)
-    if (s->unkillable[i].node != n && s->unkillable[i].gen == s->gen)
-      return 1;
-  return 0;
-}
-
 /* Worker w, SIGKILLed, in D state for `secs`: no longer a worker of its
  * node; its node is lost (see above), unless workers of other nodes are in
- * D state too (dstate_elsewhere): a common cause, nobody's, the node
+ * D state too (sup_dstate_elsewhere): a common cause, nobody's, the node
  * restarts in place like the others (a storage error never costs a node). */
-static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
+void sup_rec_give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
   int n = w->node, slot = w->slot;
   pid_t pid = w->pid;
   sup_node *nd = &s->nodes[n];
@@ -2358,7 +1800,7 @@ static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
   cJSON_AddStringToObject(f, "wchan", wchan);
   cJSON_AddNumberToObject(f, "seconds", round(secs * 10) / 10);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  int common = dstate_elsewhere(s, n);
+  int common = sup_dstate_elsewhere(s, n);
   cJSON_AddBoolToObject(f, "common", common);
   sup_events_emit(s->ev, "worker_unkillable", f,
                   "node %d slot %d: pid %d is in uninterruptible sleep (D%s%s) %.1f s after "
@@ -2387,7 +1829,7 @@ static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
   if (common) { /* nobody's: the node restarts in place with the others */
     if (s->state < SUP_FINISHING && sup_in_gang(s, n) && nd->role == SUP_ROLE_ACTIVE)
       sup_recovery_fault(s, SUP_FAULT_WORKER_UNKILLABLE, n, slot, pid, detail, SUP_BLAME_NONE);
-    host_reap(s, n);
+    sup_rec_host_reap(s, n);
     return;
   }
   nd->respawn = 0; /* never relaunched beside it */
@@ -2397,33 +1839,10 @@ static void give_up(sup *s, sup_worker *w, const char *wchan, double secs) {
   } else if (s->state < SUP_FINISHING && nd->role != SUP_ROLE_QUARANTINED &&
              nd->role != SUP_ROLE_LOST) {
     snprintf(nd->why, sizeof nd->why, "node lost: %.200s", detail);
-    quarantine(s, n);
-    persist_notes(s);
+    sup_quarantine(s, n);
+    sup_persist_notes(s);
   }
-  host_reap(s, n); /* its last worker is gone as far as the node goes */
-}
-
-/* pid was given up as unkillable: its I/O ended at last. 0 if it was not one. */
-static int unkillable_reaped(sup *s, pid_t pid, int status) {
-  for (int i = 0; i < s->nunkillable; i++) {
-    if (s->unkillable[i].pid != pid)
-      continue;
-    struct sup_unkillable u = s->unkillable[i];
-    s->unkillable[i] = s->unkillable[--s->nunkillable];
-    double after = ft_now_s() - u.since_s;
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "node", u.node);
-    cJSON_AddNumberToObject(f, "slot", u.slot);
-    cJSON_AddNumberToObject(f, "pid", pid);
-    cJSON_AddNumberToObject(f, "signal", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    cJSON_AddNumberToObject(f, "exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    cJSON_AddNumberToObject(f, "seconds", round(after * 10) / 10);
-    sup_events_emit(s->ev, "unkillable_reaped", f,
-                    "node %d slot %d: pid %d, given up as unkillable, ended %.1f s later", u.node,
-                    u.slot, (int)pid, after);
-    return 1;
-  }
-  return 0;
+  sup_rec_host_reap(s, n); /* its last worker is gone as far as the node goes */
 }
 
 /* Phases a training thread leaves within moments of a STOP(rejoin): it
@@ -2450,7 +1869,7 @@ static int phase_leaves_promptly(int phase) {
 /* A grace after its STOP(rejoin), is a survivor still in its old generation
  * hung (see above)? Its node falls back and is killed. Returns 1 while a
  * survivor is still to be judged. */
-static int rejoin_hung(sup *s, double now) {
+int sup_rec_rejoin_hung(sup *s, double now) {
   if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
     return 0;
   double grace = SUP_GRACE_STOP_S;
@@ -2459,7 +1878,7 @@ static int rejoin_hung(sup *s, double now) {
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
     sup_node *nd = &s->nodes[n];
-    if (!nd->rejoin || node_rejoined(s, n))
+    if (!nd->rejoin || sup_rec_node_rejoined(s, n))
       continue;
     /* not told yet (its generation's record is not answered): not its fault */
     if (!nd->rejoin_told || now - nd->rejoin_told_s < grace) {
@@ -2494,318 +1913,20 @@ static int rejoin_hung(sup *s, double now) {
     int asked = 0;
     for (int j = 0; j < s->G; j++)
       asked += sup_ask_stack(s, &nd->w[j]);
-    rejoin_fallback(s, n, why);
+    sup_rec_rejoin_fallback(s, n, why);
     if (asked) { /* a grace from now, SIGKILL (on_grace_t) if still there */
       struct timeval tv = {(long)SUP_GRACE_STOP_S, 0};
       evtimer_add(s->grace, &tv);
     } else if (!s->slurm_launcher) { /* its grace is over: killed like the others (srun's
                                         SIGTERM is a kill) */
-      signal_node(s, n, SIGKILL);
+      sup_signal_node(s, n, SIGKILL);
     }
   }
   return pending;
 }
 
-static void on_teardown_t(evutil_socket_t fd, short what, void *arg) {
-  sup *s = arg;
-  double now = ft_now_s();
-  int again = rejoin_hung(s, now);
-  for (int n = 0; n < s->nnodes; n++) {
-    if (!s->nodes[n].kill_sent)
-      continue;
-    for (int j = 0; j < s->G; j++) {
-      sup_worker *w = &s->nodes[n].w[j];
-      char wchan[128];
-      if (!w->alive)
-        continue;
-      again = 1;
-      if (!proc_dstate(w->pid, wchan, sizeof wchan)) {
-        w->dstate_s = 0; /* dying, a zombie, or not local (ssh): wait for SIGCHLD */
-        continue;
-      }
-      if (!w->dstate_s)
-        w->dstate_s = now;
-      else if (now - w->dstate_s >= SUP_UNKILLABLE_S)
-        give_up(s, w, wchan, now - w->dstate_s);
-    }
-  }
-  if (again)
-    teardown_arm(s);
-  if (s->state == SUP_RECOVERING)
-    check_stopped(s);
-  maybe_finished(s);
-}
-
-EVENT_ENTRY(sup_recovery_on_teardown, on_teardown_t)
-
-static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
-  sup *s = arg;
-  for (;;) {
-    int status;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0)
-      break;
-    sup_worker *w = worker_by_pid(s, pid);
-    if (w) {
-      int n = w->node;
-      /* a node_step process (srun) stands for every slot of its node */
-      for (int j = w->slot; j < s->G; j++)
-        if (s->nodes[n].w[j].alive && s->nodes[n].w[j].pid == pid)
-          on_exit_status(s, &s->nodes[n].w[j], status);
-      host_reap(s, n);
-      respawn_spare(s, n);
-      continue;
-    }
-    if (drain_reaped(s, pid, status))
-      continue;
-    if (unkillable_reaped(s, pid, status))
-      continue;
-    for (int n = 0; n < s->nnodes; n++)
-      if (s->nodes[n].host_alive && s->nodes[n].host_pid == pid) {
-        on_host_exit(s, n, status, 0);
-        respawn_spare(s, n);
-        break;
-      }
-  }
-  if (s->state == SUP_RECOVERING)
-    check_stopped(s);
-  s->hooks.doctor_judge(s); /* doctor reports that waited for one that exited */
-  maybe_finished(s);
-}
-
-EVENT_ENTRY(sup_recovery_on_sigchld, on_sigchld_t)
-
-/* A warm spare whose workers went silent (its host lost power or was cut
- * off; spares heartbeat like everyone) leaves the pool now, quarantined
- * (and drained under Slurm), rather than being found out when it is
- * promoted. Only while some gang worker is still heard (within 2
- * heartbeat intervals): when nobody is, the silence is the supervisor's
- * own isolation (isolated()), not the spare's. */
-static void spares_silent(sup *s, double now, double limit) {
-  /* heard: a worker that said HELLO spoke within 2 heartbeat intervals
-   * (a freshly launched one has said nothing yet) */
-  double thr = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
-  int heard = 0;
-  for (int p = 0; p < s->ngang && !heard; p++)
-    for (int j = 0; j < s->G; j++) {
-      const sup_worker *w = &s->nodes[s->gang[p]].w[j];
-      if (w->alive && w->hello && sup_silence_s(now, w->last_msg_s, s->stall_end_s) <= thr)
-        heard = 1;
-    }
-  if (!heard)
-    return;
-  for (int n = 0; n < s->nnodes; n++) {
-    sup_node *nd = &s->nodes[n];
-    if (nd->role != SUP_ROLE_SPARE)
-      continue;
-    for (int j = 0; j < s->G; j++) {
-      sup_worker *w = &nd->w[j];
-      double quiet = sup_silence_s(now, w->last_msg_s, s->stall_end_s);
-      double lim = !w->hello && s->rf.watchdog.start_timeout_s > limit
-                       ? s->rf.watchdog.start_timeout_s /* still starting */
-                       : limit;
-      if (!w->alive || quiet <= lim)
-        continue;
-      signal_node(s, n, SIGKILL);
-      if (w->last_msg_s <= s->isolated_s) {
-        /* silent since our own isolation: it lost us, as the gang did,
-         * and is out of the pool; not its fault */
-        nd->role = SUP_ROLE_LOST;
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddNumberToObject(f, "node", n);
-        cJSON_AddNumberToObject(f, "slot", j);
-        cJSON_AddStringToObject(f, "detail", "silent since the supervisor's own isolation");
-        sup_events_emit(s->ev, "spare_lost", f,
-                        "spare node %d (slot %d) silent since the supervisor's own isolation "
-                        "leaves the pool",
-                        n, j);
-        break;
-      }
-      snprintf(nd->why, sizeof nd->why,
-               w->hello ? "hang: spare slot %d silent for %.1f s (heartbeat_timeout_s %.1f)"
-                        : "hang: spare slot %d: no HELLO %.1f s after its launch "
-                          "(watchdog.start_timeout_s %.1f)",
-               j, quiet, lim);
-      quarantine(s, n);
-      persist_notes(s);
-      break;
-    }
-  }
-}
-
-/* The tick's period (sup_main.c); a silence about to pass its limit within
- * one gets a tick of its own at that moment (deadline_tick). */
-#define TICK_S 0.05
-
-static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
-  sup *s = arg;
-  if (s->cfg_deadline_s && ft_now_s() >= s->cfg_deadline_s)
-    cfg_verdict(s, 1);
-  if (s->state != SUP_STARTING && s->state != SUP_RUNNING &&
-      !(s->state == SUP_RECOVERING &&
-        (s->rphase == SUP_RP_FORMING || s->rphase == SUP_RP_ASSIGNED)))
-    return;
-  sup_loop_stall_check(s); /* our own stall is never a worker's silence */
-  double now = ft_now_s(), limit = s->rf.watchdog.heartbeat_timeout_s;
-  spares_silent(s, now, limit);
-  if (s->state == SUP_RUNNING) {
-    s->hooks.running_tick(s, now); /* slow links; idle spares check themselves again */
-  }
-  double first = INFINITY; /* the soonest a worker heard from can pass its limit */
-  for (int p = 0; p < s->ngang; p++) {
-    int n = s->gang[p];
-    for (int j = 0; j < s->G; j++) {
-      sup_worker *w = &s->nodes[n].w[j];
-      double quiet = sup_silence_s(now, w->last_msg_s, s->stall_end_s);
-      /* not yet heard since its launch: a start, judged on start_timeout_s */
-      double lim = !w->hello && s->rf.watchdog.start_timeout_s > limit
-                       ? s->rf.watchdog.start_timeout_s
-                       : limit;
-      if (!w->alive)
-        continue;
-      if (quiet <= lim) {
-        if (lim - quiet < first)
-          first = lim - quiet;
-        continue;
-      }
-      if (sup_conn_unread(w->conn)) {
-        /* its frames wait for us (a loop busy with thousands of others'
-         * checkpoint reports): we are behind, it is not silent */
-        w->last_msg_s = now;
-        continue;
-      }
-      if (w->hello && isolated(s, now, quiet))
-        return;
-      char detail[160];
-      if (w->hello)
-        snprintf(detail, sizeof detail, "no message for %.1f s (heartbeat_timeout_s %.1f)", quiet,
-                 limit);
-      else
-        snprintf(detail, sizeof detail,
-                 "no HELLO %.1f s after its launch (watchdog.start_timeout_s %.1f)", quiet, lim);
-      signal_node(s, n, SIGKILL);
-      sup_recovery_fault(s, SUP_FAULT_HANG, n, j, w->pid, detail, SUP_BLAME_NODE);
-      return; /* the state changed; the next tick looks again */
-    }
-  }
-  /* every worker heard: are they making progress? (hangs with live
-   * processes: sup_watch_progress; the own stall is handled there too) */
-  if (s->hooks.progress(s, now))
-    return;
-  /* a silence that ends before the next tick is looked at when it ends, not
-   * up to a tick later (detection within the timeout, not timeout + tick) */
-  if (first < TICK_S && s->deadline_tick) {
-    struct timeval tv = {0, (long)((first > 0 ? first : 0) * 1e6) + 1000};
-    event_add(s->deadline_tick, &tv);
-  }
-  /* a gang being formed waits for its members' doctor reports: one that has
-   * not come within start_timeout_s of its HELLO (its checks hang: a disk
-   * that never answers) is a hang of that node */
-  if (s->state == SUP_STARTING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_FORMING))
-    for (int p = 0; p < s->ngang; p++)
-      for (int j = 0; j < s->G; j++) {
-        sup_worker *w = &s->nodes[s->gang[p]].w[j];
-        double waited = now - w->hello_s;
-        if (!w->alive || !w->hello || w->doctor != SUP_DOCTOR_NONE || sup_doctor_cleared(s, w) ||
-            waited <= s->rf.watchdog.start_timeout_s)
-          continue;
-        char detail[200];
-        snprintf(detail, sizeof detail,
-                 "no node doctor report %.1f s after its HELLO (watchdog.start_timeout_s %.1f)",
-                 waited, s->rf.watchdog.start_timeout_s);
-        signal_node(s, s->gang[p], SIGKILL);
-        sup_recovery_fault(s, SUP_FAULT_HANG, s->gang[p], j, w->pid, detail, SUP_BLAME_NODE);
-        return;
-      }
-}
-
-/* The step history's buffered records go out once a tick; a write that
- * fails is reported once (the history then lives in memory only). */
-static void flush_history(sup *s) {
-  if (!s->hist || sup_history_flush(s->hist) == FT_OK || s->hist_failed)
-    return;
-  s->hist_failed = 1;
-  cJSON *f = cJSON_CreateObject();
-  cJSON_AddStringToObject(f, "reason", sup_history_error(s->hist));
-  sup_events_emit(s->ev, "history_failed", f, "%s (the run goes on; the dashboard keeps its copy)",
-                  sup_history_error(s->hist));
-}
-
-void sup_recovery_on_tick(evutil_socket_t fd, short what, void *arg) {
-  enter(arg);
-  flush_history(arg);
-  on_tick_t(fd, what, arg);
-  leave(arg);
-}
-
-/* The slurm launcher, at the end of a recovery's grace: a gang node whose
- * job step has not ended although srun was told to kill it does not answer
- * Slurm either (its slurmstepd is gone or cut off: the host lost power or
- * its link is down). That is the node's fault, found here even when its
- * workers were not yet silent long enough to count as a hang (a dead
- * host's connections close at once; its peers fail their collective). If
- * every node of a gang of two or more does not answer, the cause is on our
- * side (the supervisor's host cut off): nobody is blamed. */
-static void blame_unanswered(sup *s) {
-  int late[SUP_MAX_NODES], nl = 0, asked = 0;
-  for (int p = 0; p < s->ngang; p++) {
-    if (s->nodes[s->gang[p]].rejoin) /* kept on purpose (in process): not told to end */
-      continue;
-    asked++;
-    if (node_alive(s, s->gang[p]))
-      late[nl++] = s->gang[p];
-  }
-  if (!nl)
-    return;
-  double grace = ft_now_s() - s->t_detect_s;
-  if (nl == asked && nl >= 2) {
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddItemToObject(f, "nodes", int_array(late, nl));
-    cJSON_AddNumberToObject(f, "seconds", (double)(long long)(grace * 10) / 10);
-    sup_events_emit(s->ev, "steps_unanswered", f,
-                    "no job step of the gang's %d nodes ended %.1f s after srun was told to kill "
-                    "it: the supervisor's side does not reach Slurm's nodes; no node blamed",
-                    nl, grace);
-    return;
-  }
-  for (int i = 0; i < nl; i++) {
-    sup_node *nd = &s->nodes[late[i]];
-    if (nd->faulty)
-      continue;
-    char detail[256];
-    snprintf(detail, sizeof detail,
-             "its Slurm job step on %s did not end %.1f s after srun was told to kill it: the "
-             "host does not answer",
-             s->rf.nodes.hosts[late[i]], grace);
-    sup_recovery_fault(s, SUP_FAULT_NODE_UNREACHABLE, late[i], -1, nd->w[0].pid, detail,
-                       SUP_BLAME_NODE);
-  }
-}
-
-/* grace timer: SIGKILL whatever was asked to stop and is still there. A
- * survivor asked to rejoin in process was not asked to exit: it is judged
- * from its progress once a grace has passed since its request (rejoin_hung,
- * on the teardown's timer); what the SIGKILL does not end is looked at
- * there too (a process in D state). */
-static void on_grace_t(evutil_socket_t fd, short what, void *arg) {
-  sup *s = arg;
-  int stopping = s->state == SUP_RECOVERING && s->rphase == SUP_RP_STOPPING;
-  if (stopping && s->slurm_launcher)
-    blame_unanswered(s);
-  if (rejoin_hung(s, ft_now_s()))
-    teardown_arm(s);
-  for (int n = 0; n < s->nnodes; n++)
-    if (s->state == SUP_FINISHING || (stopping && sup_in_gang(s, n) && !s->nodes[n].rejoin) ||
-        s->nodes[n].role == SUP_ROLE_QUARANTINED) /* left behind (node_left_behind) */
-      signal_node(s, n, SIGKILL);
-}
-
-static int gang_trains(const sup *s) {
-  return s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED);
-}
-
 static void collective_failed_t(sup *s, sup_worker *w, const char *detail) {
-  if (strcmp(s->rf.recovery.in_process, "true") != 0 || !gang_trains(s) ||
+  if (strcmp(s->rf.recovery.in_process, "true") != 0 || !sup_gang_trains(s) ||
       evtimer_pending(s->coll_timer, NULL))
     return;
   s->coll.gen = s->gen;
@@ -2819,46 +1940,14 @@ static void collective_failed_t(sup *s, sup_worker *w, const char *detail) {
 }
 
 void sup_recovery_collective_failed(sup *s, sup_worker *w, const char *detail) {
-  enter(s);
+  sup_rec_enter(s);
   collective_failed_t(s, w, detail);
-  leave(s);
+  sup_rec_leave(s);
 }
-
-static void on_coll_timer_t(evutil_socket_t fd, short what, void *arg) {
-  sup *s = arg;
-  if (s->gen != s->coll.gen || !gang_trains(s))
-    return; /* a round started meanwhile: the failure was its */
-  if (blame_silent_t(s, "a collective failed"))
-    return;
-  char detail[400];
-  snprintf(detail, sizeof detail, "node %d slot %d: %s; every worker still answers", s->coll.node,
-           s->coll.slot, s->coll.detail);
-  fault_t(s, SUP_FAULT_COLLECTIVE_FAILURE, s->coll.node, s->coll.slot, s->coll.pid, detail,
-          SUP_BLAME_NONE);
-}
-
-EVENT_ENTRY(sup_recovery_on_coll_timer, on_coll_timer_t)
-
-/* rejoin timer: survivors still in their old generation go as processes */
-static void on_rejoin_timeout_t(evutil_socket_t fd, short what, void *arg) {
-  sup *s = arg;
-  if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
-    return;
-  char why[128];
-  snprintf(why, sizeof why,
-           "not out of its old generation after %.1f s (recovery.rejoin_timeout_s)",
-           s->rf.recovery.rejoin_timeout_s);
-  for (int p = 0; p < s->ngang; p++)
-    if (s->nodes[s->gang[p]].rejoin && !node_rejoined(s, s->gang[p]))
-      rejoin_fallback(s, s->gang[p], why);
-  check_stopped(s);
-}
-
-EVENT_ENTRY(sup_recovery_on_rejoin_timeout, on_rejoin_timeout_t)
 
 static void rejoined_t(sup *s, sup_worker *w) {
   int n = w->node;
-  if (!node_rejoined(s, n))
+  if (!sup_rec_node_rejoined(s, n))
     return;
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "node", n);
@@ -2867,39 +1956,11 @@ static void rejoined_t(sup *s, sup_worker *w) {
   sup_events_emit(s->ev, "node_rejoined", f,
                   "node %d left its generation in process (%.0f ms after detection)", n,
                   (ft_now_s() - s->t_detect_s) * 1e3);
-  check_stopped(s);
+  sup_rec_check_stopped(s);
 }
 
 void sup_recovery_rejoined(sup *s, sup_worker *w) {
-  enter(s);
+  sup_rec_enter(s);
   rejoined_t(s, w);
-  leave(s);
+  sup_rec_leave(s);
 }
-
-EVENT_ENTRY(sup_recovery_on_grace, on_grace_t)
-
-static void on_signal_t(evutil_socket_t fd, short what, void *arg) {
-  sup *s = arg;
-  int sig = (int)fd;
-  if (s->interrupted) {
-    /* second signal: no more patience */
-    for (int n = 0; n < s->nnodes; n++)
-      signal_node(s, n, SIGKILL);
-    return;
-  }
-  s->interrupted = 1;
-  if (s->state >= SUP_FINISHING) {
-    s->exit_code = SUP_EXIT_INTERRUPTED;
-    return;
-  }
-  s->exit_code = SUP_EXIT_INTERRUPTED;
-  cJSON *f = cJSON_CreateObject();
-  cJSON_AddNumberToObject(f, "signal", sig);
-  cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
-  sup_events_emit(s->ev, "run_interrupted", f, "signal %d: stopping the gang; run again to resume",
-                  sig);
-  stop_everyone(s, FT_STOP_SHUTDOWN, "supervisor interrupted", SUP_GRACE_STOP_S);
-}
-
-EVENT_ENTRY(sup_recovery_on_signal, on_signal_t)

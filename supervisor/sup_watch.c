@@ -71,7 +71,8 @@
  *
  * A detector (layer 3, sup_int.h): what it finds goes down to the
  * recovery (sup_recovery_*); the recovery reaches it only through the
- * hooks sup_main.c wires (generation, the running tick, progress).
+ * hooks sup_main.c wires (generation, progress_behind); its tick-driven
+ * judgements (links, progress) are called by sup_timers.c beside it.
  *
  * Single-threaded (the loop). Failures of the store while marking GOOD are
  * logged and the run goes on (GOOD is advisory; BAD is not: see

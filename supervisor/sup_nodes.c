@@ -1,0 +1,658 @@
+/*
+ * sup_nodes: the recovery's hands on nodes and processes. Launching a
+ * node's workers (and its host stand-in), signalling a node, quarantine
+ * (with its Slurm drain) and why nodes left (persisted), the logs, what
+ * /proc says of a process in D state, and small queries of the pool. It
+ * decides nothing: the recovery (sup_recovery.c) and its timers
+ * (sup_timers.c) decide and call down here; nothing here calls up (layer 1,
+ * sup_int.h).
+ *
+ * Single-threaded: the loop's.
+ */
+#include "sup_int.h"
+
+#include "ft_bug.h"
+#include "ft_clock.h"
+#include "ft_err.h"
+#include "sup_launch.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+
+cJSON *sup_json_ints(const int *v, int n) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < n; i++)
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+  return a;
+}
+
+
+/* Kernel threads per worker: nodes.threads when set. Otherwise, under the
+ * local launcher, the machine's cores shared by the gang's workers (spares
+ * idle, so they don't count): each worker spinning its own full-size OpenMP
+ * team on shared cores would make every step many times slower. Remote
+ * hosts with nodes.threads 0: the worker decides on its host (its cores /
+ * nodes.workers_per_node). */
+static int local_threads(const sup *s) {
+  if (s->command_launcher || s->rf.nodes.threads > 0)
+    return s->rf.nodes.threads;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int active = s->rf.nodes.count * s->G;
+  int t = active > 0 ? (int)(cores / active) : 1;
+  return t > 0 ? t : 1;
+}
+
+
+/* Starts node n's worker j (the slurm launcher: the node's whole job step,
+ * every slot) as the launcher says; *pid: the process we wait for. */
+static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
+  sup_node *nd = &s->nodes[n];
+  sup_worker_args a = {.worker = s->worker_path,
+                       .connect = s->connect_addr,
+                       .node = n,
+                       .slot = s->node_step ? -1 : j,
+                       .store = s->store_uri,
+                       .runfile = s->runfile_path,
+                       .steps = s->steps_override,
+                       .sets = s->sets,
+                       .nsets = s->nsets,
+                       .threads = local_threads(s),
+                       .token_stdin = s->ssh_launcher};
+  char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL;
+  char log[4200];
+  sup_node_log_path(s, n, j, log, sizeof log);
+  if (!argv)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  int rc = FT_OK;
+  const char *host = n < s->rf.nodes.nhosts ? s->rf.nodes.hosts[n] : "localhost";
+  if (s->slurm_launcher) {
+    char cwd[PATH_MAX], name[300];
+    const char *wd = s->rf.nodes.workdir;
+    if (!wd[0])
+      wd = getcwd(cwd, sizeof cwd) ? cwd : "/";
+    snprintf(name, sizeof name, "ftsup.%s.node%d", s->rf.run, n);
+    sup_srun_args sa = {
+        .host = host, .ntasks = s->G, .workdir = wd, .name = name, .extra = s->rf.nodes.srun_args};
+    rc = sup_abs_worker(argv);
+    if (!rc && !(srun = sup_srun_argv(&sa, argv)))
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+  } else if (s->ssh_launcher) {
+    rc = sup_ssh_launch_command(s->rf.nodes.command, host, s->rf.nodes.workdir, argv, &cmd);
+  } else if (s->command_launcher) {
+    char *text = sup_shell_join(argv), slots[16];
+    snprintf(slots, sizeof slots, "%d", s->G);
+    cmd = text ? sup_template_expand(s->rf.nodes.command, host, text, s->node_step ? slots : NULL)
+               : NULL;
+    free(text);
+    if (!cmd)
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  if (!rc) {
+    /* ssh: the token on stdin, in no environment (sup_launch.h) */
+    char tokline[FT_WIRE_TOKEN_HEX + 2];
+    snprintf(tokline, sizeof tokline, "%s\n", s->token);
+    sup_spawn sp = {.argv = srun ? srun : argv,
+                    .cmd = cmd,
+                    .token = s->ssh_launcher ? NULL : s->token,
+                    .stdin_text = s->ssh_launcher ? tokline : NULL,
+                    .log_path = log,
+                    .pgid = nd->pgid};
+    rc = sup_launch_spawn(&sp, pid);
+    explicit_bzero(tokline, sizeof tokline);
+  }
+  sup_argv_free(argv);
+  sup_argv_free(srun);
+  free(cmd);
+  return rc;
+}
+
+
+int sup_launch_node(sup *s, int n, const char *role) {
+  sup_node *nd = &s->nodes[n];
+  nd->pgid = 0;
+  nd->term_sent = nd->kill_sent = 0;
+  nd->dump_asked = 0;
+  nd->rejoin = 0;
+  nd->rejoin_told_s = 0;
+  nd->faulty = 0;
+  nd->host_lost = 0;
+  /* the host stand-in is reaped with the node's last worker (sup_rec_host_reap),
+   * and only a stopped node is launched */
+  if (nd->host_alive || sup_node_alive(s, n))
+    FT_BUG("node %d launched while its host %d or a worker is alive", n, (int)nd->host_pid);
+  nd->host_pid = 0;
+  if (!s->command_launcher) {
+    /* the host's stand-in leads the node's process group (sup_launch.h) */
+    int rc = sup_launch_host(&nd->host_pid);
+    if (rc)
+      return rc;
+    nd->host_alive = 1;
+    nd->pgid = nd->host_pid;
+  }
+  pid_t step_pid = 0; /* node_step: the node's one process, shared by its slots */
+  for (int j = 0; j < s->G; j++) {
+    sup_worker *w = &nd->w[j];
+    if (w->conn)
+      sup_conn_close(w->conn, "", 0);
+    pid_t pid = step_pid;
+    if (!pid) {
+      int rc = spawn_worker(s, n, j, &pid);
+      if (rc)
+        return rc;
+      if (s->node_step)
+        step_pid = pid;
+    }
+    if (j == 0 && !nd->pgid)
+      nd->pgid = pid;
+    w->pid = pid;
+    w->alive = 1;
+    w->hello = 0;
+    sup_doctor_reset(w);
+    w->cfg_fail = 0;
+    w->fault_detail[0] = 0;
+    w->rank = -1;
+    w->gen = 0;
+    w->rejoin_from = 0;
+    w->rejoined = 0;
+    w->dstate_s = 0;
+    w->last_msg_s = ft_now_s();
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "node", n);
+    cJSON_AddNumberToObject(f, "slot", j);
+    cJSON_AddNumberToObject(f, "pid", pid);
+    cJSON_AddStringToObject(f, "role", role);
+    if (sup_node_host(s, n))
+      cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
+    sup_events_emit(s->ev, "worker_launched", f, "node %d slot %d pid %d (%s)", n, j, (int)pid,
+                    role);
+  }
+  return FT_OK;
+}
+
+
+/* Workers only: a node's host stand-in is reaped with its last worker
+ * (sup_rec_host_reap). */
+int sup_node_alive(const sup *s, int n) {
+  for (int j = 0; j < s->G; j++)
+    if (s->nodes[n].w[j].alive)
+      return 1;
+  return 0;
+}
+
+
+int sup_any_alive(const sup *s) {
+  for (int n = 0; n < s->nnodes; n++)
+    if (sup_node_alive(s, n))
+      return 1;
+  return 0;
+}
+
+
+/* The teardown's follow-up (on_teardown) looks again in SUP_TEARDOWN_CHECK_S. */
+void sup_teardown_arm(sup *s) {
+  if (!s->teardown || evtimer_pending(s->teardown, NULL))
+    return;
+  double d = SUP_TEARDOWN_CHECK_S;
+  struct timeval tv = {(long)d, (long)((d - (double)(long)d) * 1e6)};
+  evtimer_add(s->teardown, &tv);
+}
+
+
+void sup_signal_node(sup *s, int n, int sig) {
+  sup_node *nd = &s->nodes[n];
+  if (!sup_node_alive(s, n))
+    return;
+  if (sig == SIGKILL) /* is it gone? (a process in D state is not) */
+    sup_teardown_arm(s);
+  if (s->slurm_launcher) {
+    /* srun turns SIGTERM into SIGKILL of every task of its step, through
+     * slurmstepd on the node (a SIGKILL of srun itself would leave them
+     * running). A kill after an earlier SIGTERM finds srun still there:
+     * its node does not answer (cut off, lost), so srun goes itself; what
+     * is left on such a host stops when it loses us (FT_EXIT_LOST). */
+    int again = sig == SIGKILL && (nd->kill_sent || nd->term_sent);
+    if (sig == SIGTERM)
+      nd->term_sent = 1;
+    if (sig == SIGKILL)
+      nd->kill_sent = 1;
+    if (nd->pgid > 0)
+      kill(-nd->pgid, again ? SIGKILL : SIGTERM);
+    return;
+  }
+  if (sig == SIGTERM)
+    nd->term_sent = 1;
+  if (sig == SIGKILL)
+    nd->kill_sent = 1;
+  if (nd->pgid > 0)
+    kill(-nd->pgid, sig);
+  for (int j = 0; j < s->G; j++)
+    if (nd->w[j].alive && nd->w[j].pid > 0)
+      kill(nd->w[j].pid, sig);
+}
+
+
+/* ---- why nodes left, persisted ------------------------------------------------
+ *
+ * Catalog key "<run>/recovery", beside sup_persist's "<run>/state":
+ * {"nodes": [{"node": N, "reason": "...", "failures": K}, ...],
+ *  "chaos_fired": true|false}
+ * nodes: each quarantined node and why (the failures counted in the window
+ * when it left); chaos_fired: the run file's chaos fault already fired in
+ * this run, so a resumed run does not inject it again. */
+
+void sup_persist_notes(sup *s) {
+  char key[256];
+  snprintf(key, sizeof key, "%s/recovery", s->rf.run);
+  cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "nodes");
+  for (int n = 0; n < s->nnodes; n++) {
+    if (s->nodes[n].role != SUP_ROLE_QUARANTINED)
+      continue;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "node", n);
+    cJSON_AddStringToObject(e, "reason", s->nodes[n].why);
+    cJSON_AddNumberToObject(e, "failures", s->nodes[n].nfailures);
+    cJSON_AddItemToArray(a, e);
+  }
+  cJSON_AddBoolToObject(o, "chaos_fired", s->chaos_done != 0);
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  /* on the record lane; a failure is said there, and the run goes on */
+  sup_record_meta(s, key, txt, "why nodes left");
+  free(txt);
+}
+
+/* ---- why nodes left, persisted ------------------------------------------------
+ *
+ * Catalog key "<run>/recovery", beside sup_persist's "<run>/state":
+ * {"nodes": [{"node": N, "reason": "...", "failures": K}, ...],
+ *  "chaos_fired": true|false}
+ * nodes: each quarantined node and why (the failures counted in the window
+ * when it left); chaos_fired: the run file's chaos fault already fired in
+ * this run, so a resumed run does not inject it again. */
+
+
+/* A resumed run: why its quarantined nodes left, and whether the chaos
+ * fault fired. Nothing persisted: nothing to do. */
+void sup_load_notes(sup *s) {
+  char key[256], *txt = NULL;
+  snprintf(key, sizeof key, "%s/recovery", s->rf.run);
+  if (ckpt_store_get_meta(s->store, key, &txt))
+    return;
+  cJSON *o = cJSON_Parse(txt), *it;
+  free(txt);
+  if (!o)
+    return;
+  if (cJSON_IsTrue(cJSON_GetObjectItem(o, "chaos_fired")))
+    s->chaos_done = 1;
+  cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "nodes")) {
+    cJSON *n = cJSON_GetObjectItem(it, "node"), *r = cJSON_GetObjectItem(it, "reason");
+    cJSON *k = cJSON_GetObjectItem(it, "failures");
+    if (!cJSON_IsNumber(n) || n->valueint < 0 || n->valueint >= s->nnodes)
+      continue;
+    sup_node *nd = &s->nodes[n->valueint];
+    if (nd->role != SUP_ROLE_QUARANTINED)
+      continue; /* taken out of quarantine (--unquarantine): a clean slate */
+    if (cJSON_IsString(r))
+      snprintf(nd->why, sizeof nd->why, "%s", r->valuestring);
+    if (cJSON_IsNumber(k))
+      nd->nfailures = k->valueint;
+  }
+  cJSON_Delete(o);
+}
+
+
+/* Takes node n out of the pool, saying why (node_quarantined). */
+/* ---- Slurm drains ----------------------------------------------------------
+ *
+ * A node quarantined under the slurm launcher (recovery.drain: true) is
+ * drained, so no later job lands on it either:
+ *   scontrol update nodename=HOST state=drain reason="ftsup: WHY at step S, run R"
+ * Only node faults quarantine (storage, configuration, loss faults and the
+ * supervisor's own isolation never do), so only they drain. scontrol runs as
+ * a child of the loop, never waited for in place: its end is reaped with the
+ * workers' (on_sigchld) and told as node_drained {node, host, reason} or
+ * drain_failed {node, host, reason, detail}. The run ends only after every
+ * drain it started ended. An operator undoes one with
+ *   scontrol update nodename=HOST state=resume */
+
+static void drain_event(sup *s, const struct sup_drain *d, int status) {
+  const char *host = sup_node_host(s, d->node);
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", d->node);
+  cJSON_AddStringToObject(f, "host", host);
+  cJSON_AddStringToObject(f, "reason", d->reason);
+  if (status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    sup_events_emit(s->ev, "node_drained", f, "node %d: Slurm node %s drained (%s)", d->node, host,
+                    d->reason);
+    return;
+  }
+  char detail[600], path[4200], line[480] = "";
+  snprintf(path, sizeof path, "%s/logs/drain.node%d.log", s->state_dir, d->node);
+  FILE *lf = fopen(path, "r");
+  if (lf) {
+    char buf[480];
+    while (fgets(buf, sizeof buf, lf))
+      if (buf[0] != '\n')
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(buf, "\n"), buf);
+    fclose(lf);
+  }
+  if (status < 0)
+    snprintf(detail, sizeof detail, "%s", ft_err_detail());
+  else if (WIFEXITED(status))
+    snprintf(detail, sizeof detail, "scontrol exit code %d%s%s", WEXITSTATUS(status),
+             line[0] ? ": " : "", line);
+  else
+    snprintf(detail, sizeof detail, "scontrol signal %d",
+             WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  cJSON_AddStringToObject(f, "detail", detail);
+  sup_events_emit(s->ev, "drain_failed", f, "node %d: Slurm node %s not drained: %s", d->node, host,
+                  detail);
+}
+
+/* ---- Slurm drains ----------------------------------------------------------
+ *
+ * A node quarantined under the slurm launcher (recovery.drain: true) is
+ * drained, so no later job lands on it either:
+ *   scontrol update nodename=HOST state=drain reason="ftsup: WHY at step S, run R"
+ * Only node faults quarantine (storage, configuration, loss faults and the
+ * supervisor's own isolation never do), so only they drain. scontrol runs as
+ * a child of the loop, never waited for in place: its end is reaped with the
+ * workers' (on_sigchld) and told as node_drained {node, host, reason} or
+ * drain_failed {node, host, reason, detail}. The run ends only after every
+ * drain it started ended. An operator undoes one with
+ *   scontrol update nodename=HOST state=resume */
+
+
+static void drain_start(sup *s, int n) {
+  struct sup_drain d = {.node = n};
+  char arg_node[200], arg_reason[320], log[4200];
+  /* one line of at most ~250 characters in sinfo -R */
+  snprintf(d.reason, sizeof d.reason, "ftsup: %.160s at step %" PRId64 ", run %.48s",
+           s->nodes[n].why, s->last_step, s->rf.run);
+  for (char *c = d.reason; *c; c++)
+    if (*c == '\n' || *c == '\r')
+      *c = ' ';
+  snprintf(arg_node, sizeof arg_node, "nodename=%s", s->rf.nodes.hosts[n]);
+  snprintf(arg_reason, sizeof arg_reason, "reason=%s", d.reason);
+  snprintf(log, sizeof log, "%s/logs/drain.node%d.log", s->state_dir, n);
+  char *argv[] = {"scontrol", "update", arg_node, "state=drain", arg_reason, NULL};
+  if (s->ndrains == SUP_MAX_DRAINS) {
+    ft_err_set(FT_EINVAL, "%d drains already running", SUP_MAX_DRAINS);
+    drain_event(s, &d, -1);
+    return;
+  }
+  sup_spawn sp = {.argv = argv, .log_path = log};
+  if (sup_launch_spawn(&sp, &d.pid)) {
+    drain_event(s, &d, -1);
+    return;
+  }
+  s->drains[s->ndrains++] = d;
+}
+
+
+/* pid was a drain's scontrol: tells how it went. 0 if it was not one. */
+int sup_drain_reaped(sup *s, pid_t pid, int status) {
+  for (int i = 0; i < s->ndrains; i++)
+    if (s->drains[i].pid == pid) {
+      struct sup_drain d = s->drains[i];
+      s->drains[i] = s->drains[--s->ndrains];
+      drain_event(s, &d, status);
+      return 1;
+    }
+  return 0;
+}
+
+
+void sup_quarantine(sup *s, int n) {
+  sup_node *nd = &s->nodes[n];
+  nd->role = SUP_ROLE_QUARANTINED;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  if (sup_node_host(s, n))
+    cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
+  cJSON_AddStringToObject(f, "reason", nd->why);
+  cJSON_AddNumberToObject(f, "failures", nd->nfailures);
+  sup_events_emit(s->ev, "node_quarantined", f, "node %d is not used again in this run: %s", n,
+                  nd->why);
+  if (s->slurm_launcher && !strcmp(s->rf.recovery.drain, "true"))
+    drain_start(s, n);
+}
+
+
+/* The log files of the queued launches, created on a thread ahead of them
+ * (sup_logprep_start); without it (out of memory) each launch creates its
+ * own. */
+void sup_prepare_logs(sup *s) {
+  int per = s->node_step ? 1 : s->G, n = s->nlaunch_q * per, k = 0;
+  char **paths = n ? calloc((size_t)n, sizeof *paths) : NULL;
+  if (!paths)
+    return;
+  for (int i = 0; i < s->nlaunch_q; i++)
+    for (int j = 0; j < per; j++, k++) {
+      char log[4200];
+      sup_node_log_path(s, s->launch_q[i], j, log, sizeof log);
+      if (!(paths[k] = strdup(log))) { /* all or none: launch i waits for path i */
+        while (k--)
+          free(paths[k]);
+        free(paths);
+        return;
+      }
+    }
+  sup_logprep_stop(s->logprep);
+  s->logprep = NULL;
+  (void)sup_logprep_start(paths, n, &s->logprep); /* failing: each launch creates its own */
+}
+
+
+/* ---- detection ------------------------------------------------------------- */
+
+sup_worker *sup_worker_by_pid(sup *s, pid_t pid) {
+  for (int n = 0; n < s->nnodes; n++)
+    for (int j = 0; j < s->G; j++)
+      if (s->nodes[n].w[j].alive && s->nodes[n].w[j].pid == pid)
+        return &s->nodes[n].w[j];
+  return NULL;
+}
+
+
+/* ---- configuration and data errors ------------------------------------------
+ *
+ * A worker that exits FT_EXIT_USAGE or FT_EXIT_DATA before its gang trains
+ * may see a problem of the run (a bad run file, a data glob that matches
+ * nothing) or of its node (a bad local disk). Every gang worker failing the
+ * same way within one heartbeat timeout is the run's: it fails at once with
+ * the workers' own message (their FAULT detail, else the last line of the
+ * first one's log), cause "config"/"data", nobody quarantined, no spare
+ * spent. Otherwise, or once the gang trains, it is that node's failure,
+ * counted like any other (invariant 6). */
+
+/* The last non-empty line of a worker's log, into out. */
+void sup_log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
+  char path[4200], line[512];
+  sup_node_log_path(s, w->node, w->slot, path, sizeof path); /* node_step: slots labelled */
+  out[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  if (fseek(f, -4096, SEEK_END))
+    rewind(f);
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\r\n")] = 0;
+    if (line[0])
+      snprintf(out, n, "%.*s", (int)(n - 1), line);
+  }
+  fclose(f);
+}
+
+
+/* 1 if a signal that kills (SIGKILL) is pending for pid: it is dying. */
+int sup_kill_pending(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 0;
+  int pending = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long mask;
+    if ((sscanf(line, "SigPnd: %llx", &mask) == 1 || sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+        (mask & (1ull << (SIGKILL - 1))))
+      pending = 1;
+  }
+  fclose(f);
+  return pending;
+}
+
+
+/* ---- bounded teardown ---------------------------------------------------------
+ *
+ * A round plans only once every process of the old gang is reaped or out of
+ * its generation in process (sup_rec_check_stopped), and the run ends only once
+ * every process is reaped (sup_rec_maybe_finished). Two things could hold either
+ * for ever; neither may:
+ *
+ *  - A survivor asked to rejoin in process whose own training thread is
+ *    hung. The grace does not kill it (it was asked to stay), and its
+ *    deadline, recovery.rejoin_timeout_s, is made for a slow but healthy
+ *    survivor (a checkpoint in flight to release first). What tells the two
+ *    apart is its heartbeats' progress record: a survivor that leaves moves
+ *    (its collective aborts, it frees its comm: progress_generation), a hung
+ *    one does not. A grace after its STOP(rejoin), a worker in a phase that
+ *    leaves within moments (phase_leaves_promptly: compute, data, a
+ *    collective, the optimizer) whose progress has not changed since the
+ *    request (a heartbeat that came after the grace says so), or one that
+ *    sent no frame for 2 heartbeat intervals, is hung (sup_rec_rejoin_hung): its
+ *    node falls back to a process restart and is SIGKILLed at once, as the
+ *    others were at their grace (under Slurm the fallback's SIGTERM is
+ *    srun's kill, and the grace's SIGKILL follows). A survivor waiting for
+ *    the store, validating, restoring or in a rendezvous keeps its deadline.
+ *
+ *  - A process SIGKILLed and never reaped: one of its threads sleeps
+ *    uninterruptibly (D state: a write to a dead NFS mount or a frozen file
+ *    system, a wedged driver), and the kernel acts on the SIGKILL only when
+ *    that sleep ends, which may be never. A worker of a node we SIGKILLed
+ *    that is seen with a thread in D at every look for SUP_UNKILLABLE_S is
+ *    given up (sup_rec_give_up): event worker_unkillable (node, slot, pid, the
+ *    thread's state and wchan), it stops being a worker of its node (so
+ *    the round and the run's end no longer wait for it, and it cannot count
+ *    in a new generation), it is kept in s->unkillable and reaped
+ *    (sup_unkillable_reaped) whenever its I/O ends, and its node is lost: a
+ *    node fault (node_lost), quarantined, a spare in its place; unless a
+ *    worker of another node is in D too (sup_dstate_elsewhere): a common cause
+ *    (a shared file system), nobody blamed, the node restarts in place. At the
+ *    run's end the ones still there are named (unkillable_left) and left
+ *    to init.
+ *
+ * One timer looks at both (s->teardown, every SUP_TEARDOWN_CHECK_S), armed
+ * by the grace and by every SIGKILL we send, and stopping itself when
+ * nothing is left to look at. It reads only /proc (the kernel's view of
+ * the process, never blocked by the process's own I/O), never waits. */
+
+/* Reads at most n - 1 bytes of a small file, NUL-terminated, the trailing
+ * newline dropped. Returns the length, -1 if it cannot be read. */
+static int read_small(const char *path, char *buf, size_t n) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  ssize_t k = read(fd, buf, n - 1);
+  close(fd);
+  if (k < 0)
+    return -1;
+  buf[k] = 0;
+  if (k > 0 && buf[k - 1] == '\n')
+    buf[--k] = 0;
+  return (int)k;
+}
+
+
+/* 1 if a thread of process pid is in uninterruptible sleep (state D); the
+ * kernel function it sleeps in into wchan ("" where the kernel hides it).
+ * Every thread is read: once SIGKILL is pending the others exit and the
+ * leader shows Z (zombie) while the process cannot be reaped. */
+int sup_proc_dstate(pid_t pid, char *wchan, size_t n) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d)
+    return 0;
+  int found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) {
+    int tid = atoi(e->d_name);
+    if (tid <= 0)
+      continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, tid);
+    /* "tid (comm) S ...": comm may hold spaces and ')', the state follows the last ')' */
+    char *rp = read_small(path, buf, sizeof buf) > 0 ? strrchr(buf, ')') : NULL;
+    if (!rp || rp[1] != ' ' || rp[2] != 'D')
+      continue;
+    found = 1;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/wchan", (int)pid, tid);
+    if (read_small(path, wchan, n) <= 0 || !strcmp(wchan, "0"))
+      wchan[0] = 0;
+  }
+  closedir(d);
+  return found;
+}
+
+
+/* 1 if a worker of another node than n is in D state too: now (killed or
+ * not: /proc says), or given up in this round. Then the cause is common to
+ * the nodes (a shared file system frozen or dead, the store's), not n's
+ * own. Read only when a worker is given up (rare): one /proc look per
+ * live worker. */
+int sup_dstate_elsewhere(const sup *s, int n) {
+  char wchan[128];
+  for (int m = 0; m < s->nnodes; m++)
+    for (int j = 0; m != n && j < s->G; j++) {
+      const sup_worker *x = &s->nodes[m].w[j];
+      if (x->alive && x->pid > 0 && (x->dstate_s > 0 || sup_proc_dstate(x->pid, wchan, sizeof wchan)))
+        return 1;
+    }
+  for (int i = 0; i < s->nunkillable; i++)
+    if (s->unkillable[i].node != n && s->unkillable[i].gen == s->gen)
+      return 1;
+  return 0;
+}
+
+
+/* pid was given up as unkillable: its I/O ended at last. 0 if it was not one. */
+int sup_unkillable_reaped(sup *s, pid_t pid, int status) {
+  for (int i = 0; i < s->nunkillable; i++) {
+    if (s->unkillable[i].pid != pid)
+      continue;
+    struct sup_unkillable u = s->unkillable[i];
+    s->unkillable[i] = s->unkillable[--s->nunkillable];
+    double after = ft_now_s() - u.since_s;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "node", u.node);
+    cJSON_AddNumberToObject(f, "slot", u.slot);
+    cJSON_AddNumberToObject(f, "pid", pid);
+    cJSON_AddNumberToObject(f, "signal", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    cJSON_AddNumberToObject(f, "exit_code", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    cJSON_AddNumberToObject(f, "seconds", round(after * 10) / 10);
+    sup_events_emit(s->ev, "unkillable_reaped", f,
+                    "node %d slot %d: pid %d, given up as unkillable, ended %.1f s later", u.node,
+                    u.slot, (int)pid, after);
+    return 1;
+  }
+  return 0;
+}
+
+
+int sup_gang_trains(const sup *s) {
+  return s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED);
+}
