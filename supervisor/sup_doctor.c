@@ -44,18 +44,18 @@ static int out_of_pool(const sup *s, int n) {
 
 /* the platform's reference hash, or NULL */
 static const char *reference(const sup *s, const char *plat) {
-  for (int i = 0; i < s->ndoctor_refs; i++)
-    if (!strcmp(s->doctor_refs[i].plat, plat))
-      return s->doctor_refs[i].hash;
+  for (int i = 0; i < s->doctor.nrefs; i++)
+    if (!strcmp(s->doctor.refs[i].plat, plat))
+      return s->doctor.refs[i].hash;
   return NULL;
 }
 
 static void set_reference(sup *s, const char *plat, const char *hash, int nodes) {
-  if (s->ndoctor_refs == SUP_DOCTOR_MAX_PLATFORMS)
+  if (s->doctor.nrefs == SUP_DOCTOR_MAX_PLATFORMS)
     return; /* more platforms than that: each judged among its reports only */
-  snprintf(s->doctor_refs[s->ndoctor_refs].plat, sizeof s->doctor_refs[0].plat, "%s", plat);
-  snprintf(s->doctor_refs[s->ndoctor_refs].hash, sizeof s->doctor_refs[0].hash, "%s", hash);
-  s->ndoctor_refs++;
+  snprintf(s->doctor.refs[s->doctor.nrefs].plat, sizeof s->doctor.refs[0].plat, "%s", plat);
+  snprintf(s->doctor.refs[s->doctor.nrefs].hash, sizeof s->doctor.refs[0].hash, "%s", hash);
+  s->doctor.nrefs++;
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "platform", plat);
   cJSON_AddStringToObject(f, "hash", hash);
@@ -450,11 +450,11 @@ void sup_doctor_tick(sup *s, double now) {
   double every = s->rf.doctor.spare_every_s;
   if (!doctor_on(s) || every <= 0 || s->state >= SUP_FINISHING)
     return;
-  if (!s->doctor_next_s)
-    s->doctor_next_s = now + every;
-  if (now < s->doctor_next_s)
+  if (!s->doctor.next_s)
+    s->doctor.next_s = now + every;
+  if (now < s->doctor.next_s)
     return;
-  s->doctor_next_s = now + every;
+  s->doctor.next_s = now + every;
   sup_doctor_ask(s, 0, "doctor.spare_every_s");
 }
 

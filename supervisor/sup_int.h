@@ -57,10 +57,10 @@
 #include "sup_history.h"
 #include "sup_gang.h"
 #include "sup_kv.h"
+#include "sup_doctor.h"
 #include "sup_rollback.h"
-#include "wd_loss.h"
-#include "wd_progress.h"
-#include "wd_straggler.h"
+#include "sup_seal.h"
+#include "sup_watch.h"
 
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -172,7 +172,6 @@ enum sup_doctor {
   SUP_DOCTOR_CLEARED = 2, /* may join a gang */
   SUP_DOCTOR_REFUSED = 3, /* the node is refused */
 };
-#define SUP_DOCTOR_MAX_PLATFORMS 16
 
 typedef struct sup_node {
   int role;   /* enum sup_role */
@@ -203,16 +202,7 @@ typedef struct sup_node {
   sup_failures hashfails; /* restores whose chunks failed their hash on it */
 } sup_node;
 
-/* Restore fallback (sup_watch.c, on_restore_corrupt). A chunk of the
- * checkpoint being restored that fails its hash from every source marks
- * that checkpoint BAD and the next generation restores the next older one;
- * at most SUP_MAX_FALLBACKS checkpoints between two generations that train
- * (then the run fails, naming them: something is wrong with the store, not
- * with one checkpoint). A node that reports failed hashes on
- * SUP_HASHFAIL_SUSPECT restores within recovery.node_failure_window_s is
- * the suspect (its memory or disk) rather than the store: quarantined, and
- * the checkpoint it could not read is tried again on the spare. */
-#define SUP_MAX_FALLBACKS 3
+/* The restore fallback's suspect node: sup_watch.h. */
 #define SUP_HASHFAIL_SUSPECT 3
 
 /* A warm spare whose worker exits FT_EXIT_LOST (it heard nothing from the
@@ -304,25 +294,6 @@ typedef struct sup_pending_ckpt {
   uint64_t logical, stored, new_bytes, run_logical, run_stored;
 } sup_pending_ckpt;
 
-/* One accepted (step, loss) of rank 0, to rebuild the loss window. */
-typedef struct sup_loss_pt {
-  int64_t step;
-  double loss;
-} sup_loss_pt;
-
-/* Recent step durations the progress watchdog's auto deadline is derived
- * from (sup_watch.c). */
-#define SUP_PROG_STEPS 32
-
-/* Per-rank step times of one step, until every rank has reported it. */
-#define SUP_STEPTIME_SLOTS 8
-typedef struct sup_steptime {
-  int64_t step; /* -1: free */
-  int nhave;
-  double *ms; /* [world]; NaN: not yet */
-  unsigned char *have;
-} sup_steptime;
-
 /* The few calls that must go up a layer, as function pointers sup_main.c
  * wires (wire_hooks) before anything runs: what the recovery tells the
  * detectors above it, and the record lane's answer, which the low layer
@@ -338,10 +309,14 @@ typedef struct sup_hooks {
   void (*recorded)(struct sup *s, uint64_t seq);
 } sup_hooks;
 
+/* The supervisor. Each group of fields says its owner: the one module that
+ * writes them (the others may read, where said). The module states behind
+ * their own headers (seal, watch, doctor) are written by their module
+ * alone but where their header says otherwise. */
 typedef struct sup {
-  /* configuration */
+  /* ---- the run's facts: sup_main.c sets them at start; read everywhere */
   ft_runfile rf;
-  char runfile_path[4096];
+  char runfile_path[4096]; /* the sealed copy, DIR/run.yaml (sup_seal.c sets it) */
   char state_dir[4096];
   char store_uri[4096];
   char worker_path[4096];
@@ -357,10 +332,11 @@ typedef struct sup {
   int node_step;        /* one process per node stands for all its slots
                            (its workers carry no --slot from us): the slurm
                            launcher's srun, or a command naming {slots} */
+  int64_t final_step;   /* train.steps */
+  double t_start_s;     /* ft_now_s at start */
+  sup_hooks hooks;      /* the calls up a layer (sup_hooks; wire_hooks) */
 
-  sup_hooks hooks; /* sup_main.c wires them; see sup_hooks */
-
-  /* resources */
+  /* ---- resources: sup_main.c creates and frees them; the modules use them */
   struct event_base *base;
   struct evconnlistener *lis;
   int port;
@@ -368,153 +344,98 @@ typedef struct sup {
   char token[FT_WIRE_TOKEN_HEX + 1];
   ckpt_store *store;
   sup_events *ev;
-  sup_kv *kv;
+  sup_kv *kv;                  /* the rendezvous store (sup_run.c serves it) */
+  sup_history *hist;           /* STATE/history.bin (sup_history.h); NULL: none */
+  struct sup_http *http;       /* the operator's HTTP port (sup_http.c); NULL: off */
+  struct sup_commitq *commitq; /* commits, records and GC off the loop (sup_commitq.c) */
+  struct sup_shardq *shardq;   /* SHARD_SAVED parsed off the loop (sup_shardq.c) */
+  struct sup_logprep *logprep; /* the first launch's log files, created ahead (sup_launch.h) */
+  /* timers and signals; their callbacks are sup_timers.c's (launch_ev:
+   * sup_recovery.c's) */
   struct event *tick, *grace, *waitpoll, *rejoin_timer, *coll_timer;
   struct event *teardown;      /* after a grace or a SIGKILL: rejoiners that do not
                                   move, processes that cannot be reaped */
   struct event *deadline_tick; /* the tick again when a silence reaches its limit */
-  /* nodes to launch, a slice per loop turn (sup_recovery.c, launch_more):
-   * launch_q[launch_qi..nlaunch_q) */
   struct event *launch_ev;
-  int launch_q[SUP_MAX_NODES], nlaunch_q, launch_qi;
-  int ready_cursor; /* gang_ready's first worker not found ready yet */
-  /* in process: a collective failure nobody's silence explains yet
-   * (sup_recovery_collective_failed) */
-  struct {
-    uint64_t gen;
-    int node, slot;
-    pid_t pid;
-    char detail[256];
-  } coll;
   struct event *sig_chld, *sig_int, *sig_term;
 
-  /* the pool and the gang */
+  /* ---- the pool and the gang: sup_recovery.c's (the plan, launches,
+   * roles); sup_run.c writes each worker's connection, HELLO and progress,
+   * sup_doctor.c its verdict, sup_nodes.c its launch; read everywhere */
   sup_node *nodes;
   int gang[SUP_MAX_NODES];
   int ngang;
 
-  /* run state */
+  /* ---- the run state: sup_recovery.c's; read everywhere */
   sup_state state;
   sup_rphase rphase;
   uint64_t gen;
   int restarts;
-  int rejoined_nodes; /* nodes of this round's gang that rejoined in process */
   int exit_code;
   char fail_reason[512];
-  double t_start_s;  /* ft_now_s at start */
-  int64_t last_step; /* last step rank 0 reported in this process */
-  double last_loss, last_tps, last_step_ms, last_val_loss;
-  double last_step_at_s; /* ft_now_s of rank 0's last STEP; 0: none yet */
-  uint64_t gen_filed;    /* the generation floor DIR/generation holds (sup_seal.c;
-                            the record lane's once the loop runs) */
-  /* the run file's snapshot, sealed at start (sup_seal.c): its SHA-256 (""
-   * none), its config JSON (malloc'd), and what an accepted change changed */
-  char runfile_sha256[65];
-  char *runfile_config;
-  char seal_accepted[1024];
-  sup_history *hist;     /* STATE/history.bin (sup_history.h); NULL: none */
-  int hist_failed;       /* its write failure was reported */
-  struct sup_http *http; /* the operator's HTTP port (sup_http.c); NULL: off */
-  /* the terminal's progress line (sup_run.c): the pace since a mark */
-  double pace_t, pace_rate, progress_next_s;
-  int64_t pace_step;
-  int64_t restore_step;                      /* of the current generation */
-  int nfallbacks;                            /* checkpoints marked BAD by restores since the
-                                                last generation that trained */
-  int64_t fallback_steps[SUP_MAX_FALLBACKS]; /* which (oldest first) */
-  uint64_t fallback_gen;                     /* the generation that marked the last one */
-  int chaos_done;
-  int64_t newest_committed; /* the newest checkpoint this process saw committed; -1: none */
-  int64_t final_step;       /* train.steps */
-  sup_pending_ckpt *pending;
-  struct sup_commitq *commitq; /* commits and GC off the loop (sup_commitq.c) */
-  struct sup_logprep *logprep; /* the first launch's log files, created ahead (sup_launch.h) */
-  double gc_swept_at;          /* when the retention GC last swept (ft_now_s;
-                                  0: never; the commit thread's alone) */
-  char gc_failed[1024];        /* the reason of the last gc_failed event; ""
-                                  none since a GC that succeeded (sup_run.c) */
-  /* the record lane (sup_record_push): records are numbered as queued, and
-   * answered (written, or failed) in that order */
+  int64_t restore_step; /* of the current generation */
+  int chaos_done;       /* the chaos kill fired (sup_run.c sets it; persisted) */
+  /* loss faults and rollbacks (persisted with the run state) */
+  ft_wire_range skips[FT_WIRE_MAX_SKIPS]; /* batch ranges never trained on */
+  int nskips;
+  /* the record lane (sup_act.c numbers and answers records, sup_record_push):
+   * numbered as queued, answered (written, or failed) in that order */
   uint64_t rec_queued, rec_done;
   uint64_t rec_wait, rec_wait_gen; /* RECORDING: the record the round waits
                                       for, and the generation it records */
   uint64_t gen_rec;                /* the record of s->gen: no message carries
                                       s->gen before rec_done reaches it */
   uint64_t gen_recorded;           /* the newest generation whose record was
-                                      answered (what COMMITTED to spares carries) */
-  struct sup_shardq *shardq;       /* SHARD_SAVED parsed off the loop (sup_shardq.c) */
+                                      answered (what COMMITTED to spares
+                                      carries; sup_act.c's) */
 
-  /* loss faults and rollbacks (sup_watch.c, sup_recovery.c) */
-  ft_wire_range skips[FT_WIRE_MAX_SKIPS]; /* batch ranges never trained on; persisted */
-  int nskips;
-  int on_spike;          /* enum sup_on_spike */
-  wd_loss *loss;         /* rank 0's losses of the current timeline */
-  sup_loss_pt *losshist; /* accepted values, ascending steps */
-  size_t nloss, caploss;
-  int64_t loss_fed; /* the last step fed to s->loss */
-  sup_rollback_good good;
-  wd_straggler *strag; /* NULL when world < 2 */
-  sup_steptime steptime[SUP_STEPTIME_SLOTS];
-  int steptime_world;
-  wd_straggler *linkstrag; /* slow links: per gang node round trips; NULL: off */
-  double link_next_s;      /* the next judgement of the links */
-  int64_t link_round;
-  /* the progress watchdog (sup_watch.c, sup_watch_progress): its config
-   * (watchdog.progress_timeout_s), the recent step durations in seconds (a
-   * ring of rank 0's STEP intervals), the own stall last seen (a tick that
-   * finds a new one does not judge), and the detector's input (grown) */
-  wd_progress_cfg prog_cfg;
-  double prog_step_s[SUP_PROG_STEPS];
-  int prog_nsteps, prog_stepi;
-  uint64_t prog_last_gen; /* rank 0's last STEP: its generation, step, arrival */
-  int64_t prog_last_step;
-  double prog_last_at;
-  double prog_stall_seen;
-  wd_prog_rank *prog_ranks;
-  int prog_cap;
-
-  /* waiting on storage (sup_recovery.c, storage_wait): a storage hang
-   * (every rank stuck in a data read or a checkpoint write) is not
-   * restarted into at once: the plan waits watchdog.storage_backoff_s,
-   * doubled for each consecutive one (storage_hangs, reset by a step past
-   * storage_hang_step, where the last one stalled), at most
-   * SUP_STORAGE_WAIT_MAX_S */
+  /* ---- the recovery in progress: sup_recovery.c's (sup_timers.c drives
+   * it; sup_http.c reads the storage wait for /status) */
+  double t_detect_s, t_stopped_s;
+  int64_t fault_last_step;
+  int rejoined_nodes; /* nodes of this round's gang that rejoined in process */
+  /* nodes to launch, a slice per loop turn (launch_more):
+   * launch_q[launch_qi..nlaunch_q) */
+  int launch_q[SUP_MAX_NODES], nlaunch_q, launch_qi;
+  int ready_cursor; /* gang_ready's first worker not found ready yet */
+  /* in process: a collective failure nobody's silence explains yet
+   * (sup_recovery_collective_failed; sup_timers.c's coll timer judges it) */
+  struct {
+    uint64_t gen;
+    int node, slot;
+    pid_t pid;
+    char detail[256];
+  } coll;
+  /* waiting on storage (storage_wait): a storage hang (every rank stuck in
+   * a data read or a checkpoint write) is not restarted into at once: the
+   * plan waits watchdog.storage_backoff_s, doubled for each consecutive one
+   * (storage_hangs, reset by a step past storage_hang_step, where the last
+   * one stalled), at most SUP_STORAGE_WAIT_MAX_S */
   int storage_hangs;
   int64_t storage_hang_step;
   double storage_wait_s;       /* this round's wait; 0: none */
   double storage_wait_until_s; /* its end (ft_now_s) once started; 0: not started */
-
-  /* the recovery in progress */
-  double t_detect_s, t_stopped_s;
-  int64_t fault_last_step;
-  int interrupted; /* SIGINT/SIGTERM seen */
-
-  /* the supervisor's own stalls (its loop did not run: a long callback,
-   * SIGSTOP, a monotonic clock jump). Silence of a worker that overlaps
-   * such a stall is never blamed on the worker. */
-  double stall_end_s; /* ft_now_s when the last own stall ended; 0: none */
   /* ft_now_s when every worker was last found silent at once (the
-   * supervisor's own isolation, sup_recovery.c isolated()); 0: never */
+   * supervisor's own isolation, sup_rec_isolated); 0: never */
   double isolated_s;
-
   /* a gang worker exited with a configuration or data error before the
    * gang trained: the verdict (every worker alike: the run fails; else the
-   * node's failure) falls by this time (sup_recovery.c); 0: none pending */
+   * node's failure) falls by this time; 0: none pending */
   double cfg_deadline_s;
-  uint64_t trained_gen; /* the last generation that reported a STEP (sup_watch.c) */
 
-  /* Slurm drains in flight: `scontrol update ... state=drain` processes
-   * (sup_recovery.c), reaped like workers; the run ends after them */
+  /* ---- processes beside the workers: sup_nodes.c's (sup_recovery.c adds
+   * the unkillable) */
+  /* Slurm drains in flight: `scontrol update ... state=drain` processes,
+   * reaped like workers; the run ends after them */
   struct sup_drain {
     pid_t pid;
     int node;
     char reason[300];
   } drains[SUP_MAX_DRAINS];
   int ndrains;
-
-  /* processes given up as unkillable (sup_recovery.c, worker_unkillable):
-   * no longer their node's workers, reaped with an event whenever their
-   * I/O ends; the run does not wait for them */
+  /* processes given up as unkillable (worker_unkillable): no longer their
+   * node's workers, reaped with an event whenever their I/O ends; the run
+   * does not wait for them */
   struct sup_unkillable {
     pid_t pid;
     int node, slot;
@@ -523,13 +444,34 @@ typedef struct sup {
   } unkillable[SUP_MAX_UNKILLABLE];
   int nunkillable;
 
-  /* the node doctor's compute reference per platform (sup_doctor.c) */
-  struct {
-    char plat[200];
-    char hash[65];
-  } doctor_refs[SUP_DOCTOR_MAX_PLATFORMS];
-  int ndoctor_refs;
-  double doctor_next_s; /* when idle spares are asked to check again (0: not yet set) */
+  /* ---- the worker messages' view of training: sup_run.c's (sup_http.c
+   * reads them for /metrics; the recovery reads last_step, last_step_at_s) */
+  int64_t last_step; /* last step rank 0 reported in this process */
+  double last_loss, last_tps, last_step_ms, last_val_loss;
+  double last_step_at_s;     /* ft_now_s of rank 0's last STEP; 0: none yet */
+  int64_t newest_committed;  /* the newest checkpoint this process saw committed; -1: none */
+  sup_pending_ckpt *pending; /* checkpoints still collecting SHARD_SAVED */
+  /* the terminal's progress line: the pace since a mark */
+  double pace_t, pace_rate, progress_next_s;
+  int64_t pace_step;
+  double gc_swept_at;   /* when the retention GC last swept (ft_now_s;
+                           0: never; the commit thread's alone) */
+  char gc_failed[1024]; /* the reason of the last gc_failed event; ""
+                           none since a GC that succeeded */
+
+  /* ---- sup_timers.c's */
+  int interrupted; /* SIGINT/SIGTERM seen */
+  int hist_failed; /* the history's write failure was reported */
+
+  /* ---- sup_stall.c's: the supervisor's own stalls (its loop did not run:
+   * a long callback, SIGSTOP, a monotonic clock jump). Silence of a worker
+   * that overlaps such a stall is never blamed on the worker. */
+  double stall_end_s; /* ft_now_s when the last own stall ended; 0: none */
+
+  /* ---- module states behind their own headers */
+  sup_seal_state seal;     /* sup_seal.h: the run file's seal, the generation floor */
+  sup_watch_state watch;   /* sup_watch.h: the watchdog's detectors */
+  sup_doctor_state doctor; /* sup_doctor.h: the node doctor's references */
 } sup;
 
 enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };
@@ -619,10 +561,10 @@ int sup_seal_snapshot(sup *s, const char *runfile, int accept);
 int sup_seal_check(sup *s, char *why, size_t whylen);
 void sup_seal_release(sup *s);
 /* DIR/generation: the highest generation persisted (0: none; FT_EFORMAT
- * naming the file when it holds no number). Also sets s->gen_filed. */
+ * naming the file when it holds no number). Also sets s->seal.gen_filed. */
 int sup_gen_floor_read(sup *s, uint64_t *gen);
 /* Writes gen there if it grew (written whole, renamed in); sup_persist. Its
- * s->gen_filed is the record lane's once the loop runs. */
+ * s->seal.gen_filed is the record lane's once the loop runs. */
 int sup_gen_floor_write(sup *s, uint64_t gen);
 
 /* ---- sup_ckpt_events.c -------------------------------------------------- */

@@ -1313,7 +1313,7 @@ static int run(main_ctx *m) {
   if (!strncmp(s->store_uri, "s3://", 5))
     cJSON_AddStringToObject(f, "s3_cache", getenv("FT_S3_CACHE"));
   cJSON_AddStringToObject(f, "runfile", s->runfile_path);
-  cJSON_AddStringToObject(f, "runfile_sha256", s->runfile_sha256);
+  cJSON_AddStringToObject(f, "runfile_sha256", s->seal.sha256);
   cJSON_AddNumberToObject(f, "pid", getpid());
   cJSON_AddNumberToObject(f, "port", s->port);
   cJSON_AddStringToObject(f, "listen", m->listen);
@@ -1328,14 +1328,14 @@ static int run(main_ctx *m) {
                   s->rf.run, s->gen, s->N, s->G, s->S, s->store_uri, m->store_from, s->port,
                   m->listen, m->advertise, sup_http_addr(s) ? "; dashboard http://" : "",
                   sup_http_addr(s) ? sup_http_addr(s) : "", sup_http_addr(s) ? "/" : "");
-  if (s->seal_accepted[0]) {
+  if (s->seal.accepted[0]) {
     cJSON *a = cJSON_CreateObject();
     cJSON_AddStringToObject(a, "path", s->runfile_path);
-    cJSON_AddStringToObject(a, "sha256", s->runfile_sha256);
-    cJSON_AddStringToObject(a, "changed", s->seal_accepted);
+    cJSON_AddStringToObject(a, "sha256", s->seal.sha256);
+    cJSON_AddStringToObject(a, "changed", s->seal.accepted);
     sup_events_emit(s->ev, "runfile_change_accepted", a,
                     "--accept-runfile-change: the workers read the new run file (%s)",
-                    s->seal_accepted);
+                    s->seal.accepted);
   }
   if (sup_persist(s, "running")) {
     fprintf(stderr, "supervise: cannot persist the run state: %s\n", ft_err_detail());

@@ -31,14 +31,12 @@
 #include <time.h>
 #include <unistd.h>
 
-
 cJSON *sup_json_ints(const int *v, int n) {
   cJSON *a = cJSON_CreateArray();
   for (int i = 0; i < n; i++)
     cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
   return a;
 }
-
 
 /* Kernel threads per worker: nodes.threads when set. Otherwise, under the
  * local launcher, the machine's cores shared by the gang's workers (spares
@@ -54,7 +52,6 @@ static int local_threads(const sup *s) {
   int t = active > 0 ? (int)(cores / active) : 1;
   return t > 0 ? t : 1;
 }
-
 
 /* Starts node n's worker j (the slurm launcher: the node's whole job step,
  * every slot) as the launcher says; *pid: the process we wait for. */
@@ -119,7 +116,6 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
   return rc;
 }
 
-
 int sup_launch_node(sup *s, int n, const char *role) {
   sup_node *nd = &s->nodes[n];
   nd->pgid = 0;
@@ -182,7 +178,6 @@ int sup_launch_node(sup *s, int n, const char *role) {
   return FT_OK;
 }
 
-
 /* Workers only: a node's host stand-in is reaped with its last worker
  * (sup_rec_host_reap). */
 int sup_node_alive(const sup *s, int n) {
@@ -192,14 +187,12 @@ int sup_node_alive(const sup *s, int n) {
   return 0;
 }
 
-
 int sup_any_alive(const sup *s) {
   for (int n = 0; n < s->nnodes; n++)
     if (sup_node_alive(s, n))
       return 1;
   return 0;
 }
-
 
 /* The teardown's follow-up (on_teardown) looks again in SUP_TEARDOWN_CHECK_S. */
 void sup_teardown_arm(sup *s) {
@@ -209,7 +202,6 @@ void sup_teardown_arm(sup *s) {
   struct timeval tv = {(long)d, (long)((d - (double)(long)d) * 1e6)};
   evtimer_add(s->teardown, &tv);
 }
-
 
 void sup_signal_node(sup *s, int n, int sig) {
   sup_node *nd = &s->nodes[n];
@@ -242,7 +234,6 @@ void sup_signal_node(sup *s, int n, int sig) {
     if (nd->w[j].alive && nd->w[j].pid > 0)
       kill(nd->w[j].pid, sig);
 }
-
 
 /* ---- why nodes left, persisted ------------------------------------------------
  *
@@ -283,7 +274,6 @@ void sup_persist_notes(sup *s) {
  * when it left); chaos_fired: the run file's chaos fault already fired in
  * this run, so a resumed run does not inject it again. */
 
-
 /* A resumed run: why its quarantined nodes left, and whether the chaos
  * fault fired. Nothing persisted: nothing to do. */
 void sup_load_notes(sup *s) {
@@ -312,7 +302,6 @@ void sup_load_notes(sup *s) {
   }
   cJSON_Delete(o);
 }
-
 
 /* Takes node n out of the pool, saying why (node_quarantined). */
 /* ---- Slurm drains ----------------------------------------------------------
@@ -375,7 +364,6 @@ static void drain_event(sup *s, const struct sup_drain *d, int status) {
  * drain it started ended. An operator undoes one with
  *   scontrol update nodename=HOST state=resume */
 
-
 static void drain_start(sup *s, int n) {
   struct sup_drain d = {.node = n};
   char arg_node[200], arg_reason[320], log[4200];
@@ -402,7 +390,6 @@ static void drain_start(sup *s, int n) {
   s->drains[s->ndrains++] = d;
 }
 
-
 /* pid was a drain's scontrol: tells how it went. 0 if it was not one. */
 int sup_drain_reaped(sup *s, pid_t pid, int status) {
   for (int i = 0; i < s->ndrains; i++)
@@ -414,7 +401,6 @@ int sup_drain_reaped(sup *s, pid_t pid, int status) {
     }
   return 0;
 }
-
 
 void sup_quarantine(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
@@ -430,7 +416,6 @@ void sup_quarantine(sup *s, int n) {
   if (s->slurm_launcher && !strcmp(s->rf.recovery.drain, "true"))
     drain_start(s, n);
 }
-
 
 /* The log files of the queued launches, created on a thread ahead of them
  * (sup_logprep_start); without it (out of memory) each launch creates its
@@ -456,7 +441,6 @@ void sup_prepare_logs(sup *s) {
   (void)sup_logprep_start(paths, n, &s->logprep); /* failing: each launch creates its own */
 }
 
-
 /* ---- detection ------------------------------------------------------------- */
 
 sup_worker *sup_worker_by_pid(sup *s, pid_t pid) {
@@ -466,7 +450,6 @@ sup_worker *sup_worker_by_pid(sup *s, pid_t pid) {
         return &s->nodes[n].w[j];
   return NULL;
 }
-
 
 /* ---- configuration and data errors ------------------------------------------
  *
@@ -497,7 +480,6 @@ void sup_log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
   fclose(f);
 }
 
-
 /* 1 if a signal that kills (SIGKILL) is pending for pid: it is dying. */
 int sup_kill_pending(pid_t pid) {
   char path[64], line[256];
@@ -515,7 +497,6 @@ int sup_kill_pending(pid_t pid) {
   fclose(f);
   return pending;
 }
-
 
 /* ---- bounded teardown ---------------------------------------------------------
  *
@@ -577,7 +558,6 @@ static int read_small(const char *path, char *buf, size_t n) {
   return (int)k;
 }
 
-
 /* 1 if a thread of process pid is in uninterruptible sleep (state D); the
  * kernel function it sleeps in into wchan ("" where the kernel hides it).
  * Every thread is read: once SIGKILL is pending the others exit and the
@@ -608,7 +588,6 @@ int sup_proc_dstate(pid_t pid, char *wchan, size_t n) {
   return found;
 }
 
-
 /* 1 if a worker of another node than n is in D state too: now (killed or
  * not: /proc says), or given up in this round. Then the cause is common to
  * the nodes (a shared file system frozen or dead, the store's), not n's
@@ -619,7 +598,8 @@ int sup_dstate_elsewhere(const sup *s, int n) {
   for (int m = 0; m < s->nnodes; m++)
     for (int j = 0; m != n && j < s->G; j++) {
       const sup_worker *x = &s->nodes[m].w[j];
-      if (x->alive && x->pid > 0 && (x->dstate_s > 0 || sup_proc_dstate(x->pid, wchan, sizeof wchan)))
+      if (x->alive && x->pid > 0 &&
+          (x->dstate_s > 0 || sup_proc_dstate(x->pid, wchan, sizeof wchan)))
         return 1;
     }
   for (int i = 0; i < s->nunkillable; i++)
@@ -627,7 +607,6 @@ int sup_dstate_elsewhere(const sup *s, int n) {
       return 1;
   return 0;
 }
-
 
 /* pid was given up as unkillable: its I/O ended at last. 0 if it was not one. */
 int sup_unkillable_reaped(sup *s, pid_t pid, int status) {
@@ -651,7 +630,6 @@ int sup_unkillable_reaped(sup *s, pid_t pid, int status) {
   }
   return 0;
 }
-
 
 int sup_gang_trains(const sup *s) {
   return s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED);

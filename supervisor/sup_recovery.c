@@ -308,8 +308,9 @@ static void check_state(const sup *s) {
    * this gen, world = ngang*G, rank = position*G + slot */
   if (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)) {
     /* the step timing was sized for this gen's world (0: none kept) */
-    FT_ASSERT_INV(s->steptime_world == 0 || s->steptime_world == s->ngang * s->G,
-                  "step times for world %d, gang world %d", s->steptime_world, s->ngang * s->G);
+    FT_ASSERT_INV(s->watch.steptime_world == 0 || s->watch.steptime_world == s->ngang * s->G,
+                  "step times for world %d, gang world %d", s->watch.steptime_world,
+                  s->ngang * s->G);
     for (int p = 0; p < s->ngang; p++)
       for (int j = 0; j < s->G; j++) {
         const sup_worker *w = &s->nodes[s->gang[p]].w[j];
@@ -1228,7 +1229,7 @@ static void rollback_t(sup *s, int64_t first_step, sup_fault_kind kind, const ch
       return;
     }
   }
-  sup_rollback_good_fault(&s->good, first_step, 1, restore);
+  sup_rollback_good_fault(&s->watch.good, first_step, 1, restore);
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "spike_step", (double)first_step);
   cJSON_AddNumberToObject(f, "restore_step", (double)restore);
@@ -1254,9 +1255,9 @@ static int loss_fault_t(sup *s, int64_t spike_step, sup_fault_kind kind, const c
   /* only a gang that trains: RUNNING, or a new gen before its first STEP */
   if (!(s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)))
     return 0;
-  int mode = s->on_spike;
+  int mode = s->watch.on_spike;
   if (mode == SUP_SPIKE_WARN && !force) {
-    sup_rollback_good_fault(&s->good, spike_step, 0, -1);
+    sup_rollback_good_fault(&s->watch.good, spike_step, 0, -1);
     return 0;
   }
   if (mode == SUP_SPIKE_WARN)
@@ -1576,7 +1577,7 @@ static int allocation_gone(sup *s, const sup_worker *w) {
  * evicted before it), so the next generation restores the newest one in the
  * store rather than trying them one restart at a time. */
 static void drop_lost_memory(sup *s, const sup_worker *w, const char *detail) {
-  if (s->restore_step < 0 || s->trained_gen == s->gen)
+  if (s->restore_step < 0 || s->watch.trained_gen == s->gen)
     return;
   ckpt_info *v = NULL;
   size_t nv = 0;
@@ -1665,7 +1666,7 @@ void sup_rec_exit_status(sup *s, sup_worker *w, int status) {
   }
   if (code == 0 || ours)
     return; /* orderly (or ours: the fault that caused it is already known) */
-  if ((code == FT_EXIT_USAGE || code == FT_EXIT_DATA) && s->trained_gen != s->gen) {
+  if ((code == FT_EXIT_USAGE || code == FT_EXIT_DATA) && s->watch.trained_gen != s->gen) {
     /* before the gang trains: the run's error or this node's? */
     w->cfg_fail = code;
     if (!s->cfg_deadline_s)

@@ -254,7 +254,7 @@ int sup_seal_snapshot(sup *s, const char *runfile, int accept) {
   }
   rc = read_small(runfile, FT_RUNFILE_MAX_BYTES, &text, &len);
   if (rc == FT_OK)
-    rc = sha256_hex(text, len, s->runfile_sha256);
+    rc = sha256_hex(text, len, s->seal.sha256);
   if (rc) {
     fprintf(stderr, "supervise: cannot read the run file: %s\n", ft_err_detail());
     goto out;
@@ -270,8 +270,8 @@ int sup_seal_snapshot(sup *s, const char *runfile, int accept) {
     goto out;
   }
   rc = FT_OK;
-  s->seal_accepted[0] = 0;
-  if (sealed[0] && strcmp(sealed, s->runfile_sha256)) {
+  s->seal.accepted[0] = 0;
+  if (sealed[0] && strcmp(sealed, s->seal.sha256)) {
     describe_change(s, sealed_cfg, text, len, now, sizeof now);
     if (!accept) {
       fprintf(stderr,
@@ -284,7 +284,7 @@ int sup_seal_snapshot(sup *s, const char *runfile, int accept) {
       rc = FT_ECONFIG;
       goto out;
     }
-    snprintf(s->seal_accepted, sizeof s->seal_accepted, "%.1000s", now);
+    snprintf(s->seal.accepted, sizeof s->seal.accepted, "%.1000s", now);
   }
   /* an edit of the copy itself, about to be replaced: said, not silent */
   if (sealed[0] && strcmp(snap, runfile) &&
@@ -306,11 +306,11 @@ int sup_seal_snapshot(sup *s, const char *runfile, int accept) {
     }
   }
   memcpy(s->runfile_path, snap, sizeof snap);
-  free(s->runfile_config);
-  s->runfile_config = cfg;
+  free(s->seal.config);
+  s->seal.config = cfg;
   cfg = NULL;
-  if (strcmp(sealed, s->runfile_sha256) &&
-      (rc = seal_write(s, s->runfile_sha256, s->runfile_config, runfile)))
+  if (strcmp(sealed, s->seal.sha256) &&
+      (rc = seal_write(s, s->seal.sha256, s->seal.config, runfile)))
     fprintf(stderr, "supervise: cannot seal the run file's copy: %s\n", ft_err_detail());
 out:
   free(text);
@@ -324,23 +324,23 @@ int sup_seal_check(sup *s, char *why, size_t whylen) {
   char sha[65] = "", changed[2048];
   char *text = NULL;
   size_t len = 0;
-  if (!s->runfile_sha256[0])
+  if (!s->seal.sha256[0])
     return FT_OK; /* not sealed (--unquarantine launches nothing) */
   int rc = read_small(s->runfile_path, FT_RUNFILE_MAX_BYTES, &text, &len);
   if (rc == FT_OK)
     rc = sha256_hex(text, len, sha);
-  if (rc == FT_OK && !strcmp(sha, s->runfile_sha256)) {
+  if (rc == FT_OK && !strcmp(sha, s->seal.sha256)) {
     free(text);
     return FT_OK;
   }
   if (rc)
     snprintf(changed, sizeof changed, "it cannot be read: %s", ft_err_detail());
   else
-    describe_change(s, s->runfile_config, text, len, changed, sizeof changed);
+    describe_change(s, s->seal.config, text, len, changed, sizeof changed);
   free(text);
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "path", s->runfile_path);
-  cJSON_AddStringToObject(f, "sealed_sha256", s->runfile_sha256);
+  cJSON_AddStringToObject(f, "sealed_sha256", s->seal.sha256);
   if (sha[0])
     cJSON_AddStringToObject(f, "sha256", sha);
   else
@@ -359,8 +359,8 @@ int sup_seal_check(sup *s, char *why, size_t whylen) {
 }
 
 void sup_seal_release(sup *s) {
-  free(s->runfile_config);
-  s->runfile_config = NULL;
+  free(s->seal.config);
+  s->seal.config = NULL;
 }
 
 /* ---- the generation floor -------------------------------------------------------- */
@@ -385,18 +385,18 @@ int sup_gen_floor_read(sup *s, uint64_t *gen) {
                       "write the highest gen of its events.jsonl into it",
                       path);
   *gen = v;
-  s->gen_filed = v;
+  s->seal.gen_filed = v;
   return FT_OK;
 }
 
 int sup_gen_floor_write(sup *s, uint64_t gen) {
-  if (gen <= s->gen_filed)
+  if (gen <= s->seal.gen_filed)
     return FT_OK;
   char path[4200], line[32];
   state_path(s, GEN_FILE, path, sizeof path);
   snprintf(line, sizeof line, "%" PRIu64 "\n", gen);
   int rc = write_whole(path, line, strlen(line));
   if (rc == FT_OK)
-    s->gen_filed = gen;
+    s->seal.gen_filed = gen;
   return rc;
 }

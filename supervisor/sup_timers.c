@@ -37,7 +37,6 @@
 #include <string.h>
 #include <sys/wait.h>
 
-
 static void waitpoll_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   if (s->state == SUP_RECOVERING && s->rphase == SUP_RP_WAITING)
@@ -45,7 +44,6 @@ static void waitpoll_t(evutil_socket_t fd, short what, void *arg) {
 }
 
 SUP_EVENT_ENTRY(sup_on_waitpoll, waitpoll_t)
-
 
 static void on_teardown_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
@@ -78,7 +76,6 @@ static void on_teardown_t(evutil_socket_t fd, short what, void *arg) {
 }
 
 SUP_EVENT_ENTRY(sup_on_teardown, on_teardown_t)
-
 
 static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
@@ -116,7 +113,6 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
 }
 
 SUP_EVENT_ENTRY(sup_on_sigchld, on_sigchld_t)
-
 
 /* A warm spare whose workers went silent (its host lost power or was cut
  * off; spares heartbeat like everyone) leaves the pool now, quarantined
@@ -179,7 +175,6 @@ static void spares_silent(sup *s, double now, double limit) {
 /* The tick's period (sup_main.c); a silence about to pass its limit within
  * one gets a tick of its own at that moment (deadline_tick). */
 #define TICK_S 0.05
-
 
 static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
@@ -264,7 +259,6 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
       }
 }
 
-
 /* The step history's buffered records go out once a tick; a write that
  * fails is reported once (the history then lives in memory only). */
 static void flush_history(sup *s) {
@@ -277,14 +271,12 @@ static void flush_history(sup *s) {
                   sup_history_error(s->hist));
 }
 
-
 void sup_on_tick(evutil_socket_t fd, short what, void *arg) {
   sup_rec_enter(arg);
   flush_history(arg);
   on_tick_t(fd, what, arg);
   sup_rec_leave(arg);
 }
-
 
 /* The slurm launcher, at the end of a recovery's grace: a gang node whose
  * job step has not ended although srun was told to kill it does not answer
@@ -330,7 +322,6 @@ static void blame_unanswered(sup *s) {
   }
 }
 
-
 /* grace timer: SIGKILL whatever was asked to stop and is still there. A
  * survivor asked to rejoin in process was not asked to exit: it is judged
  * from its progress once a grace has passed since its request (sup_rec_rejoin_hung,
@@ -351,7 +342,6 @@ static void on_grace_t(evutil_socket_t fd, short what, void *arg) {
 
 SUP_EVENT_ENTRY(sup_on_grace, on_grace_t)
 
-
 static void on_coll_timer_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   if (s->gen != s->coll.gen || !sup_gang_trains(s))
@@ -361,12 +351,11 @@ static void on_coll_timer_t(evutil_socket_t fd, short what, void *arg) {
   char detail[400];
   snprintf(detail, sizeof detail, "node %d slot %d: %s; every worker still answers", s->coll.node,
            s->coll.slot, s->coll.detail);
-  sup_recovery_fault(s, SUP_FAULT_COLLECTIVE_FAILURE, s->coll.node, s->coll.slot, s->coll.pid, detail,
-          SUP_BLAME_NONE);
+  sup_recovery_fault(s, SUP_FAULT_COLLECTIVE_FAILURE, s->coll.node, s->coll.slot, s->coll.pid,
+                     detail, SUP_BLAME_NONE);
 }
 
 SUP_EVENT_ENTRY(sup_on_coll_timer, on_coll_timer_t)
-
 
 /* rejoin timer: survivors still in their old generation go as processes */
 static void on_rejoin_timeout_t(evutil_socket_t fd, short what, void *arg) {
@@ -384,7 +373,6 @@ static void on_rejoin_timeout_t(evutil_socket_t fd, short what, void *arg) {
 }
 
 SUP_EVENT_ENTRY(sup_on_rejoin_timeout, on_rejoin_timeout_t)
-
 
 static void on_signal_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;

@@ -100,105 +100,105 @@ static void links_reset(sup *s);
 
 int sup_watch_init(sup *s) {
   const char *o = s->rf.recovery.on_loss_spike;
-  s->on_spike = !strcmp(o, "warn")       ? SUP_SPIKE_WARN
-                : !strcmp(o, "rollback") ? SUP_SPIKE_ROLLBACK
-                                         : SUP_SPIKE_ROLLBACK_SKIP;
+  s->watch.on_spike = !strcmp(o, "warn")       ? SUP_SPIKE_WARN
+                      : !strcmp(o, "rollback") ? SUP_SPIKE_ROLLBACK
+                                               : SUP_SPIKE_ROLLBACK_SKIP;
   wd_loss_cfg c;
   wd_loss_cfg_default(&c);
   c.window = s->rf.watchdog.spike_window;
   c.zscore = s->rf.watchdog.spike_zscore;
   c.min_steps = s->rf.watchdog.spike_min_steps;
-  int rc = wd_loss_new(&c, &s->loss);
+  int rc = wd_loss_new(&c, &s->watch.loss);
   if (rc)
     return rc;
-  s->loss_fed = -1;
+  s->watch.loss_fed = -1;
   for (int i = 0; i < SUP_STEPTIME_SLOTS; i++)
-    s->steptime[i].step = -1;
+    s->watch.steptime[i].step = -1;
   /* the progress watchdog: auto, or the run file's fixed deadline, which only
    * the heartbeat timeout floors (progress is seen a beat at a time) */
-  wd_progress_cfg_default(&s->prog_cfg, s->rf.watchdog.heartbeat_timeout_s);
+  wd_progress_cfg_default(&s->watch.prog_cfg, s->rf.watchdog.heartbeat_timeout_s);
   if (s->rf.watchdog.progress_timeout_s > 0) {
-    s->prog_cfg.timeout_s = s->rf.watchdog.progress_timeout_s;
-    s->prog_cfg.floor_s = 0;
+    s->watch.prog_cfg.timeout_s = s->rf.watchdog.progress_timeout_s;
+    s->watch.prog_cfg.floor_s = 0;
   }
-  s->prog_last_step = -1;
-  sup_rollback_good_init(&s->good);
+  s->watch.prog_last_step = -1;
+  sup_rollback_good_init(&s->watch.good);
   /* after a supervisor restart: every COMMITTED checkpoint is a candidate */
   ckpt_info *list = NULL;
   size_t n = 0;
   if (ckpt_store_list(s->store, s->rf.run, &list, &n) == 0)
     for (size_t i = 0; i < n; i++)
       if (list[i].state == CKPT_COMMITTED)
-        sup_rollback_good_add(&s->good, list[i].step);
+        sup_rollback_good_add(&s->watch.good, list[i].step);
   free(list);
   return FT_OK;
 }
 
 static void steptime_free(sup *s) {
   for (int i = 0; i < SUP_STEPTIME_SLOTS; i++) {
-    free(s->steptime[i].ms);
-    free(s->steptime[i].have);
-    s->steptime[i].ms = NULL;
-    s->steptime[i].have = NULL;
-    s->steptime[i].step = -1;
+    free(s->watch.steptime[i].ms);
+    free(s->watch.steptime[i].have);
+    s->watch.steptime[i].ms = NULL;
+    s->watch.steptime[i].have = NULL;
+    s->watch.steptime[i].step = -1;
   }
-  s->steptime_world = 0;
+  s->watch.steptime_world = 0;
 }
 
 void sup_watch_free(sup *s) {
-  wd_loss_free(s->loss);
-  s->loss = NULL;
-  wd_straggler_free(s->strag);
-  s->strag = NULL;
-  wd_straggler_free(s->linkstrag);
-  s->linkstrag = NULL;
+  wd_loss_free(s->watch.loss);
+  s->watch.loss = NULL;
+  wd_straggler_free(s->watch.strag);
+  s->watch.strag = NULL;
+  wd_straggler_free(s->watch.linkstrag);
+  s->watch.linkstrag = NULL;
   steptime_free(s);
-  free(s->prog_ranks);
-  s->prog_ranks = NULL;
-  s->prog_cap = 0;
-  free(s->losshist);
-  s->losshist = NULL;
-  s->nloss = s->caploss = 0;
+  free(s->watch.prog_ranks);
+  s->watch.prog_ranks = NULL;
+  s->watch.prog_cap = 0;
+  free(s->watch.losshist);
+  s->watch.losshist = NULL;
+  s->watch.nloss = s->watch.caploss = 0;
 }
 
 void sup_watch_generation(sup *s) {
   int64_t r = s->restore_step;
-  while (s->nloss && s->losshist[s->nloss - 1].step > r)
-    s->nloss--;
-  if (s->loss) {
-    wd_loss_reset(s->loss);
+  while (s->watch.nloss && s->watch.losshist[s->watch.nloss - 1].step > r)
+    s->watch.nloss--;
+  if (s->watch.loss) {
+    wd_loss_reset(s->watch.loss);
     size_t w = (size_t)s->rf.watchdog.spike_window;
-    for (size_t i = s->nloss > w ? s->nloss - w : 0; i < s->nloss; i++) {
+    for (size_t i = s->watch.nloss > w ? s->watch.nloss - w : 0; i < s->watch.nloss; i++) {
       wd_loss_event ev;
-      wd_loss_push(s->loss, s->losshist[i].step, s->losshist[i].loss, 0, &ev);
+      wd_loss_push(s->watch.loss, s->watch.losshist[i].step, s->watch.losshist[i].loss, 0, &ev);
     }
   }
-  s->loss_fed = r;
+  s->watch.loss_fed = r;
 
   links_reset(s);
-  wd_straggler_free(s->strag);
-  s->strag = NULL;
+  wd_straggler_free(s->watch.strag);
+  s->watch.strag = NULL;
   steptime_free(s);
   int world = s->ngang * s->G;
   if (world < 2)
     return;
   wd_straggler_cfg sc;
   wd_straggler_cfg_default(&sc, world);
-  if (wd_straggler_new(&sc, &s->strag)) {
+  if (wd_straggler_new(&sc, &s->watch.strag)) {
     fprintf(stderr, "supervise: no straggler detection: %s\n", ft_err_detail());
     return;
   }
   for (int i = 0; i < SUP_STEPTIME_SLOTS; i++) {
-    s->steptime[i].ms = calloc((size_t)world, sizeof(double));
-    s->steptime[i].have = calloc((size_t)world, 1);
-    if (!s->steptime[i].ms || !s->steptime[i].have) {
+    s->watch.steptime[i].ms = calloc((size_t)world, sizeof(double));
+    s->watch.steptime[i].have = calloc((size_t)world, 1);
+    if (!s->watch.steptime[i].ms || !s->watch.steptime[i].have) {
       steptime_free(s);
-      wd_straggler_free(s->strag);
-      s->strag = NULL;
+      wd_straggler_free(s->watch.strag);
+      s->watch.strag = NULL;
       return;
     }
   }
-  s->steptime_world = world;
+  s->watch.steptime_world = world;
 }
 
 /* ---- stragglers --------------------------------------------------------- */
@@ -224,22 +224,22 @@ static int links_judged(const sup *s) {
 }
 
 static void links_reset(sup *s) {
-  wd_straggler_free(s->linkstrag);
-  s->linkstrag = NULL;
-  s->link_round = 0;
+  wd_straggler_free(s->watch.linkstrag);
+  s->watch.linkstrag = NULL;
+  s->watch.link_round = 0;
   if (!links_judged(s))
     return;
   wd_straggler_cfg lc = {
       .nranks = s->ngang, .ratio = LINK_RATIO, .window = LINK_WINDOW, .min_hits = LINK_HITS};
-  if (wd_straggler_new(&lc, &s->linkstrag))
+  if (wd_straggler_new(&lc, &s->watch.linkstrag))
     fprintf(stderr, "supervise: no slow-link detection: %s\n", ft_err_detail());
 }
 
 void sup_watch_links(sup *s, double now) {
   double every = ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
-  if (!s->linkstrag || now < s->link_next_s)
+  if (!s->watch.linkstrag || now < s->watch.link_next_s)
     return;
-  s->link_next_s = now + every;
+  s->watch.link_next_s = now + every;
   int n = s->ngang;
   double rtt[n];
   for (int p = 0; p < n; p++) {
@@ -257,7 +257,7 @@ void sup_watch_links(sup *s, double now) {
       rtt[p] = worst > LINK_FLOOR_MS ? worst : LINK_FLOOR_MS;
   }
   wd_strag_event evs[n];
-  int ne = wd_straggler_step(s->linkstrag, s->link_round++, rtt, evs, n);
+  int ne = wd_straggler_step(s->watch.linkstrag, s->watch.link_round++, rtt, evs, n);
   for (int i = 0; i < ne; i++) {
     int node = s->gang[evs[i].rank], flagged = evs[i].kind == WD_STRAG_FLAGGED;
     double ms = 0;
@@ -284,28 +284,29 @@ void sup_watch_links(sup *s, double now) {
 }
 
 void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
-  int world = s->steptime_world, rank = w->rank;
+  int world = s->watch.steptime_world, rank = w->rank;
   int64_t k = m->step.step;
   if (rank == 0) {
     /* rank 0's consecutive STEPs of one generation: a step's wall time, all
      * of it (the gang is synchronous), for the progress watchdog's auto
      * deadline */
     double now = ft_now_s();
-    if (s->prog_last_gen == s->gen && s->prog_last_step >= 0 && k == s->prog_last_step + 1) {
-      s->prog_step_s[s->prog_stepi] = now - s->prog_last_at;
-      s->prog_stepi = (s->prog_stepi + 1) % SUP_PROG_STEPS;
-      if (s->prog_nsteps < SUP_PROG_STEPS)
-        s->prog_nsteps++;
+    if (s->watch.prog_last_gen == s->gen && s->watch.prog_last_step >= 0 &&
+        k == s->watch.prog_last_step + 1) {
+      s->watch.prog_step_s[s->watch.prog_stepi] = now - s->watch.prog_last_at;
+      s->watch.prog_stepi = (s->watch.prog_stepi + 1) % SUP_PROG_STEPS;
+      if (s->watch.prog_nsteps < SUP_PROG_STEPS)
+        s->watch.prog_nsteps++;
     }
-    s->prog_last_gen = s->gen;
-    s->prog_last_step = k;
-    s->prog_last_at = now;
+    s->watch.prog_last_gen = s->gen;
+    s->watch.prog_last_step = k;
+    s->watch.prog_last_at = now;
   }
-  s->trained_gen = s->gen; /* the gang trains: a worker's own error is its node's now */
-  s->nfallbacks = 0;       /* its restore worked: a new budget of fallbacks */
-  if (!s->strag || rank < 0 || rank >= world || k < 0)
+  s->watch.trained_gen = s->gen; /* the gang trains: a worker's own error is its node's now */
+  s->watch.nfallbacks = 0;       /* its restore worked: a new budget of fallbacks */
+  if (!s->watch.strag || rank < 0 || rank >= world || k < 0)
     return;
-  sup_steptime *t = &s->steptime[k % SUP_STEPTIME_SLOTS];
+  sup_steptime *t = &s->watch.steptime[k % SUP_STEPTIME_SLOTS];
   if (t->step != k) { /* a new step (an unfinished older one is dropped) */
     t->step = k;
     t->nhave = 0;
@@ -322,7 +323,7 @@ void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
     return;
   t->step = -1; /* judged */
   wd_strag_event evs[world];
-  int ne = wd_straggler_step(s->strag, k, t->ms, evs, world);
+  int ne = wd_straggler_step(s->watch.strag, k, t->ms, evs, world);
   for (int i = 0; i < ne; i++) {
     int r = evs[i].rank, node = s->gang[r / s->G], slot = r % s->G;
     int flagged = evs[i].kind == WD_STRAG_FLAGGED;
@@ -350,22 +351,23 @@ void sup_watch_step_time(sup *s, sup_worker *w, const ft_msg *m) {
 
 static void hist_add(sup *s, int64_t step, double loss) {
   size_t keep = (size_t)s->rf.watchdog.spike_window + HIST_TRIM;
-  if (s->nloss >= keep) { /* drop the oldest half of what is beyond the window */
-    size_t drop = s->nloss - keep / 2;
-    memmove(s->losshist, s->losshist + drop, sizeof *s->losshist * (s->nloss - drop));
-    s->nloss -= drop;
+  if (s->watch.nloss >= keep) { /* drop the oldest half of what is beyond the window */
+    size_t drop = s->watch.nloss - keep / 2;
+    memmove(s->watch.losshist, s->watch.losshist + drop,
+            sizeof *s->watch.losshist * (s->watch.nloss - drop));
+    s->watch.nloss -= drop;
   }
-  if (s->nloss == s->caploss) {
-    size_t cap = s->caploss ? s->caploss * 2 : 256;
-    sup_loss_pt *p = realloc(s->losshist, cap * sizeof *p);
+  if (s->watch.nloss == s->watch.caploss) {
+    size_t cap = s->watch.caploss ? s->watch.caploss * 2 : 256;
+    sup_loss_pt *p = realloc(s->watch.losshist, cap * sizeof *p);
     if (!p)
       return; /* the window rebuild after a rollback is then shorter */
-    s->losshist = p;
-    s->caploss = cap;
+    s->watch.losshist = p;
+    s->watch.caploss = cap;
   }
-  s->losshist[s->nloss].step = step;
-  s->losshist[s->nloss].loss = loss;
-  s->nloss++;
+  s->watch.losshist[s->watch.nloss].step = step;
+  s->watch.losshist[s->watch.nloss].loss = loss;
+  s->watch.nloss++;
 }
 
 /* Queues a GOOD mark for every checkpoint that is now spike_window steps
@@ -374,7 +376,7 @@ static void hist_add(sup *s, int64_t step, double loss) {
  * object into place and waits for the store's meta lock. */
 static void mark_good(sup *s, int64_t k) {
   int64_t due[64];
-  int nd = sup_rollback_good_due(&s->good, k, s->rf.watchdog.spike_window, due, 64);
+  int nd = sup_rollback_good_due(&s->watch.good, k, s->rf.watchdog.spike_window, due, 64);
   for (int i = 0; i < nd; i++)
     sup_mark_good(s, due[i], k);
 }
@@ -394,11 +396,11 @@ static void add_num_or_null(cJSON *f, const char *name, double v) {
 
 int sup_watch_loss(sup *s, const ft_msg *m) {
   int64_t k = m->step.step;
-  if (!s->loss || k <= s->loss_fed)
+  if (!s->watch.loss || k <= s->watch.loss_fed)
     return 0; /* judged already (a repeat) */
-  s->loss_fed = k;
+  s->watch.loss_fed = k;
   wd_loss_event ev;
-  if (wd_loss_push(s->loss, k, m->step.loss, m->step.grad_norm, &ev))
+  if (wd_loss_push(s->watch.loss, k, m->step.loss, m->step.grad_norm, &ev))
     return 0;
   if (ev.verdict == WD_LOSS_OK || ev.verdict == WD_LOSS_WARMUP) {
     hist_add(s, k, m->step.loss);
@@ -414,10 +416,10 @@ int sup_watch_loss(sup *s, const ft_msg *m) {
   add_num_or_null(f, "z", ev.z);
   cJSON_AddStringToObject(f, "verdict", wd_loss_verdict_name(ev.verdict));
   cJSON_AddStringToObject(f, "source", "step");
-  cJSON_AddStringToObject(f, "action", on_spike_name(s->on_spike));
+  cJSON_AddStringToObject(f, "action", on_spike_name(s->watch.on_spike));
   sup_events_emit(s->ev, "loss_spike", f, "step %" PRId64 " loss %g (median %g, z %.1f): %s -> %s",
                   k, m->step.loss, ev.median, ev.z, wd_loss_verdict_name(ev.verdict),
-                  on_spike_name(s->on_spike));
+                  on_spike_name(s->watch.on_spike));
   char detail[256];
   snprintf(detail, sizeof detail, "step %" PRId64 " loss %g (median %g, z %.1f, %s)", k,
            m->step.loss, ev.median, ev.z, wd_loss_verdict_name(ev.verdict));
@@ -612,8 +614,8 @@ static void on_restore_corrupt(sup *s, sup_worker *w, int64_t step, const char *
   sup_node *nd = &s->nodes[w->node];
   if (step < 0 || step != s->restore_step || s->state >= SUP_FINISHING)
     return;
-  for (int i = 0; i < s->nfallbacks; i++)
-    if (s->fallback_steps[i] == step)
+  for (int i = 0; i < s->watch.nfallbacks; i++)
+    if (s->watch.fallback_steps[i] == step)
       return; /* being marked for another rank's report */
   ckpt_info info;
   if (ckpt_store_get_info(s->store, s->rf.run, step, &info) || info.level == CKPT_LEVEL_MEMORY ||
@@ -641,11 +643,11 @@ static void on_restore_corrupt(sup *s, sup_worker *w, int64_t step, const char *
     sup_recovery_fault(s, SUP_FAULT_RESTORE_HASH, w->node, w->slot, w->pid, why, SUP_BLAME_NODE);
     return;
   }
-  if (s->nfallbacks >= SUP_MAX_FALLBACKS) {
+  if (s->watch.nfallbacks >= SUP_MAX_FALLBACKS) {
     char steps[128] = "";
-    for (int i = 0, o = 0; i < s->nfallbacks && o < (int)sizeof steps; i++)
+    for (int i = 0, o = 0; i < s->watch.nfallbacks && o < (int)sizeof steps; i++)
       o += snprintf(steps + o, sizeof steps - (size_t)o, "%s%" PRId64, i ? ", " : "",
-                    s->fallback_steps[i]);
+                    s->watch.fallback_steps[i]);
     cJSON_AddStringToObject(f, "verdict", "too_many_fallbacks");
     sup_events_emit(s->ev, "restore_hash_failure", f,
                     "checkpoint %" PRId64 " failed its hash too (%s)", step, detail);
@@ -657,9 +659,9 @@ static void on_restore_corrupt(sup *s, sup_worker *w, int64_t step, const char *
     sup_recovery_fail(s, why);
     return;
   }
-  s->fallback_steps[s->nfallbacks++] = step;
+  s->watch.fallback_steps[s->watch.nfallbacks++] = step;
   cJSON_AddStringToObject(f, "verdict", "checkpoint_bad");
-  cJSON_AddNumberToObject(f, "fallback", s->nfallbacks);
+  cJSON_AddNumberToObject(f, "fallback", s->watch.nfallbacks);
   sup_pending_ckpt *p = sup_record_new(mark_damaged_work, damaged_marked, "a BAD mark");
   p->step = step;
   p->rec.ev = f;
@@ -680,8 +682,8 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
     int nan = m->fault.kind == FT_FAULT_NAN;
     int64_t k = m->fault.step >= 0 ? m->fault.step : s->last_step + 1;
     double med = NAN, mad = NAN;
-    if (s->loss)
-      wd_loss_stats(s->loss, &med, &mad);
+    if (s->watch.loss)
+      wd_loss_stats(s->watch.loss, &med, &mad);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "step", (double)k);
     cJSON_AddNullToObject(f, "loss");
@@ -694,8 +696,9 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
     cJSON_AddNumberToObject(f, "slot", w->slot);
     cJSON_AddNumberToObject(f, "rank", w->rank);
     int force = nan; /* the worker waits for STOP: it cannot go on */
-    const char *act =
-        s->on_spike == SUP_SPIKE_WARN && force ? "rollback" : on_spike_name(s->on_spike);
+    const char *act = s->watch.on_spike == SUP_SPIKE_WARN && force
+                          ? "rollback"
+                          : on_spike_name(s->watch.on_spike);
     cJSON_AddStringToObject(f, "action", act);
     sup_events_emit(s->ev, "loss_spike", f, "rank %d reports %s at step %" PRId64 ": %s -> %s",
                     w->rank, nan ? "a non-finite loss" : "a loss spike", k, detail, act);
@@ -745,7 +748,7 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
 }
 
 void sup_watch_committed(sup *s, int64_t step) {
-  sup_rollback_good_add(&s->good, step);
+  sup_rollback_good_add(&s->watch.good, step);
 }
 
 /* ---- progress: hangs with live processes (issue 36) ------------------------ */
@@ -770,17 +773,17 @@ static int prog_input(sup *s, double now, int alive) {
   int n = s->ngang * s->G;
   if (n < 1)
     return 0;
-  if (n > s->prog_cap) {
-    wd_prog_rank *p = realloc(s->prog_ranks, (size_t)n * sizeof *p);
+  if (n > s->watch.prog_cap) {
+    wd_prog_rank *p = realloc(s->watch.prog_ranks, (size_t)n * sizeof *p);
     if (!p)
       return 0;
-    s->prog_ranks = p;
-    s->prog_cap = n;
+    s->watch.prog_ranks = p;
+    s->watch.prog_cap = n;
   }
   for (int p = 0; p < s->ngang; p++)
     for (int j = 0; j < s->G; j++) {
       const sup_worker *w = &s->nodes[s->gang[p]].w[j];
-      wd_prog_rank *r = &s->prog_ranks[p * s->G + j];
+      wd_prog_rank *r = &s->watch.prog_ranks[p * s->G + j];
       r->node = s->gang[p];
       r->in_gen = (w->alive || !alive) && w->hello && w->prog_have && w->rank == p * s->G + j &&
                   w->gen == s->gen && w->prog_gen == s->gen;
@@ -807,7 +810,7 @@ static double round3(double x) {
  * logs, the first one's path in first, the number asked in *asked_out. */
 static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first, size_t flen,
                          int *asked_out) {
-  const wd_prog_rank *rk = s->prog_ranks;
+  const wd_prog_rank *rk = s->watch.prog_ranks;
   cJSON *logs = cJSON_AddArrayToObject(f, "logs");
   int nlogs = 0, omitted = 0, asked = 0;
   char path[4200], last[4200] = "";
@@ -846,7 +849,7 @@ static int hang_evidence(sup *s, const int *ranks, int nr, cJSON *f, char *first
  * storage_hang / network_hang / gang_hang), as the
  * store's own errors are (store_error). */
 static void progress_hang(sup *s, const wd_prog_verdict *v, int n, const char *trigger) {
-  const wd_prog_rank *rk = s->prog_ranks;
+  const wd_prog_rank *rk = s->watch.prog_ranks;
   uint64_t gen = s->gen; /* the first fault below starts the next one */
   int named = v->cls == WD_PROG_BEHIND || v->cls == WD_PROG_RENDEZVOUS;
   cJSON *f = cJSON_CreateObject();
@@ -942,16 +945,16 @@ int sup_watch_progress(sup *s, double now) {
     return 0;
   /* a tick that finds a new stall of our own loop does not judge: beats may
    * wait unread behind it; the stuck times then start at its end */
-  if (s->stall_end_s != s->prog_stall_seen) {
-    s->prog_stall_seen = s->stall_end_s;
+  if (s->stall_end_s != s->watch.prog_stall_seen) {
+    s->watch.prog_stall_seen = s->stall_end_s;
     return 0;
   }
   int n = prog_input(s, now, 1);
   if (!n)
     return 0;
   wd_prog_verdict v;
-  if (wd_progress_judge(&s->prog_cfg, s->prog_ranks, n, s->prog_step_s, s->prog_nsteps,
-                        s->trained_gen != s->gen, &v) ||
+  if (wd_progress_judge(&s->watch.prog_cfg, s->watch.prog_ranks, n, s->watch.prog_step_s,
+                        s->watch.prog_nsteps, s->watch.trained_gen != s->gen, &v) ||
       v.cls == WD_PROG_NONE)
     return 0;
   progress_hang(s, &v, n, "deadline");
@@ -970,8 +973,8 @@ int sup_watch_progress_behind(sup *s, sup_worker *w, const char *trigger) {
    * timeout is the collective timeout but at least RDZV_MIN_TIMEOUT_S:
    * the ranks that never joined it are named (class rendezvous). */
   wd_prog_verdict v;
-  if (wd_progress_behind(s->prog_ranks, n, w->prog_coll, s->rf.watchdog.collective_timeout_s / 2,
-                         &v) ||
+  if (wd_progress_behind(s->watch.prog_ranks, n, w->prog_coll,
+                         s->rf.watchdog.collective_timeout_s / 2, &v) ||
       v.cls == WD_PROG_NONE)
     return 0;
   v.deadline_s = s->rf.watchdog.collective_timeout_s;
