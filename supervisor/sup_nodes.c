@@ -265,15 +265,6 @@ void sup_persist_notes(sup *s) {
   free(txt);
 }
 
-/* ---- why nodes left, persisted ------------------------------------------------
- *
- * Catalog key "<run>/recovery", beside sup_persist's "<run>/state":
- * {"nodes": [{"node": N, "reason": "...", "failures": K}, ...],
- *  "chaos_fired": true|false}
- * nodes: each quarantined node and why (the failures counted in the window
- * when it left); chaos_fired: the run file's chaos fault already fired in
- * this run, so a resumed run does not inject it again. */
-
 /* A resumed run: why its quarantined nodes left, and whether the chaos
  * fault fired. Nothing persisted: nothing to do. */
 void sup_load_notes(sup *s) {
@@ -303,7 +294,6 @@ void sup_load_notes(sup *s) {
   cJSON_Delete(o);
 }
 
-/* Takes node n out of the pool, saying why (node_quarantined). */
 /* ---- Slurm drains ----------------------------------------------------------
  *
  * A node quarantined under the slurm launcher (recovery.drain: true) is
@@ -351,19 +341,6 @@ static void drain_event(sup *s, const struct sup_drain *d, int status) {
                   detail);
 }
 
-/* ---- Slurm drains ----------------------------------------------------------
- *
- * A node quarantined under the slurm launcher (recovery.drain: true) is
- * drained, so no later job lands on it either:
- *   scontrol update nodename=HOST state=drain reason="ftsup: WHY at step S, run R"
- * Only node faults quarantine (storage, configuration, loss faults and the
- * supervisor's own isolation never do), so only they drain. scontrol runs as
- * a child of the loop, never waited for in place: its end is reaped with the
- * workers' (on_sigchld) and told as node_drained {node, host, reason} or
- * drain_failed {node, host, reason, detail}. The run ends only after every
- * drain it started ended. An operator undoes one with
- *   scontrol update nodename=HOST state=resume */
-
 static void drain_start(sup *s, int n) {
   struct sup_drain d = {.node = n};
   char arg_node[200], arg_reason[320], log[4200];
@@ -402,6 +379,7 @@ int sup_drain_reaped(sup *s, pid_t pid, int status) {
   return 0;
 }
 
+/* Takes node n out of the pool, saying why (node_quarantined). */
 void sup_quarantine(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
   nd->role = SUP_ROLE_QUARANTINED;
@@ -441,7 +419,7 @@ void sup_prepare_logs(sup *s) {
   (void)sup_logprep_start(paths, n, &s->logprep); /* failing: each launch creates its own */
 }
 
-/* ---- detection ------------------------------------------------------------- */
+/* ---- processes ------------------------------------------------------------- */
 
 sup_worker *sup_worker_by_pid(sup *s, pid_t pid) {
   for (int n = 0; n < s->nnodes; n++)
@@ -450,17 +428,6 @@ sup_worker *sup_worker_by_pid(sup *s, pid_t pid) {
         return &s->nodes[n].w[j];
   return NULL;
 }
-
-/* ---- configuration and data errors ------------------------------------------
- *
- * A worker that exits FT_EXIT_USAGE or FT_EXIT_DATA before its gang trains
- * may see a problem of the run (a bad run file, a data glob that matches
- * nothing) or of its node (a bad local disk). Every gang worker failing the
- * same way within one heartbeat timeout is the run's: it fails at once with
- * the workers' own message (their FAULT detail, else the last line of the
- * first one's log), cause "config"/"data", nobody quarantined, no spare
- * spent. Otherwise, or once the gang trains, it is that node's failure,
- * counted like any other (invariant 6). */
 
 /* The last non-empty line of a worker's log, into out. */
 void sup_log_last_line(const sup *s, const sup_worker *w, char *out, size_t n) {
@@ -498,49 +465,8 @@ int sup_kill_pending(pid_t pid) {
   return pending;
 }
 
-/* ---- bounded teardown ---------------------------------------------------------
- *
- * A round plans only once every process of the old gang is reaped or out of
- * its generation in process (sup_rec_check_stopped), and the run ends only once
- * every process is reaped (sup_rec_maybe_finished). Two things could hold either
- * for ever; neither may:
- *
- *  - A survivor asked to rejoin in process whose own training thread is
- *    hung. The grace does not kill it (it was asked to stay), and its
- *    deadline, recovery.rejoin_timeout_s, is made for a slow but healthy
- *    survivor (a checkpoint in flight to release first). What tells the two
- *    apart is its heartbeats' progress record: a survivor that leaves moves
- *    (its collective aborts, it frees its comm: progress_generation), a hung
- *    one does not. A grace after its STOP(rejoin), a worker in a phase that
- *    leaves within moments (phase_leaves_promptly: compute, data, a
- *    collective, the optimizer) whose progress has not changed since the
- *    request (a heartbeat that came after the grace says so), or one that
- *    sent no frame for 2 heartbeat intervals, is hung (sup_rec_rejoin_hung): its
- *    node falls back to a process restart and is SIGKILLed at once, as the
- *    others were at their grace (under Slurm the fallback's SIGTERM is
- *    srun's kill, and the grace's SIGKILL follows). A survivor waiting for
- *    the store, validating, restoring or in a rendezvous keeps its deadline.
- *
- *  - A process SIGKILLed and never reaped: one of its threads sleeps
- *    uninterruptibly (D state: a write to a dead NFS mount or a frozen file
- *    system, a wedged driver), and the kernel acts on the SIGKILL only when
- *    that sleep ends, which may be never. A worker of a node we SIGKILLed
- *    that is seen with a thread in D at every look for SUP_UNKILLABLE_S is
- *    given up (sup_rec_give_up): event worker_unkillable (node, slot, pid, the
- *    thread's state and wchan), it stops being a worker of its node (so
- *    the round and the run's end no longer wait for it, and it cannot count
- *    in a new generation), it is kept in s->unkillable and reaped
- *    (sup_unkillable_reaped) whenever its I/O ends, and its node is lost: a
- *    node fault (node_lost), quarantined, a spare in its place; unless a
- *    worker of another node is in D too (sup_dstate_elsewhere): a common cause
- *    (a shared file system), nobody blamed, the node restarts in place. At the
- *    run's end the ones still there are named (unkillable_left) and left
- *    to init.
- *
- * One timer looks at both (s->teardown, every SUP_TEARDOWN_CHECK_S), armed
- * by the grace and by every SIGKILL we send, and stopping itself when
- * nothing is left to look at. It reads only /proc (the kernel's view of
- * the process, never blocked by the process's own I/O), never waits. */
+/* ---- /proc: what the teardown looks at (sup_recovery.c, "bounded
+ * teardown") ---- */
 
 /* Reads at most n - 1 bytes of a small file, NUL-terminated, the trailing
  * newline dropped. Returns the length, -1 if it cannot be read. */

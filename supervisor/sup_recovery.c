@@ -1475,6 +1475,17 @@ static void launch_more_cb_t(evutil_socket_t fd, short what, void *arg) {
 
 SUP_EVENT_ENTRY(sup_recovery_launch_more, launch_more_cb_t)
 
+/* ---- configuration and data errors ------------------------------------------
+ *
+ * A worker that exits FT_EXIT_USAGE or FT_EXIT_DATA before its gang trains
+ * may see a problem of the run (a bad run file, a data glob that matches
+ * nothing) or of its node (a bad local disk). Every gang worker failing the
+ * same way within one heartbeat timeout is the run's: it fails at once with
+ * the workers' own message (their FAULT detail, else the last line of the
+ * first one's log), cause "config"/"data", nobody quarantined, no spare
+ * spent. Otherwise, or once the gang trains, it is that node's failure,
+ * counted like any other (invariant 6). */
+
 /* The gang's workers that exited with a configuration/data error count
  * against their nodes; the verdict is over. */
 static void cfg_blame_nodes(sup *s) {
@@ -1782,6 +1793,50 @@ void sup_rec_respawn_spare(sup *s, int n) {
   sup_events_emit(s->ev, "spare_lost", f,
                   "spare node %d cannot be relaunched (%s): leaves the pool", n, ft_err_detail());
 }
+
+/* ---- bounded teardown ---------------------------------------------------------
+ *
+ * A round plans only once every process of the old gang is reaped or out of
+ * its generation in process (sup_rec_check_stopped), and the run ends only once
+ * every process is reaped (sup_rec_maybe_finished). Two things could hold either
+ * for ever; neither may:
+ *
+ *  - A survivor asked to rejoin in process whose own training thread is
+ *    hung. The grace does not kill it (it was asked to stay), and its
+ *    deadline, recovery.rejoin_timeout_s, is made for a slow but healthy
+ *    survivor (a checkpoint in flight to release first). What tells the two
+ *    apart is its heartbeats' progress record: a survivor that leaves moves
+ *    (its collective aborts, it frees its comm: progress_generation), a hung
+ *    one does not. A grace after its STOP(rejoin), a worker in a phase that
+ *    leaves within moments (phase_leaves_promptly: compute, data, a
+ *    collective, the optimizer) whose progress has not changed since the
+ *    request (a heartbeat that came after the grace says so), or one that
+ *    sent no frame for 2 heartbeat intervals, is hung (sup_rec_rejoin_hung): its
+ *    node falls back to a process restart and is SIGKILLed at once, as the
+ *    others were at their grace (under Slurm the fallback's SIGTERM is
+ *    srun's kill, and the grace's SIGKILL follows). A survivor waiting for
+ *    the store, validating, restoring or in a rendezvous keeps its deadline.
+ *
+ *  - A process SIGKILLed and never reaped: one of its threads sleeps
+ *    uninterruptibly (D state: a write to a dead NFS mount or a frozen file
+ *    system, a wedged driver), and the kernel acts on the SIGKILL only when
+ *    that sleep ends, which may be never. A worker of a node we SIGKILLed
+ *    that is seen with a thread in D at every look for SUP_UNKILLABLE_S is
+ *    given up (sup_rec_give_up): event worker_unkillable (node, slot, pid, the
+ *    thread's state and wchan), it stops being a worker of its node (so
+ *    the round and the run's end no longer wait for it, and it cannot count
+ *    in a new generation), it is kept in s->unkillable and reaped
+ *    (sup_unkillable_reaped) whenever its I/O ends, and its node is lost: a
+ *    node fault (node_lost), quarantined, a spare in its place; unless a
+ *    worker of another node is in D too (sup_dstate_elsewhere): a common cause
+ *    (a shared file system), nobody blamed, the node restarts in place. At the
+ *    run's end the ones still there are named (unkillable_left) and left
+ *    to init.
+ *
+ * One timer looks at both (s->teardown, every SUP_TEARDOWN_CHECK_S), armed
+ * by the grace and by every SIGKILL we send, and stopping itself when
+ * nothing is left to look at. It reads only /proc (the kernel's view of
+ * the process, never blocked by the process's own I/O), never waits. */
 
 /* Worker w, SIGKILLed, in D state for `secs`: no longer a worker of its
  * node; its node is lost (see above), unless workers of other nodes are in
