@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+/* WAITING (when_no_spares: wait): plan again every SUP_WAIT_REPLAN_S. */
 static void waitpoll_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   if (s->state == SUP_RECOVERING && s->rphase == SUP_RP_WAITING)
@@ -45,6 +46,9 @@ static void waitpoll_t(evutil_socket_t fd, short what, void *arg) {
 
 SUP_EVENT_ENTRY(sup_on_waitpoll, waitpoll_t)
 
+/* The teardown's follow-up (sup_recovery.c, "bounded teardown"): hung
+ * rejoiners, SIGKILLed workers still in D state; armed again while either
+ * is left to look at. */
 static void on_teardown_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   double now = ft_now_s();
@@ -77,6 +81,10 @@ static void on_teardown_t(evutil_socket_t fd, short what, void *arg) {
 
 SUP_EVENT_ENTRY(sup_on_teardown, on_teardown_t)
 
+/* Every exit reaped: a worker's (its node_step process stands for each of
+ * its slots), a drain's scontrol, a process given up as unkillable, a
+ * host stand-in's; then whether the round can plan, doctor reports that
+ * waited for the dead, and whether the run is over. */
 static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   for (;;) {
@@ -342,6 +350,9 @@ static void on_grace_t(evutil_socket_t fd, short what, void *arg) {
 
 SUP_EVENT_ENTRY(sup_on_grace, on_grace_t)
 
+/* 2 heartbeat intervals after an in-process collective failure nobody's
+ * silence explained (sup_recovery_collective_failed): still nobody silent
+ * and the same generation training: a round, nobody blamed. */
 static void on_coll_timer_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   if (s->gen != s->coll.gen || !sup_gang_trains(s))
@@ -374,6 +385,8 @@ static void on_rejoin_timeout_t(evutil_socket_t fd, short what, void *arg) {
 
 SUP_EVENT_ENTRY(sup_on_rejoin_timeout, on_rejoin_timeout_t)
 
+/* SIGINT/SIGTERM: the gang stopped (resumable: exit 130); a second one
+ * SIGKILLs everything. */
 static void on_signal_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
   int sig = (int)fd;
