@@ -34,7 +34,7 @@
 #include "sup_int.h"
 
 static int doctor_on(const sup *s) {
-  return !strcmp(s->rf.doctor.on_join, "true");
+  return s->rf.doctor.on_join;
 }
 
 int sup_doctor_cleared(const sup *s, const sup_worker *w) {

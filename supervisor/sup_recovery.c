@@ -573,8 +573,8 @@ static void signal_node(sup *s, int n, int sig) {
 
 static int rejoin_eligible(const sup *s, int n) {
   const sup_node *nd = &s->nodes[n];
-  if (strcmp(s->rf.recovery.in_process, "true") != 0 || nd->role != SUP_ROLE_ACTIVE || nd->faulty ||
-      nd->counted || nd->host_lost || nd->term_sent || nd->kill_sent)
+  if (!s->rf.recovery.in_process || nd->role != SUP_ROLE_ACTIVE || nd->faulty || nd->counted ||
+      nd->host_lost || nd->term_sent || nd->kill_sent)
     return 0;
   for (int j = 0; j < s->G; j++) {
     const sup_worker *w = &nd->w[j];
@@ -1108,7 +1108,7 @@ static void quarantine(sup *s, int n) {
   cJSON_AddNumberToObject(f, "failures", nd->nfailures);
   sup_events_emit(s->ev, "node_quarantined", f, "node %d is not used again in this run: %s", n,
                   nd->why);
-  if (s->slurm_launcher && !strcmp(s->rf.recovery.drain, "true"))
+  if (s->slurm_launcher && s->rf.recovery.drain)
     drain_start(s, n);
 }
 
@@ -2805,8 +2805,7 @@ static int gang_trains(const sup *s) {
 }
 
 static void collective_failed_t(sup *s, sup_worker *w, const char *detail) {
-  if (strcmp(s->rf.recovery.in_process, "true") != 0 || !gang_trains(s) ||
-      evtimer_pending(s->coll_timer, NULL))
+  if (!s->rf.recovery.in_process || !gang_trains(s) || evtimer_pending(s->coll_timer, NULL))
     return;
   s->coll.gen = s->gen;
   s->coll.node = w->node;
