@@ -6,12 +6,23 @@
  * ("train", "watchdog.loss_spike") are implied by the dotted paths. The YAML
  * tree (libfyaml document API) is walked mapping by mapping; each key is
  * looked up in the table, its scalar converted and range-checked, and the
- * position of the value remembered so that cross-field errors found later by
- * the validator can still point at a line and column.
+ * position of the value remembered in rf->from (ft_runfile_set marks its
+ * keys FT_RF_FROM_SET) so that the checks across keys, which run later,
+ * can still point at a line and column and say where the others came from.
+ * Words (K_WORD, K_BOOL) are converted here into the header's enums and
+ * bools, and the codec into its level: the only place that reads them as
+ * text (tests/unit/runfile_typed.py fails on a strcmp of one elsewhere).
  *
  * Why a table: the file parser, the validator (which re-checks a struct that
  * programs may have changed) and ft_runfile_set (command-line overrides) must
  * apply exactly the same type and range rules; one table keeps them equal.
+ *
+ * Where the checks run: each key's own in store_scalar, as it is read
+ * (_parse, _set), and again on the stored values in _validate; those across
+ * keys (cross_check) only in _validate/_validate_world, which a program
+ * calls once after its overrides, for the world it really trains in. _parse
+ * does not run them: "train: {global_batch: 4, micro_batch: 4}" is wrong at
+ * the default 2 nodes but right with --set nodes.count=1 or standalone.
  *
  * Invariants:
  *  - _load starts from ft_runfile_defaults(); a key absent from the file keeps
@@ -63,8 +74,11 @@
 
 /* ---- the schema ----------------------------------------------------------- */
 
-enum kind { K_INT, K_I64, K_U64, K_DBL, K_STR, K_HOSTS };
-enum check { C_NONE, C_WORDS, C_CODEC, C_STORE, C_RUNID };
+/* K_WORD: one of words, stored as its index (the header's enums list the
+ * words in the same order); K_BOOL: true or false, stored as a bool;
+ * K_CODEC: "zstd:LEVEL", stored as the level. All three read as strings. */
+enum kind { K_INT, K_I64, K_U64, K_DBL, K_STR, K_HOSTS, K_WORD, K_BOOL, K_CODEC };
+enum check { C_NONE, C_WORDS, C_STORE, C_RUNID };
 
 #define LO_OPEN 1u  /* value must be > lo (not >=) */
 #define HI_OPEN 2u  /* value must be < hi (not <=) */
@@ -79,14 +93,14 @@ struct field {
   double dlo, dhi;    /* K_DBL */
   unsigned flags;
   enum check check;
-  const char *const *words; /* C_WORDS: NULL-terminated */
+  const char *const *words; /* C_WORDS, K_WORD, K_BOOL: NULL-terminated */
 };
 
 static const char *const W_SCHEDULE[] = {"cosine", "linear", "constant", NULL};
 static const char *const W_PRECISION[] = {"fp32", "bf16", NULL};
 static const char *const W_DEVICE[] = {"cpu", "cuda", NULL};
 static const char *const W_LAUNCHER[] = {"local", "command", "ssh", "slurm", NULL};
-static const char *const W_BOOL[] = {"true", "false", NULL};
+static const char *const W_BOOL[] = {"false", "true", NULL}; /* index = the bool */
 static const char *const W_REQUIRE[] = {"durable", "local", "memory", NULL};
 static const char *const W_MOMENTS[] = {"exact", "bf16", "q8", NULL};
 static const char *const W_ON_SPIKE[] = {"rollback", "rollback_and_skip", "warn", NULL};
@@ -101,7 +115,10 @@ static const char *const W_NO_SPARES[] = {"shrink", "wait", "fail", NULL};
   { .key = k, .kind = K_DBL, AT(m), .dlo = lo, .dhi = hi, .flags = fl }
 #define F_STR(k, m, fl, chk, w)                                                                    \
   { .key = k, .kind = K_STR, AT(m), .flags = fl, .check = chk, .words = w }
-#define F_WORD(k, m, w) F_STR(k, m, 0, C_WORDS, w)
+#define F_WORD(k, m, w)                                                                            \
+  { .key = k, .kind = K_WORD, AT(m), .check = C_WORDS, .words = w }
+#define F_BOOL(k, m)                                                                               \
+  { .key = k, .kind = K_BOOL, AT(m), .check = C_WORDS, .words = W_BOOL }
 
 /* Step-like counters: far beyond any run, far below any overflow. */
 #define STEPS_MAX 1000000000000LL
@@ -153,8 +170,8 @@ static const struct field FIELDS[] = {
     F_INT("checkpoint.keep_last", checkpoint.keep_last, 1, 1000000),
     F_INT("checkpoint.keep_every", checkpoint.keep_every, 0, 1000000000),
     F_INT("checkpoint.chunk_mib", checkpoint.chunk_mib, 1, 1024),
-    F_STR("checkpoint.codec", checkpoint.codec, 0, C_CODEC, NULL),
-    F_WORD("checkpoint.replicate", checkpoint.replicate, W_BOOL),
+    {.key = "checkpoint.codec", .kind = K_CODEC, AT(checkpoint.codec_level)},
+    F_BOOL("checkpoint.replicate", checkpoint.replicate),
     F_I64("checkpoint.persist_every", checkpoint.persist_every, 1, STEPS_MAX),
     F_WORD("checkpoint.require", checkpoint.require, W_REQUIRE),
     F_INT("checkpoint.full_every", checkpoint.full_every, 1, 64),
@@ -176,10 +193,10 @@ static const struct field FIELDS[] = {
     F_WORD("recovery.when_no_spares", recovery.when_no_spares, W_NO_SPARES),
     F_INT("recovery.node_failures_to_quarantine", recovery.node_failures_to_quarantine, 1, 1000),
     F_DBL("recovery.node_failure_window_s", recovery.node_failure_window_s, 0, YEAR_S, LO_OPEN),
-    F_WORD("recovery.drain", recovery.drain, W_BOOL),
-    F_WORD("recovery.in_process", recovery.in_process, W_BOOL),
+    F_BOOL("recovery.drain", recovery.drain),
+    F_BOOL("recovery.in_process", recovery.in_process),
     F_DBL("recovery.rejoin_timeout_s", recovery.rejoin_timeout_s, 0, YEAR_S, LO_OPEN),
-    F_WORD("doctor.on_join", doctor.on_join, W_BOOL),
+    F_BOOL("doctor.on_join", doctor.on_join),
     F_INT("doctor.mem_mb", doctor.mem_mb, 0, 1 << 20),
     F_INT("doctor.disk_mb", doctor.disk_mb, 0, 1 << 20),
     F_STR("doctor.dir", doctor.dir, EMPTY_OK, C_NONE, NULL),
@@ -189,6 +206,13 @@ static const struct field FIELDS[] = {
     F_I64("chaos.kill_node_at_step", chaos.kill_node_at_step, 0, STEPS_MAX),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
+_Static_assert(NFIELDS == FT_RUNFILE_NKEYS, "FT_RUNFILE_NKEYS is the number of FIELDS");
+/* K_WORD is stored through an int: every enum of the header is int-sized */
+_Static_assert(sizeof(ft_rf_schedule) == sizeof(int) && sizeof(ft_rf_precision) == sizeof(int) &&
+                   sizeof(ft_rf_device) == sizeof(int) && sizeof(ft_rf_launcher) == sizeof(int) &&
+                   sizeof(ft_rf_require) == sizeof(int) && sizeof(ft_rf_moments) == sizeof(int) &&
+                   sizeof(ft_rf_on_spike) == sizeof(int) && sizeof(ft_rf_no_spares) == sizeof(int),
+               "the run file's enums are int-sized");
 
 #define HOSTS_MAX                                                                                  \
   ((int)(sizeof(((ft_nodes_cfg *)0)->hosts) / sizeof(((ft_nodes_cfg *)0)->hosts[0])))
@@ -211,7 +235,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   t->micro_batch = 8;
   t->lr = 1e-3;
   t->warmup = 20;
-  SETS(t->schedule, "cosine");
+  t->schedule = FT_RF_SCHEDULE_COSINE;
   t->min_lr_frac = 0.1;
   t->weight_decay = 0.1;
   t->grad_clip = 1.0;
@@ -219,13 +243,13 @@ void ft_runfile_defaults(ft_runfile *rf) {
   t->beta2 = 0.95;
   t->eps = 1e-8;
   t->seed = 1337;
-  SETS(t->precision, "fp32");
+  t->precision = FT_RF_PRECISION_FP32;
   SETS(rf->data.train, "data/synth_train_*.bin");
   SETS(rf->data.val, "data/synth_val_*.bin");
   rf->nodes.count = 2;
   rf->nodes.workers_per_node = 1;
-  SETS(rf->nodes.device, "cpu");
-  SETS(rf->nodes.launcher, "local");
+  rf->nodes.device = FT_RF_DEVICE_CPU;
+  rf->nodes.launcher = FT_RF_LAUNCHER_LOCAL;
   rf->nodes.nhosts = 0;
   ft_ckpt_cfg *c = &rf->checkpoint;
   c->every_steps = 25;
@@ -234,7 +258,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   c->keep_last = 5;
   c->keep_every = 0;
   c->chunk_mib = 4;
-  SETS(c->codec, "zstd:1");
+  c->codec_level = 1;
   ft_watchdog_cfg *w = &rf->watchdog;
   w->heartbeat_timeout_s = 10;
   w->start_timeout_s = 60;
@@ -247,25 +271,60 @@ void ft_runfile_defaults(ft_runfile *rf) {
   w->spike_min_steps = 20;
   SETS(w->xid_source, "/dev/kmsg");
   rf->recovery.max_restarts = 20;
-  SETS(rf->recovery.on_loss_spike, "rollback_and_skip");
+  rf->recovery.on_loss_spike = FT_RF_SPIKE_ROLLBACK_AND_SKIP;
   rf->recovery.skip_batches = 200;
-  SETS(rf->recovery.when_no_spares, "shrink");
+  rf->recovery.when_no_spares = FT_RF_NO_SPARES_SHRINK;
   rf->recovery.node_failures_to_quarantine = 2;
   rf->recovery.node_failure_window_s = 600;
-  SETS(rf->recovery.drain, "true");
-  SETS(rf->recovery.in_process, "false");
-  SETS(rf->checkpoint.replicate, "false");
+  rf->recovery.drain = true;
+  rf->recovery.in_process = false;
+  rf->checkpoint.replicate = false;
   rf->checkpoint.persist_every = 1;
-  SETS(rf->checkpoint.require, "durable");
+  rf->checkpoint.require = FT_RF_REQUIRE_DURABLE;
   rf->checkpoint.full_every = 2;
-  SETS(rf->checkpoint.moments, "exact");
+  rf->checkpoint.moments = FT_RF_MOMENTS_EXACT;
   rf->recovery.rejoin_timeout_s = 10;
-  SETS(rf->doctor.on_join, "true");
+  rf->doctor.on_join = true;
   rf->doctor.mem_mb = 64;
   rf->doctor.disk_mb = 8;
   rf->doctor.link_mb = 4;
   rf->doctor.link_min_frac = 0.25;
   rf->doctor.spare_every_s = 300;
+}
+
+/* ---- words ------------------------------------------------------------------ */
+
+/* The word of value v in NULL-terminated words; "?" if v is not an index. */
+static const char *word_of(const char *const *words, int v) {
+  for (int i = 0; words[i]; i++)
+    if (i == v)
+      return words[i];
+  return "?";
+}
+
+const char *ft_rf_schedule_name(ft_rf_schedule v) {
+  return word_of(W_SCHEDULE, (int)v);
+}
+const char *ft_rf_precision_name(ft_rf_precision v) {
+  return word_of(W_PRECISION, (int)v);
+}
+const char *ft_rf_device_name(ft_rf_device v) {
+  return word_of(W_DEVICE, (int)v);
+}
+const char *ft_rf_launcher_name(ft_rf_launcher v) {
+  return word_of(W_LAUNCHER, (int)v);
+}
+const char *ft_rf_require_name(ft_rf_require v) {
+  return word_of(W_REQUIRE, (int)v);
+}
+const char *ft_rf_moments_name(ft_rf_moments v) {
+  return word_of(W_MOMENTS, (int)v);
+}
+const char *ft_rf_on_spike_name(ft_rf_on_spike v) {
+  return word_of(W_ON_SPIKE, (int)v);
+}
+const char *ft_rf_no_spares_name(ft_rf_no_spares v) {
+  return word_of(W_NO_SPARES, (int)v);
 }
 
 /* ---- small helpers --------------------------------------------------------- */
@@ -427,6 +486,9 @@ static const char *kind_name(const struct field *f) {
   case K_DBL:
     return f->flags & AUTO_OK ? "a number or auto" : "a number";
   case K_STR:
+  case K_WORD:
+  case K_BOOL:
+  case K_CODEC:
     return "a string";
   case K_HOSTS:
     return "a sequence of host names";
@@ -456,9 +518,10 @@ static int check_dbl(const struct field *f, double v, char *msg, size_t n) {
   return 0;
 }
 
-/* "zstd:LEVEL", LEVEL 1..19. s holds len bytes and need not be
- * NUL-terminated (a scalar's text in the YAML buffer). */
-static int check_codec(const char *s, size_t len) {
+/* The level of "zstd:LEVEL", LEVEL 1..19; -1 for anything else. s holds
+ * len bytes and need not be NUL-terminated (a scalar's text in the YAML
+ * buffer). */
+static int codec_level(const char *s, size_t len) {
   if (len < 6 || len > 7 || memcmp(s, "zstd:", 5) != 0)
     return -1;
   int lvl = 0;
@@ -467,7 +530,44 @@ static int check_codec(const char *s, size_t len) {
       return -1;
     lvl = lvl * 10 + (s[i] - '0');
   }
-  return lvl >= 1 && lvl <= 19 ? 0 : -1;
+  return lvl >= 1 && lvl <= 19 ? lvl : -1;
+}
+
+static int bad_codec(const char *ex, char *msg, size_t n) {
+  return snprintf(msg, n, "'%s' is not a known codec (expected zstd:LEVEL, LEVEL 1..19)", ex), -1;
+}
+
+/* The index of the len bytes at s in NULL-terminated words; -1 if none. */
+static int word_index(const char *const *words, const char *s, size_t len) {
+  for (int i = 0; words[i]; i++)
+    if (strlen(words[i]) == len && !memcmp(words[i], s, len))
+      return i;
+  return -1;
+}
+
+/* "'X' is not one of a, b, c" (W_BOOL as true, false: the words' usual order). */
+static int not_one_of(const struct field *f, const char *ex, char *msg, size_t n) {
+  size_t o = (size_t)snprintf(msg, n, "'%s' is not one of", ex);
+  if (f->words == W_BOOL) {
+    snprintf(msg + o, n - o, " true, false");
+    return -1;
+  }
+  for (int i = 0; f->words[i] && o < n; i++)
+    o += (size_t)snprintf(msg + o, n - o, "%s %s", i ? "," : "", f->words[i]);
+  return -1;
+}
+
+/* The stored index of a K_WORD or K_BOOL value of len bytes at s; -1 with
+ * msg if it is not one of the field's words. */
+static int check_word(const struct field *f, const char *s, size_t len, char *msg, size_t n) {
+  char ex[64];
+  excerpt(s, len, ex, sizeof ex);
+  if (memchr(s, 0, len))
+    return snprintf(msg, n, "must not contain a NUL byte"), -1;
+  if (!len)
+    return snprintf(msg, n, "must not be empty"), -1;
+  int i = word_index(f->words, s, len);
+  return i >= 0 ? i : not_one_of(f, ex, msg, n);
 }
 
 static int check_host(const char *h, char *msg, size_t n) {
@@ -495,19 +595,7 @@ static int check_str(const struct field *f, const char *s, size_t len, char *msg
   case C_NONE:
     return 0;
   case C_WORDS:
-    for (int i = 0; f->words[i]; i++)
-      if (strlen(f->words[i]) == len && !memcmp(f->words[i], s, len))
-        return 0;
-    {
-      size_t o = (size_t)snprintf(msg, n, "'%s' is not one of", ex);
-      for (int i = 0; f->words[i] && o < n; i++)
-        o += (size_t)snprintf(msg + o, n - o, "%s %s", i ? "," : "", f->words[i]);
-    }
-    return -1;
-  case C_CODEC:
-    if (check_codec(s, len) == 0)
-      return 0;
-    return snprintf(msg, n, "'%s' is not a known codec (expected zstd:LEVEL, LEVEL 1..19)", ex), -1;
+    return word_index(f->words, s, len) >= 0 ? 0 : not_one_of(f, ex, msg, n);
   case C_STORE:
     /* s holds len bytes, not NUL-terminated: compare within len only. */
     if (len >= 6 && !memcmp(s, "local:", 6)) {
@@ -551,6 +639,24 @@ static int check_stored(const struct field *f, const ft_runfile *rf, char *msg, 
     size_t len = strnlen(p, f->size);
     return check_str(f, p, len, msg, n);
   }
+  case K_WORD: {
+    int v = *(const int *)p, nw = 0;
+    while (f->words[nw])
+      nw++;
+    if (v >= 0 && v < nw)
+      return 0;
+    char ex[32];
+    snprintf(ex, sizeof ex, "%d", v);
+    return not_one_of(f, ex, msg, n);
+  }
+  case K_BOOL:
+    return 0;
+  case K_CODEC: {
+    int lvl = *(const int *)p;
+    char ex[32];
+    snprintf(ex, sizeof ex, "zstd:%d", lvl);
+    return lvl >= 1 && lvl <= 19 ? 0 : bad_codec(ex, msg, n);
+  }
   case K_HOSTS:
     if (rf->nodes.nhosts < 0 || rf->nodes.nhosts > HOSTS_MAX)
       return snprintf(msg, n, "holds %d hosts, at most %d", rf->nodes.nhosts, HOSTS_MAX), -1;
@@ -569,10 +675,35 @@ static int check_stored(const struct field *f, const ft_runfile *rf, char *msg, 
  * checks. quoted: the scalar was quoted or a block scalar (so a string). */
 static int store_scalar(const struct field *f, ft_runfile *rf, const char *s, size_t len,
                         bool quoted, char *msg, size_t n) {
-  char buf[72], what[96];
+  char buf[72], what[96], ex[64];
   void *p = field_ptr(f, rf);
-  if (f->kind == K_STR)
+  int v;
+  switch (f->kind) {
+  case K_STR:
     goto str;
+  case K_WORD:
+  case K_BOOL:
+    if ((v = check_word(f, s, len, msg, n)) < 0)
+      return -1;
+    if (f->kind == K_BOOL)
+      *(bool *)p = v != 0;
+    else
+      *(int *)p = v;
+    return 0;
+  case K_CODEC:
+    if (memchr(s, 0, len))
+      return snprintf(msg, n, "must not contain a NUL byte"), -1;
+    if (!len)
+      return snprintf(msg, n, "must not be empty"), -1;
+    if ((v = codec_level(s, len)) < 0) {
+      excerpt(s, len, ex, sizeof ex);
+      return bad_codec(ex, msg, n);
+    }
+    *(int *)p = v;
+    return 0;
+  default:
+    break;
+  }
   if (len >= sizeof buf)
     return snprintf(msg, n, "expected %s, got a %zu-byte value", kind_name(f), len), -1;
   memcpy(buf, s, len);
@@ -643,8 +774,7 @@ struct pos {
 
 struct ctx {
   const char *path;
-  ft_runfile *rf;
-  struct pos at[NFIELDS]; /* where each field's value is in the file */
+  ft_runfile *rf; /* rf->from: where each field's value is in the file */
   char *err;
   size_t errlen;
 };
@@ -779,7 +909,7 @@ static int parse_leaf(struct ctx *c, int idx, struct fy_node *v, struct pos kp) 
   const struct field *f = &FIELDS[idx];
   struct pos vp = node_pos(v, kp);
   char msg[MSG], what[96];
-  c->at[idx] = vp;
+  c->rf->from[idx] = (ft_rf_origin){vp.line, vp.col};
   if (v && fy_node_is_alias(v))
     return fail_at(c, vp, f->key, "aliases are not supported in a run file");
   if (f->kind == K_HOSTS)
@@ -879,26 +1009,39 @@ static int walk_mapping(struct ctx *c, struct fy_node *map, const char *prefix, 
   return 0;
 }
 
-/* ---- cross-field checks ----------------------------------------------------- */
+/* ---- checks across keys ----------------------------------------------------- */
 
-static int blame(int *idx, int i, char *msg, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* One problem found across keys: the key blamed (its message follows
+ * "KEY: ") and the others involved, whose origins end the message. */
+struct verdict {
+  int idx;
+  int also[4], nalso;
+  char msg[MSG];
+};
 
-static int blame(int *idx, int i, char *msg, size_t n, const char *fmt, ...) {
+static int blame(struct verdict *v, int i, const int *also, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* also: the other keys involved, ending at -1 (NULL: none). */
+static int blame(struct verdict *v, int i, const int *also, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, n, fmt, ap);
+  vsnprintf(v->msg, sizeof v->msg, fmt, ap);
   va_end(ap);
-  *idx = i;
+  v->idx = i;
+  v->nalso = 0;
+  for (int k = 0; also && also[k] >= 0 && v->nalso < 4; k++)
+    if (also[k] != i)
+      v->also[v->nalso++] = also[k];
   return -1;
 }
 
-double ft_runfile_mem_estimate(const ft_runfile *rf, double *params) {
+/* mem_estimate for a world of `world` ranks. */
+static double mem_estimate(const ft_runfile *rf, double world, double *params) {
   const ft_model_cfg *m = &rf->model;
   double C = m->n_embd, L = m->n_layer, T = m->seq_len, NH = m->n_head;
   double Vp = ceil(m->vocab_size / 128.0) * 128; /* ft_gpt2_pad_vocab */
   double B = rf->train.micro_batch, N = B * T;
-  double world = (double)rf->nodes.count * rf->nodes.workers_per_node;
   /* wte, wpe, L blocks of 12 C^2 + 13 C, lnf (ft_gpt2's layout) */
   double P = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
   /* worker/gpt2.c's activation arena: per layer 18 N C + 4 N + 2 B NH T^2,
@@ -910,6 +1053,10 @@ double ft_runfile_mem_estimate(const ft_runfile *rf, double *params) {
   if (world < 1)
     world = 1;
   return 4.0 * (4 * P + 4 * P / world + 2 * acts);
+}
+
+double ft_runfile_mem_estimate(const ft_runfile *rf, double *params) {
+  return mem_estimate(rf, (double)rf->nodes.count * rf->nodes.workers_per_node, params);
 }
 
 /* Physical memory of this machine in bytes (0: unknown). */
@@ -935,156 +1082,218 @@ static int micro_that_works(int global, long long world, int max) {
   return (int)best;
 }
 
-/* Finds the first cross-field problem. `at` (may be NULL) says which keys the
- * file set, so that the blame lands on a key the user wrote. On a problem
- * returns -1 with *idx the blamed field and msg the text after "KEY: ". */
-static int cross_check(const ft_runfile *rf, const struct pos *at, int *idx, char *msg, size_t n) {
-#define IN_FILE(i) (at && at[i].line > 0)
-#define BLAME_FIRST(a, b) (!IN_FILE(b) || IN_FILE(a))
-  const ft_model_cfg *m = &rf->model;
+/* Keys the run wrote (in the file or by _set) are blamed before defaults. */
+#define WRITTEN(i) (rf->from[i].line != FT_RF_FROM_DEFAULT)
+#define BLAME_FIRST(a, b) (!WRITTEN(b) || WRITTEN(a))
+
+/* The world's checks: at most FT_RUNFILE_MAX_WORLD ranks, and micro_batch x
+ * world divides global_batch. wkeys: the keys that set the world (none for
+ * a program's own world), ending at -1. */
+static int check_batch(const ft_runfile *rf, long long world, const char *wdesc, const int *wkeys,
+                       struct verdict *v) {
   const ft_train_cfg *t = &rf->train;
-  int i_head = find_field("model.n_head"), i_embd = find_field("model.n_embd");
   int i_mb = find_field("train.micro_batch"), i_gb = find_field("train.global_batch");
-  int i_cmd = find_field("nodes.command"), i_la = find_field("nodes.launcher");
-  int i_cnt = find_field("nodes.count"), i_wpn = find_field("nodes.workers_per_node");
-  int i_seq = find_field("model.seq_len");
-
-  if (m->n_embd % m->n_head) {
-    if (BLAME_FIRST(i_head, i_embd))
-      return blame(idx, i_head, msg, n, "%d does not divide model.n_embd (%d)", m->n_head,
-                   m->n_embd);
-    return blame(idx, i_embd, msg, n, "%d is not a multiple of model.n_head (%d)", m->n_embd,
-                 m->n_head);
-  }
-
-  /* The world, in 64 bits: nodes.count x nodes.workers_per_node. */
-  long long world = (long long)rf->nodes.count * rf->nodes.workers_per_node;
-  char wdesc[128];
-  snprintf(wdesc, sizeof wdesc, "world size %lld (nodes.count %d x nodes.workers_per_node %d)",
-           world, rf->nodes.count, rf->nodes.workers_per_node);
-  if (world > FT_RUNFILE_MAX_WORLD)
-    return blame(idx, BLAME_FIRST(i_wpn, i_cnt) ? i_wpn : i_cnt, msg, n, "%s is more than %d",
+  int all[5] = {i_gb, i_mb, -1, -1, -1};
+  for (int k = 0; k < 2 && wkeys[k] >= 0; k++)
+    all[2 + k] = wkeys[k];
+  if (world > FT_RUNFILE_MAX_WORLD && all[2] >= 0)
+    return blame(v, BLAME_FIRST(all[3], all[2]) ? all[3] : all[2], all + 2, "%s is more than %d",
                  wdesc, FT_RUNFILE_MAX_WORLD);
+  if (world > FT_RUNFILE_MAX_WORLD)
+    return blame(v, i_gb, NULL, "the %s is more than %d", wdesc, FT_RUNFILE_MAX_WORLD);
   if (t->global_batch % world) {
     long long lo = t->global_batch / world * world, hi = lo + world;
     if (lo > 0)
-      return blame(idx, i_gb, msg, n, "%d is not a multiple of the %s; %lld or %lld would be",
+      return blame(v, i_gb, all + 2, "%d is not a multiple of the %s; %lld or %lld would be",
                    t->global_batch, wdesc, lo, hi);
-    return blame(idx, i_gb, msg, n, "%d is not a multiple of the %s; %lld would be",
-                 t->global_batch, wdesc, hi);
+    return blame(v, i_gb, all + 2, "%d is not a multiple of the %s; %lld would be", t->global_batch,
+                 wdesc, hi);
   }
-  if (t->global_batch % ((long long)t->micro_batch * world)) {
-    int fit = micro_that_works(t->global_batch, world, t->micro_batch);
-    long long step = (long long)t->micro_batch * world;
-    long long up = (t->global_batch / step + 1) * step;
-    if (BLAME_FIRST(i_mb, i_gb)) {
-      if (world == 1)
-        return blame(idx, i_mb, msg, n, "%d does not divide train.global_batch (%d); %d would",
-                     t->micro_batch, t->global_batch, fit);
-      return blame(idx, i_mb, msg, n,
-                   "%d x the %s does not divide train.global_batch (%d); micro_batch %d would",
-                   t->micro_batch, wdesc, t->global_batch, fit);
-    }
+  if (t->global_batch % ((long long)t->micro_batch * world) == 0)
+    return 0;
+  int fit = micro_that_works(t->global_batch, world, t->micro_batch);
+  long long step = (long long)t->micro_batch * world;
+  long long up = (t->global_batch / step + 1) * step;
+  if (BLAME_FIRST(i_mb, i_gb)) {
     if (world == 1)
-      return blame(idx, i_gb, msg, n,
-                   "%d is not a multiple of train.micro_batch (%d); %lld would (or micro_batch %d)",
-                   t->global_batch, t->micro_batch, up, fit);
-    return blame(idx, i_gb, msg, n,
-                 "%d is not a multiple of train.micro_batch (%d) x the %s; %lld would (or "
-                 "micro_batch %d)",
-                 t->global_batch, t->micro_batch, wdesc, up, fit);
+      return blame(v, i_mb, all, "%d does not divide train.global_batch (%d); %d would",
+                   t->micro_batch, t->global_batch, fit);
+    return blame(v, i_mb, all,
+                 "%d x the %s does not divide train.global_batch (%d); micro_batch %d would",
+                 t->micro_batch, wdesc, t->global_batch, fit);
   }
-  long long tokens = (long long)t->global_batch * m->seq_len;
-  if (tokens > FT_RUNFILE_MAX_TOKENS_PER_STEP)
-    return blame(idx, BLAME_FIRST(i_gb, i_seq) ? i_gb : i_seq, msg, n,
-                 "train.global_batch %d x model.seq_len %d is %lld tokens per step, more than %lld",
-                 t->global_batch, m->seq_len, tokens, FT_RUNFILE_MAX_TOKENS_PER_STEP);
+  if (world == 1)
+    return blame(v, i_gb, all,
+                 "%d is not a multiple of train.micro_batch (%d); %lld would (or micro_batch %d)",
+                 t->global_batch, t->micro_batch, up, fit);
+  return blame(v, i_gb, all,
+               "%d is not a multiple of train.micro_batch (%d) x the %s; %lld would (or "
+               "micro_batch %d)",
+               t->global_batch, t->micro_batch, wdesc, up, fit);
+}
 
-  /* The model's size: blame the first model key the file set. */
+/* The model's size, and for CPU ranks on this machine its memory: blamed
+ * on the first model key the run wrote. */
+static int check_size(const ft_runfile *rf, long long world, bool here, struct verdict *v) {
+  const ft_model_cfg *m = &rf->model;
   static const char *const MODEL_KEYS[] = {"model.n_embd",     "model.n_layer",     "model.seq_len",
                                            "model.vocab_size", "train.micro_batch", NULL};
-  int i_model = i_embd;
+  int i_model = find_field("model.n_embd");
   for (int k = 0; MODEL_KEYS[k]; k++)
-    if (IN_FILE(find_field(MODEL_KEYS[k]))) {
+    if (WRITTEN(find_field(MODEL_KEYS[k]))) {
       i_model = find_field(MODEL_KEYS[k]);
       break;
     }
-  double params, bytes = ft_runfile_mem_estimate(rf, &params);
+  double params, bytes = mem_estimate(rf, (double)world, &params);
   if (params > (double)FT_RUNFILE_MAX_PARAMS)
-    return blame(idx, i_model, msg, n, "the model has %.4g parameters, more than %.4g", params,
+    return blame(v, i_model, NULL, "the model has %.4g parameters, more than %.4g", params,
                  (double)FT_RUNFILE_MAX_PARAMS);
   double have = machine_bytes();
-  if (!strcmp(rf->nodes.device, "cpu") && !strcmp(rf->nodes.launcher, "local") && have > 0 &&
-      bytes * (double)world > have) {
+  if (rf->nodes.device == FT_RF_DEVICE_CPU && here && have > 0 && bytes * (double)world > have) {
     const double GiB = 1024.0 * 1024 * 1024;
-    return blame(idx, i_model, msg, n,
+    return blame(v, i_model, NULL,
                  "the model needs about %.1f GiB (%.4g parameters: weights, gradients and AdamW "
                  "moments, plus activations at micro_batch %d x seq_len %d: %.1f GiB per rank, "
                  "%lld ranks on this machine), more than this machine's %.1f GiB",
-                 bytes * (double)world / GiB, params, t->micro_batch, m->seq_len, bytes / GiB,
-                 world, have / GiB);
+                 bytes * (double)world / GiB, params, rf->train.micro_batch, m->seq_len,
+                 bytes / GiB, world, have / GiB);
   }
+  return 0;
+}
 
-  /* A checkpoint only in memory must be in two hosts' memory. */
+/* A checkpoint only in memory must be in two hosts' memory. */
+static int check_memory_tier(const ft_runfile *rf, struct verdict *v) {
   int i_rep = find_field("checkpoint.replicate"), i_pe = find_field("checkpoint.persist_every");
   int i_req = find_field("checkpoint.require");
-  if (strcmp(rf->checkpoint.replicate, "true") != 0) {
-    long long pe = (long long)rf->checkpoint.persist_every;
-    if (pe > 1 && BLAME_FIRST(i_pe, i_rep))
-      return blame(idx, i_pe, msg, n,
-                   "%lld keeps the checkpoints in between in memory only, which needs "
-                   "checkpoint.replicate: true (a copy in another host's memory)",
-                   pe);
-    if (pe > 1)
-      return blame(idx, i_rep, msg, n,
-                   "must be true for checkpoint.persist_every %lld (the checkpoints kept in "
-                   "memory only need a copy in another host's memory)",
-                   pe);
-    if (!strcmp(rf->checkpoint.require, "memory"))
-      return blame(idx, BLAME_FIRST(i_req, i_rep) ? i_req : i_rep, msg, n,
-                   BLAME_FIRST(i_req, i_rep)
-                       ? "memory (committed once in two hosts' memory) needs "
-                         "checkpoint.replicate: true"
-                       : "must be true for checkpoint.require memory (committed once in two "
-                         "hosts' memory)");
+  if (rf->checkpoint.replicate)
+    return 0;
+  long long pe = (long long)rf->checkpoint.persist_every;
+  int pe_rep[] = {i_pe, i_rep, -1}, req_rep[] = {i_req, i_rep, -1};
+  if (pe > 1 && BLAME_FIRST(i_pe, i_rep))
+    return blame(v, i_pe, pe_rep,
+                 "%lld keeps the checkpoints in between in memory only, which needs "
+                 "checkpoint.replicate: true (a copy in another host's memory)",
+                 pe);
+  if (pe > 1)
+    return blame(v, i_rep, pe_rep,
+                 "must be true for checkpoint.persist_every %lld (the checkpoints kept in "
+                 "memory only need a copy in another host's memory)",
+                 pe);
+  if (rf->checkpoint.require == FT_RF_REQUIRE_MEMORY)
+    return blame(v, BLAME_FIRST(i_req, i_rep) ? i_req : i_rep, req_rep, "%s",
+                 BLAME_FIRST(i_req, i_rep)
+                     ? "memory (committed once in two hosts' memory) needs "
+                       "checkpoint.replicate: true"
+                     : "must be true for checkpoint.require memory (committed once in two "
+                       "hosts' memory)");
+  return 0;
+}
+
+/* Finds the first problem across keys, blaming a key the run wrote (in the
+ * file or by _set) before a default. world > 0: the program's own world
+ * (who names it), else nodes.count x nodes.workers_per_node. On a problem
+ * returns -1 with *v filled in. */
+static int cross_check(const ft_runfile *rf, int pworld, const char *who, struct verdict *v) {
+  const ft_model_cfg *m = &rf->model;
+  const ft_train_cfg *t = &rf->train;
+  int i_head = find_field("model.n_head"), i_embd = find_field("model.n_embd");
+  int i_gb = find_field("train.global_batch"), i_seq = find_field("model.seq_len");
+  int i_cmd = find_field("nodes.command"), i_la = find_field("nodes.launcher");
+  int i_cnt = find_field("nodes.count"), i_wpn = find_field("nodes.workers_per_node");
+  int heads[] = {i_head, i_embd, -1}, tok[] = {i_gb, i_seq, -1}, cmd[] = {i_cmd, i_la, -1};
+
+  if (m->n_embd % m->n_head) {
+    if (BLAME_FIRST(i_head, i_embd))
+      return blame(v, i_head, heads, "%d does not divide model.n_embd (%d)", m->n_head, m->n_embd);
+    return blame(v, i_embd, heads, "%d is not a multiple of model.n_head (%d)", m->n_embd,
+                 m->n_head);
   }
 
-  if (!strcmp(rf->nodes.launcher, "command") && !strstr(rf->nodes.command, "{argv}")) {
+  /* The world, in 64 bits: the program's, or nodes.count x nodes.workers_per_node. */
+  long long world = (long long)rf->nodes.count * rf->nodes.workers_per_node;
+  int nodes_keys[] = {i_cnt, i_wpn, -1}, none[] = {-1};
+  char wdesc[192];
+  if (pworld > 0) {
+    world = pworld;
+    snprintf(wdesc, sizeof wdesc, "world size %lld (%s)", world, who ? who : "this program's");
+  } else
+    snprintf(wdesc, sizeof wdesc, "world size %lld (nodes.count %d x nodes.workers_per_node %d)",
+             world, rf->nodes.count, rf->nodes.workers_per_node);
+  if (check_batch(rf, world, wdesc, pworld > 0 ? none : nodes_keys, v))
+    return -1;
+  long long tokens = (long long)t->global_batch * m->seq_len;
+  if (tokens > FT_RUNFILE_MAX_TOKENS_PER_STEP)
+    return blame(v, BLAME_FIRST(i_gb, i_seq) ? i_gb : i_seq, tok,
+                 "train.global_batch %d x model.seq_len %d is %lld tokens per step, more than %lld",
+                 t->global_batch, m->seq_len, tokens, FT_RUNFILE_MAX_TOKENS_PER_STEP);
+  /* a program's own world runs here; a supervised one with the local launcher */
+  if (check_size(rf, world, pworld > 0 || rf->nodes.launcher == FT_RF_LAUNCHER_LOCAL, v) ||
+      check_memory_tier(rf, v))
+    return -1;
+
+  if (rf->nodes.launcher == FT_RF_LAUNCHER_COMMAND && !strstr(rf->nodes.command, "{argv}")) {
     char ex[64];
     excerpt(rf->nodes.command, strnlen(rf->nodes.command, sizeof rf->nodes.command), ex, sizeof ex);
     if (BLAME_FIRST(i_cmd, i_la))
-      return blame(idx, i_cmd, msg, n,
-                   "launcher 'command' needs a command containing {argv}, got '%s'", ex);
-    return blame(idx, i_la, msg, n, "'command' needs nodes.command with {argv} in it");
+      return blame(v, i_cmd, cmd, "launcher 'command' needs a command containing {argv}, got '%s'",
+                   ex);
+    return blame(v, i_la, cmd, "'command' needs nodes.command with {argv} in it");
   }
   return 0;
+}
 #undef BLAME_FIRST
-#undef IN_FILE
+#undef WRITTEN
+
+/* Appends " [KEY: where, ...]" for the keys of v (the blamed one first)
+ * that are not in the file, which a reader of the file cannot see: "--set",
+ * or "default" (only when rf came from a file: without one every key is a
+ * default, and saying so says nothing). */
+static void origins(const ft_runfile *rf, const struct verdict *v, char *out, size_t n) {
+  int keys[5] = {v->idx}, nk = 1, said = 0;
+  size_t o = strlen(out);
+  for (int k = 0; k < v->nalso; k++)
+    keys[nk++] = v->also[k];
+  for (int k = 0; k < nk && o < n; k++) {
+    int line = rf->from[keys[k]].line;
+    const char *where = line == FT_RF_FROM_SET                           ? "--set"
+                        : line == FT_RF_FROM_DEFAULT && rf->path[0] != 0 ? "default"
+                                                                         : NULL;
+    if (where)
+      o += (size_t)snprintf(out + o, n - o, "%s%s: %s", said++ ? ", " : " [", FIELDS[keys[k]].key,
+                            where);
+  }
+  if (said && o < n)
+    snprintf(out + o, n - o, "]");
 }
 
-/* Per-field checks on stored values, then cross-field ones. */
-static int validate_impl(const ft_runfile *rf, const struct pos *at, int *idx, char *msg,
-                         size_t n) {
-  for (int i = 0; i < NFIELDS; i++)
-    if (check_stored(&FIELDS[i], rf, msg, n)) {
-      *idx = i;
-      return -1;
-    }
-  return cross_check(rf, at, idx, msg, n);
-}
-
-int ft_runfile_validate(const ft_runfile *rf, char *err, size_t errlen) {
-  char msg[MSG], dummy[8];
-  int idx = 0;
+int ft_runfile_validate_world(const ft_runfile *rf, int world, const char *who, char *err,
+                              size_t errlen) {
+  char dummy[8];
+  struct verdict v = {0};
   if (!err || !errlen)
     err = dummy, errlen = sizeof dummy;
   err[0] = 0;
   if (!rf)
     return ft_err_set(FT_EINVAL, "ft_runfile_validate: rf is NULL");
-  if (validate_impl(rf, NULL, &idx, msg, sizeof msg) == 0)
+  /* each key's own rules first: a program may have written into the struct */
+  for (int i = 0; i < NFIELDS; i++)
+    if (check_stored(&FIELDS[i], rf, v.msg, sizeof v.msg)) {
+      snprintf(err, errlen, "%s: %s", FIELDS[i].key, v.msg);
+      return ft_err_set(FT_ECONFIG, "%s", err);
+    }
+  if (cross_check(rf, world, who, &v) == 0)
     return FT_OK;
-  snprintf(err, errlen, "%s: %s", FIELDS[idx].key, msg);
+  ft_rf_origin at = rf->from[v.idx];
+  if (at.line > 0 && rf->path[0])
+    snprintf(err, errlen, "%s:%d:%d: %s: %s", rf->path, at.line, at.col, FIELDS[v.idx].key, v.msg);
+  else
+    snprintf(err, errlen, "%s: %s", FIELDS[v.idx].key, v.msg);
+  origins(rf, &v, err, errlen);
   return ft_err_set(FT_ECONFIG, "%s", err);
+}
+
+int ft_runfile_validate(const ft_runfile *rf, char *err, size_t errlen) {
+  return ft_runfile_validate_world(rf, 0, NULL, err, errlen);
 }
 
 /* ---- load --------------------------------------------------------------------- */
@@ -1195,12 +1404,13 @@ static int resolve_data_globs(struct ctx *c) {
   for (int k = 0; k < 2; k++) {
     int i = find_field(KEYS[k]);
     char *g = field_ptr(&FIELDS[i], c->rf), buf[sizeof c->rf->data.train];
-    if (c->at[i].line <= 0 || !g[0] || g[0] == '/')
+    ft_rf_origin at = c->rf->from[i];
+    if (at.line <= 0 || !g[0] || g[0] == '/')
       continue;
     int n = snprintf(buf, sizeof buf, "%.*s%s%s", (int)dlen, c->path,
                      dlen == 1 && *c->path == '/' ? "" : "/", g);
     if (n < 0 || (size_t)n >= FIELDS[i].size)
-      return fail_at(c, c->at[i], KEYS[k],
+      return fail_at(c, (struct pos){at.line, at.col}, KEYS[k],
                      "'%.40s' under the run file's directory is too long (at most %zu bytes)", g,
                      FIELDS[i].size - 1);
     memcpy(g, buf, (size_t)n + 1);
@@ -1308,15 +1518,8 @@ int ft_runfile_parse(const char *name, const char *text, size_t len, ft_runfile 
     if (rc)
       goto out;
   }
+  /* the checks across keys wait for the overrides: ft_runfile_validate */
   rc = resolve_data_globs(c);
-  if (rc)
-    goto out;
-
-  int idx = 0;
-  if (validate_impl(rf, c->at, &idx, msg, sizeof msg)) {
-    rc = fail_at(c, c->at[idx], FIELDS[idx].key, "%s", msg);
-    goto out;
-  }
 
 out:
   if (extra)
@@ -1454,6 +1657,7 @@ int ft_runfile_set(ft_runfile *rf, const char *dotted_key, const char *value, ch
     rc = ft_err_set(FT_ECONFIG, "%s", err);
     goto out;
   }
+  tmp->from[idx] = (ft_rf_origin){FT_RF_FROM_SET, 0};
   memcpy(rf, tmp, sizeof *rf);
 out:
   free(tmp);
@@ -1506,7 +1710,7 @@ char *ft_runfile_config_json(const ft_runfile *rf) {
   bad |= DBL(t, "lr", rf->train.lr);
   bad |= INT(t, "warmup", rf->train.warmup);
   bad |= INT(t, "steps", rf->train.steps);
-  bad |= STR(t, "schedule", rf->train.schedule);
+  bad |= STR(t, "schedule", ft_rf_schedule_name(rf->train.schedule));
   bad |= DBL(t, "min_lr_frac", rf->train.min_lr_frac);
   bad |= DBL(t, "weight_decay", rf->train.weight_decay);
   bad |= DBL(t, "grad_clip", rf->train.grad_clip);
@@ -1515,7 +1719,7 @@ char *ft_runfile_config_json(const ft_runfile *rf) {
   bad |= DBL(t, "eps", rf->train.eps);
   snprintf(seed, sizeof seed, "%" PRIu64, rf->train.seed);
   bad |= STR(t, "seed", seed);
-  bad |= STR(t, "precision", rf->train.precision);
+  bad |= STR(t, "precision", ft_rf_precision_name(rf->train.precision));
   bad |= STR(d, "train", rf->data.train);
   bad |= STR(d, "val", rf->data.val);
   if (!bad)
@@ -1525,12 +1729,21 @@ out:
   return out;
 }
 
+ft_rf_store_kind ft_runfile_store_kind(const char *store) {
+  if (!strncmp(store, "s3://", 5))
+    return FT_RF_STORE_S3;
+  if (!strcmp(store, "local:state/store") || strncmp(store, "local:", 6))
+    return FT_RF_STORE_STATE;
+  return FT_RF_STORE_LOCAL;
+}
+
 int ft_runfile_store_uri(const char *store, const char *runfile_path, const char *state_dir,
                          char *out, size_t n) {
   int k;
-  if (!strncmp(store, "s3://", 5) || (!strncmp(store, "local:", 6) && store[6] == '/'))
+  ft_rf_store_kind kind = ft_runfile_store_kind(store);
+  if (kind == FT_RF_STORE_S3 || (kind == FT_RF_STORE_LOCAL && store[6] == '/'))
     k = snprintf(out, n, "%s", store);
-  else if (!strcmp(store, "local:state/store") || strncmp(store, "local:", 6))
+  else if (kind == FT_RF_STORE_STATE)
     k = snprintf(out, n, "local:%s/store", state_dir);
   else {
     const char *slash = runfile_path ? strrchr(runfile_path, '/') : NULL;
@@ -1542,6 +1755,6 @@ int ft_runfile_store_uri(const char *store, const char *runfile_path, const char
 }
 
 void ft_runfile_store_env(const ft_runfile *rf, const char *store_uri) {
-  if (store_uri && !strncmp(store_uri, "s3://", 5) && !strcmp(rf->checkpoint.require, "local"))
+  if (store_uri && !strncmp(store_uri, "s3://", 5) && rf->checkpoint.require == FT_RF_REQUIRE_LOCAL)
     setenv("FT_S3_REQUIRE", "local", 1);
 }

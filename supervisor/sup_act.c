@@ -391,7 +391,7 @@ void sup_default_worker(char *out, size_t n) {
 /* ---- the doctor's verdict, as the gang's choice reads it ----------------------- */
 
 int sup_doctor_cleared(const sup *s, const sup_worker *w) {
-  return strcmp(s->rf.doctor.on_join, "true") || w->doctor == SUP_DOCTOR_CLEARED;
+  return !s->rf.doctor.on_join || w->doctor == SUP_DOCTOR_CLEARED;
 }
 
 void sup_doctor_reset(sup_worker *w) {

@@ -35,7 +35,7 @@
 #include "sup_int.h"
 
 static int doctor_on(const sup *s) {
-  return !strcmp(s->rf.doctor.on_join, "true");
+  return s->rf.doctor.on_join;
 }
 
 static int out_of_pool(const sup *s, int n) {

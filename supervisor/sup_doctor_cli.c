@@ -233,7 +233,7 @@ static int spawn_host(const ft_runfile *rf, const char *worker, const char *runf
   argv[na++] = strdup(runfile);
   char **srun = NULL, *cmd = NULL;
   int rc = sup_abs_worker(argv);
-  if (!rc && !strcmp(rf->nodes.launcher, "slurm")) {
+  if (!rc && rf->nodes.launcher == FT_RF_LAUNCHER_SLURM) {
     char cwd[PATH_MAX];
     const char *wd = rf->nodes.workdir[0] ? rf->nodes.workdir : getcwd(cwd, sizeof cwd);
     sup_srun_args sa = {.host = h->host,
@@ -243,11 +243,11 @@ static int spawn_host(const ft_runfile *rf, const char *worker, const char *runf
                         .extra = rf->nodes.srun_args};
     if (!(srun = sup_srun_argv(&sa, argv)))
       rc = ft_err_set(FT_ENOMEM, "out of memory");
-  } else if (!rc && !strcmp(rf->nodes.launcher, "ssh")) {
+  } else if (!rc && rf->nodes.launcher == FT_RF_LAUNCHER_SSH) {
     rc = sup_ssh_launch_command(rf->nodes.command, h->host, rf->nodes.workdir, argv, &cmd);
-  } else if (!rc && strcmp(rf->nodes.launcher, "local") != 0) {
+  } else if (!rc && rf->nodes.launcher != FT_RF_LAUNCHER_LOCAL) {
     rc = ft_err_set(FT_EINVAL, "nodes.launcher %s: --hosts runs on local, ssh or slurm",
-                    rf->nodes.launcher);
+                    ft_rf_launcher_name(rf->nodes.launcher));
   }
   if (!rc) {
     sup_spawn sp = {.argv = srun ? srun : argv, .cmd = cmd, .log_path = h->log};
@@ -292,6 +292,10 @@ static int hosts_main(const char *hosts, const char *runfile, const char *worker
       return 2;
     }
   }
+  if (ft_runfile_validate(&rf, err, sizeof err)) { /* across keys: after the --set */
+    fprintf(stderr, "supervise doctor: %s\n", err);
+    return 2;
+  }
   char worker[PATH_MAX], dirbuf[PATH_MAX];
   if (worker_arg)
     snprintf(worker, sizeof worker, "%s", worker_arg);
@@ -318,7 +322,7 @@ static int hosts_main(const char *hosts, const char *runfile, const char *worker
   }
   if (!json)
     fprintf(stderr, "supervise doctor: %d host%s checking (%s launcher)\n", n, n == 1 ? "" : "s",
-            rf.nodes.launcher);
+            ft_rf_launcher_name(rf.nodes.launcher));
   for (int i = 0; i < n; i++) {
     snprintf(h[i].log, sizeof h[i].log, "%s/%s.log", tmp, h[i].host);
     if (spawn_host(&rf, worker, runfile, sets, nsets, i, &h[i])) {
@@ -361,7 +365,7 @@ static int hosts_main(const char *hosts, const char *runfile, const char *worker
     missing += !strcmp(h[i].verdict, "no report");
     undetermined += !strcmp(h[i].verdict, "undetermined");
     int drained =
-        bad && drain_on && !strcmp(rf.nodes.launcher, "slurm") && !drain(h[i].host, h[i].why);
+        bad && drain_on && rf.nodes.launcher == FT_RF_LAUNCHER_SLURM && !drain(h[i].host, h[i].why);
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "host", h[i].host);
     cJSON_AddStringToObject(e, "verdict", h[i].verdict);

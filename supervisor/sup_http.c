@@ -302,7 +302,7 @@ static void metrics_body(struct sup_http *h, struct evbuffer *b) {
   evbuffer_add_printf(b, "ftsup_info{run=\"");
   label(b, s->rf.run);
   evbuffer_add_printf(b, "\",launcher=\"");
-  label(b, s->rf.nodes.launcher);
+  label(b, ft_rf_launcher_name(s->rf.nodes.launcher));
   evbuffer_add_printf(b, "\",version=\"");
   label(b, ft_version());
   evbuffer_add_printf(b, "\"} 1\n");
@@ -448,7 +448,7 @@ static cJSON *status_json(struct sup_http *h) {
   cJSON_AddBoolToObject(o, "running", 1);
   cJSON_AddStringToObject(o, "state", state_name(s->state));
   cJSON_AddNumberToObject(o, "pid", (double)getpid());
-  cJSON_AddStringToObject(o, "launcher", s->rf.nodes.launcher);
+  cJSON_AddStringToObject(o, "launcher", ft_rf_launcher_name(s->rf.nodes.launcher));
   cJSON_AddNumberToObject(o, "uptime_s", round((ft_now_s() - s->t_start_s) * 10) / 10);
   cJSON_AddNumberToObject(o, "gen", (double)s->gen);
   cJSON_AddNumberToObject(o, "step", (double)s->last_step);
@@ -555,7 +555,7 @@ static void post_doctor(struct sup_http *h, struct evhttp_request *req, struct e
   int spares_only = q && strstr(q, "spares=1") != NULL;
   sup *s = h->s;
   cJSON *o = cJSON_CreateObject(), *asked = cJSON_AddArrayToObject(o, "asked");
-  if (strcmp(s->rf.doctor.on_join, "true") != 0)
+  if (!s->rf.doctor.on_join)
     cJSON_AddStringToObject(o, "error", "the node doctor is off (doctor.on_join: false)");
   else if (s->state >= SUP_FINISHING)
     cJSON_AddStringToObject(o, "error", "the run is ending");

@@ -403,16 +403,15 @@ static void stall_cb(evutil_socket_t fd, short what, void *arg) {
  * so its catalog, <cache>/catalog) is FT_S3_CACHE, set to DIR/s3cache when
  * the environment has none; the workers the local launcher starts inherit
  * it, so they share the cache. *from: where the choice came from. */
-#define DEFAULT_LOCAL_STORE "local:state/store"
 static int resolve_store(sup *s, const char *store_arg, const char **from) {
   const char *uri = store_arg, *rs = s->rf.checkpoint.store;
   *from = "--store";
-  if (!uri && !strncmp(rs, "s3://", 5)) {
+  if (!uri && ft_runfile_store_kind(rs) == FT_RF_STORE_S3) {
     uri = rs;
     *from = "the run file's checkpoint.store";
   }
   if (!uri) { /* the default: STATE/store; a local:DIR of the run file: relative to its folder */
-    int dflt = !strcmp(rs, DEFAULT_LOCAL_STORE) || strncmp(rs, "local:", 6);
+    int dflt = ft_runfile_store_kind(rs) == FT_RF_STORE_STATE;
     *from = dflt ? "the state directory" : "the run file's checkpoint.store";
     if (ft_runfile_store_uri(rs, s->runfile_path, s->state_dir, s->store_uri,
                              sizeof s->store_uri)) {
@@ -705,16 +704,16 @@ static int load_runfile(main_ctx *m) {
   s->N = s->rf.nodes.count;
   s->S = m->spares;
   s->G = s->rf.nodes.workers_per_node;
-  if (!strcmp(s->rf.nodes.launcher, "command")) {
+  if (s->rf.nodes.launcher == FT_RF_LAUNCHER_COMMAND) {
     s->command_launcher = 1;
     s->node_step = strstr(s->rf.nodes.command, "{slots}") != NULL;
-  } else if (!strcmp(s->rf.nodes.launcher, "ssh"))
+  } else if (s->rf.nodes.launcher == FT_RF_LAUNCHER_SSH)
     s->command_launcher = s->ssh_launcher = 1;
-  else if (!strcmp(s->rf.nodes.launcher, "slurm"))
+  else if (s->rf.nodes.launcher == FT_RF_LAUNCHER_SLURM)
     s->command_launcher = s->slurm_launcher = s->node_step = 1;
-  else if (strcmp(s->rf.nodes.launcher, "local")) {
+  else if (s->rf.nodes.launcher != FT_RF_LAUNCHER_LOCAL) {
     fprintf(stderr, "supervise: nodes.launcher: unknown '%s' (local | command | ssh | slurm)\n",
-            s->rf.nodes.launcher);
+            ft_rf_launcher_name(s->rf.nodes.launcher));
     return SUP_EXIT_USAGE;
   }
   if (s->command_launcher && !s->ssh_launcher && !s->slurm_launcher && !s->rf.nodes.command[0]) {
@@ -742,12 +741,9 @@ static int load_runfile(main_ctx *m) {
             m->runfile, s->rf.nodes.nhosts, s->nnodes, s->N, s->S);
     return SUP_EXIT_USAGE;
   }
-  s->no_spares = sup_no_spares_parse(s->rf.recovery.when_no_spares);
-  if (s->no_spares < 0) {
-    fprintf(stderr, "supervise: recovery.when_no_spares: unknown '%s'\n",
-            s->rf.recovery.when_no_spares);
-    return SUP_EXIT_USAGE;
-  }
+  s->no_spares = s->rf.recovery.when_no_spares == FT_RF_NO_SPARES_WAIT   ? SUP_NOSPARE_WAIT
+                 : s->rf.recovery.when_no_spares == FT_RF_NO_SPARES_FAIL ? SUP_NOSPARE_FAIL
+                                                                         : SUP_NOSPARE_SHRINK;
   if (s->rf.train.global_batch % (s->N * s->G)) {
     fprintf(stderr,
             "%s: train.global_batch %d is not divisible by the world size %d "
@@ -1080,7 +1076,7 @@ static int load_run_state(main_ctx *m) {
 static int bind_control(main_ctx *m) {
   sup *s = m->s;
   const char *spec = m->listen_arg ? m->listen_arg : s->rf.supervisor.listen;
-  int remote = strcmp(s->rf.nodes.launcher, "local") != 0;
+  int remote = s->rf.nodes.launcher != FT_RF_LAUNCHER_LOCAL;
   const char *from = m->listen_arg ? "--listen"
                      : spec[0]     ? "supervisor.listen"
                      : remote      ? "the default of a remote launcher"
@@ -1302,7 +1298,7 @@ static int run(main_ctx *m) {
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   cJSON_AddNumberToObject(f, "world", s->N * s->G);
   cJSON_AddNumberToObject(f, "spares", s->S);
-  cJSON_AddStringToObject(f, "launcher", s->rf.nodes.launcher);
+  cJSON_AddStringToObject(f, "launcher", ft_rf_launcher_name(s->rf.nodes.launcher));
   if (s->rf.nodes.nhosts) { /* node i's host: actives, then spares */
     cJSON *h = cJSON_AddArrayToObject(f, "hosts");
     for (int i = 0; i < s->rf.nodes.nhosts && i < s->nnodes; i++)

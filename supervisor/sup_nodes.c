@@ -391,7 +391,7 @@ void sup_quarantine(sup *s, int n) {
   cJSON_AddNumberToObject(f, "failures", nd->nfailures);
   sup_events_emit(s->ev, "node_quarantined", f, "node %d is not used again in this run: %s", n,
                   nd->why);
-  if (s->slurm_launcher && !strcmp(s->rf.recovery.drain, "true"))
+  if (s->slurm_launcher && s->rf.recovery.drain)
     drain_start(s, n);
 }
 

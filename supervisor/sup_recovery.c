@@ -367,8 +367,8 @@ static void launch_more_t(sup *s);
 
 static int rejoin_eligible(const sup *s, int n) {
   const sup_node *nd = &s->nodes[n];
-  if (strcmp(s->rf.recovery.in_process, "true") != 0 || nd->role != SUP_ROLE_ACTIVE || nd->faulty ||
-      nd->counted || nd->host_lost || nd->term_sent || nd->kill_sent)
+  if (!s->rf.recovery.in_process || nd->role != SUP_ROLE_ACTIVE || nd->faulty || nd->counted ||
+      nd->host_lost || nd->term_sent || nd->kill_sent)
     return 0;
   for (int j = 0; j < s->G; j++) {
     const sup_worker *w = &nd->w[j];
@@ -1982,8 +1982,7 @@ int sup_rec_rejoin_hung(sup *s, double now) {
 }
 
 static void collective_failed_t(sup *s, sup_worker *w, const char *detail) {
-  if (strcmp(s->rf.recovery.in_process, "true") != 0 || !sup_gang_trains(s) ||
-      evtimer_pending(s->coll_timer, NULL))
+  if (!s->rf.recovery.in_process || !sup_gang_trains(s) || evtimer_pending(s->coll_timer, NULL))
     return;
   s->coll.gen = s->gen;
   s->coll.node = w->node;

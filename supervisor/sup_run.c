@@ -211,7 +211,8 @@ static sup_pending_ckpt *retention_gc(sup *s) {
     s->gc_swept_at = now;
   /* memory-level checkpoints (persist_every, require memory) are pruned
    * whatever keep_last says: their memory is overwritten by newer ones */
-  int memory = s->rf.checkpoint.persist_every > 1 || !strcmp(s->rf.checkpoint.require, "memory");
+  int memory =
+      s->rf.checkpoint.persist_every > 1 || s->rf.checkpoint.require == FT_RF_REQUIRE_MEMORY;
   if (!(ret.keep_last > 0 || ret.keep_every > 0 || memory))
     return NULL;
   ckpt_gc_report rep;

@@ -99,10 +99,10 @@ static void links_reset(sup *s);
 #define HIST_TRIM 65536 /* history kept beyond the window (steps) */
 
 int sup_watch_init(sup *s) {
-  const char *o = s->rf.recovery.on_loss_spike;
-  s->watch.on_spike = !strcmp(o, "warn")       ? SUP_SPIKE_WARN
-                      : !strcmp(o, "rollback") ? SUP_SPIKE_ROLLBACK
-                                               : SUP_SPIKE_ROLLBACK_SKIP;
+  ft_rf_on_spike o = s->rf.recovery.on_loss_spike;
+  s->watch.on_spike = o == FT_RF_SPIKE_WARN       ? SUP_SPIKE_WARN
+                      : o == FT_RF_SPIKE_ROLLBACK ? SUP_SPIKE_ROLLBACK
+                                                  : SUP_SPIKE_ROLLBACK_SKIP;
   wd_loss_cfg c;
   wd_loss_cfg_default(&c);
   c.window = s->rf.watchdog.spike_window;

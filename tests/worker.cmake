@@ -45,6 +45,13 @@ if(TARGET supervise AND TARGET fake_worker)
   ft_add_script_test(NAME sup_config LABELS integration TIMEOUT 120
                      COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/sup_config.sh)
 endif()
+# Checks across keys on the merged configuration, for the world the program
+# trains in: worker --standalone (world 1) and supervise --set nodes.count=1
+# take a batch that only one rank divides; a bad merged world is named.
+if(TARGET supervise AND TARGET fake_worker)
+  ft_add_script_test(NAME runfile_merged LABELS integration TIMEOUT 120
+                     COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/runfile_merged.sh)
+endif()
 # Storage faults with the store on a tmpfs (root; skipped otherwise).
 if(TARGET supervise)
   ft_add_script_test(NAME sup_storage LABELS integration TIMEOUT 120

@@ -197,16 +197,19 @@ int snap_open(const char *uri, const char *run, int chunk_mib, int zstd_level, i
   return FT_OK;
 }
 
-int snap_set_moments(snap *s, const char *moments) {
-  if (!strcmp(moments, "exact"))
+int snap_set_moments(snap *s, ft_rf_moments moments) {
+  switch (moments) {
+  case FT_RF_MOMENTS_EXACT:
     s->lossy_m = s->lossy_v = CKPT_EXACT;
-  else if (!strcmp(moments, "bf16"))
+    return FT_OK;
+  case FT_RF_MOMENTS_BF16:
     s->lossy_m = s->lossy_v = CKPT_LOSSY_BF16;
-  else if (!strcmp(moments, "q8"))
+    return FT_OK;
+  case FT_RF_MOMENTS_Q8:
     s->lossy_m = CKPT_LOSSY_Q8, s->lossy_v = CKPT_LOSSY_Q8LOG;
-  else
-    return ft_err_set(FT_EINVAL, "checkpoint.moments: '%s' (exact, bf16 or q8)", moments);
-  return FT_OK;
+    return FT_OK;
+  }
+  return ft_err_set(FT_EINVAL, "checkpoint.moments: %d is not exact, bf16 or q8", (int)moments);
 }
 
 void snap_set_fault(snap *s, snap_fault_fn fn, void *ud) {

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "ft_runfile.h"
 
 typedef struct snap snap;
 
@@ -64,12 +65,12 @@ int snap_take(snap *s, engine *e, int rank, int world, const train_state *st,
  * shard twice: at memory level (meta->level CKPT_LEVEL_MEMORY) once it is
  * hashed and in memory, then at the store's level once written. */
 void snap_set_memory_first(snap *s, int on);
-/* checkpoint.moments: "exact" (the default), "bf16" (both Adam moments
- * rounded to bfloat16) or "q8" (first moments block-quantized to 8 bits,
- * second moments to 8 bits on a log scale): the form of the "adam_m/" and
+/* checkpoint.moments: exact (the default), bf16 (both Adam moments rounded
+ * to bfloat16) or q8 (first moments block-quantized to 8 bits, second
+ * moments to 8 bits on a log scale): the form of the "adam_m/" and
  * "adam_v/" tensors of persisted checkpoints (ckpt_part.lossy); weights are
- * always exact. FT_EINVAL for another word. */
-int snap_set_moments(snap *s, const char *moments);
+ * always exact. FT_EINVAL for a value out of the enum. */
+int snap_set_moments(snap *s, ft_rf_moments moments);
 /* Waits until every submitted checkpoint is committed; returns the first
  * error of any commit (FT_OK if all committed). */
 int snap_drain(snap *s);

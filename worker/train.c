@@ -64,13 +64,13 @@ double train_lr(const ft_train_cfg *t, int64_t s) {
   double lr = t->lr, min_lr = t->lr * t->min_lr_frac;
   if (s < t->warmup)
     return lr * (double)(s + 1) / (double)t->warmup;
-  if (strcmp(t->schedule, "constant") == 0)
+  if (t->schedule == FT_RF_SCHEDULE_CONSTANT)
     return lr;
   int64_t span = t->steps - t->warmup;
   double p = span > 0 ? (double)(s - t->warmup) / (double)span : 1.0;
   if (p > 1.0)
     p = 1.0;
-  if (strcmp(t->schedule, "linear") == 0)
+  if (t->schedule == FT_RF_SCHEDULE_LINEAR)
     return lr - (lr - min_lr) * p;
   return min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * p));
 }
@@ -218,12 +218,12 @@ static double final_retry_s(const ft_runfile *rf) {
 #define TRAIN_REJOIN (-1)
 
 static int in_process(const train_opts *o) {
-  return o->ctl && strcmp(o->rf->recovery.in_process, "true") == 0;
+  return o->ctl && o->rf->recovery.in_process;
 }
 
 /* checkpoint.replicate: shards pushed into buddies' memory (buddy.h) */
 static int replicate(const train_opts *o) {
-  return o->ctl && strcmp(o->rf->checkpoint.replicate, "true") == 0;
+  return o->ctl && o->rf->checkpoint.replicate;
 }
 
 /* Whether this worker keeps chunks in memory: to restore from them in
@@ -388,9 +388,8 @@ static void trainer_init(trainer *t, const train_opts *o) {
                         .n_head = rf->model.n_head,
                         .channels = rf->model.n_embd};
   t->T = rf->model.seq_len;
-  if (sscanf(rf->checkpoint.codec, "zstd:%d", &t->level) != 1)
-    t->level = 1;
-  t->cuda = strcmp(rf->nodes.device, "cuda") == 0;
+  t->level = rf->checkpoint.codec_level;
+  t->cuda = rf->nodes.device == FT_RF_DEVICE_CUDA;
   t->world = 1;
   t->restore_step = -1;
   t->slow_rank = -1;
@@ -520,14 +519,14 @@ static int open_store(trainer *t) {
   }
   if (o->ctl)
     snap_set_fault(t->sn, report_storage, o->ctl);
-  snap_set_moments(t->sn, rf->checkpoint.moments); /* a word the run file checked */
+  snap_set_moments(t->sn, rf->checkpoint.moments);
   if (memory_tier(o)) {
     uint64_t chunk = (uint64_t)(rf->checkpoint.chunk_mib > 0 ? rf->checkpoint.chunk_mib : 4) << 20;
     uint64_t state = 3 * (uint64_t)ft_gpt2_num_params(&t->d) * sizeof(float);
     /* memory-level checkpoints: the committed one must outlive the next one
      * being pushed and the one after it being hashed, so three */
     uint64_t keep =
-        rf->checkpoint.persist_every > 1 || !strcmp(rf->checkpoint.require, "memory") ? 3 : 2;
+        rf->checkpoint.persist_every > 1 || rf->checkpoint.require == FT_RF_REQUIRE_MEMORY ? 3 : 2;
     if (snap_keep_in_memory(t->sn, keep * (state + chunk)))
       fprintf(stderr, "worker: warning: no snapshots in memory: %s\n", ft_err_detail());
     else if (replicate(o)) {
@@ -536,7 +535,7 @@ static int open_store(trainer *t) {
         fprintf(stderr, "worker: warning: no replicas (checkpoint.replicate): %s\n",
                 ft_err_detail());
       __atomic_store_n(&t->bd, bd, __ATOMIC_RELEASE);
-      if (bd && !strcmp(rf->checkpoint.require, "memory")) {
+      if (bd && rf->checkpoint.require == FT_RF_REQUIRE_MEMORY) {
         t->memory_first = 1;
         snap_set_memory_first(t->sn, 1);
       }
@@ -555,7 +554,7 @@ static int warm_engine(trainer *t, int64_t step) {
   engine *e = NULL;
   uint64_t t0 = ft_now_ns();
   if (B)
-    rc = engine_new_warm(t->rf->nodes.device, &t->d, B, t->T, world, &e);
+    rc = engine_new_warm(ft_rf_device_name(t->rf->nodes.device), &t->d, B, t->T, world, &e);
   if (!B || rc) {
     fprintf(stderr, "worker: node %u slot %u: no engine built ahead: %s\n", o->node, o->slot,
             B ? ft_err_detail() : "no micro-batch for that world size");
@@ -650,8 +649,8 @@ static int join_gang(trainer *t) {
   /* the node doctor's link check: a gang starting the run (every rank knows
    * it from ASSIGN, so all or none take part); rank 0 reports */
   const ft_runfile *rf = t->rf;
-  if (!strcmp(rf->doctor.on_join, "true") && rf->doctor.link_mb > 0 && t->world > 1 &&
-      t->restore_step < 0 && !t->cuda) {
+  if (rf->doctor.on_join && rf->doctor.link_mb > 0 && t->world > 1 && t->restore_step < 0 &&
+      !t->cuda) {
     char *rep = NULL;
     rc = doctor_links(t->cm, (size_t)rf->doctor.link_mb << 20, &rep);
     if (rc)
@@ -772,8 +771,8 @@ static int phase_engine(trainer *t) {
     }
   }
   while (!t->e &&
-         (rc = engine_new(t->rf->nodes.device, &t->d, t->B, t->T, t->cm, t->rank, t->world,
-                          cuda_device_for(t->rank), &t->e)) == FT_ENOMEM &&
+         (rc = engine_new(ft_rf_device_name(t->rf->nodes.device), &t->d, t->B, t->T, t->cm, t->rank,
+                          t->world, cuda_device_for(t->rank), &t->e)) == FT_ENOMEM &&
          halve_micro(o, tc, t->world, t->restore_step, &t->B, &t->accum))
     ;
   if (rc) {

@@ -159,9 +159,11 @@ static int gang_threads(int threads, const ft_runfile *rf, long node, long slot)
 }
 
 /* The run file with --steps (NULL: none) and --set overrides, validated
- * (path NULL: the embedded defaults); FT_EXIT_USAGE with the message printed. */
+ * across keys once they are all in (path NULL: the embedded defaults), for
+ * a world of `world` ranks (0: nodes.count x nodes.workers_per_node, the
+ * supervisor's) that `who` names; FT_EXIT_USAGE with the message printed. */
 static int load_runfile(const char *path, const char *steps, const char *const *sets, int nsets,
-                        ft_runfile *rf) {
+                        int world, const char *who, ft_runfile *rf) {
   char err[1024];
   if (!path)
     ft_runfile_defaults(rf);
@@ -187,7 +189,7 @@ static int load_runfile(const char *path, const char *steps, const char *const *
       return FT_EXIT_USAGE;
     }
   }
-  if (ft_runfile_validate(rf, err, sizeof err)) {
+  if (ft_runfile_validate_world(rf, world, who, err, sizeof err)) {
     fprintf(stderr, "worker: %s\n", err);
     return FT_EXIT_USAGE;
   }
@@ -197,7 +199,7 @@ static int load_runfile(const char *path, const char *steps, const char *const *
 /* The GPU the doctor checks: none on the CPU; FT_CUDA_DEVICE, else the
  * slot's (slot modulo the visible devices, as the trainer places ranks). */
 static int doctor_device(const ft_runfile *rf, long slot) {
-  if (strcmp(rf->nodes.device, "cuda") != 0)
+  if (rf->nodes.device != FT_RF_DEVICE_CUDA)
     return -1;
   const char *env = getenv("FT_CUDA_DEVICE");
   if (env && *env)
@@ -306,7 +308,7 @@ static int doctor_main(const char *path, const char *store, const char *const *s
                        int threads, int json, const char *expect, int rounds, long node,
                        long slot) {
   static ft_runfile rf;
-  int rc = load_runfile(path, NULL, sets, nsets, &rf);
+  int rc = load_runfile(path, NULL, sets, nsets, 0, NULL, &rf);
   if (rc)
     return rc;
   if (threads)
@@ -570,8 +572,13 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* checked for the world it trains in: standalone, 1; a gang's worker and
+   * a rank of --world W, the configured one (nodes.count x
+   * nodes.workers_per_node), whose micro-batch the trainer lowers at run
+   * time for the gang it meets, as for a gang shrunk by a lost node */
   static ft_runfile rf;
-  int lrc = load_runfile(runfile, steps, sets, nsets, &rf);
+  int world = connect_to || o.world > 1 ? 0 : 1;
+  int lrc = load_runfile(runfile, steps, sets, nsets, world, "worker --standalone", &rf);
   if (lrc)
     return lrc;
   if (o.ckpt_every && !o.store_uri)
@@ -618,7 +625,7 @@ int main(int argc, char **argv) {
       return FT_EXIT_LOST;
     }
     o.resume = 1; /* the supervisor decides what to restore (ASSIGN) */
-    if (!strcmp(rf.doctor.on_join, "true") && gang_doctor(&rf, o.store_uri, o.ctl, node, slot))
+    if (rf.doctor.on_join && gang_doctor(&rf, o.store_uri, o.ctl, node, slot))
       return FT_EXIT_LOST;
   }
   return train_main(&o);

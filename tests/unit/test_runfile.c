@@ -59,7 +59,7 @@ static void test_full_file(void **state) {
   assert_int_equal(rf->train.micro_batch, 4);
   assert_true(rf->train.lr == 3.0e-4);
   assert_int_equal(rf->train.warmup, 100);
-  assert_string_equal(rf->train.schedule, "linear");
+  assert_int_equal(rf->train.schedule, FT_RF_SCHEDULE_LINEAR);
   assert_true(rf->train.min_lr_frac == 0.05);
   assert_true(rf->train.weight_decay == 0.01);
   assert_true(rf->train.grad_clip == 0.5);
@@ -67,7 +67,7 @@ static void test_full_file(void **state) {
   assert_true(rf->train.beta2 == 0.99);
   assert_true(rf->train.eps == 1.0e-6);
   assert_true(rf->train.seed == UINT64_MAX);
-  assert_string_equal(rf->train.precision, "bf16");
+  assert_int_equal(rf->train.precision, FT_RF_PRECISION_BF16);
   /* relative to the run file's directory */
   char glob[2048];
   snprintf(glob, sizeof glob, "%s/data/full_train_*.bin", data_dir);
@@ -75,8 +75,8 @@ static void test_full_file(void **state) {
   assert_string_equal(rf->data.val, "");
   assert_int_equal(rf->nodes.count, 3);
   assert_int_equal(rf->nodes.workers_per_node, 8);
-  assert_string_equal(rf->nodes.device, "cuda");
-  assert_string_equal(rf->nodes.launcher, "command");
+  assert_int_equal(rf->nodes.device, FT_RF_DEVICE_CUDA);
+  assert_int_equal(rf->nodes.launcher, FT_RF_LAUNCHER_COMMAND);
   assert_string_equal(rf->nodes.command, "ssh {host} {argv}");
   assert_int_equal(rf->nodes.nhosts, 3);
   assert_string_equal(rf->nodes.hosts[0], "node-a");
@@ -88,7 +88,7 @@ static void test_full_file(void **state) {
   assert_int_equal(rf->checkpoint.keep_last, 3);
   assert_int_equal(rf->checkpoint.keep_every, 1000);
   assert_int_equal(rf->checkpoint.chunk_mib, 16);
-  assert_string_equal(rf->checkpoint.codec, "zstd:19");
+  assert_int_equal(rf->checkpoint.codec_level, 19);
   assert_true(rf->watchdog.heartbeat_timeout_s == 5.5);
   assert_true(rf->watchdog.collective_timeout_s == 120);
   assert_int_equal(rf->watchdog.spike_window, 100);
@@ -96,9 +96,9 @@ static void test_full_file(void **state) {
   assert_int_equal(rf->watchdog.spike_min_steps, 50);
   assert_string_equal(rf->watchdog.xid_source, "/var/log/kern.log");
   assert_int_equal(rf->recovery.max_restarts, 0);
-  assert_string_equal(rf->recovery.on_loss_spike, "warn");
+  assert_int_equal(rf->recovery.on_loss_spike, FT_RF_SPIKE_WARN);
   assert_int_equal(rf->recovery.skip_batches, 10);
-  assert_string_equal(rf->recovery.when_no_spares, "fail");
+  assert_int_equal(rf->recovery.when_no_spares, FT_RF_NO_SPARES_FAIL);
   free(rf);
 }
 
@@ -115,7 +115,7 @@ static void test_flow_style(void **state) {
   assert_int_equal(rf->train.micro_batch, 2);
   assert_true(rf->train.lr == 0.01);
   assert_int_equal(rf->train.warmup, 0);
-  assert_string_equal(rf->train.schedule, "constant");
+  assert_int_equal(rf->train.schedule, FT_RF_SCHEDULE_CONSTANT);
   char glob[2048];
   snprintf(glob, sizeof glob, "%s/a_*.bin", data_dir);
   assert_string_equal(rf->data.train, glob);
@@ -128,22 +128,22 @@ static void test_flow_style(void **state) {
   assert_int_equal(rf->watchdog.spike_window, 10);
   assert_true(rf->watchdog.spike_zscore == 3.0);
   assert_int_equal(rf->watchdog.spike_min_steps, 0);
-  assert_string_equal(rf->recovery.on_loss_spike, "rollback");
-  assert_string_equal(rf->recovery.when_no_spares, "wait");
+  assert_int_equal(rf->recovery.on_loss_spike, FT_RF_SPIKE_ROLLBACK);
+  assert_int_equal(rf->recovery.when_no_spares, FT_RF_NO_SPARES_WAIT);
   /* untouched keys keep their defaults */
   assert_int_equal(rf->checkpoint.keep_last, 5);
   assert_true(rf->train.beta2 == 0.95);
   free(rf);
 }
 
-/* A codec or store written quoted, or in flow style, is the same string. */
+/* A codec or store written quoted, or in flow style, is the same value. */
 static void test_quoted_and_flow_strings(void **state) {
   ft_runfile *rf = load_ok("good_quoted.yaml");
-  assert_string_equal(rf->checkpoint.codec, "zstd:7");
+  assert_int_equal(rf->checkpoint.codec_level, 7);
   assert_string_equal(rf->checkpoint.store, "local:quoted/store");
   free(rf);
   rf = load_ok("good_flow_codec.yaml");
-  assert_string_equal(rf->checkpoint.codec, "zstd:3");
+  assert_int_equal(rf->checkpoint.codec_level, 3);
   assert_string_equal(rf->checkpoint.store, "local:flow");
   free(rf);
 }
@@ -157,7 +157,7 @@ static void test_parse_buffer(void **state) {
   ft_runfile *rf = malloc(sizeof *rf);
   memcpy(exact, text, n);
   assert_int_equal(ft_runfile_parse("mem.yaml", exact, n, rf, err, sizeof err), FT_OK);
-  assert_string_equal(rf->checkpoint.codec, "zstd:12");
+  assert_int_equal(rf->checkpoint.codec_level, 12);
   assert_string_equal(rf->checkpoint.store, "local:x");
   assert_string_equal(rf->run, "r1");
   assert_string_equal(rf->path, "mem.yaml");
@@ -226,7 +226,8 @@ static void test_parse_buffer(void **state) {
 static void test_memory_estimate(void **state) {
   char err[1024], want[4096];
   ft_runfile *rf = malloc(sizeof *rf);
-  assert_int_equal(ft_runfile_load(data_path("bad_memory.yaml"), rf, err, sizeof err), FT_ECONFIG);
+  assert_int_equal(ft_runfile_load(data_path("bad_memory.yaml"), rf, err, sizeof err), FT_OK);
+  assert_int_equal(ft_runfile_validate(rf, err, sizeof err), FT_ECONFIG);
   snprintf(want, sizeof want,
            "%s:5:11: model.n_embd: the model needs about 9362.1 GiB (2.062e+11 parameters: "
            "weights, gradients and AdamW moments, plus activations at micro_batch 8 x seq_len "
@@ -235,6 +236,13 @@ static void test_memory_estimate(void **state) {
   if (strncmp(err, want, strlen(want)) != 0)
     fail_msg("got:  %s\nwant: %s...", err, want);
   assert_non_null(strstr(err + strlen(want), " GiB"));
+  /* a world of its own runs all of its ranks here, whatever the launcher */
+  ft_runfile_set(rf, "nodes.launcher", "ssh", err, sizeof err);
+  assert_int_equal(ft_runfile_validate(rf, err, sizeof err), FT_OK);
+  assert_int_equal(ft_runfile_validate_world(rf, 1, "worker --standalone", err, sizeof err),
+                   FT_ECONFIG);
+  assert_non_null(strstr(err, "GiB per rank, 1 ranks on this machine)"));
+  ft_runfile_set(rf, "nodes.launcher", "local", err, sizeof err);
 
   /* the same model on the command launcher (other machines) or on CUDA is
    * not measured against this machine */
@@ -326,7 +334,7 @@ static void test_defaults(void **state) {
   assert_int_equal(d.train.micro_batch, 8);
   assert_true(d.train.lr == 1e-3);
   assert_int_equal(d.train.warmup, 20);
-  assert_string_equal(d.train.schedule, "cosine");
+  assert_int_equal(d.train.schedule, FT_RF_SCHEDULE_COSINE);
   assert_true(d.train.min_lr_frac == 0.1);
   assert_true(d.train.weight_decay == 0.1);
   assert_true(d.train.grad_clip == 1.0);
@@ -334,13 +342,13 @@ static void test_defaults(void **state) {
   assert_true(d.train.beta2 == 0.95);
   assert_true(d.train.eps == 1e-8);
   assert_true(d.train.seed == 1337);
-  assert_string_equal(d.train.precision, "fp32");
+  assert_int_equal(d.train.precision, FT_RF_PRECISION_FP32);
   assert_string_equal(d.data.train, "data/synth_train_*.bin");
   assert_string_equal(d.data.val, "data/synth_val_*.bin");
   assert_int_equal(d.nodes.count, 2);
   assert_int_equal(d.nodes.workers_per_node, 1);
-  assert_string_equal(d.nodes.device, "cpu");
-  assert_string_equal(d.nodes.launcher, "local");
+  assert_int_equal(d.nodes.device, FT_RF_DEVICE_CPU);
+  assert_int_equal(d.nodes.launcher, FT_RF_LAUNCHER_LOCAL);
   assert_string_equal(d.nodes.command, "");
   assert_int_equal(d.nodes.nhosts, 0);
   assert_int_equal(d.checkpoint.every_steps, 25);
@@ -349,7 +357,7 @@ static void test_defaults(void **state) {
   assert_int_equal(d.checkpoint.keep_last, 5);
   assert_int_equal(d.checkpoint.keep_every, 0);
   assert_int_equal(d.checkpoint.chunk_mib, 4);
-  assert_string_equal(d.checkpoint.codec, "zstd:1");
+  assert_int_equal(d.checkpoint.codec_level, 1);
   assert_true(d.watchdog.heartbeat_timeout_s == 10);
   assert_true(d.watchdog.collective_timeout_s == 30);
   assert_int_equal(d.watchdog.spike_window, 50);
@@ -357,9 +365,9 @@ static void test_defaults(void **state) {
   assert_int_equal(d.watchdog.spike_min_steps, 20);
   assert_string_equal(d.watchdog.xid_source, "/dev/kmsg");
   assert_int_equal(d.recovery.max_restarts, 20);
-  assert_string_equal(d.recovery.on_loss_spike, "rollback_and_skip");
+  assert_int_equal(d.recovery.on_loss_spike, FT_RF_SPIKE_ROLLBACK_AND_SKIP);
   assert_int_equal(d.recovery.skip_batches, 200);
-  assert_string_equal(d.recovery.when_no_spares, "shrink");
+  assert_int_equal(d.recovery.when_no_spares, FT_RF_NO_SPARES_SHRINK);
   char err[256];
   assert_int_equal(ft_runfile_validate(&d, err, sizeof err), FT_OK);
 
@@ -375,6 +383,12 @@ static void test_defaults(void **state) {
   snprintf(d.path, sizeof d.path, "%.1000s", data_path("good_partial.yaml"));
   d.train.steps = 40;
   d.checkpoint.keep_last = 2;
+  /* and remembers where: those two keys, nothing else */
+  int written = 0;
+  for (int i = 0; i < FT_RUNFILE_NKEYS; i++)
+    written += rf->from[i].line > 0;
+  assert_int_equal(written, 2);
+  memcpy(d.from, rf->from, sizeof d.from);
   assert_memory_equal(rf, &d, sizeof d);
   free(rf);
 }
@@ -451,17 +465,20 @@ static const struct bad_case BAD[] = {
     {"bad_alias.yaml", 3, 11, "train.warmup", "aliases are not supported in a run file"},
     {"bad_cross_micro.yaml", 4, 16, "train.micro_batch",
      "12 x the world size 2 (nodes.count 2 x nodes.workers_per_node 1) does not divide "
-     "train.global_batch (32); micro_batch 8 would"},
+     "train.global_batch (32); micro_batch 8 would [nodes.count: default, "
+     "nodes.workers_per_node: default]"},
     {"bad_cross_global.yaml", 2, 17, "train.global_batch",
      "20 is not a multiple of train.micro_batch (8) x the world size 2 (nodes.count 2 x "
-     "nodes.workers_per_node 1); 32 would (or micro_batch 5)"},
+     "nodes.workers_per_node 1); 32 would (or micro_batch 5) [train.micro_batch: default, "
+     "nodes.count: default, nodes.workers_per_node: default]"},
     /* the worker used to pick micro-batch 6 silently at run time */
     {"bad_cross_world_micro.yaml", 4, 16, "train.micro_batch",
      "8 x the world size 2 (nodes.count 2 x nodes.workers_per_node 1) does not divide "
-     "train.global_batch (24); micro_batch 6 would"},
+     "train.global_batch (24); micro_batch 6 would [nodes.count: default, "
+     "nodes.workers_per_node: default]"},
     {"bad_cross_world_global.yaml", 4, 17, "train.global_batch",
      "18 is not a multiple of the world size 4 (nodes.count 4 x nodes.workers_per_node 1); 16 "
-     "or 20 would be"},
+     "or 20 would be [nodes.workers_per_node: default]"},
     {"bad_store_quoted_empty.yaml", 2, 10, "checkpoint.store",
      "'local:' names no directory (expected local:DIR)"},
     {"bad_range_workers.yaml", 2, 21, "nodes.workers_per_node", "must be <= 256, got 2147483647"},
@@ -474,10 +491,12 @@ static const struct bad_case BAD[] = {
      "2147483647"},
     {"bad_params.yaml", 4, 11, "model.n_embd",
      "the model has 1.319e+13 parameters, more than 1e+12"},
-    {"bad_cross_heads.yaml", 1, 17, "model.n_head", "5 does not divide model.n_embd (64)"},
-    {"bad_cross_embd.yaml", 2, 11, "model.n_embd", "66 is not a multiple of model.n_head (4)"},
+    {"bad_cross_heads.yaml", 1, 17, "model.n_head",
+     "5 does not divide model.n_embd (64) [model.n_embd: default]"},
+    {"bad_cross_embd.yaml", 2, 11, "model.n_embd",
+     "66 is not a multiple of model.n_head (4) [model.n_head: default]"},
     {"bad_cross_launcher.yaml", 1, 19, "nodes.launcher",
-     "'command' needs nodes.command with {argv} in it"},
+     "'command' needs nodes.command with {argv} in it [nodes.command: default]"},
     {"bad_cross_command.yaml", 3, 12, "nodes.command",
      "launcher 'command' needs a command containing {argv}, got 'ssh {host}'"},
 };
@@ -492,6 +511,8 @@ static void test_bad_files(void **state) {
     const char *path = data_path(b->file);
     snprintf(want, sizeof want, "%s:%d:%d: %s: %s", path, b->line, b->col, b->key, b->problem);
     int rc = ft_runfile_load(path, rf, err, sizeof err);
+    if (rc == FT_OK) /* across keys: what a program runs after its overrides */
+      rc = ft_runfile_validate(rf, err, sizeof err);
     if (rc != FT_ECONFIG || strcmp(err, want) != 0) {
       print_error("%s: rc %d\n  got:  %s\n  want: %s\n", b->file, rc, err, want);
       failures++;
@@ -557,7 +578,7 @@ static void test_validate(void **state) {
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
 
   ft_runfile_defaults(&rf);
-  strcpy(rf.nodes.launcher, "command");
+  rf.nodes.launcher = FT_RF_LAUNCHER_COMMAND;
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
   assert_string_equal(
       err, "nodes.command: launcher 'command' needs a command containing {argv}, got ''");
@@ -566,9 +587,14 @@ static void test_validate(void **state) {
 
   /* per-field rules apply to values written straight into the struct */
   ft_runfile_defaults(&rf);
-  strcpy(rf.train.schedule, "step");
+  rf.train.schedule = (ft_rf_schedule)3;
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
-  assert_string_equal(err, "train.schedule: 'step' is not one of cosine, linear, constant");
+  assert_string_equal(err, "train.schedule: '3' is not one of cosine, linear, constant");
+  ft_runfile_defaults(&rf);
+  rf.checkpoint.codec_level = 20;
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(
+      err, "checkpoint.codec: 'zstd:20' is not a known codec (expected zstd:LEVEL, LEVEL 1..19)");
   ft_runfile_defaults(&rf);
   strcpy(rf.checkpoint.store, "ftp://x");
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
@@ -586,7 +612,7 @@ static void test_validate(void **state) {
   assert_string_equal(err, "train.global_batch: 16 is not a multiple of the world size 65536 "
                            "(nodes.count 256 x nodes.workers_per_node 256); 65536 would be");
   rf.train.global_batch = 65536;
-  strcpy(rf.nodes.device, "cuda"); /* 65536 CPU ranks would not fit on this machine */
+  rf.nodes.device = FT_RF_DEVICE_CUDA; /* 65536 CPU ranks would not fit on this machine */
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
   rf.nodes.workers_per_node = INT32_MAX; /* written straight into the struct */
   assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
@@ -616,6 +642,41 @@ static void set_bad(ft_runfile *rf, const char *k, const char *v, const char *wa
   assert_memory_equal(&before, rf, sizeof before); /* unchanged on error */
 }
 
+/* Checks across keys judge the merged result, for the program's world, and
+ * say where each key involved came from. */
+static void test_merged(void **state) {
+  static const char text[] = "train: {global_batch: 4, micro_batch: 4}\n";
+  ft_runfile rf;
+  char err[1024];
+  assert_int_equal(ft_runfile_parse("m.yaml", text, sizeof text - 1, &rf, err, sizeof err), FT_OK);
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "m.yaml:1:39: train.micro_batch: 4 x the world size 2 (nodes.count 2 x "
+                           "nodes.workers_per_node 1) does not divide train.global_batch (4); "
+                           "micro_batch 2 would [nodes.count: default, nodes.workers_per_node: "
+                           "default]");
+  /* worker --standalone: a world of 1 */
+  assert_int_equal(ft_runfile_validate_world(&rf, 1, "worker --standalone", err, sizeof err),
+                   FT_OK);
+  /* --set nodes.count=1 repairs it; 3 breaks it again, said to be the --set */
+  set_ok(&rf, "nodes.count", "1");
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_OK);
+  set_ok(&rf, "nodes.count", "3");
+  assert_int_equal(ft_runfile_validate(&rf, err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "m.yaml:1:23: train.global_batch: 4 is not a multiple of the world "
+                           "size 3 (nodes.count 3 x nodes.workers_per_node 1); 3 or 6 would be "
+                           "[nodes.count: --set, nodes.workers_per_node: default]");
+  /* a program's own world of 3: its name, no nodes keys */
+  assert_int_equal(ft_runfile_validate_world(&rf, 3, "3 ranks", err, sizeof err), FT_ECONFIG);
+  assert_string_equal(err, "m.yaml:1:23: train.global_batch: 4 is not a multiple of the world "
+                           "size 3 (3 ranks); 3 or 6 would be");
+  /* the blamed key from --set: no position, its origin at the end */
+  set_ok(&rf, "train.micro_batch", "3");
+  assert_int_equal(ft_runfile_validate_world(&rf, 1, "worker --standalone", err, sizeof err),
+                   FT_ECONFIG);
+  assert_string_equal(err, "train.micro_batch: 3 does not divide train.global_batch (4); 2 would "
+                           "[train.micro_batch: --set]");
+}
+
 static void test_set(void **state) {
   ft_runfile rf;
   char err[512];
@@ -629,7 +690,7 @@ static void test_set(void **state) {
   set_ok(&rf, "train.seed", "18446744073709551615");
   assert_true(rf.train.seed == UINT64_MAX);
   set_ok(&rf, "train.schedule", "linear");
-  assert_string_equal(rf.train.schedule, "linear");
+  assert_int_equal(rf.train.schedule, FT_RF_SCHEDULE_LINEAR);
   set_ok(&rf, "nodes.hosts", "a, b ,c");
   assert_int_equal(rf.nodes.nhosts, 3);
   assert_string_equal(rf.nodes.hosts[0], "a");
@@ -807,6 +868,7 @@ int main(void) {
       cmocka_unit_test(test_missing_file),
       cmocka_unit_test(test_err_buffer_small),
       cmocka_unit_test(test_validate),
+      cmocka_unit_test(test_merged),
       cmocka_unit_test(test_set),
       cmocka_unit_test(test_config_json),
   };
