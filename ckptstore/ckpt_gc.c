@@ -92,10 +92,11 @@
  * still under meta_mu, the chunks (format 1) or shard objects (format 2)
  * of the manifests the catalog holds are in the marked sets (I1:
  * check_marked); G5 starts only once G4b has marked every format 2
- * checkpoint's chunks (I1: check_sweep_ready). check_dropped_gone and
- * check_marked look at CHECK_GC_SAMPLE checkpoints at most (a manifest
- * may name a million chunks). I2 is the tier's del_if_older
- * (ckpt_tier_local.c), not this file's state.
+ * checkpoint's chunks (I1: check_sweep_ready). check_marked re-reads at
+ * most CHECK_GC_MAN_BYTES of manifests (all of a test's store; a format 1
+ * manifest of a large gang names a million chunks), check_dropped_gone
+ * looks up CHECK_GC_DROPPED records at most. I2 is the tier's
+ * del_if_older (ckpt_tier_local.c), not this file's state.
  */
 #include "ckpt_hashset.h"
 #include "ckpt_int.h"
@@ -136,8 +137,11 @@ static int is_dropped(const gc_ctx *g, const char *run, int64_t step) {
 }
 
 #if FT_INVARIANTS_ON
-/* How many checkpoints I1's and I3's checks look at, each GC. */
-#define CHECK_GC_SAMPLE 8
+/* How much each GC's I1 check re-reads of the catalog's manifests (bytes
+ * of JSON: every manifest of a small store, a part of a large one), and
+ * how many dropped checkpoints its I3 check looks up. */
+#define CHECK_GC_MAN_BYTES ((size_t)4 << 20)
+#define CHECK_GC_DROPPED 64
 
 /* G1-G4 run under meta_mu (held by this GC: it took it at G1) */
 static void check_locked(ckpt_store *s, const char *step) {
@@ -159,7 +163,7 @@ static void check_decided(const gc_ctx *g, int64_t t0) {
  * dropped checkpoints, so nothing G5 deletes is named by one. */
 static void check_dropped_gone(ckpt_store *s, const gc_ctx *g) {
   check_locked(s, "I3");
-  for (size_t i = 0; i < g->ndropped && i < CHECK_GC_SAMPLE; i++) {
+  for (size_t i = 0; i < g->ndropped && i < CHECK_GC_DROPPED; i++) {
     ckpt_info in;
     int rc = ckpt_store_get_info(s, g->dropped[i].run, g->dropped[i].step, &in);
     FT_ASSERT_INV(rc == FT_ENOENT, "I3: dropped %s step %" PRId64 " still in the catalog (rc %d)",
@@ -169,7 +173,7 @@ static void check_dropped_gone(ckpt_store *s, const gc_ctx *g) {
 
 typedef struct check_mark_ctx {
   const gc_ctx *g;
-  int seen;
+  size_t bytes; /* of manifest JSON read so far */
 } check_mark_ctx;
 
 static int check_mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
@@ -195,7 +199,8 @@ static int check_mark_cb(void *ud, const char *key, const char *val, size_t vlen
       }
   }
   ckpt_manifest_free(m);
-  return ++c->seen < CHECK_GC_SAMPLE ? FT_OK : FT_ECANCELED; /* enough */
+  c->bytes += vlen;
+  return c->bytes < CHECK_GC_MAN_BYTES ? FT_OK : FT_ECANCELED; /* enough */
 }
 
 /* I1 at the end of G4, under meta_mu: what the catalog's manifests name is
