@@ -83,10 +83,25 @@
  *      by a crashed sweep was unreferenced; the next sweep deletes it.
  * Dry run: G3, G5 and G6 only count. no_sweep (ckpt_retention): G1-G3
  * only.
+ *
+ * Checked (FT_ASSERT_INV, Debug and sanitizer builds; common/ft_bug.h):
+ * meta_mu is held from G1 to G4 (check_locked); retention drops no pinned
+ * or PENDING record (drop_record, G2) and the cutoff is not after T0
+ * (check_decided); after G3's batch, under meta_mu, the catalog lists none
+ * of the dropped checkpoints (I3: check_dropped_gone); at the end of G4,
+ * still under meta_mu, the chunks (format 1) or shard objects (format 2)
+ * of the manifests the catalog holds are in the marked sets (I1:
+ * check_marked); G5 starts only once G4b has marked every format 2
+ * checkpoint's chunks (I1: check_sweep_ready). check_marked re-reads at
+ * most CHECK_GC_MAN_BYTES of manifests (all of a test's store; a format 1
+ * manifest of a large gang names a million chunks), check_dropped_gone
+ * looks up CHECK_GC_DROPPED records at most. I2 is the tier's
+ * del_if_older (ckpt_tier_local.c), not this file's state.
  */
 #include "ckpt_hashset.h"
 #include "ckpt_int.h"
 
+#include "ft_bug.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_failpoint.h"
@@ -121,6 +136,105 @@ static int is_dropped(const gc_ctx *g, const char *run, int64_t step) {
   return 0;
 }
 
+#if FT_INVARIANTS_ON
+/* How much each GC's I1 check re-reads of the catalog's manifests (bytes
+ * of JSON: every manifest of a small store, a part of a large one), and
+ * how many dropped checkpoints its I3 check looks up. */
+#define CHECK_GC_MAN_BYTES ((size_t)4 << 20)
+#define CHECK_GC_DROPPED 64
+
+/* G1-G4 run under meta_mu (held by this GC: it took it at G1) */
+static void check_locked(ckpt_store *s, const char *step) {
+  int rc = pthread_mutex_trylock(&s->meta_mu);
+  FT_ASSERT_INV(rc == EBUSY, "%s: meta_mu not held (trylock %d)", step, rc);
+}
+
+/* After G2: the sweep's cutoff is at or before T0 (a chunk a commit
+ * freshened after T0 is never older than it: I1), and retention dropped no
+ * pinned record (drop_record saw the PENDING ones). */
+static void check_decided(const gc_ctx *g, int64_t t0) {
+  FT_ASSERT_INV(g->cutoff <= t0, "I1: cutoff %" PRId64 " after T0 %" PRId64, g->cutoff, t0);
+  for (size_t i = 0; i < g->ndropped; i++)
+    FT_ASSERT_INV(!g->dropped[i].pinned, "G2: pinned %s step %" PRId64 " dropped",
+                  g->dropped[i].run, g->dropped[i].step);
+}
+
+/* I3, after G3's batch and under meta_mu: the catalog no longer names the
+ * dropped checkpoints, so nothing G5 deletes is named by one. */
+static void check_dropped_gone(ckpt_store *s, const gc_ctx *g) {
+  check_locked(s, "I3");
+  for (size_t i = 0; i < g->ndropped && i < CHECK_GC_DROPPED; i++) {
+    ckpt_info in;
+    int rc = ckpt_store_get_info(s, g->dropped[i].run, g->dropped[i].step, &in);
+    FT_ASSERT_INV(rc == FT_ENOENT, "I3: dropped %s step %" PRId64 " still in the catalog (rc %d)",
+                  g->dropped[i].run, g->dropped[i].step, rc);
+  }
+}
+
+typedef struct check_mark_ctx {
+  const gc_ctx *g;
+  size_t bytes; /* of manifest JSON read so far */
+} check_mark_ctx;
+
+static int check_mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
+  check_mark_ctx *c = ud;
+  const gc_ctx *g = c->g;
+  ckpt_manifest *m = NULL;
+  if (ckpt_manifest_from_json(val, &m) != FT_OK)
+    return FT_OK; /* G4 refused it already */
+  if (!is_dropped(g, m->info.run, m->info.step)) {
+    for (int i = 0; i < m->nobjs; i++)
+      FT_ASSERT_INV(ckpt_hashset_has(&g->shards, m->objs[i].hash, CKPT_HASH_LEN),
+                    "I1: shard object %d of %s step %" PRId64 " not marked", i, m->info.run,
+                    m->info.step);
+    for (int t = 0; t < m->ntensors; t++)
+      for (int k = 0; k < m->tensors[t].nchunks; k++) {
+        const ckpt_chunk_ref *r = &m->tensors[t].chunks[k];
+        for (int d = -1; d < r->depth; d++) /* the chunk, then its chain */
+          FT_ASSERT_INV(ckpt_hashset_has(&g->marked,
+                                         d < 0 ? r->hash : r->chain + (size_t)d * CKPT_HASH_LEN,
+                                         CKPT_HASH_LEN),
+                        "I1: chunk %d (chain %d) of %s in %s step %" PRId64 " not marked", k, d,
+                        m->tensors[t].name, m->info.run, m->info.step);
+      }
+  }
+  ckpt_manifest_free(m);
+  c->bytes += vlen;
+  return c->bytes < CHECK_GC_MAN_BYTES ? FT_OK : FT_ECANCELED; /* enough */
+}
+
+/* I1 at the end of G4, under meta_mu: what the catalog's manifests name is
+ * marked (format 2: their shard objects; G4b marks those objects' chunks). */
+static void check_marked(ckpt_store *s, const gc_ctx *g) {
+  char key[256];
+  check_locked(s, "I1");
+  check_mark_ctx c = {.g = g};
+  ckpt_key_man_prefix(key, sizeof key);
+  (void)ckpt_catalog_scan(s->cat, key, check_mark_cb, &c);
+}
+
+/* I1 at G5's start: G4b marked the chunks of every format 2 checkpoint. */
+static void check_sweep_ready(const gc_ctx *g) {
+  for (size_t i = 0; i < g->nobjmans; i++)
+    FT_ASSERT_INV(!g->objmans[i], "I1: sweeping before %s step %" PRId64 "'s chunks were marked",
+                  g->objmans[i]->info.run, g->objmans[i]->info.step);
+}
+#else
+static void check_locked(ckpt_store *s, const char *step) {}
+static void check_decided(const gc_ctx *g, int64_t t0) {}
+static void check_dropped_gone(ckpt_store *s, const gc_ctx *g) {}
+static void check_marked(ckpt_store *s, const gc_ctx *g) {}
+static void check_sweep_ready(const gc_ctx *g) {}
+#endif
+
+/* G2: a record retention drops (never a pinned or PENDING one). */
+static void drop_record(ckpt_info *x) {
+  FT_ASSERT_INV(!x->pinned && x->state != CKPT_PENDING,
+                "G2: dropping %s step %" PRId64 " (pinned %d, state %d)", x->run, x->step,
+                x->pinned, x->state);
+  x->state = -1;
+}
+
 /* G2: marks v[i].state = -1 for the dropped ones. v is sorted by run, step.
  * Memory-level records (chunks only in workers' memory) are not counted by
  * keep_last or keep_every: one is kept only while it is newer than the
@@ -143,7 +257,7 @@ static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
           keep = 1;
         memory_seen += restorable;
         if (!keep && (restorable || ret->keep_last > 0))
-          x->state = -1;
+          drop_record(x);
         continue;
       }
       persisted_seen |= restorable;
@@ -156,7 +270,7 @@ static void keep_set(ckpt_info *v, size_t n, const ckpt_retention *ret) {
       if (restorable)
         restorable_seen++;
       if (!keep)
-        x->state = -1;
+        drop_record(x);
     }
     a = b;
   }
@@ -579,6 +693,7 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
   rc = s->read_only ? FT_OK : s->tier->now(s->tier, &t0);
   if (s->read_only)
     t0 = ft_wall_ns();
+  check_locked(s, "G1");
   if (rc == FT_OK)
     rc = check_catalog_whole(s, mkeys, nmkeys); /* G1b */
   if (rc)
@@ -598,6 +713,7 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
   for (size_t i = 0; i < n; i++)
     if (v[i].state == -1)
       g.dropped[g.ndropped++] = v[i];
+  check_decided(&g, t0);
   if (!dry_run && g.ndropped > 0 && (rc = ckpt_catalog_writable(s->cat)) != FT_OK) {
     if (rc != FT_ENOSPC && rc != FT_EIO)
       goto unlock;
@@ -637,6 +753,7 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
     rc = ckpt_catalog_write(s->cat, b);
     if (rc)
       goto unlock;
+    check_dropped_gone(s, &g);
   }
   /* retention only: a later GC sweeps (unless a full disk needs it now) */
   sweep = !ret->no_sweep || rep->sweep_only;
@@ -644,12 +761,15 @@ static int gc_pass(ckpt_store *s, const ckpt_retention *ret, int dry_run, ckpt_g
     goto unlock;
   ckpt_key_man_prefix(key, sizeof key);
   rc = ckpt_catalog_scan(s->cat, key, mark_cb, &g); /* G4 */
+  if (rc == FT_OK)
+    check_marked(s, &g);
 unlock:
   pthread_mutex_unlock(&s->meta_mu);
   if (rc == FT_OK && sweep)
     rc = mark_objs(&g); /* G4b */
   if (rc || !sweep)
     goto out;
+  check_sweep_ready(&g);
   g.idx = ckpt_batch_new();
   if (!g.idx) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");

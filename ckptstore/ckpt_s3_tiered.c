@@ -56,11 +56,27 @@
  * then abandons the requests in flight (ckpt_s3_client_cancel: it does not
  * wait out their retries); what is left is journaled (manifests) or re-checked when a manifest that
  * names it is uploaded (chunks).
+ *
+ * Checked (FT_ASSERT_INV, Debug and sanitizer builds; common/ft_bug.h):
+ *   S1 the queue (check_queue, under mu, wherever it changes and where
+ *      flush and the stats read it): head and tail agree, a store without
+ *      upload threads (read-only) queues nothing, and every queued key is
+ *      K_QUEUED in pending (the first CHECK_WALK of them);
+ *   B1 a manifest object is put in the bucket only after this process
+ *      ensured every object it names, as many as it names (upload_manifest:
+ *      check_manifest_ensured);
+ *   B2 every put of a content-addressed object to the bucket goes through
+ *      put_remote_object, which checks the bytes are sound for the name
+ *      (chunk_ok, again) and that only a repair overwrites (no
+ *      CKPT_S3_CREATE_ONLY) (check_put).
+ * B3-B5 are which tier each operation asks, not state this file keeps:
+ * they are not asserted here (tested in s3_store, s3_gc_safety).
  */
 #include "ckpt_s3.h"
 
 #include "ckpt_hashset.h"
 #include "ckpt_int.h"
+#include "ft_bug.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 
@@ -131,6 +147,61 @@ static int chunk_ok(const char *key, const uint8_t *obj, size_t len) {
   return ckpt_chunk_check_alone(obj, len, h) == FT_OK;
 }
 
+#if FT_INVARIANTS_ON
+/* How many queued keys S1 looks at. */
+#define CHECK_WALK 64
+
+/* S1 (mu held) */
+static void check_queue(tiered *td) {
+  FT_ASSERT_INV(!td->head == !td->tail && (!td->tail || !td->tail->next),
+                "S1: upload queue head %p, tail %p", (void *)td->head, (void *)td->tail);
+  FT_ASSERT_INV(td->nth || (!td->head && !td->pending.n),
+                "S1: %zu uploads pending on a store with no upload threads (queue %s)",
+                td->pending.n, td->head ? td->head->key : "empty");
+  FT_ASSERT_INV(td->writable || !td->nth, "S1: %d upload threads on a read-only store", td->nth);
+  int n = 0;
+  for (const item *it = td->head; it && n < CHECK_WALK; it = it->next, n++) {
+    const int *st = ckpt_hashset_get(&td->pending, it->key, strlen(it->key));
+    FT_ASSERT_INV(st && *st == K_QUEUED, "S1: queued %s is %s in pending", it->key,
+                  !st                 ? "absent"
+                  : *st == K_INFLIGHT ? "in flight"
+                                      : "known");
+  }
+}
+
+/* B1: just before the put of manifest key, every object it names (n of
+ * them: chunks with their chains, or shard objects) was ensured. */
+static void check_manifest_ensured(const char *key, const ckpt_manifest *m, int ensured) {
+  int n = m->nobjs;
+  for (int t = 0; t < m->ntensors; t++)
+    for (int c = 0; c < m->tensors[t].nchunks; c++)
+      n += 1 + m->tensors[t].chunks[c].depth;
+  FT_ASSERT_INV(ensured == n, "B1: %s put in the bucket with %d of its %d objects ensured there",
+                key, ensured, n);
+}
+
+/* B2: a content-addressed object goes up sound; only a repair overwrites */
+static void check_put(const char *key, const void *obj, size_t len, int flags, int repair) {
+  FT_ASSERT_INV(is_chunk(key), "B2: %s put as a chunk, and is none", key);
+  FT_ASSERT_INV(chunk_ok(key, obj, len), "B2: %s put in the bucket with bytes not of its name",
+                key);
+  FT_ASSERT_INV(repair || (flags & CKPT_S3_CREATE_ONLY),
+                "B2: %s put over the bucket's copy without a repair", key);
+}
+#else
+static void check_queue(tiered *td) {}
+static void check_manifest_ensured(const char *key, const ckpt_manifest *m, int ensured) {}
+static void check_put(const char *key, const void *obj, size_t len, int flags, int repair) {}
+#endif
+
+/* Every put of a chunk or shard object into the bucket (B2); repair: the
+ * bucket's copy was proved missing or bad and obj good (scrub_remote). */
+static int put_remote_object(tiered *td, const char *key, const void *obj, size_t len, int flags,
+                             int repair) {
+  check_put(key, obj, len, flags, repair);
+  return ckpt_tier_s3_put_flags(td->remote, key, obj, len, flags);
+}
+
 static void journal_path(tiered *td, const char *key, char *buf, size_t n) {
   int w = snprintf(buf, n, "%s/", td->journal);
   for (const char *p = key; *p && (size_t)w + 1 < n; p++)
@@ -171,6 +242,7 @@ static void journal_del(tiered *td, const char *key) {
 
 /* Under mu: queue key unless it is pending or known. */
 static int enqueue_locked(tiered *td, const char *key, int force) {
+  check_queue(td);
   if (!td->nth)
     return FT_OK;
   if (ckpt_hashset_has(&td->pending, key, strlen(key)))
@@ -192,6 +264,7 @@ static int enqueue_locked(tiered *td, const char *key, int force) {
   else
     td->head = it;
   td->tail = it;
+  check_queue(td);
   pthread_cond_signal(&td->cv_work);
   return FT_OK;
 }
@@ -205,6 +278,7 @@ static void finish_locked(tiered *td, const char *key, int rc) {
     td->uploads_failed++;
     snprintf(td->last_err, sizeof td->last_err, "%s: %s", key, ft_err_detail());
   }
+  check_queue(td);
   pthread_cond_broadcast(&td->cv_done);
 }
 
@@ -219,7 +293,7 @@ static int upload_chunk(tiered *td, const char *key) {
     free(obj);
     return ft_err_set(FT_ECORRUPT, "upload of %s refused: the cache copy is damaged", key);
   }
-  rc = ckpt_tier_s3_put_flags(td->remote, key, obj, len, CKPT_S3_CREATE_ONLY);
+  rc = put_remote_object(td, key, obj, len, CKPT_S3_CREATE_ONLY, 0);
   free(obj);
   return rc == FT_EEXIST ? FT_OK : rc;
 }
@@ -246,6 +320,7 @@ static int ensure_remote(tiered *td, const char *key) {
         }
       *state = K_INFLIGHT;
       mine = 1;
+      check_queue(td);
       break;
     }
     pthread_cond_wait(&td->cv_done, &td->mu);
@@ -287,10 +362,12 @@ static int upload_manifest(tiered *td, const char *key, const char *json) {
   int rc = ckpt_manifest_read(&td->t, json, &m);
   if (rc)
     return ckpt_err_wrap(rc, "upload of %s", key);
+  int ensured = 0;                                    /* B1 */
   for (int i = 0; i < m->nobjs && rc == FT_OK; i++) { /* format 2: its shard objects too */
     char sk[128];
     ckpt_objkey_shard(sk, sizeof sk, m->objs[i].hash);
     rc = ensure_remote(td, sk);
+    ensured += rc == FT_OK;
   }
   for (int t = 0; t < m->ntensors && rc == FT_OK; t++)
     for (int c = 0; c < m->tensors[t].nchunks && rc == FT_OK; c++) {
@@ -300,8 +377,11 @@ static int upload_manifest(tiered *td, const char *key, const char *json) {
         ckpt_hex(k < 0 ? r->hash : r->chain + (size_t)k * CKPT_HASH_LEN, hex);
         ckpt_objkey_chunk(ck, sizeof ck, hex);
         rc = ensure_remote(td, ck);
+        ensured += rc == FT_OK;
       }
     }
+  if (rc == FT_OK)
+    check_manifest_ensured(key, m, ensured);
   ckpt_manifest_free(m);
   if (rc)
     return ckpt_err_wrap(rc, "manifest %s not uploaded (a chunk of it is not in the bucket)", key);
@@ -352,6 +432,7 @@ static void *uploader(void *arg) {
       td->tail = NULL;
     it->next = NULL;
     ckpt_hashset_put(&td->pending, it->key, strlen(it->key), K_INFLIGHT);
+    check_queue(td);
     pthread_mutex_unlock(&td->mu);
     int rc = upload_key(td, it->key);
     pthread_mutex_lock(&td->mu);
@@ -370,6 +451,7 @@ static void *uploader(void *arg) {
         else
           td->head = it;
         td->tail = it;
+        check_queue(td);
         pthread_cond_broadcast(&td->cv_done);
         continue;
       }
@@ -434,7 +516,7 @@ static int scrub_remote(tiered *td, const char *key, const uint8_t *obj, size_t 
     return rc;
   if (!bad)
     return FT_OK;
-  rc = ckpt_tier_s3_put_flags(td->remote, key, obj, len, 0); /* B2: the repair */
+  rc = put_remote_object(td, key, obj, len, 0, 1); /* B2: the repair */
   if (rc)
     return ckpt_err_wrap(rc, "repairing the bucket's copy of %s", key);
   pthread_mutex_lock(&td->mu);
@@ -665,6 +747,7 @@ void ckpt_s3_tiered_stats_get(ckpt_tier *t, ckpt_s3_tiered_stats *st) {
   memset(st, 0, sizeof *st);
   ckpt_s3_client_stats(ckpt_tier_s3_client(td->remote), &st->http);
   pthread_mutex_lock(&td->mu);
+  check_queue(td);
   st->uploads_done = td->uploads_done;
   st->uploads_failed = td->uploads_failed;
   st->uploads_pending = td->pending.n;
@@ -678,6 +761,7 @@ int ckpt_s3_tiered_flush(ckpt_tier *t, int timeout_s) {
   struct timespec until = ft_wall_deadline(timeout_s < 0 ? 0 : 1000LL * timeout_s);
   int rc = FT_OK;
   pthread_mutex_lock(&td->mu);
+  check_queue(td);
   while (td->pending.n > 0 && rc == FT_OK) {
     if (timeout_s < 0)
       pthread_cond_wait(&td->cv_done, &td->mu);

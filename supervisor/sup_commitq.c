@@ -44,20 +44,43 @@
  * the loop either stopped heartbeats (a 4.5 s rename made the workers and
  * spares give the supervisor up). In the store lane a mark follows the
  * commit of its step, and triggers no GC.
+ *
+ * Checked (FT_ASSERT_INV, Debug and sanitizer builds; common/ft_bug.h) by
+ * check_lane, under mu, whenever a lane's job moves (push, take, finish,
+ * report), and check_loop where done runs:
+ *   Q1 at most one job per lane is in the store: a lane's taken jobs less
+ *      its finished ones is its inflight flag, 0 or 1;
+ *   Q2 done runs only on the thread that made the queue (the loop's; free
+ *      is called there too);
+ *   Q3 push order within a lane: a lane takes, and the loop reports, its
+ *      jobs in the order they were pushed (a ring of the last CHECK_RING
+ *      pushes per lane, compared at take and at report);
+ *   Q4 a store-level job is taken only while no memory-level job of the
+ *      same or an earlier step is queued or in flight;
+ *   Q5 the queue owns a job from push to done: a job pushed is not already
+ *      queued, its lane's queue holds pushed - taken jobs of that lane, and
+ *      at free, after the threads are joined, none is in flight.
+ * The queue walks are bounded (CHECK_WALK jobs); the queues are short.
  */
 #include "sup_commitq.h"
 #include "sup_wake.h"
 
+#include "ft_bug.h"
 #include "ft_err.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 enum { LANE_STORE, LANE_MEMORY, LANE_RECORD, NLANES };
+
+/* Q3's ring: the last pushes of a lane, and how far Q5 walks a queue. */
+#define CHECK_RING 64
+#define CHECK_WALK 64
 
 struct lane {
   struct sup_commitq *q;
@@ -67,6 +90,10 @@ struct lane {
   int64_t inflight_step;                 /* that job's step */
   pthread_cond_t cv;                     /* a job was queued, or stop */
   sup_pending_ckpt *queue, **queue_tail; /* waiting for its thread */
+#if FT_INVARIANTS_ON
+  uint64_t pushed, taken, finished, reported; /* Q1, Q3, Q5: jobs so far */
+  const sup_pending_ckpt *ring[CHECK_RING];   /* ring[i % CHECK_RING]: push i */
+#endif
 };
 
 struct sup_commitq {
@@ -82,7 +109,73 @@ struct sup_commitq {
   sup_commitq_fn work, done_fn, release;
   sup_commitq_gc gc;
   void *ud;
+#if FT_INVARIANTS_ON
+  pthread_t loop; /* Q2: the thread that made the queue */
+#endif
 };
+
+/* The lane a job goes to (its fields never change while it is queued). */
+static int lane_of(const sup_pending_ckpt *p) {
+  return p->rec.work ? LANE_RECORD : p->level == CKPT_LEVEL_MEMORY ? LANE_MEMORY : LANE_STORE;
+}
+
+#if FT_INVARIANTS_ON
+static const char *const lane_name[NLANES] = {"store", "memory", "record"};
+
+static const char *lname(const struct lane *l) {
+  return lane_name[l - l->q->lane];
+}
+
+/* Q1, Q5 for lane l (q->mu held) */
+static void check_lane(const sup_commitq *q, const struct lane *l) {
+  int i = (int)(l - q->lane);
+  FT_ASSERT_INV((l->inflight == 0 || l->inflight == 1) &&
+                    l->taken - l->finished == (uint64_t)l->inflight,
+                "Q1: lane %s: %" PRIu64 " jobs taken, %" PRIu64 " finished, inflight %d",
+                lane_name[i], l->taken, l->finished, l->inflight);
+  FT_ASSERT_INV(l->taken <= l->pushed && l->reported <= l->finished,
+                "Q5: lane %s: %" PRIu64 " pushed, %" PRIu64 " taken, %" PRIu64 " finished, %" PRIu64
+                " reported",
+                lane_name[i], l->pushed, l->taken, l->finished, l->reported);
+  uint64_t n = 0;
+  const sup_pending_ckpt *p = l->queue, *last = NULL;
+  for (; p && n < CHECK_WALK; last = p, p = p->next, n++)
+    FT_ASSERT_INV(lane_of(p) == i, "Q5: a %s job (step %" PRId64 ") queued in lane %s",
+                  lane_name[lane_of(p)], p->step, lane_name[i]);
+  if (p)
+    return; /* a long queue: walked in part */
+  FT_ASSERT_INV(n == l->pushed - l->taken && l->queue_tail == (last ? &last->next : &l->queue),
+                "Q5: lane %s queues %" PRIu64 " jobs, %" PRIu64 " pushed and not taken",
+                lane_name[i], n, l->pushed - l->taken);
+}
+
+/* Q3: job p, the nth of its lane at take or report, is the nth pushed */
+static void check_order(const struct lane *l, const sup_pending_ckpt *p, uint64_t nth,
+                        const char *what) {
+  if (l->pushed - nth <= CHECK_RING)
+    FT_ASSERT_INV(l->ring[nth % CHECK_RING] == p,
+                  "Q3: lane %s %s job %" PRIu64 " (step %" PRId64 ") out of push order", lname(l),
+                  what, nth, p->step);
+}
+
+/* Q2 */
+static void check_loop(const sup_commitq *q, const char *op) {
+  FT_ASSERT_INV(pthread_equal(pthread_self(), q->loop),
+                "Q2: %s on a thread other than the loop's (the one that made the queue)", op);
+}
+
+/* Q5: p is not in l's queue already (bounded) */
+static void check_not_queued(const struct lane *l, const sup_pending_ckpt *p) {
+  int n = 0;
+  for (const sup_pending_ckpt *x = l->queue; x && n < CHECK_WALK; x = x->next, n++)
+    FT_ASSERT_INV(x != p, "Q5: the job of step %" PRId64 " pushed to lane %s while queued there",
+                  p->step, lname(l));
+}
+#else
+static void check_lane(const sup_commitq *q, const struct lane *l) {}
+static void check_loop(const sup_commitq *q, const char *op) {}
+static void check_not_queued(const struct lane *l, const sup_pending_ckpt *p) {}
+#endif
 
 /* Retention GC, coalesced: one run per request burst, never two at once. It
  * runs beside commits (the store serialises its catalog phase with them;
@@ -139,17 +232,30 @@ static void *thread_main(void *arg) {
       pthread_cond_wait(&l->cv, &q->mu);
     if (q->stop && !(finish && l->queue))
       break;
+    check_lane(q, l);
     sup_pending_ckpt *p = l->queue;
+    FT_ASSERT_INV(!store || !memory_first(q, p->step),
+                  "Q4: store-level job of step %" PRId64
+                  " taken while a memory-level one of a step <= it waits",
+                  p->step);
     l->queue = p->next;
     if (!l->queue)
       l->queue_tail = &l->queue;
     p->next = NULL;
     l->inflight = 1;
     l->inflight_step = p->step;
+#if FT_INVARIANTS_ON
+    check_order(l, p, l->taken++, "took");
+#endif
+    check_lane(q, l);
     pthread_mutex_unlock(&q->mu);
     q->work(q->ud, p);
     pthread_mutex_lock(&q->mu);
     l->inflight = 0;
+#if FT_INVARIANTS_ON
+    l->finished++;
+#endif
+    check_lane(q, l);
     if (!store)
       pthread_cond_signal(&q->lane[LANE_STORE].cv);
     if (!p->rc && l == &q->lane[LANE_STORE] && !p->mark_good) {
@@ -166,6 +272,7 @@ static void *thread_main(void *arg) {
 
 /* Hands every finished job to done, in order (loop thread). */
 static void drain_done(sup_commitq *q) {
+  check_loop(q, "done");
   for (;;) {
     pthread_mutex_lock(&q->mu);
     sup_pending_ckpt *p = q->done;
@@ -175,6 +282,13 @@ static void drain_done(sup_commitq *q) {
         q->done_tail = &q->done;
       p->next = NULL;
     }
+#if FT_INVARIANTS_ON
+    if (p && !p->gc_done) { /* a GC's outcome is no lane's */
+      struct lane *l = &q->lane[lane_of(p)];
+      check_order(l, p, l->reported++, "reported");
+      check_lane(q, l);
+    }
+#endif
     pthread_mutex_unlock(&q->mu);
     if (!p)
       return;
@@ -201,6 +315,9 @@ int sup_commitq_new(struct event_base *base, sup_commitq_fn work, sup_commitq_fn
   q->release = release;
   q->gc = gc;
   q->ud = ud;
+#if FT_INVARIANTS_ON
+  q->loop = pthread_self();
+#endif
   pthread_mutex_init(&q->mu, NULL);
   for (int i = 0; i < NLANES; i++) {
     q->lane[i].q = q;
@@ -231,13 +348,17 @@ fail:
 }
 
 void sup_commitq_push(sup_commitq *q, sup_pending_ckpt *p) {
-  struct lane *l = &q->lane[p->rec.work                     ? LANE_RECORD
-                            : p->level == CKPT_LEVEL_MEMORY ? LANE_MEMORY
-                                                            : LANE_STORE];
-  p->next = NULL;
+  struct lane *l = &q->lane[lane_of(p)];
   pthread_mutex_lock(&q->mu);
+  check_lane(q, l);
+  check_not_queued(l, p);
+  p->next = NULL;
   *l->queue_tail = p;
   l->queue_tail = &p->next;
+#if FT_INVARIANTS_ON
+  l->ring[l->pushed++ % CHECK_RING] = p;
+#endif
+  check_lane(q, l);
   pthread_cond_signal(&l->cv);
   pthread_mutex_unlock(&q->mu);
 }
@@ -245,6 +366,7 @@ void sup_commitq_push(sup_commitq *q, sup_pending_ckpt *p) {
 void sup_commitq_free(sup_commitq *q) {
   if (!q)
     return;
+  check_loop(q, "sup_commitq_free");
   pthread_mutex_lock(&q->mu);
   q->stop = 1;
   for (int i = 0; i < NLANES; i++)
@@ -256,6 +378,8 @@ void sup_commitq_free(sup_commitq *q) {
   for (int i = 0; i < NLANES; i++)
     if (q->lane[i].started)
       pthread_join(q->lane[i].th, NULL); /* waits for the job in flight */
+  for (int i = 0; i < NLANES; i++)       /* Q5: every job is queued, or finished */
+    FT_ASSERT_INV(!q->lane[i].inflight, "Q5: lane %d still in the store after its join", i);
   if (q->lane[LANE_STORE].started || q->lane[LANE_MEMORY].started || q->lane[LANE_RECORD].started)
     drain_done(q);
   for (int i = 0; i < NLANES; i++)

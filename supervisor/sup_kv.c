@@ -7,11 +7,30 @@
  * Accounts (what each peer stores) are an open-addressing table keyed by
  * the caller's uint64, grown at half full: a set at 16,384 ranks must not
  * search a list of them. An entry remembers the account it is charged to.
+ *
+ * Checked (FT_ASSERT_INV, Debug and sanitizer builds; common/ft_bug.h), by
+ * check_kv on entry to and exit from every call that changes the store,
+ * and check_account after each charged set:
+ *   K1 one thread: every call on the thread that made the store, and none
+ *      from inside its own reply callback (which may not touch kv);
+ *   K2 an account holds exactly the keys and bytes of the entries charged
+ *      to it, and a set never takes it past its bounds;
+ *   K3 npending is the length of the pending list; each pending get names
+ *      1..FT_WIRE_MAX_KEYS keys, a tag no other pending get has, and a key
+ *      that is missing (else it would have been answered: each get reaches
+ *      the reply exactly once);
+ *   K4 keys are unique; the account table is at most half full.
+ * The walks are bounded (CHECK_KV_WALK gets; K2 for every account and K4's
+ * uniqueness only while the store is that small): a call already costs
+ * O(keys) in find, and a rendezvous at 16,384 ranks has as many gets.
  */
 #include "sup_kv.h"
 
+#include "ft_bug.h"
 #include "ft_err.h"
 
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +67,10 @@ struct sup_kv {
   kv_account *acct; /* open addressing, acap a power of two */
   size_t nacct, acap;
   size_t max_bytes, max_keys;
+#if FT_INVARIANTS_ON
+  pthread_t owner; /* K1: the thread that made it */
+  int in_reply;    /* K1: inside the reply callback */
+#endif
 };
 
 static kv_entry *find(const sup_kv *kv, const char *key) {
@@ -57,12 +80,120 @@ static kv_entry *find(const sup_kv *kv, const char *key) {
   return NULL;
 }
 
+/* Every answer goes through here: K1 sees a reply that calls back. */
+static void reply(sup_kv *kv, kv_get *g, int status, const ft_wire_blob *vals, uint32_t nvals) {
+#if FT_INVARIANTS_ON
+  kv->in_reply = 1;
+#endif
+  kv->reply(kv->ud, g->tag, g->owner, g->req, status, vals, nvals);
+#if FT_INVARIANTS_ON
+  kv->in_reply = 0;
+#endif
+}
+
 static void get_free(kv_get *g) {
   for (uint32_t i = 0; i < g->nkeys; i++)
     free(g->keys[i]);
   free(g->keys);
   free(g);
 }
+
+/* The slot of account who: its own, or the free one where it would go;
+ * NULL only when the table is empty. */
+static kv_account *acct_slot(const sup_kv *kv, uint64_t who) {
+  if (!kv->acap)
+    return NULL;
+  uint64_t h = who * 0x9e3779b97f4a7c15ull;
+  for (size_t i = (size_t)(h >> 32) & (kv->acap - 1);; i = (i + 1) & (kv->acap - 1))
+    if (!kv->acct[i].used || kv->acct[i].who == who)
+      return &kv->acct[i];
+}
+
+#if FT_INVARIANTS_ON
+/* How far a check walks the pending gets, and how small the store must be
+ * for K2 over every account and K4's uniqueness (both O(keys^2) at most). */
+#define CHECK_KV_WALK 64
+/* How many pending gets K3 looks up (each O(keys)). */
+#define CHECK_KV_MISSING 8
+
+/* K1 */
+static void check_caller(const sup_kv *kv, const char *op) {
+  FT_ASSERT_INV(pthread_equal(pthread_self(), kv->owner),
+                "K1: %s on a thread other than the store's (it is single-threaded)", op);
+  FT_ASSERT_INV(!kv->in_reply, "K1: %s from inside the reply callback (it may not touch kv)", op);
+}
+
+/* K2 for account a: what its entries hold (O(keys)); bounds: and within
+ * them (after a set charged to it). */
+static void check_account(const sup_kv *kv, const kv_account *a, int bounds) {
+  size_t bytes = 0, keys = 0;
+  for (size_t i = 0; i < kv->n; i++)
+    if (kv->e[i].charged && kv->e[i].who == a->who) {
+      bytes += strlen(kv->e[i].key) + kv->e[i].len;
+      keys++;
+    }
+  FT_ASSERT_INV(a->bytes == bytes && a->keys == keys,
+                "K2: account %#" PRIx64 " holds %zu bytes in %zu keys; its entries, %zu in %zu",
+                a->who, a->bytes, a->keys, bytes, keys);
+  FT_ASSERT_INV(!bounds || (a->bytes <= kv->max_bytes && a->keys <= kv->max_keys),
+                "K2: account %#" PRIx64 " past its bounds: %zu bytes (at most %zu), %zu keys (at "
+                "most %zu)",
+                a->who, a->bytes, kv->max_bytes, a->keys, kv->max_keys);
+}
+
+/* K3: the pending list, bounded */
+static void check_pending(const sup_kv *kv) {
+  size_t walked = 0;
+  const kv_get *g = kv->pending;
+  for (; g && walked < CHECK_KV_WALK; g = g->next, walked++) {
+    FT_ASSERT_INV(g->nkeys >= 1 && g->nkeys <= FT_WIRE_MAX_KEYS, "K3: a pending get of %u keys",
+                  g->nkeys);
+    for (const kv_get *h = kv->pending; h != g; h = h->next)
+      FT_ASSERT_INV(h->tag != g->tag,
+                    "K3: two pending gets share one tag (owner %" PRIu64 " req %u, owner %" PRIu64
+                    " req %u): it would be answered twice",
+                    h->owner, h->req, g->owner, g->req);
+    int missing = walked >= CHECK_KV_MISSING;
+    for (uint32_t i = 0; i < g->nkeys && !missing; i++)
+      missing = !find(kv, g->keys[i]);
+    FT_ASSERT_INV(missing, "K3: a get (owner %" PRIu64 ", req %u) waits for keys that all exist",
+                  g->owner, g->req);
+  }
+  FT_ASSERT_INV(g || walked == kv->npending, "K3: npending %zu, %zu gets pending", kv->npending,
+                walked);
+}
+
+/* K1-K4, on entry to and exit from a call named op */
+static void check_kv(const sup_kv *kv, const char *op) {
+  check_caller(kv, op);
+  check_pending(kv);
+  FT_ASSERT_INV(kv->n <= kv->cap, "K4: %zu keys in a table of %zu", kv->n, kv->cap);
+  FT_ASSERT_INV(!kv->acap || (!(kv->acap & (kv->acap - 1)) && 2 * kv->nacct <= kv->acap),
+                "K4: %zu accounts in a table of %zu", kv->nacct, kv->acap);
+  if (kv->n > CHECK_KV_WALK || kv->acap > 4 * CHECK_KV_WALK)
+    return;
+  for (size_t i = 0; i < kv->n; i++)
+    for (size_t j = 0; j < i; j++)
+      FT_ASSERT_INV(strcmp(kv->e[i].key, kv->e[j].key) != 0, "K4: key '%s' stored twice",
+                    kv->e[i].key);
+  size_t used = 0;
+  for (size_t i = 0; i < kv->acap; i++)
+    if (kv->acct[i].used) {
+      used++;
+      check_account(kv, &kv->acct[i], 0);
+    }
+  FT_ASSERT_INV(used == kv->nacct, "K4: %zu accounts counted, %zu used", kv->nacct, used);
+  for (size_t i = 0; i < kv->n; i++) {
+    const kv_account *a = kv->e[i].charged ? acct_slot(kv, kv->e[i].who) : NULL;
+    FT_ASSERT_INV(!kv->e[i].charged || (a && a->used), "K2: key '%s' charged to no account",
+                  kv->e[i].key);
+  }
+}
+#else
+static void check_caller(const sup_kv *kv, const char *op) {}
+static void check_account(const sup_kv *kv, const kv_account *a, int bounds) {}
+static void check_kv(const sup_kv *kv, const char *op) {}
+#endif
 
 int sup_kv_new(sup_kv_reply_fn reply, void *ud, sup_kv **out) {
   sup_kv *kv = calloc(1, sizeof *kv);
@@ -72,6 +203,9 @@ int sup_kv_new(sup_kv_reply_fn reply, void *ud, sup_kv **out) {
   kv->ud = ud;
   kv->max_bytes = SUP_KV_MAX_PEER_BYTES;
   kv->max_keys = SUP_KV_MAX_PEER_KEYS;
+#if FT_INVARIANTS_ON
+  kv->owner = pthread_self();
+#endif
   *out = kv;
   return FT_OK;
 }
@@ -79,10 +213,11 @@ int sup_kv_new(sup_kv_reply_fn reply, void *ud, sup_kv **out) {
 void sup_kv_free(sup_kv *kv) {
   if (!kv)
     return;
+  check_kv(kv, "sup_kv_free");
   while (kv->pending) {
     kv_get *g = kv->pending;
     kv->pending = g->next;
-    kv->reply(kv->ud, g->tag, g->owner, g->req, -1, NULL, 0);
+    reply(kv, g, -1, NULL, 0);
     get_free(g);
   }
   for (size_t i = 0; i < kv->n; i++) {
@@ -95,19 +230,9 @@ void sup_kv_free(sup_kv *kv) {
 }
 
 void sup_kv_set_limits(sup_kv *kv, size_t max_bytes, size_t max_keys) {
+  check_caller(kv, "sup_kv_set_limits");
   kv->max_bytes = max_bytes ? max_bytes : SUP_KV_MAX_PEER_BYTES;
   kv->max_keys = max_keys ? max_keys : SUP_KV_MAX_PEER_KEYS;
-}
-
-/* The slot of account who: its own, or the free one where it would go;
- * NULL only when the table is empty. */
-static kv_account *acct_slot(const sup_kv *kv, uint64_t who) {
-  if (!kv->acap)
-    return NULL;
-  uint64_t h = who * 0x9e3779b97f4a7c15ull;
-  for (size_t i = (size_t)(h >> 32) & (kv->acap - 1);; i = (i + 1) & (kv->acap - 1))
-    if (!kv->acct[i].used || kv->acct[i].who == who)
-      return &kv->acct[i];
 }
 
 /* Account who, created empty if new; NULL: out of memory. */
@@ -152,7 +277,7 @@ static int try_answer(sup_kv *kv, kv_get *g) {
     vals[i].data = e->val;
     vals[i].len = e->len;
   }
-  kv->reply(kv->ud, g->tag, g->owner, g->req, FT_KV_OK, vals, g->nkeys);
+  reply(kv, g, FT_KV_OK, vals, g->nkeys);
   return 1;
 }
 
@@ -246,18 +371,25 @@ static int set_impl(sup_kv *kv, kv_account *a, const char *key, const uint8_t *v
 }
 
 int sup_kv_set(sup_kv *kv, const char *key, const uint8_t *value, uint32_t len) {
-  return set_impl(kv, NULL, key, value, len);
+  check_kv(kv, "sup_kv_set");
+  int rc = set_impl(kv, NULL, key, value, len);
+  check_kv(kv, "sup_kv_set");
+  return rc;
 }
 
 int sup_kv_set_by(sup_kv *kv, uint64_t who, const char *key, const uint8_t *value, uint32_t len) {
+  check_kv(kv, "sup_kv_set_by");
   kv_account *a = acct_get(kv, who);
   if (!a)
     return ft_err_set(FT_ENOMEM, "out of memory");
-  return set_impl(kv, a, key, value, len);
+  int rc = set_impl(kv, a, key, value, len);
+  check_account(kv, a, rc == FT_OK);
+  check_kv(kv, "sup_kv_set_by");
+  return rc;
 }
 
-int sup_kv_get(sup_kv *kv, uint64_t owner, uint32_t req, const char *const *keys, uint32_t nkeys,
-               void *tag) {
+static int get_impl(sup_kv *kv, uint64_t owner, uint32_t req, const char *const *keys,
+                    uint32_t nkeys, void *tag) {
   if (nkeys == 0 || nkeys > FT_WIRE_MAX_KEYS)
     return ft_err_set(FT_EINVAL, "KV_GET with %u keys", nkeys);
   kv_get *g = calloc(1, sizeof *g);
@@ -290,33 +422,50 @@ int sup_kv_get(sup_kv *kv, uint64_t owner, uint32_t req, const char *const *keys
   return 0;
 }
 
-int sup_kv_timeout(sup_kv *kv, void *tag) {
+int sup_kv_get(sup_kv *kv, uint64_t owner, uint32_t req, const char *const *keys, uint32_t nkeys,
+               void *tag) {
+  check_kv(kv, "sup_kv_get");
+  int r = get_impl(kv, owner, req, keys, nkeys, tag);
+  check_kv(kv, "sup_kv_get");
+  return r;
+}
+
+static int timeout_impl(sup_kv *kv, void *tag) {
   for (kv_get **pp = &kv->pending; *pp; pp = &(*pp)->next) {
     kv_get *g = *pp;
     if (g->tag != tag)
       continue;
     *pp = g->next;
     kv->npending--;
-    kv->reply(kv->ud, g->tag, g->owner, g->req, FT_KV_TIMEOUT, NULL, 0);
+    reply(kv, g, FT_KV_TIMEOUT, NULL, 0);
     get_free(g);
     return 1;
   }
   return 0;
 }
 
+int sup_kv_timeout(sup_kv *kv, void *tag) {
+  check_kv(kv, "sup_kv_timeout");
+  int r = timeout_impl(kv, tag);
+  check_kv(kv, "sup_kv_timeout");
+  return r;
+}
+
 void sup_kv_drop_owner(sup_kv *kv, uint64_t owner) {
+  check_kv(kv, "sup_kv_drop_owner");
   kv_get **pp = &kv->pending;
   while (*pp) {
     kv_get *g = *pp;
     if (g->owner == owner) {
       *pp = g->next;
       kv->npending--;
-      kv->reply(kv->ud, g->tag, g->owner, g->req, -1, NULL, 0);
+      reply(kv, g, -1, NULL, 0);
       get_free(g);
     } else {
       pp = &g->next;
     }
   }
+  check_kv(kv, "sup_kv_drop_owner");
 }
 
 size_t sup_kv_nkeys(const sup_kv *kv) {

@@ -14,7 +14,10 @@
  * INVARIANTS: a skip list kept by sup_rollback_skips_add is sorted by first,
  * its ranges are disjoint and not adjacent (merged), each first < end. Merging
  * never changes which batches the rule consumes (the rule only sees the
- * union of the ranges).
+ * union of the ranges). Debug and sanitizer builds check both on entry to
+ * and exit from sup_rollback_skips_add, and the GOOD tracker's order on
+ * every change (sup_rollback.c: check_skips, check_skips_union,
+ * check_good; a broken one aborts, common/ft_bug.h).
  *
  * GOOD decisions (sup_rollback_good_*): a committed checkpoint c becomes
  * GOOD when rank 0 has reported step >= c + window with no loss fault since

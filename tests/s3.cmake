@@ -9,6 +9,11 @@ if(TARGET ftckpt AND TARGET ckpt AND TARGET ckpt_testwriter)
   ft_add_test(NAME test_ckpt_s3_config SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ckpt_s3_config.c
               LIBS ftckpt PkgConfig::LIBCURL LABELS unit TIMEOUT 60)
 
+  # the tiered tier's invariant checks (no server: they abort before a request)
+  ft_add_test(NAME test_ckpt_s3_tiered_inv
+              SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ckpt_s3_tiered_inv.c
+              LIBS ftckpt PkgConfig::LIBCURL LABELS unit TIMEOUT 60)
+
   # needs the server: built here, run by s3_client.sh
   add_executable(test_ckpt_s3_client ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_ckpt_s3_client.c)
   target_link_libraries(test_ckpt_s3_client PRIVATE ftckpt PkgConfig::CMOCKA)

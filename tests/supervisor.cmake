@@ -24,6 +24,12 @@ if(TARGET supervise)
               SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_ckpt_events.c
                       ${CMAKE_SOURCE_DIR}/supervisor/sup_ckpt_events.c
               LIBS ftsup ftwatchdog LABELS unit TIMEOUT 60)
+  # the commit queue (supervisor/sup_commitq.c, part of supervise): lanes,
+  # order, and its invariant checks
+  ft_add_test(NAME test_sup_commitq
+              SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_commitq.c
+                      ${CMAKE_SOURCE_DIR}/supervisor/sup_commitq.c
+              LIBS ftsup ftwatchdog LABELS unit TIMEOUT 60)
   ft_add_test(NAME test_sup_meta SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_meta.c
               LIBS ftckpt LABELS unit TIMEOUT 60)
 

@@ -32,6 +32,10 @@ ft_add_script_test(NAME worker_cuda_world LABELS gpu TIMEOUT 600
                    COMMAND ${CMAKE_SOURCE_DIR}/tests/cuemu/worker_cuemu_world.sh)
 ft_add_test(NAME test_shardmap SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_shardmap.c
             LIBS ftworker LABELS unit TIMEOUT 60)
+# the control client against a fake supervisor: the in-process rejoin's
+# state machine and its checks (worker/ctl.c)
+ft_add_test(NAME test_ctl SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_ctl.c LIBS ftworker
+            LABELS unit TIMEOUT 60)
 ft_add_test(NAME test_sdc SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_sdc.c LIBS ftworker
             LABELS unit TIMEOUT 60)
 # a hung worker's evidence: the training thread's stack on SIGUSR1, also

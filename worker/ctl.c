@@ -13,6 +13,28 @@
  * reader thread turned into one: stackdump_request, stackdump_exit). Exits use
  * _exit after flushing stdio, so no atexit handler races the training
  * thread.
+ *
+ * The worker's place in the run (recovery.in_process's rejoin), kept in
+ * train_gen, abort_gen and waiting, is one of four states (state_of):
+ *   IDLE      no ASSIGN taken yet (train_gen 0)
+ *   TRAINING  in generation train_gen
+ *   LEAVING   a STOP rejoin named a newer generation; the training thread
+ *             has not left its own yet (ctl_aborted is 1)
+ *   WAITING   out of its gang, the rejoin acknowledged (ctl_rejoin),
+ *             waiting for the next ASSIGN
+ * Each event leads from a state to one state, or is a bug (ctl_next):
+ *   a STOP rejoin heard (reader, a newer generation than any before):
+ *     IDLE -> IDLE, TRAINING -> LEAVING, LEAVING -> LEAVING,
+ *     WAITING -> WAITING (the acknowledgement goes at once)
+ *   an ASSIGN heard (reader): every state to itself
+ *   an ASSIGN taken (ctl_wait_assign): IDLE -> TRAINING, WAITING -> TRAINING
+ *   left (ctl_rejoin, once the rejoin came): LEAVING -> WAITING
+ * Checked (FT_ASSERT_INV, Debug and sanitizer builds; common/ft_bug.h) at
+ * every event, under mu, by check_step: the transition is ctl_next's (W1),
+ * train_gen and abort_gen never go back (W2), and the state's own facts
+ * hold (check_ctl_state, W3): heartbeats never name a generation older
+ * than the training thread's, a WAITING worker's name the newer one, and
+ * a generation taken came from an ASSIGN.
  */
 #include "ctl.h"
 
@@ -29,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ft_bug.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 #include "ft_file.h"
@@ -85,6 +108,74 @@ struct ctl {
   void *doctor_ud;
   int doctor_busy;
 };
+
+/* ---- the control state machine (see the top comment) ------------------- */
+
+enum { CTL_IDLE, CTL_TRAINING, CTL_LEAVING, CTL_WAITING, CTL_NSTATES };
+enum { CTL_EV_REJOIN_HEARD, CTL_EV_ASSIGN_HEARD, CTL_EV_ASSIGN_TAKEN, CTL_EV_LEFT, CTL_NEVENTS };
+
+/* What a transition looked like before it (mu held throughout). */
+typedef struct ctl_snap {
+  int state;
+  uint64_t train_gen, abort_gen;
+} ctl_snap;
+
+#if FT_INVARIANTS_ON
+static const char *const ctl_state_name[CTL_NSTATES] = {"IDLE", "TRAINING", "LEAVING", "WAITING"};
+static const char *const ctl_event_name[CTL_NEVENTS] = {"a STOP rejoin heard", "an ASSIGN heard",
+                                                        "an ASSIGN taken", "left (ctl_rejoin)"};
+/* The one state each event leads to from each state; -1: only a bug gets
+ * there. */
+static const signed char ctl_next[CTL_NEVENTS][CTL_NSTATES] = {
+    [CTL_EV_REJOIN_HEARD] = {CTL_IDLE, CTL_LEAVING, CTL_LEAVING, CTL_WAITING},
+    [CTL_EV_ASSIGN_HEARD] = {CTL_IDLE, CTL_TRAINING, CTL_LEAVING, CTL_WAITING},
+    [CTL_EV_ASSIGN_TAKEN] = {CTL_TRAINING, -1, -1, CTL_TRAINING},
+    [CTL_EV_LEFT] = {-1, -1, CTL_WAITING, -1},
+};
+
+static int state_of(const ctl *c) {
+  if (c->waiting)
+    return CTL_WAITING;
+  if (c->train_gen == 0)
+    return CTL_IDLE;
+  return c->abort_gen > c->train_gen ? CTL_LEAVING : CTL_TRAINING;
+}
+
+static ctl_snap snap_locked(const ctl *c) {
+  return (ctl_snap){state_of(c), c->train_gen, c->abort_gen};
+}
+
+/* W3 (mu held) */
+static void check_ctl_state(const ctl *c) {
+  FT_ASSERT_INV(c->gen >= c->train_gen,
+                "W3: heartbeats of generation %" PRIu64 " while training in %" PRIu64, c->gen,
+                c->train_gen);
+  FT_ASSERT_INV(!c->waiting || (c->abort_gen > c->train_gen && c->gen > c->train_gen),
+                "W3: WAITING with train_gen %" PRIu64 ", abort_gen %" PRIu64
+                ", heartbeats' %" PRIu64,
+                c->train_gen, c->abort_gen, c->gen);
+  FT_ASSERT_INV(!c->train_gen || (c->have_assign && c->assign.gen >= c->train_gen),
+                "W3: generation %" PRIu64 " taken, the newest ASSIGN's %" PRIu64, c->train_gen,
+                c->have_assign ? c->assign.gen : 0);
+}
+
+/* W1-W3 after event ev moved the state from `from` (mu held) */
+static void check_step(const ctl *c, int ev, ctl_snap from) {
+  int to = state_of(c), want = ctl_next[ev][from.state];
+  FT_ASSERT_INV(want >= 0, "W1: %s in state %s", ctl_event_name[ev], ctl_state_name[from.state]);
+  FT_ASSERT_INV(to == want, "W1: %s took %s to %s, not %s", ctl_event_name[ev],
+                ctl_state_name[from.state], ctl_state_name[to], ctl_state_name[want]);
+  FT_ASSERT_INV(c->train_gen >= from.train_gen && c->abort_gen >= from.abort_gen,
+                "W2: %s: train_gen %" PRIu64 " -> %" PRIu64 ", abort_gen %" PRIu64 " -> %" PRIu64,
+                ctl_event_name[ev], from.train_gen, c->train_gen, from.abort_gen, c->abort_gen);
+  check_ctl_state(c);
+}
+#else
+static ctl_snap snap_locked(const ctl *c) {
+  return (ctl_snap){0, 0, 0};
+}
+static void check_step(const ctl *c, int ev, ctl_snap from) {}
+#endif
 
 static void *doctor_main(void *arg) {
   ctl *c = arg;
@@ -196,6 +287,7 @@ static ft_msg beat_locked(ctl *c) {
 static void on_rejoin_locked(ctl *c, uint64_t gen) {
   if (gen <= c->abort_gen)
     return;
+  ctl_snap from = snap_locked(c);
   c->abort_gen = gen;
   fprintf(stderr, "worker: node %u slot %u: rejoin in generation %" PRIu64 " (in process)\n",
           c->node, c->slot, gen);
@@ -209,6 +301,7 @@ static void on_rejoin_locked(ctl *c, uint64_t gen) {
     if (send_msg(c, &b))
       die_lost(ft_err_detail());
   }
+  check_step(c, CTL_EV_REJOIN_HEARD, from);
   pthread_cond_broadcast(&c->cv);
 }
 
@@ -225,6 +318,7 @@ static void *reader_main(void *arg) {
     case FT_MSG_ASSIGN:
       /* one per generation; a later one replaces it (in-process rejoin) */
       if (!c->have_assign || m.gen > c->assign.gen) {
+        ctl_snap from = snap_locked(c);
         c->have_assign = 1;
         free(c->assign.skips);
         c->gen = m.gen;
@@ -243,6 +337,7 @@ static void *reader_main(void *arg) {
           c->assign.skips[i][1] = m.assign.skips[i].end;
           c->assign.nskips++;
         }
+        check_step(c, CTL_EV_ASSIGN_HEARD, from);
         pthread_cond_broadcast(&c->cv);
       }
       break;
@@ -496,9 +591,11 @@ int ctl_wait_assign(ctl *c, ctl_assign *a) {
   /* a generation newer than the one taken, and not one left already */
   while (!c->have_assign || c->assign.gen <= c->train_gen || c->assign.gen < c->abort_gen)
     pthread_cond_wait(&c->cv, &c->mu);
+  ctl_snap from = snap_locked(c);
   *a = c->assign;
   c->train_gen = c->assign.gen;
   c->waiting = 0;
+  check_step(c, CTL_EV_ASSIGN_TAKEN, from);
   pthread_mutex_unlock(&c->mu);
   return FT_OK;
 }
@@ -548,8 +645,10 @@ uint64_t ctl_rejoin(ctl *c) {
   pthread_mutex_lock(&c->mu);
   while (c->abort_gen <= c->train_gen)
     pthread_cond_wait(&c->cv, &c->mu);
+  ctl_snap from = snap_locked(c);
   c->gen = c->abort_gen;
   c->waiting = 1;
+  check_step(c, CTL_EV_LEFT, from);
   ft_msg b = beat_locked(c); /* the acknowledgement: a frame of the new generation */
   uint64_t g = c->gen;
   int rc = send_msg(c, &b);

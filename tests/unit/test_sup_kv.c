@@ -1,10 +1,16 @@
 /* Unit tests of supervisor/sup_kv.c: the rendezvous store with waiting gets,
- * and the bounds on what one peer (account) may store. */
+ * and the bounds on what one peer (account) may store; and that its checks
+ * (check_kv: K1-K4) catch a caller that breaks the store's rules (death
+ * tests, test_inv.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "test_inv.h"
+
+#include <pthread.h>
 
 #include "ft_err.h"
 #include "sup_kv.h"
@@ -194,6 +200,60 @@ static void test_peer_bounds(void **st) {
   }
 }
 
+/* K1: a reply callback that touches the store (the supervisor's closes a
+ * connection only from the loop for this reason: sup_conn.c overflow). */
+static sup_kv *g_kv;
+static void reply_sets(void *ud, void *tag, uint64_t owner, uint32_t req, int status,
+                       const ft_wire_blob *vals, uint32_t nvals) {
+  sup_kv_set(g_kv, "g1/late", (const uint8_t *)"x", 1);
+}
+static void reply_reenters_body(void) {
+  assert_int_equal(sup_kv_new(reply_sets, NULL, &g_kv), 0);
+  const char *keys[] = {"g1/a"};
+  assert_int_equal(sup_kv_get(g_kv, 1, 1, keys, 1, NULL), 0);
+  sup_kv_set(g_kv, "g1/a", (const uint8_t *)"A", 1); /* answers the get: the reply sets */
+}
+static void test_inv_reply_reenters(void **st) {
+  (void)st;
+  assert_inv_broken(reply_reenters_body,
+                    "K1: sup_kv_set from inside the reply callback (it may not touch kv)");
+}
+
+/* K1: a call from a thread other than the loop's. */
+static void *get_elsewhere(void *arg) {
+  const char *keys[] = {"g1/a"};
+  sup_kv_get(arg, 1, 1, keys, 1, NULL);
+  return NULL;
+}
+static void other_thread_body(void) {
+  sup_kv *kv;
+  assert_int_equal(sup_kv_new(on_reply, NULL, &kv), 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, get_elsewhere, kv), 0);
+  pthread_join(th, NULL);
+}
+static void test_inv_other_thread(void **st) {
+  (void)st;
+  assert_inv_broken(other_thread_body,
+                    "K1: sup_kv_get on a thread other than the store's (it is single-threaded)");
+}
+
+/* K3: one tag for two pending gets (one timer for two requests): the
+ * second reply would free what the first did. */
+static void tag_twice_body(void) {
+  sup_kv *kv;
+  int tag;
+  assert_int_equal(sup_kv_new(on_reply, NULL, &kv), 0);
+  const char *keys[] = {"g1/a"};
+  assert_int_equal(sup_kv_get(kv, 1, 1, keys, 1, &tag), 0);
+  sup_kv_get(kv, 2, 1, keys, 1, &tag);
+}
+static void test_inv_tag_twice(void **st) {
+  (void)st;
+  assert_inv_broken(tag_twice_body,
+                    "K3: two pending gets share one tag (owner 2 req 1, owner 1 req 1)");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_immediate, setup, teardown),
@@ -203,6 +263,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_free_drops_pending, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_counts, setup, teardown),
       cmocka_unit_test_setup_teardown(test_peer_bounds, setup, teardown),
+      cmocka_unit_test(test_inv_reply_reenters),
+      cmocka_unit_test(test_inv_other_thread),
+      cmocka_unit_test(test_inv_tag_twice),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

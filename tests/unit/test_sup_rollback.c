@@ -2,7 +2,9 @@
  * test_sup_rollback: the pure rollback arithmetic of supervisor/sup_rollback:
  * the batch a step consumes under skip ranges (against a step-by-step
  * simulation of the rule as the worker applies it), merging skip lists,
- * the skip range of a rollback_and_skip, and the GOOD decisions.
+ * the skip range of a rollback_and_skip, and the GOOD decisions; and that
+ * the invariant checks (check_skips, check_good) catch a list or a tracker
+ * that only a bug could leave (death tests, test_inv.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +12,8 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+
+#include "test_inv.h"
 
 #include "ft_err.h"
 #include "sup_rollback.h"
@@ -199,6 +203,59 @@ static void test_good_cap(void **st) {
   assert_int_equal(g.n, SUP_ROLLBACK_MAX_CAND - 2); /* the rest wait for the next call */
 }
 
+/* R1: a kept skip list that is not sorted (a caller that appended instead
+ * of adding) is refused on entry to the next add. */
+static void unsorted_skips_body(void) {
+  ft_wire_range r[4] = {{50, 60}, {10, 20}};
+  int n = 2;
+  sup_rollback_skips_add(r, &n, 4, 70, 80);
+}
+static void test_inv_skips_unsorted(void **st) {
+  (void)st;
+  assert_inv_broken(unsorted_skips_body,
+                    "R1: skip ranges 0 [50, 60) and 1 [10, 20) are not sorted");
+}
+
+/* R1: overlapping ranges, and an empty one. */
+static void overlap_skips_body(void) {
+  ft_wire_range r[4] = {{10, 30}, {20, 40}};
+  int n = 2;
+  sup_rollback_skips_add(r, &n, 4, 70, 80);
+}
+static void empty_skips_body(void) {
+  ft_wire_range r[4] = {{10, 10}};
+  int n = 1;
+  sup_rollback_skips_add(r, &n, 4, 70, 80);
+}
+static void test_inv_skips_overlap(void **st) {
+  (void)st;
+  assert_inv_broken(overlap_skips_body, "are not sorted, disjoint and apart");
+  assert_inv_broken(empty_skips_body, "R1: skip range 0 is [10, 10)");
+}
+
+/* G1: a tracker whose candidates are out of order. */
+static void good_unsorted_body(void) {
+  sup_rollback_good g;
+  sup_rollback_good_init(&g);
+  sup_rollback_good_add(&g, 10);
+  sup_rollback_good_add(&g, 20);
+  g.step[1] = 5; /* a bug's write */
+  sup_rollback_good_add(&g, 30);
+}
+static void good_tainted_body(void) {
+  sup_rollback_good g;
+  sup_rollback_good_init(&g);
+  sup_rollback_good_add(&g, 10);
+  g.tainted[0] = 7;
+  int64_t due[4];
+  sup_rollback_good_due(&g, 11, 100, due, 4);
+}
+static void test_inv_good(void **st) {
+  (void)st;
+  assert_inv_broken(good_unsorted_body, "G1: GOOD candidates not ascending: step 10 then 5");
+  assert_inv_broken(good_tainted_body, "G1: candidate 10 tainted 7");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_no_skips),
@@ -211,6 +268,9 @@ int main(void) {
       cmocka_unit_test(test_good_after_rollback),
       cmocka_unit_test(test_good_warn_taints),
       cmocka_unit_test(test_good_cap),
+      cmocka_unit_test(test_inv_skips_unsorted),
+      cmocka_unit_test(test_inv_skips_overlap),
+      cmocka_unit_test(test_inv_good),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
