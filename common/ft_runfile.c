@@ -164,6 +164,7 @@ static const struct field FIELDS[] = {
     F_STR("supervisor.listen", supervisor.listen, EMPTY_OK, C_NONE, NULL),
     F_STR("supervisor.advertise", supervisor.advertise, EMPTY_OK, C_NONE, NULL),
     F_STR("supervisor.http", supervisor.http, EMPTY_OK, C_NONE, NULL),
+    F_I64("supervisor.step_events_every", supervisor.step_events_every, 0, STEPS_MAX),
     F_I64("checkpoint.every_steps", checkpoint.every_steps, 0, STEPS_MAX),
     F_DBL("checkpoint.every_seconds", checkpoint.every_seconds, 0, YEAR_S, 0),
     F_STR("checkpoint.store", checkpoint.store, 0, C_STORE, NULL),
@@ -251,6 +252,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   rf->nodes.device = FT_RF_DEVICE_CPU;
   rf->nodes.launcher = FT_RF_LAUNCHER_LOCAL;
   rf->nodes.nhosts = 0;
+  rf->supervisor.step_events_every = 1;
   ft_ckpt_cfg *c = &rf->checkpoint;
   c->every_steps = 25;
   c->every_seconds = 0;

@@ -55,7 +55,7 @@ extern "C" {
 #define FT_RUNFILE_MAX_BYTES (4 << 20)              /* a run file's size */
 /* The number of leaf keys (ft_runfile.c's table; its static assert keeps
  * this equal). */
-#define FT_RUNFILE_NKEYS 76
+#define FT_RUNFILE_NKEYS 77
 
 /* The keys with a fixed set of words, one enum each. A value is the index
  * of its word in ft_runfile.c's word list (W_SCHEDULE, ...), which keeps
@@ -154,14 +154,17 @@ typedef struct ft_nodes_cfg {
 
 /* The supervisor's control port. */
 typedef struct ft_supervisor_cfg {
-  char listen[256];    /* HOST:PORT (or :PORT) to bind; "" = loopback with the
-                          local launcher, every interface with a remote one;
-                          port 0 = any */
-  char advertise[256]; /* HOST[:PORT] workers dial; "" = the bound address, or
-                          for a wildcard bind this host's address on the route
-                          to the first worker host */
-  char http[256];      /* the operator's HTTP port (/metrics, /status):
-                          HOST:PORT; "" = loopback, any free port; "off" */
+  char listen[256];          /* HOST:PORT (or :PORT) to bind; "" = loopback with the
+                                local launcher, every interface with a remote one;
+                                port 0 = any */
+  char advertise[256];       /* HOST[:PORT] workers dial; "" = the bound address, or
+                                for a wildcard bind this host's address on the route
+                                to the first worker host */
+  char http[256];            /* the operator's HTTP port (/metrics, /status):
+                                HOST:PORT; "" = loopback, any free port; "off" */
+  int64_t step_events_every; /* a "step" event every this many of rank 0's
+                                steps (and always the final one); 0: none.
+                                Its own cadence, not the checkpoints' */
 } ft_supervisor_cfg;
 
 typedef struct ft_ckpt_cfg {

@@ -11,7 +11,8 @@
  *   HEARTBEAT   echoed (same gen and step) so the worker sees we are alive
  *   STEP        every rank of the current gen: its step time (stragglers,
  *               sup_watch.c); rank 0 only: progress, "step" event every
- *               checkpoint.every_steps, completes a recovery's first step,
+ *               supervisor.step_events_every steps (and the final one),
+ *               completes a recovery's first step,
  *               the loss detector (sup_watch_loss), the kill_node_at_step
  *               failpoint (or chaos.kill_node_at_step)
  *   SHARD_SAVED parsed off the loop (sup_shardq.c), then collected per
@@ -556,8 +557,10 @@ static void on_step(sup *s, const ft_msg *m) {
     sup_history_add(s->hist, &r);
   }
   progress(s, step);
-  int64_t every = s->rf.checkpoint.every_steps;
-  if (every > 0 && step % every == 0) {
+  /* the step events' own cadence (supervisor.step_events_every), and the
+   * final step always: not the checkpoints' */
+  int64_t every = s->rf.supervisor.step_events_every;
+  if (every > 0 && (step % every == 0 || step == s->final_step)) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "step", (double)step);
     if (isfinite(m->step.loss))
