@@ -8,49 +8,7 @@
  * and sanitizer builds: the root CMakeLists.txt); elsewhere it never aborts
  * and never even evaluates its condition. A true condition never aborts.
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "ft_bug.h"
-
-typedef void (*body_fn)(void);
-
-/* Runs body in a child with stderr into a pipe: its wait status, and what
- * it wrote (up to n-1 bytes) into out. */
-static int run_child(body_fn body, char *out, size_t n) {
-  int p[2];
-  assert_int_equal(pipe(p), 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    close(p[0]);
-    dup2(p[1], 2);
-    signal(SIGABRT, SIG_DFL);
-    body();
-    _exit(0);
-  }
-  close(p[1]);
-  size_t got = 0;
-  ssize_t r;
-  while (got + 1 < n && (r = read(p[0], out + got, n - 1 - got)) > 0)
-    got += (size_t)r;
-  out[got] = 0;
-  close(p[0]);
-  int status = 0;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  return status;
-}
+#include "test_inv.h" /* inv_run_child; cmocka and ft_bug.h */
 
 static int evaluated;
 static int cond_seen(int v) {
@@ -73,7 +31,7 @@ static void inv_true_body(void) {
 static void test_bug_aborts(void **state) {
   (void)state;
   char err[1024];
-  int st = run_child(bug_body, err, sizeof err);
+  int st = inv_run_child(bug_body, err, sizeof err);
   assert_true(WIFSIGNALED(st));
   assert_int_equal(WTERMSIG(st), SIGABRT);
   assert_non_null(strstr(err, "test_ft_bug.c:"));
@@ -83,7 +41,7 @@ static void test_bug_aborts(void **state) {
 static void test_assert_false(void **state) {
   (void)state;
   char err[1024];
-  int st = run_child(inv_false_body, err, sizeof err);
+  int st = inv_run_child(inv_false_body, err, sizeof err);
 #ifdef FT_CHECK_INVARIANTS
   assert_int_equal(FT_INVARIANTS_ON, 1);
   assert_true(WIFSIGNALED(st));
@@ -101,7 +59,7 @@ static void test_assert_false(void **state) {
 static void test_assert_true(void **state) {
   (void)state;
   char err[1024];
-  int st = run_child(inv_true_body, err, sizeof err);
+  int st = inv_run_child(inv_true_body, err, sizeof err);
   assert_true(WIFEXITED(st));
   assert_int_equal(WEXITSTATUS(st), 0);
   assert_string_equal(err, "");
