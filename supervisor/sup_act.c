@@ -245,9 +245,9 @@ void sup_pending_free(sup_pending_ckpt *p) {
 }
 
 void sup_pending_clear(sup *s) {
-  while (s->pending) {
-    sup_pending_ckpt *p = s->pending;
-    s->pending = p->next;
+  while (s->run.pending) {
+    sup_pending_ckpt *p = s->run.pending;
+    s->run.pending = p->next;
     sup_pending_free(p);
   }
 }

@@ -246,7 +246,7 @@ static double eta_s(const struct sup_http *h) {
   if (!h->eta_t0 || h->eta_s1 <= h->eta_s0 || h->eta_t1 <= h->eta_t0)
     return NAN;
   double rate = (double)(h->eta_s1 - h->eta_s0) / (h->eta_t1 - h->eta_t0);
-  int64_t left = s->final_step - (s->last_step > h->eta_s1 ? s->last_step : h->eta_s1);
+  int64_t left = s->final_step - (s->run.last_step > h->eta_s1 ? s->run.last_step : h->eta_s1);
   return left <= 0 ? 0 : (double)left / rate;
 }
 
@@ -312,17 +312,17 @@ static void metrics_body(struct sup_http *h, struct evbuffer *b) {
                         s->state == (sup_state)st);
   gauge(b, "ftsup_uptime_seconds", "gauge", "Seconds since supervise started.",
         ft_now_s() - s->t_start_s);
-  gauge(b, "ftsup_step", "gauge", "The last step rank 0 reported.", (double)s->last_step);
+  gauge(b, "ftsup_step", "gauge", "The last step rank 0 reported.", (double)s->run.last_step);
   gauge(b, "ftsup_final_step", "gauge", "train.steps: the run's last step.", (double)s->final_step);
   gauge(b, "ftsup_eta_seconds", "gauge",
         "Seconds to the last step at the pace of the last checkpoint interval.", eta_s(h));
-  int stepped = s->last_step_ms > 0; /* a STEP was heard in this process */
+  int stepped = s->run.last_step_ms > 0; /* a STEP was heard in this process */
   gauge(b, "ftsup_loss", "gauge", "Rank 0's training loss at the last step.",
-        stepped ? s->last_loss : NAN);
+        stepped ? s->run.last_loss : NAN);
   gauge(b, "ftsup_val_loss", "gauge",
-        "The last validation loss (train.val_every; NaN before the first).", s->last_val_loss);
+        "The last validation loss (train.val_every; NaN before the first).", s->run.last_val_loss);
   gauge(b, "ftsup_tokens_per_second", "gauge", "Training throughput at the last step.",
-        stepped ? s->last_tps : NAN);
+        stepped ? s->run.last_tps : NAN);
   gauge(b, "ftsup_goodput_ratio", "gauge",
         "Share of the time since the first step spent on steps that survive (not rolled back, "
         "not lost to a fault), from the step history.",
@@ -330,14 +330,15 @@ static void metrics_body(struct sup_http *h, struct evbuffer *b) {
   gauge(b, "ftsup_history_steps_total", "counter", "Step records in STATE/history.bin.",
         (double)sup_history_total(s->hist));
   gauge(b, "ftsup_step_seconds", "gauge", "Rank 0's time for the last step.",
-        s->last_step_ms * 1e-3);
+        s->run.last_step_ms * 1e-3);
   gauge(b, "ftsup_generation", "gauge", "The current gang generation.", (double)s->gen);
   gauge(b, "ftsup_restarts_total", "counter", "Recoveries (gang restarts) so far.", s->restarts);
   gauge(b, "ftsup_waiting_on_storage", "gauge",
         "1 while a storage hang's restart waits (watchdog.storage_backoff_s), else 0.",
-        s->storage_wait_until_s > 0);
+        s->recovery.storage_wait_until_s > 0);
   gauge(b, "ftsup_storage_hangs", "gauge",
-        "Storage hangs in a row (a step past the last one's resets it).", s->storage_hangs);
+        "Storage hangs in a row (a step past the last one's resets it).",
+        s->recovery.storage_hangs);
   metric(b, "ftsup_nodes", "gauge", "Nodes of the pool by role.");
   int roles[5] = {0};
   for (int n = 0; n < s->nnodes; n++)
@@ -451,30 +452,31 @@ static cJSON *status_json(struct sup_http *h) {
   cJSON_AddStringToObject(o, "launcher", ft_rf_launcher_name(s->rf.nodes.launcher));
   cJSON_AddNumberToObject(o, "uptime_s", round((ft_now_s() - s->t_start_s) * 10) / 10);
   cJSON_AddNumberToObject(o, "gen", (double)s->gen);
-  cJSON_AddNumberToObject(o, "step", (double)s->last_step);
+  cJSON_AddNumberToObject(o, "step", (double)s->run.last_step);
   cJSON_AddNumberToObject(o, "final_step", (double)s->final_step);
   double eta = eta_s(h);
   if (isfinite(eta))
     cJSON_AddNumberToObject(o, "eta_s", round(eta));
   else
     cJSON_AddNullToObject(o, "eta_s");
-  if (s->last_step_ms > 0 && isfinite(s->last_loss))
-    cJSON_AddNumberToObject(o, "loss", s->last_loss);
+  if (s->run.last_step_ms > 0 && isfinite(s->run.last_loss))
+    cJSON_AddNumberToObject(o, "loss", s->run.last_loss);
   else
     cJSON_AddNullToObject(o, "loss");
-  if (isfinite(s->last_val_loss))
-    cJSON_AddNumberToObject(o, "val_loss", s->last_val_loss);
+  if (isfinite(s->run.last_val_loss))
+    cJSON_AddNumberToObject(o, "val_loss", s->run.last_val_loss);
   else
     cJSON_AddNullToObject(o, "val_loss");
-  cJSON_AddNumberToObject(o, "tokens_per_s", isfinite(s->last_tps) ? round(s->last_tps) : 0);
+  cJSON_AddNumberToObject(o, "tokens_per_s",
+                          isfinite(s->run.last_tps) ? round(s->run.last_tps) : 0);
   cJSON_AddNumberToObject(o, "restarts", s->restarts);
-  if (s->storage_wait_until_s > 0) { /* a storage hang's wait before the restart */
+  if (s->recovery.storage_wait_until_s > 0) { /* a storage hang's wait before the restart */
     cJSON *w = cJSON_AddObjectToObject(o, "waiting_on_storage");
-    cJSON_AddNumberToObject(w, "attempt", s->storage_hangs);
-    cJSON_AddNumberToObject(w, "wait_s", s->storage_wait_s);
-    double left = s->storage_wait_until_s - ft_now_s();
+    cJSON_AddNumberToObject(w, "attempt", s->recovery.storage_hangs);
+    cJSON_AddNumberToObject(w, "wait_s", s->recovery.storage_wait_s);
+    double left = s->recovery.storage_wait_until_s - ft_now_s();
     cJSON_AddNumberToObject(w, "retry_in_s", left > 0 ? round(left * 10) / 10 : 0);
-    cJSON_AddNumberToObject(w, "step", (double)s->storage_hang_step);
+    cJSON_AddNumberToObject(w, "step", (double)s->recovery.storage_hang_step);
   }
   cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
   for (int n = 0; n < s->nnodes; n++) {

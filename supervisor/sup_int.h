@@ -58,7 +58,9 @@
 #include "sup_gang.h"
 #include "sup_kv.h"
 #include "sup_doctor.h"
+#include "sup_recovery.h"
 #include "sup_rollback.h"
+#include "sup_run.h"
 #include "sup_seal.h"
 #include "sup_watch.h"
 
@@ -112,7 +114,7 @@ typedef enum sup_rphase {
   SUP_RP_WAITING,   /* when_no_spares: wait; re-planning every second */
   SUP_RP_RECORDING, /* new gang planned; its launch waits for the round's
                        records (generation, quarantines, skips, BAD marks)
-                       on the record lane: s->rec_done reaching rec_wait */
+                       on the record lane: s->recovery.rec_done reaching rec_wait */
   SUP_RP_FORMING,   /* new gang launched; waiting for every HELLO */
   SUP_RP_ASSIGNED,  /* ASSIGN sent; waiting for the first STEP */
 } sup_rphase;
@@ -378,50 +380,12 @@ typedef struct sup {
   /* loss faults and rollbacks (persisted with the run state) */
   ft_wire_range skips[FT_WIRE_MAX_SKIPS]; /* batch ranges never trained on */
   int nskips;
-  /* the record lane (sup_act.c numbers and answers records, sup_record_push):
-   * numbered as queued, answered (written, or failed) in that order */
-  uint64_t rec_queued, rec_done;
-  uint64_t rec_wait, rec_wait_gen; /* RECORDING: the record the round waits
-                                      for, and the generation it records */
-  uint64_t gen_rec;                /* the record of s->gen: no message carries
-                                      s->gen before rec_done reaches it */
-  uint64_t gen_recorded;           /* the newest generation whose record was
-                                      answered (what COMMITTED to spares
-                                      carries; sup_act.c's) */
-
-  /* ---- the recovery in progress: sup_recovery.c's (sup_timers.c drives
-   * it; sup_http.c reads the storage wait for /status) */
-  double t_detect_s, t_stopped_s;
-  int64_t fault_last_step;
-  int rejoined_nodes; /* nodes of this round's gang that rejoined in process */
-  /* nodes to launch, a slice per loop turn (launch_more):
-   * launch_q[launch_qi..nlaunch_q) */
-  int launch_q[SUP_MAX_NODES], nlaunch_q, launch_qi;
-  int ready_cursor; /* gang_ready's first worker not found ready yet */
-  /* in process: a collective failure nobody's silence explains yet
-   * (sup_recovery_collective_failed; sup_timers.c's coll timer judges it) */
-  struct {
-    uint64_t gen;
-    int node, slot;
-    pid_t pid;
-    char detail[256];
-  } coll;
-  /* waiting on storage (storage_wait): a storage hang (every rank stuck in
-   * a data read or a checkpoint write) is not restarted into at once: the
-   * plan waits watchdog.storage_backoff_s, doubled for each consecutive one
-   * (storage_hangs, reset by a step past storage_hang_step, where the last
-   * one stalled), at most SUP_STORAGE_WAIT_MAX_S */
-  int storage_hangs;
-  int64_t storage_hang_step;
-  double storage_wait_s;       /* this round's wait; 0: none */
-  double storage_wait_until_s; /* its end (ft_now_s) once started; 0: not started */
-  /* ft_now_s when every worker was last found silent at once (the
-   * supervisor's own isolation, sup_rec_isolated); 0: never */
-  double isolated_s;
-  /* a gang worker exited with a configuration or data error before the
-   * gang trained: the verdict (every worker alike: the run fails; else the
-   * node's failure) falls by this time; 0: none pending */
-  double cfg_deadline_s;
+  /* the record lane, sup_act.c's (sup_record_push): records numbered as
+   * queued (the recovery waits on them: s->recovery.rec_done), and the
+   * newest generation whose record was answered (what COMMITTED to spares
+   * carries) */
+  uint64_t rec_queued;
+  uint64_t gen_recorded;
 
   /* ---- processes beside the workers: sup_nodes.c's (sup_recovery.c adds
    * the unkillable) */
@@ -444,21 +408,6 @@ typedef struct sup {
   } unkillable[SUP_MAX_UNKILLABLE];
   int nunkillable;
 
-  /* ---- the worker messages' view of training: sup_run.c's (sup_http.c
-   * reads them for /metrics; the recovery reads last_step, last_step_at_s) */
-  int64_t last_step; /* last step rank 0 reported in this process */
-  double last_loss, last_tps, last_step_ms, last_val_loss;
-  double last_step_at_s;     /* ft_now_s of rank 0's last STEP; 0: none yet */
-  int64_t newest_committed;  /* the newest checkpoint this process saw committed; -1: none */
-  sup_pending_ckpt *pending; /* checkpoints still collecting SHARD_SAVED */
-  /* the terminal's progress line: the pace since a mark */
-  double pace_t, pace_rate, progress_next_s;
-  int64_t pace_step;
-  double gc_swept_at;   /* when the retention GC last swept (ft_now_s;
-                           0: never; the commit thread's alone) */
-  char gc_failed[1024]; /* the reason of the last gc_failed event; ""
-                           none since a GC that succeeded */
-
   /* ---- sup_timers.c's */
   int interrupted; /* SIGINT/SIGTERM seen */
   int hist_failed; /* the history's write failure was reported */
@@ -469,9 +418,11 @@ typedef struct sup {
   double stall_end_s; /* ft_now_s when the last own stall ended; 0: none */
 
   /* ---- module states behind their own headers */
-  sup_seal_state seal;     /* sup_seal.h: the run file's seal, the generation floor */
-  sup_watch_state watch;   /* sup_watch.h: the watchdog's detectors */
-  sup_doctor_state doctor; /* sup_doctor.h: the node doctor's references */
+  sup_seal_state seal;         /* sup_seal.h: the run file's seal, the generation floor */
+  sup_watch_state watch;       /* sup_watch.h: the watchdog's detectors */
+  sup_recovery_state recovery; /* sup_recovery.h: the round in progress */
+  sup_run_state run;           /* sup_run.h: training as the worker messages show it */
+  sup_doctor_state doctor;     /* sup_doctor.h: the node doctor's references */
 } sup;
 
 enum sup_on_spike { SUP_SPIKE_WARN = 0, SUP_SPIKE_ROLLBACK = 1, SUP_SPIKE_ROLLBACK_SKIP = 2 };
@@ -647,7 +598,7 @@ int sup_recovery_blame_silent(sup *s, const char *why);
 void sup_recovery_done(sup *s);
 /* The run cannot go on. */
 void sup_recovery_fail(sup *s, const char *reason);
-/* The record lane answered records up to number seq (s->rec_done): a
+/* The record lane answered records up to number seq (s->recovery.rec_done): a
  * round waiting for them goes on (RECORDING -> FORMING; the STOP(rejoin)
  * of a recorded generation). */
 void sup_recovery_recorded(sup *s, uint64_t seq);

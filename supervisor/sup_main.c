@@ -727,8 +727,8 @@ static int load_runfile(main_ctx *m) {
   }
   s->nnodes = s->N + s->S;
   s->final_step = s->rf.train.steps;
-  s->last_step = -1;
-  s->newest_committed = -1;
+  s->run.last_step = -1;
+  s->run.newest_committed = -1;
   if (s->nnodes > SUP_MAX_NODES) {
     fprintf(stderr, "supervise: %d nodes + %d spares is more than %d\n", s->N, s->S, SUP_MAX_NODES);
     return SUP_EXIT_USAGE;
@@ -1292,7 +1292,7 @@ static int open_loop(main_ctx *m) {
 static int run(main_ctx *m) {
   sup *s = m->s;
   s->t_start_s = ft_now_s();
-  s->last_val_loss = NAN; /* none before the first train.val_every step */
+  s->run.last_val_loss = NAN; /* none before the first train.val_every step */
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "run", s->rf.run);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
@@ -1366,7 +1366,7 @@ static int run(main_ctx *m) {
            s->rf.run, s->fail_reason, m->evpath);
   else if (ex == SUP_EXIT_INTERRUPTED)
     printf("supervise: run %s interrupted at step %" PRId64 "; run the same command to resume\n",
-           s->rf.run, s->last_step);
+           s->rf.run, s->run.last_step);
   return ex;
 }
 

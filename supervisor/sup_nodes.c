@@ -346,7 +346,7 @@ static void drain_start(sup *s, int n) {
   char arg_node[200], arg_reason[320], log[4200];
   /* one line of at most ~250 characters in sinfo -R */
   snprintf(d.reason, sizeof d.reason, "ftsup: %.160s at step %" PRId64 ", run %.48s",
-           s->nodes[n].why, s->last_step, s->rf.run);
+           s->nodes[n].why, s->run.last_step, s->rf.run);
   for (char *c = d.reason; *c; c++)
     if (*c == '\n' || *c == '\r')
       *c = ' ';
@@ -399,14 +399,14 @@ void sup_quarantine(sup *s, int n) {
  * (sup_logprep_start); without it (out of memory) each launch creates its
  * own. */
 void sup_prepare_logs(sup *s) {
-  int per = s->node_step ? 1 : s->G, n = s->nlaunch_q * per, k = 0;
+  int per = s->node_step ? 1 : s->G, n = s->recovery.nlaunch_q * per, k = 0;
   char **paths = n ? calloc((size_t)n, sizeof *paths) : NULL;
   if (!paths)
     return;
-  for (int i = 0; i < s->nlaunch_q; i++)
+  for (int i = 0; i < s->recovery.nlaunch_q; i++)
     for (int j = 0; j < per; j++, k++) {
       char log[4200];
-      sup_node_log_path(s, s->launch_q[i], j, log, sizeof log);
+      sup_node_log_path(s, s->recovery.launch_q[i], j, log, sizeof log);
       if (!(paths[k] = strdup(log))) { /* all or none: launch i waits for path i */
         while (k--)
           free(paths[k]);

@@ -87,8 +87,8 @@
  *     restarted supervisor never reuses one. The records (run state,
  *     DIR/generation, why nodes left, BAD marks) are written on the commit
  *     queue's record lane, never on the loop, one at a time in the order
- *     queued (numbered: s->rec_queued; answered: s->rec_done). fault_t
- *     queues the new gen's record (s->gen_rec) and stops the old gang at
+ *     queued (numbered: s->rec_queued; answered: s->recovery.rec_done). fault_t
+ *     queues the new gen's record (s->recovery.gen_rec) and stops the old gang at
  *     once (its messages carry its own gen); STOP(rejoin), which carries
  *     the new gen, waits for that record (rejoin_tell); the plan queues
  *     the run state and waits in RECORDING until it is answered, so ASSIGN
@@ -237,15 +237,17 @@ static void check_state(const sup *s) {
   /* 1: RECORDING waits for a record of this generation not yet answered
    * (its launch follows that record's answer, sup_recovery_recorded) */
   if (s->rphase == SUP_RP_RECORDING)
-    FT_ASSERT_INV(s->rec_done < s->rec_wait && s->rec_wait <= s->rec_queued &&
-                      s->rec_wait_gen == s->gen,
+    FT_ASSERT_INV(s->recovery.rec_done < s->recovery.rec_wait &&
+                      s->recovery.rec_wait <= s->rec_queued && s->recovery.rec_wait_gen == s->gen,
                   "RECORDING: records %" PRIu64 " of %" PRIu64 " answered, waits for %" PRIu64
                   " (gen %" PRIu64 ", current %" PRIu64 ")",
-                  s->rec_done, s->rec_queued, s->rec_wait, s->rec_wait_gen, s->gen);
+                  s->recovery.rec_done, s->rec_queued, s->recovery.rec_wait,
+                  s->recovery.rec_wait_gen, s->gen);
   /* 1: nothing carries s->gen before its record: the gang has it only
    * once it was answered (ASSIGN follows RECORDING) */
   if (s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED))
-    FT_ASSERT_INV(s->rec_done >= s->gen_rec, "gen %" PRIu64 " assigned before its record", s->gen);
+    FT_ASSERT_INV(s->recovery.rec_done >= s->recovery.gen_rec,
+                  "gen %" PRIu64 " assigned before its record", s->gen);
   /* 1: gen only grows (within this process) */
   if (check_last_sup == s)
     FT_ASSERT_INV(s->gen >= check_last_gen, "gen went back from %" PRIu64 " to %" PRIu64,
@@ -394,7 +396,7 @@ int sup_rec_node_rejoined(const sup *s, int n) {
  * sup_recovery_recorded sends it. */
 static void rejoin_tell(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
-  if (!nd->rejoin || nd->rejoin_told || s->rec_done < s->gen_rec)
+  if (!nd->rejoin || nd->rejoin_told || s->recovery.rec_done < s->recovery.gen_rec)
     return;
   nd->rejoin_told = 1;
   nd->rejoin_told_s = ft_now_s();
@@ -541,12 +543,12 @@ static void fail_run_t(sup *s, int exit_code, const char *cause, const char *rea
     return;
   snprintf(s->fail_reason, sizeof s->fail_reason, "%s", reason);
   s->exit_code = exit_code;
-  s->cfg_deadline_s = 0;
+  s->recovery.cfg_deadline_s = 0;
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "reason", reason);
   cJSON_AddStringToObject(f, "cause", cause);
   cJSON_AddNumberToObject(f, "restarts", s->restarts);
-  cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
+  cJSON_AddNumberToObject(f, "last_step", (double)s->run.last_step);
   sup_events_emit(s->ev, "run_failed", f, "%s", reason);
   sup_persist_queue(s, "failed", "the run's status");
   sup_rec_stop_everyone(s, FT_STOP_SHUTDOWN, reason, SUP_GRACE_STOP_S);
@@ -677,18 +679,18 @@ static int worker_ready(const sup *s, int i) {
 
 static int gang_ready(sup *s) {
   int total = s->ngang * s->G;
-  if (s->launch_qi < s->nlaunch_q)
+  if (s->recovery.launch_qi < s->recovery.nlaunch_q)
     return 0;
-  if (s->ready_cursor < 0 || s->ready_cursor >= total)
-    s->ready_cursor = 0;
-  for (int i = s->ready_cursor; i < total; i++)
+  if (s->recovery.ready_cursor < 0 || s->recovery.ready_cursor >= total)
+    s->recovery.ready_cursor = 0;
+  for (int i = s->recovery.ready_cursor; i < total; i++)
     if (!worker_ready(s, i)) {
-      s->ready_cursor = i;
+      s->recovery.ready_cursor = i;
       return 0;
     }
-  for (int i = 0; i < s->ready_cursor; i++)
+  for (int i = 0; i < s->recovery.ready_cursor; i++)
     if (!worker_ready(s, i)) {
-      s->ready_cursor = i;
+      s->recovery.ready_cursor = i;
       return 0;
     }
   return 1;
@@ -709,21 +711,22 @@ void sup_recovery_hello(sup *s, sup_worker *w) {
 
 static void first_step_t(sup *s, int64_t step) {
   double now = ft_now_s();
-  int64_t lost = s->fault_last_step - (s->restore_step < 0 ? 0 : s->restore_step);
+  int64_t lost = s->recovery.fault_last_step - (s->restore_step < 0 ? 0 : s->restore_step);
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  cJSON_AddNumberToObject(f, "detect_to_stopped_ms",
-                          (double)(long long)((s->t_stopped_s - s->t_detect_s) * 1e3));
+  cJSON_AddNumberToObject(
+      f, "detect_to_stopped_ms",
+      (double)(long long)((s->recovery.t_stopped_s - s->recovery.t_detect_s) * 1e3));
   cJSON_AddNumberToObject(f, "detect_to_first_step_ms",
-                          (double)(long long)((now - s->t_detect_s) * 1e3));
+                          (double)(long long)((now - s->recovery.t_detect_s) * 1e3));
   cJSON_AddNumberToObject(f, "steps_lost", (double)(lost < 0 ? 0 : lost));
   cJSON_AddNumberToObject(f, "restore_step", (double)s->restore_step);
   cJSON_AddNumberToObject(f, "first_step", (double)step);
-  cJSON_AddNumberToObject(f, "rejoined_in_process", s->rejoined_nodes);
+  cJSON_AddNumberToObject(f, "rejoined_in_process", s->recovery.rejoined_nodes);
   sup_events_emit(s->ev, "recovered", f,
                   "gen %" PRIu64 " trains again at step %" PRId64
                   " (%.0f ms after detection, %" PRId64 " step(s) lost)",
-                  s->gen, step, (now - s->t_detect_s) * 1e3, lost < 0 ? 0 : lost);
+                  s->gen, step, (now - s->recovery.t_detect_s) * 1e3, lost < 0 ? 0 : lost);
   s->state = SUP_RUNNING;
   s->rphase = SUP_RP_NONE;
 }
@@ -751,43 +754,44 @@ void sup_recovery_first_step(sup *s, int64_t step) {
 
 static void storage_hang_noted(sup *s) {
   double base = s->rf.watchdog.storage_backoff_s;
-  s->storage_hangs++;
-  s->storage_hang_step = s->last_step;
+  s->recovery.storage_hangs++;
+  s->recovery.storage_hang_step = s->run.last_step;
   if (base <= 0)
     return;
   double cap = base > SUP_STORAGE_WAIT_MAX_S ? base : SUP_STORAGE_WAIT_MAX_S, w = base;
-  for (int k = 1; k < s->storage_hangs && w < cap; k++)
+  for (int k = 1; k < s->recovery.storage_hangs && w < cap; k++)
     w *= 2;
-  s->storage_wait_s = w < cap ? w : cap;
-  s->storage_wait_until_s = 0;
+  s->recovery.storage_wait_s = w < cap ? w : cap;
+  s->recovery.storage_wait_until_s = 0;
 }
 
 /* 1: the plan waits (WAITING, the waitpoll timer set); 0: go on. */
 static int storage_wait(sup *s) {
-  if (s->storage_wait_s <= 0)
+  if (s->recovery.storage_wait_s <= 0)
     return 0;
   double now = ft_now_s();
-  if (s->storage_wait_until_s <= 0) {
-    s->storage_wait_until_s = now + s->storage_wait_s;
+  if (s->recovery.storage_wait_until_s <= 0) {
+    s->recovery.storage_wait_until_s = now + s->recovery.storage_wait_s;
     cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "attempt", s->storage_hangs);
-    cJSON_AddNumberToObject(f, "wait_s", s->storage_wait_s);
-    cJSON_AddNumberToObject(f, "step", (double)s->storage_hang_step);
+    cJSON_AddNumberToObject(f, "attempt", s->recovery.storage_hangs);
+    cJSON_AddNumberToObject(f, "wait_s", s->recovery.storage_wait_s);
+    cJSON_AddNumberToObject(f, "step", (double)s->recovery.storage_hang_step);
     sup_events_emit(s->ev, "waiting_on_storage", f,
                     "storage hang %d in a row (at step %" PRId64
                     "): waiting %.0f s before the restart (watchdog.storage_backoff_s, doubled "
                     "each time)",
-                    s->storage_hangs, s->storage_hang_step, s->storage_wait_s);
+                    s->recovery.storage_hangs, s->recovery.storage_hang_step,
+                    s->recovery.storage_wait_s);
   }
-  double left = s->storage_wait_until_s - now;
+  double left = s->recovery.storage_wait_until_s - now;
   if (left <= 0) {
     cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "attempt", s->storage_hangs);
-    cJSON_AddNumberToObject(f, "waited_s", s->storage_wait_s);
+    cJSON_AddNumberToObject(f, "attempt", s->recovery.storage_hangs);
+    cJSON_AddNumberToObject(f, "waited_s", s->recovery.storage_wait_s);
     sup_events_emit(s->ev, "storage_retry", f, "waited %.0f s on storage: restarting (attempt %d)",
-                    s->storage_wait_s, s->storage_hangs);
-    s->storage_wait_s = 0;
-    s->storage_wait_until_s = 0;
+                    s->recovery.storage_wait_s, s->recovery.storage_hangs);
+    s->recovery.storage_wait_s = 0;
+    s->recovery.storage_wait_until_s = 0;
     return 0;
   }
   s->rphase = SUP_RP_WAITING;
@@ -797,8 +801,8 @@ static int storage_wait(sup *s) {
 }
 
 void sup_recovery_step_done(sup *s, int64_t step) {
-  if (s->storage_hangs && step > s->storage_hang_step)
-    s->storage_hangs = 0;
+  if (s->recovery.storage_hangs && step > s->recovery.storage_hang_step)
+    s->recovery.storage_hangs = 0;
 }
 
 static void plan_and_launch_t(sup *s) {
@@ -890,21 +894,21 @@ static void plan_and_launch_t(sup *s) {
   s->ngang = plan.ngang;
   for (int n = 0; n < s->nnodes; n++)
     s->nodes[n].faulty = s->nodes[n].counted = 0;
-  s->rejoined_nodes = 0;
-  s->nlaunch_q = s->launch_qi = 0;
+  s->recovery.rejoined_nodes = 0;
+  s->recovery.nlaunch_q = s->recovery.launch_qi = 0;
   for (int i = 0; i < plan.nrestart; i++) {
     if (sup_rec_node_rejoined(s, plan.restart[i])) { /* in process: it waits for ASSIGN */
-      s->rejoined_nodes++;
+      s->recovery.rejoined_nodes++;
       continue;
     }
-    s->launch_q[s->nlaunch_q++] = plan.restart[i];
+    s->recovery.launch_q[s->recovery.nlaunch_q++] = plan.restart[i];
   }
   /* the run state with this plan's quarantines, on the record lane; the
    * launch (then ASSIGN) waits in RECORDING for it, and so for every
    * record queued before it: the generation, a rollback's BAD marks */
   s->rphase = SUP_RP_RECORDING;
-  s->rec_wait = s->rec_queued + 1;
-  s->rec_wait_gen = s->gen;
+  s->recovery.rec_wait = s->rec_queued + 1;
+  s->recovery.rec_wait_gen = s->gen;
   sup_persist_queue(s, "running", "the run state");
 }
 
@@ -920,14 +924,15 @@ static void recorded_launch_t(sup *s) {
 
 void sup_recovery_recorded(sup *s, uint64_t seq) {
   sup_rec_enter(s);
-  s->rec_done = seq;
+  s->recovery.rec_done = seq;
   if (s->state == SUP_RECOVERING) {
     /* STOP(rejoin) carries s->gen: sent once its record is answered */
     for (int p = 0; p < s->ngang; p++)
       rejoin_tell(s, s->gang[p]);
     /* the record this round waits for, of the generation still current (a
      * fault since would have started another round: STOPPING) */
-    if (s->rphase == SUP_RP_RECORDING && s->rec_wait_gen == s->gen && s->rec_done >= s->rec_wait)
+    if (s->rphase == SUP_RP_RECORDING && s->recovery.rec_wait_gen == s->gen &&
+        s->recovery.rec_done >= s->recovery.rec_wait)
       recorded_launch_t(s);
   }
   sup_rec_leave(s);
@@ -966,14 +971,16 @@ static void check_stopped_t(sup *s) {
   if (!nb) /* else the grace timer kills what is left behind */
     evtimer_del(s->grace);
   evtimer_del(s->rejoin_timer);
-  s->t_stopped_s = ft_now_s();
+  s->recovery.t_stopped_s = ft_now_s();
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  cJSON_AddNumberToObject(f, "ms", (double)(long long)((s->t_stopped_s - s->t_detect_s) * 1e3));
+  cJSON_AddNumberToObject(
+      f, "ms", (double)(long long)((s->recovery.t_stopped_s - s->recovery.t_detect_s) * 1e3));
   cJSON_AddItemToObject(f, "left_behind", sup_json_ints(behind, nb));
-  sup_events_emit(
-      s->ev, "gang_stopped", f, "%.0f ms after detection%s", (s->t_stopped_s - s->t_detect_s) * 1e3,
-      nb ? " (the job step of a blamed node left behind: its host does not answer)" : "");
+  sup_events_emit(s->ev, "gang_stopped", f, "%.0f ms after detection%s",
+                  (s->recovery.t_stopped_s - s->recovery.t_detect_s) * 1e3,
+                  nb ? " (the job step of a blamed node left behind: its host does not answer)"
+                     : "");
   sup_rec_plan_and_launch(s);
 }
 
@@ -1017,13 +1024,14 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
     cJSON_AddStringToObject(f, "host", sup_node_host(s, node));
   cJSON_AddNumberToObject(f, "slot", slot);
   cJSON_AddNumberToObject(f, "pid", pid);
-  cJSON_AddNumberToObject(f, "step", (double)s->last_step);
+  cJSON_AddNumberToObject(f, "step", (double)s->run.last_step);
   cJSON_AddStringToObject(f, "detail", detail);
   cJSON_AddNumberToObject(f, "detected_at", (double)(long long)(wall_s() * 1000) / 1000);
   /* training made no progress from rank 0's last STEP to here: the time
    * the fault cost before it was known (null before the gang's first) */
-  if (s->last_step_at_s > 0)
-    cJSON_AddNumberToObject(f, "stalled_s", round((ft_now_s() - s->last_step_at_s) * 1000) / 1000);
+  if (s->run.last_step_at_s > 0)
+    cJSON_AddNumberToObject(f, "stalled_s",
+                            round((ft_now_s() - s->run.last_step_at_s) * 1000) / 1000);
   else
     cJSON_AddNullToObject(f, "stalled_s");
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
@@ -1032,7 +1040,7 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
   cJSON_AddBoolToObject(f, "quarantine", nd && nd->faulty);
   cJSON_AddBoolToObject(f, "during_recovery", joining);
   sup_events_emit(s->ev, "fault_detected", f, "node %d %s (%s) at step %" PRId64 "%s%s", node,
-                  kname, detail, s->last_step,
+                  kname, detail, s->run.last_step,
                   !nd          ? ""
                   : nd->faulty ? " -> quarantine"
                                : " -> restart in place",
@@ -1057,8 +1065,8 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
     sup_recovery_fail(s, why);
     return;
   }
-  s->t_detect_s = ft_now_s();
-  s->fault_last_step = s->last_step;
+  s->recovery.t_detect_s = ft_now_s();
+  s->recovery.fault_last_step = s->run.last_step;
   s->gen++; /* fence the old gang; recorded before any message carries it */
   s->state = SUP_RECOVERING;
   s->rphase = SUP_RP_STOPPING;
@@ -1067,7 +1075,7 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
    * and ASSIGN for the plan's record behind it (RECORDING) */
   char what[64];
   snprintf(what, sizeof what, "generation %" PRIu64, s->gen);
-  s->gen_rec = s->rec_queued + 1;
+  s->recovery.gen_rec = s->rec_queued + 1;
   sup_persist_queue(s, "running", what);
   sup_pending_clear(s);
   int rejoining = 0;
@@ -1098,7 +1106,7 @@ static void fault_t(sup *s, sup_fault_kind kind, int node, int slot, pid_t pid, 
     evtimer_add(s->rejoin_timer, &rt);
   }
   /* configuration/data exits still waiting for a verdict: their nodes' */
-  if (s->cfg_deadline_s)
+  if (s->recovery.cfg_deadline_s)
     cfg_blame_nodes(s);
   /* nodes with no worker left: their hosts tell whether they are lost
    * before the plan is made */
@@ -1324,7 +1332,7 @@ int sup_rec_isolated(sup *s, double now, double quiet) {
            "all %d workers on %d nodes (spares included) silent at once, the longest for %.1f s: "
            "the supervisor's side of the network, not the nodes; nobody blamed",
            nworkers, nnodes, quiet);
-  s->isolated_s = now;
+  s->recovery.isolated_s = now;
   for (int p = 0; p < s->ngang; p++)
     sup_signal_node(s, s->gang[p], SIGKILL); /* whatever still runs there stops */
   sup_recovery_fault(s, SUP_FAULT_SUPERVISOR_ISOLATED, -1, -1, 0, detail, SUP_BLAME_NONE);
@@ -1391,11 +1399,11 @@ static int start_t(sup *s) {
   }
   s->state = SUP_STARTING;
   s->rphase = SUP_RP_FORMING;
-  s->nlaunch_q = s->launch_qi = 0;
+  s->recovery.nlaunch_q = s->recovery.launch_qi = 0;
   for (int n = 0; n < s->nnodes; n++) {
     int role = s->nodes[n].role;
     if (role == SUP_ROLE_ACTIVE || role == SUP_ROLE_SPARE)
-      s->launch_q[s->nlaunch_q++] = n;
+      s->recovery.launch_q[s->recovery.nlaunch_q++] = n;
   }
   sup_prepare_logs(s);
   /* the first slice now (a launch error is the start's), the rest from the
@@ -1428,28 +1436,29 @@ static int launch_slice(sup *s) {
   double until = ft_now_s() + LAUNCH_SLICE_S;
   int per = s->node_step ? 1 : s->G;
   struct timeval later = {0, 0};
-  while (s->launch_qi < s->nlaunch_q) {
+  while (s->recovery.launch_qi < s->recovery.nlaunch_q) {
     if (s->state >= SUP_FINISHING || ft_now_s() > until)
       break;
     /* the first gang's queue is the one whose log files the thread creates
      * (sup_prepare_logs): a node whose files are not there yet waits a
      * millisecond rather than have the loop create them */
-    if (s->state == SUP_STARTING && !sup_logprep_ready(s->logprep, (s->launch_qi + 1) * per - 1)) {
+    if (s->state == SUP_STARTING &&
+        !sup_logprep_ready(s->logprep, (s->recovery.launch_qi + 1) * per - 1)) {
       later.tv_usec = 1000;
       break;
     }
-    int n = s->launch_q[s->launch_qi++], role = s->nodes[n].role;
+    int n = s->recovery.launch_q[s->recovery.launch_qi++], role = s->nodes[n].role;
     if (role != SUP_ROLE_ACTIVE && role != SUP_ROLE_SPARE)
       continue;
     int rc = sup_launch_node(s, n, role == SUP_ROLE_ACTIVE ? "active" : "spare");
     if (rc) {
-      s->nlaunch_q = s->launch_qi = 0;
+      s->recovery.nlaunch_q = s->recovery.launch_qi = 0;
       return rc;
     }
   }
   if (s->state >= SUP_FINISHING)
-    s->nlaunch_q = s->launch_qi = 0;
-  if (s->launch_qi < s->nlaunch_q)
+    s->recovery.nlaunch_q = s->recovery.launch_qi = 0;
+  if (s->recovery.launch_qi < s->recovery.nlaunch_q)
     event_add(s->launch_ev, &later);
   return FT_OK;
 }
@@ -1489,7 +1498,7 @@ SUP_EVENT_ENTRY(sup_recovery_launch_more, launch_more_cb_t)
 /* The gang's workers that exited with a configuration/data error count
  * against their nodes; the verdict is over. */
 static void cfg_blame_nodes(sup *s) {
-  s->cfg_deadline_s = 0;
+  s->recovery.cfg_deadline_s = 0;
   for (int p = 0; p < s->ngang; p++)
     for (int j = 0; j < s->G; j++) {
       sup_worker *w = &s->nodes[s->gang[p]].w[j];
@@ -1509,7 +1518,7 @@ static void cfg_blame_nodes(sup *s) {
 /* Decides when every gang worker exited with the same configuration/data
  * error (the run fails), or the deadline passed (their nodes' failures). */
 void sup_rec_cfg_verdict(sup *s, int deadline_passed) {
-  if (!s->cfg_deadline_s || s->state >= SUP_FINISHING)
+  if (!s->recovery.cfg_deadline_s || s->state >= SUP_FINISHING)
     return;
   int code = 0, alike = 1;
   sup_worker *first = NULL;
@@ -1680,8 +1689,8 @@ void sup_rec_exit_status(sup *s, sup_worker *w, int status) {
   if ((code == FT_EXIT_USAGE || code == FT_EXIT_DATA) && s->watch.trained_gen != s->gen) {
     /* before the gang trains: the run's error or this node's? */
     w->cfg_fail = code;
-    if (!s->cfg_deadline_s)
-      s->cfg_deadline_s = ft_now_s() + s->rf.watchdog.heartbeat_timeout_s;
+    if (!s->recovery.cfg_deadline_s)
+      s->recovery.cfg_deadline_s = ft_now_s() + s->rf.watchdog.heartbeat_timeout_s;
     sup_rec_cfg_verdict(s, 0);
     return;
   }
@@ -1695,7 +1704,7 @@ void sup_rec_exit_status(sup *s, sup_worker *w, int status) {
     /* the store's fault, never the node's */
     char msg[480];
     sup_log_last_line(s, w, msg, sizeof msg);
-    if (s->last_step >= s->final_step) {
+    if (s->run.last_step >= s->final_step) {
       char reason[1024];
       snprintf(reason, sizeof reason,
                "the final checkpoint (step %" PRId64 ") could not be written: %s (node %d slot %d)",
@@ -1984,11 +1993,11 @@ int sup_rec_rejoin_hung(sup *s, double now) {
 static void collective_failed_t(sup *s, sup_worker *w, const char *detail) {
   if (!s->rf.recovery.in_process || !sup_gang_trains(s) || evtimer_pending(s->coll_timer, NULL))
     return;
-  s->coll.gen = s->gen;
-  s->coll.node = w->node;
-  s->coll.slot = w->slot;
-  s->coll.pid = w->pid;
-  snprintf(s->coll.detail, sizeof s->coll.detail, "%s", detail);
+  s->recovery.coll.gen = s->gen;
+  s->recovery.coll.node = w->node;
+  s->recovery.coll.slot = w->slot;
+  s->recovery.coll.pid = w->pid;
+  snprintf(s->recovery.coll.detail, sizeof s->recovery.coll.detail, "%s", detail);
   double d = 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
   struct timeval tv = {(long)d, (long)((d - (double)(long)d) * 1e6)};
   evtimer_add(s->coll_timer, &tv);
@@ -2007,10 +2016,11 @@ static void rejoined_t(sup *s, sup_worker *w) {
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "node", n);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  cJSON_AddNumberToObject(f, "ms", (double)(long long)((ft_now_s() - s->t_detect_s) * 1e3));
+  cJSON_AddNumberToObject(f, "ms",
+                          (double)(long long)((ft_now_s() - s->recovery.t_detect_s) * 1e3));
   sup_events_emit(s->ev, "node_rejoined", f,
                   "node %d left its generation in process (%.0f ms after detection)", n,
-                  (ft_now_s() - s->t_detect_s) * 1e3);
+                  (ft_now_s() - s->recovery.t_detect_s) * 1e3);
   sup_rec_check_stopped(s);
 }
 

@@ -204,12 +204,12 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
  * (gc_report), or NULL when the run keeps every checkpoint (no GC). */
 static sup_pending_ckpt *retention_gc(sup *s) {
   double now = ft_now_s();
-  int sweep = s->gc_swept_at == 0 || now - s->gc_swept_at >= SUP_SWEEP_EVERY_S;
+  int sweep = s->run.gc_swept_at == 0 || now - s->run.gc_swept_at >= SUP_SWEEP_EVERY_S;
   ckpt_retention ret = {.keep_last = s->rf.checkpoint.keep_last,
                         .keep_every = s->rf.checkpoint.keep_every,
                         .no_sweep = !sweep};
   if (sweep)
-    s->gc_swept_at = now;
+    s->run.gc_swept_at = now;
   /* memory-level checkpoints (persist_every, require memory) are pruned
    * whatever keep_last says: their memory is overwritten by newer ones */
   int memory =
@@ -239,12 +239,12 @@ static sup_pending_ckpt *retention_gc(sup *s) {
  * reason is told once, until a GC succeeds or the reason changes. */
 static void gc_report(sup *s, const sup_pending_ckpt *p) {
   if (!p->rc) {
-    s->gc_failed[0] = 0;
+    s->run.gc_failed[0] = 0;
     return;
   }
-  if (!strcmp(s->gc_failed, p->why))
+  if (!strcmp(s->run.gc_failed, p->why))
     return;
-  snprintf(s->gc_failed, sizeof s->gc_failed, "%s", p->why);
+  snprintf(s->run.gc_failed, sizeof s->run.gc_failed, "%s", p->why);
   int refused = p->rc == FT_ESTATE;
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "reason", p->why);
@@ -284,8 +284,8 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
   sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d%s) in %.1f ms",
                   p->step, p->world, p->level == CKPT_LEVEL_MEMORY ? ", in memory" : "", p->ms);
   sup_watch_committed(s, p->step);
-  if (p->step > s->newest_committed)
-    s->newest_committed = p->step;
+  if (p->step > s->run.newest_committed)
+    s->run.newest_committed = p->step;
   ft_msg m;
   ft_msg_init(&m, FT_MSG_COMMITTED);
   m.committed.step = p->step;
@@ -380,7 +380,7 @@ int sup_run_commitq_start(sup *s) {
  * lacked; kept, they grew the supervisor's memory by a checkpoint's
  * manifests each (tests/scale: tens of MB at 4,096 ranks). */
 static void abandon_older(sup *s, const sup_pending_ckpt *done) {
-  sup_pending_ckpt **pp = &s->pending;
+  sup_pending_ckpt **pp = &s->run.pending;
   while (*pp) {
     sup_pending_ckpt *p = *pp;
     if (p->level != done->level || p->step >= done->step) {
@@ -415,7 +415,7 @@ static void on_shard_parsed(void *ud, sup_shard_job *j) {
     sup_event_checkpoint_failed(s, j->step, j->rank, -1, "report", j->why);
     goto out;
   }
-  sup_pending_ckpt *p = s->pending;
+  sup_pending_ckpt *p = s->run.pending;
   while (p && (p->step != j->step || p->level != j->level))
     p = p->next;
   if (!p) {
@@ -429,8 +429,8 @@ static void on_shard_parsed(void *ud, sup_shard_job *j) {
     p->level = j->level;
     p->memory_epoch = ckpt_store_memory_epoch(s->store);
     p->loss = NAN;
-    p->next = s->pending;
-    s->pending = p;
+    p->next = s->run.pending;
+    s->run.pending = p;
   }
   if (p->shards[j->rank]) {
     ckpt_shard_free(p->shards[j->rank]); /* a repeat: keep the newest */
@@ -449,7 +449,7 @@ static void on_shard_parsed(void *ud, sup_shard_job *j) {
   }
   if (p->nhave == p->world) {
     /* unlink, commit, free */
-    sup_pending_ckpt **pp = &s->pending;
+    sup_pending_ckpt **pp = &s->run.pending;
     while (*pp != p)
       pp = &(*pp)->next;
     *pp = p->next;
@@ -492,21 +492,21 @@ static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
  * tokens/s, generation, spares left. */
 static void progress(sup *s, int64_t step) {
   double now = ft_now_s();
-  if (step < s->pace_step || !s->pace_t) { /* the first step, a rollback or a restore */
-    s->pace_t = now, s->pace_step = step, s->pace_rate = 0;
-  } else if (now - s->pace_t >= 2.0) {
-    s->pace_rate = (double)(step - s->pace_step) / (now - s->pace_t);
-    s->pace_t = now, s->pace_step = step;
+  if (step < s->run.pace_step || !s->run.pace_t) { /* the first step, a rollback or a restore */
+    s->run.pace_t = now, s->run.pace_step = step, s->run.pace_rate = 0;
+  } else if (now - s->run.pace_t >= 2.0) {
+    s->run.pace_rate = (double)(step - s->run.pace_step) / (now - s->run.pace_t);
+    s->run.pace_t = now, s->run.pace_step = step;
   }
-  if (now < s->progress_next_s)
+  if (now < s->run.progress_next_s)
     return;
-  s->progress_next_s = now + 0.2;
+  s->run.progress_next_s = now + 0.2;
   int spares = 0;
   for (int n = 0; n < s->nnodes; n++)
     spares += s->nodes[n].role == SUP_ROLE_SPARE;
   char eta[32] = "?";
-  if (s->pace_rate > 0) {
-    long left = (long)((double)(s->final_step - step) / s->pace_rate + 0.5);
+  if (s->run.pace_rate > 0) {
+    long left = (long)((double)(s->final_step - step) / s->run.pace_rate + 0.5);
     if (left >= 3600)
       snprintf(eta, sizeof eta, "%ldh%02ldm", left / 3600, left / 60 % 60);
     else
@@ -517,8 +517,8 @@ static void progress(sup *s, int64_t step) {
            "step %" PRId64 "/%" PRId64 " (%.1f%%) | ETA %s | loss %.4f | %.1fk tok/s | gen %" PRIu64
            " | spares %d",
            step, s->final_step,
-           s->final_step > 0 ? 100.0 * (double)step / (double)s->final_step : 0, eta, s->last_loss,
-           s->last_tps / 1e3, s->gen, spares);
+           s->final_step > 0 ? 100.0 * (double)step / (double)s->final_step : 0, eta,
+           s->run.last_loss, s->run.last_tps / 1e3, s->gen, spares);
   sup_events_progress(s->ev, line);
 }
 
@@ -539,14 +539,14 @@ static void chaos_kill(sup *s, int n, int64_t step, const char *what) {
 
 static void on_step(sup *s, const ft_msg *m) {
   int64_t step = m->step.step;
-  s->last_step = step;
+  s->run.last_step = step;
   sup_recovery_step_done(s, step);
-  s->last_loss = m->step.loss;
-  s->last_tps = m->step.tokens_per_s;
-  s->last_step_ms = m->step.step_ms;
-  s->last_step_at_s = ft_now_s();
+  s->run.last_loss = m->step.loss;
+  s->run.last_tps = m->step.tokens_per_s;
+  s->run.last_step_ms = m->step.step_ms;
+  s->run.last_step_at_s = ft_now_s();
   if (isfinite(m->step.val_loss))
-    s->last_val_loss = m->step.val_loss;
+    s->run.last_val_loss = m->step.val_loss;
   if (s->hist) {
     sup_hist_rec r = {.ts = (double)ft_wall_ns() * 1e-9,
                       .step = step,
@@ -567,13 +567,13 @@ static void on_step(sup *s, const ft_msg *m) {
       cJSON_AddNumberToObject(f, "loss", m->step.loss);
     else
       cJSON_AddNullToObject(f, "loss");
-    cJSON_AddNumberToObject(f, "tokens_per_s", isfinite(s->last_tps) ? s->last_tps : 0);
+    cJSON_AddNumberToObject(f, "tokens_per_s", isfinite(s->run.last_tps) ? s->run.last_tps : 0);
     cJSON_AddNumberToObject(f, "step_ms", isfinite(m->step.step_ms) ? m->step.step_ms : 0);
     cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-    if (isfinite(s->last_val_loss))
-      cJSON_AddNumberToObject(f, "val_loss", s->last_val_loss);
+    if (isfinite(s->run.last_val_loss))
+      cJSON_AddNumberToObject(f, "val_loss", s->run.last_val_loss);
     sup_events_emit(s->ev, "step", f, "step %" PRId64 " loss %.4f (%.0f tok/s)", step, m->step.loss,
-                    s->last_tps);
+                    s->run.last_tps);
   }
   if (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)
     sup_recovery_first_step(s, step);
@@ -586,7 +586,7 @@ static void on_step(sup *s, const ft_msg *m) {
   /* failpoint kill_after_commit=C: not before checkpoint C has committed, so
    * that a test knows what the spare restores however fast the steps run */
   int64_t need = -1;
-  if (ft_failpoint("kill_after_commit", &need) && s->newest_committed < need)
+  if (ft_failpoint("kill_after_commit", &need) && s->run.newest_committed < need)
     armed = 0;
   if (!s->chaos_done && s->state == SUP_RUNNING && armed && step >= at && s->ngang > 0) {
     s->chaos_done = 1;

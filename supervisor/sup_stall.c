@@ -54,7 +54,7 @@ void sup_loop_stall_check(sup *s) {
   cJSON_AddNumberToObject(f, "seconds", round(secs * 1000) / 1000);
   cJSON_AddStringToObject(f, "cause", cause);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
+  cJSON_AddNumberToObject(f, "last_step", (double)s->run.last_step);
   sup_events_emit(s->ev, "supervisor_stall", f,
                   "the supervisor did not run for %.1f s (%s); silence of workers during it is "
                   "not held against them",

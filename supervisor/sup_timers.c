@@ -154,7 +154,7 @@ static void spares_silent(sup *s, double now, double limit) {
       if (!w->alive || quiet <= lim)
         continue;
       sup_signal_node(s, n, SIGKILL);
-      if (w->last_msg_s <= s->isolated_s) {
+      if (w->last_msg_s <= s->recovery.isolated_s) {
         /* silent since our own isolation: it lost us, as the gang did,
          * and is out of the pool; not its fault */
         nd->role = SUP_ROLE_LOST;
@@ -186,7 +186,7 @@ static void spares_silent(sup *s, double now, double limit) {
 
 static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
-  if (s->cfg_deadline_s && ft_now_s() >= s->cfg_deadline_s)
+  if (s->recovery.cfg_deadline_s && ft_now_s() >= s->recovery.cfg_deadline_s)
     sup_rec_cfg_verdict(s, 1);
   if (s->state != SUP_STARTING && s->state != SUP_RUNNING &&
       !(s->state == SUP_RECOVERING &&
@@ -305,7 +305,7 @@ static void blame_unanswered(sup *s) {
   }
   if (!nl)
     return;
-  double grace = ft_now_s() - s->t_detect_s;
+  double grace = ft_now_s() - s->recovery.t_detect_s;
   if (nl == asked && nl >= 2) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddItemToObject(f, "nodes", sup_json_ints(late, nl));
@@ -355,15 +355,15 @@ SUP_EVENT_ENTRY(sup_on_grace, on_grace_t)
  * and the same generation training: a round, nobody blamed. */
 static void on_coll_timer_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
-  if (s->gen != s->coll.gen || !sup_gang_trains(s))
+  if (s->gen != s->recovery.coll.gen || !sup_gang_trains(s))
     return; /* a round started meanwhile: the failure was its */
   if (sup_recovery_blame_silent(s, "a collective failed"))
     return;
   char detail[400];
-  snprintf(detail, sizeof detail, "node %d slot %d: %s; every worker still answers", s->coll.node,
-           s->coll.slot, s->coll.detail);
-  sup_recovery_fault(s, SUP_FAULT_COLLECTIVE_FAILURE, s->coll.node, s->coll.slot, s->coll.pid,
-                     detail, SUP_BLAME_NONE);
+  snprintf(detail, sizeof detail, "node %d slot %d: %s; every worker still answers",
+           s->recovery.coll.node, s->recovery.coll.slot, s->recovery.coll.detail);
+  sup_recovery_fault(s, SUP_FAULT_COLLECTIVE_FAILURE, s->recovery.coll.node, s->recovery.coll.slot,
+                     s->recovery.coll.pid, detail, SUP_BLAME_NONE);
 }
 
 SUP_EVENT_ENTRY(sup_on_coll_timer, on_coll_timer_t)
@@ -405,7 +405,7 @@ static void on_signal_t(evutil_socket_t fd, short what, void *arg) {
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "signal", sig);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
-  cJSON_AddNumberToObject(f, "last_step", (double)s->last_step);
+  cJSON_AddNumberToObject(f, "last_step", (double)s->run.last_step);
   sup_events_emit(s->ev, "run_interrupted", f, "signal %d: stopping the gang; run again to resume",
                   sig);
   sup_rec_stop_everyone(s, FT_STOP_SHUTDOWN, "supervisor interrupted", SUP_GRACE_STOP_S);

@@ -272,7 +272,7 @@ void sup_watch_links(sup *s, double now) {
       cJSON_AddStringToObject(f, "host", host);
     cJSON_AddNumberToObject(f, "rtt_ms", round(ms * 10) / 10);
     cJSON_AddNumberToObject(f, "ratio", round(evs[i].ratio * 1000) / 1000);
-    cJSON_AddNumberToObject(f, "step", (double)s->last_step);
+    cJSON_AddNumberToObject(f, "step", (double)s->run.last_step);
     if (flagged)
       cJSON_AddNumberToObject(f, "hits", evs[i].hits);
     sup_events_emit(s->ev, flagged ? "straggler" : "straggler_cleared", f,
@@ -680,7 +680,7 @@ void sup_watch_fault(sup *s, sup_worker *w, const ft_msg *m) {
         !(s->state == SUP_RUNNING || (s->state == SUP_RECOVERING && s->rphase == SUP_RP_ASSIGNED)))
       return;
     int nan = m->fault.kind == FT_FAULT_NAN;
-    int64_t k = m->fault.step >= 0 ? m->fault.step : s->last_step + 1;
+    int64_t k = m->fault.step >= 0 ? m->fault.step : s->run.last_step + 1;
     double med = NAN, mad = NAN;
     if (s->watch.loss)
       wd_loss_stats(s->watch.loss, &med, &mad);
@@ -874,7 +874,7 @@ static void progress_hang(sup *s, const wd_prog_verdict *v, int n, const char *t
   cJSON_AddStringToObject(f, "action", named ? "quarantine" : "restart");
   cJSON_AddStringToObject(f, "why", v->why);
   cJSON_AddNumberToObject(f, "gen", (double)gen);
-  cJSON_AddNumberToObject(f, "step", (double)s->last_step);
+  cJSON_AddNumberToObject(f, "step", (double)s->run.last_step);
   cJSON *ra = cJSON_AddArrayToObject(f, "ranks");
   for (int r = 0; r < n && r < 64; r++) {
     cJSON *c = cJSON_CreateObject();
