@@ -20,8 +20,8 @@ struct sup_pending_ckpt;
 typedef struct sup_run_state {
   int64_t last_step; /* last step rank 0 reported in this process */
   double last_loss, last_tps, last_step_ms, last_val_loss;
-  double last_step_at_s;    /* ft_now_s of rank 0's last STEP; 0: none yet */
-  int64_t newest_committed; /* the newest checkpoint this process saw committed; -1: none */
+  double last_step_at_s;            /* ft_now_s of rank 0's last STEP; 0: none yet */
+  int64_t newest_committed;         /* the newest checkpoint this process saw committed; -1: none */
   struct sup_pending_ckpt *pending; /* checkpoints still collecting SHARD_SAVED */
   /* the terminal's progress line: the pace since a mark */
   double pace_t, pace_rate, progress_next_s;
