@@ -1,7 +1,9 @@
 /*
  * sup_act: the supervisor's low layer. Everything here acts (sends a
  * message, stops a worker, writes a record, queues a GOOD mark, asks for a
- * stack) and calls nothing above it: the recovery (sup_recovery.c) and the
+ * stack) or answers a small question acting needs (a worker's log path,
+ * the worker program, whether the doctor cleared a worker, a fault kind's
+ * name), and calls nothing above it: the recovery (sup_recovery.c) and the
  * detectors (sup_run.c, sup_watch.c, sup_doctor.c) act through it, and the
  * one answer it must pass up (a record written, which a recovery round may
  * wait for) goes through s->hooks, which sup_main.c wires.
@@ -9,11 +11,12 @@
  * Persisted state (catalog key "sup/<run>/state", one synced JSON record):
  * {"gen": G, "status": "running|done|failed", "quarantined": [...],
  *  "restarts": R, "skips": [[first, end], ...]} (skips: global batch
- * ranges never trained on again, sent in every ASSIGN). gen is written BEFORE it is used
- * (its record first, then ASSIGN), so a restarted supervisor never reuses a generation.
- * The record writes the generation to DIR/generation as well (sup_seal.c): a
- * catalog rebuilt from the manifests has no run state, and a start then takes
- * the generation after the file's. Before the loop runs sup_persist writes it
+ * ranges never trained on again, sent in every ASSIGN). gen is written
+ * BEFORE it is used (its record first, then ASSIGN), so a restarted
+ * supervisor never reuses a generation. The record writes the generation
+ * to DIR/generation as well (sup_seal.c): a catalog rebuilt from the
+ * manifests has no run state, and a start then takes the generation after
+ * the file's. Before the loop runs sup_persist writes it
  * at once; on the loop sup_persist_queue queues it on the commit queue's
  * record lane (sup_record_push: numbered, written one at a time in order,
  * beside commits), and the recovery waits for its answer where a message
