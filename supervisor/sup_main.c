@@ -2,8 +2,12 @@
  * supervise: runs a training run and keeps it running through failures
  * (docs/design.md). This file: the command line, the run's resources
  * (state dir, checkpoint store, event log, control port, token, signals),
- * the loop's own health (stalls, accept errors) and the exit codes. The
- * logic is in sup_run.c and sup_recovery.c. main reads as its phases:
+ * the loop's own health (the stall timer, accept errors), the wiring of
+ * the few calls up a layer (wire_hooks, sup_int.h) and the exit codes: the
+ * top layer (sup_int.h lists the layers). The logic is below it: the
+ * detectors (sup_run.c, sup_watch.c, sup_doctor.c, sup_timers.c), the
+ * recovery (sup_recovery.c) and what acts (sup_act.c, sup_nodes.c). main
+ * reads as its phases:
  * parse_args, load_runfile, prepare_paths, open_store, snapshot, alloc_pool,
  * load_run_state, open_loop, run, cleanup.
  *
@@ -42,8 +46,9 @@
  *    loop runs (too few usable nodes) never enters it, and a periodic
  *    check ends a loop whose run is over with no process left.
  *  - Stalls of the supervisor itself (the loop did not run: SIGSTOP, a long
- *    callback, an overloaded host; or a suspend) are measured by a
- *    highest-priority timer: event supervisor_stall {seconds, cause}, and
+ *    callback, an overloaded host; or a suspend) are measured (sup_stall.c)
+ *    from a highest-priority timer here: event supervisor_stall {seconds,
+ *    cause}, and
  *    s->stall_end_s for the hang checks. No store I/O of a commit, a GC
  *    or a record of the supervisor's own runs on the loop (sup_commitq,
  *    every store).
@@ -106,7 +111,7 @@
  *    watchdog's events (loss_spike, checkpoint_bad, checkpoint_good,
  *    rollback, xid, straggler, straggler_cleared) are described in
  *    sup_watch.c, and the slurm launcher's (node_drained, drain_failed,
- *    node_unreachable, steps_unanswered) in sup_recovery.c.
+ *    node_unreachable, steps_unanswered) in sup_nodes.c and sup_timers.c.
  */
 #include "sup_int.h"
 #include "sup_launch.h"
