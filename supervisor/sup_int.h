@@ -761,7 +761,7 @@ int sup_watch_progress(sup *s, double now);
 int sup_http_open(sup *s, const char *spec, const char *from);
 const char *sup_http_addr(const sup *s); /* "HOST:PORT", or NULL when off */
 void sup_http_free(sup *s);
-/* `supervise status STATE [--json]` (argv[0] is "status"). */
+/* `supervise status STATE [--json]` (argv[0] is "status"; sup_status.c, as the two below). */
 int sup_status_main(int argc, char **argv);
 /* `supervise doctor STATE` (argv[0] is "doctor"; sup_doctor_cli.c). */
 int sup_doctor_main(int argc, char **argv);

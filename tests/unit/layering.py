@@ -94,8 +94,8 @@ LAYERS = [
     ("act", "sup_act sup_nodes sup_seal sup_stall"),
     ("recovery", "sup_recovery"),
     ("detectors", "sup_run sup_watch sup_doctor sup_timers"),
-    ("operator", "sup_http"),
-    ("main", "sup_main sup_doctor_cli"),
+    ("operator", "sup_http sup_metrics"),
+    ("main", "sup_main sup_doctor_cli sup_status"),
 ]
 
 
