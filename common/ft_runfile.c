@@ -1760,3 +1760,18 @@ void ft_runfile_store_env(const ft_runfile *rf, const char *store_uri) {
   if (store_uri && !strncmp(store_uri, "s3://", 5) && rf->checkpoint.require == FT_RF_REQUIRE_LOCAL)
     setenv("FT_S3_REQUIRE", "local", 1);
 }
+
+double ft_train_lr(const ft_train_cfg *t, int64_t s) {
+  double lr = t->lr, min_lr = t->lr * t->min_lr_frac;
+  if (s < t->warmup)
+    return lr * (double)(s + 1) / (double)t->warmup;
+  if (t->schedule == FT_RF_SCHEDULE_CONSTANT)
+    return lr;
+  int64_t span = t->steps - t->warmup;
+  double p = span > 0 ? (double)(s - t->warmup) / (double)span : 1.0;
+  if (p > 1.0)
+    p = 1.0;
+  if (t->schedule == FT_RF_SCHEDULE_LINEAR)
+    return lr - (lr - min_lr) * p;
+  return min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * p));
+}

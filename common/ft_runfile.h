@@ -125,6 +125,12 @@ typedef struct ft_train_cfg {
   int64_t val_every; /* validation loss every this many steps; 0: never */
 } ft_train_cfg;
 
+/* The learning rate of 0-based step index s (the step that ends as step
+ * s + 1) by t's schedule: linear warmup over t->warmup steps, then cosine,
+ * linear or constant down to lr * min_lr_frac at t->steps. What the worker
+ * trains with and the supervisor charts. */
+double ft_train_lr(const ft_train_cfg *t, int64_t s);
+
 /* Globs of llm.c token shards. One written relative in a run file is
  * relative to that file's directory: _load/_parse prefix it with the
  * directory part of the path ("runs/a.yaml": "data/x_*.bin" becomes

@@ -1298,6 +1298,7 @@ static int run(main_ctx *m) {
   sup *s = m->s;
   s->t_start_s = ft_now_s();
   s->run.last_val_loss = NAN; /* none before the first train.val_every step */
+  s->run.last_grad_norm = s->run.last_lr = NAN; /* none before the first step */
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "run", s->rf.run);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);

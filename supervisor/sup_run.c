@@ -547,6 +547,9 @@ static void on_step(sup *s, const ft_msg *m) {
   s->run.last_step_at_s = ft_now_s();
   if (isfinite(m->step.val_loss))
     s->run.last_val_loss = m->step.val_loss;
+  s->run.last_grad_norm = m->step.grad_norm;
+  s->run.last_lr = step > 0 ? ft_train_lr(&s->rf.train, step - 1) : NAN;
+  s->run.tokens_total += (double)s->rf.train.global_batch * s->rf.model.seq_len;
   if (s->hist) {
     sup_hist_rec r = {.ts = (double)ft_wall_ns() * 1e-9,
                       .step = step,

@@ -20,6 +20,9 @@ struct sup_pending_ckpt;
 typedef struct sup_run_state {
   int64_t last_step; /* last step rank 0 reported in this process */
   double last_loss, last_tps, last_step_ms, last_val_loss;
+  double last_grad_norm, last_lr; /* the last step's (NaN: none); lr by the run file's schedule */
+  double tokens_total; /* tokens trained in this process (global batch x seq_len per step
+                          heard, rolled-back steps included: work done) */
   double last_step_at_s;            /* ft_now_s of rank 0's last STEP; 0: none yet */
   int64_t newest_committed;         /* the newest checkpoint this process saw committed; -1: none */
   struct sup_pending_ckpt *pending; /* checkpoints still collecting SHARD_SAVED */

@@ -60,21 +60,6 @@
 #include "stackdump.h"
 #include "wdog.h"
 
-double train_lr(const ft_train_cfg *t, int64_t s) {
-  double lr = t->lr, min_lr = t->lr * t->min_lr_frac;
-  if (s < t->warmup)
-    return lr * (double)(s + 1) / (double)t->warmup;
-  if (t->schedule == FT_RF_SCHEDULE_CONSTANT)
-    return lr;
-  int64_t span = t->steps - t->warmup;
-  double p = span > 0 ? (double)(s - t->warmup) / (double)span : 1.0;
-  if (p > 1.0)
-    p = 1.0;
-  if (t->schedule == FT_RF_SCHEDULE_LINEAR)
-    return lr - (lr - min_lr) * p;
-  return min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * p));
-}
-
 static void sha256_hex(const char *txt, char out[65]) {
   unsigned char md[32];
   unsigned int n = 0;
@@ -1221,7 +1206,7 @@ static int train_step(trainer *t) {
   ft_failpoint_hang_arm((int)o->node, t->rank, t->a.gen, st->step + 1); /* hang_at_step & co. */
   uint64_t t0 = ft_now_ns();
   double comm0 = engine_comm_seconds(e);
-  double lr = train_lr(tc, st->step), loss = 0;
+  double lr = ft_train_lr(tc, st->step), loss = 0;
   st->seq = apply_skips(st, st->seq, tc->global_batch);
   int64_t batch = (int64_t)(st->seq / (uint64_t)tc->global_batch);
   int nan_batch = 0;

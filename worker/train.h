@@ -35,9 +35,6 @@ typedef struct train_opts {
 /* Exit codes of the worker program: FT_EXIT_* (common/ft_wire.h),
  * documented in worker --help. */
 
-/* lr for 0-based step index s of a run of `steps` steps. */
-double train_lr(const ft_train_cfg *t, int64_t s);
-
 /* Runs training; prints its own errors; returns an FT_EXIT_* code. */
 int train_main(const train_opts *o);
 
