@@ -240,6 +240,7 @@ void sup_pending_free(sup_pending_ckpt *p) {
   free(p->rec.key);
   free(p->rec.text);
   free(p->rec.bad);
+  free(p->listed);
   cJSON_Delete(p->rec.ev);
   free(p->state);
   free(p->config);

@@ -26,6 +26,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,11 +78,41 @@ static void progress_draw(sup_events *ev) {
   }
 }
 
+/* The terminal's width in columns now (it may be resized at any time):
+ * the window size, else $COLUMNS, else 80. */
+static int term_cols(FILE *f) {
+  struct winsize ws;
+  if (ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  const char *c = getenv("COLUMNS");
+  int n = c ? atoi(c) : 0;
+  return n > 0 ? n : 80;
+}
+
+/* line cut to fit cols - 1 columns (a line that fills the last column
+ * wraps on some terminals, and a wrapped line is not erased by the next
+ * redraw: the stale copies pile up): whole " | " fields dropped from the
+ * end first, the least important last, then the text cut. ASCII only. */
+static void progress_fit(char *line, int cols) {
+  size_t max = cols > 1 ? (size_t)cols - 1 : 1;
+  while (strlen(line) > max) {
+    char *sep = strstr(line, " | "), *last = NULL;
+    for (; sep; sep = strstr(sep + 1, " | "))
+      last = sep;
+    if (!last)
+      break;
+    *last = 0;
+  }
+  if (strlen(line) > max)
+    line[max] = 0;
+}
+
 void sup_events_progress(sup_events *ev, const char *line) {
   if (!ev || !ev->tty)
     return;
   progress_erase(ev);
   snprintf(ev->progress, sizeof ev->progress, "%s", line ? line : "");
+  progress_fit(ev->progress, term_cols(ev->human));
   progress_draw(ev);
   fflush(ev->human);
 }

@@ -42,8 +42,9 @@ void sup_events_set_hook(sup_events *ev, sup_events_hook fn, void *arg);
 
 /* The progress line: on a terminal (the human stream is a TTY) line is
  * drawn in place at the bottom ("\r", erase to the end of the line), taken
- * away before each event's human line and drawn again after it; NULL takes
- * it away for good. Elsewhere it does nothing: the "step" events are the
+ * away before each event's human line and drawn again after it, cut to
+ * the terminal's width (its last " | " fields first); NULL takes it away
+ * for good. Elsewhere it does nothing: the "step" events are the
  * plain progress lines there. line is copied. */
 void sup_events_progress(sup_events *ev, const char *line);
 

@@ -92,34 +92,13 @@ struct sup_http {
   double refused; /* requests refused: too many clients */
 };
 
-/* a checkpoint's state changes: the newest entry of that step, else a new one */
-static void ckpt_state(struct sup_http *h, double ts, int64_t step, const char *state) {
-  cJSON *it;
-  cJSON_ArrayForEach(it, h->ckpts) {
-    if ((int64_t)sup_jnum(it, "step", -1) == step) {
-      cJSON_ReplaceItemInObject(it, "state", cJSON_CreateString(state));
-      return;
-    }
-  }
-  cJSON *c = cJSON_CreateObject();
-  cJSON_AddNumberToObject(c, "step", (double)step);
-  cJSON_AddStringToObject(c, "state", state);
-  cJSON_AddNumberToObject(c, "ts", ts);
-  sup_jkeep_last(h->ckpts, c, KEEP_CKPTS);
-}
-
 static void on_event(void *arg, double ts, const char *name, const cJSON *e) {
   struct sup_http *h = arg;
   sup_metrics_fold(h->metrics, ts, name, e);
   sup_view_fold(h->view, ts, name, e);
   if (!strcmp(name, "fault_detected"))
     sup_jkeep_last(h->last_faults, cJSON_Duplicate(e, 1), KEEP_FAULTS);
-  else if (!strcmp(name, "checkpoint_committed"))
-    ckpt_state(h, ts, (int64_t)sup_jnum(e, "step", -1), "committed");
-  else if (!strcmp(name, "checkpoint_good"))
-    ckpt_state(h, ts, (int64_t)sup_jnum(e, "step", -1), "good");
-  else if (!strcmp(name, "checkpoint_bad"))
-    ckpt_state(h, ts, (int64_t)sup_jnum(e, "step", -1), "bad");
+  sup_jckpt_fold(h->ckpts, ts, name, e, KEEP_CKPTS);
 }
 
 /* ---- answers -------------------------------------------------------------- */
@@ -443,6 +422,36 @@ int sup_http_open(sup *s, const char *spec, const char *from) {
 
 const char *sup_http_addr(const sup *s) {
   return s->http ? s->http->addr : NULL;
+}
+
+int sup_http_save_status(sup *s) {
+  struct sup_http *h = s->http;
+  if (!h)
+    return FT_OK;
+  cJSON *o = status_json(h);
+  if (o) {
+    cJSON_ReplaceItemInObject(o, "running", cJSON_CreateFalse());
+    cJSON_AddNumberToObject(o, "saved_ts", (double)ft_wall_ns() * 1e-9);
+  }
+  char *txt = o ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  if (!txt)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  char path[4200];
+  snprintf(path, sizeof path, "%s/status.json", s->state_dir);
+  ft_afile af;
+  int rc = ft_afile_open(&af, path);
+  if (!rc) {
+    rc = ft_afile_write(&af, txt, strlen(txt));
+    if (!rc)
+      rc = ft_afile_write(&af, "\n", 1);
+    if (!rc)
+      rc = ft_afile_commit(&af);
+    else
+      ft_afile_abort(&af);
+  }
+  free(txt);
+  return rc;
 }
 
 void sup_http_free(sup *s) {

@@ -294,6 +294,14 @@ typedef struct sup_pending_ckpt {
   char why[1024];
   /* its sizes and the run's in the store after it (0: unknown) */
   uint64_t logical, stored, new_bytes, run_logical, run_stored;
+  double done_at; /* ft_now_s once the commit was in the catalog (0: it is not) */
+  /* the run's checkpoints in the store after the job (a commit, or a GC),
+   * by step, and when the list was begun (ft_now_s): the loop tells the
+   * views of those gone since (sup_run.c: ckpt_reconcile). NULL: no list */
+  int64_t *listed;
+  size_t nlisted;
+  double listed_at;
+  int gc_deleted; /* a GC job: the checkpoints it deleted */
 } sup_pending_ckpt;
 
 /* The few calls that must go up a layer, as function pointers sup_main.c
@@ -697,6 +705,8 @@ int sup_kv_reply_init(sup *s); /* creates s->kv with its libevent reply */
 /* Starts the threads that commit (and GC) off the loop (sup_commitq); every
  * store uses them. Their completions are reported here (cq_done). */
 int sup_run_commitq_start(sup *s);
+/* The checkpoints the views were told of, forgotten (at the end). */
+void sup_run_known_free(sup *s);
 /* Emits the count of rate-limited connection_closed events once their
  * window is over (called by a periodic timer). */
 void sup_run_flush_log(sup *s);
@@ -761,6 +771,10 @@ int sup_watch_progress(sup *s, double now);
 int sup_http_open(sup *s, const char *spec, const char *from);
 const char *sup_http_addr(const sup *s); /* "HOST:PORT", or NULL when off */
 void sup_http_free(sup *s);
+/* /status as the run ends, into STATE/status.json ("running": false,
+ * "saved_ts"): what `supervise status` shows of a run that is over (its
+ * nodes, restarts, checkpoints), beside what events.jsonl says. */
+int sup_http_save_status(sup *s);
 /* `supervise status STATE [--json]` (argv[0] is "status"; sup_status.c, as the two below). */
 int sup_status_main(int argc, char **argv);
 /* `supervise doctor STATE` (argv[0] is "doctor"; sup_doctor_cli.c). */

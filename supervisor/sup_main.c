@@ -1297,7 +1297,7 @@ static int open_loop(main_ctx *m) {
 static int run(main_ctx *m) {
   sup *s = m->s;
   s->t_start_s = ft_now_s();
-  s->run.last_val_loss = NAN; /* none before the first train.val_every step */
+  s->run.last_val_loss = NAN;                   /* none before the first train.val_every step */
   s->run.last_grad_norm = s->run.last_lr = NAN; /* none before the first step */
   cJSON *f = cJSON_CreateObject();
   cJSON_AddStringToObject(f, "run", s->rf.run);
@@ -1382,8 +1382,12 @@ static void cleanup(main_ctx *m) {
   sup_commitq_free(s->commitq); /* it may still report to the log and the gang */
   sup_logprep_stop(s->logprep);
   sup_pending_clear(s);
+  sup_run_known_free(s);
   sup_watch_free(s);
   sup_conn_free_all();
+  if (sup_http_save_status(s))
+    fprintf(stderr, "supervise: cannot save the last status (supervise status says less): %s\n",
+            ft_err_detail());
   sup_http_free(s);
   sup_kv_free(s->kv);
   struct event *evs[] = {s->tick,         s->grace,    s->waitpoll,  s->rejoin_timer,

@@ -216,7 +216,8 @@ void sup_metrics_write(const sup_metrics *m, sup *s, struct evbuffer *b) {
   gauge(b, "ftsup_step", "gauge", "The last step rank 0 reported.", (double)s->run.last_step);
   gauge(b, "ftsup_final_step", "gauge", "train.steps: the run's last step.", (double)s->final_step);
   gauge(b, "ftsup_eta_seconds", "gauge",
-        "Seconds to the last step at the pace of the last checkpoint interval.", sup_metrics_eta_s(m, s));
+        "Seconds to the last step at the pace of the last checkpoint interval.",
+        sup_metrics_eta_s(m, s));
   int stepped = s->run.last_step_ms > 0; /* a STEP was heard in this process */
   gauge(b, "ftsup_loss", "gauge", "Rank 0's training loss at the last step.",
         stepped ? s->run.last_loss : NAN);

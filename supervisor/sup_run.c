@@ -135,6 +135,21 @@ static void on_kv_get(sup *s, sup_worker *w, const ft_msg *m) {
 
 /* ---- checkpoints --------------------------------------------------------- */
 
+/* The run's checkpoints in the store (*list, *n: the caller frees), their
+ * steps also kept in p for the loop (ckpt_reconcile), with the time the
+ * list was begun. On a commit queue thread. */
+static int list_run(sup *s, sup_pending_ckpt *p, ckpt_info **list, size_t *n) {
+  p->listed_at = ft_now_s();
+  int rc = ckpt_store_list(s->store, s->rf.run, list, n);
+  if (rc)
+    return rc;
+  p->listed = malloc((*n ? *n : 1) * sizeof *p->listed);
+  for (size_t i = 0; p->listed && i < *n; i++)
+    p->listed[i] = (*list)[i].step; /* in step order: the list is */
+  p->nlisted = p->listed ? *n : 0;
+  return FT_OK;
+}
+
 /* The store's part of a commit (on sup_commitq's thread: touches only the
  * store and the run file, both safe there). */
 static void commit_store(sup *s, sup_pending_ckpt *p) {
@@ -153,7 +168,8 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
                     .memory_epoch = p->memory_epoch};
   double t0 = ft_now_s();
   p->rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
-  p->ms = (ft_now_s() - t0) * 1e3;
+  p->done_at = ft_now_s();
+  p->ms = (p->done_at - t0) * 1e3;
   p->why[0] = 0;
   if (p->rc == FT_EEXIST && p->level == CKPT_LEVEL_MEMORY) { /* in the store already */
     p->superseded = 1;
@@ -181,7 +197,7 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
    * its checkpoints hold, and what their chunks take once each) */
   ckpt_info *list = NULL;
   size_t n = 0;
-  if (ckpt_store_list(s->store, s->rf.run, &list, &n) == 0)
+  if (list_run(s, p, &list, &n) == 0)
     for (size_t i = 0; i < n; i++) {
       p->run_logical += list[i].logical_bytes;
       p->run_stored += list[i].new_bytes;
@@ -216,7 +232,7 @@ static sup_pending_ckpt *retention_gc(sup *s) {
       s->rf.checkpoint.persist_every > 1 || s->rf.checkpoint.require == FT_RF_REQUIRE_MEMORY;
   if (!(ret.keep_last > 0 || ret.keep_every > 0 || memory))
     return NULL;
-  ckpt_gc_report rep;
+  ckpt_gc_report rep = {0};
   int rc = ckpt_store_gc(s->store, &ret, 0, &rep);
   sup_pending_ckpt *p = calloc(1, sizeof *p);
   if (!p) {
@@ -226,8 +242,13 @@ static sup_pending_ckpt *retention_gc(sup *s) {
   }
   p->gc_done = 1;
   p->rc = rc;
+  p->gc_deleted = rep.checkpoints_deleted;
   if (rc)
     snprintf(p->why, sizeof p->why, "%s", ft_err_detail());
+  ckpt_info *list = NULL;
+  size_t n = 0;
+  if (list_run(s, p, &list, &n) == 0) /* what the GC left, for the views */
+    free(list);
   return p;
 }
 
@@ -254,6 +275,103 @@ static void gc_report(sup *s, const sup_pending_ckpt *p) {
                   "succeeds%s: %s",
                   refused ? "refused" : "failed", refused ? " (the reason says what to run)" : "",
                   p->why);
+}
+
+/* ---- the checkpoints the views know ---------------------------------------
+ * Every view (the dashboard, /status, the report, `supervise status`)
+ * lists checkpoints from the event stream, so a checkpoint the store
+ * deletes (retention after a commit, a memory-level one replaced by a
+ * newer one, or another program's `ckpt gc`/`ckpt rm`) is told as an event
+ * too: checkpoint_deleted {step, level, reason}. The loop keeps the steps
+ * it told of (committed here, or in the store when this process began);
+ * each commit and GC job brings the store's list from its thread, and a
+ * known step absent from a list begun after that step was in the catalog
+ * is gone. (A list begun before a commit finished may lack it without its
+ * being deleted: done_at < listed_at rules those out.) */
+
+static size_t known_find(const sup *s, int64_t step) {
+  size_t lo = 0, hi = s->run.nknown;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (s->run.known[mid].step < step)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static void known_add(sup *s, int64_t step, int level, double done_at) {
+  size_t i = known_find(s, step);
+  if (i < s->run.nknown && s->run.known[i].step == step) {
+    s->run.known[i].level = level, s->run.known[i].done_at = done_at;
+    return;
+  }
+  if (s->run.nknown == s->run.capknown) {
+    size_t cap = s->run.capknown ? 2 * s->run.capknown : 64;
+    struct sup_known_ckpt *k = realloc(s->run.known, cap * sizeof *k);
+    if (!k)
+      return; /* not told of: it is never reported deleted, nothing worse */
+    s->run.known = k, s->run.capknown = cap;
+  }
+  memmove(&s->run.known[i + 1], &s->run.known[i], (s->run.nknown - i) * sizeof *s->run.known);
+  s->run.known[i] = (struct sup_known_ckpt){step, level, done_at};
+  s->run.nknown++;
+}
+
+void sup_run_known_free(sup *s) {
+  free(s->run.known);
+  s->run.known = NULL;
+  s->run.nknown = s->run.capknown = 0;
+}
+
+static int listed_has(const sup_pending_ckpt *p, int64_t step) {
+  size_t lo = 0, hi = p->nlisted;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (p->listed[mid] < step)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < p->nlisted && p->listed[lo] == step;
+}
+
+static void ckpt_reconcile(sup *s, const sup_pending_ckpt *p) {
+  if (!p->listed)
+    return;
+  int retention = s->rf.checkpoint.keep_last > 0 || s->rf.checkpoint.keep_every > 0;
+  size_t w = 0;
+  for (size_t i = 0; i < s->run.nknown; i++) {
+    struct sup_known_ckpt k = s->run.known[i];
+    if (k.done_at >= p->listed_at || listed_has(p, k.step)) {
+      s->run.known[w++] = k;
+      continue;
+    }
+    int mem = k.level == CKPT_LEVEL_MEMORY;
+    const char *why = mem ? "memory" : retention ? "retention" : "removed";
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "step", (double)k.step);
+    cJSON_AddStringToObject(f, "level", mem ? "memory" : "store");
+    cJSON_AddStringToObject(f, "reason", why);
+    sup_events_emit(s->ev, "checkpoint_deleted", f, "step %" PRId64 " (%s)", k.step,
+                    mem         ? "in memory, replaced by a newer one"
+                    : retention ? "retention: checkpoint.keep_last/keep_every"
+                                : "no longer in the store: removed by another program");
+  }
+  s->run.nknown = w;
+}
+
+/* The checkpoints in the store when this process begins: known to the
+ * views from the event log of earlier processes (the report folds it). */
+static void known_seed(sup *s) {
+  ckpt_info *list = NULL;
+  size_t n = 0;
+  if (!s->store || ckpt_store_list(s->store, s->rf.run, &list, &n))
+    return;
+  for (size_t i = 0; i < n; i++)
+    known_add(s, list[i].step, list[i].level, 0);
+  free(list);
 }
 
 /* The loop's part: events, COMMITTED to the gang, the end of the run. */
@@ -283,6 +401,8 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
   }
   sup_events_emit(s->ev, "checkpoint_committed", f, "step %" PRId64 " (world %d%s) in %.1f ms",
                   p->step, p->world, p->level == CKPT_LEVEL_MEMORY ? ", in memory" : "", p->ms);
+  known_add(s, p->step, p->level, p->done_at);
+  ckpt_reconcile(s, p);
   sup_watch_committed(s, p->step);
   if (p->step > s->run.newest_committed)
     s->run.newest_committed = p->step;
@@ -329,6 +449,7 @@ static sup_pending_ckpt *cq_gc(void *ud) {
 static void cq_done(void *ud, sup_pending_ckpt *p) {
   sup *s = ud;
   if (p->gc_done) {
+    ckpt_reconcile(s, p);
     gc_report(s, p);
     sup_pending_free(p);
     return;
@@ -367,6 +488,7 @@ static void cq_release(void *ud, sup_pending_ckpt *p) {
 static void on_shard_parsed(void *ud, sup_shard_job *j);
 
 int sup_run_commitq_start(sup *s) {
+  known_seed(s);
   int rc = sup_shardq_new(s->base, on_shard_parsed, s, &s->shardq);
   if (rc)
     return rc;

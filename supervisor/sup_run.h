@@ -21,10 +21,10 @@ typedef struct sup_run_state {
   int64_t last_step; /* last step rank 0 reported in this process */
   double last_loss, last_tps, last_step_ms, last_val_loss;
   double last_grad_norm, last_lr; /* the last step's (NaN: none); lr by the run file's schedule */
-  double tokens_total; /* tokens trained in this process (global batch x seq_len per step
-                          heard, rolled-back steps included: work done) */
-  double last_step_at_s;            /* ft_now_s of rank 0's last STEP; 0: none yet */
-  int64_t newest_committed;         /* the newest checkpoint this process saw committed; -1: none */
+  double tokens_total;            /* tokens trained in this process (global batch x seq_len per step
+                                     heard, rolled-back steps included: work done) */
+  double last_step_at_s;          /* ft_now_s of rank 0's last STEP; 0: none yet */
+  int64_t newest_committed;       /* the newest checkpoint this process saw committed; -1: none */
   struct sup_pending_ckpt *pending; /* checkpoints still collecting SHARD_SAVED */
   /* the terminal's progress line: the pace since a mark */
   double pace_t, pace_rate, progress_next_s;
@@ -33,6 +33,15 @@ typedef struct sup_run_state {
                            never; the commit thread's alone) */
   char gc_failed[1024]; /* the reason of the last gc_failed event; "" none
                            since a GC that succeeded */
+  /* the run's checkpoints the views were told of (committed here, or in
+   * the store when this process began), by step: a step gone from a later
+   * list of the store's is told as checkpoint_deleted (sup_run.c) */
+  struct sup_known_ckpt {
+    int64_t step;
+    int level;      /* enum ckpt_level */
+    double done_at; /* ft_now_s when it was in the catalog (0: before this process) */
+  } * known;
+  size_t nknown, capknown;
 } sup_run_state;
 
 #endif

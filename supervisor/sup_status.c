@@ -22,6 +22,7 @@
 #include <string.h>
 
 #define KEEP_FAULTS 10 /* the last faults the offline status lists */
+#define KEEP_CKPTS 12  /* and checkpoints (as /status) */
 
 /* ---- supervise status ------------------------------------------------------ */
 
@@ -108,6 +109,35 @@ int sup_http_state_file(const char *dir, const char *name, char *out, size_t len
   return out[0] ? 0 : -1;
 }
 
+/* What the last supervise saved as it ended (STATE/status.json, written
+ * by sup_http_save_status) into o, when it is that run's (saved after its
+ * run_started at started_ts): the nodes and their roles, which the event
+ * log alone does not give, and the figures of its last step. The event
+ * log's account of how it ended (state, reason, step) stays. */
+static void add_saved(cJSON *o, const char *dir, double started_ts) {
+  static const char *const keys[] = {"nodes", "launcher", "tokens_per_s", "restarts", "gen"};
+  char path[4200];
+  snprintf(path, sizeof path, "%s/status.json", dir);
+  FILE *fp = fopen(path, "r");
+  char *line = NULL;
+  size_t cap = 0;
+  cJSON *saved = fp && getline(&line, &cap, fp) > 0 ? cJSON_Parse(line) : NULL;
+  free(line);
+  if (fp)
+    fclose(fp);
+  if (saved && sup_jnum(saved, "saved_ts", 0) >= started_ts)
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+      cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(saved, keys[k]);
+      if (v && cJSON_GetObjectItemCaseSensitive(o, keys[k]))
+        cJSON_ReplaceItemInObjectCaseSensitive(o, keys[k], v);
+      else if (v)
+        cJSON_AddItemToObject(o, keys[k], v);
+    }
+  if (!cJSON_GetObjectItemCaseSensitive(o, "nodes"))
+    cJSON_AddArrayToObject(o, "nodes"); /* none known: an empty list, never null */
+  cJSON_Delete(saved);
+}
+
 /* The state directory's event log, read: how its last supervise ended. */
 static cJSON *offline_status(const char *dir) {
   char path[4200];
@@ -116,13 +146,20 @@ static cJSON *offline_status(const char *dir) {
   if (!fp)
     return NULL;
   cJSON *o = cJSON_CreateObject(), *start = NULL, *end = NULL, *step = NULL, *gen = NULL;
-  cJSON *faults = cJSON_CreateArray();
+  cJSON *faults = cJSON_CreateArray(), *ckpts = cJSON_CreateArray();
+  double restarts = 0, val_loss = NAN;
   char *line = NULL;
   size_t cap = 0;
   while (getline(&line, &cap, fp) > 0) {
     cJSON *e = cJSON_Parse(line);
     const char *name = e ? sup_jstr(e, "event") : NULL;
     cJSON **slot = NULL;
+    if (name) {
+      sup_jckpt_fold(ckpts, sup_jnum(e, "ts", 0), name, e, KEEP_CKPTS);
+      restarts += !strcmp(name, "recovered");
+      if (!strcmp(name, "step") && isfinite(sup_jnum(e, "val_loss", NAN)))
+        val_loss = sup_jnum(e, "val_loss", NAN);
+    }
     if (!name)
       ;
     else if (!strcmp(name, "run_started")) {
@@ -162,15 +199,22 @@ static cJSON *offline_status(const char *dir) {
   cJSON_AddNumberToObject(o, "gen", gen ? sup_jnum(gen, "gen", 0) : 0);
   double last = end && sup_jnum(end, "steps", -1) >= 0       ? sup_jnum(end, "steps", -1)
                 : end && sup_jnum(end, "last_step", -1) >= 0 ? sup_jnum(end, "last_step", -1)
-                : step                                  ? sup_jnum(step, "step", 0)
-                                                        : 0;
+                : step                                       ? sup_jnum(step, "step", 0)
+                                                             : 0;
   cJSON_AddNumberToObject(o, "step", last);
   cJSON_AddNumberToObject(o, "final_step", start ? sup_jnum(start, "steps", 0) : 0);
   if (step && isfinite(sup_jnum(step, "loss", NAN)))
     cJSON_AddNumberToObject(o, "loss", sup_jnum(step, "loss", NAN));
   if (end)
     cJSON_AddNumberToObject(o, "ended_ts", sup_jnum(end, "ts", 0));
+  if (isfinite(val_loss))
+    cJSON_AddNumberToObject(o, "val_loss", val_loss);
+  else
+    cJSON_AddNullToObject(o, "val_loss");
+  cJSON_AddNumberToObject(o, "restarts", restarts);
+  cJSON_AddItemToObject(o, "checkpoints", ckpts);
   cJSON_AddItemToObject(o, "faults", faults);
+  add_saved(o, dir, start ? sup_jnum(start, "ts", 0) : 0);
   cJSON_Delete(start);
   cJSON_Delete(end);
   cJSON_Delete(step);
@@ -231,8 +275,8 @@ static void print_progress(const cJSON *o) {
     printf("    rank %.0f (node %.0f slot %.0f): %s, collective %.0f, step %.0f, no progress for "
            "%.1f s\n",
            sup_jnum(l[i].w, "rank", -1), l[i].node, sup_jnum(l[i].w, "slot", -1),
-           sup_jstr(l[i].w, "phase") ? sup_jstr(l[i].w, "phase") : "?", sup_jnum(l[i].w, "coll_seq", 0),
-           sup_jnum(l[i].w, "step", -1), l[i].age);
+           sup_jstr(l[i].w, "phase") ? sup_jstr(l[i].w, "phase") : "?",
+           sup_jnum(l[i].w, "coll_seq", 0), sup_jnum(l[i].w, "step", -1), l[i].age);
   if (n > PRINT_PROGRESS_MAX)
     printf("    (%d more)\n", n - PRINT_PROGRESS_MAX);
   free(l);
@@ -241,9 +285,10 @@ static void print_progress(const cJSON *o) {
 static void print_human(const cJSON *o) {
   int running = cJSON_IsTrue(cJSON_GetObjectItem(o, "running"));
   double step = sup_jnum(o, "step", 0), fin = sup_jnum(o, "final_step", 0);
-  printf("run %s: %s%s, generation %.0f, step %.0f/%.0f", sup_jstr(o, "run") ? sup_jstr(o, "run") : "?",
-         running ? "" : "not running: ", sup_jstr(o, "state") ? sup_jstr(o, "state") : "?", sup_jnum(o, "gen", 0),
-         step, fin);
+  printf("run %s: %s%s, generation %.0f, step %.0f/%.0f",
+         sup_jstr(o, "run") ? sup_jstr(o, "run") : "?",
+         running ? "" : "not running: ", sup_jstr(o, "state") ? sup_jstr(o, "state") : "?",
+         sup_jnum(o, "gen", 0), step, fin);
   if (fin > 0)
     printf(" (%.0f%%)", 100 * step / fin);
   if (running && sup_jnum(o, "eta_s", -1) >= 0)
@@ -270,9 +315,10 @@ static void print_human(const cJSON *o) {
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "nodes")) {
       const char *doc = sup_jstr(it, "doctor");
       int say = doc && strcmp(doc, "cleared") != 0 && strcmp(doc, "off") != 0;
-      printf(" %.0f %s%s%s%s%s", sup_jnum(it, "node", 0), sup_jstr(it, "role") ? sup_jstr(it, "role") : "?",
-             sup_jstr(it, "host") ? "@" : "", sup_jstr(it, "host") ? sup_jstr(it, "host") : "",
-             say ? " (doctor: " : "", say ? doc : "");
+      printf(" %.0f %s%s%s%s%s", sup_jnum(it, "node", 0),
+             sup_jstr(it, "role") ? sup_jstr(it, "role") : "?", sup_jstr(it, "host") ? "@" : "",
+             sup_jstr(it, "host") ? sup_jstr(it, "host") : "", say ? " (doctor: " : "",
+             say ? doc : "");
       if (say)
         printf(")");
     }
@@ -282,14 +328,15 @@ static void print_human(const cJSON *o) {
   if (cJSON_GetArraySize(cJSON_GetObjectItem(o, "checkpoints")) > 0) {
     printf("  checkpoints:");
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "checkpoints")) {
-      printf(" %.0f %s", sup_jnum(it, "step", 0), sup_jstr(it, "state") ? sup_jstr(it, "state") : "?");
+      printf(" %.0f %s", sup_jnum(it, "step", 0),
+             sup_jstr(it, "state") ? sup_jstr(it, "state") : "?");
     }
     printf("\n");
   }
   cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "faults")) {
     printf("  fault at step %.0f: %s, node %.0f%s%s\n", sup_jnum(it, "step", -1),
-           sup_jstr(it, "kind") ? sup_jstr(it, "kind") : "?", sup_jnum(it, "node", -1), sup_jstr(it, "host") ? " " : "",
-           sup_jstr(it, "host") ? sup_jstr(it, "host") : "");
+           sup_jstr(it, "kind") ? sup_jstr(it, "kind") : "?", sup_jnum(it, "node", -1),
+           sup_jstr(it, "host") ? " " : "", sup_jstr(it, "host") ? sup_jstr(it, "host") : "");
   }
 }
 

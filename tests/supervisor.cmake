@@ -83,6 +83,12 @@ if(TARGET supervise)
   # A retention GC the store refuses (a manifest its catalog lacks): an event, nothing deleted.
   ft_add_script_test(NAME sup_gc_refused COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_gc_refused.sh
                      LABELS integration TIMEOUT 90)
+  # Retention's deletions told to every view; a finished run's status keys.
+  ft_add_script_test(NAME sup_ckpt_list COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_ckpt_list.sh
+                     LABELS integration TIMEOUT 120)
+  # The terminal's progress line fitted to its width (script(1) gives a pty).
+  ft_add_script_test(NAME sup_progress_tty COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_progress_tty.sh
+                     LABELS integration TIMEOUT 120)
   # A hang with live processes (hang_at_step): /status shows phase and progress age.
   ft_add_script_test(NAME sup_hang_progress COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_hang_progress.sh
                      LABELS integration TIMEOUT 180)
