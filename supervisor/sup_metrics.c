@@ -67,7 +67,8 @@ typedef struct counted {
 
 /* Every event the supervisor writes to events.jsonl (docs/operate.md), so
  * that ftsup_events_total has each from 0. An event not listed here is
- * still counted, from its first occurrence (at 1). */
+ * still counted, from its first occurrence (at 1); tests/alerts/
+ * alerts_rules.sh fails when one the supervisor writes is missing. */
 static const char *const EVENTS[] = {"chaos_kill",
                                      "checkpoint_bad",
                                      "checkpoint_committed",
