@@ -34,6 +34,7 @@ pkgs=(
   # Prometheus (promtool, a scrape) and a real browser test it.
   libjs-dygraphs
   prometheus
+  prometheus-alertmanager  # delivers docs/alerts.yml's alerts to a webhook (sup_alerts.sh)
   curl                  # the HTTP port tests' client
   chromium
 )

@@ -1,17 +1,27 @@
 /*
  * sup_metrics: what /metrics exports (Prometheus text exposition format,
- * version 0.0.4; docs/operate.md lists the series).
+ * version 0.0.4; docs/operate.md lists the series, docs/alerts.yml alerts on
+ * them).
  *
  * Folded from events (one pass, as sup_http's event hook hands them on):
- * faults by kind and node, time to detect (rank 0's last step to the
- * detection), recoveries (detection to stopped gang, detection to the new
- * gang's first step: histograms), steps lost, checkpoints committed and
- * failed with commit latency (histogram) and sizes, events by name, the
- * pace of the last two step events (the ETA). Read at scrape time: step,
- * loss, validation loss, tokens/s, step time, generation, restarts, nodes
- * by role, state, ETA (the sup struct); goodput so far (the step history);
- * S3 requests, bytes and upload queue (the store's counters, kept in memory
- * by the store).
+ * faults by kind, by node and kind, and the node of each kind's last
+ * fault; time to detect (rank 0's last step to the detection), recoveries
+ * (detection to stopped gang, detection to the new gang's first step:
+ * histograms), steps lost, checkpoints committed, failed and deleted with
+ * commit latency (histogram) and sizes, events by name and the node of
+ * each name's last event that named one, the pace of the last two step
+ * events (the ETA). Read at scrape time: step, loss, validation loss, grad
+ * norm, learning rate, tokens trained, tokens/s, step time, generation,
+ * restarts, nodes by role, state, ETA (the sup struct); goodput so far (the
+ * step history); S3 requests, bytes and upload queue (the store's counters,
+ * kept in memory by the store).
+ *
+ * Counters an alert reads are exported from 0 from the first scrape for
+ * every name they can take (fault kinds, event names, deletion reasons):
+ * a series that first appears at 1 has no increase() in Prometheus, so the
+ * run's first fault would raise nothing. Series per node appear on first
+ * use (nodes x kinds up front would be too many for a large gang); they
+ * carry the node's host beside its number when the run has hosts.
  *
  * Single-threaded (the loop).
  */
@@ -52,13 +62,91 @@ typedef struct counted {
   char key[64];
   int node; /* -1: no node label */
   double n;
+  int last_node; /* the node its last event named; -1: none */
 } counted;
 
+/* Every event the supervisor writes to events.jsonl (docs/operate.md), so
+ * that ftsup_events_total has each from 0. An event not listed here is
+ * still counted, from its first occurrence (at 1); tests/alerts/
+ * alerts_rules.sh fails when one the supervisor writes is missing. */
+static const char *const EVENTS[] = {"chaos_kill",
+                                     "checkpoint_bad",
+                                     "checkpoint_committed",
+                                     "checkpoint_damaged",
+                                     "checkpoint_deleted",
+                                     "checkpoint_failed",
+                                     "checkpoint_good",
+                                     "checkpoint_lost",
+                                     "checkpoint_mark_failed",
+                                     "connection_closed",
+                                     "doctor_links",
+                                     "doctor_recheck",
+                                     "doctor_reference",
+                                     "doctor_report",
+                                     "doctor_slow_link",
+                                     "doctor_storage",
+                                     "doctor_verdict",
+                                     "drain_failed",
+                                     "fault_detected",
+                                     "gang_shrunk",
+                                     "gang_stopped",
+                                     "gc_failed",
+                                     "generation_started",
+                                     "history_failed",
+                                     "loss_spike",
+                                     "node_drained",
+                                     "node_quarantined",
+                                     "node_rejoined",
+                                     "node_restarted",
+                                     "progress_hang",
+                                     "recovered",
+                                     "rejoin_fallback",
+                                     "restore_hash_failure",
+                                     "rollback",
+                                     "run_done",
+                                     "run_failed",
+                                     "run_interrupted",
+                                     "run_started",
+                                     "runfile_change_accepted",
+                                     "runfile_changed",
+                                     "sdc",
+                                     "spare_lost",
+                                     "spare_lost_supervisor",
+                                     "spare_promoted",
+                                     "step",
+                                     "steps_unanswered",
+                                     "storage_fault",
+                                     "storage_retry",
+                                     "straggler",
+                                     "straggler_cleared",
+                                     "supervisor_stall",
+                                     "unkillable_left",
+                                     "unkillable_reaped",
+                                     "waiting_for_spare",
+                                     "waiting_on_storage",
+                                     "worker_fault",
+                                     "worker_launched",
+                                     "worker_unkillable",
+                                     "xid"};
+#define NEVENTS_KNOWN (int)(sizeof EVENTS / sizeof *EVENTS)
+
+/* checkpoint_deleted's reasons: retention (checkpoint.keep_last after a
+ * commit) and gc */
+static const char *const DELETE_REASONS[] = {"retention", "gc"};
+#define NREASONS (int)(sizeof DELETE_REASONS / sizeof *DELETE_REASONS)
+
+#define MAX_KINDS 48
+#define MAX_NODE_FAULTS 256
+#define MAX_EVENTS 128
+
 struct sup_metrics {
-  counted faults[128];
+  counted kinds[MAX_KINDS]; /* ftsup_faults_total{kind}: every sup_fault_kind from 0 */
+  int nkinds;
+  counted faults[MAX_NODE_FAULTS]; /* ftsup_node_faults_total{kind,node}: on first use */
   int nfaults;
-  counted events[96];
+  counted events[MAX_EVENTS]; /* ftsup_events_total{event}: EVENTS from 0 */
   int nevents;
+  double deleted[NREASONS + 1]; /* ftsup_checkpoints_deleted_total; the last: another reason */
   hist stop, recover, commit, detect;
   double steps_lost, commits, commit_failed;
   double ckpt_logical, ckpt_stored, run_logical, run_stored; /* the last commit's */
@@ -66,21 +154,23 @@ struct sup_metrics {
   int64_t eta_s0, eta_s1; /* two "step" events: the pace */
 };
 
-static void count(counted *a, int *na, int cap, const char *key, int node, double by) {
+/* the entry of (key, node), made at 0 on first use; when a is full (a
+ * flood of odd names), the last slot, "other", takes the rest */
+static counted *entry(counted *a, int *na, int cap, const char *key, int node) {
   for (int i = 0; i < *na; i++)
-    if (a[i].node == node && !strcmp(a[i].key, key)) {
-      a[i].n += by;
-      return;
-    }
-  if (*na == cap) { /* full (a flood of odd names): the last slot takes the rest */
+    if (a[i].node == node && !strcmp(a[i].key, key))
+      return &a[i];
+  if (*na == cap) {
     snprintf(a[cap - 1].key, sizeof a[cap - 1].key, "other");
     a[cap - 1].node = -1;
-    a[cap - 1].n += by;
-    return;
+    return &a[cap - 1];
   }
-  snprintf(a[*na].key, sizeof a[*na].key, "%s", key);
-  a[*na].node = node;
-  a[(*na)++].n = by;
+  counted *c = &a[(*na)++];
+  snprintf(c->key, sizeof c->key, "%s", key);
+  c->node = node;
+  c->n = 0;
+  c->last_node = -1;
+  return c;
 }
 
 sup_metrics *sup_metrics_new(void) {
@@ -91,6 +181,10 @@ sup_metrics *sup_metrics_new(void) {
   m->recover = m->stop;
   m->commit = (hist){.le = LE_COMMIT, .n = sizeof LE_COMMIT / sizeof *LE_COMMIT};
   m->detect = (hist){.le = LE_DETECT, .n = sizeof LE_DETECT / sizeof *LE_DETECT};
+  for (int k = 0; k < SUP_FAULT_KINDS; k++)
+    entry(m->kinds, &m->nkinds, MAX_KINDS, sup_fault_kind_name((sup_fault_kind)k), -1);
+  for (int i = 0; i < NEVENTS_KNOWN; i++)
+    entry(m->events, &m->nevents, MAX_EVENTS, EVENTS[i], -1);
   return m;
 }
 
@@ -98,11 +192,26 @@ void sup_metrics_free(sup_metrics *m) {
   free(m);
 }
 
+static void fold_deleted(sup_metrics *m, const cJSON *e) {
+  const char *why = sup_jstr(e, "reason");
+  int r = 0;
+  while (r < NREASONS && !(why && !strcmp(why, DELETE_REASONS[r])))
+    r++;
+  m->deleted[r]++; /* r == NREASONS: another reason */
+}
+
 void sup_metrics_fold(sup_metrics *m, double ts, const char *name, const cJSON *e) {
-  count(m->events, &m->nevents, 96, name, -1, 1);
+  int node = (int)sup_jnum(e, "node", -1);
+  counted *ev = entry(m->events, &m->nevents, MAX_EVENTS, name, -1);
+  ev->n++;
+  ev->last_node = node;
   if (!strcmp(name, "fault_detected")) {
     const char *kind = sup_jstr(e, "kind");
-    count(m->faults, &m->nfaults, 128, kind ? kind : "unknown", (int)sup_jnum(e, "node", -1), 1);
+    counted *k = entry(m->kinds, &m->nkinds, MAX_KINDS, kind ? kind : "unknown", -1);
+    k->n++;
+    k->last_node = node;
+    if (node >= 0)
+      entry(m->faults, &m->nfaults, MAX_NODE_FAULTS, k->key, node)->n++;
     if (sup_jnum(e, "stalled_s", -1) >= 0)
       hist_observe(&m->detect, sup_jnum(e, "stalled_s", 0));
   } else if (!strcmp(name, "recovered")) {
@@ -120,6 +229,8 @@ void sup_metrics_fold(sup_metrics *m, double ts, const char *name, const cJSON *
     }
   } else if (!strcmp(name, "checkpoint_failed")) {
     m->commit_failed++;
+  } else if (!strcmp(name, "checkpoint_deleted")) {
+    fold_deleted(m, e);
   } else if (!strcmp(name, "step")) {
     int64_t k = (int64_t)sup_jnum(e, "step", -1);
     if (k <= m->eta_s1) /* a rollback or a restore: the pace starts again */
@@ -198,6 +309,57 @@ static void label(struct evbuffer *b, const char *v) {
   }
 }
 
+/* ,node="N" and ,host="H" when the run has hosts */
+static void node_labels(struct evbuffer *b, const sup *s, int node) {
+  evbuffer_add_printf(b, ",node=\"%d\"", node);
+  const char *host = sup_node_host(s, node);
+  if (host) {
+    evbuffer_add_printf(b, ",host=\"");
+    label(b, host);
+    evbuffer_add(b, "\"", 1);
+  }
+}
+
+/* NAME{KEYLABEL="key"[,node,host]} n for each entry; every=0: only those
+ * whose last event named a node, as 1 (an info series: alerts take the
+ * node and host from it with group_left) */
+static void counted_series(struct evbuffer *b, const sup *s, const char *name, const char *keylabel,
+                           const counted *a, int n, int info) {
+  for (int i = 0; i < n; i++) {
+    int node = info ? a[i].last_node : a[i].node;
+    if (info && node < 0)
+      continue;
+    evbuffer_add_printf(b, "%s{%s=\"", name, keylabel);
+    label(b, a[i].key);
+    evbuffer_add(b, "\"", 1);
+    if (node >= 0)
+      node_labels(b, s, node);
+    evbuffer_add_printf(b, "} %.0f\n", info ? 1 : a[i].n);
+  }
+}
+
+/* faults and events: the series docs/alerts.yml reads */
+static void write_faults(const sup_metrics *m, const sup *s, struct evbuffer *b) {
+  metric(b, "ftsup_faults_total", "counter",
+         "Faults detected, by kind (every kind from 0, so the first one has an increase).");
+  counted_series(b, s, "ftsup_faults_total", "kind", m->kinds, m->nkinds, 0);
+  metric(b, "ftsup_node_faults_total", "counter",
+         "Faults detected on a node, by kind and node (from a node's first fault).");
+  counted_series(b, s, "ftsup_node_faults_total", "kind", m->faults, m->nfaults, 0);
+  metric(b, "ftsup_fault_last_info", "gauge",
+         "1, labelled with the node (and host) of the last fault of each kind that was a node's.");
+  counted_series(b, s, "ftsup_fault_last_info", "kind", m->kinds, m->nkinds, 1);
+}
+
+static void write_events(const sup_metrics *m, const sup *s, struct evbuffer *b) {
+  metric(b, "ftsup_events_total", "counter",
+         "Events written to events.jsonl, by name (every event the supervisor writes from 0).");
+  counted_series(b, s, "ftsup_events_total", "event", m->events, m->nevents, 0);
+  metric(b, "ftsup_event_last_info", "gauge",
+         "1, labelled with the node (and host) of the last event of each name that named one.");
+  counted_series(b, s, "ftsup_event_last_info", "event", m->events, m->nevents, 1);
+}
+
 void sup_metrics_write(const sup_metrics *m, sup *s, struct evbuffer *b) {
   metric(b, "ftsup_info", "gauge", "The run, its launcher and the supervisor's version.");
   evbuffer_add_printf(b, "ftsup_info{run=\"");
@@ -225,6 +387,16 @@ void sup_metrics_write(const sup_metrics *m, sup *s, struct evbuffer *b) {
         "The last validation loss (train.val_every; NaN before the first).", s->run.last_val_loss);
   gauge(b, "ftsup_tokens_per_second", "gauge", "Training throughput at the last step.",
         stepped ? s->run.last_tps : NAN);
+  gauge(b, "ftsup_tokens_total", "counter",
+        "Tokens trained by this supervisor (global batch x sequence length per step; steps "
+        "later rolled back included): rate() it for the throughput.",
+        s->run.tokens_total);
+  gauge(b, "ftsup_grad_norm", "gauge",
+        "The global gradient norm (before clipping) at the last step (NaN before the first).",
+        stepped ? s->run.last_grad_norm : NAN);
+  gauge(b, "ftsup_learning_rate", "gauge",
+        "The learning rate of the last step, by the run file's schedule (NaN before the first).",
+        stepped ? s->run.last_lr : NAN);
   gauge(b, "ftsup_goodput_ratio", "gauge",
         "Share of the time since the first step spent on steps that survive (not rolled back, "
         "not lost to a fault), from the step history.",
@@ -258,14 +430,7 @@ void sup_metrics_write(const sup_metrics *m, sup *s, struct evbuffer *b) {
       c += !strcmp(sup_doctor_node_state(s, n), dstates[k]);
     evbuffer_add_printf(b, "ftsup_doctor_nodes{state=\"%s\"} %d\n", dstates[k], c);
   }
-  metric(b, "ftsup_faults_total", "counter", "Faults detected, by kind and node.");
-  for (int i = 0; i < m->nfaults; i++) {
-    evbuffer_add_printf(b, "ftsup_faults_total{kind=\"");
-    label(b, m->faults[i].key);
-    if (m->faults[i].node >= 0)
-      evbuffer_add_printf(b, "\",node=\"%d", m->faults[i].node);
-    evbuffer_add_printf(b, "\"} %.0f\n", m->faults[i].n);
-  }
+  write_faults(m, s, b);
   histogram(b, "ftsup_detect_seconds",
             "From rank 0's last step to a fault's detection: training time the fault cost "
             "before it was known.",
@@ -279,6 +444,12 @@ void sup_metrics_write(const sup_metrics *m, sup *s, struct evbuffer *b) {
   gauge(b, "ftsup_checkpoints_committed_total", "counter", "Checkpoints committed.", m->commits);
   gauge(b, "ftsup_checkpoints_failed_total", "counter", "Checkpoints that could not be committed.",
         m->commit_failed);
+  metric(b, "ftsup_checkpoints_deleted_total", "counter",
+         "Checkpoints the store deleted (checkpoint_deleted), by reason: retention, gc.");
+  for (int r = 0; r <= NREASONS; r++)
+    if (r < NREASONS || m->deleted[r] > 0)
+      evbuffer_add_printf(b, "ftsup_checkpoints_deleted_total{reason=\"%s\"} %.0f\n",
+                          r < NREASONS ? DELETE_REASONS[r] : "other", m->deleted[r]);
   histogram(b, "ftsup_checkpoint_commit_seconds",
             "From the last shard's report to the checkpoint's commit.", &m->commit);
   gauge(b, "ftsup_checkpoint_logical_bytes", "gauge",
@@ -307,8 +478,5 @@ void sup_metrics_write(const sup_metrics *m, sup *s, struct evbuffer *b) {
     gauge(b, "ftsup_s3_uploads_failed_total", "counter",
           "Background uploads that failed (and were retried).", (double)ts.uploads_failed);
   }
-  metric(b, "ftsup_events_total", "counter", "Events written to events.jsonl, by name.");
-  for (int i = 0; i < m->nevents; i++)
-    evbuffer_add_printf(b, "ftsup_events_total{event=\"%s\"} %.0f\n", m->events[i].key,
-                        m->events[i].n);
+  write_events(m, s, b);
 }

@@ -62,6 +62,14 @@ if(TARGET supervise)
   # The operator's HTTP port: a real Prometheus scrapes it; supervise status.
   ft_add_script_test(NAME sup_http COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_http.sh
                      LABELS integration TIMEOUT 180)
+  # docs/alerts.yml: promtool check and test rules (tests/alerts/alerts_test.yml),
+  # and every event the supervisor writes counted from 0 (sup_metrics.c's EVENTS).
+  ft_add_script_test(NAME alerts_rules COMMAND bash ${CMAKE_SOURCE_DIR}/tests/alerts/alerts_rules.sh
+                     LABELS unit TIMEOUT 60)
+  # The alerts end to end: a run with a node killed, a real Prometheus and
+  # Alertmanager; the first fault's alert reaches a webhook.
+  ft_add_script_test(NAME sup_alerts COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_alerts.sh
+                     LABELS integration TIMEOUT 180)
   # The dashboard and the report in headless Chromium (kill, Xid, spike).
   ft_add_script_test(NAME sup_dashboard COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_dashboard.sh
                      LABELS integration TIMEOUT 300)
