@@ -130,9 +130,10 @@ static const char *const EVENTS[] = {"chaos_kill",
                                      "xid"};
 #define NEVENTS_KNOWN (int)(sizeof EVENTS / sizeof *EVENTS)
 
-/* checkpoint_deleted's reasons: retention (checkpoint.keep_last after a
- * commit) and gc */
-static const char *const DELETE_REASONS[] = {"retention", "gc"};
+/* checkpoint_deleted's reasons (sup_run.c: ckpt_reconcile): retention
+ * (checkpoint.keep_last/keep_every), memory (a memory-level checkpoint a
+ * newer one replaced), removed (gone otherwise: ckpt gc or rm by hand) */
+static const char *const DELETE_REASONS[] = {"retention", "memory", "removed"};
 #define NREASONS (int)(sizeof DELETE_REASONS / sizeof *DELETE_REASONS)
 
 #define MAX_KINDS 48
