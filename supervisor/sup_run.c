@@ -556,7 +556,9 @@ static void on_step(sup *s, const ft_msg *m) {
                       .loss = (float)m->step.loss,
                       .val_loss = (float)m->step.val_loss,
                       .step_ms = (float)m->step.step_ms,
-                      .tokens_per_s = (float)m->step.tokens_per_s};
+                      .tokens_per_s = (float)m->step.tokens_per_s,
+                      .grad_norm = (float)s->run.last_grad_norm,
+                      .lr = (float)s->run.last_lr};
     sup_history_add(s->hist, &r);
   }
   progress(s, step);
