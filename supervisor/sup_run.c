@@ -794,8 +794,11 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   case FT_MSG_STEP:
     /* every rank reports its step time; only rank 0's STEP moves progress,
      * the loss window and recovery */
-    if (current)
+    if (current) {
       sup_watch_step_time(s, w, m);
+      w->step_ms = m->step.step_ms; /* the node map's per-rank step time */
+      w->step_ms_gen = s->gen;
+    }
     if (current && w->rank == 0)
       on_step(s, m);
     break;
