@@ -161,6 +161,7 @@ static const struct field FIELDS[] = {
     F_INT("nodes.threads", nodes.threads, 0, 4096),
     F_STR("nodes.workdir", nodes.workdir, EMPTY_OK, C_NONE, NULL),
     F_STR("nodes.srun_args", nodes.srun_args, EMPTY_OK, C_NONE, NULL),
+    F_DBL("nodes.peak_tflops", nodes.peak_tflops, 0, 1e6, 0),
     F_STR("supervisor.listen", supervisor.listen, EMPTY_OK, C_NONE, NULL),
     F_STR("supervisor.advertise", supervisor.advertise, EMPTY_OK, C_NONE, NULL),
     F_STR("supervisor.http", supervisor.http, EMPTY_OK, C_NONE, NULL),

@@ -15,13 +15,17 @@
 #include <unistd.h>
 
 #define HDR_LEN 16
-#define REC_LEN 32
+#define VERSION 2
+#define REC_LEN 40    /* version 2's */
+#define REC_LEN_V1 32 /* version 1's: no grad_norm, lr */
 #define BUF_RECS 256
 static const char MAGIC[8] = {'F', 'T', 'H', 'I', 'S', 'T', 0, 0};
 
 struct sup_history {
   char path[4200];
   int fd;         /* -1: read only, or the file given up after an error */
+  int version;    /* the file's record format */
+  size_t rec_len; /* its record size */
   char err[4400]; /* why the file was given up */
   sup_hist_rec *mem;
   size_t n, cap, mem_cap;
@@ -63,7 +67,8 @@ static float get_f32(const uint8_t *p) {
   return f;
 }
 
-static void encode(uint8_t *p, const sup_hist_rec *r) {
+/* a version 1 record is the first 32 bytes of a version 2 one */
+static void encode(uint8_t *p, const sup_hist_rec *r, int version) {
   uint64_t ts;
   memcpy(&ts, &r->ts, 8);
   put_u64(p, ts);
@@ -72,9 +77,13 @@ static void encode(uint8_t *p, const sup_hist_rec *r) {
   put_f32(p + 20, r->val_loss);
   put_f32(p + 24, r->step_ms);
   put_f32(p + 28, r->tokens_per_s);
+  if (version >= 2) {
+    put_f32(p + 32, r->grad_norm);
+    put_f32(p + 36, r->lr);
+  }
 }
 
-static void decode(const uint8_t *p, sup_hist_rec *r) {
+static void decode(const uint8_t *p, sup_hist_rec *r, int version) {
   uint64_t ts = get_u64(p);
   memcpy(&r->ts, &ts, 8);
   r->step = (int64_t)get_u64(p + 8);
@@ -82,6 +91,8 @@ static void decode(const uint8_t *p, sup_hist_rec *r) {
   r->val_loss = get_f32(p + 20);
   r->step_ms = get_f32(p + 24);
   r->tokens_per_s = get_f32(p + 28);
+  r->grad_norm = version >= 2 ? get_f32(p + 32) : NAN;
+  r->lr = version >= 2 ? get_f32(p + 36) : NAN;
 }
 
 /* Halves the memory copy: every second record stays, and every one with a
@@ -124,6 +135,11 @@ static int give_up(sup_history *h, int e, const char *what) {
   return ft_err_set(ft_err_from_errno(e), "%s", h->err);
 }
 
+/* the formats this build reads (and appends to) */
+static int known_format(uint32_t version, uint32_t rec_len) {
+  return (version == VERSION && rec_len == REC_LEN) || (version == 1 && rec_len == REC_LEN_V1);
+}
+
 static int read_all(int fd, uint8_t *p, size_t n, off_t at) {
   while (n) {
     ssize_t k = pread(fd, p, n, at);
@@ -159,27 +175,31 @@ int sup_history_open(const char *path, int writable, size_t mem_cap, sup_history
     rc = ft_err_set(ft_err_from_errno(errno), "%s: %s", path, strerror(errno));
   } else if (st.st_size == 0 && writable) {
     memcpy(hdr, MAGIC, 8);
-    put_u32(hdr + 8, 1);
+    put_u32(hdr + 8, VERSION);
     put_u32(hdr + 12, REC_LEN);
+    h->version = VERSION, h->rec_len = REC_LEN;
     if (pwrite(fd, hdr, HDR_LEN, 0) != HDR_LEN)
       rc = ft_err_set(FT_EIO, "%s: cannot write the header: %s", path, strerror(errno));
   } else if (st.st_size < HDR_LEN || read_all(fd, hdr, HDR_LEN, 0) != 1 || memcmp(hdr, MAGIC, 8) ||
-             get_u32(hdr + 8) != 1 || get_u32(hdr + 12) != REC_LEN) {
-    rc = ft_err_set(FT_EFORMAT, "%s: not a step history (version 1, 32-byte records)", path);
+             !known_format(get_u32(hdr + 8), get_u32(hdr + 12))) {
+    rc = ft_err_set(FT_EFORMAT,
+                    "%s: not a step history (version 2, 40-byte records, or 1, 32-byte)", path);
   } else {
-    uint64_t n = (uint64_t)(st.st_size - HDR_LEN) / REC_LEN;
-    off_t end = HDR_LEN + (off_t)(n * REC_LEN);
+    h->version = (int)get_u32(hdr + 8), h->rec_len = get_u32(hdr + 12);
+    size_t rl = h->rec_len;
+    uint64_t n = (uint64_t)(st.st_size - HDR_LEN) / rl;
+    off_t end = HDR_LEN + (off_t)(n * rl);
     if (end != st.st_size && writable && ftruncate(fd, end)) /* a torn last record */
       rc = ft_err_set(FT_EIO, "%s: cannot cut a torn record: %s", path, strerror(errno));
     for (uint64_t i = 0; i < n && rc == FT_OK; i += BUF_RECS) {
       size_t k = n - i < BUF_RECS ? (size_t)(n - i) : BUF_RECS;
-      if (read_all(fd, h->buf, k * REC_LEN, HDR_LEN + (off_t)(i * REC_LEN)) != 1) {
+      if (read_all(fd, h->buf, k * rl, HDR_LEN + (off_t)(i * rl)) != 1) {
         rc = ft_err_set(FT_EIO, "%s: read: %s", path, strerror(errno));
         break;
       }
       for (size_t j = 0; j < k; j++) {
         sup_hist_rec r;
-        decode(h->buf + j * REC_LEN, &r);
+        decode(h->buf + j * rl, &r, h->version);
         keep(h, &r);
       }
     }
@@ -210,7 +230,7 @@ int sup_history_flush(sup_history *h) {
       h->nbuf = 0;
     return h && h->err[0] ? FT_EIO : FT_OK;
   }
-  size_t off = 0, n = h->nbuf * REC_LEN;
+  size_t off = 0, n = h->nbuf * h->rec_len;
   while (off < n) {
     ssize_t k = write(h->fd, h->buf + off, n - off);
     if (k < 0 && errno == EINTR)
@@ -232,7 +252,11 @@ void sup_history_add(sup_history *h, const sup_hist_rec *r) {
   if (h->nbuf == BUF_RECS)
     sup_history_flush(h);
   if (h->fd >= 0)
-    encode(h->buf + REC_LEN * h->nbuf++, r);
+    encode(h->buf + h->rec_len * h->nbuf++, r, h->version);
+}
+
+int sup_history_version(const sup_history *h) {
+  return h ? h->version : 0;
 }
 
 const char *sup_history_error(const sup_history *h) {
@@ -263,11 +287,12 @@ void sup_history_free(sup_history *h) {
 
 /* ---- the chart data ------------------------------------------------------ */
 
-enum { C_LOSS, C_VAL, C_ROLLED, C_MS, C_TPS, NCOL };
+enum { C_LOSS, C_VAL, C_ROLLED, C_MS, C_TPS, C_GNORM, C_LR, NCOL };
 
 typedef struct row {
   int64_t step;
   float v[NCOL];
+  double ts; /* the surviving record's (NAN: a validation or rolled back row) */
 } row;
 
 static int row_cmp(const void *a, const void *b) {
@@ -333,6 +358,7 @@ cJSON *sup_history_series(const sup_history *h, int max_points) {
       w->step = r[i].step;
       for (int c = 0; c < NCOL; c++)
         w->v[c] = NAN;
+      w->ts = NAN;
       if (j < 2) {
         w->v[C_LOSS] = r[i].loss;
         /* the step's wall time when the record before is its step's
@@ -341,6 +367,9 @@ cJSON *sup_history_series(const sup_history *h, int max_points) {
                          ? (float)((r[i].ts - r[i - 1].ts) * 1e3)
                          : r[i].step_ms;
         w->v[C_TPS] = r[i].tokens_per_s;
+        w->v[C_GNORM] = r[i].grad_norm;
+        w->v[C_LR] = r[i].lr;
+        w->ts = r[i].ts;
       } else {
         w->v[C_ROLLED] = r[i].loss;
       }
@@ -352,6 +381,7 @@ cJSON *sup_history_series(const sup_history *h, int max_points) {
       w->step = r[i].step;
       for (int c = 0; c < NCOL; c++)
         w->v[c] = NAN;
+      w->ts = NAN;
       w->v[C_VAL] = r[i].val_loss;
     }
   qsort(out, k, sizeof *out, row_cmp);
@@ -361,6 +391,8 @@ cJSON *sup_history_series(const sup_history *h, int max_points) {
       for (int c = 0; c < NCOL; c++)
         if (!isfinite(out[m - 1].v[c]))
           out[m - 1].v[c] = out[i].v[c];
+      if (!isfinite(out[m - 1].ts))
+        out[m - 1].ts = out[i].ts;
     } else
       out[m++] = out[i];
   }
@@ -369,6 +401,9 @@ cJSON *sup_history_series(const sup_history *h, int max_points) {
     cJSON_AddItemToArray(a, cJSON_CreateNumber((double)out[i].step));
     for (int c = 0; c < NCOL; c++)
       num_or_null(a, out[i].v[c]);
+    /* to the millisecond: the wall-time axis needs no more */
+    cJSON_AddItemToArray(a, isfinite(out[i].ts) ? cJSON_CreateNumber(round(out[i].ts * 1e3) / 1e3)
+                                                : cJSON_CreateNull());
     cJSON_AddItemToArray(rows, a);
   }
   free(live), free(out), free(bl);

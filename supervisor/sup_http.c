@@ -127,6 +127,13 @@ static void add_progress(const sup *s, int n, cJSON *x) {
     double age = now - w->prog_changed_s, hb = now - w->prog_beat_s;
     cJSON_AddNumberToObject(o, "progress_age_s", round((age > 0 ? age : 0) * 10) / 10);
     cJSON_AddNumberToObject(o, "heartbeat_age_s", round((hb > 0 ? hb : 0) * 10) / 10);
+    /* the rank's own last step time (its STEP: compute, without the wait
+     * for the others), for the node map; null before its first step in
+     * this generation */
+    if (w->step_ms_gen == s->gen && s->gen > 0 && isfinite(w->step_ms))
+      cJSON_AddNumberToObject(o, "step_ms", round(w->step_ms * 10) / 10);
+    else
+      cJSON_AddNullToObject(o, "step_ms");
     cJSON_AddItemToArray(ws, o);
   }
 }

@@ -145,6 +145,10 @@ typedef struct sup_worker {
   int64_t prog_step;
   uint64_t prog_gen;
   double prog_changed_s, prog_beat_s;
+  /* its last STEP: the step time it measured, and in which generation (the
+   * node map shows it for the current one only; 0: none yet) */
+  double step_ms;
+  uint64_t step_ms_gen;
   /* in-process rejoin (recovery.in_process): the generation it trained in
    * when asked to leave it (0: not asked), so its late frames of that
    * generation are tolerated; rejoined: it said it is out (a frame of the

@@ -678,7 +678,9 @@ static void on_step(sup *s, const ft_msg *m) {
                       .loss = (float)m->step.loss,
                       .val_loss = (float)m->step.val_loss,
                       .step_ms = (float)m->step.step_ms,
-                      .tokens_per_s = (float)m->step.tokens_per_s};
+                      .tokens_per_s = (float)m->step.tokens_per_s,
+                      .grad_norm = (float)s->run.last_grad_norm,
+                      .lr = (float)s->run.last_lr};
     sup_history_add(s->hist, &r);
   }
   progress(s, step);
@@ -914,8 +916,11 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   case FT_MSG_STEP:
     /* every rank reports its step time; only rank 0's STEP moves progress,
      * the loss window and recovery */
-    if (current)
+    if (current) {
       sup_watch_step_time(s, w, m);
+      w->step_ms = m->step.step_ms; /* the node map's per-rank step time */
+      w->step_ms_gen = s->gen;
+    }
     if (current && w->rank == 0)
       on_step(s, m);
     break;

@@ -4,6 +4,7 @@
 #include "sup_view.h"
 
 #include "ft_clock.h"
+#include "ft_runfile.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,8 +16,10 @@ extern const unsigned long sup_asset_page_len, sup_asset_dygraph_js_len, sup_ass
 
 struct sup_view {
   cJSON *events; /* notable events, oldest first */
-  cJSON *ckpts;  /* {step, state, ts}, oldest first */
+  cJSON *ckpts;  /* {step, state, ts[, reason]}, oldest first */
   int nevents, nckpts;
+  cJSON *config;         /* the run's sizes (run_config), NULL: unknown */
+  double started, ended; /* the first run_started's ts; the end after the last (0: none) */
 };
 
 static const char *const NOTABLE[] = {"run_started",
@@ -79,6 +82,7 @@ void sup_view_free(sup_view *v) {
     return;
   cJSON_Delete(v->events);
   cJSON_Delete(v->ckpts);
+  cJSON_Delete(v->config);
   free(v);
 }
 
@@ -97,7 +101,7 @@ static void ckpt_state(sup_view *v, double ts, double step, const char *state) {
       cJSON_ReplaceItemInObjectCaseSensitive(it, "state", cJSON_CreateString(state));
       return;
     }
-  if (strcmp(state, "committed"))
+  if (strcmp(state, "committed") && strcmp(state, "failed"))
     return; /* good/bad of a checkpoint no longer listed */
   cJSON *c = cJSON_CreateObject();
   cJSON_AddNumberToObject(c, "step", step);
@@ -110,10 +114,92 @@ static void ckpt_state(sup_view *v, double ts, double step, const char *state) {
   }
 }
 
+/* a checkpoint the store deleted (retention, gc) leaves the list: the view
+ * never offers a step that cannot be restored. Deletions take the oldest:
+ * searched from the start. */
+static void ckpt_deleted(sup_view *v, double step) {
+  int i = 0;
+  for (cJSON *it = v->ckpts->child; it; it = it->next, i++)
+    if (num(it, "step") == step) {
+      cJSON_DeleteItemFromArray(v->ckpts, i);
+      v->nckpts--;
+      return;
+    }
+}
+
+/* checkpoint_failed: the step shown failed, with why (a step that was
+ * committed before, then failed again later, turns failed too) */
+static void ckpt_failed(sup_view *v, double ts, const cJSON *e) {
+  double step = num(e, "step");
+  ckpt_state(v, ts, step, "failed");
+  const cJSON *why = cJSON_GetObjectItemCaseSensitive(e, "reason");
+  cJSON *last = v->ckpts->child ? v->ckpts->child->prev : NULL;
+  if (last && num(last, "step") == step && cJSON_IsString(why)) {
+    cJSON_DeleteItemFromObjectCaseSensitive(last, "reason");
+    cJSON_AddStringToObject(last, "reason", why->valuestring);
+  }
+}
+
+/* The run's sizes, from its sealed run file (run_started's "runfile"): what
+ * the page needs for tokens (global_batch x seq_len per step) and MFU:
+ * params N (the position embeddings left out; the tied head counted once)
+ * and flops_per_token = 6N + 12 x n_layer x n_embd x seq_len (attention),
+ * as nanoGPT's and PaLM's MFU count them. NULL when the file cannot be read
+ * (a report of a state directory moved elsewhere). */
+static cJSON *run_config(const char *path, double world) {
+  ft_runfile *rf = malloc(sizeof *rf);
+  char err[512];
+  if (!rf || ft_runfile_load(path, rf, err, sizeof err)) {
+    free(rf);
+    return NULL;
+  }
+  const ft_model_cfg *m = &rf->model;
+  double L = m->n_layer, d = m->n_embd, T = m->seq_len;
+  double params = 12 * L * d * d + 13 * L * d + 2 * d + (double)m->vocab_size * d;
+  cJSON *c = cJSON_CreateObject();
+  cJSON_AddNumberToObject(c, "global_batch", rf->train.global_batch);
+  cJSON_AddNumberToObject(c, "seq_len", m->seq_len);
+  cJSON_AddNumberToObject(c, "tokens_per_step", (double)rf->train.global_batch * T);
+  cJSON_AddNumberToObject(c, "n_layer", m->n_layer);
+  cJSON_AddNumberToObject(c, "n_embd", m->n_embd);
+  cJSON_AddNumberToObject(c, "vocab_size", m->vocab_size);
+  cJSON_AddNumberToObject(c, "params", params);
+  cJSON_AddNumberToObject(c, "flops_per_token", 6 * params + 12 * L * d * T);
+  cJSON_AddNumberToObject(c, "world", world);
+  cJSON_AddStringToObject(c, "device", ft_rf_device_name(rf->nodes.device));
+  if (rf->nodes.peak_tflops > 0) /* the gang's: per worker x the world */
+    cJSON_AddNumberToObject(c, "peak_flops", rf->nodes.peak_tflops * 1e12 * world);
+  else
+    cJSON_AddNullToObject(c, "peak_flops");
+  free(rf);
+  return c;
+}
+
+static void run_started(sup_view *v, double ts, const cJSON *e) {
+  if (v->started <= 0)
+    v->started = ts;
+  v->ended = 0;
+  const cJSON *path = cJSON_GetObjectItemCaseSensitive(e, "runfile");
+  cJSON *c = cJSON_IsString(path) ? run_config(path->valuestring, num(e, "world")) : NULL;
+  if (c) {
+    cJSON_Delete(v->config);
+    v->config = c;
+  }
+}
+
 void sup_view_fold(sup_view *v, double ts, const char *name, const cJSON *e) {
   if (!v || !name)
     return;
-  if (!strcmp(name, "checkpoint_committed"))
+  if (!strcmp(name, "run_started"))
+    run_started(v, ts, e);
+  else if (!strcmp(name, "run_done") || !strcmp(name, "run_failed") ||
+           !strcmp(name, "run_interrupted"))
+    v->ended = ts;
+  else if (!strcmp(name, "checkpoint_deleted"))
+    ckpt_deleted(v, num(e, "step"));
+  else if (!strcmp(name, "checkpoint_failed"))
+    ckpt_failed(v, ts, e);
+  else if (!strcmp(name, "checkpoint_committed"))
     ckpt_state(v, ts, num(e, "step"), "committed");
   else if (!strcmp(name, "checkpoint_good"))
     ckpt_state(v, ts, num(e, "step"), "good");
@@ -184,6 +270,16 @@ cJSON *sup_view_json(const sup_view *v, const sup_history *h, cJSON *status, int
   cJSON_AddItemToObject(o, "history", sup_history_series(h, points));
   cJSON_AddItemToObject(o, "events", v ? cJSON_Duplicate(v->events, 1) : cJSON_CreateArray());
   cJSON_AddItemToObject(o, "checkpoints", v ? cJSON_Duplicate(v->ckpts, 1) : cJSON_CreateArray());
+  cJSON_AddItemToObject(o, "config",
+                        v && v->config ? cJSON_Duplicate(v->config, 1) : cJSON_CreateNull());
+  if (v && v->started > 0)
+    cJSON_AddNumberToObject(o, "started", v->started);
+  else
+    cJSON_AddNullToObject(o, "started");
+  if (v && v->ended > 0)
+    cJSON_AddNumberToObject(o, "ended", v->ended);
+  else
+    cJSON_AddNullToObject(o, "ended");
   return o;
 }
 

@@ -9,17 +9,29 @@
  *    "goodput": share of the wall time since the first step spent on steps
  *               that survive (null before two steps),
  *    "history": {"total", "rows": [[step, loss, val_loss, rolled_back,
- *               step_ms, tokens_per_s]]} (sup_history_series),
+ *               step_ms, tokens_per_s, grad_norm, lr, ts]]}
+ *               (sup_history_series),
  *    "events": [the notable events, verbatim, oldest first],
- *    "checkpoints": [{"step", "state", "ts"}]}
+ *    "checkpoints": [{"step", "state", "ts"[, "reason"]}]: committed, good,
+ *               bad or failed (checkpoint_failed); a checkpoint the store
+ *               deleted (checkpoint_deleted: retention, gc) is not listed,
+ *    "config": {"global_batch", "seq_len", "tokens_per_step", "n_layer",
+ *               "n_embd", "vocab_size", "params", "flops_per_token",
+ *               "world", "device", "peak_flops": the gang's, from
+ *               nodes.peak_tflops x world, null when unknown} read from
+ *               run_started's sealed run file (null when it cannot be read),
+ *    "started": the first run_started's ts, "ended": the run's last word's
+ *               ts after the last run_started (null: none)}
  *
  * Live, the supervisor folds its events as they are written and serves the
  * view at /view.json, which the page at / polls; `supervise report` folds
  * events.jsonl and history.bin and writes the page with the view in it.
  * The page derives the rest: markers on the loss curve (faults, recoveries,
- * rollbacks and skipped ranges, checkpoints), the node map (run_started's
- * hosts, generations, quarantines, drains, promotions, losses) and the
- * timeline.
+ * rollbacks and skipped ranges, checkpoints; log scale and smoothing), the
+ * grad norm and lr chart, the x axis in steps, tokens or wall time, MFU,
+ * the node map (run_started's hosts, generations, quarantines, drains,
+ * promotions, losses; live, each rank's step time and heartbeat age from
+ * /status) and the timeline.
  *
  * Bounded: the last SUP_VIEW_EVENTS notable events and SUP_VIEW_CKPTS
  * checkpoints. Single-threaded.

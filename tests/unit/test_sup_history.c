@@ -37,8 +37,14 @@ static int teardown(void **st) {
 }
 
 static sup_hist_rec rec(double ts, int64_t step, float loss, float val) {
-  return (sup_hist_rec){
-      .ts = ts, .step = step, .loss = loss, .val_loss = val, .step_ms = 100, .tokens_per_s = 1000};
+  return (sup_hist_rec){.ts = ts,
+                        .step = step,
+                        .loss = loss,
+                        .val_loss = val,
+                        .step_ms = 100,
+                        .tokens_per_s = 1000,
+                        .grad_norm = 0.5f,
+                        .lr = 1e-3f};
 }
 
 static off_t size_of(const char *p) {
@@ -46,24 +52,27 @@ static off_t size_of(const char *p) {
   return stat(p, &s) ? -1 : s.st_size;
 }
 
-/* records survive a close and a reopen, bit for bit, 32 bytes each */
+/* records survive a close and a reopen, bit for bit, 40 bytes each */
 static void test_roundtrip(void **st) {
   (void)st;
   sup_history *h;
   assert_int_equal(sup_history_open(g_path, 1, 0, &h), FT_OK);
   for (int i = 1; i <= 1000; i++) {
     sup_hist_rec r = rec(1e9 + i * 0.1, i, 5.0f / (float)i, i % 100 ? NAN : 1.5f);
+    r.grad_norm = (float)i / 7, r.lr = i == 3 ? NAN : 1e-3f / (float)i;
     sup_history_add(h, &r);
   }
   assert_int_equal(sup_history_flush(h), FT_OK);
   sup_history_free(h);
-  assert_int_equal(size_of(g_path), 16 + 1000 * 32);
+  assert_int_equal(size_of(g_path), 16 + 1000 * 40);
   assert_int_equal(sup_history_open(g_path, 0, 0, &h), FT_OK);
+  assert_int_equal(sup_history_version(h), 2);
   assert_int_equal(sup_history_count(h), 1000);
   assert_int_equal(sup_history_total(h), 1000);
   const sup_hist_rec *r = sup_history_recs(h);
   assert_true(r[499].step == 500 && r[499].loss == 5.0f / 500.0f && r[499].ts == 1e9 + 500 * 0.1);
   assert_true(isnan(r[498].val_loss) && r[499].val_loss == 1.5f);
+  assert_true(r[499].grad_norm == 500.0f / 7 && r[499].lr == 1e-3f / 500.0f && isnan(r[2].lr));
   sup_history_free(h);
 }
 
@@ -84,7 +93,7 @@ static void test_torn_and_append(void **st) {
   close(fd);
   assert_int_equal(sup_history_open(g_path, 1, 0, &h), FT_OK);
   assert_int_equal(sup_history_count(h), 10);
-  assert_int_equal(size_of(g_path), 16 + 10 * 32);
+  assert_int_equal(size_of(g_path), 16 + 10 * 40);
   sup_hist_rec r = rec(11, 11, 1, NAN);
   sup_history_add(h, &r);
   sup_history_free(h);
@@ -129,7 +138,7 @@ static void test_thinning(void **st) {
   }
   assert_int_equal(val, 1);
   sup_history_free(h);
-  assert_int_equal(size_of(g_path), 16 + 1000 * 32);
+  assert_int_equal(size_of(g_path), 16 + 1000 * 40);
 }
 
 /* the chart: steps trained again replace the earlier ones (which become
@@ -179,6 +188,71 @@ static void test_series(void **st) {
   sup_history_free(h);
 }
 
+/* a version 1 file (32-byte records, written before the grad norm and the
+ * lr were kept) opens, charts with those columns null, and takes appended
+ * records in its own format */
+static void test_version1(void **st) {
+  (void)st;
+  uint8_t b[16 + 3 * 32] = {'F', 'T', 'H', 'I', 'S', 'T', 0, 0, 1, 0, 0, 0, 32, 0, 0, 0};
+  for (int i = 0; i < 3; i++) {
+    uint8_t *p = b + 16 + 32 * i;
+    double ts = 1000 + i;
+    int64_t step = i + 1;
+    float f[4] = {2.0f - 0.1f * (float)i, NAN, 100, 1000};
+    memcpy(p, &ts, 8), memcpy(p + 8, &step, 8), memcpy(p + 16, f, 16); /* little-endian host */
+  }
+  FILE *fp = fopen(g_path, "wb");
+  assert_int_equal(fwrite(b, 1, sizeof b, fp), sizeof b);
+  fclose(fp);
+  sup_history *h;
+  assert_int_equal(sup_history_open(g_path, 1, 0, &h), FT_OK);
+  assert_int_equal(sup_history_version(h), 1);
+  assert_int_equal(sup_history_count(h), 3);
+  const sup_hist_rec *r = sup_history_recs(h);
+  assert_true(r[2].step == 3 && r[2].loss == 1.8f && r[2].ts == 1002);
+  assert_true(isnan(r[2].grad_norm) && isnan(r[2].lr));
+  sup_hist_rec n = rec(1003, 4, 1.7f, NAN);
+  sup_history_add(h, &n);
+  sup_history_free(h);
+  assert_int_equal(size_of(g_path), 16 + 4 * 32);
+  assert_int_equal(sup_history_open(g_path, 0, 0, &h), FT_OK);
+  assert_int_equal(sup_history_count(h), 4);
+  cJSON *o = sup_history_series(h, 100);
+  cJSON *rows = cJSON_GetObjectItem(o, "rows");
+  assert_int_equal(cJSON_GetArraySize(rows), 4);
+  cJSON *row;
+  cJSON_ArrayForEach(row, rows) {
+    assert_int_equal(cJSON_GetArraySize(row), 9);
+    assert_true(cJSON_IsNumber(cJSON_GetArrayItem(row, 1)));
+    assert_true(cJSON_IsNull(cJSON_GetArrayItem(row, 6)) &&
+                cJSON_IsNull(cJSON_GetArrayItem(row, 7)));
+    assert_true(cJSON_IsNumber(cJSON_GetArrayItem(row, 8))); /* ts */
+  }
+  assert_true(cJSON_GetArrayItem(cJSON_GetArrayItem(rows, 3), 4)->valuedouble == 1000); /* 1 s */
+  cJSON_Delete(o);
+  sup_history_free(h);
+}
+
+/* the chart rows carry each surviving step's grad norm, lr and time */
+static void test_series_norm_lr(void **st) {
+  (void)st;
+  sup_history *h;
+  assert_int_equal(sup_history_open(g_path, 1, 0, &h), FT_OK);
+  for (int i = 1; i <= 10; i++) {
+    sup_hist_rec r = rec(500 + i, i, 2, NAN);
+    r.grad_norm = (float)i, r.lr = 0.25f * (float)i;
+    sup_history_add(h, &r);
+  }
+  cJSON *o = sup_history_series(h, 100);
+  cJSON *r5 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "rows"), 4);
+  assert_true(cJSON_GetArrayItem(r5, 0)->valuedouble == 5);
+  assert_true(cJSON_GetArrayItem(r5, 6)->valuedouble == 5);
+  assert_true(cJSON_GetArrayItem(r5, 7)->valuedouble == 1.25);
+  assert_true(cJSON_GetArrayItem(r5, 8)->valuedouble == 505);
+  cJSON_Delete(o);
+  sup_history_free(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
@@ -186,6 +260,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_not_a_history, setup, teardown),
       cmocka_unit_test_setup_teardown(test_thinning, setup, teardown),
       cmocka_unit_test_setup_teardown(test_series, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_version1, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_series_norm_lr, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
