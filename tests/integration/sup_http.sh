@@ -169,7 +169,7 @@ m = re.search(r"<script>window.FT_VIEW = (.*?);</script>", page, re.S)
 assert m, "no view in the report"
 v = json.loads(m.group(1).replace("<\\/", "</"))
 assert not v["live"] and v["status"]["state"] == "interrupted", v["status"]
-n = (os.path.getsize(sys.argv[2]) - 16) // 32
+n = (os.path.getsize(sys.argv[2]) - 16) // int.from_bytes(open(sys.argv[2], "rb").read(16)[12:16], "little")
 assert v["history"]["total"] == n and n >= 20, (v["history"]["total"], n)
 print(f"report: {n} steps recorded, {len(v['events'])} events")
 PY
