@@ -102,7 +102,8 @@
 #define HTTP_MAX_CONNS 256    /* open at once, idle ones included */
 #define HTTP_MAX_ANSWERING 64 /* answers being written at once */
 #define HTTP_NEW_MAX 16       /* accepted, not yet adopted (see on_new_bev) */
-#define HTTP_BACKLOG 256      /* a burst of connects waits in the kernel, not in SYN retries */
+#define HTTP_BACKLOG                                                                               \
+  4096 /* a flood of connects waits in the kernel (somaxconn caps it), not in 1 s SYN retries */
 /* Descriptors HTTP leaves free: RocksDB's catalog keeps up to 64 files open
  * (ckpt_catalog.c) plus its log and manifest, a commit opens a few more
  * (the manifest, its directory, the lock), and every worker of the gang and
