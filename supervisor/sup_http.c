@@ -17,17 +17,41 @@
  * Memory per client is bounded: evhttp answers one request of a connection
  * at a time and stops reading it until the answer is written (pipelined
  * requests wait in the kernel), so a connection holds at most one answer
- * (the largest, /view.json?points=20000, is a few MB); a client that stops
- * reading is closed after HTTP_IDLE_S without progress. And at most
- * HTTP_MAX_CLIENTS connections that asked something are open at once: a
- * request on another one gets 503 "too many HTTP clients" and its
- * connection is closed (counted in ftsup_http_refused_total), so clients
- * that ask and never read hold at most HTTP_MAX_CLIENTS answers. Hostile clients: headers over
- * 8 KiB and bodies over 1 KiB are refused by evhttp, a connection idle for
- * 10 s is closed, anything but GET and HEAD gets 405 (but POST /doctor, which
- * needs the key in STATE/http.token: 403 without), and accept errors (EMFILE
- * under a connection flood) pause the listener for 100 ms instead of
- * spinning, as on the control port.
+ * (the largest, /view.json?points=20000, is a few MB), and at most
+ * HTTP_MAX_ANSWERING answers are being written at once (503 "too many HTTP
+ * clients" beyond, counted in ftsup_http_refused_total); a client that
+ * stops reading is closed after HTTP_IDLE_S without progress.
+ *
+ * The port cannot starve the run (issue 39): it may never take the
+ * descriptors a checkpoint or the gang needs, nor the loop's time.
+ *  - Every connection is counted from its accept (evhttp_set_bevcb hands
+ *    us each new one; libevent 2.1 has no connection limit of its own):
+ *    at most HTTP_MAX_CONNS are open, idle ones included; at the cap a new
+ *    one evicts the connection idle the longest (ftsup_http_evicted_total),
+ *    or is closed when every one is being answered.
+ *  - A whole request (headers and body) must arrive within HTTP_REQUEST_S
+ *    of the accept or of the previous answer, however slowly it dribbles
+ *    in (slowloris; ftsup_http_expired_total); evhttp's own timeout only
+ *    counts silence.
+ *  - A connection whose descriptor falls within HTTP_FD_RESERVE of
+ *    RLIMIT_NOFILE is closed at once and the listener pauses
+ *    (ftsup_http_shed_total): the accepted descriptor is the lowest free
+ *    one, so the ones left above it are all the process has.
+ *  - Accept errors (EMFILE when the process ran out anyway) pause the
+ *    listener for HTTP_PAUSE_S instead of spinning; it is enabled again
+ *    after (the error callback gets evhttp's argument, not ours: the port
+ *    is found by its evhttp, see accept_error).
+ *  - /view.json is built once per (history records, events folded,
+ *    points) and at most every HTTP_VIEW_MAX_AGE_S, then served from a copy
+ *    of its text; /status is small.
+ * Hostile clients: headers over 8 KiB and bodies over 1 KiB are refused by
+ * evhttp, anything but GET and HEAD gets 405 (but POST /doctor, which
+ * needs the key in STATE/http.token: 403 without), and a Host header that
+ * is not one of this port's names gets 421 (a web page whose name was
+ * rebound to this address must not read the run: DNS rebinding). The
+ * names: the bound address, localhost, 127.0.0.1 and [::1]; bound to a
+ * wildcard or a non-loopback address, any IP literal and this machine's
+ * hostname too; each with this port or none.
  *
  * Where: --http HOST:PORT > supervisor.http > loopback, any free port;
  * "off" turns it off. The bound address goes to STATE/http.addr (written
@@ -53,7 +77,9 @@
 #include "sup_view.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
@@ -62,35 +88,85 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define HTTP_MAX_HEADERS 8192
 #define HTTP_MAX_BODY 1024
-#define HTTP_IDLE_S 10
+#define HTTP_IDLE_S 10    /* no progress at all: evhttp closes */
+#define HTTP_REQUEST_S 10 /* a whole request, from the accept or the answer before */
 #define HTTP_PAUSE_S 0.1
-#define HTTP_MAX_CLIENTS 64 /* a few dashboards and scrapers need a handful */
-#define KEEP_FAULTS 10      /* the last faults /status lists */
-#define KEEP_CKPTS 12       /* the last checkpoints /status lists */
+#define HTTP_MAX_CONNS 256    /* open at once, idle ones included */
+#define HTTP_MAX_ANSWERING 64 /* answers being written at once */
+#define HTTP_NEW_MAX 16       /* accepted, not yet adopted (see on_new_bev) */
+#define HTTP_BACKLOG                                                                               \
+  4096 /* a flood of connects waits in the kernel (somaxconn caps it), not in 1 s SYN retries */
+/* Descriptors HTTP leaves free: RocksDB's catalog keeps up to 64 files open
+ * (ckpt_catalog.c) plus its log and manifest, a commit opens a few more
+ * (the manifest, its directory, the lock), and every worker of the gang and
+ * every spare holds a control connection and may open a KV or replica one:
+ * 256, plus 4 per worker slot for gangs past a few dozen. */
+#define HTTP_FD_RESERVE 256
+#define HTTP_FD_PER_WORKER 4
+#define HTTP_VIEW_SLOTS 4       /* cached /view.json texts, one per points */
+#define HTTP_VIEW_MAX_AGE_S 1.0 /* the status inside (heartbeat ages) stays fresh */
+#define KEEP_FAULTS 10          /* the last faults /status lists */
+#define KEEP_CKPTS 12           /* the last checkpoints /status lists */
+
+/* An open connection, from its accept on. */
+typedef struct {
+  struct evhttp_connection *evcon;
+  double
+      since; /* accept, or the last answer written: its next request's deadline counts from here */
+  int answering; /* a whole request came; its answer is not written yet */
+} http_conn;
+
+/* A cached /view.json text. */
+typedef struct {
+  char *txt;
+  size_t len;
+  uint64_t records, events;
+  int points;
+  double built_s;
+} http_view;
+
 struct sup_http {
   sup *s;
   struct evhttp *http;
   struct evconnlistener *lis;
   struct event *resume;
+  struct event *adopt;        /* made active by on_new_bev */
+  struct event *sweep;        /* every second: request deadlines */
+  struct sup_http *next_port; /* ports, to find one by its evhttp */
   char addr[300];
   char addr_file[4200];
   char token_file[4200]; /* STATE/http.token (0600): POST needs it */
   char token[FT_WIRE_TOKEN_HEX + 1];
+  char host[256]; /* the bound address without its port, no brackets */
+  int port;
+  int any_host; /* bound to a wildcard or non-loopback address */
 
   sup_metrics *metrics; /* /metrics */
   sup_view *view;       /* the dashboard's data */
   cJSON *last_faults;   /* array of fault_detected events, newest last */
   cJSON *ckpts;         /* array of {step, state, ts}, newest last */
-  struct evhttp_connection *clients[HTTP_MAX_CLIENTS]; /* open, have asked */
-  int nclients;
-  double refused; /* requests refused: too many clients */
+  http_conn conns[HTTP_MAX_CONNS];
+  int nconns, nanswering;
+  struct bufferevent *fresh[HTTP_NEW_MAX]; /* accepted, not adopted yet */
+  int nfresh;
+  uint64_t events; /* folded (the /view.json cache's key) */
+  http_view views[HTTP_VIEW_SLOTS];
+  double refused;     /* requests refused: too many answers at once */
+  double evicted;     /* idle connections closed for a new one at the cap */
+  double expired;     /* requests not whole by their deadline */
+  double shed;        /* connections closed at once: descriptors low, or the cap full of answers */
+  double misdirected; /* requests whose Host is not this port's */
 };
+
+static struct sup_http *ports; /* open ports (one per supervisor), for accept_error */
 
 static void on_event(void *arg, double ts, const char *name, const cJSON *e) {
   struct sup_http *h = arg;
@@ -264,61 +340,282 @@ static void post_doctor(struct sup_http *h, struct evhttp_request *req, struct e
   reply_json(req, b, o);
 }
 
-static void client_closed(struct evhttp_connection *evcon, void *arg) {
+/* ---- connections ---------------------------------------------------------- */
+
+static http_conn *conn_of(struct sup_http *h, struct evhttp_connection *evcon) {
+  for (int i = 0; i < h->nconns; i++)
+    if (h->conns[i].evcon == evcon)
+      return &h->conns[i];
+  return NULL;
+}
+
+/* evhttp's close callback: runs whoever closes it (client, evhttp, us) */
+static void conn_closed(struct evhttp_connection *evcon, void *arg) {
   struct sup_http *h = arg;
-  for (int i = 0; i < h->nclients; i++)
-    if (h->clients[i] == evcon) {
-      h->clients[i] = h->clients[--h->nclients];
-      return;
+  http_conn *c = conn_of(h, evcon);
+  if (!c)
+    return;
+  h->nanswering -= c->answering;
+  *c = h->conns[--h->nconns];
+}
+
+/* the connection idle (not being answered) the longest; NULL when none */
+static http_conn *oldest_idle(struct sup_http *h) {
+  http_conn *o = NULL;
+  for (int i = 0; i < h->nconns; i++)
+    if (!h->conns[i].answering && (!o || h->conns[i].since < o->since))
+      o = &h->conns[i];
+  return o;
+}
+
+/* evhttp's bufferevent for each new connection, on accept: ours, so that
+ * on_adopt finds the connection (its callback argument) and its
+ * descriptor. The listener would accept a whole backlog in one go, past
+ * the cap and the reserve: it stops after HTTP_NEW_MAX until on_adopt
+ * (later in this loop iteration) has counted them; so the cap and the
+ * reserve may be passed by HTTP_NEW_MAX - 1 for that long. */
+static struct bufferevent *on_new_bev(struct event_base *base, void *arg) {
+  struct sup_http *h = arg;
+  event_active(h->adopt, EV_TIMEOUT, 0);
+  if (h->nfresh == HTTP_NEW_MAX)
+    return NULL; /* cannot happen (the listener stopped): evhttp makes its own, uncounted */
+  struct bufferevent *bev = bufferevent_socket_new(base, -1, 0); /* evhttp closes the fd */
+  if (!bev)
+    return NULL;           /* evhttp makes its own (it will not either): uncounted */
+  bufferevent_incref(bev); /* on_adopt's: evhttp may free it first */
+  h->fresh[h->nfresh++] = bev;
+  if (h->nfresh == HTTP_NEW_MAX)
+    evconnlistener_disable(h->lis);
+  return bev;
+}
+
+/* 1 when the descriptors above fd are within the reserve */
+static int fds_low(const struct sup_http *h, int fd) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY)
+    return 0;
+  rlim_t reserve = HTTP_FD_RESERVE + HTTP_NEW_MAX +
+                   (rlim_t)HTTP_FD_PER_WORKER * (rlim_t)(h->s->nnodes * h->s->G);
+  return (rlim_t)fd + reserve >= rl.rlim_cur;
+}
+
+static void pause_listener(struct sup_http *h) {
+  struct timeval tv = {0, (long)(HTTP_PAUSE_S * 1e6)};
+  evconnlistener_disable(h->lis);
+  evtimer_add(h->resume, &tv);
+}
+
+/* one accepted connection: shed, counted in (evicting one at the cap) */
+static int adopt_one(struct sup_http *h, struct bufferevent *bev) {
+  void *arg = NULL;
+  bufferevent_getcb(bev, NULL, NULL, NULL, &arg);
+  struct evhttp_connection *evcon = arg; /* NULL: evhttp freed it already */
+  int fd = (int)bufferevent_getfd(bev);
+  bufferevent_decref(bev);
+  if (!evcon || fd < 0 || evhttp_connection_get_bufferevent(evcon) != bev)
+    return 0;
+  if (fds_low(h, fd)) {
+    h->shed++;
+    evhttp_connection_free(evcon);
+    return -1;
+  }
+  if (h->nconns == HTTP_MAX_CONNS) {
+    http_conn *o = oldest_idle(h);
+    if (!o) { /* every one is being answered: the newcomer waits its turn elsewhere */
+      h->shed++;
+      evhttp_connection_free(evcon);
+      return 0;
+    }
+    h->evicted++;
+    evhttp_connection_free(o->evcon); /* conn_closed frees its slot */
+  }
+  h->conns[h->nconns++] = (http_conn){.evcon = evcon, .since = ft_now_s()};
+  evhttp_connection_set_closecb(evcon, conn_closed, h);
+  return 0;
+}
+
+static void on_adopt(evutil_socket_t fd, short what, void *arg) {
+  (void)fd, (void)what;
+  struct sup_http *h = arg;
+  int low = 0;
+  for (int i = 0; i < h->nfresh; i++)
+    low |= adopt_one(h, h->fresh[i]) < 0;
+  h->nfresh = 0;
+  if (low)
+    pause_listener(h);
+  else if (!evtimer_pending(h->resume, NULL))
+    evconnlistener_enable(h->lis);
+}
+
+/* every second: requests not whole by their deadline are closed */
+static void on_sweep(evutil_socket_t fd, short what, void *arg) {
+  (void)fd, (void)what;
+  struct sup_http *h = arg;
+  double now = ft_now_s();
+  for (int i = h->nconns - 1; i >= 0; i--) /* conn_closed moves the last into i */
+    if (!h->conns[i].answering && now - h->conns[i].since > HTTP_REQUEST_S) {
+      h->expired++;
+      evhttp_connection_free(h->conns[i].evcon);
     }
 }
 
-/* 1 when evcon may be answered: already a client, or one more fits. */
-static int client_admit(struct sup_http *h, struct evhttp_connection *evcon) {
-  if (!evcon)
-    return 1;
-  for (int i = 0; i < h->nclients; i++)
-    if (h->clients[i] == evcon)
-      return 1;
-  if (h->nclients == HTTP_MAX_CLIENTS)
+/* an answer written: the connection waits for its next request */
+static void answered(struct evhttp_request *req, void *arg) {
+  struct sup_http *h = arg;
+  http_conn *c = conn_of(h, evhttp_request_get_connection(req));
+  if (c && c->answering) {
+    c->answering = 0;
+    h->nanswering--;
+    c->since = ft_now_s();
+  }
+}
+
+/* 1 when this request may be answered now (it then counts as answering) */
+static int admit(struct sup_http *h, struct evhttp_request *req) {
+  http_conn *c = conn_of(h, evhttp_request_get_connection(req));
+  if (!c)
+    return 1; /* not counted (on_new_bev could not make its bufferevent) */
+  if (h->nanswering >= HTTP_MAX_ANSWERING)
     return 0;
-  h->clients[h->nclients++] = evcon;
-  evhttp_connection_set_closecb(evcon, client_closed, h);
+  c->answering = 1;
+  h->nanswering++;
+  evhttp_request_set_on_complete_cb(req, answered, h);
   return 1;
+}
+
+/* ---- the Host header (DNS rebinding) --------------------------------------- */
+
+/* 1 when s is an IP literal (v6 without brackets) */
+static int ip_literal(const char *s) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
+}
+
+/* 1 when the Host header names this port (none at all: HTTP/1.0, no browser) */
+static int host_ok(const struct sup_http *h, const char *host) {
+  if (!host)
+    return 1;
+  ft_hostport hp;
+  if (ft_net_parse(host, &hp) || !hp.host[0] || (hp.port >= 0 && hp.port != h->port))
+    return 0;
+  if (!strcasecmp(hp.host, h->host) || !strcasecmp(hp.host, "localhost") ||
+      !strcmp(hp.host, "127.0.0.1") || !strcmp(hp.host, "::1"))
+    return 1;
+  if (!h->any_host)
+    return 0;
+  char me[256];
+  if (ip_literal(hp.host))
+    return 1;
+  if (gethostname(me, sizeof me - 1) == 0) {
+    me[sizeof me - 1] = 0;
+    size_t n = strlen(me);
+    if (!strcasecmp(hp.host, me) || (!strncasecmp(hp.host, me, n) && hp.host[n] == '.'))
+      return 1; /* the hostname, or a name under it (its FQDN) */
+  }
+  return 0;
+}
+
+static void misdirected(struct sup_http *h, struct evhttp_request *req, struct evbuffer *b,
+                        const char *host) {
+  h->misdirected++;
+  evbuffer_add_printf(b,
+                      "misdirected: Host \"%.200s\" is not this supervisor's address (%s, or "
+                      "localhost with its port); a page served under another name may not "
+                      "read the run (DNS rebinding)\n",
+                      host, h->addr);
+  reply(req, 421, "Misdirected Request", "text/plain; charset=utf-8", b);
+}
+
+/* ---- /view.json, cached ----------------------------------------------------- */
+
+/* the cached text for points, built when the history or the events moved,
+ * or when it is older than HTTP_VIEW_MAX_AGE_S; NULL: out of memory */
+static const http_view *view_text(struct sup_http *h, int points) {
+  uint64_t records = sup_history_total(h->s->hist);
+  double now = ft_now_s();
+  http_view *v = NULL;
+  for (int i = 0; i < HTTP_VIEW_SLOTS && !v; i++)
+    if (h->views[i].txt && h->views[i].points == points)
+      v = &h->views[i];
+  if (v && v->records == records && v->events == h->events &&
+      now - v->built_s < HTTP_VIEW_MAX_AGE_S)
+    return v;
+  if (!v) { /* a free slot, else the oldest */
+    v = &h->views[0];
+    for (int i = 0; i < HTTP_VIEW_SLOTS; i++)
+      if (!h->views[i].txt || h->views[i].built_s < v->built_s)
+        v = &h->views[i];
+  }
+  free(v->txt);
+  cJSON *o = sup_view_json(h->view, h->s->hist, status_json(h), 1, points);
+  v->txt = o ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  if (!v->txt)
+    return NULL;
+  *v = (http_view){v->txt, strlen(v->txt), records, h->events, points, now};
+  return v;
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+static void metrics_page(struct sup_http *h, struct evbuffer *b) {
+  sup_metrics_write(h->metrics, h->s, b);
+  evbuffer_add_printf(
+      b,
+      "# HELP ftsup_http_refused_total HTTP requests refused with 503: too many answers were "
+      "being written already.\n# TYPE ftsup_http_refused_total counter\n"
+      "ftsup_http_refused_total %.0f\n"
+      "# HELP ftsup_http_evicted_total Idle HTTP connections closed to make room for a new one "
+      "(the connection cap).\n# TYPE ftsup_http_evicted_total counter\n"
+      "ftsup_http_evicted_total %.0f\n"
+      "# HELP ftsup_http_expired_total HTTP connections closed because a request was not whole "
+      "by its deadline (slow clients).\n# TYPE ftsup_http_expired_total counter\n"
+      "ftsup_http_expired_total %.0f\n"
+      "# HELP ftsup_http_shed_total HTTP connections closed on accept: descriptors kept for the "
+      "run were at stake, or every open connection was being answered.\n"
+      "# TYPE ftsup_http_shed_total counter\nftsup_http_shed_total %.0f\n"
+      "# HELP ftsup_http_misdirected_total HTTP requests refused with 421: their Host is not "
+      "this port's.\n# TYPE ftsup_http_misdirected_total counter\n"
+      "ftsup_http_misdirected_total %.0f\n"
+      "# HELP ftsup_http_connections HTTP connections open now.\n"
+      "# TYPE ftsup_http_connections gauge\nftsup_http_connections %d\n",
+      h->refused, h->evicted, h->expired, h->shed, h->misdirected, h->nconns);
 }
 
 static void on_request(struct evhttp_request *req, void *arg) {
   struct sup_http *h = arg;
-  if (!client_admit(h, evhttp_request_get_connection(req))) {
+  if (!admit(h, req)) {
     h->refused++;
     evhttp_send_error(req, 503, "too many HTTP clients"); /* and closes it */
     return;
   }
   const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+  const char *host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
   struct evbuffer *b = evbuffer_new();
   if (!b) {
     evhttp_send_error(req, 503, "out of memory");
     return;
   }
   enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-  if (cmd == EVHTTP_REQ_POST && path && !strcmp(path, "/doctor")) {
+  if (!host_ok(h, host)) {
+    misdirected(h, req, b, host);
+  } else if (cmd == EVHTTP_REQ_POST && path && !strcmp(path, "/doctor")) {
     post_doctor(h, req, b);
   } else if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) { /* read-only */
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
     evbuffer_add_printf(b, "read-only: GET or HEAD (POST /doctor with the run's key)\n");
     reply(req, 405, "Method Not Allowed", "text/plain; charset=utf-8", b);
   } else if (path && !strcmp(path, "/metrics")) {
-    sup_metrics_write(h->metrics, h->s, b);
-    evbuffer_add_printf(b,
-                        "# HELP ftsup_http_refused_total HTTP requests refused with 503: too "
-                        "many clients had asked already.\n# TYPE ftsup_http_refused_total "
-                        "counter\nftsup_http_refused_total %.0f\n",
-                        h->refused);
+    metrics_page(h, b);
     reply(req, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b);
   } else if (path && !strcmp(path, "/status")) {
     reply_json(req, b, status_json(h));
   } else if (path && !strcmp(path, "/view.json")) {
-    reply_json(req, b, sup_view_json(h->view, h->s->hist, status_json(h), 1, points_of(req)));
+    const http_view *v = view_text(h, points_of(req));
+    if (v && !evbuffer_add(b, v->txt, v->len) && !evbuffer_add(b, "\n", 1))
+      reply(req, 200, "OK", "application/json", b);
+    else
+      evhttp_send_error(req, 503, "out of memory");
   } else if (path && (!strcmp(path, "/") || !strcmp(path, "/index.html"))) {
     sup_view_page(to_evbuffer, b, NULL);
     reply(req, 200, "OK", "text/html; charset=utf-8", b);
@@ -337,11 +634,38 @@ static void resume_cb(evutil_socket_t fd, short what, void *arg) {
   evconnlistener_enable(((struct sup_http *)arg)->lis);
 }
 
+/* Accept failed (EMFILE, ENFILE, ENOBUFS): pause, then listen again. arg
+ * is not ours: evhttp_bind_listener made the listener's argument its
+ * evhttp, which the error callback gets too. Taking it for the port (as
+ * this did) added a timer that was not one ("event has no event_base
+ * set") and left the listener disabled for good: the port never answered
+ * again after a descriptor flood (issue 39). */
 static void accept_error(struct evconnlistener *l, void *arg) {
-  struct sup_http *h = arg;
-  evconnlistener_disable(l);
-  struct timeval tv = {0, (long)(HTTP_PAUSE_S * 1e6)};
-  evtimer_add(h->resume, &tv);
+  for (struct sup_http *h = ports; h; h = h->next_port)
+    if ((void *)h->http == arg) {
+      pause_listener(h);
+      return;
+    }
+  evconnlistener_disable(l); /* cannot happen; at least do not spin */
+}
+
+/* every event through the hook: counted (the view cache's key), folded */
+static void on_event_counted(void *arg, double ts, const char *name, const cJSON *e) {
+  ((struct sup_http *)arg)->events++;
+  on_event(arg, ts, name, e);
+}
+
+/* what the Host header may name (host_ok) */
+static void bound_names(struct sup_http *h, const ft_sockaddr *bound) {
+  ft_net_format(bound, 0, h->host, sizeof h->host);
+  size_t n = strlen(h->host);
+  if (n > 1 && h->host[0] == '[') { /* [v6] */
+    memmove(h->host, h->host + 1, n - 2);
+    h->host[n - 2] = 0;
+  }
+  h->port = ft_net_port(bound);
+  int loop = !strcmp(h->host, "::1") || !strncmp(h->host, "127.", 4);
+  h->any_host = !loop;
 }
 
 int sup_http_open(sup *s, const char *spec, const char *from) {
@@ -361,7 +685,7 @@ int sup_http_open(sup *s, const char *spec, const char *from) {
   ft_net_format(&sa, 1, a, sizeof a);
   int one = 1, fd = socket(sa.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-      bind(fd, (struct sockaddr *)&sa.ss, sa.len) || listen(fd, 64)) {
+      bind(fd, (struct sockaddr *)&sa.ss, sa.len) || listen(fd, HTTP_BACKLOG)) {
     int e = errno;
     if (fd >= 0)
       close(fd);
@@ -381,11 +705,15 @@ int sup_http_open(sup *s, const char *spec, const char *from) {
   h->lis = evconnlistener_new(s->base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0,
                               fd); /* listening already (0: libevent leaves it so) */
   h->resume = evtimer_new(s->base, resume_cb, h);
+  h->adopt = event_new(s->base, -1, 0, on_adopt, h);
+  h->sweep = event_new(s->base, -1, EV_PERSIST, on_sweep, h);
   s->http = h;
+  h->next_port = ports;
+  ports = h;
   if (!h->lis)
     close(fd);
-  if (!h->http || !h->lis || !h->resume || !h->last_faults || !h->ckpts || !h->view ||
-      !h->metrics || !evhttp_bind_listener(h->http, h->lis)) {
+  if (!h->http || !h->lis || !h->resume || !h->adopt || !h->sweep || !h->last_faults || !h->ckpts ||
+      !h->view || !h->metrics || !evhttp_bind_listener(h->http, h->lis)) {
     if (h->lis)
       evconnlistener_free(h->lis); /* not bound: still ours */
     h->lis = NULL;
@@ -401,10 +729,14 @@ int sup_http_open(sup *s, const char *spec, const char *from) {
                                           EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
                                           EVHTTP_REQ_PATCH);
   evhttp_set_gencb(h->http, on_request, h);
+  evhttp_set_bevcb(h->http, on_new_bev, h);
+  struct timeval second = {1, 0};
+  evtimer_add(h->sweep, &second);
   bound.len = sizeof bound.ss;
   getsockname(fd, (struct sockaddr *)&bound.ss, &bound.len);
   ft_net_format(&bound, 1, h->addr, sizeof h->addr);
-  sup_events_set_hook(s->ev, on_event, h);
+  bound_names(h, &bound);
+  sup_events_set_hook(s->ev, on_event_counted, h);
 
   char line[340];
   ft_afile af;
@@ -475,6 +807,19 @@ void sup_http_free(sup *s) {
     evhttp_free(h->http); /* frees the bound listener too */
   if (h->resume)
     event_free(h->resume);
+  if (h->adopt)
+    event_free(h->adopt);
+  if (h->sweep)
+    event_free(h->sweep);
+  for (int i = 0; i < h->nfresh; i++)
+    bufferevent_decref(h->fresh[i]);
+  for (int i = 0; i < HTTP_VIEW_SLOTS; i++)
+    free(h->views[i].txt);
+  for (struct sup_http **p = &ports; *p; p = &(*p)->next_port)
+    if (*p == h) {
+      *p = h->next_port;
+      break;
+    }
   cJSON_Delete(h->last_faults);
   cJSON_Delete(h->ckpts);
   sup_view_free(h->view);

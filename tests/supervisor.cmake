@@ -70,6 +70,9 @@ if(TARGET supervise)
   # Alertmanager; the first fault's alert reaches a webhook.
   ft_add_script_test(NAME sup_alerts COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_alerts.sh
                      LABELS integration TIMEOUT 180)
+  # The HTTP port under load (200 connections, 50 slowloris, descriptors run out): the run unharmed.
+  ft_add_script_test(NAME sup_http_load COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_http_load.sh
+                     LABELS integration TIMEOUT 150)
   # The dashboard and the report in headless Chromium (kill, Xid, spike).
   ft_add_script_test(NAME sup_dashboard COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/sup_dashboard.sh
                      LABELS integration TIMEOUT 300)
