@@ -67,7 +67,7 @@ char *sup_http_call(const char *addr, int post, const char *path, const char *be
   if (req) {
     struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
     evhttp_connection_set_timeout(c, 5);
-    evhttp_add_header(hd, "Host", hp.host);
+    evhttp_add_header(hd, "Host", addr); /* HOST:PORT, as a browser sends it */
     char auth[FT_WIRE_TOKEN_HEX + 16];
     if (bearer) {
       snprintf(auth, sizeof auth, "Bearer %s", bearer);

@@ -29,11 +29,13 @@ synth_data "$TMP"
 ST=$TMP/st
 sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
   -e "s|^data:.*|data: {train: \"$TMP/synth_train_*.bin\", val: \"$TMP/synth_val_*.bin\"}|" \
-  -e 's|  steps: 300|  steps: 300|' -e "s|  store: .*|  store: \"local:$TMP/store\"|" \
+  -e 's|  steps: 300|  steps: 400|' -e "s|  store: .*|  store: \"local:$TMP/store\"|" \
   -e 's|  every_steps: 25|  every_steps: 20|' "$FT_SRC/examples/demo.yaml" >"$TMP/run.yaml"
+# (each step at least 75 ms, min_step_ms: the run lasts 30 s or more however
+# fast the machine, past the phases below, which take about 20 s)
 (
   ulimit -n 1024
-  exec "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" --spares 1 "$TMP/run.yaml"
+  FT_FAILPOINTS=min_step_ms=75 exec "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" --spares 1 "$TMP/run.yaml"
 ) >"$TMP/sup.out" 2>&1 &
 SUP=$!
 for ((i = 0; i < 100; i++)); do
