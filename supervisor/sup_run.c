@@ -36,7 +36,10 @@
  * on the loop would stop heartbeats, and the workers would take the
  * supervisor for dead. The loop only reports (cq_done), the retention
  * GC's outcome too: one that failed or that the store refused is event
- * gc_failed (gc_report), and the run goes on.
+ * gc_failed (gc_report), and the run goes on. Each commit and GC job also
+ * brings the store's list of the run's checkpoints, and a checkpoint the
+ * views were told of that is gone from it is event checkpoint_deleted
+ * (ckpt_reconcile), so no view offers one the store no longer has.
  *
  * connection_closed events of peers that never said a valid HELLO are rate
  * limited (anyone on the host can cause them at will; each is an fsync'ed
