@@ -1,0 +1,50 @@
+/*
+ * data_int.h: the loader's insides, shared by data.c (local files, the
+ * stream and its sequences) and data_s3.c (token shards in a bucket).
+ * Not for other callers: data.h is the loader's interface.
+ */
+#ifndef DATA_INT_H
+#define DATA_INT_H
+
+#include "data.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DATA_HEADER_BYTES (DATA_HEADER_INTS * sizeof(int32_t))
+
+typedef struct data_s3 data_s3;
+
+typedef struct data_shard {
+  char *path; /* a local path, or "s3://bucket/key" */
+  void *map;  /* local: the whole file, read-only; s3: NULL */
+  size_t map_len;
+  const uint16_t *tok; /* local: map + header; s3: NULL (read by blocks) */
+  uint64_t n;          /* tokens in this shard */
+  uint64_t start;      /* index of tok[0] in the concatenated stream */
+} data_shard;
+
+struct data_loader {
+  int nshards;
+  data_shard *sh;
+  uint64_t total;
+  data_s3 *s3; /* non-NULL: the shards are objects of a bucket */
+};
+
+/* The shard holding stream position pos (< total). */
+int data_find_shard(const data_loader *dl, uint64_t pos);
+/* " (this is an llm.c model file ...)": what a bad header looks like. */
+const char *data_magic_hint(const unsigned char *p, size_t len);
+/* Checks a shard's 1024-byte header h against the object's size in bytes:
+ * magic, version, count >= 0, size == header + 2 * count. *n: the count.
+ * FT_EFORMAT with a detail naming `name`. */
+int data_check_header(const char *name, const int32_t *h, uint64_t size, uint64_t *n);
+
+/* data_s3.c: fills dl (shards, total, s3) from "s3://bucket/glob". */
+int data_s3_open(const char *uri, int vocab_size, const data_opts *o, data_loader *dl);
+void data_s3_free(data_s3 *s);
+/* Tokens [pos, pos + n) of the stream (pos + n <= total) into out. */
+int data_s3_tokens(const data_loader *dl, uint64_t pos, uint64_t n, uint16_t *out);
+void data_s3_stats(const data_loader *dl, data_io_stats *st);
+
+#endif
