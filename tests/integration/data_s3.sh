@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# data_s3: training data straight from a bucket (worker/data_s3.c,
+# docs/data.md) against moto with every signature checked (s3_lib.sh).
+# Shards made locally (ftdata synth), uploaded with the aws cli, then:
+#   - `ftdata stats s3://...` sees what it sees of the local copies, and the
+#     glob matches one '/' level only (decoys under the prefix are ignored);
+#   - a worker trained on s3:// data gives the same bits as on the local
+#     files: every step's loss, the validation loss and the exported model
+#     file byte for byte; it prints its GETs (the test reports GETs per step);
+#   - the cache directory stays within FT_DATA_CACHE_BYTES although the data
+#     is bigger (blocks were evicted), and a second run on a cache big enough
+#     for the data reads every block from it (no block GET; headers of shards
+#     whose first block no run read are still GETs) with the same bits;
+#   - a shard overwritten in the bucket after the listing (a new ETag): the
+#     worker stops with exit 3 (FT_EXIT_DATA) and a message naming the key
+#     and saying it changed since it was listed; one deleted: exit 3, naming
+#     the key, "no such object".
+. "$(dirname "$0")/lib.sh"
+T=$TMP
+. "$FT_SRC/tests/integration/s3_lib.sh"
+trap 's3_stop; [ -n "${KEEP:-}" ] || cleanup' EXIT
+s3_start
+s3_mkbucket data
+
+mkdir -p "$TMP/loc" "$TMP/other"
+"$FT_BIN/ftdata" synth --out "$TMP/loc/synth" --tokens 300000 --shard-tokens 60000 >/dev/null
+aws_s3 s3 cp --recursive --exclude '*' --include 'synth_*.bin' "$TMP/loc" s3://data/corpus/ \
+  >/dev/null || fail "upload"
+# decoys: another '/' level and another suffix under the listed prefix
+aws_s3 s3 cp "$TMP/loc/synth_train_000.bin" s3://data/corpus/synth_train_9/x.bin >/dev/null
+aws_s3 s3 cp "$TMP/loc/synth_val_000.bin" s3://data/corpus/synth_train_x.txt >/dev/null
+S3_TRAIN="s3://data/corpus/synth_train_*.bin"
+S3_VAL="s3://data/corpus/synth_val_*.bin"
+
+# ---- ftdata stats ---------------------------------------------------------------
+export FT_DATA_CACHE="$TMP/statcache"
+"$FT_BIN/ftdata" stats --json "$S3_TRAIN" >"$TMP/s3.json" 2>"$TMP/s3.err" ||
+  fail "ftdata stats $S3_TRAIN: $(cat "$TMP/s3.err")"
+"$FT_BIN/ftdata" stats --json "$TMP/loc/synth_train_*.bin" >"$TMP/loc.json"
+python3 - "$TMP/s3.json" "$TMP/loc.json" <<'PY' || fail "ftdata stats on s3:// differs from the local files"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+a.pop("glob"); b.pop("glob")
+assert a == b, (a, b)
+assert a["shards"] == 5, a
+PY
+pass "ftdata stats s3://: 5 shards, the same numbers as the local copies (decoys ignored)"
+
+# ---- bit identity, GETs per step, the cache bound -------------------------------
+STEPS=40
+BLOCK=16384
+BOUND=50000 # three blocks; the run reads about seven, the train data is 33
+train() { # NAME TRAIN VAL [worker args...]
+  local name=$1 tr=$2 va=$3
+  shift 3
+  "$FT_BIN/worker" --standalone "$FT_SRC/examples/demo.yaml" --set "data.train=$tr" \
+    --set "data.val=$va" --set nodes.device=cpu --steps $STEPS --quiet --threads 1 \
+    --log-json "$TMP/$name.jsonl" --export "$TMP/$name.safetensors" "$@" 2>"$TMP/$name.err" ||
+    fail "worker ($name): exit $? $(tail -5 "$TMP/$name.err")"
+}
+train local "$TMP/loc/synth_train_*.bin" "$TMP/loc/synth_val_*.bin"
+FT_DATA_CACHE="$TMP/cache" FT_DATA_BLOCK_BYTES=$BLOCK FT_DATA_CACHE_BYTES=$BOUND \
+  FT_DATA_PREFETCH_BLOCKS=2 train s3 "$S3_TRAIN" "$S3_VAL"
+[ "$(losses "$TMP/s3.jsonl")" = "$(losses "$TMP/local.jsonl")" ] ||
+  fail "losses differ: s3 $(losses "$TMP/s3.jsonl" | tail -2) local $(losses "$TMP/local.jsonl" | tail -2)"
+vals() { grep -o '"val_loss":[^,}]*' "$1"; }
+[ -n "$(vals "$TMP/s3.jsonl")" ] && [ "$(vals "$TMP/s3.jsonl")" = "$(vals "$TMP/local.jsonl")" ] ||
+  fail "validation losses differ"
+cmp "$TMP/s3.safetensors" "$TMP/local.safetensors" || fail "the exported models differ"
+pass "s3:// run = local run: $STEPS losses, val loss and the model file bit for bit"
+
+line=$(grep -F "data: $S3_TRAIN:" "$TMP/s3.err") || fail "no I/O line for the train data: $(cat "$TMP/s3.err")"
+gets=$(echo "$line" | sed -E 's/.*: ([0-9]+) block GETs.*/\1/')
+evicted=$(echo "$line" | sed -E 's/.* ([0-9]+) evicted$/\1/')
+echo "measured: $line"
+python3 -c "import sys; print('measured: %d block GETs over %d steps = %.3f GETs per step (block %d bytes)' % (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[1]) / int(sys.argv[2]), int(sys.argv[3])))" "$gets" $STEPS $BLOCK
+[ "$gets" -gt 0 ] || fail "no block GET counted: $line"
+[ "$gets" -lt $STEPS ] || fail "$gets block GETs for $STEPS steps: reads are not coalesced"
+size=$(find "$TMP/cache" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+[ "$size" -le $BOUND ] || fail "cache directory holds $size bytes, over the bound $BOUND"
+[ "$evicted" -gt 0 ] || fail "nothing evicted: the bound was not exercised ($line)"
+pass "cache directory $size bytes <= $BOUND ($evicted blocks evicted)"
+
+# a cache big enough for the data: the second run reads every block from it
+export FT_DATA_CACHE="$TMP/cache2" FT_DATA_BLOCK_BYTES=$BLOCK FT_DATA_CACHE_BYTES=$((64 << 20))
+train warm1 "$S3_TRAIN" "$S3_VAL"
+train warm2 "$S3_TRAIN" "$S3_VAL"
+unset FT_DATA_BLOCK_BYTES FT_DATA_CACHE_BYTES
+cmp "$TMP/warm2.safetensors" "$TMP/local.safetensors" || fail "the warm-cache run's model differs"
+line=$(grep -F "data: $S3_TRAIN:" "$TMP/warm2.err")
+echo "$line" | grep -q ": 0 block GETs," || fail "a warm cache still read the bucket: $line"
+pass "warm cache: $line"
+
+# ---- a shard changed or deleted under the run -----------------------------------
+"$FT_BIN/ftdata" synth --out "$TMP/other/x" --tokens 50000 --seed 7 --val-frac 0 >/dev/null
+aws_s3 s3 cp --recursive --exclude '*' --include 'synth_train_*.bin' "$TMP/loc" s3://data/small/ \
+  >/dev/null
+fault_run() { # NAME ACTION: ACTION changes the bucket once the worker trains
+  local name=$1 action=$2
+  FT_DATA_CACHE_BYTES=0 FT_DATA_PREFETCH_BLOCKS=0 FT_DATA_BLOCK_BYTES=4096 \
+    "$FT_BIN/worker" --standalone "$FT_SRC/examples/demo.yaml" \
+    --set "data.train=s3://data/small/synth_train_00[34].bin" --set data.val= \
+    --set nodes.device=cpu --steps 100000 --quiet --threads 1 --log-json "$TMP/$name.jsonl" \
+    2>"$TMP/$name.err" &
+  local pid=$!
+  # the listing is taken at open: change the bucket once a step is done
+  for _ in $(seq 1 1200); do
+    grep -q '"step"' "$TMP/$name.jsonl" 2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q '"step"' "$TMP/$name.jsonl" 2>/dev/null || fail "$name: the worker never trained: $(cat "$TMP/$name.err")"
+  $action
+  # it reads every block again each pass over the data (no cache): it must stop
+  for _ in $(seq 1 3000); do
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 $pid 2>/dev/null; then
+    kill -9 $pid
+    fail "$name: the worker trained on after the bucket changed"
+  fi
+  set +e
+  wait $pid
+  FAULT_RC=$?
+  set -e
+}
+overwrite() { aws_s3 s3 cp "$TMP/other/x_train_000.bin" s3://data/small/synth_train_004.bin >/dev/null; }
+fault_run changed overwrite
+[ $FAULT_RC -eq 3 ] || fail "changed shard: exit $FAULT_RC, expected 3 (data): $(tail -3 "$TMP/changed.err")"
+grep -q "s3://data/small/synth_train_004.bin.*changed since it was listed" "$TMP/changed.err" ||
+  fail "changed shard: the message does not name the key: $(tail -3 "$TMP/changed.err")"
+pass "changed shard: exit 3: $(grep -m1 'changed since' "$TMP/changed.err")"
+
+delete() { aws_s3 s3 rm s3://data/small/synth_train_003.bin >/dev/null; }
+fault_run deleted delete
+[ $FAULT_RC -eq 3 ] || fail "deleted shard: exit $FAULT_RC, expected 3 (data): $(tail -3 "$TMP/deleted.err")"
+grep -q "s3://data/small/synth_train_003.bin: no such object" "$TMP/deleted.err" ||
+  fail "deleted shard: the message does not name the key: $(tail -3 "$TMP/deleted.err")"
+pass "deleted shard: exit 3: $(grep -m1 'no such object' "$TMP/deleted.err")"
