@@ -9,6 +9,8 @@ target_link_libraries(ft_datatest PUBLIC ftckpt ftcommon m)
 
 ft_add_test(NAME test_data SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_data.c
             LIBS ft_datatest LABELS unit TIMEOUT 60)
+ft_add_test(NAME test_data_s3 SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_data_s3.c
+            LIBS ft_datatest LABELS unit TIMEOUT 60)
 ft_add_test(NAME test_gpt2io SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_gpt2io.c
             LIBS ft_datatest LABELS unit TIMEOUT 60)
 

@@ -47,4 +47,17 @@ void data_s3_free(data_s3 *s);
 int data_s3_tokens(const data_loader *dl, uint64_t pos, uint64_t n, uint16_t *out);
 void data_s3_stats(const data_loader *dl, data_io_stats *st);
 
+/* Exposed for unit tests. The literal part of a key glob (what the listing
+ * asks for): its length, up to the first of * ? [ \. */
+size_t data_s3_glob_prefix(const char *keyglob);
+/* 1 if key matches keyglob (fnmatch, FNM_PATHNAME: a wildcard never
+ * matches '/'). */
+int data_s3_key_matches(const char *keyglob, const char *key);
+/* The cache directory's eviction: removes its least recently used *.blk
+ * files (oldest mtime first) until `need` more bytes fit under bound, and
+ * temp files (*.blk.tmp.*) older than 10 minutes; live temp files count
+ * but stay. Returns the bytes it holds after; *evicted (may be NULL) is
+ * increased by the files removed. Other files are left alone. */
+uint64_t data_cache_make_room(const char *dir, uint64_t bound, uint64_t need, uint64_t *evicted);
+
 #endif

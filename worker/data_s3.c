@@ -173,11 +173,19 @@ typedef struct listing {
   uint64_t seen;
 } listing;
 
+size_t data_s3_glob_prefix(const char *keyglob) {
+  return strcspn(keyglob, "*?[\\");
+}
+
+int data_s3_key_matches(const char *keyglob, const char *key) {
+  return fnmatch(keyglob, key, FNM_PATHNAME) == 0;
+}
+
 static int on_object(void *ud, const char *key, uint64_t size, const char *etag) {
   listing *l = ud;
   data_s3 *s = l->s;
   l->seen++;
-  if (fnmatch(l->pattern, key, FNM_PATHNAME) != 0)
+  if (!data_s3_key_matches(l->pattern, key))
     return FT_OK;
   if (s->nob == s->cap) {
     int cap = s->cap ? s->cap * 2 : 16;
@@ -207,7 +215,7 @@ static int obj_cmp(const void *a, const void *b) {
 /* Lists the objects the key glob matches, sorted by key. */
 static int list_shards(data_s3 *s, const char *keyglob) {
   char prefix[1024];
-  size_t lit = strcspn(keyglob, "*?[\\");
+  size_t lit = data_s3_glob_prefix(keyglob);
   snprintf(prefix, sizeof prefix, "%.*s", (int)lit, keyglob);
   listing l = {s, keyglob, 0};
   int rc = ckpt_s3_reader_list(s->rd, prefix, on_object, &l);
@@ -331,30 +339,29 @@ static int centry_cmp(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-/* Removes the least recently used blocks until `need` more bytes fit under
- * cache_bytes (and temp files a dead writer left). Holding disk_mu. */
-static void make_room(data_s3 *s, uint64_t need) {
-  DIR *dir = opendir(s->cache_dir);
+uint64_t data_cache_make_room(const char *cache_dir, uint64_t bound, uint64_t need,
+                              uint64_t *evicted) {
+  DIR *dir = opendir(cache_dir);
   if (!dir)
-    return;
+    return 0;
   centry *e = NULL;
   size_t n = 0, cap = 0;
   uint64_t total = 0;
   time_t now = time(NULL);
   for (struct dirent *de; (de = readdir(dir));) {
-    int blk = strlen(de->d_name) > 4 && !strcmp(de->d_name + strlen(de->d_name) - 4, ".blk");
+    size_t l = strlen(de->d_name);
+    int blk = l > 4 && !strcmp(de->d_name + l - 4, ".blk");
     int tmp = strstr(de->d_name, ".blk.tmp.") != NULL;
     struct stat st;
     if ((!blk && !tmp) || fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
       continue;
-    if (tmp) {
-      if (now - st.st_mtim.tv_sec > TMP_ORPHAN_S)
-        unlinkat(dirfd(dir), de->d_name, 0);
-      else
-        total += (uint64_t)st.st_size;
+    if (tmp && now - st.st_mtim.tv_sec > TMP_ORPHAN_S) {
+      unlinkat(dirfd(dir), de->d_name, 0);
       continue;
     }
     total += (uint64_t)st.st_size;
+    if (tmp)
+      continue; /* a writer's, live: counted, never removed */
     if (n == cap) {
       size_t c2 = cap ? cap * 2 : 64;
       centry *q = realloc(e, c2 * sizeof *q);
@@ -367,16 +374,18 @@ static void make_room(data_s3 *s, uint64_t need) {
     e[n].size = (uint64_t)st.st_size;
     e[n++].mtime = st.st_mtim;
   }
-  if (total + need > (uint64_t)s->cache_bytes && n) {
+  if (total + need > bound && n) {
     qsort(e, n, sizeof *e, centry_cmp);
-    for (size_t i = 0; i < n && total + need > (uint64_t)s->cache_bytes; i++)
+    for (size_t i = 0; i < n && total + need > bound; i++)
       if (unlinkat(dirfd(dir), e[i].name, 0) == 0 || errno == ENOENT) {
         total -= e[i].size;
-        __atomic_add_fetch(&s->evictions, 1, __ATOMIC_RELAXED);
+        if (evicted)
+          (*evicted)++;
       }
   }
   closedir(dir);
   free(e);
+  return total;
 }
 
 /* Writes block (k, j) whole into the cache directory; a failure only
@@ -387,7 +396,9 @@ static void disk_write(data_s3 *s, int k, uint64_t j, const uint8_t *d, size_t l
   char path[PATH_MAX + 200];
   block_path(s, k, j, path, sizeof path);
   pthread_mutex_lock(&s->disk_mu);
-  make_room(s, len);
+  uint64_t ev = 0;
+  data_cache_make_room(s->cache_dir, (uint64_t)s->cache_bytes, len, &ev);
+  __atomic_add_fetch(&s->evictions, ev, __ATOMIC_RELAXED);
   ft_afile f;
   int rc = ft_afile_open(&f, path);
   if (!rc && (rc = ft_afile_write(&f, d, len)))
