@@ -68,6 +68,7 @@ typedef struct data_io_stats {
   uint64_t block_gets;  /* ranged GETs of token blocks (attempts not counted) */
   uint64_t header_gets; /* ranged GETs of shard headers at open */
   uint64_t requests;    /* every HTTP request (LIST, retries included) */
+  uint64_t retries;     /* attempts after a failed one (5xx, throttling, timeouts) */
   uint64_t bytes_down;  /* bytes of every response body */
   uint64_t disk_hits;   /* blocks read from the cache directory */
   uint64_t evictions;   /* cache files this process removed to keep the bound */

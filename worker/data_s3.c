@@ -723,6 +723,7 @@ void data_s3_stats(const data_loader *dl, data_io_stats *st) {
     ckpt_s3_reader_stats rs;
     ckpt_s3_reader_stats_get(s->rd, &rs);
     st->requests = rs.requests;
+    st->retries = rs.retries;
     st->bytes_down = rs.bytes_down;
   }
 }
@@ -743,10 +744,10 @@ void data_s3_free(data_s3 *s) {
     data_s3_stats(s->dl, &st);
     fprintf(stderr,
             "data: %s: %" PRIu64 " block GETs, %" PRIu64 " header GETs, %" PRIu64
-            " requests in all (%.1f MiB), %" PRIu64 " blocks from the cache directory, %" PRIu64
-            " evicted\n",
-            s->uri, st.block_gets, st.header_gets, st.requests, (double)st.bytes_down / 1048576.0,
-            st.disk_hits, st.evictions);
+            " requests in all (%" PRIu64 " retried, %.1f MiB), %" PRIu64
+            " blocks from the cache directory, %" PRIu64 " evicted\n",
+            s->uri, st.block_gets, st.header_gets, st.requests, st.retries,
+            (double)st.bytes_down / 1048576.0, st.disk_hits, st.evictions);
   }
   for (int i = 0; i < s->nslot; i++)
     free(s->slot[i].data);

@@ -11,6 +11,13 @@
 #     is bigger (blocks were evicted), and a second run on a cache big enough
 #     for the data reads every block from it (no block GET; headers of shards
 #     whose first block no run read are still GETs) with the same bits;
+#   - the data bucket's own endpoint (FT_DATA_S3_ENDPOINT, while the store's
+#     FT_S3_ENDPOINT points nowhere): a fault proxy (chaos/s3_faults.py) in
+#     front of moto answers HTTP 500 to some block GETs: they are retried
+#     and the run ends with the same bits; answering 500 for good, past
+#     FT_S3_RETRIES, the worker stops with a message naming the key and
+#     the HTTP 500 (a storage fault: data_err_is_storage; the exit code the
+#     supervisor gets is train.c's, see docs/data.md);
 #   - a shard overwritten in the bucket after the listing (a new ETag): the
 #     worker stops with exit 3 (FT_EXIT_DATA) and a message naming the key
 #     and saying it changed since it was listed; one deleted: exit 3, naming
@@ -90,6 +97,56 @@ cmp "$TMP/warm2.safetensors" "$TMP/local.safetensors" || fail "the warm-cache ru
 line=$(grep -F "data: $S3_TRAIN:" "$TMP/warm2.err")
 echo "$line" | grep -q ": 0 block GETs," || fail "a warm cache still read the bucket: $line"
 pass "warm cache: $line"
+
+# ---- the storage failing: retried, then a storage fault -----------------------------
+# The data endpoint is a fault proxy's; the store's points nowhere. No cache
+# directory, no prefetch, 4 KiB blocks: every step or two GETs a block, so
+# blocks are still to be read when the mode changes (the worker stopped
+# with SIGSTOP meanwhile, so no read slips past the change).
+PP=$(free_port)
+echo ok >"$TMP/mode"
+python3 "$FT_SRC/chaos/s3_faults.py" --listen "$PP" --upstream "$S3_PORT" --mode-file "$TMP/mode" \
+  --log "$TMP/proxy.log" >"$TMP/proxy.out" 2>&1 &
+PROXY_PID=$!
+s3_wait_port "$PP" "$PROXY_PID" || fail "proxy did not start: $(cat "$TMP/proxy.out")"
+proxied() { # NAME MODE STEPS [worker args]: MODE from the end of the first step on
+  local name=$1 m=$2 steps=$3
+  shift 3
+  FT_S3_ENDPOINT=http://127.0.0.1:9 FT_DATA_S3_ENDPOINT="http://127.0.0.1:$PP" \
+    FT_DATA_CACHE_BYTES=0 FT_DATA_PREFETCH_BLOCKS=0 FT_DATA_BLOCK_BYTES=4096 \
+    "$FT_BIN/worker" --standalone "$FT_SRC/examples/demo.yaml" --set "data.train=$S3_TRAIN" \
+    --set "data.val=$S3_VAL" --set nodes.device=cpu --steps "$steps" --quiet --threads 1 \
+    --log-json "$TMP/$name.jsonl" "$@" 2>"$TMP/$name.err" &
+  local pid=$!
+  for _ in $(seq 1 1200); do
+    grep -q '"step"' "$TMP/$name.jsonl" 2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -STOP $pid 2>/dev/null || fail "$name: the worker ended before its first step: $(cat "$TMP/$name.err")"
+  echo "$m" >"$TMP/mode"
+  kill -CONT $pid
+  set +e
+  wait $pid
+  PROXIED_RC=$?
+  set -e
+  echo ok >"$TMP/mode"
+}
+proxied flaky 500:8 $STEPS --export "$TMP/flaky.safetensors"
+[ $PROXIED_RC -eq 0 ] || fail "through transient 500s: exit $PROXIED_RC $(tail -3 "$TMP/flaky.err")"
+cmp "$TMP/flaky.safetensors" "$TMP/local.safetensors" || fail "the run through 500s differs"
+line=$(grep -F "data: $S3_TRAIN:" "$TMP/flaky.err")
+grep -q '^500 GET /data/corpus/synth_train_' "$TMP/proxy.log" ||
+  fail "no block GET was answered 500: $(cat "$TMP/proxy.log")"
+echo "$line" | grep -qE 'requests in all \([1-9][0-9]* retried' || fail "no retry counted: $line"
+pass "HTTP 500s on block GETs from the data endpoint: retried, same bits ($line)"
+
+FT_S3_RETRIES=2 proxied down 500 100000
+[ $PROXIED_RC -ne 0 ] || fail "a data endpoint answering 500 for good: the worker trained on"
+grep -q "s3://data/corpus/synth_train_00[0-4].bin.*HTTP 500" "$TMP/down.err" ||
+  fail "endpoint failing: the message does not name the key and the status: $(tail -3 "$TMP/down.err")"
+pass "endpoint answering 500 past the retries: exit $PROXIED_RC, $(grep -m1 'HTTP 500' "$TMP/down.err")"
+kill $PROXY_PID 2>/dev/null || true
 
 # ---- a shard changed or deleted under the run -----------------------------------
 "$FT_BIN/ftdata" synth --out "$TMP/other/x" --tokens 50000 --seed 7 --val-frac 0 >/dev/null
