@@ -3,7 +3,8 @@
 # The unit tests link the loader alone (data.c, and data_s3.c with the
 # store's S3 client for s3:// shards) plus ftcommon (ft_gpt2, ft_file,
 # ft_err), not the whole worker library.
-add_library(ft_datatest STATIC ${CMAKE_SOURCE_DIR}/worker/data.c ${CMAKE_SOURCE_DIR}/worker/data_s3.c)
+add_library(ft_datatest STATIC ${CMAKE_SOURCE_DIR}/worker/data.c ${CMAKE_SOURCE_DIR}/worker/data_s3.c
+            ${CMAKE_SOURCE_DIR}/worker/data_listing.c)
 target_include_directories(ft_datatest PUBLIC ${CMAKE_SOURCE_DIR}/worker)
 target_link_libraries(ft_datatest PUBLIC ftckpt ftcommon m)
 

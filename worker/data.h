@@ -18,16 +18,14 @@
  * S3: a pattern "s3://bucket/prefix/glob" names objects of a bucket
  * (data_s3.c; docs/data.md): listed once at open (keys in strcmp order,
  * sizes, ETags), every header checked with a ranged GET of its first 1024
- * bytes; tokens are read by aligned blocks through a memory cache, a
- * prefetch thread and a bounded cache directory shared by the processes
- * of a host; every read sends If-Match with the listed ETag. The stream,
- * and so every sequence, is the same as the same shards' copied locally.
- * Errors of an S3 loader: data faults (the run's data is wrong: stop, blame
- * nobody) are FT_ENOENT (an object listed is gone), FT_ESTATE (it changed
- * since it was listed), FT_EFORMAT (a bad header, a token out of the
- * vocabulary: the detail names the key and the token's index); storage
- * faults (the service: wait and retry) are the others, past the client's
- * retries (data_err_is_storage).
+ * bytes, or all of that read from a recorded listing (data_listing.c); tokens are read by aligned
+ * blocks through a memory cache, a prefetch thread and a bounded cache directory shared by the
+ * processes of a host; every read sends If-Match with the listed ETag. The stream, and so every
+ * sequence, is the same as the same shards' copied locally. Errors of an S3 loader: data faults
+ * (the run's data is wrong: stop, blame nobody) are FT_ENOENT (an object listed is gone), FT_ESTATE
+ * (it changed since it was listed), FT_EFORMAT (a bad header, a token out of the vocabulary: the
+ * detail names the key and the token's index); storage faults (the service: wait and retry) are the
+ * others, past the client's retries (data_err_is_storage).
  */
 #ifndef DATA_H
 #define DATA_H
@@ -41,13 +39,16 @@ typedef struct data_loader data_loader;
 /* How an S3 loader reads (ignored for local files). Each field has an
  * environment variable that, when set, overrides it (an operator tunes a
  * host without editing the run file): FT_DATA_CACHE, FT_DATA_CACHE_BYTES,
- * FT_DATA_BLOCK_BYTES, FT_DATA_PREFETCH_BLOCKS, FT_DATA_S3_ENDPOINT. */
+ * FT_DATA_BLOCK_BYTES, FT_DATA_PREFETCH_BLOCKS, FT_DATA_S3_ENDPOINT,
+ * FT_DATA_LISTING. */
 typedef struct data_opts {
   char cache_dir[1024];  /* "": $FT_S3_CACHE/data, else ~/.cache/ftsup/data */
   int64_t cache_bytes;   /* bound of the cache directory; 0: no disk cache */
   int64_t block_bytes;   /* one GET: an aligned block of this many bytes (even) */
   int prefetch_blocks;   /* blocks read ahead of the step; 0: none */
   char s3_endpoint[512]; /* "": FT_S3_ENDPOINT's (or AWS) */
+  char listing[1024];    /* "": none; else the file recording each pattern's
+                            listing (docs/data.md, "The listing") */
 } data_opts;
 
 #define DATA_CACHE_BYTES_DEFAULT (4LL << 30)

@@ -40,6 +40,26 @@ const char *data_magic_hint(const unsigned char *p, size_t len);
  * FT_EFORMAT with a detail naming `name`. */
 int data_check_header(const char *name, const int32_t *h, uint64_t size, uint64_t *n);
 
+/* One shard object of a listing: key, size in bytes, ETag (quotes kept),
+ * token count (the header's; 0 until read). */
+typedef struct data_obj {
+  char *key;
+  char *etag;
+  uint64_t size;
+  uint64_t tokens;
+} data_obj;
+
+/* data_listing.c: the listing of each s3:// pattern, recorded in one JSON
+ * file (FT_DATA_LISTING) so that every later open of the pattern reads the
+ * same objects. load: *found 0 if the file or the pattern is absent (FT_OK);
+ * FT_EFORMAT for a file that is not a listing. save: adds (or replaces) the
+ * pattern's entry, the others kept; crash-safe. The caller holds the lock. */
+int data_listing_lock(const char *path);
+int data_listing_load(const char *path, const char *uri, data_obj **ob, int *n, int *found);
+int data_listing_save(const char *path, const char *uri, const char *where, const data_obj *ob,
+                      int n);
+void data_objs_free(data_obj *ob, int n);
+
 /* data_s3.c: fills dl (shards, total, s3) from "s3://bucket/glob". */
 int data_s3_open(const char *uri, int vocab_size, const data_opts *o, data_loader *dl);
 void data_s3_free(data_s3 *s);

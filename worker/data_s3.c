@@ -8,8 +8,11 @@
  * '/' level), sorted by strcmp as local paths are; each object's size and
  * ETag are kept. Every header is checked as a local file's (magic, version,
  * count against the size) from a ranged GET of its first 1024 bytes, or
- * from block 0 in the cache directory. The shard table is then data.c's, so
- * the stream and every sequence are those of the same files copied locally.
+ * from block 0 in the cache directory. With a listing file (FT_DATA_LISTING,
+ * data_listing.c) the first open of a pattern records all that and later
+ * opens read it instead (no LIST, no header GET), under an flock. The shard
+ * table is then data.c's, so the stream and every sequence are those of
+ * the same files copied locally.
  *
  * Reads: the stream's bytes are cut into aligned blocks of block_bytes per
  * object (block j = bytes [j*B, (j+1)*B), the header in block 0; B is even,
@@ -67,12 +70,6 @@
 #define LOCK_STRIPES 64
 #define TMP_ORPHAN_S 600 /* a temp file this old is a dead writer's */
 
-typedef struct obj {
-  char *key;
-  char *etag;
-  uint64_t size;
-} obj;
-
 enum { B_EMPTY, B_LOADING, B_READY };
 
 typedef struct blk {
@@ -89,13 +86,14 @@ struct data_s3 {
   ckpt_s3_reader *rd;
   const data_loader *dl;
   char uri[1100];
-  obj *ob; /* ob[k]: shard k */
+  data_obj *ob; /* ob[k]: shard k */
   int nob, cap;
   int vocab;
   uint64_t bs;
   int depth;
   int64_t cache_bytes;
   char cache_dir[PATH_MAX];
+  char listing[1024]; /* the recorded listing's file, or "" */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   blk *slot;
@@ -160,8 +158,9 @@ static int resolve_opts(data_s3 *s, const data_opts *o, char *endpoint, size_t e
     w = 0;
   if (w < 0 || (size_t)w >= sizeof s->cache_dir)
     return ft_err_set(FT_ECONFIG, "the data cache directory's path is too long");
-  const char *ep = getenv("FT_DATA_S3_ENDPOINT");
+  const char *ep = getenv("FT_DATA_S3_ENDPOINT"), *li = getenv("FT_DATA_LISTING");
   snprintf(endpoint, en, "%s", ep && ep[0] ? ep : o->s3_endpoint);
+  snprintf(s->listing, sizeof s->listing, "%s", li && li[0] ? li : o->listing);
   return FT_OK;
 }
 
@@ -189,13 +188,14 @@ static int on_object(void *ud, const char *key, uint64_t size, const char *etag)
     return FT_OK;
   if (s->nob == s->cap) {
     int cap = s->cap ? s->cap * 2 : 16;
-    obj *o = realloc(s->ob, (size_t)cap * sizeof *o);
+    data_obj *o = realloc(s->ob, (size_t)cap * sizeof *o);
     if (!o)
       return ft_err_set(FT_ENOMEM, "out of memory");
     s->ob = o;
     s->cap = cap;
   }
-  obj *o = &s->ob[s->nob];
+  data_obj *o = &s->ob[s->nob];
+  o->tokens = 0;
   o->key = strdup(key);
   o->etag = strdup(etag);
   o->size = size;
@@ -209,7 +209,7 @@ static int on_object(void *ud, const char *key, uint64_t size, const char *etag)
 }
 
 static int obj_cmp(const void *a, const void *b) {
-  return strcmp(((const obj *)a)->key, ((const obj *)b)->key);
+  return strcmp(((const data_obj *)a)->key, ((const data_obj *)b)->key);
 }
 
 /* Lists the objects the key glob matches, sorted by key. */
@@ -636,12 +636,23 @@ int data_s3_tokens(const data_loader *dl, uint64_t pos, uint64_t n, uint16_t *ou
 /* ---- open and free ------------------------------------------------------------------ */
 
 /* Shard k's header: from block 0 in the cache directory, else a ranged GET
- * of its first 1024 bytes; checked as a local file's. */
-static int open_shard(data_s3 *s, int k, data_shard *sh) {
-  const obj *o = &s->ob[k];
+ * of its first 1024 bytes; checked as a local file's. recorded: the
+ * listing's token count, checked against the size, and no read (If-Match
+ * on every block still ties the reads to that version). */
+static int open_shard(data_s3 *s, int k, data_shard *sh, int recorded) {
+  data_obj *o = &s->ob[k];
   if (asprintf(&sh->path, "s3://%s/%s", ckpt_s3_reader_bucket(s->rd), o->key) < 0) {
     sh->path = NULL;
     return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  if (recorded) {
+    sh->n = o->tokens;
+    if (o->size != HDR + 2 * o->tokens)
+      return ft_err_set(FT_EFORMAT,
+                        "%s: the data listing %s records %" PRIu64 " bytes and %" PRIu64
+                        " tokens, which do not agree (remove it to list the bucket again)",
+                        sh->path, s->listing, o->size, o->tokens);
+    return FT_OK;
   }
   if (o->size < HDR)
     return ft_err_set(FT_EFORMAT,
@@ -664,8 +675,32 @@ static int open_shard(data_s3 *s, int k, data_shard *sh) {
   if (!rc) {
     memcpy(h, d, sizeof h);
     rc = data_check_header(sh->path, h, o->size, &sh->n);
+    o->tokens = sh->n;
   }
   free(d);
+  return rc;
+}
+
+/* The shards: from the recorded listing, else listed (and recorded when a
+ * listing file is set), each header checked. */
+static int open_shards(data_s3 *s, const char *keyglob, data_loader *dl) {
+  int recorded = 0, rc = FT_OK;
+  if (s->listing[0]) {
+    rc = data_listing_load(s->listing, s->uri, &s->ob, &s->nob, &recorded);
+    s->cap = s->nob;
+  }
+  if (!rc && !recorded)
+    rc = list_shards(s, keyglob);
+  if (!rc && !(dl->sh = calloc((size_t)s->nob, sizeof *dl->sh)))
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  for (int k = 0; !rc && k < s->nob; k++) {
+    rc = open_shard(s, k, &dl->sh[k], recorded);
+    dl->nshards = k + 1; /* freed by data_free, failed or not */
+    dl->sh[k].start = dl->total;
+    dl->total += dl->sh[k].n;
+  }
+  if (!rc && s->listing[0] && !recorded)
+    rc = data_listing_save(s->listing, s->uri, ckpt_s3_reader_where(s->rd), s->ob, s->nob);
   return rc;
 }
 
@@ -690,16 +725,13 @@ int data_s3_open(const char *uri, int vocab_size, const data_opts *o, data_loade
     mkdirs(s->cache_dir);
   if (!rc)
     rc = ckpt_s3_reader_open(uri, endpoint, &s->rd);
+  int lk = !rc && s->listing[0] ? data_listing_lock(s->listing) : 0;
+  if (lk < 0)
+    rc = lk;
   if (!rc)
-    rc = list_shards(s, slash + 1);
-  if (!rc && !(dl->sh = calloc((size_t)s->nob, sizeof *dl->sh)))
-    rc = ft_err_set(FT_ENOMEM, "out of memory");
-  for (int k = 0; !rc && k < s->nob; k++) {
-    rc = open_shard(s, k, &dl->sh[k]);
-    dl->nshards = k + 1; /* freed by data_free, failed or not */
-    dl->sh[k].start = dl->total;
-    dl->total += dl->sh[k].n;
-  }
+    rc = open_shards(s, slash + 1, dl);
+  if (lk > 0)
+    close(lk); /* releases the flock */
   if (rc)
     return rc;
   s->nslot = s->depth + 2;
@@ -752,11 +784,7 @@ void data_s3_free(data_s3 *s) {
   for (int i = 0; i < s->nslot; i++)
     free(s->slot[i].data);
   free(s->slot);
-  for (int k = 0; k < s->nob; k++) {
-    free(s->ob[k].key);
-    free(s->ob[k].etag);
-  }
-  free(s->ob);
+  data_objs_free(s->ob, s->nob);
   ckpt_s3_reader_free(s->rd);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);

@@ -18,6 +18,10 @@
 #     FT_S3_RETRIES, the worker stops with a message naming the key and
 #     the HTTP 500 (a storage fault: data_err_is_storage; the exit code the
 #     supervisor gets is train.c's, see docs/data.md);
+#   - the recorded listing (FT_DATA_LISTING): the first run lists and records
+#     both patterns; a shard added under the glob (sorting first) afterwards
+#     changes nothing for a run that reads the record (same bits, no LIST,
+#     no header GET), while a run that lists again trains on other data;
 #   - a shard overwritten in the bucket after the listing (a new ETag): the
 #     worker stops with exit 3 (FT_EXIT_DATA) and a message naming the key
 #     and saying it changed since it was listed; one deleted: exit 3, naming
@@ -31,6 +35,7 @@ s3_mkbucket data
 
 mkdir -p "$TMP/loc" "$TMP/other"
 "$FT_BIN/ftdata" synth --out "$TMP/loc/synth" --tokens 300000 --shard-tokens 60000 >/dev/null
+"$FT_BIN/ftdata" synth --out "$TMP/other/x" --tokens 50000 --seed 7 --val-frac 0 >/dev/null
 aws_s3 s3 cp --recursive --exclude '*' --include 'synth_*.bin' "$TMP/loc" s3://data/corpus/ \
   >/dev/null || fail "upload"
 # decoys: another '/' level and another suffix under the listed prefix
@@ -148,8 +153,36 @@ grep -q "s3://data/corpus/synth_train_00[0-4].bin.*HTTP 500" "$TMP/down.err" ||
 pass "endpoint answering 500 past the retries: exit $PROXIED_RC, $(grep -m1 'HTTP 500' "$TMP/down.err")"
 kill $PROXY_PID 2>/dev/null || true
 
+# ---- the recorded listing --------------------------------------------------------
+aws_s3 s3 cp --recursive --exclude '*' --include 'synth_*.bin' "$TMP/loc" s3://data/rec/ >/dev/null
+REC_TRAIN="s3://data/rec/synth_train_*.bin"
+REC_VAL="s3://data/rec/synth_val_*.bin"
+LISTING="$TMP/state/data_listing.json"
+mkdir -p "$TMP/state"
+FT_DATA_LISTING="$LISTING" FT_DATA_CACHE="$TMP/cache4" train rec1 "$REC_TRAIN" "$REC_VAL"
+cmp "$TMP/rec1.safetensors" "$TMP/local.safetensors" || fail "recording run: the model differs"
+python3 - "$LISTING" "$REC_TRAIN" "$REC_VAL" <<'PY' || fail "the listing file: $(head -c 600 "$LISTING")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+objs = d["patterns"][sys.argv[2]]["objects"]
+assert [o["key"] for o in objs] == ["rec/synth_train_%03d.bin" % i for i in range(5)], objs
+assert sum(o["tokens"] for o in objs) == 270000, objs
+assert all(o["size"] == 1024 + 2 * o["tokens"] and o["etag"] for o in objs), objs
+assert len(d["patterns"][sys.argv[3]]["objects"]) == 1
+PY
+aws_s3 s3 cp "$TMP/other/x_train_000.bin" "s3://data/rec/synth_train_-new.bin" >/dev/null
+FT_DATA_LISTING="$LISTING" FT_DATA_CACHE="$TMP/cache5" train rec2 "$REC_TRAIN" "$REC_VAL"
+cmp "$TMP/rec2.safetensors" "$TMP/local.safetensors" ||
+  fail "a shard added after the recording changed a run that reads the record"
+line=$(grep -F "data: $REC_TRAIN:" "$TMP/rec2.err")
+echo "$line" | grep -qE ': ([0-9]+) block GETs, 0 header GETs, \1 requests in all' ||
+  fail "a run reading the record still listed or read headers: $line"
+FT_DATA_CACHE="$TMP/cache6" train rec3 "$REC_TRAIN" "$REC_VAL"
+! cmp -s "$TMP/rec3.safetensors" "$TMP/local.safetensors" ||
+  fail "listing again did not see the added shard (the check above proves nothing)"
+pass "recorded listing: a shard added later is ignored (same bits, $line); listed again it is read"
+
 # ---- a shard changed or deleted under the run -----------------------------------
-"$FT_BIN/ftdata" synth --out "$TMP/other/x" --tokens 50000 --seed 7 --val-frac 0 >/dev/null
 aws_s3 s3 cp --recursive --exclude '*' --include 'synth_train_*.bin' "$TMP/loc" s3://data/small/ \
   >/dev/null
 fault_run() { # NAME ACTION: ACTION changes the bucket once the worker trains

@@ -10,7 +10,11 @@
  *     the bound with room for the new block; other files untouched; a dead
  *     writer's temp file removed, a live one counted;
  *   - which errors are the storage's (retry, FT_EXIT_STORE) and which the
- *     data's (FT_EXIT_DATA); a pattern without a key glob refused at once.
+ *     data's (FT_EXIT_DATA); a pattern without a key glob refused at once;
+ *   - the recorded listing's file: two patterns saved and read back (an
+ *     entry replaced, the other kept), a pattern not recorded, a file that
+ *     is not a listing refused (before any request), with the data
+ *     bucket's own keys (FT_DATA_AWS_*) and none of the store's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -185,11 +189,67 @@ static void test_bad_patterns(void **st) {
   assert_false(data_is_s3("data/s3://x"));
 }
 
+static void test_listing_file(void **st) {
+  (void)st;
+  char dir[256], path[300];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%.200s/ft_test_listing.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/listing.json", dir);
+  data_obj a[2] = {{"d/a.bin", "\"e1\"", 1028, 2}, {"d/b.bin", "\"e2-3\"", 3024, 1000}};
+  data_obj v[1] = {{"v/x.bin", "\"e3\"", 1026, 1}};
+  data_obj *ob = NULL;
+  int n = -1, found = -1;
+  assert_int_equal(data_listing_load(path, "s3://b/d/*.bin", &ob, &n, &found), FT_OK);
+  assert_int_equal(found, 0); /* no file yet */
+  assert_int_equal(data_listing_save(path, "s3://b/d/*.bin", "here", v, 1), FT_OK);
+  assert_int_equal(data_listing_save(path, "s3://b/v/*.bin", "here", v, 1), FT_OK);
+  assert_int_equal(data_listing_save(path, "s3://b/d/*.bin", "here", a, 2), FT_OK); /* replaced */
+  assert_int_equal(data_listing_load(path, "s3://b/d/*.bin", &ob, &n, &found), FT_OK);
+  assert_int_equal(found, 1);
+  assert_int_equal(n, 2);
+  assert_string_equal(ob[1].key, "d/b.bin");
+  assert_string_equal(ob[1].etag, "\"e2-3\"");
+  assert_int_equal(ob[1].size, 3024);
+  assert_int_equal(ob[1].tokens, 1000);
+  data_objs_free(ob, n);
+  assert_int_equal(data_listing_load(path, "s3://b/v/*.bin", &ob, &n, &found), FT_OK);
+  assert_int_equal(n, 1);
+  data_objs_free(ob, n);
+  assert_int_equal(data_listing_load(path, "s3://b/other/*.bin", &ob, &n, &found), FT_OK);
+  assert_int_equal(found, 0);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs("{\"patterns\": []}", f);
+  fclose(f);
+  assert_int_equal(data_listing_load(path, "s3://b/d/*.bin", &ob, &n, &found), FT_EFORMAT);
+  assert_non_null(strstr(ft_err_detail(), "not a data listing"));
+  setenv("FT_DATA_LISTING", path, 1);
+  setenv("FT_DATA_CACHE_BYTES", "0", 1);
+  /* the data bucket's own keys: the store's may be absent */
+  unsetenv("AWS_ACCESS_KEY_ID");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent", 1);
+  setenv("AWS_CONFIG_FILE", "/nonexistent", 1);
+  setenv("FT_DATA_AWS_ACCESS_KEY_ID", "AKIDTEST", 1);
+  setenv("FT_DATA_AWS_SECRET_ACCESS_KEY", "secret", 1);
+  data_loader *dl = NULL;
+  assert_int_equal(data_open("s3://bkt/d/*.bin", 256, &dl), FT_EFORMAT);
+  unsetenv("FT_DATA_LISTING");
+  unsetenv("FT_DATA_CACHE_BYTES");
+  unsetenv("FT_DATA_AWS_ACCESS_KEY_ID");
+  unsetenv("FT_DATA_AWS_SECRET_ACCESS_KEY");
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_glob_prefix), cmocka_unit_test(test_glob_match),
-      cmocka_unit_test(test_list_etags),  cmocka_unit_test(test_cache_eviction),
-      cmocka_unit_test(test_fault_kinds), cmocka_unit_test(test_bad_patterns),
+      cmocka_unit_test(test_glob_prefix),  cmocka_unit_test(test_glob_match),
+      cmocka_unit_test(test_list_etags),   cmocka_unit_test(test_cache_eviction),
+      cmocka_unit_test(test_fault_kinds),  cmocka_unit_test(test_bad_patterns),
+      cmocka_unit_test(test_listing_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
