@@ -11,6 +11,9 @@
  *     writer's temp file removed, a live one counted;
  *   - which errors are the storage's (retry, FT_EXIT_STORE) and which the
  *     data's (FT_EXIT_DATA); a pattern without a key glob refused at once;
+ *   - the run file's data.* keys for s3:// data, into data_opts (an s3://
+ *     glob is not made relative to the run file's directory; a local one
+ *     still is; block_bytes below 4096 refused);
  *   - the recorded listing's file: two patterns saved and read back (an
  *     entry replaced, the other kept), a pattern not recorded, a file that
  *     is not a listing refused (before any request), with the data
@@ -189,6 +192,43 @@ static void test_bad_patterns(void **st) {
   assert_false(data_is_s3("data/s3://x"));
 }
 
+static void test_runfile_keys(void **st) {
+  (void)st;
+  static const char Y[] = "data:\n"
+                          "  train: \"s3://corpus/tiny/t_*.bin\"\n"
+                          "  val: \"v/t_*.bin\"\n"
+                          "  cache_dir: /var/cache/ftdata\n"
+                          "  cache_bytes: 1000000\n"
+                          "  block_bytes: 65536\n"
+                          "  prefetch_blocks: 0\n"
+                          "  s3_endpoint: http://127.0.0.1:9000\n";
+  ft_runfile *rf = malloc(sizeof *rf);
+  assert_non_null(rf);
+  char err[512];
+  assert_int_equal(ft_runfile_parse("runs/a.yaml", Y, strlen(Y), rf, err, sizeof err), FT_OK);
+  assert_string_equal(rf->data.train, "s3://corpus/tiny/t_*.bin"); /* as written */
+  assert_string_equal(rf->data.val, "runs/v/t_*.bin");             /* under the file's dir */
+  data_opts o;
+  data_opts_from_runfile(&rf->data, &o);
+  assert_string_equal(o.cache_dir, "/var/cache/ftdata");
+  assert_int_equal(o.cache_bytes, 1000000);
+  assert_int_equal(o.block_bytes, 65536);
+  assert_int_equal(o.prefetch_blocks, 0);
+  assert_string_equal(o.s3_endpoint, "http://127.0.0.1:9000");
+  /* the defaults are data.h's */
+  assert_int_equal(ft_runfile_parse("b.yaml", "run: x\n", 7, rf, err, sizeof err), FT_OK);
+  data_opts_from_runfile(&rf->data, &o);
+  data_opts d;
+  data_opts_default(&d);
+  assert_int_equal(o.cache_bytes, d.cache_bytes);
+  assert_int_equal(o.block_bytes, d.block_bytes);
+  assert_int_equal(o.prefetch_blocks, d.prefetch_blocks);
+  static const char BAD[] = "data: {block_bytes: 100}\n";
+  assert_int_not_equal(ft_runfile_parse("c.yaml", BAD, strlen(BAD), rf, err, sizeof err), FT_OK);
+  assert_non_null(strstr(err, "data.block_bytes"));
+  free(rf);
+}
+
 static void test_listing_file(void **st) {
   (void)st;
   char dir[256], path[300];
@@ -249,7 +289,7 @@ int main(void) {
       cmocka_unit_test(test_glob_prefix),  cmocka_unit_test(test_glob_match),
       cmocka_unit_test(test_list_etags),   cmocka_unit_test(test_cache_eviction),
       cmocka_unit_test(test_fault_kinds),  cmocka_unit_test(test_bad_patterns),
-      cmocka_unit_test(test_listing_file),
+      cmocka_unit_test(test_listing_file), cmocka_unit_test(test_runfile_keys),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
