@@ -11,6 +11,10 @@
 #     is bigger (blocks were evicted), and a second run on a cache big enough
 #     for the data reads every block from it (no block GET; headers of shards
 #     whose first block no run read are still GETs) with the same bits;
+#   - two ranks (--world 2) on one host, sharing the cache directory and the
+#     recorded listing: the same bits as two ranks on the local files, each
+#     block fetched once for the host (block GETs of both ranks = block
+#     files in the cache) and the headers read by one rank only;
 #   - the data bucket's own endpoint (FT_DATA_S3_ENDPOINT, while the store's
 #     FT_S3_ENDPOINT points nowhere): a fault proxy (chaos/s3_faults.py) in
 #     front of moto answers HTTP 500 to some block GETs: they are retried
@@ -102,6 +106,35 @@ cmp "$TMP/warm2.safetensors" "$TMP/local.safetensors" || fail "the warm-cache ru
 line=$(grep -F "data: $S3_TRAIN:" "$TMP/warm2.err")
 echo "$line" | grep -q ": 0 block GETs," || fail "a warm cache still read the bucket: $line"
 pass "warm cache: $line"
+
+# ---- two ranks of one host share the cache and the listing ------------------------
+run2() { # NAME TRAIN VAL: ranks 0 and 1 over a rendezvous folder
+  rm -rf "$TMP/rdzv" && mkdir "$TMP/rdzv"
+  local pids=() r
+  for r in 0 1; do
+    "$FT_BIN/worker" --standalone "$FT_SRC/examples/demo.yaml" --set "data.train=$2" \
+      --set "data.val=$3" --set nodes.device=cpu --steps $STEPS --quiet --threads 1 \
+      --world 2 --rank $r --rdzv "$TMP/rdzv" --log-json "$TMP/$1_$r.jsonl" 2>"$TMP/$1_$r.err" &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || fail "$1: rank $r failed: $(tail -3 "$TMP/$1_$r.err")"; done
+}
+run2 w2local "$TMP/loc/synth_train_*.bin" "$TMP/loc/synth_val_*.bin"
+FT_DATA_CACHE="$TMP/cache2r" FT_DATA_BLOCK_BYTES=$BLOCK FT_DATA_LISTING="$TMP/listing2r.json" \
+  run2 w2s3 "$S3_TRAIN" "$S3_VAL"
+# rank 0 logs the gang's losses
+[ -n "$(losses "$TMP/w2s3_0.jsonl")" ] &&
+  [ "$(losses "$TMP/w2s3_0.jsonl")" = "$(losses "$TMP/w2local_0.jsonl")" ] ||
+  fail "2 ranks: the losses differ from the local run's"
+sum_of() { # FIELD: the sum over both ranks' I/O lines (train and val)
+  cat "$TMP"/w2s3_?.err | grep '^data: s3://' | sed -E "s/.* ([0-9]+) $1.*/\1/" | awk '{s += $1} END {print s + 0}'
+}
+gets=$(sum_of "block GETs")
+heads=$(sum_of "header GETs")
+files=$(find "$TMP/cache2r" -name '*.blk' | wc -l)
+[ "$gets" -eq "$files" ] || fail "2 ranks: $gets block GETs for $files blocks: a block was fetched twice on one host"
+[ "$heads" -eq 6 ] || fail "2 ranks: $heads header GETs, expected 6 (5 train + 1 val shards, read once)"
+pass "2 ranks on one host: same bits as local; $gets block GETs for $files blocks, $heads header GETs"
 
 # ---- the storage failing: retried, then a storage fault -----------------------------
 # The data endpoint is a fault proxy's; the store's points nowhere. No cache
