@@ -72,6 +72,15 @@ void ckpt_s3_config_wipe(ckpt_s3_config *c);
 
 /* ---- the HTTP client (ckpt_s3_client.c) ------------------------------------- */
 
+/* One object of a listing (pointers valid during the callback only). etag:
+ * as S3 sends it, quotes included ("" if the listing had none). */
+typedef struct ckpt_s3_object {
+  const char *key;
+  uint64_t size;
+  int64_t mtime_ns;
+  const char *etag;
+} ckpt_s3_object;
+
 typedef struct ckpt_s3_client ckpt_s3_client;
 
 typedef struct ckpt_s3_stats {
@@ -101,6 +110,11 @@ int ckpt_s3_client_get(ckpt_s3_client *c, const char *key, uint8_t **data, size_
  * FT_EINVAL when off is past the end (HTTP 416). */
 int ckpt_s3_client_get_range(ckpt_s3_client *c, const char *key, uint64_t off, uint64_t n,
                              uint8_t **data, size_t *len, int flags);
+/* The same, sent with If-Match: etag (NULL: none). An object that is no
+ * longer that version (HTTP 412) is FT_ESTATE, the detail naming the key
+ * and "changed since it was listed"; one deleted since is FT_ENOENT. */
+int ckpt_s3_client_get_range_if(ckpt_s3_client *c, const char *key, uint64_t off, uint64_t n,
+                                const char *etag, uint8_t **data, size_t *len, int flags);
 int ckpt_s3_client_head(ckpt_s3_client *c, const char *key, uint64_t *size, int64_t *mtime_ns,
                         int flags);
 int ckpt_s3_client_delete(ckpt_s3_client *c, const char *key);
@@ -108,6 +122,9 @@ int ckpt_s3_client_delete(ckpt_s3_client *c, const char *key);
 int ckpt_s3_client_list(ckpt_s3_client *c, const char *prefix,
                         int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
                         void *ud);
+/* The same with each object's ETag. */
+int ckpt_s3_client_list_objects(ckpt_s3_client *c, const char *prefix,
+                                int (*fn)(void *ud, const ckpt_s3_object *o), void *ud);
 /* PUT bucket (FT_OK also when this owner already has it). */
 int ckpt_s3_client_create_bucket(ckpt_s3_client *c);
 void ckpt_s3_client_stats(ckpt_s3_client *c, ckpt_s3_stats *st);
@@ -148,6 +165,10 @@ int ckpt_s3_sigv4(const char *method, const char *uri, const char *query,
 int ckpt_s3_xml_list(const char *xml, size_t n,
                      int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
                      void *ud, int *truncated, char *token, size_t token_n);
+/* The same with each object's ETag (ckpt_s3_object). */
+int ckpt_s3_xml_list_objects(const char *xml, size_t n,
+                             int (*fn)(void *ud, const ckpt_s3_object *o), void *ud, int *truncated,
+                             char *token, size_t token_n);
 /* An <Error> document: its Code and Message (either may be ""). FT_ENOENT
  * when the body is XML but not an <Error>. */
 int ckpt_s3_xml_error(const char *xml, size_t n, char *code, size_t code_n, char *msg,

@@ -33,7 +33,11 @@
  *
  * Conditional create: CKPT_S3_CREATE_ONLY sends If-None-Match: * (also on
  * CompleteMultipartUpload); HTTP 412 becomes FT_EEXIST, so a chunk that is
- * in the bucket is never overwritten. Objects above multipart_threshold go
+ * in the bucket is never overwritten. Conditional read: a ranged GET may
+ * send If-Match with the ETag a listing gave (the data loader's reads of
+ * token shards); its 412 becomes FT_ESTATE ("changed since it was
+ * listed"), so a shard rewritten under a run is never read as the old one.
+ * Listings carry each object's ETag. Objects above multipart_threshold go
  * as a multipart upload (parts of part_size, sent one after the other; an
  * upload that fails is aborted).
  *
@@ -79,10 +83,11 @@ typedef struct buf {
 } buf;
 
 typedef struct rq {
-  const char *method; /* GET HEAD PUT POST DELETE */
-  const char *key;    /* object key; "" for the bucket */
-  const char *query;  /* encoded query ("k=v&k2=v2") or NULL */
-  const char *range;  /* "bytes=a-b" or NULL */
+  const char *method;   /* GET HEAD PUT POST DELETE */
+  const char *key;      /* object key; "" for the bucket */
+  const char *query;    /* encoded query ("k=v&k2=v2") or NULL */
+  const char *range;    /* "bytes=a-b" or NULL */
+  const char *if_match; /* an ETag: If-Match (412 when the object changed) or NULL */
   const uint8_t *body;
   size_t blen, bpos;
   int flags;
@@ -500,9 +505,9 @@ static int copy_text(char *out, size_t on, const char *t, size_t tn, const char 
 }
 
 typedef struct list_walk {
-  int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns);
+  int (*fn)(void *ud, const ckpt_s3_object *o);
   void *ud;
-  char key[2048], size[32], mtime[64];
+  char key[2048], size[32], mtime[64], etag[256];
   int has_key, truncated;
   char *token;
   size_t token_n;
@@ -520,12 +525,15 @@ static int list_end(xwalk *x, int depth, const char *t, size_t tn) {
     return copy_text(l->size, sizeof l->size, t, tn, "a size");
   if (at(x, depth, 3, "ListBucketResult", "Contents", "LastModified"))
     return copy_text(l->mtime, sizeof l->mtime, t, tn, "a date");
+  if (at(x, depth, 3, "ListBucketResult", "Contents", "ETag"))
+    return copy_text(l->etag, sizeof l->etag, t, tn, "an ETag");
   if (at(x, depth, 2, "ListBucketResult", "Contents", NULL)) {
     int rc = FT_OK;
+    ckpt_s3_object o = {l->key, strtoull(l->size, NULL, 10), iso8601_ns(l->mtime), l->etag};
     if (l->has_key && l->fn)
-      rc = l->fn(l->ud, l->key, strtoull(l->size, NULL, 10), iso8601_ns(l->mtime));
+      rc = l->fn(l->ud, &o);
     l->has_key = 0;
-    l->key[0] = l->size[0] = l->mtime[0] = 0;
+    l->key[0] = l->size[0] = l->mtime[0] = l->etag[0] = 0;
     return rc;
   }
   if (at(x, depth, 2, "ListBucketResult", "IsTruncated", NULL)) {
@@ -537,9 +545,9 @@ static int list_end(xwalk *x, int depth, const char *t, size_t tn) {
   return FT_OK;
 }
 
-int ckpt_s3_xml_list(const char *xml, size_t n,
-                     int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
-                     void *ud, int *truncated, char *token, size_t token_n) {
+int ckpt_s3_xml_list_objects(const char *xml, size_t n,
+                             int (*fn)(void *ud, const ckpt_s3_object *o), void *ud, int *truncated,
+                             char *token, size_t token_n) {
   list_walk l = {.fn = fn, .ud = ud, .token = token, .token_n = token_n};
   *truncated = 0;
   if (token_n)
@@ -554,6 +562,24 @@ int ckpt_s3_xml_list(const char *xml, size_t n,
   if (l.truncated && !token[0])
     return ft_err_set(FT_EPROTO, "S3 list answer is truncated but has no NextContinuationToken");
   return FT_OK;
+}
+
+/* the older callback shape (key, size, mtime) over the one with the ETag */
+typedef struct list_compat {
+  int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns);
+  void *ud;
+} list_compat;
+
+static int list_compat_cb(void *ud, const ckpt_s3_object *o) {
+  list_compat *lc = ud;
+  return lc->fn ? lc->fn(lc->ud, o->key, o->size, o->mtime_ns) : FT_OK;
+}
+
+int ckpt_s3_xml_list(const char *xml, size_t n,
+                     int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
+                     void *ud, int *truncated, char *token, size_t token_n) {
+  list_compat lc = {fn, ud};
+  return ckpt_s3_xml_list_objects(xml, n, list_compat_cb, &lc, truncated, token, token_n);
 }
 
 typedef struct field_walk {
@@ -816,6 +842,8 @@ static int perform_once(ckpt_s3_client *c, rq *r, const char *payload_hex) {
   sh[nh++] = (ckpt_s3_header){"host", host};
   if (r->flags & CKPT_S3_CREATE_ONLY)
     sh[nh++] = (ckpt_s3_header){"if-none-match", "*"};
+  if (r->if_match)
+    sh[nh++] = (ckpt_s3_header){"if-match", r->if_match};
   if (r->range)
     sh[nh++] = (ckpt_s3_header){"range", r->range};
   sh[nh++] = (ckpt_s3_header){"x-amz-content-sha256", payload_hex};
@@ -1119,6 +1147,11 @@ int ckpt_s3_client_get(ckpt_s3_client *c, const char *key, uint8_t **data, size_
 
 int ckpt_s3_client_get_range(ckpt_s3_client *c, const char *key, uint64_t off, uint64_t n,
                              uint8_t **data, size_t *len, int flags) {
+  return ckpt_s3_client_get_range_if(c, key, off, n, NULL, data, len, flags);
+}
+
+int ckpt_s3_client_get_range_if(ckpt_s3_client *c, const char *key, uint64_t off, uint64_t n,
+                                const char *etag, uint8_t **data, size_t *len, int flags) {
   char range[64];
   *data = NULL;
   *len = 0;
@@ -1126,8 +1159,13 @@ int ckpt_s3_client_get_range(ckpt_s3_client *c, const char *key, uint64_t off, u
     return ft_err_set(FT_EINVAL, "S3 GET s3://%s/%s: empty or overflowing range", c->cfg.bucket,
                       key);
   snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, off, off + n - 1);
-  rq r = {.method = "GET", .key = key, .range = range, .flags = flags};
+  rq r = {.method = "GET", .key = key, .range = range, .if_match = etag, .flags = flags};
   int rc = execute(c, &r);
+  if (rc == FT_EEXIST && etag) /* 412: If-Match failed, the object is not the one listed */
+    rc = ft_err_set(FT_ESTATE,
+                    "S3 GET s3://%s/%s: the object changed since it was listed (If-Match %s "
+                    "failed: HTTP 412)",
+                    c->cfg.bucket, key, etag);
   if (rc == FT_OK && r.status != 206 && r.resp.n > n) {
     /* a server that ignored Range sent it all: keep the part asked for */
     size_t keep = off < r.resp.n ? (size_t)(r.resp.n - off < n ? r.resp.n - off : n) : 0;
@@ -1192,6 +1230,12 @@ int ckpt_s3_client_create_bucket(ckpt_s3_client *c) {
 int ckpt_s3_client_list(ckpt_s3_client *c, const char *prefix,
                         int (*fn)(void *ud, const char *key, uint64_t size, int64_t mtime_ns),
                         void *ud) {
+  list_compat lc = {fn, ud};
+  return ckpt_s3_client_list_objects(c, prefix, list_compat_cb, &lc);
+}
+
+int ckpt_s3_client_list_objects(ckpt_s3_client *c, const char *prefix,
+                                int (*fn)(void *ud, const ckpt_s3_object *o), void *ud) {
   char eprefix[3200], token[2048] = "", etoken[6200], q[9600], maxk[48] = "";
   int rc = ckpt_s3_uri_encode(prefix, 0, eprefix, sizeof eprefix);
   if (rc)
@@ -1210,8 +1254,8 @@ int ckpt_s3_client_list(ckpt_s3_client *c, const char *prefix,
     rc = execute(c, &r);
     int truncated = 0;
     if (rc == FT_OK) {
-      rc = ckpt_s3_xml_list((const char *)r.resp.p, r.resp.n, fn, ud, &truncated, token,
-                            sizeof token);
+      rc = ckpt_s3_xml_list_objects((const char *)r.resp.p, r.resp.n, fn, ud, &truncated, token,
+                                    sizeof token);
       if (rc == FT_EPROTO) {
         char why[512];
         snprintf(why, sizeof why, "%s", ft_err_detail());

@@ -151,6 +151,11 @@ static const struct field FIELDS[] = {
     F_I64("train.val_every", train.val_every, 0, STEPS_MAX),
     F_STR("data.train", data.train, 0, C_NONE, NULL),
     F_STR("data.val", data.val, EMPTY_OK, C_NONE, NULL),
+    F_STR("data.cache_dir", data.cache_dir, EMPTY_OK, C_NONE, NULL),
+    F_I64("data.cache_bytes", data.cache_bytes, 0, 1LL << 50),
+    F_I64("data.block_bytes", data.block_bytes, 4096, 1LL << 30),
+    F_INT("data.prefetch_blocks", data.prefetch_blocks, 0, 64),
+    F_STR("data.s3_endpoint", data.s3_endpoint, EMPTY_OK, C_NONE, NULL),
     F_INT("nodes.count", nodes.count, 1, FT_RUNFILE_MAX_NODES),
     F_INT("nodes.workers_per_node", nodes.workers_per_node, 1, FT_RUNFILE_MAX_WORKERS_PER_NODE),
     F_WORD("nodes.device", nodes.device, W_DEVICE),
@@ -248,6 +253,9 @@ void ft_runfile_defaults(ft_runfile *rf) {
   t->precision = FT_RF_PRECISION_FP32;
   SETS(rf->data.train, "data/synth_train_*.bin");
   SETS(rf->data.val, "data/synth_val_*.bin");
+  rf->data.cache_bytes = 4LL << 30; /* worker/data.h's DATA_*_DEFAULT */
+  rf->data.block_bytes = 4LL << 20;
+  rf->data.prefetch_blocks = 4;
   rf->nodes.count = 2;
   rf->nodes.workers_per_node = 1;
   rf->nodes.device = FT_RF_DEVICE_CPU;
@@ -1408,7 +1416,7 @@ static int resolve_data_globs(struct ctx *c) {
     int i = find_field(KEYS[k]);
     char *g = field_ptr(&FIELDS[i], c->rf), buf[sizeof c->rf->data.train];
     ft_rf_origin at = c->rf->from[i];
-    if (at.line <= 0 || !g[0] || g[0] == '/')
+    if (at.line <= 0 || !g[0] || g[0] == '/' || !strncmp(g, "s3://", 5))
       continue;
     int n = snprintf(buf, sizeof buf, "%.*s%s%s", (int)dlen, c->path,
                      dlen == 1 && *c->path == '/' ? "" : "/", g);

@@ -55,7 +55,7 @@ extern "C" {
 #define FT_RUNFILE_MAX_BYTES (4 << 20)              /* a run file's size */
 /* The number of leaf keys (ft_runfile.c's table; its static assert keeps
  * this equal). */
-#define FT_RUNFILE_NKEYS 78
+#define FT_RUNFILE_NKEYS 83
 
 /* The keys with a fixed set of words, one enum each. A value is the index
  * of its word in ft_runfile.c's word list (W_SCHEDULE, ...), which keeps
@@ -134,11 +134,17 @@ double ft_train_lr(const ft_train_cfg *t, int64_t s);
 /* Globs of llm.c token shards. One written relative in a run file is
  * relative to that file's directory: _load/_parse prefix it with the
  * directory part of the path ("runs/a.yaml": "data/x_*.bin" becomes
- * "runs/data/x_*.bin"). Defaults and ft_runfile_set values stay relative to
- * the current directory. */
+ * "runs/data/x_*.bin"); an s3:// one is left as written. Defaults and
+ * ft_runfile_set values stay relative to the current directory. */
 typedef struct ft_data_cfg {
-  char train[1024]; /* glob */
+  char train[1024]; /* glob, or s3://bucket/prefix/glob */
   char val[1024];   /* glob, may be "" */
+  /* s3:// data only (worker/data.h, docs/data.md) */
+  char cache_dir[1024];  /* the block cache directory; "": the default */
+  int64_t cache_bytes;   /* its size bound; 0: no cache directory */
+  int64_t block_bytes;   /* bytes of one ranged GET (aligned, even) */
+  int prefetch_blocks;   /* blocks read ahead of the step */
+  char s3_endpoint[512]; /* the data bucket's endpoint; "": the store's */
 } ft_data_cfg;
 
 typedef struct ft_nodes_cfg {

@@ -1,12 +1,16 @@
 # Tests of the data path: the token-shard loader (worker/data.c), the data
 # tool (build/bin/ftdata) and GPT-2's layout and model files (common/ft_gpt2.c).
-# The unit tests link the loader alone plus ftcommon (ft_gpt2, ft_file,
+# The unit tests link the loader alone (data.c, and data_s3.c with the
+# store's S3 client for s3:// shards) plus ftcommon (ft_gpt2, ft_file,
 # ft_err), not the whole worker library.
-add_library(ft_datatest STATIC ${CMAKE_SOURCE_DIR}/worker/data.c)
+add_library(ft_datatest STATIC ${CMAKE_SOURCE_DIR}/worker/data.c ${CMAKE_SOURCE_DIR}/worker/data_s3.c
+            ${CMAKE_SOURCE_DIR}/worker/data_listing.c)
 target_include_directories(ft_datatest PUBLIC ${CMAKE_SOURCE_DIR}/worker)
-target_link_libraries(ft_datatest PUBLIC ftcommon m)
+target_link_libraries(ft_datatest PUBLIC ftckpt ftcommon m)
 
 ft_add_test(NAME test_data SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_data.c
+            LIBS ft_datatest LABELS unit TIMEOUT 60)
+ft_add_test(NAME test_data_s3 SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_data_s3.c
             LIBS ft_datatest LABELS unit TIMEOUT 60)
 ft_add_test(NAME test_gpt2io SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/test_gpt2io.c
             LIBS ft_datatest LABELS unit TIMEOUT 60)
@@ -22,4 +26,11 @@ if(TARGET ftdata AND TARGET worker)
   ft_add_script_test(NAME data_runfile_dir
                      COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_runfile_dir.sh
                      LABELS integration TIMEOUT 120)
+endif()
+# s3:// data (worker/data_s3.c) against moto with signatures checked
+# (tests/integration/s3_lib.sh): bit identity with the local run, the cache
+# bound, a shard changed or deleted under the run.
+if(TARGET ftdata AND TARGET worker)
+  ft_add_script_test(NAME data_s3 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_s3.sh
+                     LABELS integration TIMEOUT 600)
 endif()

@@ -15,8 +15,11 @@
  * Failure model: a bad shard fails the whole open (no partial loaders);
  * the detail names the file, what was found and what was expected.
  * data_write_shard is crash-safe: temp file, fsync, rename, fsync dir.
+ *
+ * An "s3://" pattern is data_s3.c's: the same shard table and stream (so
+ * the same sequences), its tokens read by blocks instead of mapped.
  */
-#include "data.h"
+#include "data_int.h"
 
 #include "ft_file.h"
 
@@ -40,29 +43,16 @@
 #endif
 
 #define LLMC_MODEL_MAGIC 20240326
-#define HEADER_BYTES (DATA_HEADER_INTS * sizeof(int32_t))
+#define HEADER_BYTES DATA_HEADER_BYTES
 
-typedef struct {
-  char *path;
-  void *map; /* whole file, read-only */
-  size_t map_len;
-  const uint16_t *tok; /* map + header */
-  uint64_t n;          /* tokens in this shard */
-  uint64_t start;      /* index of tok[0] in the concatenated stream */
-} shard;
-
-struct data_loader {
-  int nshards;
-  shard *sh;
-  uint64_t total;
-};
+typedef data_shard shard;
 
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* Hint for a file whose first bytes are not a token-shard header. */
-static const char *magic_hint(const unsigned char *p, size_t len) {
+const char *data_magic_hint(const unsigned char *p, size_t len) {
   int32_t m;
   memcpy(&m, p, sizeof m);
   if (m == LLMC_MODEL_MAGIC)
@@ -76,6 +66,28 @@ static const char *magic_hint(const unsigned char *p, size_t len) {
     return " (this looks like a raw text file: convert it with `ftdata encode --in FILE --out "
            "PREFIX`)";
   return " (is this an llm.c model file or a raw text file?)";
+}
+
+int data_check_header(const char *name, const int32_t *h, uint64_t size, uint64_t *n) {
+  if (h[0] != DATA_MAGIC)
+    return ft_err_set(
+        FT_EFORMAT, "%s: bad magic %d (0x%08x), expected %d for an llm.c token shard%s", name, h[0],
+        (unsigned)h[0], DATA_MAGIC, data_magic_hint((const unsigned char *)h, HEADER_BYTES));
+  if (h[1] != DATA_VERSION)
+    return ft_err_set(FT_EFORMAT, "%s: token-shard version %d, expected %d (uint16 tokens)%s", name,
+                      h[1], DATA_VERSION,
+                      h[1] == 2 ? " (version 2 is llm.c's uint32 format, unsupported)" : "");
+  if (h[2] < 0)
+    return ft_err_set(FT_EFORMAT, "%s: header token count %d is negative", name, h[2]);
+  *n = (uint64_t)h[2];
+  uint64_t want = HEADER_BYTES + 2 * *n;
+  if (size != want)
+    return ft_err_set(FT_EFORMAT,
+                      "%s: the shard is %llu bytes, but the header's token count %llu implies %llu "
+                      "bytes (%zu header + 2 per token)%s",
+                      name, (unsigned long long)size, (unsigned long long)*n,
+                      (unsigned long long)want, HEADER_BYTES, size < want ? ": truncated?" : "");
+  return FT_OK;
 }
 
 /* Maps and validates one shard. On error nothing stays mapped. */
@@ -99,7 +111,7 @@ static int shard_open(shard *s, int vocab_size) {
     rc = ft_err_set(FT_EFORMAT,
                     "%s: file is %lld bytes, smaller than the %zu-byte token-shard header%s",
                     s->path, (long long)st.st_size, HEADER_BYTES,
-                    got >= 4 ? magic_hint(head, (size_t)got) : "");
+                    got >= 4 ? data_magic_hint(head, (size_t)got) : "");
     goto out;
   }
   s->map_len = (size_t)st.st_size;
@@ -111,32 +123,13 @@ static int shard_open(shard *s, int vocab_size) {
   }
   int32_t h[DATA_HEADER_INTS];
   memcpy(h, s->map, sizeof h);
-  if (h[0] != DATA_MAGIC) {
+  if (h[0] != DATA_MAGIC) { /* the hint reads the file's first bytes */
     rc = ft_err_set(FT_EFORMAT, "%s: bad magic %d (0x%08x), expected %d for an llm.c token shard%s",
-                    s->path, h[0], (unsigned)h[0], DATA_MAGIC, magic_hint(s->map, s->map_len));
+                    s->path, h[0], (unsigned)h[0], DATA_MAGIC, data_magic_hint(s->map, s->map_len));
     goto out;
   }
-  if (h[1] != DATA_VERSION) {
-    rc = ft_err_set(FT_EFORMAT, "%s: token-shard version %d, expected %d (uint16 tokens)%s",
-                    s->path, h[1], DATA_VERSION,
-                    h[1] == 2 ? " (version 2 is llm.c's uint32 format, unsupported)" : "");
+  if ((rc = data_check_header(s->path, h, (uint64_t)st.st_size, &s->n)))
     goto out;
-  }
-  if (h[2] < 0) {
-    rc = ft_err_set(FT_EFORMAT, "%s: header token count %d is negative", s->path, h[2]);
-    goto out;
-  }
-  s->n = (uint64_t)h[2];
-  uint64_t want = HEADER_BYTES + 2 * s->n;
-  if ((uint64_t)st.st_size != want) {
-    rc = ft_err_set(FT_EFORMAT,
-                    "%s: file is %lld bytes, but the header's token count %llu implies %llu "
-                    "bytes (%zu header + 2 per token)%s",
-                    s->path, (long long)st.st_size, (unsigned long long)s->n,
-                    (unsigned long long)want, HEADER_BYTES,
-                    (uint64_t)st.st_size < want ? ": truncated?" : "");
-    goto out;
-  }
   s->tok = (const uint16_t *)((const char *)s->map + HEADER_BYTES);
   for (uint64_t i = 0; i < s->n; i++) {
     if (s->tok[i] >= vocab_size) {
@@ -154,7 +147,54 @@ out:
   return rc;
 }
 
+int data_is_s3(const char *glob) {
+  return glob && strncmp(glob, "s3://", 5) == 0;
+}
+
+int data_err_is_storage(int rc) {
+  return rc != FT_OK && rc != FT_ENOENT && rc != FT_ESTATE && rc != FT_EFORMAT && rc != FT_EINVAL &&
+         rc != FT_ENOMEM;
+}
+
+void data_opts_default(data_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->cache_bytes = DATA_CACHE_BYTES_DEFAULT;
+  o->block_bytes = DATA_BLOCK_BYTES_DEFAULT;
+  o->prefetch_blocks = DATA_PREFETCH_DEFAULT;
+}
+
+void data_opts_from_runfile(const ft_data_cfg *d, data_opts *o) {
+  data_opts_default(o);
+  snprintf(o->cache_dir, sizeof o->cache_dir, "%s", d->cache_dir);
+  o->cache_bytes = d->cache_bytes;
+  o->block_bytes = d->block_bytes;
+  o->prefetch_blocks = d->prefetch_blocks;
+  snprintf(o->s3_endpoint, sizeof o->s3_endpoint, "%s", d->s3_endpoint);
+}
+
+static int open_s3(const char *pattern, int vocab_size, const data_opts *o, data_loader **out) {
+  data_opts def;
+  if (!o) {
+    data_opts_default(&def);
+    o = &def;
+  }
+  data_loader *dl = calloc(1, sizeof *dl);
+  if (!dl)
+    return ft_err_set(FT_ENOMEM, "%s: out of memory", pattern);
+  int rc = data_s3_open(pattern, vocab_size, o, dl);
+  if (rc) {
+    data_free(dl);
+    return rc;
+  }
+  *out = dl;
+  return FT_OK;
+}
+
 int data_open(const char *pattern, int vocab_size, data_loader **out) {
+  return data_open_opts(pattern, vocab_size, NULL, out);
+}
+
+int data_open_opts(const char *pattern, int vocab_size, const data_opts *o, data_loader **out) {
   int rc = FT_OK;
   *out = NULL;
   if (!pattern || !*pattern)
@@ -162,6 +202,8 @@ int data_open(const char *pattern, int vocab_size, data_loader **out) {
   if (vocab_size < 1 || vocab_size > 65536)
     return ft_err_set(FT_EINVAL, "data: vocab_size %d out of range 1..65536 (tokens are uint16)",
                       vocab_size);
+  if (data_is_s3(pattern))
+    return open_s3(pattern, vocab_size, o, out);
   glob_t g;
   int gr = glob(pattern, GLOB_NOSORT, NULL, &g);
   if (gr == GLOB_NOMATCH)
@@ -212,6 +254,7 @@ out:
 void data_free(data_loader *dl) {
   if (!dl)
     return;
+  data_s3_free(dl->s3);
   for (int k = 0; k < dl->nshards; k++) {
     if (dl->sh[k].map)
       munmap(dl->sh[k].map, dl->sh[k].map_len);
@@ -219,6 +262,12 @@ void data_free(data_loader *dl) {
   }
   free(dl->sh);
   free(dl);
+}
+
+void data_io_stats_get(const data_loader *dl, data_io_stats *st) {
+  memset(st, 0, sizeof *st);
+  if (dl->s3)
+    data_s3_stats(dl, st);
 }
 
 uint64_t data_num_tokens(const data_loader *dl) {
@@ -238,7 +287,7 @@ uint64_t data_num_sequences(const data_loader *dl, int T) {
 /* The shard holding stream position pos (< total): the last shard whose
  * start <= pos. Empty shards share their successor's start, so the last
  * such shard is never empty. */
-static int find_shard(const data_loader *dl, uint64_t pos) {
+int data_find_shard(const data_loader *dl, uint64_t pos) {
   int lo = 0, hi = dl->nshards - 1;
   while (lo < hi) {
     int mid = lo + (hi - lo + 1) / 2;
@@ -250,6 +299,22 @@ static int find_shard(const data_loader *dl, uint64_t pos) {
   return lo;
 }
 
+/* The T+1 tokens at pos, read by data_s3.c's blocks. */
+static int s3_sequence(const data_loader *dl, uint64_t pos, int T, int32_t *inp, int32_t *tgt) {
+  uint16_t *tok = malloc(((size_t)T + 1) * sizeof *tok);
+  if (!tok)
+    return ft_err_set(FT_ENOMEM, "data: out of memory");
+  int rc = data_s3_tokens(dl, pos, (uint64_t)T + 1, tok);
+  for (int j = 0; rc == FT_OK && j <= T; j++) {
+    if (j < T)
+      inp[j] = tok[j];
+    if (j > 0)
+      tgt[j - 1] = tok[j];
+  }
+  free(tok);
+  return rc;
+}
+
 int data_sequence(const data_loader *dl, uint64_t i, int T, int32_t *inp, int32_t *tgt) {
   ft_failpoint_hang_here(FT_HANG_DATA); /* failpoint hang_in=data: inside the read */
   uint64_t nseq = data_num_sequences(dl, T);
@@ -257,7 +322,9 @@ int data_sequence(const data_loader *dl, uint64_t i, int T, int32_t *inp, int32_
     return ft_err_set(FT_EINVAL, "data: %llu tokens hold no sequence of T=%d (need T+1 tokens)",
                       (unsigned long long)dl->total, T);
   uint64_t pos = (i % nseq) * (uint64_t)T;
-  int k = find_shard(dl, pos);
+  if (dl->s3)
+    return s3_sequence(dl, pos, T, inp, tgt);
+  int k = data_find_shard(dl, pos);
   for (int j = 0; j <= T; j++, pos++) {
     while (pos >= dl->sh[k].start + dl->sh[k].n)
       k++;

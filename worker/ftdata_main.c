@@ -4,6 +4,7 @@
  *   ftdata encode --in TEXT --out PREFIX   byte-level tokenisation of a file
  *   ftdata synth  --out PREFIX             a small synthetic corpus with structure
  *   ftdata stats  GLOB                     validate shards, print entropies
+ *                                          (GLOB may be s3://bucket/prefix/glob)
  *
  * Why: the trainer reads only token shards; this tool makes them without
  * Python, and its entropies give a user the numbers to compare the training
@@ -79,7 +80,9 @@ static const char help_text[] =
     "      Training loss is reported in nats; a model that learns more than bigram\n"
     "      statistics goes below the second number. (Both are plug-in estimates\n"
     "      from the data itself; on small corpora the bigram one is optimistic.)\n"
-    "      Quote GLOB so the shell does not expand it.\n"
+    "      Quote GLOB so the shell does not expand it. GLOB may name objects of a\n"
+    "      bucket, s3://BUCKET/PREFIX/GLOB, read as the trainer reads them\n"
+    "      (docs/data.md: endpoint, keys, cache directory).\n"
     "\n"
     "  ftdata --help | ftdata help | ftdata --version\n"
     "\n"
@@ -89,14 +92,17 @@ static const char help_text[] =
     "Examples:\n"
     "  ftdata synth --out data/tiny\n"
     "  ftdata stats 'data/tiny_train_*.bin'\n"
+    "  ftdata stats 's3://corpus/tiny/tiny_train_*.bin'\n"
     "  ftdata encode --in shakespeare.txt --out data/shakespeare --val-frac 0.05\n"
     "\n"
     "Exit codes:\n"
     "  0  success\n"
     "  1  bad data: a shard failed validation (the message names the file and\n"
-    "     says what is wrong), no file matches GLOB, or the input is empty\n"
+    "     says what is wrong), no file matches GLOB, or the input is empty; an\n"
+    "     s3:// shard changed or deleted since it was listed\n"
     "  2  usage error (unknown subcommand or option, bad or missing value)\n"
-    "  3  I/O error: the input cannot be read or an output cannot be written\n";
+    "  3  I/O error: the input cannot be read or an output cannot be written (for\n"
+    "     s3://: the storage failing past its retries)\n";
 
 static int usage_error(const char *fmt, ...) {
   va_list ap;
@@ -110,7 +116,8 @@ static int usage_error(const char *fmt, ...) {
 
 /* Exit code for a library error: format/content problems are bad data. */
 static int exit_for(int rc) {
-  return rc == FT_EFORMAT || rc == FT_ENOENT || rc == FT_ECORRUPT ? EXIT_BAD_DATA : EXIT_IO;
+  return rc == FT_EFORMAT || rc == FT_ENOENT || rc == FT_ECORRUPT || rc == FT_ESTATE ? EXIT_BAD_DATA
+                                                                                     : EXIT_IO;
 }
 
 /* ---- option parsing ------------------------------------------------------ */
@@ -713,10 +720,10 @@ static int cmd_stats(int argc, char **argv) {
   }
   corpus_stats cs;
   rc = compute_stats(dl, &cs);
-  if (rc) {
+  if (rc) { /* an s3:// read: a changed or gone object is bad data */
     fprintf(stderr, "ftdata: %s\n", ft_err_detail());
     data_free(dl);
-    return EXIT_IO;
+    return exit_for(rc);
   }
   const double L2 = log(2.0);
   if (json) {

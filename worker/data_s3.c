@@ -1,0 +1,793 @@
+/*
+ * data_s3: token shards that are objects of a bucket ("s3://bucket/glob").
+ * See data.h and docs/data.md.
+ *
+ * Open: one listing (ckpt_s3_read.h: the store's S3 client, so the same
+ * SigV4, endpoints, retries) under the glob's literal prefix, keys kept
+ * when fnmatch(3) matches the glob (FNM_PATHNAME: '*' stays inside one
+ * '/' level), sorted by strcmp as local paths are; each object's size and
+ * ETag are kept. Every header is checked as a local file's (magic, version,
+ * count against the size) from a ranged GET of its first 1024 bytes, or
+ * from block 0 in the cache directory. With a listing file (FT_DATA_LISTING,
+ * data_listing.c) the first open of a pattern records all that and later
+ * opens read it instead (no LIST, no header GET), under an flock. The shard
+ * table is then data.c's, so the stream and every sequence are those of
+ * the same files copied locally.
+ *
+ * Reads: the stream's bytes are cut into aligned blocks of block_bytes per
+ * object (block j = bytes [j*B, (j+1)*B), the header in block 0; B is even,
+ * so no token straddles two blocks). A block is read whole with ONE ranged
+ * GET sent with If-Match: the listed ETag, so at 4 MiB one GET serves 2 Mi
+ * tokens: many steps of sequences (docs/data.md has the rates). Every block
+ * is checked when it arrives (each token < vocab_size: a data fault naming
+ * the key and the token's index otherwise).
+ *
+ * Three levels: memory (prefetch_blocks + 2 slots, least recently used
+ * evicted; a block the prefetcher brought and nobody has read yet is
+ * evicted by the prefetcher never, by the reader last), the cache directory
+ * (one file per block named by bucket, hash of the key, ETag, block size
+ * and index, so a changed object or another block size never reads a stale
+ * file; written whole by ft_afile: temp + fsync + rename; its mtime is its
+ * last use; before a write the least recently used files go until the new
+ * one fits under cache_bytes; shared by the processes of a host, whose
+ * fetches of one block are serialised by a striped flock so a host GETs a
+ * block once), then the bucket.
+ *
+ * Prefetch: after each read the reader names the block after the last one
+ * it touched; a thread of its own brings the next prefetch_blocks blocks of
+ * the stream (crossing into the next shards, wrapping at the end) into
+ * memory (and the cache directory). Its failures are dropped: the reader,
+ * reaching that block, fetches it itself and gets the error in its own
+ * thread (ft_err is per thread) with the detail that names the key.
+ *
+ * Locking: mu guards the slots, the prefetch request and stop; it is never
+ * held across a GET or a file operation. disk_mu serialises this process's
+ * writes to the cache directory (and the eviction scan before each).
+ */
+#include "data_int.h"
+
+#include "ckpt_s3_read.h"
+#include "ft_err.h"
+#include "ft_file.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HDR DATA_HEADER_BYTES
+#define LOCK_STRIPES 64
+#define TMP_ORPHAN_S 600 /* a temp file this old is a dead writer's */
+
+enum { B_EMPTY, B_LOADING, B_READY };
+
+typedef struct blk {
+  int shard;
+  uint64_t idx;
+  int state;
+  int fresh; /* brought by the prefetcher, not read yet */
+  uint8_t *data;
+  size_t len;
+  uint64_t used; /* LRU tick */
+} blk;
+
+struct data_s3 {
+  ckpt_s3_reader *rd;
+  const data_loader *dl;
+  char uri[1100];
+  data_obj *ob; /* ob[k]: shard k */
+  int nob, cap;
+  int vocab;
+  uint64_t bs;
+  int depth;
+  int64_t cache_bytes;
+  char cache_dir[PATH_MAX];
+  char listing[1024]; /* the recorded listing's file, or "" */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  blk *slot;
+  int nslot;
+  uint64_t tick;
+  pthread_mutex_t disk_mu;
+  int warned_disk;
+  pthread_t th;
+  int th_on, stop;
+  int want_k;
+  uint64_t want_j, want_gen;
+  uint64_t block_gets, header_gets, disk_hits, evictions; /* atomics */
+};
+
+/* ---- options ----------------------------------------------------------------- */
+
+static int env_i64(const char *name, int64_t lo, int64_t hi, int64_t *v) {
+  const char *s = getenv(name);
+  if (!s || !s[0])
+    return FT_OK;
+  char *end;
+  errno = 0;
+  long long x = strtoll(s, &end, 10);
+  if (errno || *end || x < lo || x > hi)
+    return ft_err_set(FT_ECONFIG, "%s='%s': expected an integer in %lld..%lld", name, s,
+                      (long long)lo, (long long)hi);
+  *v = x;
+  return FT_OK;
+}
+
+/* o's values, each replaced by its environment variable when that is set. */
+static int resolve_opts(data_s3 *s, const data_opts *o, char *endpoint, size_t en) {
+  int64_t cb = o->cache_bytes, bb = o->block_bytes, pf = o->prefetch_blocks;
+  int rc;
+  if ((rc = env_i64("FT_DATA_CACHE_BYTES", 0, 1LL << 50, &cb)) ||
+      (rc = env_i64("FT_DATA_BLOCK_BYTES", DATA_BLOCK_BYTES_MIN, DATA_BLOCK_BYTES_MAX, &bb)) ||
+      (rc = env_i64("FT_DATA_PREFETCH_BLOCKS", 0, DATA_PREFETCH_MAX, &pf)))
+    return rc;
+  if (bb < DATA_BLOCK_BYTES_MIN || bb > DATA_BLOCK_BYTES_MAX || bb % 2)
+    return ft_err_set(FT_ECONFIG, "data.block_bytes %lld: expected an even number in %lld..%lld",
+                      (long long)bb, DATA_BLOCK_BYTES_MIN, DATA_BLOCK_BYTES_MAX);
+  if (cb < 0 || pf < 0 || pf > DATA_PREFETCH_MAX)
+    return ft_err_set(FT_ECONFIG, "data.cache_bytes %lld or data.prefetch_blocks %lld out of range",
+                      (long long)cb, (long long)pf);
+  s->cache_bytes = cb;
+  s->bs = (uint64_t)bb;
+  s->depth = (int)pf;
+  const char *dir = getenv("FT_DATA_CACHE"), *s3c = getenv("FT_S3_CACHE"), *home = getenv("HOME");
+  int w;
+  if (dir && dir[0])
+    w = snprintf(s->cache_dir, sizeof s->cache_dir, "%s", dir);
+  else if (o->cache_dir[0])
+    w = snprintf(s->cache_dir, sizeof s->cache_dir, "%s", o->cache_dir);
+  else if (s3c && s3c[0])
+    w = snprintf(s->cache_dir, sizeof s->cache_dir, "%s/data", s3c);
+  else if (home && home[0])
+    w = snprintf(s->cache_dir, sizeof s->cache_dir, "%s/.cache/ftsup/data", home);
+  else if (cb > 0)
+    return ft_err_set(FT_ECONFIG, "no data cache directory: set data.cache_dir or FT_DATA_CACHE "
+                                  "(HOME is not set), or data.cache_bytes: 0");
+  else
+    w = 0;
+  if (w < 0 || (size_t)w >= sizeof s->cache_dir)
+    return ft_err_set(FT_ECONFIG, "the data cache directory's path is too long");
+  const char *ep = getenv("FT_DATA_S3_ENDPOINT"), *li = getenv("FT_DATA_LISTING");
+  snprintf(endpoint, en, "%s", ep && ep[0] ? ep : o->s3_endpoint);
+  snprintf(s->listing, sizeof s->listing, "%s", li && li[0] ? li : o->listing);
+  return FT_OK;
+}
+
+/* ---- the listing ------------------------------------------------------------- */
+
+typedef struct listing {
+  data_s3 *s;
+  const char *pattern; /* the key glob */
+  uint64_t seen;
+} listing;
+
+size_t data_s3_glob_prefix(const char *keyglob) {
+  return strcspn(keyglob, "*?[\\");
+}
+
+int data_s3_key_matches(const char *keyglob, const char *key) {
+  return fnmatch(keyglob, key, FNM_PATHNAME) == 0;
+}
+
+static int on_object(void *ud, const char *key, uint64_t size, const char *etag) {
+  listing *l = ud;
+  data_s3 *s = l->s;
+  l->seen++;
+  if (!data_s3_key_matches(l->pattern, key))
+    return FT_OK;
+  if (s->nob == s->cap) {
+    int cap = s->cap ? s->cap * 2 : 16;
+    data_obj *o = realloc(s->ob, (size_t)cap * sizeof *o);
+    if (!o)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    s->ob = o;
+    s->cap = cap;
+  }
+  data_obj *o = &s->ob[s->nob];
+  o->tokens = 0;
+  o->key = strdup(key);
+  o->etag = strdup(etag);
+  o->size = size;
+  if (!o->key || !o->etag) {
+    free(o->key);
+    free(o->etag);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  s->nob++;
+  return FT_OK;
+}
+
+static int obj_cmp(const void *a, const void *b) {
+  return strcmp(((const data_obj *)a)->key, ((const data_obj *)b)->key);
+}
+
+/* Lists the objects the key glob matches, sorted by key. */
+static int list_shards(data_s3 *s, const char *keyglob) {
+  char prefix[1024];
+  size_t lit = data_s3_glob_prefix(keyglob);
+  snprintf(prefix, sizeof prefix, "%.*s", (int)lit, keyglob);
+  listing l = {s, keyglob, 0};
+  int rc = ckpt_s3_reader_list(s->rd, prefix, on_object, &l);
+  if (rc)
+    return rc;
+  if (s->nob == 0)
+    return ft_err_set(FT_ENOENT,
+                      "%s: no token shards match this pattern (%" PRIu64
+                      " object(s) under the prefix '%s' at %s)",
+                      s->uri, l.seen, prefix, ckpt_s3_reader_where(s->rd));
+  qsort(s->ob, (size_t)s->nob, sizeof *s->ob, obj_cmp);
+  return FT_OK;
+}
+
+/* ---- block geometry ------------------------------------------------------------ */
+
+static uint64_t nblocks(const data_s3 *s, int k) {
+  return (s->ob[k].size + s->bs - 1) / s->bs;
+}
+
+static size_t block_len(const data_s3 *s, int k, uint64_t j) {
+  uint64_t off = j * s->bs, left = s->ob[k].size - off;
+  return (size_t)(left < s->bs ? left : s->bs);
+}
+
+/* The block after (k, j) in the stream, wrapping to the first shard. */
+static void next_block(const data_s3 *s, int *k, uint64_t *j) {
+  if (++*j < nblocks(s, *k))
+    return;
+  *j = 0;
+  *k = (*k + 1) % s->nob;
+}
+
+/* Every token of block (k, j) < vocab: else a data fault naming the key
+ * and the token's index in the shard. */
+static int check_tokens(const data_s3 *s, int k, uint64_t j, const uint8_t *d, size_t len) {
+  uint64_t base = j * s->bs, first = base < HDR ? HDR - base : 0;
+  for (uint64_t b = first; b + 1 < len; b += 2) {
+    uint16_t t;
+    memcpy(&t, d + b, sizeof t);
+    if (t >= s->vocab)
+      return ft_err_set(
+          FT_EFORMAT,
+          "s3://%s/%s: token %u at index %" PRIu64 " (byte %" PRIu64 ") is >= vocab_size %d",
+          ckpt_s3_reader_bucket(s->rd), s->ob[k].key, t, (base + b - HDR) / 2, base + b, s->vocab);
+  }
+  return FT_OK;
+}
+
+/* ---- the cache directory ---------------------------------------------------------- */
+
+static int disk_on(const data_s3 *s) {
+  return s->cache_bytes > 0 && s->cache_dir[0];
+}
+
+/* <dir>/<bucket>_<sha256(key):16>_<etag>_<block bytes>_<index>.blk */
+static void block_path(const data_s3 *s, int k, uint64_t j, char *out, size_t n) {
+  unsigned char md[32];
+  unsigned int ml = 0;
+  char kh[17], et[65];
+  EVP_Digest(s->ob[k].key, strlen(s->ob[k].key), md, &ml, EVP_sha256(), NULL);
+  for (int i = 0; i < 8; i++)
+    snprintf(kh + 2 * i, 3, "%02x", md[i]);
+  size_t e = 0;
+  for (const char *p = s->ob[k].etag; *p && e + 1 < sizeof et; p++)
+    if ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+        *p == '-')
+      et[e++] = *p;
+  et[e] = 0;
+  snprintf(out, n, "%s/%s_%s_%s_%" PRIu64 "_%" PRIu64 ".blk", s->cache_dir,
+           ckpt_s3_reader_bucket(s->rd), kh, et, s->bs, j);
+}
+
+/* Block (k, j) from the cache directory into *d (its use time freshened).
+ * 0 if absent or not whole (then removed). */
+static int disk_read(data_s3 *s, int k, uint64_t j, uint8_t **d) {
+  char path[PATH_MAX + 200];
+  block_path(s, k, j, path, sizeof path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  struct stat st;
+  size_t want = block_len(s, k, j);
+  uint8_t *p = NULL;
+  int ok = fstat(fd, &st) == 0 && (uint64_t)st.st_size == want && (p = malloc(want ? want : 1));
+  size_t got = 0;
+  while (ok && got < want) {
+    ssize_t r = pread(fd, p + got, want - got, (off_t)got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      ok = 0;
+    else
+      got += (size_t)r;
+  }
+  if (ok)
+    futimens(fd, NULL); /* last use: what eviction orders by */
+  close(fd);
+  if (!ok) {
+    free(p);
+    unlink(path);
+    return 0;
+  }
+  __atomic_add_fetch(&s->disk_hits, 1, __ATOMIC_RELAXED);
+  *d = p;
+  return 1;
+}
+
+typedef struct centry {
+  char name[256];
+  uint64_t size;
+  struct timespec mtime;
+} centry;
+
+static int centry_cmp(const void *a, const void *b) {
+  const centry *x = a, *y = b;
+  if (x->mtime.tv_sec != y->mtime.tv_sec)
+    return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+  if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+    return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+uint64_t data_cache_make_room(const char *cache_dir, uint64_t bound, uint64_t need,
+                              uint64_t *evicted) {
+  DIR *dir = opendir(cache_dir);
+  if (!dir)
+    return 0;
+  centry *e = NULL;
+  size_t n = 0, cap = 0;
+  uint64_t total = 0;
+  time_t now = time(NULL);
+  for (struct dirent *de; (de = readdir(dir));) {
+    size_t l = strlen(de->d_name);
+    int blk = l > 4 && !strcmp(de->d_name + l - 4, ".blk");
+    int tmp = strstr(de->d_name, ".blk.tmp.") != NULL;
+    struct stat st;
+    if ((!blk && !tmp) || fstatat(dirfd(dir), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+      continue;
+    if (tmp && now - st.st_mtim.tv_sec > TMP_ORPHAN_S) {
+      unlinkat(dirfd(dir), de->d_name, 0);
+      continue;
+    }
+    total += (uint64_t)st.st_size;
+    if (tmp)
+      continue; /* a writer's, live: counted, never removed */
+    if (n == cap) {
+      size_t c2 = cap ? cap * 2 : 64;
+      centry *q = realloc(e, c2 * sizeof *q);
+      if (!q)
+        break;
+      e = q;
+      cap = c2;
+    }
+    snprintf(e[n].name, sizeof e[n].name, "%s", de->d_name);
+    e[n].size = (uint64_t)st.st_size;
+    e[n++].mtime = st.st_mtim;
+  }
+  if (total + need > bound && n) {
+    qsort(e, n, sizeof *e, centry_cmp);
+    for (size_t i = 0; i < n && total + need > bound; i++)
+      if (unlinkat(dirfd(dir), e[i].name, 0) == 0 || errno == ENOENT) {
+        total -= e[i].size;
+        if (evicted)
+          (*evicted)++;
+      }
+  }
+  closedir(dir);
+  free(e);
+  return total;
+}
+
+/* Writes block (k, j) whole into the cache directory; a failure only
+ * costs the cache (said once). */
+static void disk_write(data_s3 *s, int k, uint64_t j, const uint8_t *d, size_t len) {
+  if ((uint64_t)s->cache_bytes < len)
+    return;
+  char path[PATH_MAX + 200];
+  block_path(s, k, j, path, sizeof path);
+  pthread_mutex_lock(&s->disk_mu);
+  uint64_t ev = 0;
+  data_cache_make_room(s->cache_dir, (uint64_t)s->cache_bytes, len, &ev);
+  __atomic_add_fetch(&s->evictions, ev, __ATOMIC_RELAXED);
+  ft_afile f;
+  int rc = ft_afile_open(&f, path);
+  if (!rc && (rc = ft_afile_write(&f, d, len)))
+    ft_afile_abort(&f);
+  else if (!rc)
+    rc = ft_afile_commit(&f);
+  if (rc && !s->warned_disk) {
+    s->warned_disk = 1;
+    fprintf(stderr,
+            "data: warning: the data cache directory: %s (blocks are read from the "
+            "bucket without it)\n",
+            ft_err_detail());
+  }
+  pthread_mutex_unlock(&s->disk_mu);
+}
+
+/* A striped lock, shared by the processes of the host, under which one of
+ * them fetches a block while the others wait and then read its file. */
+static int stripe_lock(const data_s3 *s, int k, uint64_t j) {
+  char path[PATH_MAX + 200];
+  uint64_t h = 1469598103934665603ULL;
+  for (const char *p = s->ob[k].key; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  h = (h ^ j) * 1099511628211ULL;
+  snprintf(path, sizeof path, "%s/.lock.%02u", s->cache_dir, (unsigned)(h % LOCK_STRIPES));
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* mkdir -p; failures show at the first write (said once). */
+static void mkdirs(const char *dir) {
+  char p[PATH_MAX];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *c = p + 1; *c; c++)
+    if (*c == '/') {
+      *c = 0;
+      mkdir(p, 0777);
+      *c = '/';
+    }
+  mkdir(p, 0777);
+}
+
+/* ---- fetching one block ------------------------------------------------------------- */
+
+static int fetch_remote(data_s3 *s, int k, uint64_t j, uint8_t **d) {
+  size_t want = block_len(s, k, j), got = 0;
+  int rc = ckpt_s3_reader_get_range(s->rd, s->ob[k].key, j * s->bs, want, s->ob[k].etag, d, &got);
+  __atomic_add_fetch(&s->block_gets, 1, __ATOMIC_RELAXED);
+  if (rc == FT_OK && got != want) {
+    free(*d);
+    *d = NULL;
+    rc = ft_err_set(FT_ESTATE,
+                    "s3://%s/%s: block %" PRIu64 " is %zu bytes, expected %zu (the object is "
+                    "not the one listed)",
+                    ckpt_s3_reader_bucket(s->rd), s->ob[k].key, j, got, want);
+  }
+  return rc;
+}
+
+/* Block (k, j), checked, from the cache directory or the bucket (then also
+ * written to the directory). *d malloc'd. */
+static int fetch_block(data_s3 *s, int k, uint64_t j, uint8_t **d) {
+  *d = NULL;
+  int lk = -1, rc = FT_OK, remote = 0;
+  if (disk_on(s)) {
+    if (!disk_read(s, k, j, d)) {
+      lk = stripe_lock(s, k, j);
+      if (!disk_read(s, k, j, d)) /* another process may have brought it */
+        remote = 1;
+    }
+  } else {
+    remote = 1;
+  }
+  if (remote)
+    rc = fetch_remote(s, k, j, d);
+  if (!rc)
+    rc = check_tokens(s, k, j, *d, block_len(s, k, j));
+  if (!rc && remote && disk_on(s))
+    disk_write(s, k, j, *d, block_len(s, k, j));
+  if (lk >= 0)
+    close(lk); /* releases the flock */
+  if (rc) {
+    free(*d);
+    *d = NULL;
+  }
+  return rc;
+}
+
+/* ---- the memory slots ----------------------------------------------------------------- */
+
+static blk *find_slot(data_s3 *s, int k, uint64_t j) {
+  for (int i = 0; i < s->nslot; i++)
+    if (s->slot[i].state != B_EMPTY && s->slot[i].shard == k && s->slot[i].idx == j)
+      return &s->slot[i];
+  return NULL;
+}
+
+/* A slot for (k, j), marked loading; NULL if none is free (the prefetcher
+ * never evicts a fresh block; the reader does, oldest last). Holding mu. */
+static blk *claim(data_s3 *s, int k, uint64_t j, int prefetcher) {
+  blk *best = NULL;
+  for (int i = 0; i < s->nslot; i++) {
+    blk *b = &s->slot[i];
+    if (b->state == B_EMPTY) {
+      best = b;
+      break;
+    }
+    if (b->state != B_READY || (prefetcher && b->fresh))
+      continue;
+    if (!best || (best->fresh && !b->fresh) || (best->fresh == b->fresh && b->used < best->used))
+      best = b;
+  }
+  if (!best)
+    return NULL;
+  free(best->data);
+  *best = (blk){.shard = k, .idx = j, .state = B_LOADING, .fresh = prefetcher};
+  return best;
+}
+
+/* Ends a load: ready with d, or empty again. Holding mu. */
+static void finish(data_s3 *s, blk *b, int rc, uint8_t *d, int k, uint64_t j) {
+  if (rc) {
+    b->state = B_EMPTY;
+  } else {
+    b->data = d;
+    b->len = block_len(s, k, j);
+    b->state = B_READY;
+    b->used = ++s->tick;
+  }
+  pthread_cond_broadcast(&s->cv);
+}
+
+/* Copies m tokens at byte off of block (k, j) into out. */
+static int copy_from_block(data_s3 *s, int k, uint64_t j, uint64_t off, uint64_t m, uint16_t *out) {
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    blk *b = find_slot(s, k, j);
+    if (b && b->state == B_READY) {
+      memcpy(out, b->data + off, m * sizeof *out);
+      b->used = ++s->tick;
+      b->fresh = 0;
+      pthread_mutex_unlock(&s->mu);
+      return FT_OK;
+    }
+    if (b || !(b = claim(s, k, j, 0))) { /* loading elsewhere, or every slot is */
+      pthread_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&s->mu);
+    uint8_t *d;
+    int rc = fetch_block(s, k, j, &d);
+    pthread_mutex_lock(&s->mu);
+    finish(s, b, rc, d, k, j);
+    if (rc) {
+      pthread_mutex_unlock(&s->mu);
+      return rc;
+    }
+  }
+}
+
+/* ---- prefetch --------------------------------------------------------------------- */
+
+static void *prefetch_main(void *arg) {
+  data_s3 *s = arg;
+  uint64_t done = 0;
+  pthread_mutex_lock(&s->mu);
+  while (!s->stop) {
+    if (s->want_gen == done) {
+      pthread_cond_wait(&s->cv, &s->mu);
+      continue;
+    }
+    done = s->want_gen;
+    int k = s->want_k;
+    uint64_t j = s->want_j;
+    for (int n = 0; n < s->depth && !s->stop && s->want_gen == done; n++, next_block(s, &k, &j)) {
+      if (find_slot(s, k, j))
+        continue;
+      blk *b = claim(s, k, j, 1);
+      if (!b)
+        break; /* memory is full of blocks not read yet: far enough ahead */
+      pthread_mutex_unlock(&s->mu);
+      uint8_t *d;
+      int rc = fetch_block(s, k, j, &d);
+      pthread_mutex_lock(&s->mu);
+      finish(s, b, rc, d, k, j);
+      if (rc)
+        break; /* the reader meets it, and says why */
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+/* Asks for the blocks after (k, j). */
+static void want_after(data_s3 *s, int k, uint64_t j) {
+  if (!s->th_on)
+    return;
+  next_block(s, &k, &j);
+  pthread_mutex_lock(&s->mu);
+  if (s->want_k != k || s->want_j != j || !s->want_gen) {
+    s->want_k = k;
+    s->want_j = j;
+    s->want_gen++;
+    pthread_cond_broadcast(&s->cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+int data_s3_tokens(const data_loader *dl, uint64_t pos, uint64_t n, uint16_t *out) {
+  data_s3 *s = dl->s3;
+  int k = data_find_shard(dl, pos), rc = FT_OK;
+  uint64_t j = 0;
+  while (n > 0 && rc == FT_OK) {
+    while (pos >= dl->sh[k].start + dl->sh[k].n)
+      k++;
+    uint64_t byte = HDR + 2 * (pos - dl->sh[k].start);
+    j = byte / s->bs;
+    uint64_t end = j * s->bs + block_len(s, k, j), m = (end - byte) / 2;
+    if (m > n)
+      m = n;
+    rc = copy_from_block(s, k, j, byte - j * s->bs, m, out);
+    out += m;
+    pos += m;
+    n -= m;
+  }
+  if (rc == FT_OK)
+    want_after(s, k, j);
+  return rc;
+}
+
+/* ---- open and free ------------------------------------------------------------------ */
+
+/* Shard k's header: from block 0 in the cache directory, else a ranged GET
+ * of its first 1024 bytes; checked as a local file's. recorded: the
+ * listing's token count, checked against the size, and no read (If-Match
+ * on every block still ties the reads to that version). */
+static int open_shard(data_s3 *s, int k, data_shard *sh, int recorded) {
+  data_obj *o = &s->ob[k];
+  if (asprintf(&sh->path, "s3://%s/%s", ckpt_s3_reader_bucket(s->rd), o->key) < 0) {
+    sh->path = NULL;
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  if (recorded) {
+    sh->n = o->tokens;
+    if (o->size != HDR + 2 * o->tokens)
+      return ft_err_set(FT_EFORMAT,
+                        "%s: the data listing %s records %" PRIu64 " bytes and %" PRIu64
+                        " tokens, which do not agree (remove it to list the bucket again)",
+                        sh->path, s->listing, o->size, o->tokens);
+    return FT_OK;
+  }
+  if (o->size < HDR)
+    return ft_err_set(FT_EFORMAT,
+                      "%s: object is %" PRIu64 " bytes, smaller than the %zu-byte token-shard "
+                      "header",
+                      sh->path, o->size, HDR);
+  int32_t h[DATA_HEADER_INTS];
+  uint8_t *d = NULL;
+  size_t got = 0;
+  int rc = FT_OK;
+  if (disk_on(s) && disk_read(s, k, 0, &d)) {
+    got = HDR;
+  } else {
+    rc = ckpt_s3_reader_get_range(s->rd, o->key, 0, HDR, o->etag, &d, &got);
+    __atomic_add_fetch(&s->header_gets, 1, __ATOMIC_RELAXED);
+  }
+  if (!rc && got < HDR)
+    rc = ft_err_set(FT_ESTATE, "%s: the header read %zu bytes of %zu (the object changed?)",
+                    sh->path, got, HDR);
+  if (!rc) {
+    memcpy(h, d, sizeof h);
+    rc = data_check_header(sh->path, h, o->size, &sh->n);
+    o->tokens = sh->n;
+  }
+  free(d);
+  return rc;
+}
+
+/* The shards: from the recorded listing, else listed (and recorded when a
+ * listing file is set), each header checked. */
+static int open_shards(data_s3 *s, const char *keyglob, data_loader *dl) {
+  int recorded = 0, rc = FT_OK;
+  if (s->listing[0]) {
+    rc = data_listing_load(s->listing, s->uri, &s->ob, &s->nob, &recorded);
+    s->cap = s->nob;
+  }
+  if (!rc && !recorded)
+    rc = list_shards(s, keyglob);
+  if (!rc && !(dl->sh = calloc((size_t)s->nob, sizeof *dl->sh)))
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  for (int k = 0; !rc && k < s->nob; k++) {
+    rc = open_shard(s, k, &dl->sh[k], recorded);
+    dl->nshards = k + 1; /* freed by data_free, failed or not */
+    dl->sh[k].start = dl->total;
+    dl->total += dl->sh[k].n;
+  }
+  if (!rc && s->listing[0] && !recorded)
+    rc = data_listing_save(s->listing, s->uri, ckpt_s3_reader_where(s->rd), s->ob, s->nob);
+  return rc;
+}
+
+int data_s3_open(const char *uri, int vocab_size, const data_opts *o, data_loader *dl) {
+  data_s3 *s = calloc(1, sizeof *s);
+  if (!s)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  dl->s3 = s;
+  s->dl = dl;
+  s->vocab = vocab_size;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pthread_mutex_init(&s->disk_mu, NULL);
+  snprintf(s->uri, sizeof s->uri, "%s", uri);
+  const char *b = uri + 5, *slash = strchr(b, '/');
+  if (!slash || !slash[1])
+    return ft_err_set(FT_EINVAL, "%s: expected s3://bucket/prefix/GLOB (e.g. s3://b/data/*.bin)",
+                      uri);
+  char endpoint[512];
+  int rc = resolve_opts(s, o, endpoint, sizeof endpoint);
+  if (!rc && disk_on(s))
+    mkdirs(s->cache_dir);
+  if (!rc)
+    rc = ckpt_s3_reader_open(uri, endpoint, &s->rd);
+  int lk = !rc && s->listing[0] ? data_listing_lock(s->listing) : 0;
+  if (lk < 0)
+    rc = lk;
+  if (!rc)
+    rc = open_shards(s, slash + 1, dl);
+  if (lk > 0)
+    close(lk); /* releases the flock */
+  if (rc)
+    return rc;
+  s->nslot = s->depth + 2;
+  if (!(s->slot = calloc((size_t)s->nslot, sizeof *s->slot)))
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  if (s->depth > 0) {
+    if (pthread_create(&s->th, NULL, prefetch_main, s) != 0)
+      return ft_err_set(FT_ENOMEM, "%s: cannot start the prefetch thread", uri);
+    s->th_on = 1;
+  }
+  return FT_OK;
+}
+
+void data_s3_stats(const data_loader *dl, data_io_stats *st) {
+  data_s3 *s = dl->s3;
+  st->block_gets = __atomic_load_n(&s->block_gets, __ATOMIC_RELAXED);
+  st->header_gets = __atomic_load_n(&s->header_gets, __ATOMIC_RELAXED);
+  st->disk_hits = __atomic_load_n(&s->disk_hits, __ATOMIC_RELAXED);
+  st->evictions = __atomic_load_n(&s->evictions, __ATOMIC_RELAXED);
+  if (s->rd) {
+    ckpt_s3_reader_stats rs;
+    ckpt_s3_reader_stats_get(s->rd, &rs);
+    st->requests = rs.requests;
+    st->retries = rs.retries;
+    st->bytes_down = rs.bytes_down;
+  }
+}
+
+void data_s3_free(data_s3 *s) {
+  if (!s)
+    return;
+  if (s->th_on) {
+    ckpt_s3_reader_cancel(s->rd); /* a prefetch GET in flight ends now */
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+  }
+  if (s->rd && s->nob) {
+    data_io_stats st = {0};
+    data_s3_stats(s->dl, &st);
+    fprintf(stderr,
+            "data: %s: %" PRIu64 " block GETs, %" PRIu64 " header GETs, %" PRIu64
+            " requests in all (%" PRIu64 " retried, %.1f MiB), %" PRIu64
+            " blocks from the cache directory, %" PRIu64 " evicted\n",
+            s->uri, st.block_gets, st.header_gets, st.requests, st.retries,
+            (double)st.bytes_down / 1048576.0, st.disk_hits, st.evictions);
+  }
+  for (int i = 0; i < s->nslot; i++)
+    free(s->slot[i].data);
+  free(s->slot);
+  data_objs_free(s->ob, s->nob);
+  ckpt_s3_reader_free(s->rd);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->disk_mu);
+  free(s);
+}
