@@ -1740,6 +1740,10 @@ out:
   return out;
 }
 
+int ft_runfile_is_s3(const char *uri) {
+  return !strncmp(uri, "s3://", 5);
+}
+
 ft_rf_store_kind ft_runfile_store_kind(const char *store) {
   if (!strncmp(store, "s3://", 5))
     return FT_RF_STORE_S3;

@@ -313,6 +313,9 @@ typedef enum ft_rf_store_kind {
                         the store inside the run's state directory */
 } ft_rf_store_kind;
 ft_rf_store_kind ft_runfile_store_kind(const char *store);
+/* 1 if a store or data URI (checkpoint.store, data.train, data.val) names a
+ * bucket ("s3://..."). */
+int ft_runfile_is_s3(const char *uri);
 
 /* The store a supervised run uses for checkpoint.store `store` when no
  * --store is given (supervise's rule, which the node doctor's disk check

@@ -444,6 +444,27 @@ static int resolve_store(sup *s, const char *store_arg, const char **from) {
   return 0;
 }
 
+/* Training data in a bucket (data.train/val s3://...): every rank must read
+ * the same listing, however the bucket changes while they list, restart or
+ * resume. The first to open a pattern records its listing (keys, sizes,
+ * ETags) in FT_DATA_LISTING and the others read it (docs/data.md), so the
+ * workers get STATE/data_listing.json unless the environment names one.
+ * Workers on other hosts need it there too (a shared state directory). */
+static int data_listing_env(sup *s) {
+  if (!ft_runfile_is_s3(s->rf.data.train) && !ft_runfile_is_s3(s->rf.data.val))
+    return 0;
+  const char *set = getenv("FT_DATA_LISTING");
+  if (set && set[0])
+    return 0;
+  char path[4200];
+  if (snprintf(path, sizeof path, "%s/data_listing.json", s->state_dir) >= (int)sizeof path ||
+      setenv("FT_DATA_LISTING", path, 1)) {
+    fprintf(stderr, "supervise: cannot set FT_DATA_LISTING=%s/data_listing.json\n", s->state_dir);
+    return -1;
+  }
+  return 0;
+}
+
 /* ---- main, in phases ------------------------------------------------------- */
 
 /* What main's phases share. Each phase returns GO to go on, or the exit
@@ -778,7 +799,7 @@ static int pin_data(main_ctx *m) {
   for (int i = 0; i < 2; i++) {
     if (!d[i].glob[0])
       continue;
-    int abs = d[i].glob[0] == '/';
+    int abs = d[i].glob[0] == '/' || ft_runfile_is_s3(d[i].glob); /* a bucket's: as it is */
     if (snprintf(d[i].out, d[i].n, "%s=%s%s%s", d[i].key, abs ? "" : cwd, abs ? "" : "/",
                  d[i].glob) >= (int)d[i].n) {
       fprintf(stderr, "supervise: %s: path too long\n", d[i].key);
@@ -807,7 +828,7 @@ static int prepare_paths(main_ctx *m) {
     fprintf(stderr, "supervise: %s: %s\n", m->state_dir, strerror(errno));
     return SUP_EXIT_USAGE;
   }
-  if (resolve_store(s, m->store_arg, &m->store_from))
+  if (resolve_store(s, m->store_arg, &m->store_from) || data_listing_env(s))
     return SUP_EXIT_USAGE;
   if (m->unquarantine)
     return GO; /* nothing is launched */

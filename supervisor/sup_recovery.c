@@ -43,6 +43,8 @@
  *  - FT_EXIT_USAGE / FT_EXIT_DATA before the gang trains: the run's if every
  *    gang worker reports it alike within a heartbeat timeout (the run fails
  *    with the workers' message), else the node's, counted;
+ *  - FT_EXIT_DATA once the gang trains: the run's at once, nobody blamed
+ *    (data read later that went bad: an S3 shard changed or gone);
  *  - storage faults (FAULT storage: a shard the store refused) are events
  *    only (sup_watch.c): the checkpoint is skipped, the last committed one
  *    stays the restore point; a final checkpoint the workers cannot write
@@ -1492,8 +1494,10 @@ SUP_EVENT_ENTRY(sup_recovery_launch_more, launch_more_cb_t)
  * same way within one heartbeat timeout is the run's: it fails at once with
  * the workers' own message (their FAULT detail, else the last line of the
  * first one's log), cause "config"/"data", nobody quarantined, no spare
- * spent. Otherwise, or once the gang trains, it is that node's failure,
- * counted like any other (invariant 6). */
+ * spent. Otherwise it is that node's failure, counted like any other
+ * (invariant 6). Once the gang trains, FT_EXIT_DATA is the run's at once
+ * (data that went bad after the open: an S3 object changed or gone), and
+ * FT_EXIT_USAGE the node's. */
 
 /* The gang's workers that exited with a configuration/data error count
  * against their nodes; the verdict is over. */
@@ -1686,6 +1690,20 @@ void sup_rec_exit_status(sup *s, sup_worker *w, int status) {
   }
   if (code == 0 || ours)
     return; /* orderly (or ours: the fault that caused it is already known) */
+  if (code == FT_EXIT_DATA && s->watch.trained_gen == s->gen) {
+    /* the data went bad under a training gang (an S3 shard changed or
+     * deleted since it was listed, a token out of the vocabulary in a block
+     * read later): the run's, nobody blamed; no restart reads better data */
+    char msg[480], reason[1200];
+    sup_log_last_line(s, w, msg, sizeof msg);
+    snprintf(reason, sizeof reason, "the training data is wrong: %s (node %d slot %d)",
+             w->fault_detail[0] ? w->fault_detail
+             : msg[0]           ? msg
+                                : "data error",
+             w->node, w->slot);
+    fail_run(s, SUP_EXIT_FAILED, "data", reason);
+    return;
+  }
   if ((code == FT_EXIT_USAGE || code == FT_EXIT_DATA) && s->watch.trained_gen != s->gen) {
     /* before the gang trains: the run's error or this node's? */
     w->cfg_fail = code;

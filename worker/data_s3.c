@@ -450,7 +450,8 @@ static void mkdirs(const char *dir) {
 static int fetch_remote(data_s3 *s, int k, uint64_t j, uint8_t **d) {
   size_t want = block_len(s, k, j), got = 0;
   int rc = ckpt_s3_reader_get_range(s->rd, s->ob[k].key, j * s->bs, want, s->ob[k].etag, d, &got);
-  __atomic_add_fetch(&s->block_gets, 1, __ATOMIC_RELAXED);
+  if (rc == FT_OK) /* one that a close cancelled brought nothing: not counted */
+    __atomic_add_fetch(&s->block_gets, 1, __ATOMIC_RELAXED);
   if (rc == FT_OK && got != want) {
     free(*d);
     *d = NULL;

@@ -403,16 +403,32 @@ static void trainer_free(trainer *t) {
   free(t->st.skips);
 }
 
+/* The exit for a data loader's error rc at step (its detail printed
+ * already): a storage fault (an S3 data bucket unavailable, throttling or
+ * too slow past the client's retries: nobody's, the supervisor restarts in
+ * place) or a data fault (an object changed or gone since it was listed, a
+ * bad shard: the run's, it stops naming the key; told to the supervisor as
+ * FAULT data first, its detail the run's reason). */
+static int data_exit(trainer *t, int rc, int64_t step) {
+  if (data_err_is_storage(rc))
+    return FT_EXIT_STORE; /* (FAULT storage is a checkpoint write's) */
+  if (t->o->ctl)
+    ctl_send_fault(t->o->ctl, FT_FAULT_DATA, step, ft_err_detail());
+  return FT_EXIT_DATA;
+}
+
 /* The token shards, and the config JSON and its hash. */
 static int phase_data(trainer *t) {
   const ft_runfile *rf = t->rf;
-  int rc = data_open(rf->data.train, rf->model.vocab_size, &t->train);
+  data_opts dopts;
+  data_opts_from_runfile(&rf->data, &dopts);
+  int rc = data_open_opts(rf->data.train, rf->model.vocab_size, &dopts, &t->train);
   if (rc) {
     fprintf(stderr, "worker: data.train: %s\n", ft_err_detail());
-    return FT_EXIT_DATA;
+    return data_exit(t, rc, 0);
   }
   if ((!t->o->ctl || t->tc->val_every > 0) && rf->data.val[0] &&
-      data_open(rf->data.val, rf->model.vocab_size, &t->val)) {
+      data_open_opts(rf->data.val, rf->model.vocab_size, &dopts, &t->val)) {
     fprintf(stderr, "worker: warning: data.val: %s (no validation loss)\n", ft_err_detail());
     t->val = NULL;
   }
@@ -973,8 +989,9 @@ static int load_micro(trainer *t, int64_t batch, int mb, int rank) {
 static int micro_batches(trainer *t, int64_t batch, int *nan_batch, int *oom) {
   *oom = 0;
   for (int mb = 0; mb < t->accum; mb++) {
-    if (load_micro(t, batch, mb, t->rank))
-      return FT_EXIT_DATA;
+    int lrc = load_micro(t, batch, mb, t->rank);
+    if (lrc)
+      return data_exit(t, lrc, t->st.step + 1);
     if (ft_failpoint_at("nan_batch", batch))
       *nan_batch = 1;
     int rc = mb == t->sdc_mb ? engine_grad_check(t->e, &t->sdc_own) : FT_OK;
@@ -1045,8 +1062,9 @@ static void sdc_arm(trainer *t, int64_t k) {
 /* Recomputes rank `whose` micro-batch t->sdc_mb of this step into *h. */
 static int sdc_recompute(trainer *t, int64_t batch, int whose, uint64_t *h) {
   progress_phase(FT_PHASE_SDC);
-  if (load_micro(t, batch, t->sdc_mb, whose))
-    return FT_EXIT_DATA;
+  int lrc = load_micro(t, batch, t->sdc_mb, whose);
+  if (lrc)
+    return data_exit(t, lrc, t->st.step + 1);
   *h = SDC_HASH_INIT;
   int rc = engine_recompute(t->e, t->inp, t->tgt, 1.0f / (float)(t->accum * t->world), h);
   return rc ? engine_failed(t->o, rc, t->st.step) : FT_EXIT_OK;
