@@ -403,18 +403,14 @@ static void trainer_free(trainer *t) {
   free(t->st.skips);
 }
 
-/* The exit for a data loader's error rc at step (its detail printed
- * already): a storage fault (an S3 data bucket unavailable, throttling or
- * too slow past the client's retries: nobody's, the supervisor restarts in
- * place) or a data fault (an object changed or gone since it was listed, a
- * bad shard: the run's, it stops naming the key; told to the supervisor as
- * FAULT data first, its detail the run's reason). */
-static int data_exit(trainer *t, int rc, int64_t step) {
-  if (data_err_is_storage(rc))
-    return FT_EXIT_STORE; /* (FAULT storage is a checkpoint write's) */
-  if (t->o->ctl)
-    ctl_send_fault(t->o->ctl, FT_FAULT_DATA, step, ft_err_detail());
-  return FT_EXIT_DATA;
+/* The exit for a data loader's error rc (its detail printed already): a
+ * storage fault (an S3 data bucket unavailable, throttling or too slow
+ * past the client's retries: nobody's, the supervisor restarts in place),
+ * else a data fault (an object changed or gone since it was listed, a bad
+ * shard: the run's; train_main reports it as FAULT data with the detail,
+ * and the run stops naming the key). */
+static int data_exit(int rc) {
+  return data_err_is_storage(rc) ? FT_EXIT_STORE : FT_EXIT_DATA;
 }
 
 /* The token shards, and the config JSON and its hash. */
@@ -425,7 +421,7 @@ static int phase_data(trainer *t) {
   int rc = data_open_opts(rf->data.train, rf->model.vocab_size, &dopts, &t->train);
   if (rc) {
     fprintf(stderr, "worker: data.train: %s\n", ft_err_detail());
-    return data_exit(t, rc, 0);
+    return data_exit(rc);
   }
   if ((!t->o->ctl || t->tc->val_every > 0) && rf->data.val[0] &&
       data_open_opts(rf->data.val, rf->model.vocab_size, &dopts, &t->val)) {
@@ -991,7 +987,7 @@ static int micro_batches(trainer *t, int64_t batch, int *nan_batch, int *oom) {
   for (int mb = 0; mb < t->accum; mb++) {
     int lrc = load_micro(t, batch, mb, t->rank);
     if (lrc)
-      return data_exit(t, lrc, t->st.step + 1);
+      return data_exit(lrc);
     if (ft_failpoint_at("nan_batch", batch))
       *nan_batch = 1;
     int rc = mb == t->sdc_mb ? engine_grad_check(t->e, &t->sdc_own) : FT_OK;
@@ -1064,7 +1060,7 @@ static int sdc_recompute(trainer *t, int64_t batch, int whose, uint64_t *h) {
   progress_phase(FT_PHASE_SDC);
   int lrc = load_micro(t, batch, t->sdc_mb, whose);
   if (lrc)
-    return data_exit(t, lrc, t->st.step + 1);
+    return data_exit(lrc);
   *h = SDC_HASH_INIT;
   int rc = engine_recompute(t->e, t->inp, t->tgt, 1.0f / (float)(t->accum * t->world), h);
   return rc ? engine_failed(t->o, rc, t->st.step) : FT_EXIT_OK;
