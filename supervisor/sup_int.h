@@ -8,8 +8,10 @@
  *  5 main       sup_main.c        command line, setup (store, events,
  *                                 listener, timers), the loop, exit codes
  *               sup_doctor_cli.c  `supervise doctor`
- *  4 operator   sup_http.c        /metrics, /status, the dashboard, the
- *                                 operator's POSTs; `supervise status|report`
+ *               sup_status.c      `supervise status|report`, the HTTP client
+ *  4 operator   sup_http.c        the port, /status, the dashboard, the
+ *                                 operator's POSTs
+ *               sup_metrics.c     /metrics, folded from the events
  *  3 detectors  sup_run.c         control messages: HELLO identity, fencing,
  *                                 heartbeats, KV, STEP, SHARD_SAVED -> commit,
  *                                 FAULT; the commit queue's completions
