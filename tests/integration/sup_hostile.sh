@@ -92,14 +92,14 @@ print("hostile: %d cases closed" % len(cases))
 host, hport = open(sys.argv[3]).read().strip().rsplit(":", 1)
 def http_status(path):
     s = socket.create_connection((host, int(hport)), timeout=5)
-    s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+    s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
     head = s.recv(4096).decode("latin-1")
     s.close()
     return head
 held = []
 for _ in range(70):
     s = socket.create_connection((host, int(hport)), timeout=5)
-    s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n" * 20)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n" * 20)
     held.append(s)
 for _ in range(100):
     head = http_status(b"/metrics")
