@@ -53,3 +53,16 @@ ok = any(c["step"] == step and c["state"] in ("committed", "good") for c in json
 sys.exit(0 if ok else 1)
 ' "$2"
 }
+
+# http_addr STATE LOG: the HTTP address of the supervise running on STATE
+# (its STATE/http.addr, waited for 10 s at most); fails with LOG's tail.
+# Use as A=$(http_addr ...): a failure ends the test (set -e).
+http_addr() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [ -s "$1/http.addr" ] && break
+    sleep 0.1
+  done
+  [ -s "$1/http.addr" ] || fail "no $1/http.addr: $(tail -5 "$2")"
+  cat "$1/http.addr"
+}

@@ -64,12 +64,7 @@ AM=$!
 "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" --spares 2 "$TMP/run.yaml" \
   >"$TMP/sup.out" 2>&1 &
 SUP=$!
-for ((i = 0; i < 100; i++)); do
-  [ -s "$ST/http.addr" ] && break
-  sleep 0.1
-done
-[ -s "$ST/http.addr" ] || fail "no $ST/http.addr: $(tail -5 "$TMP/sup.out")"
-A=$(cat "$ST/http.addr")
+A=$(http_addr "$ST" "$TMP/sup.out")
 PP=$(free_port)
 cat >"$TMP/prom.yml" <<EOF
 global: {scrape_interval: 1s, evaluation_interval: 1s}

@@ -38,12 +38,7 @@ sed -e '/^chaos:/d' -e '/^# The demo loses/,$d' \
   FT_FAILPOINTS=min_step_ms=75 exec "$FT_BIN/supervise" --state "$ST" --worker "$FT_BIN/worker" --spares 1 "$TMP/run.yaml"
 ) >"$TMP/sup.out" 2>&1 &
 SUP=$!
-for ((i = 0; i < 100; i++)); do
-  [ -s "$ST/http.addr" ] && break
-  sleep 0.1
-done
-[ -s "$ST/http.addr" ] || fail "no $ST/http.addr: $(tail -5 "$TMP/sup.out")"
-A=$(cat "$ST/http.addr")
+A=$(http_addr "$ST" "$TMP/sup.out")
 
 # the newest committed checkpoint's step (0: none yet)
 committed() {
