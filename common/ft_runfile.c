@@ -83,7 +83,7 @@ enum check { C_NONE, C_WORDS, C_STORE, C_RUNID };
 #define LO_OPEN 1u  /* value must be > lo (not >=) */
 #define HI_OPEN 2u  /* value must be < hi (not <=) */
 #define EMPTY_OK 4u /* string may be "" (or null in the file) */
-#define AUTO_OK 8u  /* K_DBL: the word auto is a value too, stored as 0 */
+#define AUTO_OK 8u  /* K_DBL, K_I64: the word auto is a value too, stored as 0 */
 
 struct field {
   const char *key; /* dotted path */
@@ -111,6 +111,8 @@ static const char *const W_NO_SPARES[] = {"shrink", "wait", "fail", NULL};
   { .key = k, .kind = K_INT, AT(m), .ilo = lo, .ihi = hi }
 #define F_I64(k, m, lo, hi)                                                                        \
   { .key = k, .kind = K_I64, AT(m), .ilo = lo, .ihi = hi }
+#define F_I64_AUTO(k, m, lo, hi)                                                                   \
+  { .key = k, .kind = K_I64, AT(m), .ilo = lo, .ihi = hi, .flags = AUTO_OK }
 #define F_DBL(k, m, lo, hi, fl)                                                                    \
   { .key = k, .kind = K_DBL, AT(m), .dlo = lo, .dhi = hi, .flags = fl }
 #define F_STR(k, m, fl, chk, w)                                                                    \
@@ -153,7 +155,7 @@ static const struct field FIELDS[] = {
     F_STR("data.val", data.val, EMPTY_OK, C_NONE, NULL),
     F_STR("data.cache_dir", data.cache_dir, EMPTY_OK, C_NONE, NULL),
     F_I64("data.cache_bytes", data.cache_bytes, 0, 1LL << 50),
-    F_I64("data.block_bytes", data.block_bytes, 4096, 1LL << 30),
+    F_I64_AUTO("data.block_bytes", data.block_bytes, 4096, 1LL << 30),
     F_INT("data.prefetch_blocks", data.prefetch_blocks, 0, 64),
     F_STR("data.s3_endpoint", data.s3_endpoint, EMPTY_OK, C_NONE, NULL),
     F_INT("nodes.count", nodes.count, 1, FT_RUNFILE_MAX_NODES),
@@ -254,7 +256,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   SETS(rf->data.train, "data/synth_train_*.bin");
   SETS(rf->data.val, "data/synth_val_*.bin");
   rf->data.cache_bytes = 4LL << 30; /* worker/data.h's DATA_*_DEFAULT */
-  rf->data.block_bytes = 4LL << 20;
+  rf->data.block_bytes = 0;         /* auto: from the geometry (data_block_bytes_auto) */
   rf->data.prefetch_blocks = 4;
   rf->nodes.count = 2;
   rf->nodes.workers_per_node = 1;
@@ -491,7 +493,7 @@ static const char *kind_name(const struct field *f) {
   switch (f->kind) {
   case K_INT:
   case K_I64:
-    return "an integer";
+    return f->flags & AUTO_OK ? "an integer or auto" : "an integer";
   case K_U64:
     return "a non-negative integer";
   case K_DBL:
@@ -639,6 +641,8 @@ static int check_stored(const struct field *f, const ft_runfile *rf, char *msg, 
   case K_INT:
     return check_int(f, *(const int *)p, msg, n);
   case K_I64:
+    if ((f->flags & AUTO_OK) && *(const int64_t *)p == 0)
+      return 0; /* auto */
     return check_int(f, *(const int64_t *)p, msg, n);
   case K_U64:
     return 0;
@@ -723,8 +727,12 @@ static int store_scalar(const struct field *f, ft_runfile *rf, const char *s, si
   switch (f->kind) {
   case K_INT:
   case K_I64: {
+    if (f->kind == K_I64 && (f->flags & AUTO_OK) && !strcmp(buf, "auto")) {
+      *(int64_t *)p = 0; /* auto */
+      return 0;
+    }
     if (quoted || !is_int_text(buf))
-      return snprintf(msg, n, "expected an integer, got %s", what), -1;
+      return snprintf(msg, n, "expected %s, got %s", kind_name(f), what), -1;
     errno = 0;
     long long v = strtoll(buf, NULL, 10);
     if (errno == ERANGE)

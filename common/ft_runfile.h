@@ -142,7 +142,8 @@ typedef struct ft_data_cfg {
   /* s3:// data only (worker/data.h, docs/data.md) */
   char cache_dir[1024];  /* the block cache directory; "": the default */
   int64_t cache_bytes;   /* its size bound; 0: no cache directory */
-  int64_t block_bytes;   /* bytes of one ranged GET (aligned, even) */
+  int64_t block_bytes;   /* bytes of one ranged GET (aligned, even); 0: not set
+                            (the loader picks one from the geometry) */
   int prefetch_blocks;   /* blocks read ahead of the step */
   char s3_endpoint[512]; /* the data bucket's endpoint; "": the store's */
 } ft_data_cfg;

@@ -159,7 +159,7 @@ int data_err_is_storage(int rc) {
 void data_opts_default(data_opts *o) {
   memset(o, 0, sizeof *o);
   o->cache_bytes = DATA_CACHE_BYTES_DEFAULT;
-  o->block_bytes = DATA_BLOCK_BYTES_DEFAULT;
+  o->block_bytes = 0; /* from window_bytes */
   o->prefetch_blocks = DATA_PREFETCH_DEFAULT;
 }
 
@@ -170,6 +170,20 @@ void data_opts_from_runfile(const ft_data_cfg *d, data_opts *o) {
   o->block_bytes = d->block_bytes;
   o->prefetch_blocks = d->prefetch_blocks;
   snprintf(o->s3_endpoint, sizeof o->s3_endpoint, "%s", d->s3_endpoint);
+}
+
+int64_t data_block_bytes_auto(int64_t window_bytes) {
+  if (window_bytes <= 0)
+    return DATA_BLOCK_BYTES_DEFAULT;
+  int64_t b = DATA_BLOCK_AUTO_MIN;
+  while (b < DATA_BLOCK_BYTES_DEFAULT && b * 2 <= window_bytes)
+    b *= 2;
+  return b;
+}
+
+void data_hint(data_loader *dl, const data_reads *r) {
+  if (dl && dl->s3 && r)
+    data_s3_hint(dl, r);
 }
 
 static int open_s3(const char *pattern, int vocab_size, const data_opts *o, data_loader **out) {

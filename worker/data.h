@@ -44,7 +44,10 @@ typedef struct data_loader data_loader;
 typedef struct data_opts {
   char cache_dir[1024];  /* "": $FT_S3_CACHE/data, else ~/.cache/ftsup/data */
   int64_t cache_bytes;   /* bound of the cache directory; 0: no disk cache */
-  int64_t block_bytes;   /* one GET: an aligned block of this many bytes (even) */
+  int64_t block_bytes;   /* one GET: an aligned block of this many bytes (even);
+                            0: data_block_bytes_auto(window_bytes) */
+  int64_t window_bytes;  /* the bytes one host reads per micro-batch (workers_per_node
+                            x micro_batch x seq_len x 2, the run file's); 0: unknown */
   int prefetch_blocks;   /* blocks read ahead of the step; 0: none */
   char s3_endpoint[512]; /* "": FT_S3_ENDPOINT's (or AWS) */
   char listing[1024];    /* "": none; else the file recording each pattern's
@@ -53,6 +56,7 @@ typedef struct data_opts {
 
 #define DATA_CACHE_BYTES_DEFAULT (4LL << 30)
 #define DATA_BLOCK_BYTES_DEFAULT (4LL << 20)
+#define DATA_BLOCK_AUTO_MIN (64LL << 10)
 #define DATA_BLOCK_BYTES_MIN 4096LL
 #define DATA_BLOCK_BYTES_MAX (1LL << 30)
 #define DATA_PREFETCH_DEFAULT 4
@@ -63,16 +67,24 @@ void data_opts_default(data_opts *o);
 /* The run file's data.cache_dir, .cache_bytes, .block_bytes,
  * .prefetch_blocks and .s3_endpoint. */
 void data_opts_from_runfile(const ft_data_cfg *d, data_opts *o);
+/* The block size when none is set: the largest power of two <= the bytes a
+ * host reads per micro-batch (so a host's window touches two or three
+ * blocks and it downloads at most twice what it uses), within
+ * DATA_BLOCK_AUTO_MIN..DATA_BLOCK_BYTES_DEFAULT; window_bytes <= 0
+ * (unknown: ftdata): DATA_BLOCK_BYTES_DEFAULT. The same for every rank of
+ * a run, across restarts and shrinks (the cache files' names hold it). */
+int64_t data_block_bytes_auto(int64_t window_bytes);
 
 /* I/O counters of a loader (all 0 for local files). */
 typedef struct data_io_stats {
-  uint64_t block_gets;  /* ranged GETs of token blocks (attempts not counted) */
-  uint64_t header_gets; /* ranged GETs of shard headers at open */
-  uint64_t requests;    /* every HTTP request (LIST, retries included) */
-  uint64_t retries;     /* attempts after a failed one (5xx, throttling, timeouts) */
-  uint64_t bytes_down;  /* bytes of every response body */
-  uint64_t disk_hits;   /* blocks read from the cache directory */
-  uint64_t evictions;   /* cache files this process removed to keep the bound */
+  uint64_t block_gets;     /* ranged GETs of token blocks (attempts not counted) */
+  uint64_t blocks_fetched; /* the blocks those GETs brought (one GET may bring a run) */
+  uint64_t header_gets;    /* ranged GETs of shard headers at open */
+  uint64_t requests;       /* every HTTP request (LIST, retries included) */
+  uint64_t retries;        /* attempts after a failed one (5xx, throttling, timeouts) */
+  uint64_t bytes_down;     /* bytes of every response body */
+  uint64_t disk_hits;      /* blocks read from the cache directory */
+  uint64_t evictions;      /* cache files this process removed to keep the bound */
 } data_io_stats;
 
 #define DATA_MAGIC 20240520
@@ -104,6 +116,27 @@ uint64_t data_num_sequences(const data_loader *dl, int T);
  * tgt[T]. Returns 0, or FT_EINVAL if the data holds fewer than T+1 tokens;
  * an S3 loader also any error of its reads (above). */
 int data_sequence(const data_loader *dl, uint64_t i, int T, int32_t *inp, int32_t *tgt);
+
+/* What the trainer reads next, for an S3 loader's prefetcher (worker/
+ * train.c's fill_batch layout): from sequence `seq` on, a step every
+ * `stride` sequences (the global batch), each step `windows` windows (the
+ * micro-batches) [step + first + m * gap, + count) for m < windows, in that
+ * order (first: rank x micro_batch; gap: world x micro_batch; count:
+ * micro_batch). Sequences of T tokens (+1), as data_sequence's. */
+typedef struct data_reads {
+  int T;
+  uint64_t seq, stride, first, gap, count;
+  int windows;
+} data_reads;
+
+/* Tells the loader what this rank reads from now on (r is copied): the
+ * prefetch thread then brings the first prefetch_blocks blocks those
+ * windows overlap, in the order they will be read, and no others; a later
+ * call replaces it (the blocks only the old one wanted may go). Without a
+ * hint the prefetcher reads the next blocks of the stream after each read.
+ * Called at every step; a local loader, or one without prefetch, ignores
+ * it. Advisory: what data_sequence returns never depends on it. */
+void data_hint(data_loader *dl, const data_reads *r);
 
 /* Writes one shard crash-safely (temp file, fsync, rename). */
 int data_write_shard(const char *path, const uint16_t *tokens, uint64_t n);

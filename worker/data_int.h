@@ -66,6 +66,7 @@ void data_s3_free(data_s3 *s);
 /* Tokens [pos, pos + n) of the stream (pos + n <= total) into out. */
 int data_s3_tokens(const data_loader *dl, uint64_t pos, uint64_t n, uint16_t *out);
 void data_s3_stats(const data_loader *dl, data_io_stats *st);
+void data_s3_hint(const data_loader *dl, const data_reads *r);
 
 /* Exposed for unit tests. The literal part of a key glob (what the listing
  * asks for): its length, up to the first of * ? [ \. */

@@ -22,9 +22,10 @@
  * is checked when it arrives (each token < vocab_size: a data fault naming
  * the key and the token's index otherwise).
  *
- * Three levels: memory (prefetch_blocks + 2 slots, least recently used
- * evicted; a block the prefetcher brought and nobody has read yet is
- * evicted by the prefetcher never, by the reader last), the cache directory
+ * Three levels: memory (2 x prefetch_blocks + 2 slots, least recently used
+ * evicted; a block the prefetcher brought and nobody has read yet, or one
+ * the current hint plans, is evicted by the prefetcher never, by the reader
+ * last), the cache directory
  * (one file per block named by bucket, hash of the key, ETag, block size
  * and index, so a changed object or another block size never reads a stale
  * file; written whole by ft_afile: temp + fsync + rename; its mtime is its
@@ -33,12 +34,25 @@
  * fetches of one block are serialised by a striped flock so a host GETs a
  * block once), then the bucket.
  *
- * Prefetch: after each read the reader names the block after the last one
- * it touched; a thread of its own brings the next prefetch_blocks blocks of
- * the stream (crossing into the next shards, wrapping at the end) into
- * memory (and the cache directory). Its failures are dropped: the reader,
- * reaching that block, fetches it itself and gets the error in its own
- * thread (ft_err is per thread) with the detail that names the key.
+ * Block size: data.block_bytes, or when it is not set the largest power of
+ * two <= the bytes one host reads per micro-batch (data_block_bytes_auto;
+ * the run file's geometry, so the same on every rank, restart and shrink).
+ *
+ * Prefetch: a thread of the loader's own brings blocks into memory (and the
+ * cache directory) ahead of the reader. With the trainer's hint (data_hint,
+ * each step: this rank's next windows) it brings the first prefetch_blocks
+ * blocks those windows overlap, in the order they will be read, and no
+ * other: in a large world the blocks after a rank's window are other
+ * hosts'. Without one (ftdata, validation) the reader names, after each
+ * read, the block after the last one it touched, and the thread brings the
+ * next prefetch_blocks blocks of the stream (crossing into the next shards,
+ * wrapping at the end). Its failures are dropped: the reader, reaching that
+ * block, fetches it itself and gets the error in its own thread (ft_err is
+ * per thread) with the detail that names the key.
+ *
+ * Where the reader waits (the training thread blocked on storage):
+ * copy_from_block, on a block another thread loads (cv) or on its own
+ * fetch_block (a GET, or a host peer's GET behind the stripe lock).
  *
  * Locking: mu guards the slots, the prefetch request and stop; it is never
  * held across a GET or a file operation. disk_mu serialises this process's
@@ -76,7 +90,8 @@ typedef struct blk {
   int shard;
   uint64_t idx;
   int state;
-  int fresh; /* brought by the prefetcher, not read yet */
+  int fresh;         /* the prefetcher's: brought and not read yet, or in the hint's plan */
+  uint64_t plan_gen; /* the last hint whose plan held it */
   uint8_t *data;
   size_t len;
   uint64_t used; /* LRU tick */
@@ -105,7 +120,10 @@ struct data_s3 {
   int th_on, stop;
   int want_k;
   uint64_t want_j, want_gen;
-  uint64_t block_gets, header_gets, disk_hits, evictions; /* atomics */
+  int hinted;      /* the trainer hints (data_hint): no more "after each read" */
+  data_reads hint; /* its latest */
+  uint64_t hint_gen;
+  uint64_t block_gets, blocks_fetched, header_gets, disk_hits, evictions; /* atomics */
 };
 
 /* ---- options ----------------------------------------------------------------- */
@@ -126,7 +144,8 @@ static int env_i64(const char *name, int64_t lo, int64_t hi, int64_t *v) {
 
 /* o's values, each replaced by its environment variable when that is set. */
 static int resolve_opts(data_s3 *s, const data_opts *o, char *endpoint, size_t en) {
-  int64_t cb = o->cache_bytes, bb = o->block_bytes, pf = o->prefetch_blocks;
+  int64_t cb = o->cache_bytes, pf = o->prefetch_blocks;
+  int64_t bb = o->block_bytes ? o->block_bytes : data_block_bytes_auto(o->window_bytes);
   int rc;
   if ((rc = env_i64("FT_DATA_CACHE_BYTES", 0, 1LL << 50, &cb)) ||
       (rc = env_i64("FT_DATA_BLOCK_BYTES", DATA_BLOCK_BYTES_MIN, DATA_BLOCK_BYTES_MAX, &bb)) ||
@@ -415,21 +434,38 @@ static void disk_write(data_s3 *s, int k, uint64_t j, const uint8_t *d, size_t l
   pthread_mutex_unlock(&s->disk_mu);
 }
 
-/* A striped lock, shared by the processes of the host, under which one of
- * them fetches a block while the others wait and then read its file. */
-static int stripe_lock(const data_s3 *s, int k, uint64_t j) {
-  char path[PATH_MAX + 200];
+/* Striped locks, shared by the processes of the host, under which one of
+ * them fetches a block while the others wait and then read its file. The
+ * stripe of block (k, j): */
+static unsigned stripe_of(const data_s3 *s, int k, uint64_t j) {
   uint64_t h = 1469598103934665603ULL;
   for (const char *p = s->ob[k].key; *p; p++)
     h = (h ^ (unsigned char)*p) * 1099511628211ULL;
   h = (h ^ j) * 1099511628211ULL;
-  snprintf(path, sizeof path, "%s/.lock.%02u", s->cache_dir, (unsigned)(h % LOCK_STRIPES));
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
-    close(fd);
-    fd = -1;
+  return (unsigned)(h % LOCK_STRIPES);
+}
+
+/* Locks the stripes of blocks (k, j0 .. j0+n-1), each once, in ascending
+ * order (so two processes locking overlapping runs never deadlock; a
+ * holder waits on nothing else). fd[] gets the descriptors (-1: that lock
+ * failed: the fetch goes on without it); returns how many. */
+static int stripes_lock(const data_s3 *s, int k, uint64_t j0, int n, int *fd) {
+  int held[LOCK_STRIPES] = {0}, m = 0;
+  for (int i = 0; i < n; i++)
+    held[stripe_of(s, k, j0 + (uint64_t)i)] = 1;
+  for (unsigned st = 0; st < LOCK_STRIPES; st++) {
+    if (!held[st])
+      continue;
+    char path[PATH_MAX + 200];
+    snprintf(path, sizeof path, "%s/.lock.%02u", s->cache_dir, st);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (f >= 0 && flock(f, LOCK_EX) != 0) {
+      close(f);
+      f = -1;
+    }
+    fd[m++] = f;
   }
-  return fd;
+  return m;
 }
 
 /* mkdir -p; failures show at the first write (said once). */
@@ -445,51 +481,85 @@ static void mkdirs(const char *dir) {
   mkdir(p, 0777);
 }
 
-/* ---- fetching one block ------------------------------------------------------------- */
+/* ---- fetching blocks ------------------------------------------------------------------- */
 
-static int fetch_remote(data_s3 *s, int k, uint64_t j, uint8_t **d) {
-  size_t want = block_len(s, k, j), got = 0;
-  int rc = ckpt_s3_reader_get_range(s->rd, s->ob[k].key, j * s->bs, want, s->ob[k].etag, d, &got);
-  if (rc == FT_OK) /* one that a close cancelled brought nothing: not counted */
+#define RUN_MAX 8 /* blocks one coalesced GET brings at most */
+
+/* Blocks (k, j0 .. j0+n-1), consecutive in one object, with ONE ranged GET
+ * (If-Match: the listed ETag) into d[0..n-1], each malloc'd. */
+static int fetch_remote(data_s3 *s, int k, uint64_t j0, int n, uint8_t **d) {
+  uint64_t jz = j0 + (uint64_t)n - 1;
+  size_t want = (size_t)((jz - j0) * s->bs + block_len(s, k, jz)), got = 0;
+  uint8_t *buf = NULL;
+  int rc =
+      ckpt_s3_reader_get_range(s->rd, s->ob[k].key, j0 * s->bs, want, s->ob[k].etag, &buf, &got);
+  if (rc == FT_OK) { /* one that a close cancelled brought nothing: not counted */
     __atomic_add_fetch(&s->block_gets, 1, __ATOMIC_RELAXED);
-  if (rc == FT_OK && got != want) {
-    free(*d);
-    *d = NULL;
+    __atomic_add_fetch(&s->blocks_fetched, (uint64_t)n, __ATOMIC_RELAXED);
+  }
+  if (rc == FT_OK && got != want)
     rc = ft_err_set(FT_ESTATE,
                     "s3://%s/%s: block %" PRIu64 " is %zu bytes, expected %zu (the object is "
                     "not the one listed)",
-                    ckpt_s3_reader_bucket(s->rd), s->ob[k].key, j, got, want);
+                    ckpt_s3_reader_bucket(s->rd), s->ob[k].key, j0, got, want);
+  for (int i = 0; rc == FT_OK && i < n; i++) {
+    size_t len = block_len(s, k, j0 + (uint64_t)i);
+    if (!(d[i] = malloc(len ? len : 1)))
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+    else
+      memcpy(d[i], buf + (size_t)i * s->bs, len);
+  }
+  free(buf);
+  return rc;
+}
+
+/* Blocks (k, j0 .. j0+n-1) of one object (n <= RUN_MAX), checked, each
+ * from the cache directory or else from the bucket: each run of
+ * consecutive ones missing with one GET (then written to the directory,
+ * under the stripe locks, so the host's other processes read them there
+ * and the host GETs each block once). d[i] malloc'd; on an error none. */
+static int fetch_run(data_s3 *s, int k, uint64_t j0, int n, uint8_t **d) {
+  int lk[RUN_MAX], nlk = 0, rc = FT_OK, remote[RUN_MAX] = {0};
+  for (int i = 0; i < n; i++)
+    d[i] = NULL;
+  if (disk_on(s)) {
+    int miss = 0;
+    for (int i = 0; i < n; i++)
+      miss |= !disk_read(s, k, j0 + (uint64_t)i, &d[i]);
+    if (miss) {
+      nlk = stripes_lock(s, k, j0, n, lk);
+      for (int i = 0; i < n; i++) /* another process may have brought them */
+        if (!d[i])
+          disk_read(s, k, j0 + (uint64_t)i, &d[i]);
+    }
+  }
+  for (int a = 0; a < n && !rc;) { /* [a, z): a run of missing blocks */
+    int z = a;
+    while (z < n && !d[z])
+      remote[z++] = 1;
+    if (z > a)
+      rc = fetch_remote(s, k, j0 + (uint64_t)a, z - a, d + a);
+    a = z + 1;
+  }
+  for (int i = 0; !rc && i < n; i++)
+    rc = check_tokens(s, k, j0 + (uint64_t)i, d[i], block_len(s, k, j0 + (uint64_t)i));
+  for (int i = 0; !rc && i < n && disk_on(s); i++)
+    if (remote[i])
+      disk_write(s, k, j0 + (uint64_t)i, d[i], block_len(s, k, j0 + (uint64_t)i));
+  for (int i = 0; i < nlk; i++)
+    if (lk[i] >= 0)
+      close(lk[i]); /* releases the flock */
+  for (int i = 0; rc && i < n; i++) {
+    free(d[i]);
+    d[i] = NULL;
   }
   return rc;
 }
 
-/* Block (k, j), checked, from the cache directory or the bucket (then also
- * written to the directory). *d malloc'd. */
+/* Block (k, j) for the reader, which waits here on the bucket (or on a
+ * peer process's GET of it). */
 static int fetch_block(data_s3 *s, int k, uint64_t j, uint8_t **d) {
-  *d = NULL;
-  int lk = -1, rc = FT_OK, remote = 0;
-  if (disk_on(s)) {
-    if (!disk_read(s, k, j, d)) {
-      lk = stripe_lock(s, k, j);
-      if (!disk_read(s, k, j, d)) /* another process may have brought it */
-        remote = 1;
-    }
-  } else {
-    remote = 1;
-  }
-  if (remote)
-    rc = fetch_remote(s, k, j, d);
-  if (!rc)
-    rc = check_tokens(s, k, j, *d, block_len(s, k, j));
-  if (!rc && remote && disk_on(s))
-    disk_write(s, k, j, *d, block_len(s, k, j));
-  if (lk >= 0)
-    close(lk); /* releases the flock */
-  if (rc) {
-    free(*d);
-    *d = NULL;
-  }
-  return rc;
+  return fetch_run(s, k, j, 1, d);
 }
 
 /* ---- the memory slots ----------------------------------------------------------------- */
@@ -564,13 +634,145 @@ static int copy_from_block(data_s3 *s, int k, uint64_t j, uint64_t off, uint64_t
   }
 }
 
-/* ---- prefetch --------------------------------------------------------------------- */
+/* ---- prefetch ---------------------------------------------------------------------
+ *
+ * Two sources of what to bring. Without a hint: the prefetch_blocks blocks
+ * of the stream after the last one read (want_*). With the trainer's hint
+ * (data_hint, every step: the windows after the step being read) plan_blocks
+ * lists the blocks that the next windows overlap, in the order they will be
+ * read, whole windows up to prefetch_blocks blocks; the slots holding them
+ * are marked fresh (the prefetcher keeps them; those of the plan before
+ * stay fresh until read: the step being read now), a fresh one that
+ * neither wants loses it (a stale hint's blocks may go), then the
+ * ones missing are fetched in that order, each run of consecutive blocks
+ * of one object with one GET (a host's window is one run: one GET per
+ * window for the host). A newer hint ends the walk. */
+
+typedef struct bref {
+  int k;
+  uint64_t j;
+} bref;
+
+#define PLAN_WINDOWS 1024 /* windows looked at per plan: bounds its cost per step */
+
+/* Adds the blocks of stream tokens [p, q) to plan (each once), up to max. */
+static int plan_range(const data_s3 *s, uint64_t p, uint64_t q, bref *plan, int n, int max) {
+  const data_loader *dl = s->dl;
+  for (int k = data_find_shard(dl, p); p < q && n < max; k++) {
+    const data_shard *sh = &dl->sh[k];
+    uint64_t e = q < sh->start + sh->n ? q : sh->start + sh->n;
+    if (e <= p)
+      continue; /* an empty shard */
+    uint64_t j0 = (HDR + 2 * (p - sh->start)) / s->bs, j1 = (HDR + 2 * (e - sh->start) - 1) / s->bs;
+    for (uint64_t j = j0; j <= j1 && n < max; j++) {
+      int dup = 0;
+      for (int i = n - 1; i >= 0 && !dup; i--)
+        dup = plan[i].k == k && plan[i].j == j;
+      if (!dup)
+        plan[n++] = (bref){k, j};
+    }
+    p = e;
+  }
+  return n;
+}
+
+/* The blocks that the windows of h overlap, in reading order, whole
+ * windows only while they fit in max (the first one cut to max): so that a
+ * window's blocks are one run, one GET. plan has room for 2 * max. */
+static int plan_blocks(const data_s3 *s, const data_reads *h, bref *plan, int max) {
+  uint64_t nseq = data_num_sequences(s->dl, h->T), T = (uint64_t)h->T;
+  int n = 0;
+  if (!nseq || h->windows <= 0 || !h->count)
+    return 0;
+  for (uint64_t w = 0; w < PLAN_WINDOWS; w++) {
+    uint64_t step = w / (uint64_t)h->windows, m = w % (uint64_t)h->windows;
+    uint64_t i = h->seq + step * h->stride + h->first + m * h->gap, c = h->count;
+    int was = n;
+    while (c > 0 && n <= max) { /* the sequences wrap at nseq */
+      uint64_t a = i % nseq, run = c < nseq - a ? c : nseq - a;
+      n = plan_range(s, a * T, (a + run) * T + 1, plan, n, max + 1);
+      i += run;
+      c -= run;
+    }
+    if (n > max)
+      return was ? was : max;
+  }
+  return n;
+}
+
+/* Brings block (k, j) unless memory has it; 0 to go on, 1 to stop (memory
+ * full of blocks not read yet, or a fetch failed: the reader meets it and
+ * says why). Holding mu, released around the fetch. */
+static int prefetch_one(data_s3 *s, int k, uint64_t j) {
+  if (find_slot(s, k, j))
+    return 0;
+  blk *b = claim(s, k, j, 1);
+  if (!b)
+    return 1;
+  pthread_mutex_unlock(&s->mu);
+  uint8_t *d;
+  int rc = fetch_block(s, k, j, &d);
+  pthread_mutex_lock(&s->mu);
+  finish(s, b, rc, d, k, j);
+  return rc != FT_OK;
+}
+
+/* Walks the hint of generation gen. Holding mu. */
+static void prefetch_hinted(data_s3 *s, uint64_t gen) {
+  bref plan[DATA_PREFETCH_MAX + 1];
+  int n = plan_blocks(s, &s->hint, plan, s->depth);
+  for (int i = 0; i < s->nslot; i++) {
+    blk *b = &s->slot[i];
+    int in = 0;
+    for (int p = 0; p < n && !in; p++)
+      in = b->state != B_EMPTY && b->shard == plan[p].k && b->idx == plan[p].j;
+    if (in) {
+      b->fresh = 1;
+      b->plan_gen = gen;
+    } else if (b->fresh && b->plan_gen + 1 < gen) {
+      b->fresh = 0; /* neither this plan nor the one before wants it: stale */
+    }
+  }
+  for (int p = 0; p < n && !s->stop && s->hint_gen == gen;) {
+    int k = plan[p].k, r = 0;
+    uint64_t j = plan[p].j;
+    if (find_slot(s, k, j)) {
+      p++;
+      continue;
+    }
+    /* the run of blocks missing from here: one GET */
+    blk *b[RUN_MAX];
+    while (p + r < n && r < RUN_MAX && plan[p + r].k == k && plan[p + r].j == j + (uint64_t)r &&
+           !find_slot(s, k, j + (uint64_t)r) && (b[r] = claim(s, k, j + (uint64_t)r, 1)))
+      r++;
+    if (!r)
+      break; /* memory is full of blocks not read yet */
+    pthread_mutex_unlock(&s->mu);
+    uint8_t *d[RUN_MAX];
+    int rc = fetch_run(s, k, j, r, d);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < r; i++)
+      finish(s, b[i], rc, d[i], k, j + (uint64_t)i);
+    if (rc)
+      break; /* the reader meets it, and says why */
+    p += r;
+  }
+}
 
 static void *prefetch_main(void *arg) {
   data_s3 *s = arg;
-  uint64_t done = 0;
+  uint64_t done = 0, hdone = 0;
   pthread_mutex_lock(&s->mu);
   while (!s->stop) {
+    if (s->hinted) {
+      if (s->hint_gen == hdone) {
+        pthread_cond_wait(&s->cv, &s->mu);
+        continue;
+      }
+      hdone = s->hint_gen;
+      prefetch_hinted(s, hdone);
+      continue;
+    }
     if (s->want_gen == done) {
       pthread_cond_wait(&s->cv, &s->mu);
       continue;
@@ -578,23 +780,25 @@ static void *prefetch_main(void *arg) {
     done = s->want_gen;
     int k = s->want_k;
     uint64_t j = s->want_j;
-    for (int n = 0; n < s->depth && !s->stop && s->want_gen == done; n++, next_block(s, &k, &j)) {
-      if (find_slot(s, k, j))
-        continue;
-      blk *b = claim(s, k, j, 1);
-      if (!b)
-        break; /* memory is full of blocks not read yet: far enough ahead */
-      pthread_mutex_unlock(&s->mu);
-      uint8_t *d;
-      int rc = fetch_block(s, k, j, &d);
-      pthread_mutex_lock(&s->mu);
-      finish(s, b, rc, d, k, j);
-      if (rc)
-        break; /* the reader meets it, and says why */
-    }
+    for (int n = 0; n < s->depth && !s->stop && s->want_gen == done && !s->hinted;
+         n++, next_block(s, &k, &j))
+      if (prefetch_one(s, k, j))
+        break;
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
+}
+
+void data_s3_hint(const data_loader *dl, const data_reads *r) {
+  data_s3 *s = dl->s3;
+  if (!s->th_on)
+    return;
+  pthread_mutex_lock(&s->mu);
+  s->hint = *r;
+  s->hinted = 1;
+  s->hint_gen++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
 }
 
 /* Asks for the blocks after (k, j). */
@@ -603,6 +807,10 @@ static void want_after(data_s3 *s, int k, uint64_t j) {
     return;
   next_block(s, &k, &j);
   pthread_mutex_lock(&s->mu);
+  if (s->hinted) {
+    pthread_mutex_unlock(&s->mu);
+    return;
+  }
   if (s->want_k != k || s->want_j != j || !s->want_gen) {
     s->want_k = k;
     s->want_j = j;
@@ -735,7 +943,7 @@ int data_s3_open(const char *uri, int vocab_size, const data_opts *o, data_loade
     close(lk); /* releases the flock */
   if (rc)
     return rc;
-  s->nslot = s->depth + 2;
+  s->nslot = 2 * s->depth + 2; /* the step read now's, the next ones', the reader's */
   if (!(s->slot = calloc((size_t)s->nslot, sizeof *s->slot)))
     return ft_err_set(FT_ENOMEM, "out of memory");
   if (s->depth > 0) {
@@ -749,6 +957,7 @@ int data_s3_open(const char *uri, int vocab_size, const data_opts *o, data_loade
 void data_s3_stats(const data_loader *dl, data_io_stats *st) {
   data_s3 *s = dl->s3;
   st->block_gets = __atomic_load_n(&s->block_gets, __ATOMIC_RELAXED);
+  st->blocks_fetched = __atomic_load_n(&s->blocks_fetched, __ATOMIC_RELAXED);
   st->header_gets = __atomic_load_n(&s->header_gets, __ATOMIC_RELAXED);
   st->disk_hits = __atomic_load_n(&s->disk_hits, __ATOMIC_RELAXED);
   st->evictions = __atomic_load_n(&s->evictions, __ATOMIC_RELAXED);
@@ -776,10 +985,10 @@ void data_s3_free(data_s3 *s) {
     data_io_stats st = {0};
     data_s3_stats(s->dl, &st);
     fprintf(stderr,
-            "data: %s: %" PRIu64 " block GETs, %" PRIu64 " header GETs, %" PRIu64
-            " requests in all (%" PRIu64 " retried, %.1f MiB), %" PRIu64
+            "data: %s: %" PRIu64 " block GETs (%" PRIu64 " blocks), %" PRIu64
+            " header GETs, %" PRIu64 " requests in all (%" PRIu64 " retried, %.1f MiB), %" PRIu64
             " blocks from the cache directory, %" PRIu64 " evicted\n",
-            s->uri, st.block_gets, st.header_gets, st.requests, st.retries,
+            s->uri, st.block_gets, st.blocks_fetched, st.header_gets, st.requests, st.retries,
             (double)st.bytes_down / 1048576.0, st.disk_hits, st.evictions);
   }
   for (int i = 0; i < s->nslot; i++)

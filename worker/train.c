@@ -413,11 +413,30 @@ static int data_exit(int rc) {
   return data_err_is_storage(rc) ? FT_EXIT_STORE : FT_EXIT_DATA;
 }
 
+/* Tells an s3:// loader's prefetcher the windows this rank's host reads
+ * from the step at sequence seq on (fill_batch's layout at this
+ * generation's geometry; a host's ranks are consecutive, so per micro-batch
+ * one window, which its prefetchers bring with one GET for the host): at a
+ * generation's start its first step, at every step the ones after it. */
+static void hint_reads(trainer *t, uint64_t seq) {
+  int g = t->rf->nodes.workers_per_node, r0 = t->rank - t->rank % g;
+  int n = t->world - r0 < g ? t->world - r0 : g;
+  data_reads r = {.T = t->T,
+                  .seq = seq,
+                  .stride = (uint64_t)t->tc->global_batch,
+                  .first = (uint64_t)r0 * (uint64_t)t->B,
+                  .gap = (uint64_t)t->world * (uint64_t)t->B,
+                  .count = (uint64_t)n * (uint64_t)t->B,
+                  .windows = t->accum};
+  data_hint(t->train, &r);
+}
+
 /* The token shards, and the config JSON and its hash. */
 static int phase_data(trainer *t) {
   const ft_runfile *rf = t->rf;
   data_opts dopts;
   data_opts_from_runfile(&rf->data, &dopts);
+  dopts.window_bytes = 2LL * rf->nodes.workers_per_node * rf->train.micro_batch * rf->model.seq_len;
   int rc = data_open_opts(rf->data.train, rf->model.vocab_size, &dopts, &t->train);
   if (rc) {
     fprintf(stderr, "worker: data.train: %s\n", ft_err_detail());
@@ -955,6 +974,8 @@ static int phase_prepare(trainer *t) {
     t->slow_rank = -1;
   t->sdc_clean = t->st.step;                     /* a restored state is trusted */
   progress_step_done(t->st.step, FT_PHASE_DATA); /* the first step reads next */
+  /* the prefetcher: this generation's geometry, before its first step */
+  hint_reads(t, t->st.seq);
   if (o->ctl)
     fprintf(stderr,
             "worker: node %u slot %u: generation %" PRIu64 " ready %.0f ms after its ASSIGN "
@@ -1222,6 +1243,7 @@ static int train_step(trainer *t) {
   double comm0 = engine_comm_seconds(e);
   double lr = ft_train_lr(tc, st->step), loss = 0;
   st->seq = apply_skips(st, st->seq, tc->global_batch);
+  hint_reads(t, apply_skips(st, st->seq + (uint64_t)tc->global_batch, tc->global_batch));
   int64_t batch = (int64_t)(st->seq / (uint64_t)tc->global_batch);
   int nan_batch = 0;
   engine_zero_grad(e);

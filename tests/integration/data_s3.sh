@@ -13,8 +13,14 @@
 #     whose first block no run read are still GETs) with the same bits;
 #   - two ranks (--world 2) on one host, sharing the cache directory and the
 #     recorded listing: the same bits as two ranks on the local files, each
-#     block fetched once for the host (block GETs of both ranks = block
+#     block fetched once for the host (blocks fetched by both ranks = block
 #     files in the cache) and the headers read by one rank only;
+#   - world 4 as two hosts of two ranks (each pair its own cache directory):
+#     the same losses as the local run; with the trainer's hint a host GETs
+#     only the blocks that overlap its ranks' windows (the expected set
+#     computed from the geometry: every one it needs, none of the other
+#     host's), each once, and downloads at most twice the bytes it uses
+#     (the test prints GETs per step and the ratio);
 #   - the data bucket's own endpoint (FT_DATA_S3_ENDPOINT, while the store's
 #     FT_S3_ENDPOINT points nowhere): a fault proxy (chaos/s3_faults.py) in
 #     front of moto answers HTTP 500 to some block GETs: they are retried
@@ -108,7 +114,7 @@ train warm2 "$S3_TRAIN" "$S3_VAL"
 unset FT_DATA_BLOCK_BYTES FT_DATA_CACHE_BYTES FT_DATA_PREFETCH_BLOCKS
 cmp "$TMP/warm2.safetensors" "$TMP/local.safetensors" || fail "the warm-cache run's model differs"
 line=$(grep -F "data: $S3_TRAIN:" "$TMP/warm2.err")
-echo "$line" | grep -q ": 0 block GETs," || fail "a warm cache still read the bucket: $line"
+echo "$line" | grep -q ": 0 block GETs (0 blocks)," || fail "a warm cache still read the bucket: $line"
 pass "warm cache: $line"
 
 # ---- two ranks of one host share the cache and the listing ------------------------
@@ -134,11 +140,97 @@ sum_of() { # FIELD: the sum over both ranks' I/O lines (train and val)
   cat "$TMP"/w2s3_?.err | grep '^data: s3://' | sed -E "s/.* ([0-9]+) $1.*/\1/" | awk '{s += $1} END {print s + 0}'
 }
 gets=$(sum_of "block GETs")
+blocks=$(cat "$TMP"/w2s3_?.err | grep '^data: s3://' | sed -E 's/.*block GETs \(([0-9]+) blocks\).*/\1/' |
+  awk '{s += $1} END {print s + 0}')
 heads=$(sum_of "header GETs")
 files=$(find "$TMP/cache2r" -name '*.blk' | wc -l)
-[ "$gets" -eq "$files" ] || fail "2 ranks: $gets block GETs for $files blocks: a block was fetched twice on one host"
+[ "$blocks" -eq "$files" ] || fail "2 ranks: $blocks blocks fetched for $files blocks: a block was fetched twice on one host"
 [ "$heads" -eq 6 ] || fail "2 ranks: $heads header GETs, expected 6 (5 train + 1 val shards, read once)"
-pass "2 ranks on one host: same bits as local; $gets block GETs for $files blocks, $heads header GETs"
+pass "2 ranks on one host: same bits as local; $gets block GETs brought $blocks blocks for $files block files, $heads header GETs"
+
+# ---- world 4 as 2 hosts of 2: each host reads its own windows only ---------------
+# A step's global window (128 sequences of 64 tokens, 16 KiB) is four 4 KiB
+# blocks; a host's ranks read 64 consecutive sequences of it (8 KiB): with
+# the trainer's hint its prefetcher brings the 3 blocks that overlap them,
+# never the next blocks of the stream (the other host's). Each host has its
+# own cache directory and listing. The test computes each host's block set
+# from the geometry and compares the cache files (= its block GETs) with it.
+W4_STEPS=12
+run4() { # NAME TRAIN: ranks 0..3, ranks 2h and 2h+1 on "host" h
+  rm -rf "$TMP/rdzv4" && mkdir "$TMP/rdzv4"
+  local pids=() r
+  for r in 0 1 2 3; do
+    FT_DATA_CACHE="$TMP/$1_cache$((r / 2))" FT_DATA_LISTING="$TMP/$1_listing$((r / 2)).json" \
+      "$FT_BIN/worker" --standalone "$FT_SRC/examples/demo.yaml" --set "data.train=$2" \
+      --set data.val= --set nodes.device=cpu --set nodes.workers_per_node=2 \
+      --set train.global_batch=128 --set train.micro_batch=32 --set watchdog.sdc_every=0 \
+      --steps $W4_STEPS --quiet --threads 1 --world 4 --rank $r --rdzv "$TMP/rdzv4" \
+      --log-json "$TMP/$1_$r.jsonl" 2>"$TMP/$1_$r.err" &
+    pids+=($!)
+  done
+  for r in 0 1 2 3; do wait "${pids[$r]}" || fail "$1: rank $r failed: $(tail -3 "$TMP/$1_$r.err")"; done
+}
+run4 w4local "$TMP/loc/synth_train_*.bin"
+FT_DATA_BLOCK_BYTES=4096 FT_DATA_PREFETCH_BLOCKS=4 run4 w4s3 "$S3_TRAIN"
+[ -n "$(losses "$TMP/w4s3_0.jsonl")" ] &&
+  [ "$(losses "$TMP/w4s3_0.jsonl")" = "$(losses "$TMP/w4local_0.jsonl")" ] ||
+  fail "world 4: the losses differ from the local run's"
+for h in 0 1; do
+  lines=$(cat "$TMP/w4s3_$((2 * h)).err" "$TMP/w4s3_$((2 * h + 1)).err" | grep -F "data: $S3_TRAIN:")
+  gets=$(echo "$lines" | sed -E 's/.*: ([0-9]+) block GETs.*/\1/' | awk '{s += $1} END {print s + 0}')
+  blocks=$(echo "$lines" | sed -E 's/.*block GETs \(([0-9]+) blocks\).*/\1/' | awk '{s += $1} END {print s + 0}')
+  python3 - "$TMP/loc" "$TMP/w4s3_cache$h" "$h" "$gets" "$blocks" $W4_STEPS <<'PY' || fail "world 4, host $h: its blocks (above)"
+import glob, hashlib, os, struct, sys
+loc, cache, h = sys.argv[1], sys.argv[2], int(sys.argv[3])
+gets, nblocks, steps = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+T, B, G, W, WPN, BS, HDR = 64, 32, 128, 4, 2, 4096, 1024
+names = sorted(glob.glob(loc + "/synth_train_*.bin"))
+counts = [struct.unpack("<3i", open(n, "rb").read(12))[2] for n in names]
+starts = [sum(counts[:k]) for k in range(len(counts))]
+nseq = (sum(counts) - 1) // T
+khash = {hashlib.sha256(("corpus/" + os.path.basename(n)).encode()).hexdigest()[:16]: k
+         for k, n in enumerate(names)}
+def ranges(nsteps):  # the host's token ranges [p, q) over the first nsteps steps
+    out = []
+    for s in range(nsteps):
+        for r in range(WPN * h, WPN * h + WPN):
+            i = (s * G + r * B) % nseq
+            assert i + B <= nseq  # no wrap in this many steps
+            out.append((i * T, (i + B) * T + 1))
+    return out
+def blocks(rs):
+    bl = set()
+    for p, q in rs:
+        for k, (st, n) in enumerate(zip(starts, counts)):
+            a, b = max(p, st), min(q, st + n)
+            if a < b:
+                bl |= {(k, j) for j in range((HDR + 2 * (a - st)) // BS, (HDR + 2 * (b - st) - 1) // BS + 1)}
+    return bl
+def used_bytes(rs):
+    tok, end = 0, -1
+    for p, q in sorted(rs):
+        if q > end:
+            tok += q - max(p, end)
+            end = q
+    return 2 * tok
+got, down = set(), 0
+for f in glob.glob(cache + "/*.blk"):
+    parts = os.path.basename(f)[:-4].split("_")
+    if parts[1] in khash and int(parts[3]) == BS:
+        got.add((khash[parts[1]], int(parts[4])))
+        down += os.path.getsize(f)
+need, may = blocks(ranges(steps)), blocks(ranges(steps + 2))
+assert nblocks == len(got), "%d blocks fetched for %d block files: a block fetched twice" % (nblocks, len(got))
+assert need <= got, "blocks it needed are not in its cache: %s" % sorted(need - got)
+assert got <= may, "GETs of blocks no rank of host %d reads (another host's): %s" % (h, sorted(got - may))
+ratio = down / used_bytes(ranges(steps))
+print("measured: host %d: %d block GETs (%d blocks of %d bytes) in %d steps: %.2f GETs per step; "
+      "%d bytes downloaded for %d used: ratio %.2f"
+      % (h, gets, nblocks, BS, steps, gets / steps, down, used_bytes(ranges(steps)), ratio))
+assert ratio <= 2, ratio
+PY
+done
+pass "world 4 as 2 hosts of 2: same bits as local; each host GETs only the blocks of its ranks' windows"
 
 # ---- the storage failing: retried, then a storage fault -----------------------------
 # The data endpoint is a fault proxy's; the store's points nowhere. No cache
@@ -212,7 +304,7 @@ FT_DATA_LISTING="$LISTING" FT_DATA_CACHE="$TMP/cache5" train rec2 "$REC_TRAIN" "
 cmp "$TMP/rec2.safetensors" "$TMP/local.safetensors" ||
   fail "a shard added after the recording changed a run that reads the record"
 line=$(grep -F "data: $REC_TRAIN:" "$TMP/rec2.err")
-echo "$line" | grep -qE ': ([0-9]+) block GETs, 0 header GETs, \1 requests in all' ||
+echo "$line" | grep -qE ': ([0-9]+) block GETs \([0-9]+ blocks\), 0 header GETs, \1 requests in all' ||
   fail "a run reading the record still listed or read headers: $line"
 FT_DATA_CACHE="$TMP/cache6" train rec3 "$REC_TRAIN" "$REC_VAL"
 ! cmp -s "$TMP/rec3.safetensors" "$TMP/local.safetensors" ||

@@ -14,6 +14,10 @@
  *   - the run file's data.* keys for s3:// data, into data_opts (an s3://
  *     glob is not made relative to the run file's directory; a local one
  *     still is; block_bytes below 4096 refused);
+ *   - the block size when data.block_bytes is not set (auto): the largest
+ *     power of two <= the bytes a host reads per micro-batch, within 64 KiB
+ *     .. 4 MiB, 4 MiB when the geometry is unknown; the run file's
+ *     block_bytes: auto (or absent) is 0 in data_opts, a number as written;
  *   - the recorded listing's file: two patterns saved and read back (an
  *     entry replaced, the other kept), a pattern not recorded, a file that
  *     is not a listing refused (before any request), with the data
@@ -229,6 +233,30 @@ static void test_runfile_keys(void **st) {
   free(rf);
 }
 
+static void test_block_auto(void **st) {
+  (void)st;
+  assert_int_equal(data_block_bytes_auto(0), DATA_BLOCK_BYTES_DEFAULT); /* ftdata: unknown */
+  assert_int_equal(data_block_bytes_auto(-1), DATA_BLOCK_BYTES_DEFAULT);
+  /* 1,000 GPUs: 8 per host x micro 8 x 1024 tokens x 2 bytes = 128 KiB */
+  assert_int_equal(data_block_bytes_auto(2LL * 8 * 8 * 1024), 128 << 10);
+  assert_int_equal(data_block_bytes_auto((128 << 10) + 2), 128 << 10); /* rounded down */
+  assert_int_equal(data_block_bytes_auto((256 << 10) - 2), 128 << 10);
+  assert_int_equal(data_block_bytes_auto(2LL * 1 * 8 * 64), DATA_BLOCK_AUTO_MIN); /* the demo */
+  assert_int_equal(data_block_bytes_auto(1LL << 40), DATA_BLOCK_BYTES_DEFAULT);   /* capped */
+  static const char A[] = "data: {block_bytes: auto}\n";
+  ft_runfile *rf = malloc(sizeof *rf);
+  assert_non_null(rf);
+  char err[512];
+  assert_int_equal(ft_runfile_parse("a.yaml", A, strlen(A), rf, err, sizeof err), FT_OK);
+  assert_int_equal(rf->data.block_bytes, 0);
+  assert_int_equal(ft_runfile_validate(rf, err, sizeof err), FT_OK);
+  assert_int_equal(ft_runfile_set(rf, "data.block_bytes", "8192", err, sizeof err), FT_OK);
+  assert_int_equal(rf->data.block_bytes, 8192);
+  assert_int_not_equal(ft_runfile_set(rf, "data.block_bytes", "autox", err, sizeof err), FT_OK);
+  assert_non_null(strstr(err, "an integer or auto"));
+  free(rf);
+}
+
 static void test_listing_file(void **st) {
   (void)st;
   char dir[256], path[300];
@@ -290,6 +318,7 @@ int main(void) {
       cmocka_unit_test(test_list_etags),   cmocka_unit_test(test_cache_eviction),
       cmocka_unit_test(test_fault_kinds),  cmocka_unit_test(test_bad_patterns),
       cmocka_unit_test(test_listing_file), cmocka_unit_test(test_runfile_keys),
+      cmocka_unit_test(test_block_auto),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
