@@ -29,7 +29,8 @@ if(TARGET ftdata AND TARGET worker)
 endif()
 # s3:// data (worker/data_s3.c) against moto with signatures checked
 # (tests/integration/s3_lib.sh): bit identity with the local run, the cache
-# bound, a shard changed or deleted under the run.
+# bound, each host's GETs at world 4 (the trainer's hint), a shard changed
+# or deleted under the run.
 if(TARGET ftdata AND TARGET worker)
   ft_add_script_test(NAME data_s3 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_s3.sh
                      LABELS integration TIMEOUT 600)

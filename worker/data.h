@@ -44,11 +44,12 @@ typedef struct data_loader data_loader;
 typedef struct data_opts {
   char cache_dir[1024];  /* "": $FT_S3_CACHE/data, else ~/.cache/ftsup/data */
   int64_t cache_bytes;   /* bound of the cache directory; 0: no disk cache */
-  int64_t block_bytes;   /* one GET: an aligned block of this many bytes (even);
+  int64_t block_bytes;   /* an aligned block of this many bytes (even), the unit of
+                            the caches (a run of them is one GET);
                             0: data_block_bytes_auto(window_bytes) */
   int64_t window_bytes;  /* the bytes one host reads per micro-batch (workers_per_node
                             x micro_batch x seq_len x 2, the run file's); 0: unknown */
-  int prefetch_blocks;   /* blocks read ahead of the step; 0: none */
+  int prefetch_blocks;   /* blocks read ahead of the step (data_hint); 0: none */
   char s3_endpoint[512]; /* "": FT_S3_ENDPOINT's (or AWS) */
   char listing[1024];    /* "": none; else the file recording each pattern's
                             listing (docs/data.md, "The listing") */
@@ -121,21 +122,25 @@ int data_sequence(const data_loader *dl, uint64_t i, int T, int32_t *inp, int32_
  * train.c's fill_batch layout): from sequence `seq` on, a step every
  * `stride` sequences (the global batch), each step `windows` windows (the
  * micro-batches) [step + first + m * gap, + count) for m < windows, in that
- * order (first: rank x micro_batch; gap: world x micro_batch; count:
- * micro_batch). Sequences of T tokens (+1), as data_sequence's. */
+ * order. The trainer names its host's windows (its ranks are consecutive):
+ * first = the host's first rank x micro_batch, gap = world x micro_batch,
+ * count = the host's ranks x micro_batch. Sequences of T tokens (+1), as
+ * data_sequence's. */
 typedef struct data_reads {
   int T;
   uint64_t seq, stride, first, gap, count;
   int windows;
 } data_reads;
 
-/* Tells the loader what this rank reads from now on (r is copied): the
- * prefetch thread then brings the first prefetch_blocks blocks those
- * windows overlap, in the order they will be read, and no others; a later
- * call replaces it (the blocks only the old one wanted may go). Without a
- * hint the prefetcher reads the next blocks of the stream after each read.
- * Called at every step; a local loader, or one without prefetch, ignores
- * it. Advisory: what data_sequence returns never depends on it. */
+/* Tells the loader what is read from sequence r->seq on (r is copied; the
+ * trainer: the steps after the one it reads now). The prefetch thread then
+ * brings the blocks those windows overlap, whole windows while they fit in
+ * prefetch_blocks, in the order they will be read, and no others, a run of
+ * consecutive blocks with one GET; a later call replaces it (a block only
+ * an older one wanted may go). Without a hint the prefetcher reads the
+ * next blocks of the stream after each read. A local loader, or one
+ * without prefetch, ignores it. Advisory: what data_sequence returns never
+ * depends on it. */
 void data_hint(data_loader *dl, const data_reads *r);
 
 /* Writes one shard crash-safely (temp file, fsync, rename). */

@@ -19,8 +19,9 @@
 #     the same losses as the local run; with the trainer's hint a host GETs
 #     only the blocks that overlap its ranks' windows (the expected set
 #     computed from the geometry: every one it needs, none of the other
-#     host's), each once, and downloads at most twice the bytes it uses
-#     (the test prints GETs per step and the ratio);
+#     host's), each once, the blocks of a window with one GET (fewer than
+#     2 GETs per step), and downloads at most twice the bytes it uses (the
+#     test prints GETs per step and the ratio);
 #   - the data bucket's own endpoint (FT_DATA_S3_ENDPOINT, while the store's
 #     FT_S3_ENDPOINT points nowhere): a fault proxy (chaos/s3_faults.py) in
 #     front of moto answers HTTP 500 to some block GETs: they are retried
@@ -228,6 +229,8 @@ print("measured: host %d: %d block GETs (%d blocks of %d bytes) in %d steps: %.2
       "%d bytes downloaded for %d used: ratio %.2f"
       % (h, gets, nblocks, BS, steps, gets / steps, down, used_bytes(ranges(steps)), ratio))
 assert ratio <= 2, ratio
+# a window's 3 blocks are one GET (the first step's may come one by one)
+assert gets < 2 * steps, "%d block GETs in %d steps: the blocks of a window are not one GET" % (gets, steps)
 PY
 done
 pass "world 4 as 2 hosts of 2: same bits as local; each host GETs only the blocks of its ranks' windows"
