@@ -678,7 +678,7 @@ static int plan_range(const data_s3 *s, uint64_t p, uint64_t q, bref *plan, int 
 
 /* The blocks that the windows of h overlap, in reading order, whole
  * windows only while they fit in max (the first one cut to max): so that a
- * window's blocks are one run, one GET. plan has room for 2 * max. */
+ * window's blocks are one run, one GET. plan has room for max + 1. */
 static int plan_blocks(const data_s3 *s, const data_reads *h, bref *plan, int max) {
   uint64_t nseq = data_num_sequences(s->dl, h->T), T = (uint64_t)h->T;
   int n = 0;
