@@ -10,15 +10,20 @@ The mode file is re-read for every request (and every 0.1 s for "down"):
 
     ok          forward everything
     500         answer HTTP 500 InternalError without forwarding
-    500:N       answer 500 to the next N requests, then forward
+    500:N       answer 500 to the next N requests, then forward (the proxy's
+                own 0.1 s poll spends one too: at most N requests within
+                N/10 s; the tests that use it are tuned to that)
     503         answer HTTP 503 SlowDown (S3's throttling answer: "Please
                 reduce your request rate.") without forwarding
-    503:N       answer 503 SlowDown to the next N requests, then forward
+    503:N       answer 503 SlowDown to exactly the next N requests, then
+                forward
     slowdown:S  answer 503 SlowDown for S seconds (from the first request
                 seen in this mode), then forward
     slow:MS     forward, each answer delayed by MS milliseconds
     hang        read the request, then answer nothing until the mode changes
                 (the client's stall timeout must fire)
+    hang:N      the same for the next N requests only (one rank of a gang
+                hangs, its peers' reads go through), until the mode changes
     down        stop listening (connection refused) and drop open connections
 
 Prints "ready" on stdout once it listens. Counts requests per method in the
@@ -38,12 +43,24 @@ LOCK = threading.Lock()
 BUDGET = {"n": None, "src": None, "until": None}
 
 
-def mode():
+def raw_mode():
     try:
         with open(ARGS.mode_file) as f:
-            m = f.read().strip() or "ok"
+            return f.read().strip() or "ok"
     except OSError:
-        m = "ok"
+        return "ok"
+
+
+def mode():
+    m = raw_mode()
+    if m.startswith("hang:"):
+        with LOCK:
+            if BUDGET["src"] != m:
+                BUDGET["src"], BUDGET["n"] = m, int(m[5:])
+            if BUDGET["n"] > 0:
+                BUDGET["n"] -= 1
+                return m
+            return "ok"
     if m.startswith("500:") or m.startswith("503:"):
         with LOCK:
             if BUDGET["src"] != m:
@@ -93,6 +110,11 @@ class Proxy(BaseHTTPRequestHandler):
             return
         if m == "hang":
             while mode() == "hang":
+                time.sleep(0.1)
+            self.close_connection = True
+            return
+        if m.startswith("hang:"):
+            while raw_mode() == m:
                 time.sleep(0.1)
             self.close_connection = True
             return
@@ -149,7 +171,10 @@ def main():
     srv, th = None, None
     first = True
     while True:
-        down = mode() == "down"
+        m = raw_mode()  # not mode(): that spends the counted modes
+        if m.startswith("500:"):
+            mode()  # as it always did: see 500:N above
+        down = m == "down"
         if srv is None and not down:
             for _ in range(100):
                 try:

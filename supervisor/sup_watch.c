@@ -1034,9 +1034,12 @@ void sup_watch_data_waits(sup *s, double now) {
       if (!in && !w->dwait.on)
         continue;
       if (in) {
-        if (!w->dwait.on || w->dwait.gen != s->gen) {
-          if (w->dwait.on)
-            dwait_end(s, w, w->dwait.last_s, "stopped");
+        if (w->dwait.on && w->dwait.gen != s->gen)
+          dwait_end(s, w, w->dwait.last_s, "stopped");
+        /* a new wait; or, not said yet, one after it left (each read
+         * of a healthy bucket is a short wait of its own) */
+        if (!w->dwait.on || (!w->dwait.said && w->dwait.out_s)) {
+          memset(&w->dwait, 0, sizeof w->dwait);
           w->dwait.on = 1;
           w->dwait.rank = w->rank;
           w->dwait.gen = s->gen;
@@ -1048,14 +1051,18 @@ void sup_watch_data_waits(sup *s, double now) {
           w->dwait.reason = w->prog_wait;
           w->dwait.attempt = w->prog_wait_attempt;
         }
-        if (!w->dwait.said && now - w->dwait.since_s > limit) {
+        /* said when a beat shows it still waiting a heartbeat interval
+         * after it began (the beat's own evidence: between beats the last
+         * one's phase stands, which says nothing of a short read) */
+        double waited = w->dwait.last_s - w->dwait.since_s;
+        if (!w->dwait.said && waited > limit) {
           char why[96];
           dwait_why(w, why, sizeof why);
           cJSON *f = cJSON_CreateObject();
-          dwait_fields(f, s, w, now - w->dwait.since_s);
+          dwait_fields(f, s, w, waited);
           sup_events_emit(s->ev, "data_wait", f,
                           "rank %d (node %d slot %d) waits on data storage: %.1f s so far%s",
-                          w->rank, w->node, w->slot, now - w->dwait.since_s, why);
+                          w->rank, w->node, w->slot, waited, why);
           w->dwait.said = 1;
         }
         if (w->dwait.said && (!longest || w->dwait.since_s < longest->dwait.since_s))
@@ -1072,8 +1079,8 @@ void sup_watch_data_waits(sup *s, double now) {
       }
       if (!w->dwait.out_s)
         w->dwait.out_s = w->prog_changed_s > w->dwait.last_s ? w->prog_changed_s : w->dwait.last_s;
-      if (now - w->dwait.out_s >= limit)
-        dwait_end(s, w, w->dwait.out_s, "resumed");
+      if (!w->dwait.said || now - w->dwait.out_s >= limit)
+        dwait_end(s, w, w->dwait.out_s, "resumed"); /* silent when not said */
     }
   char note[200] = "";
   if (longest) {

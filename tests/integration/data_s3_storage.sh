@@ -6,6 +6,8 @@
 # (FT_DATA_S3_ENDPOINT; the store is local), 2 nodes + 1 spare on the demo
 # model, no cache directory, no prefetch, 4 KiB blocks: the training thread
 # GETs a block every step or two itself, so it really waits.
+#   0. an unfaulted run: its losses, and no data_wait (a healthy bucket's
+#      reads are milliseconds: no wait to speak of);
 #   a. 503 SlowDown on every block GET for 4 s (longer than the heartbeat
 #      interval, shorter than the retry budget): the GETs are retried, the
 #      step waits and says so: events data_wait (reason slowdown) and
@@ -19,6 +21,10 @@
 #      (data_wait_end reason timeout, how stopped), the progress watchdog
 #      silent (the client gave up first); once the proxy answers again the
 #      run finishes.
+#   c. one rank's GET hanging longer than the others' collective timeout
+#      (3 s; the client's defaults): their collective times out first, the records
+#      show the rank behind it in storage_wait: progress_hang class storage,
+#      nobody blamed, a restart in place; the run finishes.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/sup_lib.sh"
 T=$TMP
@@ -38,7 +44,7 @@ python3 "$FT_SRC/chaos/s3_faults.py" --listen "$PP" --upstream "$S3_PORT" --mode
 PROXY_PID=$!
 s3_wait_port "$PP" "$PROXY_PID" || fail "proxy did not start: $(cat "$TMP/proxy.out")"
 
-STEPS=80
+STEPS=30
 SUPPID=
 start() { # NAME [supervise args]: a supervised run on the bucket through the proxy
   local name=$1
@@ -91,6 +97,10 @@ nobody_blamed() { # NAME
 start base
 finish base
 [ "$(step_losses base | wc -l)" -eq $STEPS ] || fail "base: $(step_losses base | wc -l) step events"
+# a healthy bucket's reads (a GET every step or two, milliseconds each) are
+# no wait to speak of
+! has_event "$TMP/base" data_wait ||
+  fail "base: data_wait on a healthy bucket: $(grep '"data_wait"' "$TMP/base/events.jsonl" | head -2)"
 
 # ---- a. 503 SlowDown for 4 s: the step waits, says so, and goes on -------------------
 FT_S3_RETRIES=30 FT_S3_RETRY_BUDGET_S=60 start slow
@@ -141,4 +151,27 @@ has_event "$TMP/hang" data_wait_end "e['how'] == 'stopped' and e['reason'] == 't
 nobody_blamed hang
 has_event "$TMP/hang" generation_started "e['gen'] >= 2" || fail "hang: no restart"
 pass "GETs hanging past the budget: exit 4 ($(echo "$why" | cut -c1-200)), fault store_error, restarted in place, nobody blamed, the run finished"
+# ---- c. a wait longer than the others' collective timeout ------------------------------
+# watchdog.collective_timeout_s=3, the client's defaults (a 10 s stall
+# timeout, 120 s budget); one block GET hangs (hang:1), the other rank's go
+# through: the rank waiting on its GET makes its peer's collective time
+# out first; the
+# records show the rank behind it in storage_wait: progress_hang class
+# storage (trigger collective_timeout), nobody blamed (before, its node
+# was named "behind" and quarantined), the gang restarted in place after
+# watchdog.storage_backoff_s, and the run finishes once the proxy answers.
+start coll --set watchdog.collective_timeout_s=3 --set watchdog.storage_backoff_s=1
+wait_for coll step || fail "coll: no step: $(tail -5 "$TMP/coll.out")"
+echo hang:1 >"$TMP/mode"
+wait_for coll fault_detected || fail "coll: no fault: $(tail -5 "$TMP/coll.out")"
+echo ok >"$TMP/mode"
+finish coll
+has_event "$TMP/coll" progress_hang "e['class'] == 'storage' and e['trigger'] == 'collective_timeout' and not e['culprits']" ||
+  fail "coll: no progress_hang class storage: $(grep -E 'progress_hang|fault_detected' "$TMP/coll/events.jsonl" | head -2 | cut -c1-600)"
+for e in node_quarantined spare_promoted; do
+  ! has_event "$TMP/coll" $e || fail "coll: $e: $(grep "\"$e\"" "$TMP/coll/events.jsonl" | head -2)"
+done
+! has_event "$TMP/coll" fault_detected "e['blamed']" ||
+  fail "coll: a node was blamed: $(grep fault_detected "$TMP/coll/events.jsonl" | head -2)"
+pass "a wait past the others' collective timeout: $(grep -m1 '"progress_hang"' "$TMP/coll/events.jsonl" | grep -o '"why":"[^"]*"'); nobody blamed, restarted, finished"
 kill $PROXY_PID 2>/dev/null || true
