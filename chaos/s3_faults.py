@@ -10,9 +10,20 @@ The mode file is re-read for every request (and every 0.1 s for "down"):
 
     ok          forward everything
     500         answer HTTP 500 InternalError without forwarding
-    500:N       answer 500 to the next N requests, then forward
+    500:N       answer 500 to the next N requests, then forward (the proxy's
+                own 0.1 s poll spends one too: at most N requests within
+                N/10 s; the tests that use it are tuned to that)
+    503         answer HTTP 503 SlowDown (S3's throttling answer: "Please
+                reduce your request rate.") without forwarding
+    503:N       answer 503 SlowDown to exactly the next N requests, then
+                forward
+    slowdown:S  answer 503 SlowDown for S seconds (from the first request
+                seen in this mode), then forward
+    slow:MS     forward, each answer delayed by MS milliseconds
     hang        read the request, then answer nothing until the mode changes
                 (the client's stall timeout must fire)
+    hang:N      the same for the next N requests only (one rank of a gang
+                hangs, its peers' reads go through), until the mode changes
     down        stop listening (connection refused) and drop open connections
 
 Prints "ready" on stdout once it listens. Counts requests per method in the
@@ -29,24 +40,51 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = None
 LOCK = threading.Lock()
-BUDGET = {"n": None, "src": None}
+BUDGET = {"n": None, "src": None, "until": None}
+
+
+def raw_mode():
+    try:
+        with open(ARGS.mode_file) as f:
+            return f.read().strip() or "ok"
+    except OSError:
+        return "ok"
 
 
 def mode():
-    try:
-        with open(ARGS.mode_file) as f:
-            m = f.read().strip() or "ok"
-    except OSError:
-        m = "ok"
-    if m.startswith("500:"):
+    m = raw_mode()
+    if m.startswith("hang:"):
+        with LOCK:
+            if BUDGET["src"] != m:
+                BUDGET["src"], BUDGET["n"] = m, int(m[5:])
+            if BUDGET["n"] > 0:
+                BUDGET["n"] -= 1
+                return m
+            return "ok"
+    if m.startswith("500:") or m.startswith("503:"):
         with LOCK:
             if BUDGET["src"] != m:
                 BUDGET["src"], BUDGET["n"] = m, int(m[4:])
             if BUDGET["n"] > 0:
                 BUDGET["n"] -= 1
-                return "500"
+                return m[:3]
             return "ok"
+    if m.startswith("slowdown:"):
+        with LOCK:
+            if BUDGET["src"] != m:
+                BUDGET["src"], BUDGET["until"] = m, time.monotonic() + float(m[9:])
+            return "503" if time.monotonic() < BUDGET["until"] else "ok"
+    if m.startswith("slow:"):
+        return m
+    with LOCK:
+        BUDGET["src"] = None  # a timed or counted mode set again starts again
     return m
+
+
+ERRORS = {
+    "500": (500, b"InternalError", b"injected by s3_faults"),
+    "503": (503, b"SlowDown", b"Please reduce your request rate."),
+}
 
 
 def log(line):
@@ -75,16 +113,25 @@ class Proxy(BaseHTTPRequestHandler):
                 time.sleep(0.1)
             self.close_connection = True
             return
-        if m == "500":
-            msg = (b"<?xml version=\"1.0\"?><Error><Code>InternalError</Code>"
-                   b"<Message>injected by s3_faults</Message></Error>")
-            self.send_response(500)
+        if m.startswith("hang:"):
+            while raw_mode() == m:
+                time.sleep(0.1)
+            self.close_connection = True
+            return
+        if m in ERRORS:
+            status, code, text = ERRORS[m]
+            msg = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>" + code +
+                   b"</Code><Message>" + text + b"</Message><RequestId>s3faults</RequestId>"
+                   b"</Error>")
+            self.send_response(status)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(msg)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(msg)
             return
+        if m.startswith("slow:"):
+            time.sleep(float(m[5:]) / 1000.0)
         up = http.client.HTTPConnection("127.0.0.1", ARGS.upstream, timeout=60)
         hdrs = {k: v for k, v in self.headers.items()}
         up.request(self.command, self.path, body=body, headers=hdrs)
@@ -124,7 +171,10 @@ def main():
     srv, th = None, None
     first = True
     while True:
-        down = mode() == "down"
+        m = raw_mode()  # not mode(): that spends the counted modes
+        if m.startswith("500:"):
+            mode()  # as it always did: see 500:N above
+        down = m == "down"
         if srv is None and not down:
             for _ in range(100):
                 try:

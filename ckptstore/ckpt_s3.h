@@ -52,6 +52,11 @@ typedef struct ckpt_s3_config {
   int list_max_keys; /* ListObjectsV2 page size; 0: the server's (1000) */
 } ckpt_s3_config;
 
+/* FT_S3_TIMEOUT_S's and FT_S3_RETRY_BUDGET_S's defaults (ckpt_s3_read_bound_s
+ * reads them too). */
+#define CKPT_S3_TIMEOUT_S_DEFAULT 10
+#define CKPT_S3_RETRY_BUDGET_S_DEFAULT 120
+
 /* Parses "s3://bucket[/prefix]" and the environment (FT_S3_ENDPOINT,
  * AWS_REGION / AWS_DEFAULT_REGION, FT_S3_ADDRESSING, FT_S3_CACHE,
  * FT_S3_REQUIRE, FT_S3_CACHE_PER_HOST, FT_S3_TIMEOUT_S, FT_S3_RETRIES, FT_S3_RETRY_BUDGET_S,
@@ -101,6 +106,11 @@ void ckpt_s3_client_free(ckpt_s3_client *c);
  * a second and fails, as does every later one, with FT_ECANCELED (a
  * closing store does not wait out retries against a server that hangs). */
 void ckpt_s3_client_cancel(ckpt_s3_client *c);
+/* The retry hook (ckpt_s3_read.h's ckpt_s3_reader_on_retry); set before c
+ * is shared. */
+struct ckpt_s3_retry;
+void ckpt_s3_client_on_retry(ckpt_s3_client *c, void (*fn)(void *ud, const struct ckpt_s3_retry *r),
+                             void *ud);
 /* Keys below are full object keys in the bucket (the caller adds the
  * prefix). put: multipart above cfg->multipart_threshold. */
 int ckpt_s3_client_put(ckpt_s3_client *c, const char *key, const void *data, size_t len, int flags);

@@ -41,6 +41,11 @@
  * as a multipart upload (parts of part_size, sent one after the other; an
  * upload that fails is aborted).
  *
+ * A retry hook (ckpt_s3_client_on_retry) hears of each attempt that is
+ * retried (its cause, status, S3 code, the backoff) and of a retried
+ * request's success, on the request's own thread: the data loader's
+ * training thread says so while it waits (phase storage_wait).
+ *
  * Threads: the client is shared by many threads. Easy handles are pooled
  * (a mutex guards the pool) so connections are reused; each request uses
  * one handle alone. Counters are atomics.
@@ -48,6 +53,7 @@
 #include "ckpt_s3.h"
 
 #include "ckpt_int.h"
+#include "ckpt_s3_read.h"
 #include "ft_clock.h"
 #include "ft_err.h"
 
@@ -72,8 +78,10 @@ struct ckpt_s3_client {
   pthread_mutex_t mu;
   CURL *idle[POOL_MAX];
   int nidle;
-  ckpt_s3_stats st; /* atomics */
-  int cancel;       /* atomic: ckpt_s3_client_cancel was called */
+  ckpt_s3_stats st;          /* atomics */
+  int cancel;                /* atomic: ckpt_s3_client_cancel was called */
+  ckpt_s3_retry_fn on_retry; /* set before the client is shared (ckpt_s3_read.h) */
+  void *on_retry_ud;
 };
 
 typedef struct buf {
@@ -968,8 +976,14 @@ static int execute(ckpt_s3_client *c, rq *r) {
     }
     if (rc == FT_EINVAL && !strcmp(code, "RequestTimeout"))
       retry = 1;
-    if (rc == FT_OK)
+    if (rc == FT_OK) {
+      if (a > 0 && c->on_retry) {
+        ckpt_s3_retry ri = {
+            .ok = 1, .attempt = a + 1, .code = "", .method = r->method, .key = r->key};
+        c->on_retry(c->on_retry_ud, &ri);
+      }
       return FT_OK;
+    }
     char what[512];
     if (cc != CURLE_OK)
       snprintf(what, sizeof what, "%s", curl_easy_strerror((CURLcode)cc));
@@ -998,6 +1012,22 @@ static int execute(ckpt_s3_client *c, rq *r) {
                         c->cfg.bucket, r->key, r->query ? "?" : "", r->query ? r->query : "",
                         c->cfg.endpoint, what, a + 1, a ? "s" : "", hint);
     }
+    if (c->on_retry) {
+      ckpt_s3_retry ri = {.attempt = a + 1,
+                          .cause = cc == CURLE_OK       ? CKPT_S3_RETRY_HTTP
+                                   : rc == FT_ETIMEDOUT ? CKPT_S3_RETRY_TIMEOUT
+                                   : cc == CURLE_COULDNT_CONNECT ||
+                                           cc == CURLE_COULDNT_RESOLVE_HOST ||
+                                           cc == CURLE_COULDNT_RESOLVE_PROXY
+                                       ? CKPT_S3_RETRY_CONNECT
+                                       : CKPT_S3_RETRY_NETWORK,
+                          .status = cc == CURLE_OK ? r->status : 0,
+                          .code = code,
+                          .delay_s = delay,
+                          .method = r->method,
+                          .key = r->key};
+      c->on_retry(c->on_retry_ud, &ri);
+    }
     struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
     nanosleep(&ts, NULL);
   }
@@ -1021,6 +1051,11 @@ int ckpt_s3_client_new(const ckpt_s3_config *cfg, ckpt_s3_client **out) {
 
 void ckpt_s3_client_cancel(ckpt_s3_client *c) {
   __atomic_store_n(&c->cancel, 1, __ATOMIC_RELAXED);
+}
+
+void ckpt_s3_client_on_retry(ckpt_s3_client *c, ckpt_s3_retry_fn fn, void *ud) {
+  c->on_retry = fn;
+  c->on_retry_ud = ud;
 }
 
 void ckpt_s3_client_free(ckpt_s3_client *c) {

@@ -371,9 +371,10 @@ int ckpt_s3_config_from_uri(const char *uri, ckpt_s3_config *c) {
     return ft_err_set(FT_ECONFIG, "cache directory path is too long");
 
   int mp = 0, part = 0;
-  if ((rc = env_int("FT_S3_TIMEOUT_S", 10, 1, 3600, &c->timeout_s)) ||
+  if ((rc = env_int("FT_S3_TIMEOUT_S", CKPT_S3_TIMEOUT_S_DEFAULT, 1, 3600, &c->timeout_s)) ||
       (rc = env_int("FT_S3_RETRIES", 8, 1, 100, &c->retries)) ||
-      (rc = env_int("FT_S3_RETRY_BUDGET_S", 120, 1, 86400, &c->retry_budget_s)) ||
+      (rc = env_int("FT_S3_RETRY_BUDGET_S", CKPT_S3_RETRY_BUDGET_S_DEFAULT, 1, 86400,
+                    &c->retry_budget_s)) ||
       (rc = env_int("FT_S3_MULTIPART_MIB", 64, 5, 5 * 1024 * 1024, &mp)) ||
       (rc = env_int("FT_S3_PART_MIB", 16, 5, 5 * 1024, &part)) ||
       (rc = env_int("FT_S3_UPLOAD_THREADS", 4, 1, 64, &c->upload_threads)) ||

@@ -10,6 +10,7 @@
 #include "ckpt_s3.h"
 #include "ft_err.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,4 +152,33 @@ void ckpt_s3_reader_stats_get(ckpt_s3_reader *r, ckpt_s3_reader_stats *st) {
   st->requests = s.requests;
   st->retries = s.retries;
   st->bytes_down = s.bytes_down;
+}
+
+void ckpt_s3_reader_on_retry(ckpt_s3_reader *r, ckpt_s3_retry_fn fn, void *ud) {
+  ckpt_s3_client_on_retry(r->c, fn, ud);
+}
+
+/* name's value in lo..hi, else def when unset (ckpt_s3_config.c's rule) */
+static int env_num(const char *name, long def, long lo, long hi, long *v) {
+  const char *s = env(name);
+  *v = def;
+  if (!s)
+    return FT_OK;
+  char *end;
+  errno = 0;
+  long x = strtol(s, &end, 10);
+  if (errno || *end || x < lo || x > hi)
+    return ft_err_set(FT_ECONFIG, "%s='%s': expected an integer in %ld..%ld", name, s, lo, hi);
+  *v = x;
+  return FT_OK;
+}
+
+int ckpt_s3_read_bound_s(double *out) {
+  long t, b;
+  int rc = env_num("FT_S3_TIMEOUT_S", CKPT_S3_TIMEOUT_S_DEFAULT, 1, 3600, &t);
+  if (!rc)
+    rc = env_num("FT_S3_RETRY_BUDGET_S", CKPT_S3_RETRY_BUDGET_S_DEFAULT, 1, 86400, &b);
+  *out = rc ? (double)CKPT_S3_RETRY_BUDGET_S_DEFAULT + 2.0 * CKPT_S3_TIMEOUT_S_DEFAULT
+            : (double)b + 2.0 * (double)t;
+  return rc;
 }

@@ -18,6 +18,12 @@
  * failed: it changed since it was listed); FT_ECONFIG refused credentials;
  * FT_EIO / FT_ENET / FT_ETIMEDOUT / FT_EBUSY the service failed, was
  * unreachable, slow or throttling past the retry budget.
+ *
+ * Retries can be watched (ckpt_s3_reader_on_retry): the data loader's
+ * training thread says why it waits (worker/progress.h, phase storage_wait).
+ * How long one read can take before it fails is ckpt_s3_read_bound_s: what
+ * the supervisor's progress watchdog waits before it calls such a wait a
+ * hang (docs/watchdog.md).
  */
 #ifndef CKPT_S3_READ_H
 #define CKPT_S3_READ_H
@@ -54,5 +60,40 @@ int ckpt_s3_reader_get_range(ckpt_s3_reader *r, const char *key, uint64_t off, u
  * second with FT_ECANCELED (a loader closing does not wait out retries). */
 void ckpt_s3_reader_cancel(ckpt_s3_reader *r);
 void ckpt_s3_reader_stats_get(ckpt_s3_reader *r, ckpt_s3_reader_stats *st);
+
+/* What failed in an attempt that is retried. */
+typedef enum ckpt_s3_retry_cause {
+  CKPT_S3_RETRY_HTTP = 0, /* an HTTP answer: status (5xx, 429, 409, 400 RequestTimeout) */
+  CKPT_S3_RETRY_TIMEOUT,  /* no connection, or no byte, within FT_S3_TIMEOUT_S */
+  CKPT_S3_RETRY_CONNECT,  /* refused, unresolvable, unreachable */
+  CKPT_S3_RETRY_NETWORK,  /* reset, closed without an answer, a broken TLS or HTTP/2 stream */
+} ckpt_s3_retry_cause;
+
+/* One call of the retry hook. Pointers valid during the call only. */
+typedef struct ckpt_s3_retry {
+  int ok;                    /* 0: attempt `attempt` failed and another follows after
+                                delay_s; 1: the request succeeded at attempt `attempt`
+                                (> 1), its last call (a request that gives up makes none) */
+  int attempt;               /* from 1 */
+  ckpt_s3_retry_cause cause; /* (ok 0) */
+  long status;               /* (ok 0) the HTTP status; 0 without an answer */
+  const char *code;          /* (ok 0) S3's error code ("SlowDown"), "" if none */
+  double delay_s;            /* (ok 0) the backoff before the next attempt */
+  const char *method, *key;
+} ckpt_s3_retry;
+typedef void (*ckpt_s3_retry_fn)(void *ud, const ckpt_s3_retry *r);
+
+/* fn(ud, ...) is called on the thread of each of r's requests that is
+ * retried (fn must be thread-safe; it runs between attempts, so it must be
+ * quick and must not call back into r). NULL removes it. Set it before r
+ * is shared with another thread. */
+void ckpt_s3_reader_on_retry(ckpt_s3_reader *r, ckpt_s3_retry_fn fn, void *ud);
+
+/* The longest one request (a read) can take before it fails, under this
+ * process's FT_S3_TIMEOUT_S and FT_S3_RETRY_BUDGET_S (defaults 10 and 120):
+ * no attempt starts after the budget, and the last one may take a connect
+ * timeout plus a transfer stalled for the timeout, so budget + 2 x timeout
+ * (140 s by default). FT_ECONFIG (the variable named) for a bad value. */
+int ckpt_s3_read_bound_s(double *out);
 
 #endif

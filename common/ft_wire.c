@@ -56,6 +56,11 @@ const char *ft_stop_reason_name(int reason) {
 const char *ft_phase_name(int phase) {
   switch (phase) { FT_PHASES(FT_WIRE_CASE_) }
   return "?";
+}
+
+const char *ft_wait_reason_name(int reason) {
+  switch (reason) { FT_WAIT_REASONS(FT_WIRE_CASE_) }
+  return "?";
 #undef FT_WIRE_CASE_
 }
 
@@ -315,6 +320,9 @@ static int check_msg(const ft_msg *m, int err) {
     if ((unsigned)m->heartbeat.phase >= FT_PHASE_COUNT)
       return ft_err_set(err, "HEARTBEAT.phase: %u out of range 0..%d", (unsigned)m->heartbeat.phase,
                         FT_PHASE_COUNT - 1);
+    if ((unsigned)m->heartbeat.wait >= FT_WAIT_REASON_COUNT)
+      return ft_err_set(err, "HEARTBEAT.wait: %u out of range 0..%d", (unsigned)m->heartbeat.wait,
+                        FT_WAIT_REASON_COUNT - 1);
     return 0;
   case FT_MSG_STEP:
     if (m->step.step < 0)
@@ -491,6 +499,8 @@ int ft_wire_encode(const ft_msg *m, ft_buf *out) {
     w_u8(&w, (uint8_t)m->heartbeat.phase);
     w_u64(&w, m->heartbeat.coll_seq);
     w_u32(&w, m->heartbeat.prog_age_ms);
+    w_u8(&w, (uint8_t)m->heartbeat.wait);
+    w_u32(&w, m->heartbeat.wait_attempt);
     break;
   case FT_MSG_STEP:
     w_i64(&w, m->step.step);
@@ -740,6 +750,8 @@ static void decode_payload(rd *r, ft_msg *m) {
     m->heartbeat.phase = (ft_phase)r_u8(r, "phase");
     m->heartbeat.coll_seq = r_u64(r, "coll_seq");
     m->heartbeat.prog_age_ms = r_u32(r, "prog_age_ms");
+    m->heartbeat.wait = (ft_wait_reason)r_u8(r, "wait");
+    m->heartbeat.wait_attempt = r_u32(r, "wait_attempt");
     break;
   case FT_MSG_STEP:
     m->step.step = r_i64(r, "step");

@@ -62,11 +62,17 @@
  *                         coll_seq u64 (collectives this generation's comm
  *                         has started; in phase collective the one it is
  *                         in), prog_age_ms u32 (ms since the progress last
- *                         changed, saturating)
+ *                         changed, saturating), then (version 9) why
+ *                         the training thread waits in phase storage_wait:
+ *                         wait u8 (ft_wait_reason, < FT_WAIT_REASON_COUNT:
+ *                         the last retry of the data read it waits for;
+ *                         none outside storage_wait or before a retry),
+ *                         wait_attempt u32 (that retry's attempt number,
+ *                         from 1; 0 with none)
  *                   S->W  (the supervisor echoes step and seq, so a worker
  *                         notices a lost supervisor and times the round
  *                         trip of its control link; rtt_us 0, phase idle,
- *                         coll_seq 0, prog_age_ms 0)
+ *                         coll_seq 0, prog_age_ms 0, wait none, attempt 0)
  *   6  STEP         W->S  step i64 (>= 0), loss f64, grad_norm f64,
  *                         tokens_per_s f64, step_ms f64, val_loss f64 (NaN
  *                         but at train.val_every steps) (any bits, NaN too:
@@ -170,8 +176,9 @@
 /* 2: HEARTBEAT seq, rtt_us; STEP val_loss; 3: STOP rejoin; 4: REPLICA; 5: DOCTOR; 6: FAULT sdc;
  * 7: HEARTBEAT phase, coll_seq, prog_age_ms (the training thread's progress), and FAULT
  *    kind 13 restore_corrupt (added without a bump of its own: a version-6 peer refuses it);
- * 8: DUMP (the supervisor asks a hung worker for its training thread's stack over the wire) */
-#define FT_WIRE_VERSION 8
+ * 8: DUMP (the supervisor asks a hung worker for its training thread's stack over the wire);
+ * 9: phase storage_wait, HEARTBEAT wait, wait_attempt (why the step waits on data storage) */
+#define FT_WIRE_VERSION 9
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */
@@ -303,14 +310,34 @@ typedef enum ft_fault_kind {
   X(FT_PHASE_VALIDATION, 8, "validation")       /* the validation loss */                          \
   X(FT_PHASE_SDC, 9, "sdc_recompute")           /* recomputing a peer's micro-batch (SDC check) */ \
   X(FT_PHASE_RESTORE, 10, "restore") /* after the rendezvous: engine built, checkpoint read */     \
-  X(FT_PHASE_RENDEZVOUS, 11, "rendezvous") /* forming the generation's communicator */
+  X(FT_PHASE_RENDEZVOUS, 11, "rendezvous")     /* forming the generation's communicator */         \
+  X(FT_PHASE_STORAGE_WAIT, 12, "storage_wait") /* waiting on a block of s3:// data (its GET) */
 
 typedef enum ft_phase {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
   FT_PHASES(FT_WIRE_ENUM_)
 #undef FT_WIRE_ENUM_
 } ft_phase;
-#define FT_PHASE_COUNT 12
+#define FT_PHASE_COUNT 13
+
+/* Why a training thread in storage_wait waits: its data read's last retry
+ * (ckpt_s3_read.h's retry hook, mapped by worker/data_wait.c). */
+#define FT_WAIT_REASONS(X)                                                                         \
+  X(FT_WAIT_NONE, 0, "none")           /* no retry yet (the first attempt is in flight) */         \
+  X(FT_WAIT_SLOWDOWN, 1, "slowdown")   /* HTTP 503 (S3's SlowDown: reduce the request rate) */     \
+  X(FT_WAIT_THROTTLED, 2, "throttled") /* HTTP 429 */                                              \
+  X(FT_WAIT_SERVER, 3, "server_error") /* another 5xx (500 InternalError, 502, 504) */             \
+  X(FT_WAIT_TIMEOUT, 4, "timeout")     /* no byte for FT_S3_TIMEOUT_S (or no connection) */        \
+  X(FT_WAIT_REFUSED, 5, "refused")     /* the connection refused or the host unreachable */        \
+  X(FT_WAIT_NETWORK, 6, "network")     /* the connection reset, or closed without an answer */     \
+  X(FT_WAIT_OTHER, 7, "other")         /* 400 RequestTimeout, 409, a 200 carrying an error */
+
+typedef enum ft_wait_reason {
+#define FT_WIRE_ENUM_(name, val, str) name = val,
+  FT_WAIT_REASONS(FT_WIRE_ENUM_)
+#undef FT_WIRE_ENUM_
+} ft_wait_reason;
+#define FT_WAIT_REASON_COUNT 8
 
 #define FT_STOP_REASONS(X)                                                                         \
   X(FT_STOP_DONE, 0, "done")                         /* the run finished */                        \
@@ -347,6 +374,7 @@ const char *ft_fault_kind_name(int kind);
 const char *ft_stop_reason_name(int reason);
 const char *ft_kv_status_name(int status);
 const char *ft_phase_name(int phase);
+const char *ft_wait_reason_name(int reason);
 /* Parses a phase name ("forward", ...); FT_EINVAL if unknown. */
 int ft_phase_from_name(const char *name, ft_phase *out);
 /* Parses a fault kind name ("xid", ...); FT_EINVAL if unknown. */
@@ -408,11 +436,13 @@ typedef struct ft_msg {
     } assign;
     struct {
       int64_t step;
-      uint32_t seq;         /* the beat's number; the echo carries it back */
-      uint32_t rtt_us;      /* W->S: the last echoed beat's round trip; 0: none */
-      ft_phase phase;       /* W->S: the training thread's phase */
-      uint64_t coll_seq;    /* W->S: its collectives started this generation */
-      uint32_t prog_age_ms; /* W->S: ms since its progress last changed */
+      uint32_t seq;          /* the beat's number; the echo carries it back */
+      uint32_t rtt_us;       /* W->S: the last echoed beat's round trip; 0: none */
+      ft_phase phase;        /* W->S: the training thread's phase */
+      uint64_t coll_seq;     /* W->S: its collectives started this generation */
+      uint32_t prog_age_ms;  /* W->S: ms since its progress last changed */
+      ft_wait_reason wait;   /* W->S: in storage_wait, its read's last retry */
+      uint32_t wait_attempt; /* W->S: that retry's attempt (from 1; 0: none) */
     } heartbeat;
     struct {
       int64_t step;

@@ -38,7 +38,9 @@ struct sup_events {
   sup_events_hook hook;
   void *hook_arg;
   int tty;            /* human is a terminal */
-  char progress[256]; /* the progress line shown ("" none) */
+  char progress[400]; /* the progress line shown ("" none): note | line */
+  char line[256];     /* the last line given (sup_events_progress) */
+  char note[128];     /* shown before it ("" none: sup_events_progress_note) */
   /* the fsync thread: dirty = lines written since its last fsync */
   pthread_t syncer;
   int syncer_on;
@@ -107,14 +109,31 @@ static void progress_fit(char *line, int cols) {
     line[max] = 0;
 }
 
-void sup_events_progress(sup_events *ev, const char *line) {
-  if (!ev || !ev->tty)
-    return;
+/* The line shown: the note, then the line (the note's field is the last
+ * to go when the terminal is narrow). */
+static void progress_show(sup_events *ev) {
   progress_erase(ev);
-  snprintf(ev->progress, sizeof ev->progress, "%s", line ? line : "");
+  if (ev->note[0] && ev->line[0])
+    snprintf(ev->progress, sizeof ev->progress, "%s | %s", ev->note, ev->line);
+  else
+    snprintf(ev->progress, sizeof ev->progress, "%s", ev->note[0] ? ev->note : ev->line);
   progress_fit(ev->progress, term_cols(ev->human));
   progress_draw(ev);
   fflush(ev->human);
+}
+
+void sup_events_progress(sup_events *ev, const char *line) {
+  if (!ev || !ev->tty)
+    return;
+  snprintf(ev->line, sizeof ev->line, "%s", line ? line : "");
+  progress_show(ev);
+}
+
+void sup_events_progress_note(sup_events *ev, const char *note) {
+  if (!ev || !ev->tty || !strcmp(ev->note, note ? note : ""))
+    return;
+  snprintf(ev->note, sizeof ev->note, "%s", note ? note : "");
+  progress_show(ev);
 }
 
 void sup_events_set_hook(sup_events *ev, sup_events_hook fn, void *arg) {

@@ -47,6 +47,10 @@ void sup_events_set_hook(sup_events *ev, sup_events_hook fn, void *arg);
  * for good. Elsewhere it does nothing: the "step" events are the
  * plain progress lines there. line is copied. */
 void sup_events_progress(sup_events *ev, const char *line);
+/* A note drawn before the progress line ("waiting on data storage ...",
+ * sup_watch.c) while the line itself cannot move; NULL or "" removes it.
+ * Redrawn only when it changes. note is copied. */
+void sup_events_progress_note(sup_events *ev, const char *note);
 
 /* The same line as emit would write, without writing it (for tests):
  * malloc'd, caller frees; NULL on allocation failure. fields is borrowed. */

@@ -181,7 +181,8 @@ static void on_event(void *arg, double ts, const char *name, const cJSON *e) {
 
 /* A node's workers' progress (their last HEARTBEAT's, worker/progress.h)
  * into its /status entry as "workers": [{slot, rank, gen, step, phase,
- * coll_seq, progress_age_s, heartbeat_age_s}]: what each training thread is
+ * coll_seq, progress_age_s, heartbeat_age_s; in storage_wait also wait
+ * (ft_wait_reason's name) and wait_attempt}]: what each training thread is
  * doing and how long since it last moved, which heartbeats alone cannot
  * tell. Only connected workers that have sent one. */
 static void add_progress(const sup *s, int n, cJSON *x) {
@@ -203,6 +204,10 @@ static void add_progress(const sup *s, int n, cJSON *x) {
     double age = now - w->prog_changed_s, hb = now - w->prog_beat_s;
     cJSON_AddNumberToObject(o, "progress_age_s", round((age > 0 ? age : 0) * 10) / 10);
     cJSON_AddNumberToObject(o, "heartbeat_age_s", round((hb > 0 ? hb : 0) * 10) / 10);
+    if (w->prog_phase == FT_PHASE_STORAGE_WAIT) { /* why: its read's last retry */
+      cJSON_AddStringToObject(o, "wait", ft_wait_reason_name(w->prog_wait));
+      cJSON_AddNumberToObject(o, "wait_attempt", w->prog_wait_attempt);
+    }
     /* the rank's own last step time (its STEP: compute, without the wait
      * for the others), for the node map; null before its first step in
      * this generation */
@@ -212,6 +217,34 @@ static void add_progress(const sup *s, int n, cJSON *x) {
       cJSON_AddNullToObject(o, "step_ms");
     cJSON_AddItemToArray(ws, o);
   }
+}
+
+/* "waiting_on_data_storage" {ranks, longest_s, rank, node, slot, reason,
+ * attempt}: the workers whose storage wait has been said (sup_watch.c,
+ * event data_wait) and goes on; the longest one named. Absent when none. */
+static void data_waits_json(const sup *s, cJSON *o) {
+  const sup_worker *l = NULL;
+  int nw = 0;
+  for (int n = 0; n < s->nnodes; n++)
+    for (int j = 0; j < s->G; j++) {
+      const sup_worker *w = &s->nodes[n].w[j];
+      if (!w->dwait.on || !w->dwait.said || w->dwait.out_s)
+        continue;
+      nw++;
+      if (!l || w->dwait.since_s < l->dwait.since_s)
+        l = w;
+    }
+  if (!l)
+    return;
+  cJSON *x = cJSON_AddObjectToObject(o, "waiting_on_data_storage");
+  double secs = ft_now_s() - l->dwait.since_s;
+  cJSON_AddNumberToObject(x, "ranks", nw);
+  cJSON_AddNumberToObject(x, "longest_s", round((secs > 0 ? secs : 0) * 10) / 10);
+  cJSON_AddNumberToObject(x, "rank", l->dwait.rank);
+  cJSON_AddNumberToObject(x, "node", l->node);
+  cJSON_AddNumberToObject(x, "slot", l->slot);
+  cJSON_AddStringToObject(x, "reason", ft_wait_reason_name(l->dwait.reason));
+  cJSON_AddNumberToObject(x, "attempt", l->dwait.attempt);
 }
 
 static cJSON *status_json(struct sup_http *h) {
@@ -250,6 +283,7 @@ static cJSON *status_json(struct sup_http *h) {
     cJSON_AddNumberToObject(w, "retry_in_s", left > 0 ? round(left * 10) / 10 : 0);
     cJSON_AddNumberToObject(w, "step", (double)s->recovery.storage_hang_step);
   }
+  data_waits_json(s, o);
   cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
   for (int n = 0; n < s->nnodes; n++) {
     cJSON *x = cJSON_CreateObject();

@@ -147,6 +147,20 @@ typedef struct sup_worker {
   int64_t prog_step;
   uint64_t prog_gen;
   double prog_changed_s, prog_beat_s;
+  /* in phase storage_wait, why (HEARTBEAT wait: ft_wait_reason, attempt) */
+  int prog_wait;
+  uint32_t prog_wait_attempt;
+  /* sup_watch.c: its storage wait now (events data_wait, data_wait_end):
+   * on, said (data_wait emitted), since (its start), last_s (last beat in
+   * storage_wait), out_s (when it was first seen out: 0 while in), its
+   * rank and generation, the last reason and attempt it gave */
+  struct {
+    int on, said, rank;
+    uint64_t gen;
+    double since_s, last_s, out_s;
+    int reason;
+    uint32_t attempt;
+  } dwait;
   /* its last STEP: the step time it measured, and in which generation (the
    * node map shows it for the current one only; 0: none yet) */
   double step_ms;
@@ -767,6 +781,10 @@ void sup_watch_links(sup *s, double now);
  * (wd_progress); on a hang verdict emits progress_hang and starts the
  * recovery its class calls for. Returns 1 if it acted. */
 int sup_watch_progress(sup *s, double now);
+/* On the tick (from sup_watch_progress): each worker's storage wait (phase
+ * storage_wait for more than a heartbeat interval): events data_wait and
+ * data_wait_end, the progress line's note. */
+void sup_watch_data_waits(sup *s, double now);
 
 /* ======== layer 4: the operator's port; layer 5: the programs' mains ======== */
 

@@ -853,6 +853,8 @@ void sup_progress_beat(sup_worker *w, const ft_msg *m, double now_s) {
   w->prog_gen = m->gen;
   w->prog_beat_s = now_s;
   w->prog_changed_s = now_s - m->heartbeat.prog_age_ms * 1e-3;
+  w->prog_wait = m->heartbeat.wait;
+  w->prog_wait_attempt = m->heartbeat.wait_attempt;
 }
 
 static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {

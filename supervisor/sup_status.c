@@ -272,11 +272,14 @@ static void print_progress(const cJSON *o) {
   if (n)
     printf("  progress (oldest first):\n");
   for (int i = 0; i < n && i < PRINT_PROGRESS_MAX; i++)
-    printf("    rank %.0f (node %.0f slot %.0f): %s, collective %.0f, step %.0f, no progress for "
-           "%.1f s\n",
+    printf("    rank %.0f (node %.0f slot %.0f): %s%s%s%s, collective %.0f, step %.0f, no "
+           "progress for %.1f s\n",
            sup_jnum(l[i].w, "rank", -1), l[i].node, sup_jnum(l[i].w, "slot", -1),
            sup_jstr(l[i].w, "phase") ? sup_jstr(l[i].w, "phase") : "?",
-           sup_jnum(l[i].w, "coll_seq", 0), sup_jnum(l[i].w, "step", -1), l[i].age);
+           sup_jstr(l[i].w, "wait") ? " (" : "",
+           sup_jstr(l[i].w, "wait") ? sup_jstr(l[i].w, "wait") : "",
+           sup_jstr(l[i].w, "wait") ? ")" : "", sup_jnum(l[i].w, "coll_seq", 0),
+           sup_jnum(l[i].w, "step", -1), l[i].age);
   if (n > PRINT_PROGRESS_MAX)
     printf("    (%d more)\n", n - PRINT_PROGRESS_MAX);
   free(l);
@@ -309,6 +312,13 @@ static void print_human(const cJSON *o) {
            "%.0f s)\n",
            sup_jnum(ws, "attempt", 0), sup_jnum(ws, "step", 0), sup_jnum(ws, "retry_in_s", 0),
            sup_jnum(ws, "wait_s", 0));
+  const cJSON *dw = cJSON_GetObjectItem(o, "waiting_on_data_storage");
+  if (cJSON_IsObject(dw))
+    printf("  waiting on data storage: %.0f rank(s); rank %.0f (node %.0f slot %.0f) for %.1f s "
+           "(%s, attempt %.0f)\n",
+           sup_jnum(dw, "ranks", 0), sup_jnum(dw, "rank", -1), sup_jnum(dw, "node", -1),
+           sup_jnum(dw, "slot", -1), sup_jnum(dw, "longest_s", 0),
+           sup_jstr(dw, "reason") ? sup_jstr(dw, "reason") : "?", sup_jnum(dw, "attempt", 0));
   const cJSON *it;
   if (cJSON_GetArraySize(cJSON_GetObjectItem(o, "nodes")) > 0) {
     printf("  nodes:");

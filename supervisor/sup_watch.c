@@ -34,6 +34,14 @@
  *     Before that stop, the stuck workers (the culprits, or the whole
  *     gang) are asked for their training thread's stack, which each
  *     writes to its log, and the event names those logs (hang_evidence);
+ *   - storage waits: a worker whose training thread waits on its data's
+ *     bucket (phase storage_wait, and why: HEARTBEAT wait, wait_attempt)
+ *     for more than a heartbeat interval: event "data_wait" once per
+ *     episode, "data_wait_end" when it has been out of the phase for a
+ *     heartbeat interval (or its process or generation ended), the
+ *     progress line's note, /status (sup_watch_data_waits, on the tick);
+ *     the progress watchdog never blames such a rank, and waits for it the
+ *     data client's bound (ckpt_s3_read_bound_s) plus a heartbeat timeout;
  *   - stragglers: wd_straggler over every rank's step_ms, once every rank
  *     has reported a step; events "straggler" / "straggler_cleared" (cause
  *     "compute"), report only;
@@ -81,6 +89,8 @@
 #include "sup_int.h"
 #include "sup_commitq.h"
 
+#include "ckpt_s3_read.h"
+
 #include "ft_clock.h"
 #include "ft_err.h"
 
@@ -97,6 +107,33 @@
 static void links_reset(sup *s);
 
 #define HIST_TRIM 65536 /* history kept beyond the window (steps) */
+
+static int is_s3(const char *glob) {
+  return glob && strncmp(glob, "s3://", 5) == 0;
+}
+
+/* The progress watchdog's deadline for a rank in storage_wait: the longest
+ * one read of the data's S3 client can take under the environment the
+ * workers inherit (FT_S3_RETRY_BUDGET_S + 2 x FT_S3_TIMEOUT_S) plus a
+ * heartbeat timeout (the worker's exit, or its next beat, must reach us),
+ * so the client gives up first: the worker exits 4, restart in place. A
+ * collective timeout shorter than that ends such a wait first (the others'
+ * collective), judged storage: said once, for s3:// data. */
+static void storage_wait_deadline(sup *s) {
+  double bound;
+  if (ckpt_s3_read_bound_s(&bound))
+    fprintf(stderr, "supervise: warning: %s (the data's storage wait: %.0f s)\n", ft_err_detail(),
+            bound);
+  double hb = s->rf.watchdog.heartbeat_timeout_s, ct = s->rf.watchdog.collective_timeout_s;
+  s->watch.prog_cfg.storage_wait_s = bound + hb;
+  if ((is_s3(s->rf.data.train) || is_s3(s->rf.data.val)) && ct > 0 && ct < bound)
+    fprintf(stderr,
+            "supervise: note: a rank waiting on the data's bucket may wait up to %.0f s "
+            "(FT_S3_RETRY_BUDGET_S + 2 x FT_S3_TIMEOUT_S); the others' collectives time out "
+            "after %.0f s (watchdog.collective_timeout_s), which then ends the wait as a "
+            "storage hang (nobody blamed)\n",
+            bound, ct);
+}
 
 int sup_watch_init(sup *s) {
   ft_rf_on_spike o = s->rf.recovery.on_loss_spike;
@@ -122,6 +159,7 @@ int sup_watch_init(sup *s) {
     s->watch.prog_cfg.floor_s = 0;
   }
   s->watch.prog_last_step = -1;
+  storage_wait_deadline(s);
   sup_rollback_good_init(&s->watch.good);
   /* after a supervisor restart: every COMMITTED checkpoint is a candidate */
   ckpt_info *list = NULL;
@@ -940,7 +978,123 @@ static void progress_hang(sup *s, const wd_prog_verdict *v, int n, const char *t
   }
 }
 
+/* ---- storage waits --------------------------------------------------------- */
+
+static double round1(double x) {
+  return isfinite(x) && x > 0 ? round(x * 10) / 10 : 0;
+}
+
+static void dwait_fields(cJSON *f, const sup *s, const sup_worker *w, double secs) {
+  cJSON_AddNumberToObject(f, "node", w->node);
+  cJSON_AddNumberToObject(f, "slot", w->slot);
+  cJSON_AddNumberToObject(f, "rank", w->dwait.rank);
+  cJSON_AddNumberToObject(f, "gen", (double)w->dwait.gen);
+  cJSON_AddNumberToObject(f, "step", (double)s->run.last_step);
+  cJSON_AddNumberToObject(f, "seconds", round1(secs));
+  cJSON_AddStringToObject(f, "reason", ft_wait_reason_name(w->dwait.reason));
+  cJSON_AddNumberToObject(f, "attempt", w->dwait.attempt);
+}
+
+/* " (HTTP 503 SlowDown, attempt 3)"-like, of the last retry reported */
+static void dwait_why(const sup_worker *w, char *buf, size_t n) {
+  if (w->dwait.reason == FT_WAIT_NONE)
+    snprintf(buf, n, " (no retry yet: its first request is in flight)");
+  else
+    snprintf(buf, n, " (%s, attempt %u)", ft_wait_reason_name(w->dwait.reason),
+             (unsigned)w->dwait.attempt);
+}
+
+static void dwait_end(sup *s, sup_worker *w, double end_s, const char *how) {
+  if (w->dwait.said) {
+    double secs = end_s - w->dwait.since_s;
+    char why[96];
+    dwait_why(w, why, sizeof why);
+    cJSON *f = cJSON_CreateObject();
+    dwait_fields(f, s, w, secs);
+    cJSON_AddStringToObject(f, "how", how);
+    sup_events_emit(s->ev, "data_wait_end", f,
+                    "rank %d (node %d slot %d) %s after waiting %.1f s on data storage; last "
+                    "retry%s",
+                    w->dwait.rank, w->node, w->slot, strcmp(how, "resumed") ? "stopped" : "resumed",
+                    secs, why);
+  }
+  memset(&w->dwait, 0, sizeof w->dwait);
+}
+
+void sup_watch_data_waits(sup *s, double now) {
+  double limit = ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s);
+  int trains = gang_trains(s), nwait = 0;
+  const sup_worker *longest = NULL;
+  for (int n = 0; n < s->nnodes; n++)
+    for (int j = 0; j < s->G; j++) {
+      sup_worker *w = &s->nodes[n].w[j];
+      int cur = trains && w->alive && w->hello && w->prog_have && w->rank >= 0 &&
+                w->gen == s->gen && w->prog_gen == s->gen;
+      int in = cur && w->prog_phase == FT_PHASE_STORAGE_WAIT;
+      if (!in && !w->dwait.on)
+        continue;
+      if (in) {
+        if (w->dwait.on && w->dwait.gen != s->gen)
+          dwait_end(s, w, w->dwait.last_s, "stopped");
+        /* a new wait; or, not said yet, one after it left (each read
+         * of a healthy bucket is a short wait of its own) */
+        if (!w->dwait.on || (!w->dwait.said && w->dwait.out_s)) {
+          memset(&w->dwait, 0, sizeof w->dwait);
+          w->dwait.on = 1;
+          w->dwait.rank = w->rank;
+          w->dwait.gen = s->gen;
+          w->dwait.since_s = w->prog_changed_s < now ? w->prog_changed_s : now;
+        }
+        w->dwait.last_s = w->prog_beat_s;
+        w->dwait.out_s = 0;
+        if (w->prog_wait != FT_WAIT_NONE) {
+          w->dwait.reason = w->prog_wait;
+          w->dwait.attempt = w->prog_wait_attempt;
+        }
+        /* said when a beat shows it still waiting a heartbeat interval
+         * after it began (the beat's own evidence: between beats the last
+         * one's phase stands, which says nothing of a short read) */
+        double waited = w->dwait.last_s - w->dwait.since_s;
+        if (!w->dwait.said && waited > limit) {
+          char why[96];
+          dwait_why(w, why, sizeof why);
+          cJSON *f = cJSON_CreateObject();
+          dwait_fields(f, s, w, waited);
+          sup_events_emit(s->ev, "data_wait", f,
+                          "rank %d (node %d slot %d) waits on data storage: %.1f s so far%s",
+                          w->rank, w->node, w->slot, waited, why);
+          w->dwait.said = 1;
+        }
+        if (w->dwait.said && (!longest || w->dwait.since_s < longest->dwait.since_s))
+          longest = w;
+        nwait += w->dwait.said;
+        continue;
+      }
+      /* out of storage_wait: over when out for a heartbeat interval (a
+       * wait per block, with compute between, is one episode), or at once
+       * when its process or generation ended */
+      if (!cur) {
+        dwait_end(s, w, w->dwait.last_s, "stopped");
+        continue;
+      }
+      if (!w->dwait.out_s)
+        w->dwait.out_s = w->prog_changed_s > w->dwait.last_s ? w->prog_changed_s : w->dwait.last_s;
+      if (!w->dwait.said || now - w->dwait.out_s >= limit)
+        dwait_end(s, w, w->dwait.out_s, "resumed"); /* silent when not said */
+    }
+  char note[200] = "";
+  if (longest) {
+    char why[96];
+    dwait_why(longest, why, sizeof why);
+    /* whole seconds: the line is redrawn when the note changes */
+    snprintf(note, sizeof note, "waiting on data storage: %d rank%s, %.0f s%s", nwait,
+             nwait > 1 ? "s" : "", floor(now - longest->dwait.since_s), why);
+  }
+  sup_events_progress_note(s->ev, note);
+}
+
 int sup_watch_progress(sup *s, double now) {
+  sup_watch_data_waits(s, now);
   if (!gang_trains(s))
     return 0;
   /* a tick that finds a new stall of our own loop does not judge: beats may

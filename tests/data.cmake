@@ -2,9 +2,11 @@
 # tool (build/bin/ftdata) and GPT-2's layout and model files (common/ft_gpt2.c).
 # The unit tests link the loader alone (data.c, and data_s3.c with the
 # store's S3 client for s3:// shards) plus ftcommon (ft_gpt2, ft_file,
-# ft_err), not the whole worker library.
+# ft_err), not the whole worker library (progress.c and data_wait.c: the
+# storage_wait phase data_s3.c sets while the training thread waits).
 add_library(ft_datatest STATIC ${CMAKE_SOURCE_DIR}/worker/data.c ${CMAKE_SOURCE_DIR}/worker/data_s3.c
-            ${CMAKE_SOURCE_DIR}/worker/data_listing.c)
+            ${CMAKE_SOURCE_DIR}/worker/data_listing.c ${CMAKE_SOURCE_DIR}/worker/data_wait.c
+            ${CMAKE_SOURCE_DIR}/worker/progress.c)
 target_include_directories(ft_datatest PUBLIC ${CMAKE_SOURCE_DIR}/worker)
 target_link_libraries(ft_datatest PUBLIC ftckpt ftcommon m)
 
@@ -34,4 +36,10 @@ endif()
 if(TARGET ftdata AND TARGET worker)
   ft_add_script_test(NAME data_s3 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_s3.sh
                      LABELS integration TIMEOUT 600)
+  # the data's storage failing under a supervised gang (a 503 SlowDown and
+  # a hanging proxy on the data endpoint): the step waits and says so
+  # (data_wait events, phase storage_wait), nobody is blamed
+  ft_add_script_test(NAME data_s3_storage
+                     COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_s3_storage.sh
+                     LABELS integration TIMEOUT 300)
 endif()

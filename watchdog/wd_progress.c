@@ -26,6 +26,7 @@ void wd_progress_cfg_default(wd_progress_cfg *cfg, double heartbeat_timeout_s) {
   cfg->restore_s = 600;
   cfg->validation_s = 300;
   cfg->checkpoint_s = 600;
+  cfg->storage_wait_s = 0;
 }
 
 const char *wd_prog_class_name(int cls) {
@@ -79,6 +80,8 @@ double wd_progress_deadline(const wd_progress_cfg *c, int phase, const double *s
   case FT_PHASE_SNAPSHOT:
   case FT_PHASE_CKPT_WRITE:
     return base + pos(c->checkpoint_s);
+  case FT_PHASE_STORAGE_WAIT:
+    return base > pos(c->storage_wait_s) ? base : pos(c->storage_wait_s);
   default:
     return base;
   }
@@ -171,11 +174,12 @@ int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int
     return FT_OK;
   }
 
-  /* (b) every rank in data or checkpoint_write (or done with its part) */
+  /* (b) every rank in data, storage_wait or checkpoint_write (or done with
+   * its part) */
   int storage = 1, first_io = -1;
   for (int r = 0; r < n && storage; r++) {
     int ph = ranks[r].phase;
-    if (ph == FT_PHASE_DATA || ph == FT_PHASE_CKPT_WRITE) {
+    if (ph == FT_PHASE_DATA || ph == FT_PHASE_CKPT_WRITE || ph == FT_PHASE_STORAGE_WAIT) {
       if (first_io < 0)
         first_io = r;
     } else if (!idle_done(&ranks[r])) {
@@ -186,22 +190,39 @@ int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int
     v->cls = WD_PROG_STORAGE;
     v->phase = ranks[first_io].phase;
     snprintf(v->why, sizeof v->why,
-             "every rank stuck in data or checkpoint_write for %.0f s (rank %d in %s): the store "
-             "or the data's file system; nobody blamed",
+             "every rank stuck in data, storage_wait or checkpoint_write for %.0f s (rank %d in "
+             "%s): the store or the data's storage; nobody blamed",
              v->stuck_s, first_io, ft_phase_name(v->phase));
     return FT_OK;
   }
 
-  /* waiting = in collective `top` (or idle after its part); the rest behind */
-  int nwait = 0, nbehind = 0;
+  /* waiting = in collective `top` (or idle after its part); in storage_wait
+   * = waiting on the data's bucket (never behind); the rest behind */
+  int nwait = 0, nbehind = 0, nstore = 0, first_store = -1;
   for (int r = 0; r < n; r++) {
     const wd_prog_rank *x = &ranks[r];
-    if ((x->phase == FT_PHASE_COLLECTIVE && x->coll_seq == top) || idle_done(x))
+    if ((x->phase == FT_PHASE_COLLECTIVE && x->coll_seq == top) || idle_done(x)) {
       nwait++;
-    else
+    } else if (x->phase == FT_PHASE_STORAGE_WAIT) {
+      if (!nstore++)
+        first_store = r;
+    } else {
       nbehind++;
+    }
   }
   v->coll_seq = top;
+
+  /* (b') some ranks wait on their data's bucket, the others for them */
+  if (nstore > 0 && nbehind == 0) {
+    v->cls = WD_PROG_STORAGE;
+    v->phase = FT_PHASE_STORAGE_WAIT;
+    snprintf(v->why, sizeof v->why,
+             "%d rank(s) stuck in storage_wait (rank %d, step %lld) for %.0f s while %d rank(s) "
+             "wait in collective %llu: the data's storage; nobody blamed",
+             nstore, first_store, (long long)ranks[first_store].step, v->stuck_s, nwait,
+             (unsigned long long)top);
+    return FT_OK;
+  }
 
   /* (c) every rank in the same collective */
   if (nbehind == 0 && nwait == n && nidle == 0) {
@@ -219,7 +240,8 @@ int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int
     v->cls = WD_PROG_BEHIND;
     for (int r = 0; r < n; r++) {
       const wd_prog_rank *x = &ranks[r];
-      if (!((x->phase == FT_PHASE_COLLECTIVE && x->coll_seq == top) || idle_done(x))) {
+      if (!((x->phase == FT_PHASE_COLLECTIVE && x->coll_seq == top) || idle_done(x) ||
+            x->phase == FT_PHASE_STORAGE_WAIT)) {
         if (v->phase < 0)
           v->phase = x->phase;
         blame(v, ranks, r);
@@ -291,15 +313,36 @@ int wd_progress_behind(const wd_prog_rank *ranks, int n, uint64_t seq, double mi
     return ft_err_set(FT_EINVAL, "wd_progress_behind: bad arguments (n %d)", n);
   if (seq < 1)
     return absent(ranks, n, min_stuck_s, v);
-  int nbehind = 0;
+  int nbehind = 0, nstore = 0, first_store = -1;
   for (int r = 0; r < n; r++) {
     if (!ranks[r].in_gen)
       return FT_OK; /* a rank we cannot see in this generation: name nobody */
     if (ranks[r].coll_seq >= seq)
       continue;
+    if (ranks[r].phase == FT_PHASE_STORAGE_WAIT) { /* waits on its bucket: never a culprit */
+      if (!nstore++)
+        first_store = r;
+      continue;
+    }
     if (!(ranks[r].stuck_s >= min_stuck_s))
       return FT_OK; /* behind but it moved: crashed or slow, not hung */
     nbehind++;
+  }
+  if (nbehind == 0 && nstore > 0) {
+    /* the ranks behind all wait on their data's bucket: the storage's */
+    v->cls = WD_PROG_STORAGE;
+    v->phase = FT_PHASE_STORAGE_WAIT;
+    v->coll_seq = seq;
+    v->stuck_s = isfinite(ranks[first_store].stuck_s) && ranks[first_store].stuck_s > 0
+                     ? ranks[first_store].stuck_s
+                     : 0;
+    snprintf(v->why, sizeof v->why,
+             "%d rank(s) never started collective %llu: in storage_wait (rank %d, step %lld, for "
+             "%.0f s) while %d rank(s) waited in it until it timed out: the data's storage; "
+             "nobody blamed",
+             nstore, (unsigned long long)seq, first_store, (long long)ranks[first_store].step,
+             v->stuck_s, n - nstore);
+    return FT_OK;
   }
   if (nbehind < 1 || 2 * nbehind > n)
     return FT_OK; /* nobody behind (the network), or most: a common cause */
@@ -307,7 +350,7 @@ int wd_progress_behind(const wd_prog_rank *ranks, int n, uint64_t seq, double mi
   v->coll_seq = seq;
   v->stuck_s = INFINITY;
   for (int r = 0; r < n; r++) {
-    if (ranks[r].coll_seq >= seq)
+    if (ranks[r].coll_seq >= seq || ranks[r].phase == FT_PHASE_STORAGE_WAIT)
       continue;
     if (v->phase < 0)
       v->phase = ranks[r].phase;
@@ -323,6 +366,6 @@ int wd_progress_behind(const wd_prog_rank *ranks, int n, uint64_t seq, double mi
            "for %.0f s) while %d rank(s) waited in it until it timed out",
            who, (unsigned long long)seq, ft_phase_name(v->phase),
            (long long)ranks[v->culprits[0]].step,
-           (unsigned long long)ranks[v->culprits[0]].coll_seq, v->stuck_s, n - nbehind);
+           (unsigned long long)ranks[v->culprits[0]].coll_seq, v->stuck_s, n - nbehind - nstore);
   return FT_OK;
 }

@@ -37,6 +37,15 @@
  *            validation             base + validation_s [300]
  *            snapshot,
  *            checkpoint_write       base + checkpoint_s [600]
+ *            storage_wait           max(base, storage_wait_s [0]): the
+ *                                   caller sets storage_wait_s to the
+ *                                   longest one read of the data's S3
+ *                                   client can take (ckpt_s3_read_bound_s:
+ *                                   FT_S3_RETRY_BUDGET_S + 2 x
+ *                                   FT_S3_TIMEOUT_S) plus a heartbeat
+ *                                   timeout, so the client gives up first
+ *                                   (the worker exits 4: a restart in
+ *                                   place, nobody blamed)
  *            every other phase      base
  *
  * VERDICT: a hang only when EVERY joined rank has been stuck longer than
@@ -49,10 +58,13 @@
  *               reported): nothing for the workers to do
  *   rendezvous  (d) some ranks never joined the generation while the others
  *               did: culprits = the ranks not joined, their nodes named
- *   storage     (b) every joined rank is in data or checkpoint_write (or
- *               idle after its part, e.g. its final shard durable while
- *               others' are not), at least one not idle: the store or the
- *               data's file system; nobody blamed
+ *   storage     (b) every joined rank is in data, storage_wait or
+ *               checkpoint_write (or idle after its part, e.g. its final
+ *               shard durable while others' are not), at least one not
+ *               idle: the store or the data's file system; or (b') some
+ *               ranks are in storage_wait (waiting on their data's bucket)
+ *               and every other one waits in collective N (or is idle
+ *               after its part): the data's storage; nobody blamed
  *   network     (c) every joined rank is in the same collective N: nobody
  *               is behind; the network (or the collectives' library);
  *               nobody blamed
@@ -61,7 +73,9 @@
  *               others (in compute, data, a snapshot, or an older
  *               collective) are behind, and they are the culprits when
  *               they are at most half of the joined ranks and at least
- *               one rank waits: their nodes named, with their phase
+ *               one rank waits: their nodes named, with their phase. A
+ *               rank in storage_wait is never behind, nor a culprit: it
+ *               waits on a service, not on its node
  *   gang        anything else (every rank stuck in compute at the same
  *               point, more than half behind): a common cause (the
  *               program, a shared dependency); nobody blamed
@@ -83,6 +97,7 @@ typedef struct wd_progress_cfg {
   double restore_s;           /* restore and rendezvous phases: at least this */
   double validation_s;        /* validation: base + this */
   double checkpoint_s;        /* snapshot and checkpoint_write: base + this */
+  double storage_wait_s;      /* storage_wait: at least this (the data read's bound) */
 } wd_progress_cfg;
 
 /* The defaults above (auto), with this heartbeat timeout. */
@@ -149,7 +164,11 @@ int wd_progress_judge(const wd_progress_cfg *cfg, const wd_prog_rank *ranks, int
  * most half of the ranks are behind, and every rank behind has made no
  * progress for at least min_stuck_s (one that moved more recently crashed
  * or is merely slow: not a hang to name); else cls WD_PROG_NONE (nobody to
- * name: the caller blames nobody, as before).
+ * name: the caller blames nobody, as before). A rank behind in
+ * storage_wait is waiting on its data's bucket, never a culprit (whatever
+ * its stuck time): when every rank behind is, cls WD_PROG_STORAGE (phase
+ * storage_wait, nobody named: the data's storage outlasted the collective
+ * timeout); the others behind are judged as above without it.
  * seq 0: the reporter timed out before the generation's first collective,
  * in its rendezvous (a worker's rendezvous gives up after max(the
  * collective timeout, 60 s), long before the rendezvous phase's deadline

@@ -277,6 +277,8 @@ static ft_msg beat_locked(ctl *c) {
   m.heartbeat.phase = pr.phase;
   m.heartbeat.coll_seq = pr.coll_seq;
   m.heartbeat.prog_age_ms = progress_age_ms(&pr, now);
+  if (pr.phase == FT_PHASE_STORAGE_WAIT) /* why it waits: its read's last retry */
+    progress_wait_get(&m.heartbeat.wait, &m.heartbeat.wait_attempt);
   c->hb_sent_ns = now;
   return m;
 }

@@ -61,8 +61,10 @@
 #include "data_int.h"
 
 #include "ckpt_s3_read.h"
+#include "data_wait.h"
 #include "ft_err.h"
 #include "ft_file.h"
+#include "progress.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -608,6 +610,7 @@ static void finish(data_s3 *s, blk *b, int rc, uint8_t *d, int k, uint64_t j) {
 
 /* Copies m tokens at byte off of block (k, j) into out. */
 static int copy_from_block(data_s3 *s, int k, uint64_t j, uint64_t off, uint64_t m, uint16_t *out) {
+  ft_phase was = FT_PHASE_COUNT; /* storage_wait (progress.h) while the block is not in memory */
   pthread_mutex_lock(&s->mu);
   for (;;) {
     blk *b = find_slot(s, k, j);
@@ -616,19 +619,23 @@ static int copy_from_block(data_s3 *s, int k, uint64_t j, uint64_t off, uint64_t
       b->used = ++s->tick;
       b->fresh = 0;
       pthread_mutex_unlock(&s->mu);
+      progress_wait_end(&was);
       return FT_OK;
     }
     if (b || !(b = claim(s, k, j, 0))) { /* loading elsewhere, or every slot is */
+      progress_wait_begin(&was, 0);
       pthread_cond_wait(&s->cv, &s->mu);
       continue;
     }
     pthread_mutex_unlock(&s->mu);
+    progress_wait_begin(&was, 1); /* its own request: the wait's clock restarts */
     uint8_t *d;
     int rc = fetch_block(s, k, j, &d);
     pthread_mutex_lock(&s->mu);
     finish(s, b, rc, d, k, j);
     if (rc) {
       pthread_mutex_unlock(&s->mu);
+      progress_wait_end(&was);
       return rc;
     }
   }
@@ -934,6 +941,8 @@ int data_s3_open(const char *uri, int vocab_size, const data_opts *o, data_loade
     mkdirs(s->cache_dir);
   if (!rc)
     rc = ckpt_s3_reader_open(uri, endpoint, &s->rd);
+  if (!rc) /* why the training thread waits (data_wait.h) */
+    ckpt_s3_reader_on_retry(s->rd, data_wait_on_retry, NULL);
   int lk = !rc && s->listing[0] ? data_listing_lock(s->listing) : 0;
   if (lk < 0)
     rc = lk;

@@ -257,6 +257,54 @@ void progress_coll_end(ft_phase before) {
   write_end(p, s, 1);
 }
 
+/* ---- storage waits ------------------------------------------------------- */
+
+/* why << 32 | attempt; 0: none */
+static _Atomic uint64_t g_wait_note;
+
+void progress_wait_begin(ft_phase *was, int restart) {
+  progress_store *p = proc();
+  uint64_t s = write_begin(p);
+  int changed = 0;
+  if (*was == FT_PHASE_COUNT) {
+    *was = (ft_phase)LD(phase);
+    changed = *was != FT_PHASE_STORAGE_WAIT;
+    if (!changed) /* already waiting (not ours): end leaves it as it was */
+      *was = FT_PHASE_DATA;
+  } else {
+    changed = restart;
+  }
+  if (changed) {
+    ST(phase, (uint32_t)FT_PHASE_STORAGE_WAIT);
+    ST(changed_ns, ft_now_ns());
+  }
+  write_end(p, s, changed);
+}
+
+void progress_wait_end(ft_phase *was) {
+  if (*was == FT_PHASE_COUNT)
+    return;
+  set_phase(0, FT_PHASE_STORAGE_WAIT, *was);
+  *was = FT_PHASE_COUNT;
+  progress_wait_clear();
+}
+
+void progress_wait_note(ft_wait_reason why, uint32_t attempt) {
+  atomic_store_explicit(&g_wait_note, (uint64_t)(uint32_t)why << 32 | attempt,
+                        memory_order_relaxed);
+}
+
+void progress_wait_clear(void) {
+  atomic_store_explicit(&g_wait_note, 0, memory_order_relaxed);
+}
+
+void progress_wait_get(ft_wait_reason *why, uint32_t *attempt) {
+  uint64_t v = atomic_load_explicit(&g_wait_note, memory_order_relaxed);
+  uint32_t w = (uint32_t)(v >> 32);
+  *why = w < FT_WAIT_REASON_COUNT ? (ft_wait_reason)w : FT_WAIT_OTHER;
+  *attempt = (uint32_t)v;
+}
+
 void progress_coll_count(void) {
   progress_store *p = proc();
   uint64_t s = write_begin(p);

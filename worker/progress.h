@@ -31,6 +31,15 @@
  * a write on the writer's own thread, where a retrying reader would spin
  * forever.
  *
+ * Storage waits (phase storage_wait, wire version 9): where the training
+ * thread blocks on a remote read of its data (worker/data_s3.c: a block of
+ * an s3:// shard that is not in memory, fetched by itself or by the
+ * prefetcher), progress_wait_begin/_end put the record in storage_wait and
+ * back. Why it waits is a note beside the record (progress_wait_note: the
+ * read's last retry, from any thread, through the S3 client's retry hook,
+ * worker/data_wait.c): one atomic word, outside the seqlock, which
+ * HEARTBEAT carries while the phase is storage_wait.
+ *
  * Cost: a write is two atomic read-modify-writes, about ten relaxed stores
  * and one clock_gettime(CLOCK_MONOTONIC), about 30 ns: a handful per
  * micro-batch and one per collective.
@@ -74,6 +83,21 @@ void progress_coll_end(ft_phase before);
 /* A collective enqueued without waiting (a device collective): counted, the
  * phase unchanged. */
 void progress_coll_count(void);
+
+/* Storage waits (see above). *was is the caller's: FT_PHASE_COUNT while
+ * not waiting. begin: the first call puts the record in storage_wait and
+ * keeps the phase it interrupted in *was; a later one with restart set (a
+ * new request for the same wait) only restarts the phase's clock, so the
+ * watchdog's deadline covers one request (ckpt_s3_read_bound_s). end: back
+ * to *was (when still in storage_wait), *was = FT_PHASE_COUNT, the note
+ * cleared; nothing when not waiting. Training thread only. */
+void progress_wait_begin(ft_phase *was, int restart);
+void progress_wait_end(ft_phase *was);
+/* Any thread: the wait's read was retried (why, its attempt from 1), or a
+ * retried read succeeded (clear). get: the note (FT_WAIT_NONE, 0: none). */
+void progress_wait_note(ft_wait_reason why, uint32_t attempt);
+void progress_wait_clear(void);
+void progress_wait_get(ft_wait_reason *why, uint32_t *attempt);
 
 /* The phase now (the writer's own view). */
 ft_phase progress_phase_get(void);

@@ -112,6 +112,53 @@ static void test_process_record(void **state) {
   assert_true(r.coll_seq == 0 && r.step == -1);
 }
 
+/* storage_wait: begin interrupts the phase (kept by the caller) and
+ * restarts the clock only for a new request; end goes back and clears the
+ * wait note; the note is any thread's, one word. */
+static void test_storage_wait(void **state) {
+  (void)state;
+  progress_generation();
+  progress_phase(FT_PHASE_DATA);
+  ft_phase was = FT_PHASE_COUNT;
+  progress_wait_end(&was); /* not waiting: nothing */
+  assert_int_equal(progress_phase_get(), FT_PHASE_DATA);
+  progress_wait_begin(&was, 0);
+  assert_int_equal(was, FT_PHASE_DATA);
+  progress_rec a, b;
+  progress_read(&a);
+  assert_int_equal(a.phase, FT_PHASE_STORAGE_WAIT);
+  struct timespec ts = {0, 2000000};
+  nanosleep(&ts, NULL);
+  progress_wait_begin(&was, 0); /* woken, the same wait: the clock runs on */
+  progress_read(&b);
+  assert_true(b.changed_ns == a.changed_ns);
+  progress_wait_begin(&was, 1); /* a request of its own: restarted */
+  progress_read(&b);
+  assert_true(b.changed_ns > a.changed_ns);
+  assert_int_equal(b.phase, FT_PHASE_STORAGE_WAIT);
+  assert_int_equal(was, FT_PHASE_DATA);
+  ft_wait_reason why;
+  uint32_t att;
+  progress_wait_get(&why, &att);
+  assert_int_equal(why, FT_WAIT_NONE);
+  assert_int_equal(att, 0);
+  progress_wait_note(FT_WAIT_SLOWDOWN, 3);
+  progress_wait_get(&why, &att);
+  assert_int_equal(why, FT_WAIT_SLOWDOWN);
+  assert_int_equal(att, 3);
+  progress_wait_end(&was);
+  assert_int_equal(was, FT_PHASE_COUNT);
+  assert_int_equal(progress_phase_get(), FT_PHASE_DATA);
+  progress_wait_get(&why, &att);
+  assert_int_equal(why, FT_WAIT_NONE);
+  /* a wait inside validation goes back to validation */
+  progress_phase(FT_PHASE_VALIDATION);
+  progress_wait_begin(&was, 1);
+  progress_wait_end(&was);
+  assert_int_equal(progress_phase_get(), FT_PHASE_VALIDATION);
+  progress_generation();
+}
+
 static void test_age(void **state) {
   (void)state;
   progress_rec r = {.phase = FT_PHASE_DATA, .step = 3, .coll_seq = 9, .changed_ns = 5000000000ull};
@@ -406,13 +453,10 @@ static void test_ring_in_handler(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_process_record),
-      cmocka_unit_test(test_age),
-      cmocka_unit_test(test_never_torn_one_writer),
-      cmocka_unit_test(test_never_torn_two_writers),
-      cmocka_unit_test(test_ring),
-      cmocka_unit_test(test_ring_never_torn),
-      cmocka_unit_test(test_ring_in_handler),
+      cmocka_unit_test(test_process_record),         cmocka_unit_test(test_age),
+      cmocka_unit_test(test_storage_wait),           cmocka_unit_test(test_never_torn_one_writer),
+      cmocka_unit_test(test_never_torn_two_writers), cmocka_unit_test(test_ring),
+      cmocka_unit_test(test_ring_never_torn),        cmocka_unit_test(test_ring_in_handler),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

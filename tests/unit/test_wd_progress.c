@@ -5,7 +5,9 @@
  * moves, and every class: behind (culprits and their nodes, the phase
  * named), storage, network, rendezvous, gang, none; hostile values; the
  * attribution of a collective timeout (wd_progress_behind), and of a
- * rendezvous timeout to the ranks that never joined.
+ * rendezvous timeout to the ranks that never joined; a rank waiting on its
+ * data's bucket (storage_wait): its deadline (the S3 client's bound), never
+ * a culprit, verdict storage.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -428,6 +430,95 @@ static void test_behind_collective(void **state) {
   assert_int_equal(wd_progress_behind(r, 0, 7, 10, &v), FT_EINVAL);
 }
 
+/* storage_wait: a rank waiting on its data's bucket. Its deadline is at
+ * least storage_wait_s (the caller's: the S3 client's bound plus a
+ * heartbeat timeout), so the client gives up first; it is never a culprit;
+ * ranks in storage_wait while the others wait in the collective are the
+ * data's storage (nobody blamed), and so is a collective timeout that the
+ * ranks in storage_wait caused. */
+static void test_storage_wait(void **state) {
+  (void)state;
+  wd_progress_cfg c = cfg10();
+  /* the deadline: max(base, storage_wait_s) */
+  assert_true(wd_progress_deadline(&c, FT_PHASE_STORAGE_WAIT, steps1, 3, 0) == 60);
+  c.storage_wait_s = 150; /* 120 s budget + 2 x 10 s timeout + 10 s heartbeat timeout */
+  assert_true(wd_progress_deadline(&c, FT_PHASE_STORAGE_WAIT, steps1, 3, 0) == 150);
+  assert_true(wd_progress_deadline(&c, FT_PHASE_FORWARD, steps1, 3, 0) == 60);
+  double slow[] = {30}; /* a base above it wins */
+  assert_true(wd_progress_deadline(&c, FT_PHASE_STORAGE_WAIT, slow, 1, 0) == 300);
+  c.timeout_s = 500; /* a fixed base too */
+  assert_true(wd_progress_deadline(&c, FT_PHASE_STORAGE_WAIT, steps1, 3, 0) == 500);
+  c.timeout_s = 0;
+
+  /* rank 1 waits on its bucket for 100 s (its client still retrying),
+   * the others wait in collective 9 for it: no verdict (its deadline is
+   * 150), where a rank in data would be behind at 60 */
+  wd_prog_rank r[4] = {
+      rk(0, FT_PHASE_COLLECTIVE, 9, 4, 100), rk(1, FT_PHASE_STORAGE_WAIT, 8, 4, 100),
+      rk(2, FT_PHASE_COLLECTIVE, 9, 4, 100), rk(3, FT_PHASE_COLLECTIVE, 9, 4, 100)};
+  wd_prog_verdict v;
+  assert_int_equal(wd_progress_judge(&c, r, 4, steps1, 3, 0, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_NONE);
+  r[1].phase = FT_PHASE_DATA; /* the same in phase data: behind, its node blamed */
+  assert_int_equal(wd_progress_judge(&c, r, 4, steps1, 3, 0, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_BEHIND);
+  assert_int_equal(v.culprits[0], 1);
+  /* past its deadline (the client never gave up): storage, nobody named */
+  r[1].phase = FT_PHASE_STORAGE_WAIT;
+  for (int i = 0; i < 4; i++)
+    r[i].stuck_s = 151;
+  assert_int_equal(wd_progress_judge(&c, r, 4, steps1, 3, 0, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_STORAGE);
+  assert_int_equal(v.phase, FT_PHASE_STORAGE_WAIT);
+  assert_int_equal(v.nculprits, 0);
+  assert_int_equal(v.nnodes, 0);
+  assert_non_null(strstr(v.why, "storage_wait"));
+  assert_non_null(strstr(v.why, "nobody blamed"));
+  /* more than half in storage_wait (a bucket slow for every host): storage */
+  r[0].phase = r[2].phase = FT_PHASE_STORAGE_WAIT;
+  r[0].coll_seq = r[2].coll_seq = 8;
+  assert_int_equal(wd_progress_judge(&c, r, 4, steps1, 3, 0, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_STORAGE);
+  assert_int_equal(v.nculprits, 0);
+  /* every rank in storage_wait, or beside one in data or checkpoint_write */
+  r[3].phase = FT_PHASE_STORAGE_WAIT;
+  assert_int_equal(wd_progress_judge(&c, r, 4, steps1, 3, 0, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_STORAGE);
+  r[3].phase = FT_PHASE_CKPT_WRITE;
+  r[3].stuck_s = 700;
+  assert_int_equal(wd_progress_judge(&c, r, 4, steps1, 3, 0, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_STORAGE);
+  /* one in storage_wait, one stuck in compute, two waiting: only the
+   * compute one is behind (the one in storage_wait is never named) */
+  wd_prog_rank m[4] = {rk(0, FT_PHASE_COLLECTIVE, 9, 4, 200),
+                       rk(1, FT_PHASE_STORAGE_WAIT, 8, 4, 200), rk(2, FT_PHASE_FORWARD, 8, 4, 200),
+                       rk(3, FT_PHASE_COLLECTIVE, 9, 4, 200)};
+  assert_int_equal(wd_progress_judge(&c, m, 4, steps1, 3, 0, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_BEHIND);
+  assert_int_equal(v.nculprits, 1);
+  assert_int_equal(v.culprits[0], 2);
+  assert_int_equal(v.nodes[0], 2);
+  assert_int_equal(v.phase, FT_PHASE_FORWARD);
+
+  /* a collective timeout: the rank behind it waits on its bucket (however
+   * recently its clock restarted): storage, nobody named */
+  wd_prog_rank t[4] = {rk(0, FT_PHASE_COLLECTIVE, 9, 4, 30), rk(1, FT_PHASE_STORAGE_WAIT, 8, 4, 2),
+                       rk(2, FT_PHASE_COLLECTIVE, 9, 4, 30), rk(3, FT_PHASE_IDLE, 9, 4, 0.2)};
+  assert_int_equal(wd_progress_behind(t, 4, 9, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_STORAGE);
+  assert_int_equal(v.phase, FT_PHASE_STORAGE_WAIT);
+  assert_int_equal(v.nculprits, 0);
+  assert_true(v.coll_seq == 9);
+  assert_non_null(strstr(v.why, "nobody blamed"));
+  /* with a rank stuck in compute behind it too: that one alone is named */
+  t[2] = rk(2, FT_PHASE_BACKWARD, 8, 4, 30);
+  assert_int_equal(wd_progress_behind(t, 4, 9, 15, &v), FT_OK);
+  assert_int_equal(v.cls, WD_PROG_BEHIND);
+  assert_int_equal(v.nculprits, 1);
+  assert_int_equal(v.culprits[0], 2);
+  assert_non_null(strstr(v.why, "while 2 rank(s) waited")); /* ranks 0 and 3 */
+}
+
 /* wd_progress_behind with seq 0: the reporter's rendezvous timed out (a
  * worker's gives up after max(collective timeout, 60 s)) before any
  * collective: the ranks that heartbeat in the generation but never joined
@@ -505,6 +596,7 @@ int main(void) {
       cmocka_unit_test(test_odd_inputs),
       cmocka_unit_test(test_behind_collective),
       cmocka_unit_test(test_rendezvous_timeout),
+      cmocka_unit_test(test_storage_wait),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

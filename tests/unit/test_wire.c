@@ -141,6 +141,8 @@ static void assert_same(const ft_msg *a, const ft_msg *b) {
     assert_int_equal(a->heartbeat.phase, b->heartbeat.phase);
     assert_true(a->heartbeat.coll_seq == b->heartbeat.coll_seq);
     assert_int_equal(a->heartbeat.prog_age_ms, b->heartbeat.prog_age_ms);
+    assert_int_equal(a->heartbeat.wait, b->heartbeat.wait);
+    assert_int_equal(a->heartbeat.wait_attempt, b->heartbeat.wait_attempt);
     break;
   case FT_MSG_STEP:
     assert_true(a->step.step == b->step.step);
@@ -253,6 +255,8 @@ static void make_msg(int type, ft_msg *m) {
     m->heartbeat.phase = FT_PHASE_COLLECTIVE;
     m->heartbeat.coll_seq = 0x0102030405060708ull;
     m->heartbeat.prog_age_ms = 4321;
+    m->heartbeat.wait = FT_WAIT_TIMEOUT;
+    m->heartbeat.wait_attempt = 3;
     break;
   case FT_MSG_STEP:
     m->step.step = 1234;
@@ -371,6 +375,8 @@ static void test_roundtrip_extremes(void **state) {
     m.heartbeat.phase = (ft_phase)ph;
     m.heartbeat.coll_seq = ph % 2 ? UINT64_MAX : 0;
     m.heartbeat.prog_age_ms = ph % 2 ? 0 : UINT32_MAX;
+    m.heartbeat.wait = (ft_wait_reason)(ph % FT_WAIT_REASON_COUNT);
+    m.heartbeat.wait_attempt = ph % 2 ? UINT32_MAX : 0;
     check_roundtrip(&m);
   }
 
@@ -618,7 +624,7 @@ static void test_frame_len_bad(void **state) {
   const uint8_t v1[] = {0, 0, 0, 10, 6}; /* version 6: before HEARTBEAT's progress */
   assert_int_equal(ft_wire_frame_len(v1, 4, &fl), 0);
   assert_int_equal(ft_wire_frame_len(v1, 5, &fl), FT_EPROTO);
-  assert_non_null(strstr(ft_err_detail(), "version 6, expected 8"));
+  assert_non_null(strstr(ft_err_detail(), "version 6, expected 9"));
   const uint8_t v0[] = {0, 0, 0, 2, 0, 5};
   assert_int_equal(ft_wire_frame_len(v0, 6, &fl), FT_EPROTO);
 }
@@ -704,7 +710,7 @@ static void test_malformed(void **state) {
   tb_done(&t);
   expect_proto(t.d, t.n - 1, "length field"); /* frame shorter than its length */
   t.d[4] = FT_WIRE_VERSION + 1;
-  expect_proto(t.d, t.n, "expected 8");
+  expect_proto(t.d, t.n, "expected 9");
   t.d[4] = FT_WIRE_VERSION;
   for (unsigned ty = 0; ty < 256; ty++) {
     if (ty >= FT_MSG_TYPE_MIN && ty <= FT_MSG_TYPE_MAX)
@@ -781,7 +787,29 @@ static void test_malformed(void **state) {
   tb_u8(&t, FT_PHASE_IDLE);
   tb_u64(&t, 0);
   tb_u32(&t, 0);
+  tb_u8(&t, FT_WAIT_NONE);
+  tb_u32(&t, 0);
   tb_ok(&t);
+  /* a version-8 HEARTBEAT (no wait reason) is short now */
+  tb_start(&t, FT_MSG_HEARTBEAT, 1);
+  tb_u64(&t, 5);
+  tb_u32(&t, 1);
+  tb_u32(&t, 250);
+  tb_u8(&t, FT_PHASE_STORAGE_WAIT);
+  tb_u64(&t, 0);
+  tb_u32(&t, 0);
+  tb_bad(&t, "HEARTBEAT.wait: truncated");
+  /* a wait reason out of range */
+  tb_start(&t, FT_MSG_HEARTBEAT, 1);
+  tb_u64(&t, 5);
+  tb_u32(&t, 1);
+  tb_u32(&t, 250);
+  tb_u8(&t, FT_PHASE_STORAGE_WAIT);
+  tb_u64(&t, 0);
+  tb_u32(&t, 0);
+  tb_u8(&t, FT_WAIT_REASON_COUNT);
+  tb_u32(&t, 1);
+  tb_bad(&t, "HEARTBEAT.wait");
   /* a version-6 HEARTBEAT (no progress) is short now */
   tb_start(&t, FT_MSG_HEARTBEAT, 1);
   tb_u64(&t, 5);
@@ -797,6 +825,8 @@ static void test_malformed(void **state) {
     tb_u8(&t, (uint8_t)ph);
     tb_u64(&t, 7);
     tb_u32(&t, 10);
+    tb_u8(&t, 0);
+    tb_u32(&t, 0);
     tb_bad(&t, "HEARTBEAT.phase");
   }
   tb_start(&t, FT_MSG_HEARTBEAT, 1);
@@ -805,6 +835,8 @@ static void test_malformed(void **state) {
   tb_u32(&t, 250);
   tb_u8(&t, FT_PHASE_COUNT - 1);
   tb_u64(&t, UINT64_MAX);
+  tb_u32(&t, UINT32_MAX);
+  tb_u8(&t, FT_WAIT_REASON_COUNT - 1);
   tb_u32(&t, UINT32_MAX);
   tb_ok(&t);
   /* trailing bytes after the progress */
@@ -815,6 +847,8 @@ static void test_malformed(void **state) {
   tb_u8(&t, FT_PHASE_DATA);
   tb_u64(&t, 7);
   tb_u32(&t, 10);
+  tb_u8(&t, 0);
+  tb_u32(&t, 0);
   tb_u8(&t, 0);
   tb_bad(&t, "trailing");
 
@@ -828,6 +862,8 @@ static void test_malformed(void **state) {
   tb_u32(&t, 0);
   tb_u8(&t, 0);
   tb_u64(&t, 0);
+  tb_u32(&t, 0);
+  tb_u8(&t, 0);
   tb_u32(&t, 0);
   tb_bad(&t, "HEARTBEAT.step: -2");
   tb_start(&t, FT_MSG_STEP, 1);
@@ -1095,6 +1131,10 @@ static void test_encode_rejects(void **state) {
   m.heartbeat.phase = (ft_phase)FT_PHASE_COUNT;
   assert_int_equal(ft_wire_encode(&m, &b), FT_EINVAL);
   assert_non_null(strstr(ft_err_detail(), "HEARTBEAT.phase"));
+  make_msg(FT_MSG_HEARTBEAT, &m);
+  m.heartbeat.wait = (ft_wait_reason)FT_WAIT_REASON_COUNT;
+  assert_int_equal(ft_wire_encode(&m, &b), FT_EINVAL);
+  assert_non_null(strstr(ft_err_detail(), "HEARTBEAT.wait"));
   make_msg(FT_MSG_ASSIGN, &m);
   m.assign.rank = m.assign.world;
   assert_int_equal(ft_wire_encode(&m, &b), FT_EINVAL);
@@ -1469,9 +1509,10 @@ static void test_names(void **state) {
   assert_string_equal(ft_stop_reason_name(FT_STOP_REASON_COUNT), "?");
   assert_string_equal(ft_kv_status_name(FT_KV_TIMEOUT), "timeout");
   assert_string_equal(ft_kv_status_name(7), "?");
-  const char *phases[] = {"idle",       "data",          "forward",  "backward",
-                          "collective", "optimizer",     "snapshot", "checkpoint_write",
-                          "validation", "sdc_recompute", "restore",  "rendezvous"};
+  const char *phases[] = {"idle",        "data",          "forward",  "backward",
+                          "collective",  "optimizer",     "snapshot", "checkpoint_write",
+                          "validation",  "sdc_recompute", "restore",  "rendezvous",
+                          "storage_wait"};
   assert_int_equal(sizeof phases / sizeof phases[0], FT_PHASE_COUNT);
   for (int k = 0; k < FT_PHASE_COUNT; k++) {
     assert_string_equal(ft_phase_name(k), phases[k]);
@@ -1483,6 +1524,12 @@ static void test_names(void **state) {
   assert_int_equal(ft_phase_from_name("nap", &ph), FT_EINVAL);
   assert_string_equal(ft_phase_name(FT_PHASE_COUNT), "?");
   assert_string_equal(ft_phase_name(-1), "?");
+  const char *waits[] = {"none",    "slowdown", "throttled", "server_error",
+                         "timeout", "refused",  "network",   "other"};
+  assert_int_equal(sizeof waits / sizeof waits[0], FT_WAIT_REASON_COUNT);
+  for (int k = 0; k < FT_WAIT_REASON_COUNT; k++)
+    assert_string_equal(ft_wait_reason_name(k), waits[k]);
+  assert_string_equal(ft_wait_reason_name(FT_WAIT_REASON_COUNT), "?");
   /* the worker's exit codes: the numbers are a contract (worker --help,
    * scripts, the supervisor's blame rules) and never change */
   assert_int_equal(FT_EXIT_OK, 0);
