@@ -83,6 +83,8 @@ med = lambda rows, i: st.median(r[i] for r in rows)
 lt, s3t = med(loc, 0), med(s3, 0)
 print(f"  {'local disk: training tokens/s (median of ' + sys.argv[3] + ')':52s} {lt:10.0f}   (reference)")
 print(f"  {'s3://: training tokens/s':52s} {s3t:10.0f}   ({s3t / lt * 100:.0f}% of local disk)")
+print(f"  {'s3:// / local, median of the pairs':52s} {st.median(b[0] / a[0] for a, b in zip(loc, s3)) * 100:9.0f}%"
+      f"   (target: 100%; each pair run back to back)")
 print(f"  {'s3://: block GETs per run, requests per run':52s} {med(s3, 2):5.0f} {med(s3, 3):5.0f}")
 print(f"  {'s3://: GET requests/s of the run (wall)':52s} {st.median(r[3] / r[1] for r in s3):10.1f}"
       f"   (local: none; S3 allows 5500/s per prefix)")
