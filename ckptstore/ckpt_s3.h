@@ -72,6 +72,12 @@ int ckpt_s3_config_from_uri(const char *uri, ckpt_s3_config *c);
  * file is parsed with inih; "[profile NAME]" (the config file's spelling)
  * also names profile NAME. Exposed for tests. */
 int ckpt_s3_config_read_credentials(const char *path, const char *profile, ckpt_s3_config *c);
+/* A data bucket's configuration (ckpt_s3_read.c; the reader's and the
+ * writer's, ckpt_s3_read.h and ckpt_s3_write.h): the store's for the
+ * bucket of uri ("s3://bucket[/anything]"), then endpoint (NULL or "": else
+ * FT_DATA_S3_ENDPOINT) over FT_S3_ENDPOINT and FT_DATA_AWS_* over the store's
+ * region and keys (the store's keys may then be absent). Wiped on failure. */
+int ckpt_s3_data_config(const char *uri, const char *endpoint, ckpt_s3_config *cfg);
 /* Overwrites the secrets with zeros. */
 void ckpt_s3_config_wipe(ckpt_s3_config *c);
 

@@ -70,23 +70,31 @@ static int data_overrides(ckpt_s3_config *c, const char *endpoint) {
   return FT_OK;
 }
 
-int ckpt_s3_reader_open(const char *uri, const char *endpoint, ckpt_s3_reader **out) {
-  *out = NULL;
+int ckpt_s3_data_config(const char *uri, const char *endpoint, ckpt_s3_config *cfg) {
   char b[300];
   const char *s = strncmp(uri, "s3://", 5) == 0 ? uri + 5 : "";
   size_t bl = strcspn(s, "/");
+  memset(cfg, 0, sizeof *cfg);
   if (!bl || bl >= 256)
     return ft_err_set(FT_EINVAL, "'%s' is not an s3://bucket/... URI", uri);
   snprintf(b, sizeof b, "s3://%.*s", (int)bl, s);
-  ckpt_s3_config cfg;
-  int rc = ckpt_s3_config_from_uri(b, &cfg);
+  int rc = ckpt_s3_config_from_uri(b, cfg);
   /* the store's keys may be absent when the data bucket has its own: the
    * parse got that far when the cache directory is known (set before the
    * credentials are read, the last step) */
-  if (rc == FT_ECONFIG && env("FT_DATA_AWS_ACCESS_KEY_ID") && cfg.cache_dir[0])
+  if (rc == FT_ECONFIG && env("FT_DATA_AWS_ACCESS_KEY_ID") && cfg->cache_dir[0])
     rc = FT_OK;
   if (!rc)
-    rc = data_overrides(&cfg, endpoint);
+    rc = data_overrides(cfg, endpoint);
+  if (rc)
+    ckpt_s3_config_wipe(cfg);
+  return rc;
+}
+
+int ckpt_s3_reader_open(const char *uri, const char *endpoint, ckpt_s3_reader **out) {
+  *out = NULL;
+  ckpt_s3_config cfg;
+  int rc = ckpt_s3_data_config(uri, endpoint, &cfg);
   ckpt_s3_reader *r = rc ? NULL : calloc(1, sizeof *r);
   if (!rc && !r)
     rc = ft_err_set(FT_ENOMEM, "out of memory");

@@ -43,3 +43,11 @@ if(TARGET ftdata AND TARGET worker)
                      COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_s3_storage.sh
                      LABELS integration TIMEOUT 300)
 endif()
+# `ftdata encode|synth --out s3://...` (ckptstore/ckpt_s3_write.h) against moto
+# with signatures checked: the bytes of a local encode, refused keys, no
+# object ever half-written.
+if(TARGET ftdata)
+  ft_add_script_test(NAME data_encode_s3
+                     COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_encode_s3.sh
+                     LABELS integration s3 TIMEOUT 120)
+endif()

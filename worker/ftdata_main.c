@@ -3,6 +3,7 @@
  *
  *   ftdata encode --in TEXT --out PREFIX   byte-level tokenisation of a file
  *   ftdata synth  --out PREFIX             a small synthetic corpus with structure
+ *                                          (PREFIX may be s3://bucket/prefix/name)
  *   ftdata stats  GLOB                     validate shards, print entropies
  *                                          (GLOB may be s3://bucket/prefix/glob)
  *
@@ -22,6 +23,7 @@
  *
  * Single-threaded program; exit codes in the help text below.
  */
+#include "ckpt_s3_write.h"
 #include "data.h"
 #include "ft_err.h"
 #include "ft_opts.h"
@@ -37,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { EXIT_OK = 0, EXIT_BAD_DATA = 1, EXIT_USAGE = 2, EXIT_IO = 3 };
@@ -59,6 +62,12 @@ static const char help_text[] =
     "      (default 0.1) becomes the validation split. Writes PREFIX_train_000.bin,\n"
     "      PREFIX_train_001.bin, ... and PREFIX_val_000.bin, at most N tokens per\n"
     "      shard (default 100000000). --val-frac 0 writes no val shard.\n"
+    "      PREFIX may be s3://BUCKET/DIR/NAME: each shard becomes the object\n"
+    "      DIR/NAME_train_000.bin, ... holding the bytes the file would, sent whole\n"
+    "      (one PUT, or a multipart upload completed at its end) through the\n"
+    "      checkpoint store's S3 client with the data bucket's endpoint and keys\n"
+    "      (docs/data.md; the keys need PutObject and ListBucket); one line per\n"
+    "      shard with the progress.\n"
     "\n"
     "  ftdata synth --out PREFIX [--tokens N] [--seed S] [--val-frac F] [--shard-tokens N]\n"
     "      Write a synthetic English-like corpus of N bytes in total (default\n"
@@ -67,7 +76,8 @@ static const char help_text[] =
     "      nouns repeated within a sentence, matching brackets and quotes, and\n"
     "      counting sequences. A tiny GPT (2 layers, 64 channels, context 64) drives\n"
     "      its loss well below the unigram entropy within a few hundred steps.\n"
-    "      The same seed and size always give the same bytes.\n"
+    "      The same seed and size always give the same bytes. --out as for encode\n"
+    "      (s3:// too).\n"
     "\n"
     "  ftdata stats [--vocab V] [--json] GLOB\n"
     "      Validate the shards matching GLOB exactly as the trainer's loader does\n"
@@ -94,6 +104,7 @@ static const char help_text[] =
     "  ftdata stats 'data/tiny_train_*.bin'\n"
     "  ftdata stats 's3://corpus/tiny/tiny_train_*.bin'\n"
     "  ftdata encode --in shakespeare.txt --out data/shakespeare --val-frac 0.05\n"
+    "  ftdata encode --in shakespeare.txt --out s3://corpus/shakespeare/sh\n"
     "\n"
     "Exit codes:\n"
     "  0  success\n"
@@ -102,7 +113,8 @@ static const char help_text[] =
     "     s3:// shard changed or deleted since it was listed\n"
     "  2  usage error (unknown subcommand or option, bad or missing value)\n"
     "  3  I/O error: the input cannot be read or an output cannot be written (for\n"
-    "     s3://: the storage failing past its retries)\n";
+    "     s3://: no such bucket, the keys refused (the message says where they came\n"
+    "     from), the storage failing past its retries)\n";
 
 static int usage_error(const char *fmt, ...) {
   va_list ap;
@@ -201,10 +213,94 @@ static int parse_frac(const char *s, double *out) {
 
 /* ---- writing splits ------------------------------------------------------ */
 
+/* Where the shards go: files PREFIX_<split>_NNN.bin, or objects
+ * s3://BUCKET/KEYPREFIX_<split>_NNN.bin sent through the store's S3 client
+ * (ckpt_s3_write.h) with the bytes a file would hold. */
+typedef struct sink {
+  const char *prefix; /* as given (files: the path prefix) */
+  ckpt_s3_writer *s3; /* NULL: files */
+  const char *key;    /* s3: KEYPREFIX, the part after the bucket */
+  char **had;         /* s3: the keys under KEYPREFIX_ before writing */
+  size_t nhad, caphad;
+  uint64_t bytes_done; /* s3: bytes uploaded so far, of bytes_all */
+  uint64_t bytes_all;
+  double t0;
+} sink;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int on_had(void *ud, const char *key, uint64_t size) {
+  (void)size;
+  sink *k = ud;
+  if (k->nhad == k->caphad) {
+    size_t cap = k->caphad ? 2 * k->caphad : 16;
+    char **n = realloc(k->had, cap * sizeof *n);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory listing the bucket");
+    k->had = n;
+    k->caphad = cap;
+  }
+  if (!(k->had[k->nhad] = strdup(key)))
+    return ft_err_set(FT_ENOMEM, "out of memory listing the bucket");
+  k->nhad++;
+  return 0;
+}
+
+/* One shard: a file written crash-safe (data_write_shard), or one object
+ * whose bytes are that file's (header of DATA_HEADER_INTS int32, tokens). */
+static int sink_put(sink *k, const char *name, const uint16_t *tok, uint64_t m) {
+  if (!k->s3) {
+    int rc = data_write_shard(name, tok, m);
+    if (!rc)
+      printf("wrote %s (%llu tokens)\n", name, (unsigned long long)m);
+    return rc;
+  }
+  size_t hb = DATA_HEADER_INTS * sizeof(int32_t), len = hb + (size_t)m * sizeof *tok;
+  unsigned char *obj = calloc(1, len);
+  if (!obj)
+    return ft_err_set(FT_ENOMEM, "out of memory for %s", name);
+  int32_t h[DATA_HEADER_INTS] = {DATA_MAGIC, DATA_VERSION, (int32_t)m};
+  memcpy(obj, h, hb);
+  if (m)
+    memcpy(obj + hb, tok, (size_t)m * sizeof *tok);
+  const char *key = name + strlen("s3://") + strlen(ckpt_s3_writer_bucket(k->s3)) + 1;
+  double t = now_s();
+  int rc = ckpt_s3_writer_put(k->s3, key, obj, len);
+  free(obj);
+  if (rc)
+    return rc;
+  k->bytes_done += len;
+  double dt = now_s() - t, all = now_s() - k->t0;
+  printf("uploaded %s (%llu tokens, %.1f MiB in %.1f s; %.0f%% of %.1f MiB, %.1f MiB/s)\n", name,
+         (unsigned long long)m, (double)len / 1048576.0, dt,
+         k->bytes_all ? 100.0 * (double)k->bytes_done / (double)k->bytes_all : 100.0,
+         (double)k->bytes_all / 1048576.0, all > 0 ? (double)k->bytes_done / 1048576.0 / all : 0.0);
+  fflush(stdout);
+  return FT_OK;
+}
+
+/* 1 if name is left over from an earlier, larger run. */
+static int sink_has(const sink *k, const char *name) {
+  if (!k->s3) {
+    struct stat st;
+    return stat(name, &st) == 0;
+  }
+  const char *key = name + strlen("s3://") + strlen(ckpt_s3_writer_bucket(k->s3)) + 1;
+  for (size_t i = 0; i < k->nhad; i++)
+    if (!strcmp(k->had[i], key))
+      return 1;
+  return 0;
+}
+
 /* Writes bytes as PREFIX_<split>_NNN.bin shards of at most shard_tokens each
- * (always at least one shard). Prints each file written. */
-static int write_split(const char *prefix, const char *split, const unsigned char *bytes,
-                       uint64_t n, uint64_t shard_tokens) {
+ * (always at least one shard). Prints each shard written. */
+static int write_split(sink *k, const char *split, const unsigned char *bytes, uint64_t n,
+                       uint64_t shard_tokens) {
+  const char *prefix = k->prefix;
   uint64_t per = n < shard_tokens ? n : shard_tokens;
   uint16_t *tok = malloc((per ? per : 1) * sizeof *tok);
   size_t plen = strlen(prefix) + strlen(split) + 32;
@@ -215,25 +311,23 @@ static int write_split(const char *prefix, const char *split, const unsigned cha
     goto out;
   }
   uint64_t done = 0;
-  int k = 0;
+  int i = 0;
   do {
     uint64_t m = n - done < shard_tokens ? n - done : shard_tokens;
     for (uint64_t j = 0; j < m; j++)
       tok[j] = bytes[done + j];
-    snprintf(path, plen, "%s_%s_%03d.bin", prefix, split, k);
-    rc = data_write_shard(path, tok, m);
+    snprintf(path, plen, "%s_%s_%03d.bin", prefix, split, i);
+    rc = sink_put(k, path, tok, m);
     if (rc)
       goto out;
-    printf("wrote %s (%llu tokens)\n", path, (unsigned long long)m);
     done += m;
-    k++;
+    i++;
   } while (done < n);
   /* A stale higher-numbered shard from an earlier, larger run would be
    * picked up by the glob and silently mix data: say so. */
-  for (;; k++) {
-    struct stat st;
-    snprintf(path, plen, "%s_%s_%03d.bin", prefix, split, k);
-    if (stat(path, &st) != 0)
+  for (;; i++) {
+    snprintf(path, plen, "%s_%s_%03d.bin", prefix, split, i);
+    if (!sink_has(k, path))
       break;
     fprintf(stderr,
             "ftdata: warning: %s is left from an earlier run and matches %s_%s_*.bin; "
@@ -270,20 +364,98 @@ static int make_parent_dirs(const char *prefix) {
   return rc;
 }
 
+/* --out s3://BUCKET/KEYPREFIX: a name after the bucket, no glob character
+ * (the keys would not be what a glob of them matches). */
+static int check_s3_out(const char *out) {
+  if (strncmp(out, "s3://", 5) != 0)
+    return 0;
+  const char *b = out + 5, *slash = strchr(b, '/');
+  if (slash == b || !slash || !slash[1] || slash[strlen(slash) - 1] == '/')
+    return usage_error("--out '%s': write s3://BUCKET/NAME or s3://BUCKET/DIR/NAME (the shards are "
+                       "NAME_train_000.bin, ...)",
+                       out);
+  if (strpbrk(out, "*?[\\"))
+    return usage_error("--out '%s': no glob characters (* ? [ \\) in a key prefix", out);
+  return 0;
+}
+
+/* Opens the sink of prefix; for s3://, one LIST of KEYPREFIX_ first: the
+ * bucket exists and takes the keys before any work is done, and the keys an
+ * earlier run left are known for the stale-shard warning. */
+static int sink_open(sink *k, const char *prefix, uint64_t bytes_all) {
+  memset(k, 0, sizeof *k);
+  k->prefix = prefix;
+  k->bytes_all = bytes_all;
+  k->t0 = now_s();
+  if (strncmp(prefix, "s3://", 5) != 0)
+    return make_parent_dirs(prefix);
+  int rc = ckpt_s3_writer_open(prefix, NULL, &k->s3);
+  if (rc)
+    return rc;
+  k->key = prefix + 5 + strlen(ckpt_s3_writer_bucket(k->s3)) + 1;
+  size_t l = strlen(k->key);
+  char *lp = malloc(l + 2);
+  if (!lp)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  memcpy(lp, k->key, l);
+  memcpy(lp + l, "_", 2);
+  rc = ckpt_s3_writer_list(k->s3, lp, on_had, k);
+  free(lp);
+  if (rc) { /* the client's detail names the LIST request; say what it was for */
+    char d[2048];
+    snprintf(d, sizeof d, "%s", ft_err_detail());
+    rc = ft_err_set(rc, "cannot write s3://%s/%s_*.bin: %s", ckpt_s3_writer_bucket(k->s3), k->key,
+                    d);
+  }
+  if (!rc)
+    printf("writing to s3://%s/%s_* at %s\n", ckpt_s3_writer_bucket(k->s3), k->key,
+           ckpt_s3_writer_where(k->s3));
+  return rc;
+}
+
+static void sink_close(sink *k) {
+  if (k->s3) {
+    ckpt_s3_writer_stats st;
+    ckpt_s3_writer_stats_get(k->s3, &st);
+    double dt = now_s() - k->t0;
+    printf("s3: %llu requests (%llu retried), %.1f MiB up in %.1f s\n",
+           (unsigned long long)st.requests, (unsigned long long)st.retries,
+           (double)st.bytes_up / 1048576.0, dt);
+  }
+  for (size_t i = 0; i < k->nhad; i++)
+    free(k->had[i]);
+  free(k->had);
+  ckpt_s3_writer_free(k->s3);
+}
+
+/* The bytes the shards of n tokens take (headers included), for progress. */
+static uint64_t split_bytes(uint64_t n, uint64_t shard_tokens) {
+  uint64_t shards = n ? (n + shard_tokens - 1) / shard_tokens : 1;
+  return shards * DATA_HEADER_INTS * sizeof(int32_t) + 2 * n;
+}
+
 static int write_splits(const char *prefix, const unsigned char *bytes, uint64_t n, double val_frac,
                         uint64_t shard_tokens) {
   uint64_t nval = (uint64_t)((double)n * val_frac);
   if (val_frac > 0 && nval == 0 && n > 1)
     nval = 1;
-  int rc = make_parent_dirs(prefix);
+  uint64_t all =
+      split_bytes(n - nval, shard_tokens) + (val_frac > 0 ? split_bytes(nval, shard_tokens) : 0);
+  sink k;
+  int rc = sink_open(&k, prefix, all);
   if (!rc)
-    rc = write_split(prefix, "train", bytes, n - nval, shard_tokens);
+    rc = write_split(&k, "train", bytes, n - nval, shard_tokens);
   if (!rc && val_frac > 0)
-    rc = write_split(prefix, "val", bytes + (n - nval), nval, shard_tokens);
+    rc = write_split(&k, "val", bytes + (n - nval), nval, shard_tokens);
   if (rc) {
     fprintf(stderr, "ftdata: %s\n", ft_err_detail());
+    if (k.s3 && k.bytes_done)
+      fprintf(stderr, "ftdata: the shards listed as uploaded above are complete; no object is "
+                      "ever left half-written\n");
+    sink_close(&k);
     return EXIT_IO;
   }
+  sink_close(&k);
   printf("train: %llu tokens, val: %llu tokens, vocab_size 256 (byte-level)\n",
          (unsigned long long)(n - nval), (unsigned long long)nval);
   printf("check them with: ftdata stats '%s_train_*.bin'\n", prefix);
@@ -346,6 +518,8 @@ static int cmd_encode(int argc, char **argv) {
   unsigned long long shard_tokens = o.shard_tokens;
   if (!in || !out)
     return usage_error("encode needs --in TEXT_FILE and --out PREFIX");
+  if ((rc = check_s3_out(out)))
+    return rc;
 
   FILE *fp = strcmp(in, "-") ? fopen(in, "rb") : stdin;
   if (!fp) {
@@ -535,6 +709,8 @@ static int cmd_synth(int argc, char **argv) {
   unsigned long long ntok = o.ntok, seed = o.seed, shard_tokens = o.shard_tokens;
   if (!out)
     return usage_error("synth needs --out PREFIX");
+  if ((rc = check_s3_out(out)))
+    return rc;
   sbuf b = {.buf = malloc(ntok), .len = 0, .cap = ntok};
   if (!b.buf) {
     fprintf(stderr, "ftdata: out of memory for %llu tokens\n", ntok);

@@ -24,6 +24,13 @@
 # (checkpoint.persist_every 1000): the restore step's record is in the
 # supervisor's catalog alone (each host's catalog is its own s3 cache), and
 # its manifest reaches the workers through the generation's KV.
+# The training data is in a bucket too (s3://ftsup-data/corpus/, written by
+# `ftdata synth --out s3://...` from the head) and no shard exists on any
+# path a host reads: no shared data directory; each host reads blocks into
+# its own node-local data cache (FT_DATA_CACHE=$C/local/datacache). Asserts
+# also that the run trained from the bucket (ranged GETs of the shards from
+# the hosts in moto's log, block files in the hosts' caches) and that no
+# shard file exists in the cluster's tree.
 # Prints goodput and the time to detect and to recover.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -34,7 +41,17 @@ ftc_moto "$BUCKET"
 STORE="s3://$BUCKET/runs"
 export FT_S3_CACHE=$C/local/s3cache # node-local on every host (cluster.sh)
 export FT_S3_CACHE_PER_HOST=1       # so a chunk counts once it is in the bucket
-ftc_runfile "$RUN/run.yaml" $STEPS "$STORE"
+# the data: in the bucket only (ftc_begin's shared copies removed)
+DATA=s3://ftsup-data/corpus/synth
+cluster_exec head aws --endpoint-url "$FT_S3_ENDPOINT" s3api create-bucket --bucket ftsup-data \
+  >/dev/null || fail "create-bucket ftsup-data"
+rm -f "$RUN"/synth_*.bin
+cluster_exec head "$FT_BIN/ftdata" synth --out "$DATA" --tokens 300000 >"$TMP/synth.out" 2>&1 ||
+  fail "ftdata synth --out $DATA: $(cat "$TMP/synth.out")"
+export FT_DATA_CACHE=$C/local/datacache # node-local, like FT_S3_CACHE
+ftc_runfile "$RUN/run.yaml" $STEPS "$STORE" \
+  -e "s|^data:.*|data: {train: \"${DATA}_train_*.bin\", val: \"${DATA}_val_*.bin\"}|"
+grep -q "^data: {train: \"s3://" "$RUN/run.yaml" || fail "the run file's data is not in the bucket"
 ST=$RUN/state
 ftc_supervise "$ST" 4 "$RUN/run.yaml" --set recovery.in_process=true \
   --set checkpoint.replicate=true --set checkpoint.every_steps=1 --set checkpoint.persist_every=1000
@@ -69,14 +86,29 @@ grep -h "MiB fetched" "$ST"/logs/node*.log && fail "a spare fetched from the sto
 grep -qh "in the memory of " "$ST"/logs/node*.log || fail "no rank pushed a checkpoint to a buddy"
 grep -h "restored step" "$ST"/logs/node*.log | grep -q "[1-9][0-9.]* MiB from memory" ||
   fail "no restore from memory: $(grep -h 'restored step' "$ST"/logs/node*.log)"
-pass "$victim lost power: quarantined, drained in Slurm, a spare took its place from the lost host's pushed shards, the other active host rejoined in process, no restore read the store, run done"
+# trained from the bucket: ranged GETs of the data objects from the compute
+# hosts in moto's log, block files in the active hosts' own caches (the
+# loader's I/O line comes at its close, which a worker told STOP skips)
+gets=$(grep -c '"GET /ftsup-data/corpus/synth_train_000.bin HTTP/1.1" 206' "$TMP/moto.log") || true
+[ "${gets:-0}" -gt 0 ] || fail "no ranged GET of the data in moto's log: the run did not read the bucket"
+blk=$(find "$C"/hosts/*/local/datacache -name 'ftsup-data_*.blk' 2>/dev/null | wc -l)
+[ "$blk" -ge 2 ] || fail "$blk data blocks in the hosts' own caches (expected the active hosts')"
+[ -z "$(find "$C" -name 'synth_*.bin' -print -quit)" ] ||
+  fail "a shard file exists on a host's path: $(find "$C" -name 'synth_*.bin')"
+echo "trained from the bucket: $gets block GETs of the train shard, $blk block files in the hosts' caches, no shard file in the cluster"
+pass "$victim lost power: quarantined, drained in Slurm, a spare took its place from the lost host's pushed shards, the other active host rejoined in process, no restore read the store, run done, its data read from the bucket"
 
 # The catalog lives in the cache of the supervisor's host (head, whose
 # $C/local is the cluster's common dir); a fresh cache elsewhere rebuilds it
 # from the bucket, so check with the supervisor's.
 export FT_S3_CACHE=$C/local/s3cache
 ftc_verify_all "$STORE"
-ref=$(ftc_reference "$RUN/run.yaml" $STEPS)
+# the fault-free reference on local copies of the same shards (the bucket is
+# reached only inside the cluster; data_s3.sh shows the two give the same bits)
+"$FT_BIN/ftdata" synth --out "$TMP/refdata/synth" --tokens 300000 >/dev/null
+sed "s|^data:.*|data: {train: \"$TMP/refdata/synth_train_*.bin\", val: \"$TMP/refdata/synth_val_*.bin\"}|" \
+  "$RUN/run.yaml" >"$TMP/ref.yaml"
+ref=$(ftc_reference "$TMP/ref.yaml" $STEPS)
 ftc_same_weights "$STORE" "$ref" $STEPS
 pass "every committed checkpoint verifies; step $STEPS's weights equal the fault-free run's"
 ftc_goodput "$ST" "$TMP/faults.jsonl"
