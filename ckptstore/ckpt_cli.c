@@ -453,6 +453,48 @@ static void shape_str(const ckpt_tensor_info *t, char *buf, size_t n) {
     snprintf(buf + l, n - l, ")");
 }
 
+/* The s3:// data listing a checkpoint carries (ckpt_meta.data_json, the
+ * supervisor's docs/data.md "The listing"), in brief: per pattern its
+ * objects, tokens and bytes. Text: one line per pattern on out (NULL: none);
+ * JSON: an array (NULL when the checkpoint has none). */
+static cJSON *data_summary(const char *data, FILE *out) {
+  if (!data) {
+    if (out)
+      fprintf(out, "data    no recorded listing (local data, or a checkpoint older than them)\n");
+    return NULL;
+  }
+  cJSON *root = cJSON_Parse(data), *a = cJSON_CreateArray(), *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(root, "patterns")) {
+    double tokens = 0, bytes = 0;
+    int n = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(p, "objects")) {
+      const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+      const cJSON *z = cJSON_GetObjectItemCaseSensitive(o, "size");
+      tokens += cJSON_IsNumber(t) ? t->valuedouble : 0;
+      bytes += cJSON_IsNumber(z) ? z->valuedouble : 0;
+      n++;
+    }
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "pattern", p->string ? p->string : "");
+    cJSON_AddNumberToObject(x, "objects", n);
+    cJSON_AddNumberToObject(x, "tokens", tokens);
+    cJSON_AddNumberToObject(x, "bytes", bytes);
+    cJSON_AddItemToArray(a, x);
+    if (out) {
+      char b[32];
+      human((uint64_t)bytes, b, sizeof b);
+      fprintf(out, "data    %s: %d objects, %.0f tokens, %s\n", p->string ? p->string : "?", n,
+              tokens, b);
+    }
+  }
+  if (out && !cJSON_GetArraySize(a))
+    fprintf(out, "data    a listing of no pattern (%zu bytes, not a data listing?)\n",
+            strlen(data));
+  cJSON_Delete(root);
+  return a;
+}
+
 static int cmd_show(cli *c, const char *arg) {
   int64_t step;
   int rc = parse_step(c, arg, &step);
@@ -484,6 +526,8 @@ static int cmd_show(cli *c, const char *arg) {
     cJSON_AddItemToObject(o, "config", cJSON_Parse(ckpt_manifest_config_json(m)));
     cJSON_AddItemToObject(o, "state_json", cJSON_Parse(ckpt_manifest_state_json(m)));
     cJSON_AddItemToObject(o, "metrics", cJSON_Parse(ckpt_manifest_metrics_json(m)));
+    cJSON *d = data_summary(ckpt_manifest_data_json(m), NULL);
+    cJSON_AddItemToObject(o, "data_listing", d ? d : cJSON_CreateNull());
     cJSON *ts = cJSON_AddArrayToObject(o, "tensors");
     for (int k = 0; k < nt; k++) {
       ckpt_tensor_info t;
@@ -534,8 +578,10 @@ static int cmd_show(cli *c, const char *arg) {
     printf("not exact: tensors stored in lossy forms (%s); a resume from it is not bit-exact\n",
            forms);
   }
-  printf("config  %s\nstate   %s\nmetrics %s\n\n", ckpt_manifest_config_json(m),
+  printf("config  %s\nstate   %s\nmetrics %s\n", ckpt_manifest_config_json(m),
          ckpt_manifest_state_json(m), ckpt_manifest_metrics_json(m));
+  cJSON_Delete(data_summary(ckpt_manifest_data_json(m), stdout));
+  printf("\n");
   printf("%-28s %-5s %-22s %7s %11s %11s  %s\n", "TENSOR", "DTYPE", "SHAPE", "CHUNKS", "SIZE",
          "STORED", "ENCODING");
   for (int k = 0; k < nt; k++) {
