@@ -13,6 +13,7 @@
 #include "ckpt_int.h"
 
 #include "ft_err.h"
+#include "ft_file.h"
 #include "ft_opts.h"
 #include "ft_version.h"
 
@@ -44,7 +45,11 @@ static const char *usage_text =
     "                          (checkpoint.full_every) the base step and the\n"
     "                          depth of the longest chain a restore reads\n"
     "  show STEP               a checkpoint's tensors: dtype, shape, chunks, sizes,\n"
-    "                          encoding (full, or delta and its chain depth)\n"
+    "                          encoding (full, or delta and its chain depth), and\n"
+    "                          the s3:// data listing it carries (patterns,\n"
+    "                          objects, tokens)\n"
+    "  show STEP --to FILE     also write that listing to FILE, as the workers'\n"
+    "                          FT_DATA_LISTING reads it (docs/data.md)\n"
     "  restore STEP --to PATH  write the model as Hugging Face GPT-2 safetensors;\n"
     "         [--world N --rank R]  or rank R's raw FSDP shard of every tensor\n"
     "                          (for a run of N ranks) as safetensors. PATH: a new\n"
@@ -505,6 +510,21 @@ static int cmd_show(cli *c, const char *arg) {
     return fail(rc, "show");
   const ckpt_info *i = ckpt_manifest_info(m);
   int nt = ckpt_manifest_ntensors(m);
+  if (c->to) { /* the listing itself, for a host's FT_DATA_LISTING */
+    const char *d = ckpt_manifest_data_json(m);
+    ft_afile f;
+    if (!d)
+      rc = ft_err_set(FT_ENOENT, "checkpoint %" PRId64 " carries no data listing", i->step);
+    else if ((rc = ft_afile_open(&f, c->to)) == FT_OK &&
+             (rc = ft_afile_write(&f, d, strlen(d))) != FT_OK)
+      ft_afile_abort(&f);
+    else if (rc == FT_OK)
+      rc = ft_afile_commit(&f);
+    if (rc) {
+      ckpt_manifest_free(m);
+      return fail(rc, "show --to");
+    }
+  }
   if (c->json) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "run", i->run);

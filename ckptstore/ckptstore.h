@@ -237,14 +237,14 @@ typedef struct ckpt_meta {
    * manifest's "data" key. NULL: none (the key is absent, as in manifests
    * older than it); unlike the three above, never "{}". */
   const char *data_json;
-  int level;                /* enum ckpt_level: CKPT_LEVEL_MEMORY commits a
-                               checkpoint whose chunks are only in workers'
-                               memory (no chunk checked or written in the
-                               store); otherwise the store's own level */
-  uint64_t memory_epoch;    /* memory level: ckpt_store_memory_epoch when its
-                               shards were made; a ckpt_store_drop_memory on
-                               this handle since then refuses the commit
-                               (FT_ECANCELED). 0: no such check */
+  int level;             /* enum ckpt_level: CKPT_LEVEL_MEMORY commits a
+                            checkpoint whose chunks are only in workers'
+                            memory (no chunk checked or written in the
+                            store); otherwise the store's own level */
+  uint64_t memory_epoch; /* memory level: ckpt_store_memory_epoch when its
+                            shards were made; a ckpt_store_drop_memory on
+                            this handle since then refuses the commit
+                            (FT_ECANCELED). 0: no such check */
 } ckpt_meta;
 
 /* Commits a checkpoint: checks that the shards are of (run, step), cover

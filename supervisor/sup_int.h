@@ -338,7 +338,7 @@ typedef struct sup {
   char worker_path[4096];
   struct sup_listing *listing; /* s3:// data: the listing file the checkpoints carry
                                   (sup_listing.h); NULL: local data */
-  long long steps_override; /* -1: none */
+  long long steps_override;    /* -1: none */
   const char *const *sets;
   int nsets;
   int N, S, G, nnodes;

@@ -103,8 +103,7 @@ char *sup_listing_text(sup_listing *l) {
     l->mtime = st.st_mtim;
     if (rc && !l->warned) {
       l->warned = 1;
-      fprintf(stderr,
-              "supervise: warning: the checkpoints go without the data listing: %s\n",
+      fprintf(stderr, "supervise: warning: the checkpoints go without the data listing: %s\n",
               ft_err_detail());
     }
   }

@@ -490,11 +490,11 @@ typedef struct main_ctx {
   const char *listen_arg, *advertise_arg; /* --listen, --advertise */
   const char *http_arg;                   /* --http */
   int spares, spares_given, from_scratch;
-  int accept_runfile; /* --accept-runfile-change */
-  int relist_data;    /* --relist-data */
-  int listing_env;    /* FT_DATA_LISTING came from the environment */
+  int accept_runfile;          /* --accept-runfile-change */
+  int relist_data;             /* --relist-data */
+  int listing_env;             /* FT_DATA_LISTING came from the environment */
   sup_listing_outcome listing; /* what restore_listing did (run_started) */
-  const char **sets;  /* the --set arguments (point into argv), then pin_data's */
+  const char **sets;           /* the --set arguments (point into argv), then pin_data's */
   int nsets;
   char set_train[1200], set_val[1200]; /* pin_data's --set arguments */
   const char *store_from;              /* what chose the store (resolve_store) */
@@ -505,22 +505,16 @@ typedef struct main_ctx {
 } main_ctx;
 
 static int parse_args(main_ctx *m, int argc, char **argv) {
-  static const struct option opts[] = {{"spares", 1, 0, 'p'},
-                                       {"state", 1, 0, 'd'},
-                                       {"steps", 1, 0, 'n'},
-                                       {"store", 1, 0, 's'},
-                                       {"set", 1, 0, 'S'},
-                                       {"worker", 1, 0, 'w'},
-                                       {"help", 0, 0, 'h'},
-                                       {"unquarantine", 1, 0, 'U'},
-                                       {"from-scratch", 0, 0, 'F'},
-                                       {"version", 0, 0, 'V'},
-                                       {"listen", 1, 0, 'L'},
-                                       {"advertise", 1, 0, 'A'},
-                                       {"http", 1, 0, 'H'},
-                                       {"accept-runfile-change", 0, 0, 'R'},
-                                       {"relist-data", 0, 0, 'D'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"spares", 1, 0, 'p'},       {"state", 1, 0, 'd'},
+      {"steps", 1, 0, 'n'},        {"store", 1, 0, 's'},
+      {"set", 1, 0, 'S'},          {"worker", 1, 0, 'w'},
+      {"help", 0, 0, 'h'},         {"unquarantine", 1, 0, 'U'},
+      {"from-scratch", 0, 0, 'F'}, {"version", 0, 0, 'V'},
+      {"listen", 1, 0, 'L'},       {"advertise", 1, 0, 'A'},
+      {"http", 1, 0, 'H'},         {"accept-runfile-change", 0, 0, 'R'},
+      {"relist-data", 0, 0, 'D'},  {0, 0, 0, 0},
+  };
   int ch;
   char oerr[192];
   if (ft_opts_check(argc, argv, opts, oerr, sizeof oerr)) {

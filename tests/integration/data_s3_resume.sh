@@ -11,7 +11,8 @@
 #       run_started.data_listing), and every loss after the restore step
 #       and the final checkpoint's tensors are ref's bit for bit (a
 #       re-listing would put the new shard first: other data). `ckpt show`
-#       names the listing the checkpoint carries;
+#       names the listing the checkpoint carries, and `show --to` writes
+#       it: STATE/data_listing.json byte for byte;
 #   (b) the supervisor SIGKILLed mid-run (its workers leave on their own),
 #       the same command again: ref's bits;
 #   (c) an in-process recovery (recovery.in_process, a spare, node 1 killed
@@ -173,6 +174,9 @@ assert d[0]["tokens"] > 0 and d[0]["bytes"] > 0, d
 PY
 "$FT_BIN/ckpt" --store "local:$A.store" show "$R" | grep -qF "data    $S3_TRAIN: $NSHARDS objects, " ||
   fail "(a): ckpt show $R: $("$FT_BIN/ckpt" --store "local:$A.store" show "$R" | grep '^data')"
+"$FT_BIN/ckpt" --store "local:$A.store" show "$R" --to "$TMP/a.listing" >/dev/null &&
+  cmp -s "$TMP/a.listing" "$A.st1/data_listing.json" ||
+  fail "(a): ckpt show $R --to: not the state directory's listing byte for byte"
 # a shard that sorts first ('.' < '0'): listing the bucket again would start the stream with it
 aws_s3 s3 cp "$TMP/other/x_train_000.bin" s3://data/c/synth_train_0.bin >/dev/null
 sup plain "$A.st2" "$A.store" "$S3_TRAIN" || fail "(a): the resume exited $?: $(tail -15 "$A.st2.out")"
