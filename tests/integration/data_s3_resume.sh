@@ -22,7 +22,11 @@
 #   (d) a shrink (no spare, recovery.when_no_spares: shrink: the gang goes
 #       on with one rank and the same global batch): the bits of the same
 #       faulted run on the local copies (the test says whether they are
-#       ref's too: the CPU engine's sums happen to agree across the shrink).
+#       ref's too: the CPU engine's sums happen to agree across the shrink);
+#   (e) (a)'s state directory with a listing that is not its checkpoint's:
+#       the checkpoint's replaces it (a warning, the old one kept as .old);
+#       then --relist-data: the workers list the bucket again (the shard
+#       added is in), and the next checkpoint carries that listing.
 . "$(dirname "$0")/lib.sh"
 T=$TMP
 . "$FT_SRC/tests/integration/s3_lib.sh"
@@ -152,7 +156,7 @@ has_ev "$TMP/ref.st" run_started "'data_listing' not in e" || fail "ref: local d
 
 # ---- (a) a fresh state directory, a shard added to the bucket -----------------------
 A=$TMP/a
-BG=1 PACE=150 sup plain "$A.st1" "$A.store" "$S3_TRAIN"
+BG=1 PACE=100 sup plain "$A.st1" "$A.store" "$S3_TRAIN"
 wait_commit "$A.st1" 10 $PID
 kill -INT $PID
 set +e
@@ -193,7 +197,7 @@ pass "(a) a fresh --state resumes step $R with the checkpoint's listing (the sha
 
 # ---- (b) the supervisor SIGKILLed, the same command again ---------------------------
 B=$TMP/b
-BG=1 PACE=150 sup plain "$B.st" "$B.store" "$S3_TRAIN"
+BG=1 PACE=100 sup plain "$B.st" "$B.store" "$S3_TRAIN"
 wait_commit "$B.st" 10 $PID
 kill -9 $PID
 wait $PID 2>/dev/null || true
@@ -208,7 +212,7 @@ same_as_ref b "$B.st"
 pass "(b) supervisor SIGKILLed after step $(restore_of "$B.st" 2), resumed: the losses after it and the final tensors = the local run's"
 
 # ---- (c) in-process recovery with a spare ---------------------------------------------
-FP=kill_after_commit=10 PACE=60 sup_done c inproc "$S3_TRAIN" --spares 1
+FP=kill_after_commit=10 sup_done c inproc "$S3_TRAIN" --spares 1
 has_ev "$TMP/c.st" node_rejoined "e['node'] == 0" || fail "(c): node 0 did not rejoin in process: $(tail -15 "$TMP/c.st.out")"
 has_ev "$TMP/c.st" spare_promoted "True" || fail "(c): no spare promoted"
 final c
@@ -232,3 +236,24 @@ cmp -s "$TMP/ds.safetensors" "$TMP/dl.safetensors" ||
 also="differ from"
 cmp -s "$TMP/ds.safetensors" "$TMP/ref.safetensors" && also="also equal"
 pass "(d) shrink to one rank from step $(restore_of "$TMP/ds.st" 2): every loss and the final tensors = the same faulted run's on the local copies (they $also the uninterrupted world-2 run's)"
+
+# ---- (e) a different listing in the state directory; --relist-data ---------------------
+# (a)'s resumed run, done at step 20, extended by 2 steps twice (--steps)
+E=$A.st2
+echo >>"$E/data_listing.json" # another text than the checkpoint's
+sup plain "$E" "$A.store" "$S3_TRAIN" --steps 22 || fail "(e): --steps 22 exited $?: $(tail -15 "$E.out")"
+grep -q "warning: $E/data_listing.json is not the data listing of checkpoint 20" "$E.out" ||
+  fail "(e): no warning: $(grep -i listing "$E.out")"
+has_ev "$E" run_started "e['data_listing']['source'] == 'checkpoint' and e['data_listing']['replaced'] and e['gen'] == 3" ||
+  fail "(e): run_started: $(grep run_started "$E/events.jsonl" | tail -1)"
+[ -s "$E/data_listing.json.old" ] || fail "(e): the replaced listing was not kept"
+cmp -s "$E/data_listing.json" "$TMP/a.listing" || fail "(e): the listing is not the checkpoint's"
+aws_s3 s3 cp "$TMP/other/x_train_000.bin" s3://data/c/synth_train_0.bin >/dev/null
+sup plain "$E" "$A.store" "$S3_TRAIN" --steps 24 --relist-data ||
+  fail "(e): --relist-data exited $?: $(tail -15 "$E.out")"
+has_ev "$E" run_started "e['data_listing']['source'] == 'relist' and e['gen'] == 4" ||
+  fail "(e): run_started: $(grep run_started "$E/events.jsonl" | tail -1)"
+cmp -s "$E/data_listing.json.old" "$TMP/a.listing" || fail "(e): --relist-data did not keep the old listing"
+"$FT_BIN/ckpt" --store "local:$A.store" show 24 | grep -qF "data    $S3_TRAIN: $((NSHARDS + 1)) objects, " ||
+  fail "(e): checkpoint 24: $("$FT_BIN/ckpt" --store "local:$A.store" show 24 | grep '^data')"
+pass "(e) a listing in the state directory that is not the checkpoint's is replaced by it (kept as .old, a warning); --relist-data lists the bucket again and the checkpoints after carry the new listing ($((NSHARDS + 1)) objects)"

@@ -136,12 +136,14 @@ static void test_manifest_data(void **st) {
   ckpt_manifest *man = NULL;
   char *got = NULL;
   assert_int_equal(ckpt_store_load(f->s, "run", 4, &man), FT_OK);
+  assert_non_null(ckpt_manifest_data_json(man));
   assert_string_equal(ckpt_manifest_data_json(man), data);
   char *js = ckpt_manifest_to_json(man);
   assert_non_null(strstr(js, "\"data\""));
   free(js);
   ckpt_manifest_free(man);
   assert_int_equal(ckpt_store_load_data(f->s, "run", 4, &got), FT_OK);
+  assert_non_null(got);
   assert_string_equal(got, data);
   free(got);
   assert_int_equal(ckpt_store_load(f->s, "run", 6, &man), FT_OK);
