@@ -455,7 +455,7 @@ static int resolve_store(sup *s, const char *store_arg, const char **from) {
  * resume. The first to open a pattern records its listing (keys, sizes,
  * ETags) in FT_DATA_LISTING and the others read it (docs/data.md), so the
  * workers get STATE/data_listing.json unless the environment names one;
- * every checkpoint carries the file's text and a resume without the file
+ * every checkpoint carries the file's JSON and a resume without the file
  * gets it back from its checkpoint (sup_listing.h, restore_listing).
  * *from_env: FT_DATA_LISTING came from the environment. */
 static int data_listing_env(sup *s, int *from_env) {

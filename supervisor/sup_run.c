@@ -160,7 +160,10 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
   int64_t parent = -1;
   if (p->step > 0 && ckpt_store_latest(s->store, s->rf.run, p->step - 1, &parent) != 0)
     parent = -1;
-  char *data = sup_listing_text(s->listing); /* s3:// data: what its position counts in */
+  /* s3:// data: the listing its position counts in. Not for memory-level
+   * ones: no later start resumes from them (open_store drops them), and the
+   * persistent commit of the same step, which replaces the record, carries it */
+  char *data = p->level == CKPT_LEVEL_MEMORY ? NULL : sup_listing_text(s->listing);
   ckpt_meta meta = {.run = s->rf.run,
                     .step = p->step,
                     .parent_step = parent,
