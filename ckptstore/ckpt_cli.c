@@ -513,13 +513,14 @@ static int cmd_show(cli *c, const char *arg) {
   if (c->to) { /* the listing itself, for a host's FT_DATA_LISTING */
     const char *d = ckpt_manifest_data_json(m);
     ft_afile f;
-    if (!d)
-      rc = ft_err_set(FT_ENOENT, "checkpoint %" PRId64 " carries no data listing", i->step);
-    else if ((rc = ft_afile_open(&f, c->to)) == FT_OK &&
-             (rc = ft_afile_write(&f, d, strlen(d))) != FT_OK)
-      ft_afile_abort(&f);
-    else if (rc == FT_OK)
-      rc = ft_afile_commit(&f);
+    rc = d ? ckpt_cli_restore_outside(c->to, ckpt_store_dir(c->s)) /* never into the store */
+           : ft_err_set(FT_ENOENT, "checkpoint %" PRId64 " carries no data listing", i->step);
+    if (rc == FT_OK && (rc = ft_afile_open(&f, c->to)) == FT_OK) {
+      if ((rc = ft_afile_write(&f, d, strlen(d))) != FT_OK)
+        ft_afile_abort(&f);
+      else
+        rc = ft_afile_commit(&f);
+    }
     if (rc) {
       ckpt_manifest_free(m);
       return fail(rc, "show --to");

@@ -153,6 +153,9 @@ sup_done ref plain "$LOC_TRAIN"
 final ref
 [ "$(step_losses "$TMP/ref.st" | wc -l)" -eq 20 ] || fail "ref: $(step_losses "$TMP/ref.st" | wc -l) step losses, not 20"
 has_ev "$TMP/ref.st" run_started "'data_listing' not in e" || fail "ref: local data has a data_listing"
+"$FT_BIN/ckpt" --store "local:$TMP/ref.store" show 20 --to "$TMP/none.json" 2>"$TMP/none.err" &&
+  fail "ref: ckpt show --to wrote a listing for local data"
+grep -q "carries no data listing" "$TMP/none.err" || fail "ref: ckpt show --to: $(cat "$TMP/none.err")"
 
 # ---- (a) a fresh state directory, a shard added to the bucket -----------------------
 A=$TMP/a
@@ -182,6 +185,8 @@ PY
   python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])) != json.load(open(sys.argv[2])))' \
     "$TMP/a.listing" "$A.st1/data_listing.json" ||
   fail "(a): ckpt show $R --to: not the state directory's listing"
+"$FT_BIN/ckpt" --store "local:$A.store" show "$R" --to "$A.store/x.json" 2>/dev/null &&
+  fail "(a): ckpt show --to wrote into the store's folder"
 # a shard that sorts first ('.' < '0'): listing the bucket again would start the stream with it
 aws_s3 s3 cp "$TMP/other/x_train_000.bin" s3://data/c/synth_train_0.bin >/dev/null
 sup plain "$A.st2" "$A.store" "$S3_TRAIN" || fail "(a): the resume exited $?: $(tail -15 "$A.st2.out")"
