@@ -12,7 +12,8 @@
 #       and the final checkpoint's tensors are ref's bit for bit (a
 #       re-listing would put the new shard first: other data). `ckpt show`
 #       names the listing the checkpoint carries, and `show --to` writes
-#       it: STATE/data_listing.json's JSON;
+#       it: STATE/data_listing.json's JSON (also from a catalog rebuilt
+#       from the manifests);
 #   (b) the supervisor SIGKILLed mid-run (its workers leave on their own),
 #       the same command again: ref's bits;
 #   (c) an in-process recovery (recovery.in_process, a spare, node 1 killed
@@ -197,6 +198,11 @@ has_ev "$A.st2" run_started "e['data_listing']['source'] == 'checkpoint' and e['
 [ "$(restore_of "$A.st2" 2)" = "$R" ] || fail "(a): the resume restored $(restore_of "$A.st2" 2), not $R"
 grep -q synth_train_0.bin "$A.st2/data_listing.json" && fail "(a): the listing names the new shard"
 final a "$A.store"
+# the manifests are the truth: a catalog rebuilt from them has the listing back
+cp -r "$A.store" "$TMP/rb.store" && rm -rf "$TMP/rb.store/catalog"
+"$FT_BIN/ckpt" --store "local:$TMP/rb.store" rebuild-catalog >/dev/null 2>&1 || fail "(a): rebuild-catalog"
+"$FT_BIN/ckpt" --store "local:$TMP/rb.store" show "$R" --to "$TMP/rb.listing" >/dev/null &&
+  cmp -s "$TMP/rb.listing" "$TMP/a.listing" || fail "(a): the rebuilt catalog lost checkpoint $R's listing"
 same_as_ref a "$A.st2"
 aws_s3 s3 rm s3://data/c/synth_train_0.bin >/dev/null # the later runs list the bucket of ref
 pass "(a) a fresh --state resumes step $R with the checkpoint's listing (the shard added since ignored): $((20 - R)) losses and the final tensors = the local run's"
