@@ -13,6 +13,7 @@
 #include "ckpt_int.h"
 
 #include "ft_err.h"
+#include "ft_file.h"
 #include "ft_opts.h"
 #include "ft_version.h"
 
@@ -44,7 +45,11 @@ static const char *usage_text =
     "                          (checkpoint.full_every) the base step and the\n"
     "                          depth of the longest chain a restore reads\n"
     "  show STEP               a checkpoint's tensors: dtype, shape, chunks, sizes,\n"
-    "                          encoding (full, or delta and its chain depth)\n"
+    "                          encoding (full, or delta and its chain depth), and\n"
+    "                          the s3:// data listing it carries (patterns,\n"
+    "                          objects, tokens)\n"
+    "  show STEP --to FILE     also write that listing to FILE, as the workers'\n"
+    "                          FT_DATA_LISTING reads it (docs/data.md)\n"
     "  restore STEP --to PATH  write the model as Hugging Face GPT-2 safetensors;\n"
     "         [--world N --rank R]  or rank R's raw FSDP shard of every tensor\n"
     "                          (for a run of N ranks) as safetensors. PATH: a new\n"
@@ -453,6 +458,48 @@ static void shape_str(const ckpt_tensor_info *t, char *buf, size_t n) {
     snprintf(buf + l, n - l, ")");
 }
 
+/* The s3:// data listing a checkpoint carries (ckpt_meta.data_json, the
+ * supervisor's docs/data.md "The listing"), in brief: per pattern its
+ * objects, tokens and bytes. Text: one line per pattern on out (NULL: none);
+ * JSON: an array (NULL when the checkpoint has none). */
+static cJSON *data_summary(const char *data, FILE *out) {
+  if (!data) {
+    if (out)
+      fprintf(out, "data    no recorded listing (local data, or a checkpoint older than them)\n");
+    return NULL;
+  }
+  cJSON *root = cJSON_Parse(data), *a = cJSON_CreateArray(), *p;
+  cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(root, "patterns")) {
+    double tokens = 0, bytes = 0;
+    int n = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, cJSON_GetObjectItemCaseSensitive(p, "objects")) {
+      const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+      const cJSON *z = cJSON_GetObjectItemCaseSensitive(o, "size");
+      tokens += cJSON_IsNumber(t) ? t->valuedouble : 0;
+      bytes += cJSON_IsNumber(z) ? z->valuedouble : 0;
+      n++;
+    }
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "pattern", p->string ? p->string : "");
+    cJSON_AddNumberToObject(x, "objects", n);
+    cJSON_AddNumberToObject(x, "tokens", tokens);
+    cJSON_AddNumberToObject(x, "bytes", bytes);
+    cJSON_AddItemToArray(a, x);
+    if (out) {
+      char b[32];
+      human((uint64_t)bytes, b, sizeof b);
+      fprintf(out, "data    %s: %d objects, %.0f tokens, %s\n", p->string ? p->string : "?", n,
+              tokens, b);
+    }
+  }
+  if (out && !cJSON_GetArraySize(a))
+    fprintf(out, "data    a listing of no pattern (%zu bytes, not a data listing?)\n",
+            strlen(data));
+  cJSON_Delete(root);
+  return a;
+}
+
 static int cmd_show(cli *c, const char *arg) {
   int64_t step;
   int rc = parse_step(c, arg, &step);
@@ -463,6 +510,22 @@ static int cmd_show(cli *c, const char *arg) {
     return fail(rc, "show");
   const ckpt_info *i = ckpt_manifest_info(m);
   int nt = ckpt_manifest_ntensors(m);
+  if (c->to) { /* the listing itself, for a host's FT_DATA_LISTING */
+    const char *d = ckpt_manifest_data_json(m);
+    ft_afile f;
+    rc = d ? ckpt_cli_restore_outside(c->to, ckpt_store_dir(c->s)) /* never into the store */
+           : ft_err_set(FT_ENOENT, "checkpoint %" PRId64 " carries no data listing", i->step);
+    if (rc == FT_OK && (rc = ft_afile_open(&f, c->to)) == FT_OK) {
+      if ((rc = ft_afile_write(&f, d, strlen(d))) != FT_OK)
+        ft_afile_abort(&f);
+      else
+        rc = ft_afile_commit(&f);
+    }
+    if (rc) {
+      ckpt_manifest_free(m);
+      return fail(rc, "show --to");
+    }
+  }
   if (c->json) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "run", i->run);
@@ -484,6 +547,8 @@ static int cmd_show(cli *c, const char *arg) {
     cJSON_AddItemToObject(o, "config", cJSON_Parse(ckpt_manifest_config_json(m)));
     cJSON_AddItemToObject(o, "state_json", cJSON_Parse(ckpt_manifest_state_json(m)));
     cJSON_AddItemToObject(o, "metrics", cJSON_Parse(ckpt_manifest_metrics_json(m)));
+    cJSON *d = data_summary(ckpt_manifest_data_json(m), NULL);
+    cJSON_AddItemToObject(o, "data_listing", d ? d : cJSON_CreateNull());
     cJSON *ts = cJSON_AddArrayToObject(o, "tensors");
     for (int k = 0; k < nt; k++) {
       ckpt_tensor_info t;
@@ -534,8 +599,10 @@ static int cmd_show(cli *c, const char *arg) {
     printf("not exact: tensors stored in lossy forms (%s); a resume from it is not bit-exact\n",
            forms);
   }
-  printf("config  %s\nstate   %s\nmetrics %s\n\n", ckpt_manifest_config_json(m),
+  printf("config  %s\nstate   %s\nmetrics %s\n", ckpt_manifest_config_json(m),
          ckpt_manifest_state_json(m), ckpt_manifest_metrics_json(m));
+  cJSON_Delete(data_summary(ckpt_manifest_data_json(m), stdout));
+  printf("\n");
   printf("%-28s %-5s %-22s %7s %11s %11s  %s\n", "TENSOR", "DTYPE", "SHAPE", "CHUNKS", "SIZE",
          "STORED", "ENCODING");
   for (int k = 0; k < nt; k++) {

@@ -157,6 +157,7 @@ typedef struct ckpt_shard_obj {
 struct ckpt_manifest {
   ckpt_info info;
   char *config, *state, *metrics;
+  char *data;           /* ckpt_meta.data_json verbatim; NULL: none (older manifests) */
   ckpt_tensor *tensors; /* sorted by name */
   int ntensors;
   /* Manifest of format 2: the shard objects it is made of (sorted by rank,

@@ -11,7 +11,8 @@
  * is "checksum", the SHA-256 (hex) of the text before it (up to, not
  * including, the comma that precedes the member). A reader recomputes it and
  * refuses a mismatch with FT_ECORRUPT, so a damaged manifest is never
- * mistaken for a smaller checkpoint. config/state/metrics are kept as JSON
+ * mistaken for a smaller checkpoint. config/state/metrics (and "data",
+ * present only when ckpt_meta.data_json was given) are kept as JSON
  * *strings*, byte for byte as given: the store never re-parses them (a
  * uint64 RNG state would not survive a double).
  *
@@ -579,6 +580,7 @@ void ckpt_manifest_free(ckpt_manifest *m) {
   free(m->config);
   free(m->state);
   free(m->metrics);
+  free(m->data);
   free(m);
 }
 
@@ -638,7 +640,8 @@ int ckpt_manifest_build(const ckpt_meta *meta, ckpt_shard *const *shards, int ns
   m->config = xstrdup(meta->config_json);
   m->state = xstrdup(meta->state_json);
   m->metrics = xstrdup(meta->metrics_json);
-  if (!m->tensors || !m->config || !m->state || !m->metrics) {
+  m->data = meta->data_json ? strdup(meta->data_json) : NULL;
+  if (!m->tensors || !m->config || !m->state || !m->metrics || (meta->data_json && !m->data)) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
   }
@@ -736,7 +739,8 @@ int ckpt_manifest_build_refs(const ckpt_meta *meta, ckpt_shard *const *shards, i
   ckpt_manifest *m = calloc(1, sizeof *m);
   if (!m || !(m->objs = calloc((size_t)nshards, sizeof *m->objs)) ||
       !(m->config = xstrdup(meta->config_json)) || !(m->state = xstrdup(meta->state_json)) ||
-      !(m->metrics = xstrdup(meta->metrics_json))) {
+      !(m->metrics = xstrdup(meta->metrics_json)) ||
+      (meta->data_json && !(m->data = strdup(meta->data_json)))) {
     ckpt_manifest_free(m);
     return ft_err_set(FT_ENOMEM, "out of memory");
   }
@@ -865,6 +869,8 @@ char *ckpt_manifest_to_json(const ckpt_manifest *m) {
   cJSON_AddStringToObject(root, "config", m->config);
   cJSON_AddStringToObject(root, "state", m->state);
   cJSON_AddStringToObject(root, "metrics", m->metrics);
+  if (m->data) /* absent: none */
+    cJSON_AddStringToObject(root, "data", m->data);
   if (m->nobjs) { /* version 2: the shard objects, in rank order, and the totals */
     ckpt_shard_sum u = {.logical = i->logical_bytes,
                         .stored = i->stored_bytes,
@@ -949,6 +955,15 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
   m->config = strdup(cfg);
   m->state = strdup(st);
   m->metrics = strdup(me);
+  const cJSON *dj = cJSON_GetObjectItemCaseSensitive(root, "data");
+  if (dj && !cJSON_IsString(dj)) {
+    rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: \"data\" is not a string");
+    goto out;
+  }
+  if (dj && !(m->data = strdup(dj->valuestring))) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+    goto out;
+  }
   int n = ts ? cJSON_GetArraySize(ts) : 0;
   m->tensors = calloc((size_t)(n ? n : 1), sizeof *m->tensors);
   if (!m->config || !m->state || !m->metrics || !m->tensors) {
@@ -1149,6 +1164,9 @@ const char *ckpt_manifest_state_json(const ckpt_manifest *m) {
 }
 const char *ckpt_manifest_metrics_json(const ckpt_manifest *m) {
   return m->metrics;
+}
+const char *ckpt_manifest_data_json(const ckpt_manifest *m) {
+  return m->data;
 }
 int ckpt_manifest_ntensors(const ckpt_manifest *m) {
   return m->ntensors;

@@ -701,6 +701,34 @@ int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest 
   return FT_OK;
 }
 
+int ckpt_store_load_data(ckpt_store *s, const char *run, int64_t step, char **data) {
+  *data = NULL;
+  ckpt_info info;
+  char key[256], *val = NULL;
+  size_t len = 0;
+  int rc = ckpt_store_get_info(s, run, step, &info);
+  if (rc == FT_ENOENT && s->tier->foreign_commits) {
+    ckpt_objkey_manifest(key, sizeof key, run, step);
+    rc = ckpt_get_text(s->tier, key, &val, &len);
+  } else if (rc == FT_OK && info.state == CKPT_PENDING) {
+    rc = ft_err_set(FT_ENOENT, "checkpoint %s step %" PRId64 " is pending (not committed)", run,
+                    step);
+  } else if (rc == FT_OK) {
+    ckpt_key_man(key, sizeof key, run, step);
+    if ((rc = ckpt_catalog_get(s->cat, key, &val, NULL)) == FT_ENOENT)
+      rc = ft_err_set(FT_ECORRUPT, "catalog: checkpoint %s step %" PRId64 " has no manifest", run,
+                      step);
+  }
+  ckpt_manifest *m = NULL;
+  if (rc == FT_OK && (rc = ckpt_manifest_from_json(val, &m)) != FT_OK)
+    rc = ckpt_err_wrap(rc, "checkpoint %s step %" PRId64, run, step);
+  if (rc == FT_OK && m->data && !(*data = strdup(m->data)))
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  ckpt_manifest_free(m);
+  free(val);
+  return rc;
+}
+
 /* ---- reading ranges ------------------------------------------------------------------ */
 
 typedef struct read_job {

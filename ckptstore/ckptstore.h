@@ -232,14 +232,19 @@ typedef struct ckpt_meta {
   const char *config_json;  /* model and train config */
   const char *state_json;   /* data-loader position, RNG state, ... */
   const char *metrics_json; /* metrics at the step */
-  int level;                /* enum ckpt_level: CKPT_LEVEL_MEMORY commits a
-                               checkpoint whose chunks are only in workers'
-                               memory (no chunk checked or written in the
-                               store); otherwise the store's own level */
-  uint64_t memory_epoch;    /* memory level: ckpt_store_memory_epoch when its
-                               shards were made; a ckpt_store_drop_memory on
-                               this handle since then refuses the commit
-                               (FT_ECANCELED). 0: no such check */
+  /* What the run's data was (the supervisor's recorded s3:// listing,
+   * docs/data.md "The listing"): opaque JSON text kept verbatim under the
+   * manifest's "data" key. NULL: none (the key is absent, as in manifests
+   * older than it); unlike the three above, never "{}". */
+  const char *data_json;
+  int level;             /* enum ckpt_level: CKPT_LEVEL_MEMORY commits a
+                            checkpoint whose chunks are only in workers'
+                            memory (no chunk checked or written in the
+                            store); otherwise the store's own level */
+  uint64_t memory_epoch; /* memory level: ckpt_store_memory_epoch when its
+                            shards were made; a ckpt_store_drop_memory on
+                            this handle since then refuses the commit
+                            (FT_ECANCELED). 0: no such check */
 } ckpt_meta;
 
 /* Commits a checkpoint: checks that the shards are of (run, step), cover
@@ -349,6 +354,10 @@ int ckpt_store_prefetch(ckpt_store *s, const char *run, int64_t step, const int 
                         uint64_t *fetched);
 
 int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out);
+/* The ckpt_meta.data_json a committed checkpoint carries, without reading
+ * its shard objects (what ckpt_store_load does for a manifest of many
+ * ranks): *data malloc'd (caller frees), NULL when it carries none. */
+int ckpt_store_load_data(ckpt_store *s, const char *run, int64_t step, char **data);
 /* Manifest <-> JSON text (versioned; last member "checksum" = SHA-256 of the
  * text before it), as the catalog and the tier keep it: to hand a manifest
  * to a process that cannot load it from its store (a memory-level one, in
@@ -362,6 +371,8 @@ const ckpt_info *ckpt_manifest_info(const ckpt_manifest *m);
 const char *ckpt_manifest_config_json(const ckpt_manifest *m);
 const char *ckpt_manifest_state_json(const ckpt_manifest *m);
 const char *ckpt_manifest_metrics_json(const ckpt_manifest *m);
+/* ckpt_meta.data_json as committed, valid while m lives; NULL: none. */
+const char *ckpt_manifest_data_json(const ckpt_manifest *m);
 int ckpt_manifest_ntensors(const ckpt_manifest *m);
 typedef struct ckpt_tensor_info {
   const char *name;

@@ -350,7 +350,9 @@ typedef struct sup {
   char state_dir[4096];
   char store_uri[4096];
   char worker_path[4096];
-  long long steps_override; /* -1: none */
+  struct sup_listing *listing; /* s3:// data: the listing file the checkpoints carry
+                                  (sup_listing.h); NULL: local data */
+  long long steps_override;    /* -1: none */
   const char *const *sets;
   int nsets;
   int N, S, G, nnodes;

@@ -115,6 +115,7 @@
  */
 #include "sup_int.h"
 #include "sup_launch.h"
+#include "sup_listing.h"
 
 #include "ft_clock.h"
 #include "ft_err.h"
@@ -165,7 +166,8 @@ static void usage(FILE *f) {
   fputs("usage: supervise [--spares N] [--state DIR] [--steps N] [--store URI]\n"
         "                 [--set KEY=VALUE]... [--worker PATH] [--from-scratch]\n"
         "                 [--listen HOST:PORT] [--advertise HOST[:PORT]]\n"
-        "                 [--http HOST:PORT|off] [--accept-runfile-change] RUN.yaml\n"
+        "                 [--http HOST:PORT|off] [--accept-runfile-change]\n"
+        "                 [--relist-data] RUN.yaml\n"
         "       supervise [--state DIR] [--store URI] --unquarantine NODE|all RUN.yaml\n"
         "       supervise status DIR [--json]   (what a run is doing; --help there)\n"
         "       supervise report DIR --out FILE (the dashboard as one HTML file)\n"
@@ -222,6 +224,10 @@ static void usage(FILE *f) {
         "                  take RUN.yaml although it differs from the run file this\n"
         "                  state directory's run was started with (DIR/run.seal.json);\n"
         "                  without it such a start is refused (exit 2)\n"
+        "  --relist-data   s3:// data: list the bucket again instead of reading the\n"
+        "                  listing the run recorded (DIR/data_listing.json moves to\n"
+        "                  DIR/data_listing.json.old; a resume from a checkpoint\n"
+        "                  that carries a listing otherwise writes the checkpoint's)\n"
         "  -h, --help      this text\n"
         "  --version       the version and the git revision it was built from\n"
         "\n"
@@ -448,18 +454,25 @@ static int resolve_store(sup *s, const char *store_arg, const char **from) {
  * the same listing, however the bucket changes while they list, restart or
  * resume. The first to open a pattern records its listing (keys, sizes,
  * ETags) in FT_DATA_LISTING and the others read it (docs/data.md), so the
- * workers get STATE/data_listing.json unless the environment names one.
- * Workers on other hosts need it there too (a shared state directory). */
-static int data_listing_env(sup *s) {
+ * workers get STATE/data_listing.json unless the environment names one;
+ * every checkpoint carries the file's JSON and a resume without the file
+ * gets it back from its checkpoint (sup_listing.h, restore_listing).
+ * *from_env: FT_DATA_LISTING came from the environment. */
+static int data_listing_env(sup *s, int *from_env) {
+  *from_env = 0;
   if (!ft_runfile_is_s3(s->rf.data.train) && !ft_runfile_is_s3(s->rf.data.val))
     return 0;
   const char *set = getenv("FT_DATA_LISTING");
-  if (set && set[0])
-    return 0;
   char path[4200];
-  if (snprintf(path, sizeof path, "%s/data_listing.json", s->state_dir) >= (int)sizeof path ||
-      setenv("FT_DATA_LISTING", path, 1)) {
+  if (set && set[0])
+    *from_env = 1;
+  else if (snprintf(path, sizeof path, "%s/data_listing.json", s->state_dir) >= (int)sizeof path ||
+           setenv("FT_DATA_LISTING", path, 1)) {
     fprintf(stderr, "supervise: cannot set FT_DATA_LISTING=%s/data_listing.json\n", s->state_dir);
+    return -1;
+  }
+  if (sup_listing_new(getenv("FT_DATA_LISTING"), &s->listing)) {
+    fprintf(stderr, "supervise: %s\n", ft_err_detail());
     return -1;
   }
   return 0;
@@ -477,8 +490,11 @@ typedef struct main_ctx {
   const char *listen_arg, *advertise_arg; /* --listen, --advertise */
   const char *http_arg;                   /* --http */
   int spares, spares_given, from_scratch;
-  int accept_runfile; /* --accept-runfile-change */
-  const char **sets;  /* the --set arguments (point into argv), then pin_data's */
+  int accept_runfile;          /* --accept-runfile-change */
+  int relist_data;             /* --relist-data */
+  int listing_env;             /* FT_DATA_LISTING came from the environment */
+  sup_listing_outcome listing; /* what restore_listing did (run_started) */
+  const char **sets;           /* the --set arguments (point into argv), then pin_data's */
   int nsets;
   char set_train[1200], set_val[1200]; /* pin_data's --set arguments */
   const char *store_from;              /* what chose the store (resolve_store) */
@@ -489,21 +505,16 @@ typedef struct main_ctx {
 } main_ctx;
 
 static int parse_args(main_ctx *m, int argc, char **argv) {
-  static const struct option opts[] = {{"spares", 1, 0, 'p'},
-                                       {"state", 1, 0, 'd'},
-                                       {"steps", 1, 0, 'n'},
-                                       {"store", 1, 0, 's'},
-                                       {"set", 1, 0, 'S'},
-                                       {"worker", 1, 0, 'w'},
-                                       {"help", 0, 0, 'h'},
-                                       {"unquarantine", 1, 0, 'U'},
-                                       {"from-scratch", 0, 0, 'F'},
-                                       {"version", 0, 0, 'V'},
-                                       {"listen", 1, 0, 'L'},
-                                       {"advertise", 1, 0, 'A'},
-                                       {"http", 1, 0, 'H'},
-                                       {"accept-runfile-change", 0, 0, 'R'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"spares", 1, 0, 'p'},       {"state", 1, 0, 'd'},
+      {"steps", 1, 0, 'n'},        {"store", 1, 0, 's'},
+      {"set", 1, 0, 'S'},          {"worker", 1, 0, 'w'},
+      {"help", 0, 0, 'h'},         {"unquarantine", 1, 0, 'U'},
+      {"from-scratch", 0, 0, 'F'}, {"version", 0, 0, 'V'},
+      {"listen", 1, 0, 'L'},       {"advertise", 1, 0, 'A'},
+      {"http", 1, 0, 'H'},         {"accept-runfile-change", 0, 0, 'R'},
+      {"relist-data", 0, 0, 'D'},  {0, 0, 0, 0},
+  };
   int ch;
   char oerr[192];
   if (ft_opts_check(argc, argv, opts, oerr, sizeof oerr)) {
@@ -559,6 +570,9 @@ static int parse_args(main_ctx *m, int argc, char **argv) {
       break;
     case 'R':
       m->accept_runfile = 1;
+      break;
+    case 'D':
+      m->relist_data = 1;
       break;
     case 'H':
       m->http_arg = optarg;
@@ -828,7 +842,7 @@ static int prepare_paths(main_ctx *m) {
     fprintf(stderr, "supervise: %s: %s\n", m->state_dir, strerror(errno));
     return SUP_EXIT_USAGE;
   }
-  if (resolve_store(s, m->store_arg, &m->store_from) || data_listing_env(s))
+  if (resolve_store(s, m->store_arg, &m->store_from) || data_listing_env(s, &m->listing_env))
     return SUP_EXIT_USAGE;
   if (m->unquarantine)
     return GO; /* nothing is launched */
@@ -1092,6 +1106,25 @@ static int load_run_state(main_ctx *m) {
   return GO;
 }
 
+/* s3:// data: the listing the workers read, from the checkpoint the run
+ * resumes from when the state directory has none (a fresh --state) or a
+ * different one; --relist-data moves it aside instead (sup_listing.h). Not
+ * with FT_DATA_LISTING from the environment (its file is the operator's).
+ * Before any worker starts. */
+static int restore_listing(main_ctx *m) {
+  sup *s = m->s;
+  m->listing = (sup_listing_outcome){.source = "env", .step = m->latest};
+  if (!s->listing || m->listing_env)
+    return GO;
+  if (sup_listing_restore(s->listing, s->store, s->rf.run, m->latest, m->relist_data, stderr,
+                          &m->listing)) {
+    fprintf(stderr, "supervise: the data listing of checkpoint %" PRId64 ": %s\n", m->latest,
+            ft_err_detail());
+    return SUP_EXIT_STORE;
+  }
+  return GO;
+}
+
 /* The control port. Bound to --listen, else supervisor.listen, else
  * loopback (local launcher) or every interface (a remote one); a bind that
  * fails is a usage error (exit 2) naming the address and where it came
@@ -1345,6 +1378,13 @@ static int run(main_ctx *m) {
     cJSON_AddStringToObject(f, "http", sup_http_addr(s));
   cJSON_AddNumberToObject(f, "steps", (double)s->final_step);
   cJSON_AddNumberToObject(f, "restore_step", (double)m->latest);
+  if (s->listing) { /* s3:// data: where the workers' listing comes from */
+    cJSON *d = cJSON_AddObjectToObject(f, "data_listing");
+    cJSON_AddStringToObject(d, "file", getenv("FT_DATA_LISTING"));
+    cJSON_AddStringToObject(d, "source", m->listing.source);
+    cJSON_AddNumberToObject(d, "step", (double)m->listing.step);
+    cJSON_AddBoolToObject(d, "replaced", m->listing.replaced);
+  }
   sup_events_emit(s->ev, "run_started", f,
                   "run %s gen %" PRIu64 ": %d node(s) x %d worker(s) + %d spare(s), store %s "
                   "(from %s), control port %d on %s, workers dial %s%s%s%s",
@@ -1411,6 +1451,7 @@ static void cleanup(main_ctx *m) {
             ft_err_detail());
   sup_http_free(s);
   sup_kv_free(s->kv);
+  sup_listing_free(s->listing); /* after the commit queue: its lanes read it */
   struct event *evs[] = {s->tick,         s->grace,    s->waitpoll,  s->rejoin_timer,
                          s->coll_timer,   s->sig_chld, s->sig_int,   s->sig_term,
                          g_accept_resume, g_stall_ev,  s->launch_ev, s->deadline_tick,
@@ -1486,6 +1527,8 @@ int main(int argc, char **argv) {
     ex = alloc_pool(&m);
   if (ex == GO)
     ex = load_run_state(&m);
+  if (ex == GO)
+    ex = restore_listing(&m);
   if (ex == GO)
     ex = open_loop(&m);
   if (ex == GO)

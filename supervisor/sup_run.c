@@ -53,6 +53,7 @@
 #include "ft_err.h"
 #include "ft_failpoint.h"
 #include "sup_commitq.h"
+#include "sup_listing.h"
 #include "sup_shardq.h"
 
 #include <cjson/cJSON.h>
@@ -159,6 +160,10 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
   int64_t parent = -1;
   if (p->step > 0 && ckpt_store_latest(s->store, s->rf.run, p->step - 1, &parent) != 0)
     parent = -1;
+  /* s3:// data: the listing its position counts in. Not for memory-level
+   * ones: no later start resumes from them (open_store drops them), and the
+   * persistent commit of the same step, which replaces the record, carries it */
+  char *data = p->level == CKPT_LEVEL_MEMORY ? NULL : sup_listing_text(s->listing);
   ckpt_meta meta = {.run = s->rf.run,
                     .step = p->step,
                     .parent_step = parent,
@@ -167,10 +172,12 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
                     .config_json = p->config,
                     .state_json = p->state,
                     .metrics_json = p->metrics,
+                    .data_json = data,
                     .level = p->level,
                     .memory_epoch = p->memory_epoch};
   double t0 = ft_now_s();
   p->rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
+  free(data);
   p->done_at = ft_now_s();
   p->ms = (p->done_at - t0) * 1e3;
   p->why[0] = 0;

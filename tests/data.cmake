@@ -51,3 +51,11 @@ if(TARGET ftdata)
                      COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_encode_s3.sh
                      LABELS integration s3 TIMEOUT 120)
 endif()
+# supervised runs on s3:// data resumed (a fresh --state: the listing from
+# the checkpoint; the supervisor killed) and recovered (in process, shrink):
+# the bits of the runs on the local copies
+if(TARGET ftdata AND TARGET worker AND TARGET supervise)
+  ft_add_script_test(NAME data_s3_resume
+                     COMMAND bash ${CMAKE_SOURCE_DIR}/tests/integration/data_s3_resume.sh
+                     LABELS integration TIMEOUT 300)
+endif()

@@ -16,7 +16,8 @@
  * run name; every tensor's chunks tile its byte range in order; nbytes is
  * dtype size x shape; a checkpoint's tensors sorted by unique name, so
  * ckpt_manifest_find finds each; a shard's rank below its world) and round-
- * trips: to_json, from_json, to_json gives the same text.
+ * trips: to_json, from_json, to_json gives the same text (and the same
+ * "data" text, when the manifest has one).
  */
 #include "fuzz_common.h"
 
@@ -97,6 +98,9 @@ static void one_manifest(const char *text) {
     char *b = ckpt_manifest_to_json(m2);
     FUZZ_CHECK(!b || strcmp(a, b) == 0);
     free(b);
+    /* the opaque "data" text (a run's data listing) survives, verbatim */
+    const char *d = ckpt_manifest_data_json(m), *d2 = ckpt_manifest_data_json(m2);
+    FUZZ_CHECK((d == NULL) == (d2 == NULL) && (!d || strcmp(d, d2) == 0));
   }
   free(a);
   ckpt_manifest_free(m2);

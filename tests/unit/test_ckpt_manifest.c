@@ -122,6 +122,43 @@ static void test_manifest_json_checksum(void **st) {
   ckpt_shard_free(b);
 }
 
+/* ckpt_meta.data_json: kept verbatim under "data", in the catalog and the
+ * manifest object; absent when not given (as in manifests older than it). */
+static void test_manifest_data(void **st) {
+  fx *f = *st;
+  const char *data = "{\"version\": 1, \"patterns\": {\"s3://b/d/*.bin\": {\"objects\": []}}}";
+  ckpt_shard *a = shard_of(f, 4, 0, 1, 0, 3000), *b = shard_of(f, 6, 0, 1, 0, 3000);
+  ckpt_meta m = {.run = "run", .step = 4, .parent_step = -1, .world = 1, .data_json = data};
+  assert_int_equal(ckpt_store_commit(f->s, &m, &a, 1), FT_OK);
+  m.step = 6;
+  m.data_json = NULL;
+  assert_int_equal(ckpt_store_commit(f->s, &m, &b, 1), FT_OK);
+  ckpt_manifest *man = NULL;
+  char *got = NULL;
+  assert_int_equal(ckpt_store_load(f->s, "run", 4, &man), FT_OK);
+  assert_non_null(ckpt_manifest_data_json(man));
+  assert_string_equal(ckpt_manifest_data_json(man), data);
+  char *js = ckpt_manifest_to_json(man);
+  assert_non_null(strstr(js, "\"data\""));
+  free(js);
+  ckpt_manifest_free(man);
+  assert_int_equal(ckpt_store_load_data(f->s, "run", 4, &got), FT_OK);
+  assert_non_null(got);
+  assert_string_equal(got, data);
+  free(got);
+  assert_int_equal(ckpt_store_load(f->s, "run", 6, &man), FT_OK);
+  assert_null(ckpt_manifest_data_json(man));
+  js = ckpt_manifest_to_json(man);
+  assert_null(strstr(js, "\"data\"")); /* what an older build wrote, and reads */
+  free(js);
+  ckpt_manifest_free(man);
+  assert_int_equal(ckpt_store_load_data(f->s, "run", 6, &got), FT_OK);
+  assert_null(got);
+  assert_int_equal(ckpt_store_load_data(f->s, "run", 5, &got), FT_ENOENT);
+  ckpt_shard_free(a);
+  ckpt_shard_free(b);
+}
+
 static void test_commit_coverage(void **st) {
   fx *f = *st;
   ckpt_meta m = {.run = "run", .step = 9, .parent_step = -1, .world = 3, .loss = 1};
@@ -243,6 +280,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_shard_json_checksum, setup, teardown),
       cmocka_unit_test_setup_teardown(test_manifest_json_checksum, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_manifest_data, setup, teardown),
       cmocka_unit_test_setup_teardown(test_commit_coverage, setup, teardown),
       cmocka_unit_test_setup_teardown(test_manifest_checks_invariants, setup, teardown),
   };
