@@ -35,7 +35,7 @@
  *               sup_seal.c        the run file's sealed snapshot, the
  *                                 generation floor
  *  0 parts      sup_ckpt_events.c, sup_commitq, sup_shardq, sup_view,
- *               sup_assets (supervise) and the ftsup library: sup_conn,
+ *               sup_assets, sup_listing (supervise) and the ftsup library: sup_conn,
  *               sup_events, sup_gang, sup_history, sup_kv, sup_launch,
  *               sup_rollback, sup_wake. They know nothing of the run.
  *

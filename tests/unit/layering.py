@@ -90,7 +90,7 @@ ROOMS = {
 # know nothing of the run. sup_main.c wires the few calls up (sup_hooks).
 LAYERS = [
     ("parts", "sup_assets sup_ckpt_events sup_commitq sup_conn sup_events sup_gang sup_history "
-     "sup_kv sup_launch sup_rollback sup_shardq sup_view sup_wake"),
+     "sup_kv sup_launch sup_listing sup_rollback sup_shardq sup_view sup_wake"),
     ("act", "sup_act sup_nodes sup_seal sup_stall"),
     ("recovery", "sup_recovery"),
     ("detectors", "sup_run sup_watch sup_doctor sup_timers"),
