@@ -20,6 +20,8 @@
 # Blocks of BLOCK bytes (16 KiB: 8 steps of the demo's data per block, so
 # the runs issue GETs all along), prefetch PREFETCH blocks.
 # usage: bench/bench_data_s3.sh [BUILD_DIR]   PAIRS (3) STEPS (300) CLUSTER (1)
+#   the cluster part: CL_STEPS (200) CL_GLOBAL (128) CL_MICRO (64) CL_BLOCK (4096)
+#   CL_PREFETCH (16) CL_TOKENS (2000000)
 set -euo pipefail
 B=$(cd "${1:-build}" && pwd)
 FT_SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +30,13 @@ PAIRS=${PAIRS:-3}
 STEPS=${STEPS:-300}
 BLOCK=${BLOCK:-16384}
 PREFETCH=${PREFETCH:-4}
+# the cluster part (2.): its own geometry and a corpus it does not wrap
+CL_STEPS=${CL_STEPS:-200}
+CL_GLOBAL=${CL_GLOBAL:-128}
+CL_MICRO=${CL_MICRO:-64}
+CL_BLOCK=${CL_BLOCK:-4096}
+CL_PREFETCH=${CL_PREFETCH:-16}
+CL_TOKENS=${CL_TOKENS:-2000000}
 TOKENS_PER_STEP=1024 # demo.yaml: 16 sequences of 64 tokens
 T=$(mktemp -d "${TMPDIR:-/tmp}/bench_data_s3.XXXXXX")
 . "$FT_SRC/tests/integration/s3_lib.sh"
@@ -59,7 +68,7 @@ run() {
 import json, re, sys
 steps = [s for s in map(json.loads, open(sys.argv[1])) if "ms" in s and "step" in s]
 ms = sum(s["ms"] for s in steps)
-io = re.search(r"data: \S+train\S*: (\d+) block GETs, \d+ header GETs, (\d+) requests",
+io = re.search(r"data: \S+train\S*: (\d+) block GETs(?: \(\d+ blocks\))?, \d+ header GETs, (\d+) requests",
                open(sys.argv[2]).read())
 print(len(steps) * int(sys.argv[5]) / (ms / 1000.0), float(sys.argv[4]) - float(sys.argv[3]),
       io.group(1) if io else 0, io.group(2) if io else 0)
@@ -106,16 +115,23 @@ s3_stop
 import statistics, sys
 v = [float(l.split()[0]) for l in sys.stdin]
 print(int(statistics.median(v[len(v) // 5:])))'; }
-  ftc_runfile "$RUN/local.yaml" "$STEPS" "local:$C/shared/ckpt-local"
+  # a host's window (micro_batch x seq_len x 2 bytes) several blocks wide,
+  # as on a real cluster (docs/data.md "Request rates": a host downloads
+  # 1 + block/window times what it uses); the demo's 1 KiB windows are
+  # smaller than the smallest block, so there each host would read the
+  # whole stream (2x the bytes at 2 hosts, all of the link's limit)
+  geo=(-e "s|  global_batch: 16 .*|  global_batch: $CL_GLOBAL|" -e "s|  micro_batch: 8 .*|  micro_batch: $CL_MICRO|")
+  "$FT_BIN/ftdata" synth --out "$RUN/synth" --tokens "$CL_TOKENS" >/dev/null
+  ftc_runfile "$RUN/local.yaml" "$CL_STEPS" "local:$C/shared/ckpt-local" "${geo[@]}"
   ftc_supervise "$RUN/st-local" 2 "$RUN/local.yaml"
   ftc_finish
   lt=$(rate "$RUN/st-local.out")
   bps=$((lt * 2))
   limit=$((bps * 2 * 8 / 1000))
   ftc_moto ftsup-data >/dev/null
-  cluster_exec head "$FT_BIN/ftdata" synth --out s3://ftsup-data/corpus/synth --tokens 300000 >/dev/null
-  export FT_DATA_CACHE=$C/local/datacache FT_DATA_BLOCK_BYTES=$BLOCK FT_DATA_PREFETCH_BLOCKS=$PREFETCH
-  ftc_runfile "$RUN/s3.yaml" "$STEPS" "local:$C/shared/ckpt-s3" \
+  cluster_exec head "$FT_BIN/ftdata" synth --out s3://ftsup-data/corpus/synth --tokens "$CL_TOKENS" >/dev/null
+  export FT_DATA_CACHE=$C/local/datacache FT_DATA_BLOCK_BYTES=$CL_BLOCK FT_DATA_PREFETCH_BLOCKS=$CL_PREFETCH
+  ftc_runfile "$RUN/s3.yaml" "$CL_STEPS" "local:$C/shared/ckpt-s3" "${geo[@]}" \
     -e 's|^data:.*|data: {train: "s3://ftsup-data/corpus/synth_train_*.bin", val: "s3://ftsup-data/corpus/synth_val_*.bin"}|'
   host_rate head "${limit}kbit"
   ftc_supervise "$RUN/st-s3" 2 "$RUN/s3.yaml"
@@ -123,7 +139,8 @@ print(int(statistics.median(v[len(v) // 5:])))'; }
   host_rate head off
   st=$(rate "$RUN/st-s3.out")
   gets=$(grep -c '"GET /ftsup-data/corpus/synth_train_000.bin HTTP/1.1" 206' "$TMP/moto.log") || true
-  echo "  cluster: 2 hosts (namespaces), supervise + slurm launcher, $STEPS steps"
+  echo "  cluster: 2 hosts (namespaces), supervise + slurm launcher, $CL_STEPS steps of $CL_GLOBAL sequences"
+  echo "  (micro-batch $CL_MICRO: a host's window $((CL_MICRO * 128)) bytes), blocks of $CL_BLOCK bytes, prefetch $CL_PREFETCH"
   printf '  %-52s %10s   (reference)\n' "local (shared dir): training tokens/s" "$lt"
   printf '  %-52s %10s   (%s bytes/s of tokens)\n' "  its byte rate" "$bps" "$bps"
   printf '  %-52s %10s   (about 2x the byte rate)\n' "head's link (moto) limited to, kbit/s (tc tbf)" "$limit"

@@ -24,6 +24,13 @@ if(TARGET supervise)
               SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_ckpt_events.c
                       ${CMAKE_SOURCE_DIR}/supervisor/sup_ckpt_events.c
               LIBS ftsup ftwatchdog LABELS unit TIMEOUT 60)
+  # the s3:// data listing kept with the checkpoints (supervisor/sup_listing.c,
+  # part of supervise): its cache, and the restore at a resume against a real
+  # local store
+  ft_add_test(NAME test_sup_listing
+              SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sup_listing.c
+                      ${CMAKE_SOURCE_DIR}/supervisor/sup_listing.c
+              LIBS ftsup LABELS unit TIMEOUT 60)
   # the commit queue (supervisor/sup_commitq.c, part of supervise): lanes,
   # order, and its invariant checks
   ft_add_test(NAME test_sup_commitq
