@@ -140,8 +140,9 @@ static void test_restore(void **st) {
   free(t);
 
   /* the same JSON, formatted otherwise: left as it is */
-  put_file(f->path, "{\n  \"patterns\": {\"s3://b/d/*.bin\": {\"objects\": [{\"etag\": \"\\\"1\\\"\", "
-                    "\"key\": \"d/a.bin\"}]}},\n  \"version\": 1\n}\n");
+  put_file(f->path,
+           "{\n  \"patterns\": {\"s3://b/d/*.bin\": {\"objects\": [{\"etag\": \"\\\"1\\\"\", "
+           "\"key\": \"d/a.bin\"}]}},\n  \"version\": 1\n}\n");
   assert_int_equal(sup_listing_restore(f->l, f->s, "run", 10, 0, err, &o), FT_OK);
   assert_string_equal(o.source, "state");
   assert_int_equal(o.replaced, 0);
