@@ -19,7 +19,7 @@
  * (data_s3.c; docs/data.md): listed once at open (keys in strcmp order,
  * sizes, ETags), every header checked with a ranged GET of its first 1024
  * bytes, or all of that read from a recorded listing (data_listing.c); tokens are read by aligned
- * blocks through a memory cache, a prefetch thread and a bounded cache directory shared by the
+ * blocks through a memory cache, prefetch threads and a bounded cache directory shared by the
  * processes of a host; every read sends If-Match with the listed ETag. The stream, and so every
  * sequence, is the same as the same shards' copied locally. Errors of an S3 loader: data faults
  * (the run's data is wrong: stop, blame nobody) are FT_ENOENT (an object listed is gone), FT_ESTATE
@@ -133,8 +133,8 @@ typedef struct data_reads {
 } data_reads;
 
 /* Tells the loader what is read from sequence r->seq on (r is copied; the
- * trainer: the steps after the one it reads now). The prefetch thread then
- * brings the blocks those windows overlap, whole windows while they fit in
+ * trainer: the steps after the one it reads now). The prefetch threads then
+ * bring the blocks those windows overlap, whole windows while they fit in
  * prefetch_blocks, in the order they will be read, and no others, a run of
  * consecutive blocks with one GET; a later call replaces it (a block only
  * an older one wanted may go). Without a hint the prefetcher reads the

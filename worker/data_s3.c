@@ -38,8 +38,10 @@
  * two <= the bytes one host reads per micro-batch (data_block_bytes_auto;
  * the run file's geometry, so the same on every rank, restart and shrink).
  *
- * Prefetch: a thread of the loader's own brings blocks into memory (and the
- * cache directory) ahead of the reader. With the trainer's hint (data_hint,
+ * Prefetch: PREFETCH_THREADS threads of the loader's own bring blocks into
+ * memory (and the cache directory) ahead of the reader, each the next run
+ * of missing blocks no other has claimed (so one GET's latency hides behind
+ * another's transfer). With the trainer's hint (data_hint,
  * each step: this rank's next windows) it brings the first prefetch_blocks
  * blocks those windows overlap, in the order they will be read, and no
  * other: in a large world the blocks after a rank's window are other
@@ -84,6 +86,10 @@
 
 #define HDR DATA_HEADER_BYTES
 #define LOCK_STRIPES 64
+/* prefetch threads of a loader: a GET's latency (a far or shaped link)
+ * is hidden behind another's transfer; each takes the next run of blocks
+ * the plan lacks that no other has claimed */
+#define PREFETCH_THREADS 2
 #define TMP_ORPHAN_S 600 /* a temp file this old is a dead writer's */
 
 enum { B_EMPTY, B_LOADING, B_READY };
@@ -118,8 +124,8 @@ struct data_s3 {
   uint64_t tick;
   pthread_mutex_t disk_mu;
   int warned_disk;
-  pthread_t th;
-  int th_on, stop;
+  pthread_t th[PREFETCH_THREADS];
+  int th_on, stop; /* th_on: the threads started */
   int want_k;
   uint64_t want_j, want_gen;
   int hinted;      /* the trainer hints (data_hint): no more "after each read" */
@@ -955,10 +961,10 @@ int data_s3_open(const char *uri, int vocab_size, const data_opts *o, data_loade
   s->nslot = 2 * s->depth + 2; /* the step read now's, the next ones', the reader's */
   if (!(s->slot = calloc((size_t)s->nslot, sizeof *s->slot)))
     return ft_err_set(FT_ENOMEM, "out of memory");
-  if (s->depth > 0) {
-    if (pthread_create(&s->th, NULL, prefetch_main, s) != 0)
-      return ft_err_set(FT_ENOMEM, "%s: cannot start the prefetch thread", uri);
-    s->th_on = 1;
+  for (int i = 0; s->depth > 0 && i < PREFETCH_THREADS; i++) {
+    if (pthread_create(&s->th[i], NULL, prefetch_main, s) != 0)
+      return ft_err_set(FT_ENOMEM, "%s: cannot start the prefetch threads", uri);
+    s->th_on = i + 1;
   }
   return FT_OK;
 }
@@ -988,7 +994,8 @@ void data_s3_free(data_s3 *s) {
     s->stop = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    pthread_join(s->th, NULL);
+    for (int i = 0; i < s->th_on; i++)
+      pthread_join(s->th[i], NULL);
   }
   if (s->rd && s->nob) {
     data_io_stats st = {0};
