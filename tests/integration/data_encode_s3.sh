@@ -92,12 +92,7 @@ rc=0
 pass "a wrong key: exit 3 naming the key's source, nothing written; no bucket: exit 3; no name: exit 2"
 
 # ---- killed mid-object: nothing half-written is listed ---------------------------
-PP=$(free_port)
-echo ok >"$TMP/mode"
-python3 "$FT_SRC/chaos/s3_faults.py" --listen "$PP" --upstream "$S3_PORT" --mode-file "$TMP/mode" \
-  --log "$TMP/proxy.log" >"$TMP/proxy.out" 2>&1 &
-PROXY_PID=$!
-s3_wait_port "$PP" "$PROXY_PID" || fail "proxy did not start: $(cat "$TMP/proxy.out")"
+s3_proxy_start "$TMP"
 FT_DATA_S3_ENDPOINT="http://127.0.0.1:$PP" "$FTDATA" synth --out s3://corpus/kill/s "${SYN[@]}" \
   >"$TMP/kill.out" 2>&1 &
 KPID=$!

@@ -240,12 +240,7 @@ pass "world 4 as 2 hosts of 2: same bits as local; each host GETs only the block
 # directory, no prefetch, 4 KiB blocks: every step or two GETs a block, so
 # blocks are still to be read when the mode changes (the worker stopped
 # with SIGSTOP meanwhile, so no read slips past the change).
-PP=$(free_port)
-echo ok >"$TMP/mode"
-python3 "$FT_SRC/chaos/s3_faults.py" --listen "$PP" --upstream "$S3_PORT" --mode-file "$TMP/mode" \
-  --log "$TMP/proxy.log" >"$TMP/proxy.out" 2>&1 &
-PROXY_PID=$!
-s3_wait_port "$PP" "$PROXY_PID" || fail "proxy did not start: $(cat "$TMP/proxy.out")"
+s3_proxy_start "$TMP"
 proxied() { # NAME MODE STEPS [worker args]: MODE from the end of the first step on
   local name=$1 m=$2 steps=$3
   shift 3

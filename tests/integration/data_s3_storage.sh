@@ -37,12 +37,7 @@ mkdir -p "$TMP/loc"
 aws_s3 s3 cp --recursive --exclude '*' --include 'synth_train_*.bin' "$TMP/loc" s3://data/c/ \
   >/dev/null || fail "upload"
 
-PP=$(free_port)
-echo ok >"$TMP/mode"
-python3 "$FT_SRC/chaos/s3_faults.py" --listen "$PP" --upstream "$S3_PORT" --mode-file "$TMP/mode" \
-  --log "$TMP/proxy.log" >"$TMP/proxy.out" 2>&1 &
-PROXY_PID=$!
-s3_wait_port "$PP" "$PROXY_PID" || fail "proxy did not start: $(cat "$TMP/proxy.out")"
+s3_proxy_start "$TMP"
 
 STEPS=30
 SUPPID=
@@ -98,9 +93,13 @@ start base
 finish base
 [ "$(step_losses base | wc -l)" -eq $STEPS ] || fail "base: $(step_losses base | wc -l) step events"
 # a healthy bucket's reads (a GET every step or two, milliseconds each) are
-# no wait to speak of
-! has_event "$TMP/base" data_wait ||
-  fail "base: data_wait on a healthy bucket: $(grep '"data_wait"' "$TMP/base/events.jsonl" | head -2)"
+# no wait to speak of: a read only counts once a beat shows it still going
+# a heartbeat interval after it began (a loaded machine may stretch one or
+# two GETs that far; judging the beats on the loop's clock instead made
+# most reads a wait)
+nw=$(grep -c '"event":"data_wait"' "$TMP/base/events.jsonl") || true
+[ "$nw" -le 2 ] ||
+  fail "base: $nw data_wait on a healthy bucket: $(grep '"data_wait"' "$TMP/base/events.jsonl" | head -2)"
 
 # ---- a. 503 SlowDown for 4 s: the step waits, says so, and goes on -------------------
 FT_S3_RETRIES=30 FT_S3_RETRY_BUDGET_S=60 start slow

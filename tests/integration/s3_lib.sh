@@ -16,6 +16,9 @@
 #   s3_stop             kills the server
 #   aws_s3 ARGS...      the aws cli against the server (same key)
 #   free_port           prints a free TCP port on 127.0.0.1
+#   s3_proxy_start DIR  chaos/s3_faults.py in front of the server on a free
+#                       port, its mode file DIR/mode (written "ok"), its log
+#                       DIR/proxy.log; sets PP (its port) and PROXY_PID
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
@@ -35,6 +38,15 @@ s3_wait_port() { # PORT PID
     sleep 0.1
   done
   return 1
+}
+
+s3_proxy_start() { # DIR
+  PP=$(free_port)
+  echo ok >"$1/mode"
+  python3 "$FT_SRC/chaos/s3_faults.py" --listen "$PP" --upstream "$S3_PORT" --mode-file "$1/mode" \
+    --log "$1/proxy.log" >"$1/proxy.out" 2>&1 &
+  PROXY_PID=$!
+  s3_wait_port "$PP" "$PROXY_PID" || fail "proxy did not start: $(cat "$1/proxy.out")"
 }
 
 s3_start() {
