@@ -82,6 +82,15 @@
  *    FT_RUN_TOKEN into sh's environment (a template that crosses machines
  *    must forward it itself); the ssh launcher writes it to ssh's stdin
  *    instead (sup_launch.h, docs/multihost.md).
+ *  - s3:// data (data_listing_env, restore_listing, sup_listing.h): the
+ *    workers get FT_DATA_LISTING=DIR/data_listing.json unless the
+ *    environment names one; every checkpoint carries that file's JSON, and
+ *    at start, before any worker, a resume whose checkpoint carries a
+ *    listing writes it there when DIR has none or a different one (the old
+ *    kept as .old, a warning); --relist-data moves the file aside instead
+ *    so the workers list again. run_started carries data_listing {file,
+ *    source, step, replaced}. A checkpoint whose listing cannot be read is
+ *    exit 4 (the store's), never a run on another listing.
  *  - The control port is also written to DIR/control.port (for tools and
  *    tests) and carried by the run_started event.
  *  - Addresses (bind_control): the control port binds --listen >

@@ -25,6 +25,14 @@
  * reader that saw any store of a later write sees s2 != k. The reader
  * never retries: a slot being written (by a thread the reader interrupted,
  * in a signal handler) or reused ends its list.
+ *
+ * Storage waits (progress_wait_*): the phase storage_wait goes through the
+ * record like any phase; why the thread waits (the S3 client's last retry:
+ * reason and attempt, worker/data_wait.c) is one atomic word beside the
+ * record, relaxed: a hint the control thread copies into the next
+ * HEARTBEAT, written by whichever thread's request was retried, cleared
+ * when the wait ends. It needs no ordering with the record: a beat that
+ * pairs the phase with the previous note only says the older reason.
  */
 #include "progress.h"
 

@@ -20,6 +20,11 @@
  *    interrupted thousands of times, mid-write too; the handler's ring
  *    read and try-read never wait (a wait there would never end: the test
  *    would time out), and what they return is whole.
+ * 5. Storage waits (progress_wait_*): begin enters storage_wait and keeps
+ *    the phase it interrupted, a repeated begin keeps the change time
+ *    unless the thread restarts its own request, end restores the phase
+ *    and clears the note (a wait inside validation goes back to it); the
+ *    note holds the last reason and attempt.
  * FT_PROGRESS_ITERS sets the writes per writer (default 1,000,000).
  */
 #include <pthread.h>

@@ -10,7 +10,9 @@
  * against an independent HMAC of the documented input; generation fencing;
  * the HEARTBEAT's progress (version 7: every phase and the extremes round
  * trip, a phase out of range is refused by decode and encode, a version-6
- * heartbeat is refused as truncated).
+ * heartbeat is refused as truncated; version 9: the wait reason and attempt
+ * round trip, a reason out of range is refused, a version-8 heartbeat is
+ * refused as truncated).
  * Every frame handed to the decoder sits in its own exact-size malloc block,
  * so ASan sees any read past its end.
  *
