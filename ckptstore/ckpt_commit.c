@@ -344,6 +344,14 @@ int ckpt_store_commit(ckpt_store *s, const ckpt_meta *meta, ckpt_shard *const *s
                       meta->run, meta->step);
   int rc = objs ? ckpt_manifest_build_refs(meta, shards, nshards, &m)
                 : ckpt_manifest_build(meta, shards, nshards, &m);
+  /* and the index of its shard objects (format 3), written before C3: its
+   * objects are younger than any GC's cutoff until the commit records
+   * them, and one left by a failed commit is swept as an unnamed shard
+   * object is */
+  if (rc == FT_OK && objs && (rc = ckpt_index_write(s->tier, m)) != FT_OK) {
+    ckpt_manifest_free(m);
+    return ckpt_err_wrap(rc, "commit of %s step %" PRId64, meta->run, meta->step);
+  }
   if (rc)
     return rc;
   int nrefs = objs ? 0 : m->info.nchunks, k = 0;

@@ -47,15 +47,18 @@
  *      synced batch deleting their catalog records [ckpt_catalog_write].
  *   G4 mark: collect every chunk hash named by a manifest still in the
  *      catalog [mark_cb]; of a manifest made of shard objects (format 2),
- *      the objects' names; release meta_mu.
- *   G4b mark the chunks those shard objects name, read now, without
- *      meta_mu [mark_objs; why that is safe: there].
+ *      the objects' names (format 3: the root of their index); release
+ *      meta_mu.
+ *   G4b mark the rest of a format 3 index (its objects and the shard
+ *      objects they name), then the chunks the shard objects name, read
+ *      now, without meta_mu [mark_objs; why that is safe: there].
  *   G5 sweep: for every object under chunks/ not in the marked set (this
  *      includes leftovers of interrupted writes), delete it if its timestamp
  *      is older than the cutoff [tier->del_if_older: rename aside, re-check
  *      the timestamp, then unlink or rename back].
- *      Shard objects no kept checkpoint names are swept the same way: a
- *      shard not yet committed is younger than the cutoff.
+ *      Shard objects (and index objects, kept beside them) no kept
+ *      checkpoint names are swept the same way: a shard not yet committed,
+ *      and the index a commit under way wrote, are younger than the cutoff.
  *   G6 drop the "first seen" catalog entries of the deleted chunks.
  *   Also swept: temp files of manifest writes a crash left (older than a
  *   minute, and the process named in their name is not alive).
@@ -187,6 +190,9 @@ static int check_mark_cb(void *ud, const char *key, const char *val, size_t vlen
       FT_ASSERT_INV(ckpt_hashset_has(&g->shards, m->objs[i].hash, CKPT_HASH_LEN),
                     "I1: shard object %d of %s step %" PRId64 " not marked", i, m->info.run,
                     m->info.step);
+    /* format 3: its index root (G4b marked the rest of its index) */
+    FT_ASSERT_INV(!m->has_index || ckpt_hashset_has(&g->shards, m->index_root, CKPT_HASH_LEN),
+                  "I1: index root of %s step %" PRId64 " not marked", m->info.run, m->info.step);
     for (int t = 0; t < m->ntensors; t++)
       for (int k = 0; k < m->tensors[t].nchunks; k++) {
         const ckpt_chunk_ref *r = &m->tensors[t].chunks[k];
@@ -407,10 +413,13 @@ static int mark_cb(void *ud, const char *key, const char *val, size_t vlen) {
   int rc = ckpt_manifest_from_json(val, &m);
   if (rc)
     return ckpt_err_wrap(rc, "gc stopped, nothing swept: catalog manifest %s is unreadable", key);
-  if (m->nobjs && !is_dropped(g, m->info.run, m->info.step)) {
-    /* its shard objects now, their chunks after meta_mu (G4b) */
+  if (ckpt_manifest_has_objs(m) && !is_dropped(g, m->info.run, m->info.step)) {
+    /* its shard objects now (format 3: the root of their index), the rest
+     * of its index and their chunks after meta_mu (G4b) */
     for (int i = 0; i < m->nobjs && rc == FT_OK; i++)
       rc = ckpt_hashset_put(&g->shards, m->objs[i].hash, CKPT_HASH_LEN, 1);
+    if (rc == FT_OK && m->has_index)
+      rc = ckpt_hashset_put(&g->shards, m->index_root, CKPT_HASH_LEN, 1);
     if (rc == FT_OK && g->nobjmans == g->capobjmans) {
       size_t cap = g->capobjmans ? 2 * g->capobjmans : 8;
       ckpt_manifest **n = realloc(g->objmans, cap * sizeof *n);
@@ -442,6 +451,14 @@ static int mark_objs(gc_ctx *g) {
   int rc = FT_OK;
   for (size_t i = 0; i < g->nobjmans && rc == FT_OK; i++) {
     ckpt_manifest *m = g->objmans[i];
+    /* format 3: every object of its index, and the shard objects it names
+     * (a missing or damaged one stops the GC, named) */
+    if (m->has_index && (rc = ckpt_index_load_tier(g->s->tier, m)) != FT_OK)
+      rc = ckpt_err_wrap(rc, "gc stopped, nothing swept");
+    for (int k = 0; k < m->nnodes && rc == FT_OK; k++)
+      rc = ckpt_hashset_put(&g->shards, m->nodes[k], CKPT_HASH_LEN, 1);
+    for (int k = 0; m->has_index && k < m->nobjs && rc == FT_OK; k++)
+      rc = ckpt_hashset_put(&g->shards, m->objs[k].hash, CKPT_HASH_LEN, 1);
     for (int k = 0; k < m->nobjs && rc == FT_OK; k++) { /* one shard at a time */
       ckpt_shard *sh = NULL;
       rc = ckpt_shard_obj_read(g->s->tier, m, &m->objs[k], &sh);

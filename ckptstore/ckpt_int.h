@@ -148,11 +148,32 @@ struct ckpt_shard {
   ckpt_shard_sum sum;
 };
 
-/* A checkpoint's shard object, as its manifest names it. */
+/* A checkpoint's shard object, as its manifest (or its index) names it. */
 typedef struct ckpt_shard_obj {
   int rank;
   uint8_t hash[CKPT_HASH_LEN];
 } ckpt_shard_obj;
+
+/* The index of a checkpoint of shard objects (format 3, ckpt_manifest.c):
+ * a tree of index objects, stored as shard objects are (shards/<SHA-256
+ * of the text>) and read as they are (checked against their name and that
+ * they belong to the checkpoint). A node of level 0 names up to
+ * CKPT_INDEX_FANOUT shard objects, each with the ranks [lo, hi) it holds;
+ * a node of level L > 0 names up to CKPT_INDEX_FANOUT nodes of level L-1
+ * with the ranks each covers. The entries of a node tile its ranks in
+ * order; the root covers [0, world). Keyed by rank ranges so that one
+ * entry may later hold several ranks (one shard object per host); this
+ * build writes and reads one rank per shard object. */
+#define CKPT_INDEX_FANOUT 256
+typedef struct ckpt_index_ent {
+  int lo, hi; /* ranks [lo, hi) */
+  uint8_t hash[CKPT_HASH_LEN];
+} ckpt_index_ent;
+typedef struct ckpt_index_node {
+  uint8_t hash[CKPT_HASH_LEN];
+  int level, n;
+  ckpt_index_ent *e;
+} ckpt_index_node;
 
 struct ckpt_manifest {
   ckpt_info info;
@@ -166,7 +187,24 @@ struct ckpt_manifest {
   ckpt_shard_obj *objs;
   int nobjs;
   int expanded;
+  /* Format 3: the manifest names the root of its index instead of every
+   * shard object (has_index 1; depth: levels of the tree). objs is empty
+   * until the whole index is read (ckpt_index_load_tier); nodes then holds
+   * the names of the index objects read, children before their parent. */
+  int has_index, index_depth;
+  uint8_t index_root[CKPT_HASH_LEN];
+  uint8_t (*nodes)[CKPT_HASH_LEN];
+  int nnodes;
+  /* A manifest of only the chunks some ranges need
+   * (ckpt_store_load_for_ranges): its tensors hold those chunks alone. */
+  int partial;
+  /* Bytes of index and shard objects read into this manifest (for
+   * ckpt_read_stats.meta_bytes). */
+  uint64_t meta_read;
 };
+
+/* 1 for a manifest of shard objects (format 2 or 3). */
+int ckpt_manifest_has_objs(const ckpt_manifest *m);
 
 /* Logical bytes of a tensor from dtype and shape; 0 if the dtype is unknown
  * or the shape invalid. */
@@ -214,10 +252,24 @@ int ckpt_run_name_ok(const char *run);
 int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m);
 /* Reads shard object o of m from t: FT_ECORRUPT naming it if it is
  * missing, its bytes do not hash to its name or it is not a shard. */
-int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
-                        ckpt_shard **out);
+int ckpt_shard_obj_read(ckpt_tier *t, ckpt_manifest *m, const ckpt_shard_obj *o, ckpt_shard **out);
 /* ckpt_manifest_from_json, then ckpt_manifest_expand_tier. */
 int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out);
+
+/* Writes the index of m's shard objects (m->objs, in rank order) into t:
+ * its nodes, leaves first, each content-addressed; sets m->has_index,
+ * index_root and index_depth, so m is written in format 3. */
+int ckpt_index_write(ckpt_tier *t, ckpt_manifest *m);
+/* Reads the whole index of a format 3 manifest: fills m->objs (one per
+ * rank) and m->nodes; a no-op when objs are there. FT_ECORRUPT naming the
+ * index object that is missing, damaged or not of this checkpoint. */
+int ckpt_index_load_tier(ckpt_tier *t, ckpt_manifest *m);
+/* Reads index node hash of m, expected at level with ranks [lo, hi):
+ * checked against its name, its checkpoint, level and ranks (FT_ECORRUPT
+ * naming it otherwise). *node: free with ckpt_index_node_release. */
+int ckpt_index_node_read(ckpt_tier *t, ckpt_manifest *m, const uint8_t hash[CKPT_HASH_LEN],
+                         int level, int lo, int hi, ckpt_index_node *node);
+void ckpt_index_node_release(ckpt_index_node *node);
 
 /* ---- catalog (ckpt_catalog.c) ---------------------------------------------- */
 
@@ -358,6 +410,8 @@ struct ckpt_store {
   ckpt_remote_fn remote;
   void *remote_ud;
   uint64_t rd_remote_bytes, rd_remote_rejected;
+  /* manifest, index and shard object bytes read by loads (atomic) */
+  uint64_t rd_meta_bytes;
 };
 
 /* ckpt_memory.c: chunks kept in memory, by hash (ckpt_store_keep_in_memory). */

@@ -51,6 +51,10 @@
 /* A checkpoint manifest of version 2 names its shard objects instead of
  * listing its tensors (ckpt_manifest_build_refs). */
 #define MAN_VERSION_REFS 2
+/* Version 3 names the root of an index of its shard objects instead
+ * (ckpt_index_write): a manifest of a few hundred bytes at any world. */
+#define MAN_VERSION_INDEX 3
+#define INDEX_FORMAT "ftckpt-index"
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -577,6 +581,7 @@ void ckpt_manifest_free(ckpt_manifest *m) {
     ckpt_tensor_release(&m->tensors[i]);
   free(m->tensors);
   free(m->objs);
+  free(m->nodes);
   free(m->config);
   free(m->state);
   free(m->metrics);
@@ -842,6 +847,7 @@ int ckpt_manifest_fill(ckpt_manifest *m, ckpt_shard *const *shards, int nshards)
   m->info.depth = b->info.depth;
   m->info.lossy = b->info.lossy;
   m->expanded = 1;
+  m->partial = 0;
   ckpt_manifest_free(b);
   return FT_OK;
 }
@@ -854,7 +860,10 @@ char *ckpt_manifest_to_json(const ckpt_manifest *m) {
     return NULL;
   const ckpt_info *i = &m->info;
   cJSON_AddStringToObject(root, "format", MAN_FORMAT);
-  cJSON_AddNumberToObject(root, "version", m->nobjs ? MAN_VERSION_REFS : FORMAT_VERSION);
+  cJSON_AddNumberToObject(root, "version",
+                          m->has_index ? MAN_VERSION_INDEX
+                          : m->nobjs   ? MAN_VERSION_REFS
+                                       : FORMAT_VERSION);
   cJSON_AddStringToObject(root, "run", i->run);
   cJSON_AddNumberToObject(root, "step", (double)i->step);
   cJSON_AddNumberToObject(root, "parent", (double)i->parent_step);
@@ -871,7 +880,7 @@ char *ckpt_manifest_to_json(const ckpt_manifest *m) {
   cJSON_AddStringToObject(root, "metrics", m->metrics);
   if (m->data) /* absent: none */
     cJSON_AddStringToObject(root, "data", m->data);
-  if (m->nobjs) { /* version 2: the shard objects, in rank order, and the totals */
+  if (m->nobjs || m->has_index) { /* versions 2 and 3: the totals, then the shard objects */
     ckpt_shard_sum u = {.logical = i->logical_bytes,
                         .stored = i->stored_bytes,
                         .new_bytes = i->new_bytes,
@@ -881,18 +890,26 @@ char *ckpt_manifest_to_json(const ckpt_manifest *m) {
                         .lossy = i->lossy,
                         .base_step = i->base_step};
     sum_to_json(cJSON_AddObjectToObject(root, "totals"), &u);
-    cJSON *sh = cJSON_AddArrayToObject(root, "shards");
-    for (int k = 0; k < m->nobjs; k++) {
+    if (m->has_index) { /* version 3: the root of their index */
       char hex[CKPT_HEX_LEN + 1];
-      ckpt_hex(m->objs[k].hash, hex);
-      cJSON_AddItemToArray(sh, cJSON_CreateString(hex));
+      ckpt_hex(m->index_root, hex);
+      cJSON *ix = cJSON_AddObjectToObject(root, "index");
+      cJSON_AddStringToObject(ix, "root", hex);
+      cJSON_AddNumberToObject(ix, "depth", m->index_depth);
+    } else { /* version 2: every one, in rank order */
+      cJSON *sh = cJSON_AddArrayToObject(root, "shards");
+      for (int k = 0; k < m->nobjs; k++) {
+        char hex[CKPT_HEX_LEN + 1];
+        ckpt_hex(m->objs[k].hash, hex);
+        cJSON_AddItemToArray(sh, cJSON_CreateString(hex));
+      }
     }
   } else {
     cJSON *ts = cJSON_AddArrayToObject(root, "tensors");
     for (int k = 0; k < m->ntensors; k++)
       cJSON_AddItemToArray(ts, tensor_to_json(&m->tensors[k], 0));
   }
-  char *s = seal(root, m->nobjs ? 0 : 1);
+  char *s = seal(root, m->nobjs || m->has_index ? 0 : 1);
   cJSON_Delete(root);
   return s;
 }
@@ -915,12 +932,18 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
     goto out;
   }
   int version = 0;
-  if ((rc = check_header_v(root, MAN_FORMAT, "checkpoint manifest", MAN_VERSION_REFS, &version)))
+  if ((rc = check_header_v(root, MAN_FORMAT, "checkpoint manifest", MAN_VERSION_INDEX, &version)))
     goto out;
   const cJSON *objs = cJSON_GetObjectItemCaseSensitive(root, "shards");
-  if (version == MAN_VERSION_REFS)
+  const cJSON *ix = cJSON_GetObjectItemCaseSensitive(root, "index");
+  if (version >= MAN_VERSION_REFS)
     ts = NULL;
-  if (!run || !cfg || !st || !me || (ts ? !cJSON_IsArray(ts) : !cJSON_IsArray(objs)) ||
+  if (version != MAN_VERSION_INDEX)
+    ix = NULL;
+  if (!run || !cfg || !st || !me ||
+      (ts                             ? !cJSON_IsArray(ts)
+       : version == MAN_VERSION_INDEX ? !cJSON_IsObject(ix)
+                                      : !cJSON_IsArray(objs)) ||
       get_num(root, "step", &step) || get_num(root, "parent", &parent) ||
       get_num(root, "world", &world) || get_num(root, "time_ms", &tms) ||
       get_num(root, "loss", &loss)) {
@@ -970,9 +993,24 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto out;
   }
-  if (!ts) { /* version 2: shard objects, one per rank in rank order, and the totals */
-    int no = cJSON_GetArraySize(objs);
+  if (!ts) { /* versions 2 and 3: the totals, and the shard objects or their index */
+    int no = ix ? m->info.world : cJSON_GetArraySize(objs);
     ckpt_shard_sum u;
+    if (ix) { /* version 3: the root of the index, and its depth */
+      const char *r = get_str(ix, "root");
+      double d = 0;
+      int64_t id = 0;
+      if (!r || strlen(r) != CKPT_HEX_LEN || ckpt_unhex(r, m->index_root)) {
+        rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: the index root is not a name");
+        goto out;
+      }
+      if ((rc = get_num(ix, "depth", &d)) ||
+          (rc = as_int(d, 1, 16, "checkpoint manifest", "index depth", &id)))
+        goto out;
+      m->has_index = 1;
+      m->index_depth = (int)id;
+      objs = NULL;
+    }
     if (no != m->info.world) {
       rc = ft_err_set(FT_EFORMAT, "checkpoint manifest: %d shard objects for a world of %d", no,
                       m->info.world);
@@ -981,7 +1019,7 @@ int ckpt_manifest_from_json(const char *json, ckpt_manifest **out) {
     if ((rc = sum_from_json(cJSON_GetObjectItemCaseSensitive(root, "totals"), "checkpoint manifest",
                             &u)))
       goto out;
-    if (!(m->objs = calloc((size_t)no, sizeof *m->objs))) {
+    if (!ix && !(m->objs = calloc((size_t)no, sizeof *m->objs))) {
       rc = ft_err_set(FT_ENOMEM, "out of memory");
       goto out;
     }
@@ -1211,8 +1249,7 @@ int ckpt_manifest_find(const ckpt_manifest *m, const char *name) {
 
 /* ---- reading a manifest's shard objects from a tier ------------------------ */
 
-int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_obj *o,
-                        ckpt_shard **out) {
+int ckpt_shard_obj_read(ckpt_tier *t, ckpt_manifest *m, const ckpt_shard_obj *o, ckpt_shard **out) {
   char key[128];
   uint8_t h[CKPT_HASH_LEN];
   size_t len = 0;
@@ -1225,6 +1262,7 @@ int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_o
                       m->info.run, m->info.step, key, o->rank);
   if (rc)
     return rc;
+  m->meta_read += len;
   rc = ckpt_sha256(js, len, h);
   if (rc == FT_OK && (memchr(js, 0, len) || memcmp(h, o->hash, CKPT_HASH_LEN) != 0))
     rc = ft_err_set(FT_ECORRUPT,
@@ -1239,12 +1277,12 @@ int ckpt_shard_obj_read(ckpt_tier *t, const ckpt_manifest *m, const ckpt_shard_o
 }
 
 int ckpt_manifest_expand_tier(ckpt_tier *t, ckpt_manifest *m) {
-  if (m->nobjs == 0 || m->expanded)
-    return FT_OK;
+  int rc = ckpt_index_load_tier(t, m); /* format 3: its shard objects' names first */
+  if (rc || m->nobjs == 0 || m->expanded)
+    return rc;
   ckpt_shard **sh = calloc((size_t)m->nobjs, sizeof *sh);
   if (!sh)
     return ft_err_set(FT_ENOMEM, "out of memory");
-  int rc = FT_OK;
   for (int i = 0; i < m->nobjs && rc == FT_OK; i++)
     rc = ckpt_shard_obj_read(t, m, &m->objs[i], &sh[i]);
   if (rc == FT_OK)
@@ -1260,6 +1298,222 @@ int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out) {
   if (rc == FT_OK && (rc = ckpt_manifest_expand_tier(t, *out)) != FT_OK) {
     ckpt_manifest_free(*out);
     *out = NULL;
+  }
+  return rc;
+}
+
+/* ---- the index of a checkpoint's shard objects (format 3) -------------------- */
+
+int ckpt_manifest_has_objs(const ckpt_manifest *m) {
+  return m->nobjs > 0 || m->has_index;
+}
+
+void ckpt_index_node_release(ckpt_index_node *node) {
+  free(node->e);
+  memset(node, 0, sizeof *node);
+}
+
+/* The text of an index node of m: level, and entries e[0..n). */
+static char *index_node_to_json(const ckpt_manifest *m, int level, const ckpt_index_ent *e, int n) {
+  cJSON *root = cJSON_CreateObject();
+  if (!root)
+    return NULL;
+  cJSON_AddStringToObject(root, "format", INDEX_FORMAT);
+  cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
+  cJSON_AddStringToObject(root, "run", m->info.run);
+  cJSON_AddNumberToObject(root, "step", (double)m->info.step);
+  cJSON_AddNumberToObject(root, "world", m->info.world);
+  cJSON_AddNumberToObject(root, "level", level);
+  cJSON *a = cJSON_AddArrayToObject(root, "entries");
+  for (int i = 0; i < n; i++) {
+    char hex[CKPT_HEX_LEN + 1];
+    ckpt_hex(e[i].hash, hex);
+    cJSON *x = cJSON_CreateArray();
+    cJSON_AddItemToArray(x, cJSON_CreateNumber(e[i].lo));
+    cJSON_AddItemToArray(x, cJSON_CreateNumber(e[i].hi));
+    cJSON_AddItemToArray(x, cJSON_CreateString(hex));
+    cJSON_AddItemToArray(a, x);
+  }
+  char *s = seal(root, 0);
+  cJSON_Delete(root);
+  return s;
+}
+
+int ckpt_index_write(ckpt_tier *t, ckpt_manifest *m) {
+  int n = m->nobjs, level = 0, rc = FT_OK;
+  if (n <= 0)
+    return ft_err_set(FT_EINVAL, "index of %s step %" PRId64 ": no shard objects", m->info.run,
+                      m->info.step);
+  ckpt_index_ent *cur = calloc((size_t)n, sizeof *cur);
+  if (!cur)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    cur[i].lo = m->objs[i].rank;
+    cur[i].hi = m->objs[i].rank + 1;
+    memcpy(cur[i].hash, m->objs[i].hash, CKPT_HASH_LEN);
+  }
+  /* one level at a time, leaves first, until a level is one node: the root */
+  do {
+    int nn = (n + CKPT_INDEX_FANOUT - 1) / CKPT_INDEX_FANOUT;
+    ckpt_index_ent *up = calloc((size_t)nn, sizeof *up);
+    if (!up) {
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      break;
+    }
+    for (int k = 0; k < nn && rc == FT_OK; k++) {
+      int a = k * CKPT_INDEX_FANOUT, b = a + CKPT_INDEX_FANOUT < n ? a + CKPT_INDEX_FANOUT : n;
+      char *js = index_node_to_json(m, level, cur + a, b - a), key[128];
+      if (!js) {
+        rc = ft_err_set(FT_ENOMEM, "out of memory");
+        break;
+      }
+      size_t len = strlen(js);
+      up[k].lo = cur[a].lo;
+      up[k].hi = cur[b - 1].hi;
+      rc = ckpt_sha256(js, len, up[k].hash);
+      ckpt_objkey_shard(key, sizeof key, up[k].hash);
+      if (rc == FT_OK && (rc = t->put(t, key, js, len)) != FT_OK)
+        rc = ckpt_err_wrap(rc, "index object %s of %s step %" PRId64, key, m->info.run,
+                           m->info.step);
+      free(js);
+    }
+    free(cur);
+    cur = up;
+    n = nn;
+    level++;
+  } while (rc == FT_OK && n > 1);
+  if (rc == FT_OK) {
+    memcpy(m->index_root, cur[0].hash, CKPT_HASH_LEN);
+    m->index_depth = level;
+    m->has_index = 1;
+  }
+  free(cur);
+  return rc;
+}
+
+int ckpt_index_node_read(ckpt_tier *t, ckpt_manifest *m, const uint8_t hash[CKPT_HASH_LEN],
+                         int level, int lo, int hi, ckpt_index_node *node) {
+  char key[128], *js = NULL;
+  uint8_t h[CKPT_HASH_LEN];
+  size_t len = 0;
+  memset(node, 0, sizeof *node);
+  ckpt_objkey_shard(key, sizeof key, hash);
+  int rc = ckpt_get_text(t, key, &js, &len);
+  if (rc == FT_ENOENT) /* as for a shard object: the checkpoint is damaged */
+    return ft_err_set(FT_ECORRUPT,
+                      "checkpoint %s step %" PRId64 ": index object %s (ranks %d..%d) is missing",
+                      m->info.run, m->info.step, key, lo, hi - 1);
+  if (rc)
+    return rc;
+  m->meta_read += len;
+  rc = ckpt_sha256(js, len, h);
+  if (rc == FT_OK && (memchr(js, 0, len) || memcmp(h, hash, CKPT_HASH_LEN) != 0))
+    rc = ft_err_set(FT_ECORRUPT,
+                    "checkpoint %s step %" PRId64 ": index object %s (ranks %d..%d) is damaged "
+                    "(its bytes do not hash to its name)",
+                    m->info.run, m->info.step, key, lo, hi - 1);
+  cJSON *root = rc == FT_OK ? cJSON_Parse(js) : NULL;
+  free(js);
+  if (rc)
+    return rc;
+  const cJSON *es = root ? cJSON_GetObjectItemCaseSensitive(root, "entries") : NULL;
+  const char *run = root ? get_str(root, "run") : NULL;
+  double step = 0, world = 0, lv = 0;
+  int n = cJSON_IsArray(es) ? cJSON_GetArraySize(es) : 0;
+  if (!root || check_header(root, INDEX_FORMAT, "index object") || !run ||
+      get_num(root, "step", &step) || get_num(root, "world", &world) ||
+      get_num(root, "level", &lv) || n < 1 || n > CKPT_INDEX_FANOUT) {
+    rc = FT_EFORMAT;
+  } else if (strcmp(run, m->info.run) != 0 || step != (double)m->info.step ||
+             world != (double)m->info.world || lv != (double)level) {
+    rc = ft_err_set(FT_ECORRUPT,
+                    "checkpoint %s step %" PRId64 ": index object %s is of %s step %.0f world "
+                    "%.0f level %.0f, not level %d of this checkpoint",
+                    m->info.run, m->info.step, key, run, step, world, lv, level);
+  } else if (!(node->e = calloc((size_t)n, sizeof *node->e))) {
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  /* the entries tile [lo, hi) in order; a leaf's hold one rank each */
+  const cJSON *x;
+  int at = lo;
+  if (rc == FT_OK)
+    cJSON_ArrayForEach(x, es) {
+      ckpt_index_ent *e = &node->e[node->n];
+      const cJSON *a = cJSON_GetArrayItem(x, 0), *b = cJSON_GetArrayItem(x, 1),
+                  *c = cJSON_GetArrayItem(x, 2);
+      if (!cJSON_IsNumber(a) || !cJSON_IsNumber(b) || !cJSON_IsString(c) || a->valuedouble != at ||
+          !(b->valuedouble > at && b->valuedouble <= hi) ||
+          b->valuedouble != floor(b->valuedouble) || (level == 0 && b->valuedouble != at + 1) ||
+          strlen(c->valuestring) != CKPT_HEX_LEN || ckpt_unhex(c->valuestring, e->hash)) {
+        rc = FT_EFORMAT;
+        break;
+      }
+      e->lo = at;
+      e->hi = at = (int)b->valuedouble;
+      node->n++;
+    }
+  if (rc == FT_OK && at != hi)
+    rc = FT_EFORMAT;
+  if (rc == FT_EFORMAT)
+    rc = ft_err_set(FT_ECORRUPT,
+                    "checkpoint %s step %" PRId64 ": index object %s (ranks %d..%d, level %d) is "
+                    "malformed",
+                    m->info.run, m->info.step, key, lo, hi - 1, level);
+  cJSON_Delete(root);
+  if (rc == FT_OK) {
+    memcpy(node->hash, hash, CKPT_HASH_LEN);
+    node->level = level;
+  } else {
+    ckpt_index_node_release(node);
+  }
+  return rc;
+}
+
+/* Reads the subtree of node hash (level, ranks [lo, hi)) into m->objs and
+ * m->nodes (its children first). */
+static int index_load_sub(ckpt_tier *t, ckpt_manifest *m, const uint8_t *hash, int level, int lo,
+                          int hi) {
+  ckpt_index_node nd;
+  int rc = ckpt_index_node_read(t, m, hash, level, lo, hi, &nd);
+  for (int i = 0; rc == FT_OK && i < nd.n; i++) {
+    if (level > 0) {
+      rc = index_load_sub(t, m, nd.e[i].hash, level - 1, nd.e[i].lo, nd.e[i].hi);
+    } else {
+      m->objs[m->nobjs].rank = nd.e[i].lo;
+      memcpy(m->objs[m->nobjs++].hash, nd.e[i].hash, CKPT_HASH_LEN);
+    }
+  }
+  if (rc == FT_OK) {
+    if (!(m->nnodes & (m->nnodes - 1))) { /* grown at powers of two */
+      void *p = realloc(m->nodes, (size_t)(m->nnodes ? 2 * m->nnodes : 1) * sizeof *m->nodes);
+      if (!p)
+        rc = ft_err_set(FT_ENOMEM, "out of memory");
+      else
+        m->nodes = p;
+    }
+    if (rc == FT_OK)
+      memcpy(m->nodes[m->nnodes++], hash, CKPT_HASH_LEN);
+  }
+  ckpt_index_node_release(&nd);
+  return rc;
+}
+
+int ckpt_index_load_tier(ckpt_tier *t, ckpt_manifest *m) {
+  if (!m->has_index || m->objs)
+    return FT_OK;
+  if (!(m->objs = calloc((size_t)m->info.world, sizeof *m->objs)))
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  m->nobjs = 0;
+  int rc = index_load_sub(t, m, m->index_root, m->index_depth - 1, 0, m->info.world);
+  if (rc == FT_OK && m->nobjs != m->info.world)
+    rc = ft_err_set(FT_ECORRUPT, "checkpoint %s step %" PRId64 ": its index names %d of %d ranks",
+                    m->info.run, m->info.step, m->nobjs, m->info.world);
+  if (rc) {
+    free(m->objs);
+    free(m->nodes);
+    m->objs = NULL;
+    m->nodes = NULL;
+    m->nobjs = m->nnodes = 0;
   }
   return rc;
 }

@@ -172,7 +172,7 @@ static void check_queue(tiered *td) {
 /* B1: just before the put of manifest key, every object it names (n of
  * them: chunks with their chains, or shard objects) was ensured. */
 static void check_manifest_ensured(const char *key, const ckpt_manifest *m, int ensured) {
-  int n = m->nobjs;
+  int n = m->nobjs + m->nnodes;
   for (int t = 0; t < m->ntensors; t++)
     for (int c = 0; c < m->tensors[t].nchunks; c++)
       n += 1 + m->tensors[t].chunks[c].depth;
@@ -366,6 +366,12 @@ static int upload_manifest(tiered *td, const char *key, const char *json) {
   for (int i = 0; i < m->nobjs && rc == FT_OK; i++) { /* format 2: its shard objects too */
     char sk[128];
     ckpt_objkey_shard(sk, sizeof sk, m->objs[i].hash);
+    rc = ensure_remote(td, sk);
+    ensured += rc == FT_OK;
+  }
+  for (int i = 0; i < m->nnodes && rc == FT_OK; i++) { /* format 3: its index, the root last */
+    char sk[128];
+    ckpt_objkey_shard(sk, sizeof sk, m->nodes[i]);
     rc = ensure_remote(td, sk);
     ensured += rc == FT_OK;
   }

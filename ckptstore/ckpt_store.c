@@ -1258,7 +1258,8 @@ static int rebuild_one(ckpt_tier *tier, ckpt_catalog *cat, const char *objkey, c
   snprintf(first, sizeof first, "%s/%020" PRId64, m->info.run, m->info.step);
   m->info.state = state;
   m->info.pinned = pinned;
-  if (m->nobjs == 0) /* format 2 keeps its new bytes; its chunks are in no first-seen index */
+  if (!ckpt_manifest_has_objs(m)) /* formats 2, 3 keep their new bytes; their chunks are in no
+                                      first-seen index */
     m->info.new_bytes = 0;
   rc = FT_OK;
   for (int t = 0; t < m->ntensors && rc == FT_OK; t++)

@@ -49,10 +49,23 @@ damage() {
   python3 - "$1" "$2" <<'PY'
 import glob, json, os, sys
 store, step = sys.argv[1], int(sys.argv[2])
+def objects(m):
+    # format 2 names every shard object; format 3 the root of their index
+    if "index" not in m:
+        return m.get("shards", [])
+    out, todo = [], [(m["index"]["root"], m["index"]["depth"] - 1)]
+    while todo:
+        name, level = todo.pop()
+        for lo, hi, child in json.load(open(os.path.join(store, "shards", name)))["entries"]:
+            if level:
+                todo.append((child, level - 1))
+            else:
+                out.append(child)
+    return out
 def chunks(path):
     m = json.load(open(path))
     out = set()
-    for obj in m.get("shards", []):
+    for obj in objects(m):
         s = json.load(open(os.path.join(store, "shards", obj)))
         for p in s["parts"]:
             out.update(c[2] for c in p["chunks"])

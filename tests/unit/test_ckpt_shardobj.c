@@ -1,5 +1,6 @@
 /*
- * test_ckpt_shardobj: checkpoints made of shard objects (format 2). Two
+ * test_ckpt_shardobj: checkpoints made of shard objects (format 3: the
+ * manifest names the root of an index of them, test_ckpt_ranges). Two
  * ranks store their shards as objects (ckpt_store_put_shard) and send
  * references; the commit checks one object per rank; a load reads the
  * objects back into whole tensors with the same bytes. Refused: a missing
@@ -101,11 +102,13 @@ static void test_commit_and_load(void **st) {
   assert_int_equal(ckpt_store_read(f->s, m, "param/w", 0, sizeof back, back), FT_OK);
   assert_memory_equal(back, f->w[0], sizeof back);
   ckpt_manifest_free(m);
-  /* the catalog's manifest names the objects (format 2), not the chunks */
+  /* the catalog's manifest names the root of the objects' index (format
+   * 3), neither the objects nor the chunks */
   char key[256], *val = NULL;
   ckpt_key_man(key, sizeof key, "run", 10);
   assert_int_equal(ckpt_catalog_get(f->s->cat, key, &val, NULL), FT_OK);
-  assert_non_null(strstr(val, "\"shards\""));
+  assert_non_null(strstr(val, "\"index\""));
+  assert_null(strstr(val, "\"shards\""));
   assert_null(strstr(val, "\"tensors\""));
   free(val);
   assert_int_equal(ckpt_store_verify(f->s, "run", 10, NULL, NULL, NULL), FT_OK);
@@ -184,7 +187,7 @@ static void test_gc_keeps_and_sweeps(void **st) {
   ckpt_retention keep1 = {.keep_last = 1};
   assert_int_equal(ckpt_store_gc(f->s, &keep1, 0, &rep), FT_OK);
   assert_int_equal(rep.checkpoints_deleted, 1);
-  assert_int_equal(rep.shards_deleted, 2); /* step 40's */
+  assert_int_equal(rep.shards_deleted, 3); /* step 40's two, and its index object */
   assert_true(rep.chunks_deleted >= 2);
   /* step 41 is whole: its objects and every chunk they name */
   assert_int_equal(ckpt_store_verify(f->s, "run", 41, NULL, NULL, NULL), FT_OK);
