@@ -548,6 +548,7 @@ void ckpt_store_read_stats(ckpt_store *s, ckpt_read_stats *st) {
   st->memory_rejected = __atomic_load_n(&s->rd_mem_rejected, __ATOMIC_RELAXED);
   st->remote_bytes = __atomic_load_n(&s->rd_remote_bytes, __ATOMIC_RELAXED);
   st->remote_rejected = __atomic_load_n(&s->rd_remote_rejected, __ATOMIC_RELAXED);
+  st->meta_bytes = __atomic_load_n(&s->rd_meta_bytes, __ATOMIC_RELAXED);
 }
 
 void ckpt_store_set_remote(ckpt_store *s, ckpt_remote_fn fn, void *ud) {
@@ -646,7 +647,8 @@ int ckpt_manifest_expand(ckpt_store *s, ckpt_manifest *m) {
  * manifest object (foreign_commits: another host's process committed it;
  * B1 of ckpt_s3_tiered.c: a manifest reaches the bucket only after every
  * chunk it names). The manifest checks its own trailing hash. */
-static int load_foreign(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out) {
+static int load_foreign(ckpt_store *s, const char *run, int64_t step, int lazy,
+                        ckpt_manifest **out) {
   char key[256], *js = NULL;
   size_t len = 0;
   ckpt_objkey_manifest(key, sizeof key, run, step);
@@ -659,39 +661,45 @@ static int load_foreign(ckpt_store *s, const char *run, int64_t step, ckpt_manif
   if (rc)
     return rc;
   ckpt_manifest *m = NULL;
-  rc = ckpt_manifest_read(s->tier, js, &m);
+  rc = lazy ? ckpt_manifest_from_json(js, &m) : ckpt_manifest_read(s->tier, js, &m);
   free(js);
   if (rc)
     return ckpt_err_wrap(rc, "%s", key);
+  __atomic_add_fetch(&s->rd_meta_bytes, len + m->meta_read, __ATOMIC_RELAXED);
+  m->meta_read = 0;
   m->info.state = CKPT_COMMITTED;
   *out = m;
   return FT_OK;
 }
 
-int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out) {
+/* ckpt_store_load (lazy 0) and ckpt_store_load_lazy (1). */
+static int load(ckpt_store *s, const char *run, int64_t step, int lazy, ckpt_manifest **out) {
   *out = NULL;
   ckpt_info info;
   int rc = ckpt_store_get_info(s, run, step, &info);
   if (rc == FT_ENOENT && s->tier->foreign_commits)
-    return load_foreign(s, run, step, out);
+    return load_foreign(s, run, step, lazy, out);
   if (rc)
     return rc;
   if (info.state == CKPT_PENDING)
     return ft_err_set(FT_ENOENT, "checkpoint %s step %" PRId64 " is pending (not committed)", run,
                       step);
   char key[256], *val = NULL;
+  size_t vlen = 0;
   ckpt_key_man(key, sizeof key, run, step);
-  rc = ckpt_catalog_get(s->cat, key, &val, NULL);
+  rc = ckpt_catalog_get(s->cat, key, &val, &vlen);
   if (rc == FT_ENOENT)
     return ft_err_set(FT_ECORRUPT, "catalog: checkpoint %s step %" PRId64 " has no manifest", run,
                       step);
   if (rc)
     return rc;
   ckpt_manifest *m = NULL;
-  rc = ckpt_manifest_read(s->tier, val, &m);
+  rc = lazy ? ckpt_manifest_from_json(val, &m) : ckpt_manifest_read(s->tier, val, &m);
   free(val);
   if (rc)
     return ckpt_err_wrap(rc, "checkpoint %s step %" PRId64, run, step);
+  __atomic_add_fetch(&s->rd_meta_bytes, vlen + m->meta_read, __ATOMIC_RELAXED);
+  m->meta_read = 0;
   m->info.state = info.state;
   m->info.pinned = info.pinned;
   m->info.new_bytes = info.new_bytes;
@@ -699,6 +707,14 @@ int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest 
   m->info.level = info.level;
   *out = m;
   return FT_OK;
+}
+
+int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out) {
+  return load(s, run, step, 0, out);
+}
+
+int ckpt_store_load_lazy(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out) {
+  return load(s, run, step, 1, out);
 }
 
 int ckpt_store_load_data(ckpt_store *s, const char *run, int64_t step, char **data) {
@@ -949,8 +965,21 @@ int ckpt_store_read(ckpt_store *s, const ckpt_manifest *m, const char *tensor, u
   int last = first;
   while (last + 1 < t->nchunks && t->chunks[last + 1].offset < offset + len)
     last++;
-  if (first >= t->nchunks)
+  if (first >= t->nchunks && !m->partial)
     return ft_err_set(FT_ECORRUPT, "manifest of %s has no chunk at byte %" PRIu64, tensor, offset);
+  /* a manifest of some ranges (ckpt_store_load_for_ranges) has the chunks
+   * of those alone: these must tile the bytes asked for */
+  if (m->partial) {
+    int ok = first < t->nchunks && t->chunks[first].offset <= offset &&
+             t->chunks[last].offset + t->chunks[last].len >= offset + len;
+    for (int c = first + 1; ok && c <= last; c++)
+      ok = t->chunks[c].offset == t->chunks[c - 1].offset + t->chunks[c - 1].len;
+    if (!ok)
+      return ft_err_set(FT_EINVAL,
+                        "read of %s: bytes [%" PRIu64 ", %" PRIu64
+                        ") are not all among the ranges this manifest was loaded for",
+                        tensor, offset, offset + len);
+  }
   read_job j = {.s = s,
                 .t = t,
                 .first = first,
@@ -1491,4 +1520,337 @@ int ckpt_store_catalog_behind(ckpt_store *st, const char *run, int64_t *newest) 
       known = v[i].step;
   free(v);
   return a.newest > known ? 1 : 0;
+}
+
+/* ---- loading what some ranges need ---------------------------------------------------- */
+
+/* What ckpt_store_load_for_ranges gathers: the manifest it builds (its
+ * reads counted in p->meta_read), the index and shard objects read so far,
+ * and the tensors of the ranges with the chunks they need. */
+typedef struct ranges_ctx {
+  ckpt_store *s;
+  ckpt_manifest *p;
+  ckpt_index_node *nodes;
+  int nnodes, capnodes;
+  ckpt_shard **sh;
+  int nsh, capsh;
+  ckpt_tensor *ts;
+  int nts, capts;
+} ranges_ctx;
+
+/* A ranges_ctx result for a layout the even split does not describe: the
+ * whole checkpoint is read instead (never returned to a caller). */
+#define NOT_EVEN 1
+
+/* m's record, config, state, metrics and data, and the names of its shard
+ * objects or the root of their index; no tensors. */
+static int head_copy(const ckpt_manifest *m, ckpt_manifest **out) {
+  ckpt_manifest *p = calloc(1, sizeof *p);
+  *out = NULL;
+  if (!p)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  p->info = m->info;
+  p->config = strdup(m->config);
+  p->state = strdup(m->state);
+  p->metrics = strdup(m->metrics);
+  p->data = m->data ? strdup(m->data) : NULL;
+  p->has_index = m->has_index;
+  p->index_depth = m->index_depth;
+  memcpy(p->index_root, m->index_root, CKPT_HASH_LEN);
+  if (m->nobjs && (p->objs = malloc((size_t)m->nobjs * sizeof *p->objs)) != NULL) {
+    memcpy(p->objs, m->objs, (size_t)m->nobjs * sizeof *p->objs);
+    p->nobjs = m->nobjs;
+  }
+  if (!p->config || !p->state || !p->metrics || (m->data && !p->data) || (m->nobjs && !p->objs)) {
+    ckpt_manifest_free(p);
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  }
+  *out = p;
+  return FT_OK;
+}
+
+/* The tensor named like q in c->ts (q's dtype, shape and form, nbytes
+ * bytes), added without chunks if absent. */
+static int ctx_tensor(ranges_ctx *c, const ckpt_tensor *q, uint64_t nbytes, ckpt_tensor **out) {
+  for (int i = 0; i < c->nts; i++)
+    if (!strcmp(c->ts[i].name, q->name)) {
+      *out = &c->ts[i];
+      return FT_OK;
+    }
+  if (c->nts == c->capts) {
+    int cap = c->capts ? 2 * c->capts : 16;
+    ckpt_tensor *n = realloc(c->ts, (size_t)cap * sizeof *n);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    c->ts = n;
+    c->capts = cap;
+  }
+  ckpt_tensor *t = &c->ts[c->nts];
+  memset(t, 0, sizeof *t);
+  if (!(t->name = strdup(q->name)))
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  memcpy(t->dtype, q->dtype, sizeof t->dtype);
+  t->lossy = q->lossy;
+  t->ndim = q->ndim;
+  memcpy(t->shape, q->shape, sizeof t->shape);
+  t->len = nbytes;
+  c->nts++;
+  *out = t;
+  return FT_OK;
+}
+
+/* Adds to t the chunks of q that overlap bytes [a, a + len). */
+static int add_overlapping(ckpt_tensor *t, const ckpt_tensor *q, uint64_t a, uint64_t len) {
+  for (int k = 0; k < q->nchunks; k++) {
+    const ckpt_chunk_ref *r = &q->chunks[k];
+    if (r->offset < a + len && r->offset + r->len > a) {
+      int rc = ckpt_tensor_add_chunk(t, r);
+      if (rc)
+        return rc;
+    }
+  }
+  return FT_OK;
+}
+
+/* The first part of tensor name in sh, or NULL. */
+static const ckpt_tensor *part_of(const ckpt_shard *sh, const char *name) {
+  for (int i = 0; i < sh->nparts; i++)
+    if (!strcmp(sh->parts[i].name, name))
+      return &sh->parts[i];
+  return NULL;
+}
+
+/* The name of rank k's shard object: from the manifest (format 2), or down
+ * the index from its root (format 3), each index object read once. */
+static int shard_name(ranges_ctx *c, int k, uint8_t out[CKPT_HASH_LEN]) {
+  ckpt_manifest *p = c->p;
+  if (p->objs) { /* in rank order, one per rank (ckpt_manifest_from_json) */
+    memcpy(out, p->objs[k].hash, CKPT_HASH_LEN);
+    return FT_OK;
+  }
+  const uint8_t *h = p->index_root;
+  int level = p->index_depth - 1, lo = 0, hi = p->info.world;
+  for (;;) {
+    ckpt_index_node *nd = NULL;
+    for (int i = 0; i < c->nnodes && !nd; i++)
+      if (!memcmp(c->nodes[i].hash, h, CKPT_HASH_LEN))
+        nd = &c->nodes[i];
+    if (!nd) {
+      if (c->nnodes == c->capnodes) {
+        int cap = c->capnodes ? 2 * c->capnodes : 8;
+        ckpt_index_node *n = realloc(c->nodes, (size_t)cap * sizeof *n);
+        if (!n)
+          return ft_err_set(FT_ENOMEM, "out of memory");
+        c->nodes = n;
+        c->capnodes = cap;
+      }
+      int rc = ckpt_index_node_read(c->s->tier, p, h, level, lo, hi, &c->nodes[c->nnodes]);
+      if (rc)
+        return rc;
+      nd = &c->nodes[c->nnodes++];
+    }
+    int a = 0, b = nd->n - 1; /* the entry whose ranks hold k */
+    while (a < b) {
+      int mid = (a + b + 1) / 2;
+      if (nd->e[mid].lo <= k)
+        a = mid;
+      else
+        b = mid - 1;
+    }
+    const ckpt_index_ent *e = &nd->e[a];
+    if (level == 0) {
+      memcpy(out, e->hash, CKPT_HASH_LEN);
+      return FT_OK;
+    }
+    h = e->hash;
+    lo = e->lo;
+    hi = e->hi;
+    level--;
+  }
+}
+
+/* Rank k's shard, read once: checked against its name and that it is the
+ * shard of this checkpoint's rank k. */
+static int get_shard(ranges_ctx *c, int k, const ckpt_shard **out) {
+  for (int i = 0; i < c->nsh; i++)
+    if (c->sh[i]->rank == k) {
+      *out = c->sh[i];
+      return FT_OK;
+    }
+  if (c->nsh == c->capsh) {
+    int cap = c->capsh ? 2 * c->capsh : 8;
+    ckpt_shard **n = realloc(c->sh, (size_t)cap * sizeof *n);
+    if (!n)
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    c->sh = n;
+    c->capsh = cap;
+  }
+  ckpt_shard_obj o = {.rank = k};
+  ckpt_shard *sh = NULL;
+  const ckpt_info *in = &c->p->info;
+  int rc = shard_name(c, k, o.hash);
+  if (rc == FT_OK)
+    rc = ckpt_shard_obj_read(c->s->tier, c->p, &o, &sh);
+  if (rc == FT_OK && (sh->is_ref || strcmp(sh->run, in->run) != 0 || sh->step != in->step ||
+                      sh->rank != k || sh->world != in->world))
+    rc = ft_err_set(FT_ECORRUPT,
+                    "checkpoint %s step %" PRId64 ": its shard object of rank %d holds the "
+                    "shard of %s step %" PRId64 " rank %d of world %d",
+                    in->run, in->step, k, sh->run, sh->step, sh->rank, sh->world);
+  if (rc) {
+    ckpt_shard_free(sh);
+    return rc;
+  }
+  c->sh[c->nsh++] = sh;
+  *out = sh;
+  return FT_OK;
+}
+
+/* The ranges from the shard objects that hold them, found by the even
+ * split: rank 0's shard gives each tensor's dtype and shape (under the
+ * split every tensor of at least one element has a part there), and the
+ * ranks whose parts overlap a range follow from its bytes. NOT_EVEN when
+ * a part read is not where the split puts it. */
+static int from_shards(ranges_ctx *c, const ckpt_range *r, int n) {
+  const ckpt_shard *s0 = NULL;
+  uint64_t w = (uint64_t)c->p->info.world;
+  int rc = get_shard(c, 0, &s0);
+  for (int i = 0; i < n && rc == FT_OK; i++) {
+    const ckpt_tensor *q0 = part_of(s0, r[i].tensor);
+    if (!q0)
+      return NOT_EVEN;
+    uint64_t nb = ckpt_tensor_nbytes(q0->dtype, q0->ndim, q0->shape);
+    uint64_t es = (uint64_t)ckpt_dtype_size(q0->dtype), per = (nb / es + w - 1) / w * es;
+    if (q0->offset != 0 || q0->len != (per < nb ? per : nb))
+      return NOT_EVEN;
+    if (r[i].offset > nb || r[i].len > nb - r[i].offset)
+      return ft_err_set(FT_EINVAL,
+                        "read of %s: bytes [%" PRIu64 ", %" PRIu64 ") are outside [0, %" PRIu64 ")",
+                        r[i].tensor, r[i].offset, r[i].offset + r[i].len, nb);
+    ckpt_tensor *t = NULL;
+    if ((rc = ctx_tensor(c, q0, nb, &t)) || r[i].len == 0)
+      continue;
+    uint64_t k0 = r[i].offset / per, k1 = (r[i].offset + r[i].len - 1) / per;
+    for (uint64_t k = k0; k <= k1 && rc == FT_OK; k++) {
+      const ckpt_shard *sh = NULL;
+      if ((rc = get_shard(c, (int)k, &sh)))
+        break;
+      const ckpt_tensor *q = part_of(sh, r[i].tensor);
+      uint64_t at = k * per;
+      if (!q || strcmp(q->dtype, q0->dtype) || q->ndim != q0->ndim ||
+          memcmp(q->shape, q0->shape, sizeof q->shape) || q->lossy != q0->lossy ||
+          q->offset != at || q->len != (nb - at < per ? nb - at : per))
+        return NOT_EVEN;
+      rc = add_overlapping(t, q, r[i].offset, r[i].len);
+    }
+  }
+  return rc;
+}
+
+/* The ranges from a manifest that lists its tensors. */
+static int from_tensors(ranges_ctx *c, const ckpt_manifest *m, const ckpt_range *r, int n) {
+  int rc = FT_OK;
+  for (int i = 0; i < n && rc == FT_OK; i++) {
+    int ti = ckpt_manifest_find(m, r[i].tensor);
+    if (ti < 0)
+      return ft_err_set(FT_ENOENT, "checkpoint %s step %" PRId64 " has no tensor '%s'", m->info.run,
+                        m->info.step, r[i].tensor);
+    const ckpt_tensor *q = &m->tensors[ti];
+    if (r[i].offset > q->len || r[i].len > q->len - r[i].offset)
+      return ft_err_set(FT_EINVAL,
+                        "read of %s: bytes [%" PRIu64 ", %" PRIu64 ") are outside [0, %" PRIu64 ")",
+                        r[i].tensor, r[i].offset, r[i].offset + r[i].len, q->len);
+    ckpt_tensor *t = NULL;
+    if ((rc = ctx_tensor(c, q, q->len, &t)) == FT_OK && r[i].len)
+      rc = add_overlapping(t, q, r[i].offset, r[i].len);
+  }
+  return rc;
+}
+
+static int tensor_name_cmp(const void *a, const void *b) {
+  return strcmp(((const ckpt_tensor *)a)->name, ((const ckpt_tensor *)b)->name);
+}
+
+static int chunk_offset_cmp(const void *a, const void *b) {
+  const ckpt_chunk_ref *x = a, *y = b;
+  return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* c->ts into c->p: tensors sorted by name, chunks by offset, each once
+ * (two ranges may need the same chunk). */
+static void ctx_finish(ranges_ctx *c) {
+  qsort(c->ts, (size_t)c->nts, sizeof *c->ts, tensor_name_cmp);
+  for (int i = 0; i < c->nts; i++) {
+    ckpt_tensor *t = &c->ts[i];
+    qsort(t->chunks, (size_t)t->nchunks, sizeof *t->chunks, chunk_offset_cmp);
+    int k = 0;
+    for (int j = 0; j < t->nchunks; j++) {
+      if (k > 0 && t->chunks[j].offset == t->chunks[k - 1].offset) {
+        free(t->chunks[j].chain);
+        continue;
+      }
+      t->chunks[k++] = t->chunks[j];
+    }
+    t->nchunks = k;
+  }
+  c->p->tensors = c->ts;
+  c->p->ntensors = c->nts;
+  c->ts = NULL;
+  c->nts = c->capts = 0;
+}
+
+static void ctx_release(ranges_ctx *c) {
+  for (int i = 0; i < c->nnodes; i++)
+    ckpt_index_node_release(&c->nodes[i]);
+  free(c->nodes);
+  for (int i = 0; i < c->nsh; i++)
+    ckpt_shard_free(c->sh[i]);
+  free(c->sh);
+  for (int i = 0; i < c->nts; i++)
+    ckpt_tensor_release(&c->ts[i]);
+  free(c->ts);
+  memset(c, 0, sizeof *c);
+}
+
+int ckpt_store_load_for_ranges(ckpt_store *s, const ckpt_manifest *m, const ckpt_range *r, int n,
+                               ckpt_manifest **part) {
+  ckpt_manifest *p = NULL;
+  *part = NULL;
+  if (n < 0 || (n > 0 && !r))
+    return ft_err_set(FT_EINVAL, "load_for_ranges: no ranges");
+  int rc = head_copy(m, &p);
+  if (rc)
+    return rc;
+  ranges_ctx c = {.s = s, .p = p};
+  if (!ckpt_manifest_has_objs(m) || m->expanded) {
+    rc = from_tensors(&c, m, r, n);
+  } else if ((rc = from_shards(&c, r, n)) == NOT_EVEN) {
+    /* another layout: every shard object, then the ranges from the whole */
+    ctx_release(&c);
+    c = (ranges_ctx){.s = s, .p = p};
+    rc = ckpt_manifest_expand_tier(s->tier, p);
+    ckpt_manifest *whole = p;
+    if (rc == FT_OK && (rc = head_copy(whole, &p)) == FT_OK) {
+      c.p = p;
+      rc = from_tensors(&c, whole, r, n);
+      p->meta_read = whole->meta_read;
+    } else {
+      p = NULL;
+    }
+    ckpt_manifest_free(whole);
+  }
+  if (rc == FT_OK) {
+    ctx_finish(&c);
+    p->partial = 1;
+  }
+  if (p)
+    __atomic_add_fetch(&s->rd_meta_bytes, p->meta_read, __ATOMIC_RELAXED);
+  ctx_release(&c);
+  if (rc) {
+    ckpt_manifest_free(p);
+    return rc;
+  }
+  p->meta_read = 0;
+  *part = p;
+  return FT_OK;
 }

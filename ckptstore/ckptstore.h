@@ -343,6 +343,7 @@ typedef struct ckpt_read_stats {
   uint64_t store_bytes;     /* from the tiers (verified) */
   uint64_t memory_rejected; /* chunks in memory that failed their hash */
   uint64_t remote_rejected; /* chunks from the remote source that failed it */
+  uint64_t meta_bytes;      /* manifests, index and shard objects the loads read */
 } ckpt_read_stats;
 void ckpt_store_read_stats(ckpt_store *s, ckpt_read_stats *st);
 /* Reads every chunk of checkpoint (run, step) that is not in memory yet
@@ -354,6 +355,31 @@ int ckpt_store_prefetch(ckpt_store *s, const char *run, int64_t step, const int 
                         uint64_t *fetched);
 
 int ckpt_store_load(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out);
+/* ckpt_store_load without reading the shard objects of a checkpoint made
+ * of them (nor the index that names them): its record, config, state and
+ * metrics only, no tensors. For ckpt_store_load_for_ranges, or to learn a
+ * checkpoint's world. Other manifests come whole, as from ckpt_store_load. */
+int ckpt_store_load_lazy(ckpt_store *s, const char *run, int64_t step, ckpt_manifest **out);
+
+/* A byte range of a logical tensor that a reader needs. */
+typedef struct ckpt_range {
+  const char *tensor;
+  uint64_t offset, len;
+} ckpt_range;
+/* What reading ranges r[0..n) of checkpoint m needs, in *part (a new
+ * manifest, caller frees): the tensors the ranges name (each listed even
+ * when its range is empty, with its dtype and shape) holding the chunks
+ * that overlap them, for ckpt_store_read of those ranges. For m made of
+ * shard objects and not yet read (ckpt_store_load_lazy), only the shard
+ * objects that hold the ranges are read, and of a format 3 index only the
+ * objects on the way to them: when every tensor is split evenly over the
+ * world (rank k of W holding elements [k*S, (k+1)*S), S = ceil(n/W), as
+ * FSDP shards), that is a few objects whatever the world. Another layout
+ * is found out (the shards read do not tile the ranges) and the whole
+ * checkpoint is read instead. FT_ENOENT naming a tensor the checkpoint
+ * lacks; FT_ECORRUPT naming a missing or damaged object. */
+int ckpt_store_load_for_ranges(ckpt_store *s, const ckpt_manifest *m, const ckpt_range *r, int n,
+                               ckpt_manifest **part);
 /* The ckpt_meta.data_json a committed checkpoint carries, without reading
  * its shard objects (what ckpt_store_load does for a manifest of many
  * ranks): *data malloc'd (caller frees), NULL when it carries none. */
@@ -394,7 +420,8 @@ int ckpt_manifest_find(const ckpt_manifest *m, const char *name);
 /* Reads bytes [offset, offset+len) of a logical tensor into dst, from the
  * chunks that cover it, verifying each chunk's SHA-256. A chunk whose hash
  * does not match is never copied out: FT_ECORRUPT naming the chunk. This is
- * what restores at any world size. */
+ * what restores at any world size. Of a manifest from
+ * ckpt_store_load_for_ranges, only bytes of its ranges (FT_EINVAL else). */
 int ckpt_store_read(ckpt_store *s, const ckpt_manifest *m, const char *tensor, uint64_t offset,
                     uint64_t len, void *dst);
 
