@@ -106,27 +106,50 @@ int shardmap_parts(const shardmap *sm, const float *const src[3], ckpt_part *par
 
 int shardmap_restore(const shardmap *sm, ckpt_store *s, const ckpt_manifest *man,
                      float *const dst[3]) {
-  for (int k = 0; k < 3; k++) {
-    memset(dst[k], 0, sm->shard_n * sizeof(float));
+  /* what this rank owns of every tensor: only the shard objects that hold
+   * it are read (ckpt_store_load_for_ranges), whatever the world wrote it */
+  int nr = 3 * sm->ngroups;
+  ckpt_range *r = calloc((size_t)nr, sizeof *r);
+  char(*names)[64] = calloc((size_t)nr, sizeof *names);
+  ckpt_manifest *part = NULL;
+  int rc = r && names ? FT_OK : ft_err_set(FT_ENOMEM, "shardmap: out of memory");
+  for (int k = 0; k < 3 && rc == FT_OK; k++)
     for (int g = 0; g < sm->ngroups; g++) {
-      char name[64];
-      tensor_name(sm, k, g, name);
-      int ti = ckpt_manifest_find(man, name);
+      int i = k * sm->ngroups + g;
+      tensor_name(sm, k, g, names[i]);
+      r[i] = (ckpt_range){.tensor = names[i],
+                          .offset = shardmap_own_begin(sm, g) * sizeof(float),
+                          .len = shardmap_own_count(sm, g) * sizeof(float)};
+    }
+  if (rc == FT_OK)
+    rc = ckpt_store_load_for_ranges(s, man, r, nr, &part);
+  if (rc == FT_ENOENT || rc == FT_EINVAL) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", ft_err_detail());
+    rc = ft_err_set(FT_EFORMAT, "checkpoint does not match this model: %s", why);
+  }
+  for (int k = 0; k < 3 && rc == FT_OK; k++) {
+    memset(dst[k], 0, sm->shard_n * sizeof(float));
+    for (int g = 0; g < sm->ngroups && rc == FT_OK; g++) {
+      const char *name = names[k * sm->ngroups + g];
+      int ti = ckpt_manifest_find(part, name);
       ckpt_tensor_info info;
-      if (ti < 0 || ckpt_manifest_tensor(man, ti, &info) ||
-          info.nbytes != sm->numel[g] * sizeof(float))
-        return ft_err_set(FT_EFORMAT,
-                          "checkpoint does not match this model: tensor %s missing or of "
-                          "another size",
-                          name);
+      if (ti < 0 || ckpt_manifest_tensor(part, ti, &info) ||
+          info.nbytes != sm->numel[g] * sizeof(float)) {
+        rc = ft_err_set(FT_EFORMAT,
+                        "checkpoint does not match this model: tensor %s missing or of "
+                        "another size",
+                        name);
+        break;
+      }
       size_t cnt = shardmap_own_count(sm, g);
-      if (!cnt)
-        continue;
-      int rc = ckpt_store_read(s, man, name, shardmap_own_begin(sm, g) * sizeof(float),
-                               cnt * sizeof(float), dst[k] + sm->shoff[g]);
-      if (rc)
-        return rc;
+      if (cnt)
+        rc = ckpt_store_read(s, part, name, shardmap_own_begin(sm, g) * sizeof(float),
+                             cnt * sizeof(float), dst[k] + sm->shoff[g]);
     }
   }
-  return FT_OK;
+  ckpt_manifest_free(part);
+  free(names);
+  free(r);
+  return rc;
 }

@@ -55,7 +55,9 @@ int shardmap_nparts(const shardmap *sm);
 int shardmap_parts(const shardmap *sm, const float *const src[3], ckpt_part *parts,
                    char (*names)[64]);
 /* Reads this rank's ranges of checkpoint man into dst[0..2] (zeroed
- * first). FT_EFORMAT names a tensor missing or of another size. */
+ * first). man may come from ckpt_store_load_lazy: only the shard objects
+ * that hold this rank's ranges are read (ckpt_store_load_for_ranges).
+ * FT_EFORMAT names a tensor missing or of another size. */
 int shardmap_restore(const shardmap *sm, ckpt_store *s, const ckpt_manifest *man,
                      float *const dst[3]);
 

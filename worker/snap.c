@@ -421,8 +421,8 @@ int snap_prefetch(snap *s, int64_t step, const int *cancel, uint64_t *bytes) {
 int snap_world(snap *s, int64_t step, int *world) {
   ckpt_manifest *man = NULL;
   int rc = ckpt_store_refresh(s->store);
-  if (rc == FT_OK)
-    rc = ckpt_store_load(s->store, s->run, step, &man);
+  if (rc == FT_OK) /* the record alone: no shard object is read */
+    rc = ckpt_store_load_lazy(s->store, s->run, step, &man);
   if (rc == FT_OK)
     *world = ckpt_manifest_info(man)->world;
   ckpt_manifest_free(man);
@@ -463,8 +463,10 @@ int snap_restore(snap *s, int64_t step, engine *e, train_state *st, char **confi
   /* a worker that lives on from an older generation (in-process rejoin)
    * sees the catalog as of its open: catch up with the supervisor's commits */
   int rc = ckpt_store_refresh(s->store);
+  /* the manifest without its shard objects: the engine reads those that
+   * hold its ranges (shardmap_restore) */
   if (rc == FT_OK)
-    rc = ckpt_store_load(s->store, s->run, step, &man);
+    rc = ckpt_store_load_lazy(s->store, s->run, step, &man);
   if (rc)
     return rc;
   return restore_from(s, man, e, st, config_json);
