@@ -25,10 +25,12 @@
  * tiling the tensor's (or part's) byte range in order, tensors of a
  * checkpoint sorted by name without duplicates. Anything else is FT_EFORMAT.
  * Pure data code, but for ckpt_manifest_read / ckpt_manifest_expand_tier /
- * ckpt_shard_obj_read at the end, which read a format 2 manifest's shard
- * objects from a tier (through its function pointers: below the store's
- * facade, so the tiers may call them); thread-safe as long as objects are
- * not shared mutably.
+ * ckpt_shard_obj_read and the index's functions at the end, which read a
+ * format 2 or 3 manifest's shard and index objects from a tier, and write
+ * the index (ckpt_index_write: a few threads put one level's objects at
+ * once), through its function pointers (below the store's facade, so the
+ * tiers may call them); thread-safe as long as objects are not shared
+ * mutably.
  */
 #include "ckpt_int.h"
 
@@ -1339,6 +1341,60 @@ static char *index_node_to_json(const ckpt_manifest *m, int level, const ckpt_in
   return s;
 }
 
+/* Index objects of one level put at once, by at most INDEX_PUT_THREADS
+ * threads: a local tier syncs every object, and one after another the
+ * syncs of 512 leaves (131,072 ranks) would hold a commit up for seconds. */
+#define INDEX_PUT_THREADS 8
+typedef struct index_puts {
+  ckpt_tier *t;
+  char **js;                 /* the objects' texts */
+  const ckpt_index_ent *ent; /* their names */
+  int n, next;               /* next: atomic */
+  int rc;                    /* the first error (under mu) */
+  char err[600];
+  pthread_mutex_t mu;
+} index_puts;
+
+static void *index_put_worker(void *arg) {
+  index_puts *p = arg;
+  for (;;) {
+    int k = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+    if (k >= p->n)
+      break;
+    char key[128];
+    ckpt_objkey_shard(key, sizeof key, p->ent[k].hash);
+    int rc = p->t->put(p->t, key, p->js[k], strlen(p->js[k]));
+    if (rc) {
+      pthread_mutex_lock(&p->mu);
+      if (!p->rc) {
+        p->rc = rc;
+        snprintf(p->err, sizeof p->err, "index object %s: %s", key, ft_err_detail());
+      }
+      pthread_mutex_unlock(&p->mu);
+      break;
+    }
+  }
+  return NULL;
+}
+
+/* Puts the n objects js[k] named ent[k].hash into t. */
+static int index_put_all(ckpt_tier *t, char **js, const ckpt_index_ent *ent, int n) {
+  index_puts p = {.t = t, .js = js, .ent = ent, .n = n};
+  pthread_mutex_init(&p.mu, NULL);
+  pthread_t th[INDEX_PUT_THREADS];
+  int started = 0;
+  for (int i = 1; i < INDEX_PUT_THREADS && i < n; i++) {
+    if (pthread_create(&th[started], NULL, index_put_worker, &p) != 0)
+      break;
+    started++;
+  }
+  index_put_worker(&p);
+  for (int i = 0; i < started; i++)
+    pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&p.mu);
+  return p.rc ? ft_err_set(p.rc, "%s", p.err) : FT_OK;
+}
+
 int ckpt_index_write(ckpt_tier *t, ckpt_manifest *m) {
   int n = m->nobjs, level = 0, rc = FT_OK;
   if (n <= 0)
@@ -1356,27 +1412,24 @@ int ckpt_index_write(ckpt_tier *t, ckpt_manifest *m) {
   do {
     int nn = (n + CKPT_INDEX_FANOUT - 1) / CKPT_INDEX_FANOUT;
     ckpt_index_ent *up = calloc((size_t)nn, sizeof *up);
-    if (!up) {
+    char **js = calloc((size_t)nn, sizeof *js);
+    if (!up || !js)
       rc = ft_err_set(FT_ENOMEM, "out of memory");
-      break;
-    }
     for (int k = 0; k < nn && rc == FT_OK; k++) {
       int a = k * CKPT_INDEX_FANOUT, b = a + CKPT_INDEX_FANOUT < n ? a + CKPT_INDEX_FANOUT : n;
-      char *js = index_node_to_json(m, level, cur + a, b - a), key[128];
-      if (!js) {
+      if (!(js[k] = index_node_to_json(m, level, cur + a, b - a))) {
         rc = ft_err_set(FT_ENOMEM, "out of memory");
         break;
       }
-      size_t len = strlen(js);
       up[k].lo = cur[a].lo;
       up[k].hi = cur[b - 1].hi;
-      rc = ckpt_sha256(js, len, up[k].hash);
-      ckpt_objkey_shard(key, sizeof key, up[k].hash);
-      if (rc == FT_OK && (rc = t->put(t, key, js, len)) != FT_OK)
-        rc = ckpt_err_wrap(rc, "index object %s of %s step %" PRId64, key, m->info.run,
-                           m->info.step);
-      free(js);
+      rc = ckpt_sha256(js[k], strlen(js[k]), up[k].hash);
     }
+    if (rc == FT_OK && (rc = index_put_all(t, js, up, nn)) != FT_OK)
+      rc = ckpt_err_wrap(rc, "index of %s step %" PRId64, m->info.run, m->info.step);
+    for (int k = 0; js && k < nn; k++)
+      free(js[k]);
+    free(js);
     free(cur);
     cur = up;
     n = nn;
