@@ -262,8 +262,8 @@ static void test_bytes_read_do_not_grow(void **st) {
     odd[i] = restore_rank(f, 10 + i, w, nw[1], k[1], &odd_own[i]);
     printf("world %4d: rank %d of %d read %" PRIu64 " bytes for its %" PRIu64
            " (%.2fx); rank %d of %d read %" PRIu64 " for %" PRIu64 " (%.2fx)\n",
-           w, k[0], nw[0], half[i], half_own[i], (double)half[i] / (double)half_own[i], k[1],
-           nw[1], odd[i], odd_own[i], (double)odd[i] / (double)odd_own[i]);
+           w, k[0], nw[0], half[i], half_own[i], (double)half[i] / (double)half_own[i], k[1], nw[1],
+           odd[i], odd_own[i], (double)odd[i] / (double)odd_own[i]);
     free(real);
     free_shards(sh, w);
   }
@@ -342,8 +342,7 @@ static void test_uneven_layout_reads_all(void **st) {
   ckpt_manifest *part = NULL;
   assert_int_equal(ckpt_store_load_for_ranges(f->s, m, r, 1, &part), FT_OK);
   float x[4];
-  assert_int_equal(ckpt_store_read(f->s, part, tnames[0], r[0].offset + r[0].len, 4, x),
-                   FT_EINVAL);
+  assert_int_equal(ckpt_store_read(f->s, part, tnames[0], r[0].offset + r[0].len, 4, x), FT_EINVAL);
   ckpt_manifest_free(part);
   ckpt_manifest_free(m);
   free(real);
