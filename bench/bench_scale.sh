@@ -22,6 +22,9 @@
 #   SHARD_SAVED carries its reference, as a gang worker's does) or inline
 #   (SHARD_SAVED carries the whole shard manifest: the commit before shard
 #   objects)
+#   RESTORE_SIZES="16384 131072" (default): after the swarm, the bytes one
+#   rank reads to restore a checkpoint of that many ranks beside its own
+#   shard (bench_restore, no supervisor; "" skips it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FT_SRC=$PWD
@@ -94,3 +97,10 @@ for k in ("grow_0", "grow_1"):
 row("protocol errors", f"{f['conformance_errors']}", "0")
 PY
 done
+# the bytes one rank reads to restore, beside its own shard (bench_restore:
+# the same model's checkpoint, committed from shard objects)
+restore_sizes=${RESTORE_SIZES-16384 131072}
+if [ -n "$restore_sizes" ]; then
+  # shellcheck disable=SC2086 # the sizes are words
+  "$B/bin/bench_restore" "$T/restore" $restore_sizes || echo "bench_scale: bench_restore failed"
+fi
