@@ -14,15 +14,18 @@
 #    skipped): a 2-host run under supervise with the slurm launcher, data on
 #    the shared directory, which sets the limit: about twice the byte rate
 #    it trained at (tokens/s x 2 bytes, printed); then, the head's link
-#    limited with tc tbf (host_rate) to that, the same local run (the
-#    reference: the supervisor on the head talks through that link too)
-#    and the run with the data in a bucket on moto in the head namespace;
-#    target: the s3 run no slower than the local one.
+#    limited with tc tbf (host_rate) to that, CL_PAIRS pairs of the same
+#    local run (the reference: the supervisor on the head talks through
+#    that link too) and the run with the data in a bucket on moto in the
+#    head namespace (each with an empty cache directory), interleaved, so a
+#    drift of the machine's load touches both alike; it prints the medians
+#    and the median of the pairs' ratios. Target: the s3 run no slower
+#    than the local one.
 # Blocks of BLOCK bytes (16 KiB: 8 steps of the demo's data per block, so
 # the runs issue GETs all along), prefetch PREFETCH blocks.
-# usage: bench/bench_data_s3.sh [BUILD_DIR]   PAIRS (3) STEPS (300) CLUSTER (1)
+# usage: bench/bench_data_s3.sh [BUILD_DIR]   PAIRS (3) STEPS (300) LOOPBACK (1: part 1) CLUSTER (1)
 #   the cluster part: CL_STEPS (200) CL_GLOBAL (128) CL_MICRO (64) CL_BLOCK (4096)
-#   CL_PREFETCH (16) CL_TOKENS (2000000)
+#   CL_PREFETCH (16) CL_TOKENS (2000000) CL_PAIRS (3)
 set -euo pipefail
 B=$(cd "${1:-build}" && pwd)
 FT_SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +41,7 @@ CL_MICRO=${CL_MICRO:-64}
 CL_BLOCK=${CL_BLOCK:-4096}
 CL_PREFETCH=${CL_PREFETCH:-16}
 CL_TOKENS=${CL_TOKENS:-2000000}
+CL_PAIRS=${CL_PAIRS:-3}
 TOKENS_PER_STEP=1024 # demo.yaml: 16 sequences of 64 tokens
 T=$(mktemp -d "${TMPDIR:-/tmp}/bench_data_s3.XXXXXX")
 . "$FT_SRC/tests/integration/s3_lib.sh"
@@ -76,6 +80,7 @@ print(len(steps) * int(sys.argv[5]) / (ms / 1000.0), float(sys.argv[4]) - float(
 PY
 }
 
+if [ "${LOOPBACK:-1}" = 1 ]; then
 echo "bench_data_s3: the demo model, $STEPS steps, 1 CPU thread; shards of 270000 + 30000 tokens;"
 echo "  s3: moto (signatures checked) at $FT_S3_ENDPOINT, blocks of $BLOCK bytes, prefetch $PREFETCH"
 : >"$T/local.txt"
@@ -99,6 +104,7 @@ print(f"  {'s3://: block GETs per run, requests per run':52s} {med(s3, 2):5.0f} 
 print(f"  {'s3://: GET requests/s of the run (wall)':52s} {st.median(r[3] / r[1] for r in s3):10.1f}"
       f"   (local: none; S3 allows 5500/s per prefix)")
 PY
+fi
 
 # ---- 2. the namespace cluster, the bucket's link limited ----------------------------
 [ "${CLUSTER:-1}" = 1 ] || exit 0
@@ -132,30 +138,37 @@ print(int(statistics.median(v[len(v) // 5:])))'; }
   # the reference: the same local run with the head's link limited too (the
   # supervisor runs on the head: its control traffic crosses that link in
   # both runs, so the two differ only in where the data comes from)
-  host_rate head "${limit}kbit"
-  ftc_runfile "$RUN/local2.yaml" "$CL_STEPS" "local:$C/shared/ckpt-local2" "${geo[@]}"
-  ftc_supervise "$RUN/st-local2" 2 "$RUN/local2.yaml"
-  ftc_finish
-  host_rate head off
-  lt=$(rate "$RUN/st-local2.out")
   ftc_moto ftsup-data >/dev/null
   cluster_exec head "$FT_BIN/ftdata" synth --out s3://ftsup-data/corpus/synth --tokens "$CL_TOKENS" >/dev/null
-  export FT_DATA_CACHE=$C/local/datacache FT_DATA_BLOCK_BYTES=$CL_BLOCK FT_DATA_PREFETCH_BLOCKS=$CL_PREFETCH
-  ftc_runfile "$RUN/s3.yaml" "$CL_STEPS" "local:$C/shared/ckpt-s3" "${geo[@]}" \
-    -e 's|^data:.*|data: {train: "s3://ftsup-data/corpus/synth_train_*.bin", val: "s3://ftsup-data/corpus/synth_val_*.bin"}|'
-  host_rate head "${limit}kbit"
-  ftc_supervise "$RUN/st-s3" 2 "$RUN/s3.yaml"
-  ftc_finish
-  host_rate head off
-  st=$(rate "$RUN/st-s3.out")
+  export FT_DATA_BLOCK_BYTES=$CL_BLOCK FT_DATA_PREFETCH_BLOCKS=$CL_PREFETCH
+  : >"$RUN/pairs.txt"
+  for i in $(seq 1 "$CL_PAIRS"); do
+    ftc_runfile "$RUN/local$i.yaml" "$CL_STEPS" "local:$C/shared/ckpt-local$i" "${geo[@]}"
+    host_rate head "${limit}kbit"
+    ftc_supervise "$RUN/st-local$i" 2 "$RUN/local$i.yaml"
+    ftc_finish
+    host_rate head off
+    ftc_runfile "$RUN/s3$i.yaml" "$CL_STEPS" "local:$C/shared/ckpt-s3$i" "${geo[@]}" \
+      -e 's|^data:.*|data: {train: "s3://ftsup-data/corpus/synth_train_*.bin", val: "s3://ftsup-data/corpus/synth_val_*.bin"}|'
+    host_rate head "${limit}kbit"
+    FT_DATA_CACHE=$C/local/datacache$i ftc_supervise "$RUN/st-s3$i" 2 "$RUN/s3$i.yaml"
+    ftc_finish
+    host_rate head off
+    echo "$(rate "$RUN/st-local$i.out") $(rate "$RUN/st-s3$i.out")" >>"$RUN/pairs.txt"
+  done
+  read -r lt st ratio < <(python3 -c '
+import statistics as s, sys
+r = [list(map(float, l.split())) for l in open(sys.argv[1])]
+print(int(s.median(a for a, b in r)), int(s.median(b for a, b in r)), int(s.median(b / a for a, b in r) * 100))' "$RUN/pairs.txt")
   gets=$(grep -c '"GET /ftsup-data/corpus/synth_train_000.bin HTTP/1.1" 206' "$TMP/moto.log") || true
   echo "  cluster: 2 hosts (namespaces), supervise + slurm launcher, $CL_STEPS steps of $CL_GLOBAL sequences"
   echo "  (micro-batch $CL_MICRO: a host's window $((CL_MICRO * 128)) bytes), blocks of $CL_BLOCK bytes, prefetch $CL_PREFETCH"
   printf '  %-52s %10s\n' "local (shared dir), head's link free: tokens/s" "$lt0"
   printf '  %-52s %10s   (%s bytes/s of tokens)\n' "  its byte rate" "$bps" "$bps"
   printf '  %-52s %10s   (about 2x the byte rate)\n' "head's link (moto, supervisor) limited to, kbit/s" "$limit"
-  printf '  %-52s %10s   (reference)\n' "local (shared dir) with that limit: tokens/s" "$lt"
-  printf '  %-52s %10s   (%s%% of local; target >= 100%%)\n' "s3:// through that link: training tokens/s" "$st" \
+  printf '  %-52s %10s   (reference; median of %s)\n' "local (shared dir) with that limit: tokens/s" "$lt" "$CL_PAIRS"
+  printf '  %-52s %10s   (%s%% of local)\n' "s3:// through that link: training tokens/s" "$st" \
     "$((st * 100 / lt))"
-  printf '  %-52s %10s\n' "  ranged GETs of the train shard (moto's log)" "$gets"
+  printf '  %-52s %9s%%   (target >= 100%%; each pair run back to back)\n' "s3:// / local, median of the pairs" "$ratio"
+  printf '  %-52s %10s\n' "  ranged GETs of the train shard, all s3 runs (moto's log)" "$gets"
 )

@@ -57,13 +57,12 @@ static const ckpt_shard *zero_chunks(ckpt_store *s, uint64_t len) {
   if (nzeros == 64)
     return NULL;
   void *z = calloc(1, len);
-  ckpt_part p = {.tensor = "zeros", .dtype = "u8", .ndim = 1, .shape = {(int64_t)len}, .len = len,
-                 .data = z};
+  ckpt_part p = {
+      .tensor = "zeros", .dtype = "u8", .ndim = 1, .shape = {(int64_t)len}, .len = len, .data = z};
   ckpt_job *j = NULL;
   ckpt_shard *sh = NULL;
   if (!z || ckpt_store_submit(s, "bench-zeros", 0, 0, 1, &p, 1, &j) || ckpt_job_wait(j, &sh)) {
-    fprintf(stderr, "bench_restore: a zero chunk of %" PRIu64 " bytes: %s\n", len,
-            ft_err_detail());
+    fprintf(stderr, "bench_restore: a zero chunk of %" PRIu64 " bytes: %s\n", len, ft_err_detail());
     exit(1);
   }
   ckpt_job_free(j);

@@ -16,23 +16,36 @@
  *
  * Reads: the stream's bytes are cut into aligned blocks of block_bytes per
  * object (block j = bytes [j*B, (j+1)*B), the header in block 0; B is even,
- * so no token straddles two blocks). A block is read whole with ONE ranged
- * GET sent with If-Match: the listed ETag, so at 4 MiB one GET serves 2 Mi
- * tokens: many steps of sequences (docs/data.md has the rates). Every block
- * is checked when it arrives (each token < vocab_size: a data fault naming
- * the key and the token's index otherwise).
+ * so no token straddles two blocks), the unit of the caches. What is read
+ * of a block is a *piece* of it, its bytes [lo, hi): the whole block, or,
+ * at the edges of a host's windows, only the bytes those windows hold (the
+ * rest of an edge block is another host's, and a window's T+1st token
+ * alone would otherwise bring a block: a host downloaded 1.5 to 2 times
+ * what it read). A run of pieces that are consecutive bytes of one object
+ * is read with ONE ranged GET sent with If-Match: the listed ETag, so at
+ * 4 MiB one GET serves 2 Mi tokens: many steps of sequences (docs/data.md
+ * has the rates). Every piece is checked when it arrives (each token <
+ * vocab_size: a data fault naming the key and the token's index
+ * otherwise).
  *
- * Three levels: memory (2 x prefetch_blocks + 2 slots, least recently used
- * evicted; a block the prefetcher brought and nobody has read yet, or one
- * the current hint plans, is evicted by the prefetcher never, by the reader
- * last), the cache directory
- * (one file per block named by bucket, hash of the key, ETag, block size
- * and index, so a changed object or another block size never reads a stale
- * file; written whole by ft_afile: temp + fsync + rename; its mtime is its
+ * Three levels: memory (2 x prefetch_blocks + 2 slots, one per block,
+ * holding a piece of it; least recently used evicted; a block the
+ * prefetcher brought and nobody has read yet, or one the current hint
+ * plans, is evicted by the prefetcher never, by the reader last; a read
+ * outside a slot's piece fetches a wider one), the cache directory
+ * (one file per piece named by bucket, hash of the key, ETag, block size
+ * and index, and a piece's byte range, so a changed object or another block
+ * size never reads a stale file; a block's file serves any piece of it;
+ * written whole: temp + rename, the piece's SHA-256 after its bytes and no
+ * fsync, so a file a crash tore fails its sum and is fetched again, and a
+ * prefetch never waits on the disk's journal; its mtime is its
  * last use; before a write the least recently used files go until the new
- * one fits under cache_bytes; shared by the processes of a host, whose
+ * one fits under cache_bytes (the directory scanned when this process's
+ * count says it is full, or every 64 writes: disk_write); shared by the
+ * processes of a host, whose
  * fetches of one block are serialised by a striped flock so a host GETs a
- * block once), then the bucket.
+ * piece once: its processes plan the same pieces from the same hint),
+ * then the bucket.
  *
  * Block size: data.block_bytes, or when it is not set the largest power of
  * two <= the bytes one host reads per micro-batch (data_block_bytes_auto;
@@ -42,19 +55,20 @@
  * memory (and the cache directory) ahead of the reader, each the next run
  * of missing blocks no other has claimed (so one GET's latency hides behind
  * another's transfer). With the trainer's hint (data_hint,
- * each step: this rank's next windows) it brings the first prefetch_blocks
- * blocks those windows overlap, in the order they will be read, and no
- * other: in a large world the blocks after a rank's window are other
- * hosts'. Without one (ftdata, validation) the reader names, after each
+ * each step: this rank's next windows) it brings the pieces of the first
+ * prefetch_blocks blocks those windows overlap, in the order they will be
+ * read, and no other: in a large world the blocks after a rank's window
+ * are other hosts'; the reader, missing one, fetches the plan's piece.
+ * Without one (ftdata, validation) the reader names, after each
  * read, the block after the last one it touched, and the thread brings the
- * next prefetch_blocks blocks of the stream (crossing into the next shards,
+ * next prefetch_blocks blocks of the stream whole (crossing into the next shards,
  * wrapping at the end). Its failures are dropped: the reader, reaching that
  * block, fetches it itself and gets the error in its own thread (ft_err is
  * per thread) with the detail that names the key.
  *
  * Where the reader waits (the training thread blocked on storage):
  * copy_from_block, on a block another thread loads (cv) or on its own
- * fetch_block (a GET, or a host peer's GET behind the stripe lock).
+ * fetch_run (a GET, or a host peer's GET behind the stripe lock).
  *
  * Locking: mu guards the slots, the prefetch request and stop; it is never
  * held across a GET or a file operation. disk_mu serialises this process's
@@ -65,7 +79,6 @@
 #include "ckpt_s3_read.h"
 #include "data_wait.h"
 #include "ft_err.h"
-#include "ft_file.h"
 #include "progress.h"
 
 #include <dirent.h>
@@ -94,14 +107,24 @@
 
 enum { B_EMPTY, B_LOADING, B_READY };
 
+/* A piece of block j of shard k: its bytes [lo, hi) (the whole block: 0 and
+ * its length). What a host needs of a block at the edges of its windows is
+ * a piece, so it downloads the bytes its windows hold and not the rest of
+ * the edge blocks (those are other hosts'). */
+typedef struct bref {
+  int k;
+  uint64_t j;
+  uint64_t lo, hi;
+} bref;
+
 typedef struct blk {
   int shard;
   uint64_t idx;
   int state;
   int fresh;         /* the prefetcher's: brought and not read yet, or in the hint's plan */
   uint64_t plan_gen; /* the last hint whose plan held it */
+  uint64_t lo, hi;   /* data holds the block's bytes [lo, hi) */
   uint8_t *data;
-  size_t len;
   uint64_t used; /* LRU tick */
 } blk;
 
@@ -124,6 +147,7 @@ struct data_s3 {
   uint64_t tick;
   pthread_mutex_t disk_mu;
   int warned_disk;
+  uint64_t disk_known, disk_writes; /* disk_write's (under disk_mu) */
   pthread_t th[PREFETCH_THREADS];
   int th_on, stop; /* th_on: the threads started */
   int want_k;
@@ -131,6 +155,8 @@ struct data_s3 {
   int hinted;      /* the trainer hints (data_hint): no more "after each read" */
   data_reads hint; /* its latest */
   uint64_t hint_gen;
+  bref plan[DATA_PREFETCH_MAX + 1]; /* the latest hint's pieces (plan_blocks), for the reader */
+  int nplan;
   uint64_t block_gets, blocks_fetched, header_gets, disk_hits, evictions; /* atomics */
 };
 
@@ -268,6 +294,15 @@ static size_t block_len(const data_s3 *s, int k, uint64_t j) {
   return (size_t)(left < s->bs ? left : s->bs);
 }
 
+/* Block (k, j) whole, as a piece. */
+static bref whole(const data_s3 *s, int k, uint64_t j) {
+  return (bref){k, j, 0, block_len(s, k, j)};
+}
+
+static int is_whole(const data_s3 *s, const bref *pc) {
+  return pc->lo == 0 && pc->hi == block_len(s, pc->k, pc->j);
+}
+
 /* The block after (k, j) in the stream, wrapping to the first shard. */
 static void next_block(const data_s3 *s, int *k, uint64_t *j) {
   if (++*j < nblocks(s, *k))
@@ -276,10 +311,12 @@ static void next_block(const data_s3 *s, int *k, uint64_t *j) {
   *k = (*k + 1) % s->nob;
 }
 
-/* Every token of block (k, j) < vocab: else a data fault naming the key
- * and the token's index in the shard. */
-static int check_tokens(const data_s3 *s, int k, uint64_t j, const uint8_t *d, size_t len) {
-  uint64_t base = j * s->bs, first = base < HDR ? HDR - base : 0;
+/* Every token of piece pc (its bytes in d) < vocab: else a data fault
+ * naming the key and the token's index in the shard. */
+static int check_tokens(const data_s3 *s, const bref *pc, const uint8_t *d) {
+  int k = pc->k;
+  uint64_t base = pc->j * s->bs + pc->lo, first = base < HDR ? HDR - base : 0,
+           len = pc->hi - pc->lo;
   for (uint64_t b = first; b + 1 < len; b += 2) {
     uint16_t t;
     memcpy(&t, d + b, sizeof t);
@@ -298,8 +335,10 @@ static int disk_on(const data_s3 *s) {
   return s->cache_bytes > 0 && s->cache_dir[0];
 }
 
-/* <dir>/<bucket>_<sha256(key):16>_<etag>_<block bytes>_<index>.blk */
-static void block_path(const data_s3 *s, int k, uint64_t j, char *out, size_t n) {
+/* <dir>/<bucket>_<sha256(key):16>_<etag>_<block bytes>_<index>.blk, and for a
+ * piece that is not the whole block ..._<index>.<lo>-<hi>.blk */
+static void block_path(const data_s3 *s, const bref *pc, char *out, size_t n) {
+  int k = pc->k;
   unsigned char md[32];
   unsigned int ml = 0;
   char kh[17], et[65];
@@ -312,31 +351,56 @@ static void block_path(const data_s3 *s, int k, uint64_t j, char *out, size_t n)
         *p == '-')
       et[e++] = *p;
   et[e] = 0;
-  snprintf(out, n, "%s/%s_%s_%s_%" PRIu64 "_%" PRIu64 ".blk", s->cache_dir,
-           ckpt_s3_reader_bucket(s->rd), kh, et, s->bs, j);
+  int w = snprintf(out, n, "%s/%s_%s_%s_%" PRIu64 "_%" PRIu64, s->cache_dir,
+                   ckpt_s3_reader_bucket(s->rd), kh, et, s->bs, pc->j);
+  if (w < 0 || (size_t)w >= n)
+    return;
+  if (is_whole(s, pc))
+    snprintf(out + w, n - (size_t)w, ".blk");
+  else
+    snprintf(out + w, n - (size_t)w, ".%" PRIu64 "-%" PRIu64 ".blk", pc->lo, pc->hi);
 }
 
-/* Block (k, j) from the cache directory into *d (its use time freshened).
- * 0 if absent or not whole (then removed). */
-static int disk_read(data_s3 *s, int k, uint64_t j, uint8_t **d) {
+/* A cache file is the piece's bytes and then their SHA-256 (SUM bytes):
+ * it is written without fsync (a cache: a crash may leave a file short or
+ * holding garbage, and its sum then refuses it), so a host's prefetch
+ * never waits on the disk's journal, nor makes the training thread's own
+ * writes wait behind it. */
+#define SUM 32
+
+static void sum_of(const uint8_t *d, size_t len, unsigned char *md) {
+  unsigned int ml = 0;
+  EVP_Digest(d, len, md, &ml, EVP_sha256(), NULL);
+}
+
+/* The file of piece f into *d, its bytes [pc->lo, pc->hi) (f covers pc;
+ * its use time freshened). 0 if absent, short or failing its sum (then
+ * removed). */
+static int disk_read_file(data_s3 *s, const bref *f, const bref *pc, uint8_t **d) {
   char path[PATH_MAX + 200];
-  block_path(s, k, j, path, sizeof path);
+  block_path(s, f, path, sizeof path);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return 0;
   struct stat st;
-  size_t want = block_len(s, k, j);
+  size_t flen = (size_t)(f->hi - f->lo), want = (size_t)(pc->hi - pc->lo),
+         at = (size_t)(pc->lo - f->lo);
   uint8_t *p = NULL;
-  int ok = fstat(fd, &st) == 0 && (uint64_t)st.st_size == want && (p = malloc(want ? want : 1));
+  int ok = fstat(fd, &st) == 0 && (uint64_t)st.st_size == flen + SUM && (p = malloc(flen + SUM));
   size_t got = 0;
-  while (ok && got < want) {
-    ssize_t r = pread(fd, p + got, want - got, (off_t)got);
+  while (ok && got < flen + SUM) {
+    ssize_t r = pread(fd, p + got, flen + SUM - got, (off_t)got);
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0)
       ok = 0;
     else
       got += (size_t)r;
+  }
+  unsigned char md[SUM];
+  if (ok) {
+    sum_of(p, flen, md);
+    ok = memcmp(md, p + flen, SUM) == 0;
   }
   if (ok)
     futimens(fd, NULL); /* last use: what eviction orders by */
@@ -346,9 +410,17 @@ static int disk_read(data_s3 *s, int k, uint64_t j, uint8_t **d) {
     unlink(path);
     return 0;
   }
+  memmove(p, p + at, want);
   __atomic_add_fetch(&s->disk_hits, 1, __ATOMIC_RELAXED);
   *d = p;
   return 1;
+}
+
+/* Piece pc from the cache directory: from its block's file, else from its
+ * own (a piece: the host's processes plan the same pieces). */
+static int disk_read(data_s3 *s, const bref *pc, uint8_t **d) {
+  bref w = whole(s, pc->k, pc->j);
+  return disk_read_file(s, &w, pc, d) || (!is_whole(s, pc) && disk_read_file(s, pc, pc, d));
 }
 
 typedef struct centry {
@@ -415,29 +487,63 @@ uint64_t data_cache_make_room(const char *cache_dir, uint64_t bound, uint64_t ne
   return total;
 }
 
-/* Writes block (k, j) whole into the cache directory; a failure only
- * costs the cache (said once). */
-static void disk_write(data_s3 *s, int k, uint64_t j, const uint8_t *d, size_t len) {
-  if ((uint64_t)s->cache_bytes < len)
+/* Writes piece pc (its bytes d) into the cache directory: a temp file
+ * (data, then its sum), renamed; no fsync (SUM). Before it, room under
+ * cache_bytes: the directory is scanned when what this process knows of
+ * its size (the last scan, and what it wrote since) would pass the bound,
+ * or after 64 writes (the host's other processes write too), not at every
+ * write. A failure only costs the cache (said once). */
+static void disk_write(data_s3 *s, const bref *pc, const uint8_t *d) {
+  size_t len = (size_t)(pc->hi - pc->lo);
+  if ((uint64_t)s->cache_bytes < len + SUM)
     return;
-  char path[PATH_MAX + 200];
-  block_path(s, k, j, path, sizeof path);
+  char path[PATH_MAX + 200], tmp[PATH_MAX + 260];
+  block_path(s, pc, path, sizeof path);
   pthread_mutex_lock(&s->disk_mu);
-  uint64_t ev = 0;
-  data_cache_make_room(s->cache_dir, (uint64_t)s->cache_bytes, len, &ev);
-  __atomic_add_fetch(&s->evictions, ev, __ATOMIC_RELAXED);
-  ft_afile f;
-  int rc = ft_afile_open(&f, path);
-  if (!rc && (rc = ft_afile_write(&f, d, len)))
-    ft_afile_abort(&f);
-  else if (!rc)
-    rc = ft_afile_commit(&f);
-  if (rc && !s->warned_disk) {
-    s->warned_disk = 1;
-    fprintf(stderr,
-            "data: warning: the data cache directory: %s (blocks are read from the "
-            "bucket without it)\n",
-            ft_err_detail());
+  if (s->disk_known + len + SUM > (uint64_t)s->cache_bytes || s->disk_writes % 64 == 0) {
+    uint64_t ev = 0;
+    s->disk_known = data_cache_make_room(s->cache_dir, (uint64_t)s->cache_bytes, len + SUM, &ev);
+    __atomic_add_fetch(&s->evictions, ev, __ATOMIC_RELAXED);
+  }
+  s->disk_writes++;
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d.%" PRIu64, path, (int)getpid(), s->disk_writes);
+  unsigned char md[SUM];
+  sum_of(d, len, md);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), rc = fd < 0 ? -1 : 0;
+  for (int part = 0; part < 2 && !rc; part++) {
+    const uint8_t *b = part ? md : d;
+    size_t n = part ? SUM : len, w = 0;
+    while (w < n && !rc) {
+      ssize_t r = write(fd, b + w, n - w);
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        rc = -1;
+      else
+        w += (size_t)r;
+    }
+  }
+  int err = rc ? errno : 0;
+  if (fd >= 0 && close(fd) != 0 && !rc) {
+    rc = -1;
+    err = errno;
+  }
+  if (!rc && rename(tmp, path) != 0) {
+    rc = -1;
+    err = errno;
+  }
+  if (rc) {
+    if (fd >= 0)
+      unlink(tmp);
+    if (!s->warned_disk) {
+      s->warned_disk = 1;
+      fprintf(stderr,
+              "data: warning: the data cache directory: %s: %s (blocks are read from the "
+              "bucket without it)\n",
+              tmp, strerror(err ? err : EIO));
+    }
+  } else {
+    s->disk_known += len + SUM;
   }
   pthread_mutex_unlock(&s->disk_mu);
 }
@@ -493,67 +599,71 @@ static void mkdirs(const char *dir) {
 
 #define RUN_MAX 8 /* blocks one coalesced GET brings at most */
 
-/* Blocks (k, j0 .. j0+n-1), consecutive in one object, with ONE ranged GET
- * (If-Match: the listed ETag) into d[0..n-1], each malloc'd. */
-static int fetch_remote(data_s3 *s, int k, uint64_t j0, int n, uint8_t **d) {
-  uint64_t jz = j0 + (uint64_t)n - 1;
-  size_t want = (size_t)((jz - j0) * s->bs + block_len(s, k, jz)), got = 0;
+/* Pieces pc[0..n-1] of one object, consecutive bytes (blocks j0, j0+1, ..:
+ * each but the last ends its block, each but the first starts its block),
+ * with ONE ranged GET (If-Match: the listed ETag) into d[0..n-1], each
+ * malloc'd. */
+static int fetch_remote(data_s3 *s, const bref *pc, int n, uint8_t **d) {
+  int k = pc[0].k;
+  uint64_t from = pc[0].j * s->bs + pc[0].lo, to = pc[n - 1].j * s->bs + pc[n - 1].hi;
+  size_t want = (size_t)(to - from), got = 0;
   uint8_t *buf = NULL;
-  int rc =
-      ckpt_s3_reader_get_range(s->rd, s->ob[k].key, j0 * s->bs, want, s->ob[k].etag, &buf, &got);
+  int rc = ckpt_s3_reader_get_range(s->rd, s->ob[k].key, from, want, s->ob[k].etag, &buf, &got);
   if (rc == FT_OK) { /* one that a close cancelled brought nothing: not counted */
     __atomic_add_fetch(&s->block_gets, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->blocks_fetched, (uint64_t)n, __ATOMIC_RELAXED);
   }
   if (rc == FT_OK && got != want)
     rc = ft_err_set(FT_ESTATE,
-                    "s3://%s/%s: block %" PRIu64 " is %zu bytes, expected %zu (the object is "
-                    "not the one listed)",
-                    ckpt_s3_reader_bucket(s->rd), s->ob[k].key, j0, got, want);
+                    "s3://%s/%s: bytes %" PRIu64 "..%" PRIu64
+                    " came as %zu bytes, expected %zu (the "
+                    "object is not the one listed)",
+                    ckpt_s3_reader_bucket(s->rd), s->ob[k].key, from, to, got, want);
   for (int i = 0; rc == FT_OK && i < n; i++) {
-    size_t len = block_len(s, k, j0 + (uint64_t)i);
+    size_t len = (size_t)(pc[i].hi - pc[i].lo), at = (size_t)(pc[i].j * s->bs + pc[i].lo - from);
     if (!(d[i] = malloc(len ? len : 1)))
       rc = ft_err_set(FT_ENOMEM, "out of memory");
     else
-      memcpy(d[i], buf + (size_t)i * s->bs, len);
+      memcpy(d[i], buf + at, len);
   }
   free(buf);
   return rc;
 }
 
-/* Blocks (k, j0 .. j0+n-1) of one object (n <= RUN_MAX), checked, each
- * from the cache directory or else from the bucket: each run of
- * consecutive ones missing with one GET (then written to the directory,
- * under the stripe locks, so the host's other processes read them there
- * and the host GETs each block once). d[i] malloc'd; on an error none. */
-static int fetch_run(data_s3 *s, int k, uint64_t j0, int n, uint8_t **d) {
+/* Pieces pc[0..n-1] of one object (n <= RUN_MAX; consecutive as
+ * fetch_remote's), checked, each from the cache directory or else from the
+ * bucket: each run of consecutive ones missing with one GET (then written
+ * to the directory, under the stripe locks, so the host's other processes
+ * read them there and the host GETs each piece once). d[i] malloc'd; on an
+ * error none. */
+static int fetch_run(data_s3 *s, const bref *pc, int n, uint8_t **d) {
   int lk[RUN_MAX], nlk = 0, rc = FT_OK, remote[RUN_MAX] = {0};
   for (int i = 0; i < n; i++)
     d[i] = NULL;
   if (disk_on(s)) {
     int miss = 0;
     for (int i = 0; i < n; i++)
-      miss |= !disk_read(s, k, j0 + (uint64_t)i, &d[i]);
+      miss |= !disk_read(s, &pc[i], &d[i]);
     if (miss) {
-      nlk = stripes_lock(s, k, j0, n, lk);
+      nlk = stripes_lock(s, pc[0].k, pc[0].j, n, lk);
       for (int i = 0; i < n; i++) /* another process may have brought them */
         if (!d[i])
-          disk_read(s, k, j0 + (uint64_t)i, &d[i]);
+          disk_read(s, &pc[i], &d[i]);
     }
   }
-  for (int a = 0; a < n && !rc;) { /* [a, z): a run of missing blocks */
+  for (int a = 0; a < n && !rc;) { /* [a, z): a run of missing pieces */
     int z = a;
     while (z < n && !d[z])
       remote[z++] = 1;
     if (z > a)
-      rc = fetch_remote(s, k, j0 + (uint64_t)a, z - a, d + a);
+      rc = fetch_remote(s, pc + a, z - a, d + a);
     a = z + 1;
   }
   for (int i = 0; !rc && i < n; i++)
-    rc = check_tokens(s, k, j0 + (uint64_t)i, d[i], block_len(s, k, j0 + (uint64_t)i));
+    rc = check_tokens(s, &pc[i], d[i]);
   for (int i = 0; !rc && i < n && disk_on(s); i++)
     if (remote[i])
-      disk_write(s, k, j0 + (uint64_t)i, d[i], block_len(s, k, j0 + (uint64_t)i));
+      disk_write(s, &pc[i], d[i]);
   for (int i = 0; i < nlk; i++)
     if (lk[i] >= 0)
       close(lk[i]); /* releases the flock */
@@ -562,12 +672,6 @@ static int fetch_run(data_s3 *s, int k, uint64_t j0, int n, uint8_t **d) {
     d[i] = NULL;
   }
   return rc;
-}
-
-/* Block (k, j) for the reader, which waits here on the bucket (or on a
- * peer process's GET of it). */
-static int fetch_block(data_s3 *s, int k, uint64_t j, uint8_t **d) {
-  return fetch_run(s, k, j, 1, d);
 }
 
 /* ---- the memory slots ----------------------------------------------------------------- */
@@ -601,44 +705,80 @@ static blk *claim(data_s3 *s, int k, uint64_t j, int prefetcher) {
   return best;
 }
 
-/* Ends a load: ready with d, or empty again. Holding mu. */
-static void finish(data_s3 *s, blk *b, int rc, uint8_t *d, int k, uint64_t j) {
+/* 1 if slot b is ready with the bytes [lo, hi) of its block. */
+static int covers(const blk *b, uint64_t lo, uint64_t hi) {
+  return b->state == B_READY && b->lo <= lo && hi <= b->hi;
+}
+
+/* Widens the piece pc to hold what ready slot b holds too (b's block),
+ * and marks b loading again (its data dropped: readers wait for the wider
+ * piece). Holding mu. */
+static void regrow(blk *b, bref *pc) {
+  if (b->lo < pc->lo)
+    pc->lo = b->lo;
+  if (b->hi > pc->hi)
+    pc->hi = b->hi;
+  free(b->data);
+  b->data = NULL;
+  b->state = B_LOADING;
+}
+
+/* Ends a load of piece pc into b: ready with d, or empty again. Holding mu. */
+static void finish(data_s3 *s, blk *b, int rc, uint8_t *d, const bref *pc) {
   if (rc) {
     b->state = B_EMPTY;
   } else {
     b->data = d;
-    b->len = block_len(s, k, j);
+    b->lo = pc->lo;
+    b->hi = pc->hi;
     b->state = B_READY;
     b->used = ++s->tick;
   }
   pthread_cond_broadcast(&s->cv);
 }
 
+/* What the reader fetches of block (k, j) to read its bytes [lo, hi): the
+ * latest plan's piece of it when that holds them (what the host reads of
+ * the block), else the whole block. Holding mu. */
+static bref reader_piece(const data_s3 *s, int k, uint64_t j, uint64_t lo, uint64_t hi) {
+  for (int p = 0; p < s->nplan; p++) {
+    const bref *pc = &s->plan[p];
+    if (pc->k == k && pc->j == j && pc->lo <= lo && hi <= pc->hi)
+      return *pc;
+  }
+  return whole(s, k, j);
+}
+
 /* Copies m tokens at byte off of block (k, j) into out. */
 static int copy_from_block(data_s3 *s, int k, uint64_t j, uint64_t off, uint64_t m, uint16_t *out) {
-  ft_phase was = FT_PHASE_COUNT; /* storage_wait (progress.h) while the block is not in memory */
+  ft_phase was = FT_PHASE_COUNT; /* storage_wait (progress.h) while the bytes are not in memory */
+  uint64_t end = off + 2 * m;
   pthread_mutex_lock(&s->mu);
   for (;;) {
     blk *b = find_slot(s, k, j);
-    if (b && b->state == B_READY) {
-      memcpy(out, b->data + off, m * sizeof *out);
+    if (b && covers(b, off, end)) {
+      memcpy(out, b->data + (off - b->lo), m * sizeof *out);
       b->used = ++s->tick;
       b->fresh = 0;
       pthread_mutex_unlock(&s->mu);
       progress_wait_end(&was);
       return FT_OK;
     }
-    if (b || !(b = claim(s, k, j, 0))) { /* loading elsewhere, or every slot is */
+    if (b ? b->state != B_READY
+          : !(b = claim(s, k, j, 0))) { /* loading elsewhere, or every slot is */
       progress_wait_begin(&was, 0);
       pthread_cond_wait(&s->cv, &s->mu);
       continue;
     }
+    bref pc = reader_piece(s, k, j, off, end);
+    if (b->state == B_READY) /* a piece without these bytes: a wider one */
+      regrow(b, &pc);
     pthread_mutex_unlock(&s->mu);
     progress_wait_begin(&was, 1); /* its own request: the wait's clock restarts */
     uint8_t *d;
-    int rc = fetch_block(s, k, j, &d);
+    int rc = fetch_run(s, &pc, 1, &d);
     pthread_mutex_lock(&s->mu);
-    finish(s, b, rc, d, k, j);
+    finish(s, b, rc, d, &pc);
     if (rc) {
       pthread_mutex_unlock(&s->mu);
       progress_wait_end(&was);
@@ -661,14 +801,11 @@ static int copy_from_block(data_s3 *s, int k, uint64_t j, uint64_t off, uint64_t
  * of one object with one GET (a host's window is one run: one GET per
  * window for the host). A newer hint ends the walk. */
 
-typedef struct bref {
-  int k;
-  uint64_t j;
-} bref;
-
 #define PLAN_WINDOWS 1024 /* windows looked at per plan: bounds its cost per step */
 
-/* Adds the blocks of stream tokens [p, q) to plan (each once), up to max. */
+/* Adds the pieces of blocks that hold stream tokens [p, q) to plan, each
+ * block once (a block met again: its piece widened to hold both), up to
+ * max. */
 static int plan_range(const data_s3 *s, uint64_t p, uint64_t q, bref *plan, int n, int max) {
   const data_loader *dl = s->dl;
   for (int k = data_find_shard(dl, p); p < q && n < max; k++) {
@@ -676,22 +813,33 @@ static int plan_range(const data_s3 *s, uint64_t p, uint64_t q, bref *plan, int 
     uint64_t e = q < sh->start + sh->n ? q : sh->start + sh->n;
     if (e <= p)
       continue; /* an empty shard */
-    uint64_t j0 = (HDR + 2 * (p - sh->start)) / s->bs, j1 = (HDR + 2 * (e - sh->start) - 1) / s->bs;
-    for (uint64_t j = j0; j <= j1 && n < max; j++) {
-      int dup = 0;
-      for (int i = n - 1; i >= 0 && !dup; i--)
-        dup = plan[i].k == k && plan[i].j == j;
-      if (!dup)
-        plan[n++] = (bref){k, j};
+    uint64_t from = HDR + 2 * (p - sh->start), to = HDR + 2 * (e - sh->start);
+    for (uint64_t j = from / s->bs; j <= (to - 1) / s->bs && n < max; j++) {
+      uint64_t b0 = j * s->bs, lo = from > b0 ? from - b0 : 0, hi = to - b0;
+      if (hi > block_len(s, k, j))
+        hi = block_len(s, k, j);
+      int i = n - 1;
+      while (i >= 0 && !(plan[i].k == k && plan[i].j == j))
+        i--;
+      if (i < 0) {
+        plan[n++] = (bref){k, j, lo, hi};
+        continue;
+      }
+      if (lo < plan[i].lo)
+        plan[i].lo = lo;
+      if (hi > plan[i].hi)
+        plan[i].hi = hi;
     }
     p = e;
   }
   return n;
 }
 
-/* The blocks that the windows of h overlap, in reading order, whole
- * windows only while they fit in max (the first one cut to max): so that a
- * window's blocks are one run, one GET. plan has room for max + 1. */
+/* The pieces of the blocks that the windows of h overlap (of each block
+ * the bytes those windows read), in reading order, whole windows only
+ * while they fit in max (the first one cut to max): so that a window's
+ * pieces are one run, one GET of the window's own bytes. plan has room
+ * for max + 1. */
 static int plan_blocks(const data_s3 *s, const data_reads *h, bref *plan, int max) {
   uint64_t nseq = data_num_sequences(s->dl, h->T), T = (uint64_t)h->T;
   int n = 0;
@@ -713,27 +861,39 @@ static int plan_blocks(const data_s3 *s, const data_reads *h, bref *plan, int ma
   return n;
 }
 
-/* Brings block (k, j) unless memory has it; 0 to go on, 1 to stop (memory
- * full of blocks not read yet, or a fetch failed: the reader meets it and
- * says why). Holding mu, released around the fetch. */
+/* Brings block (k, j) whole unless memory has it (or a piece of it); 0 to
+ * go on, 1 to stop (memory full of blocks not read yet, or a fetch failed:
+ * the reader meets it and says why). Holding mu, released around the
+ * fetch. */
 static int prefetch_one(data_s3 *s, int k, uint64_t j) {
   if (find_slot(s, k, j))
     return 0;
   blk *b = claim(s, k, j, 1);
   if (!b)
     return 1;
+  bref pc = whole(s, k, j);
   pthread_mutex_unlock(&s->mu);
   uint8_t *d;
-  int rc = fetch_block(s, k, j, &d);
+  int rc = fetch_run(s, &pc, 1, &d);
   pthread_mutex_lock(&s->mu);
-  finish(s, b, rc, d, k, j);
+  finish(s, b, rc, d, &pc);
   return rc != FT_OK;
+}
+
+/* 1 if memory has piece pc, or is bringing its block. Holding mu. */
+static int in_memory(data_s3 *s, const bref *pc) {
+  blk *b = find_slot(s, pc->k, pc->j);
+  return b && (b->state == B_LOADING || covers(b, pc->lo, pc->hi));
 }
 
 /* Walks the hint of generation gen. Holding mu. */
 static void prefetch_hinted(data_s3 *s, uint64_t gen) {
   bref plan[DATA_PREFETCH_MAX + 1];
   int n = plan_blocks(s, &s->hint, plan, s->depth);
+  if (s->hint_gen == gen) {
+    memcpy(s->plan, plan, (size_t)n * sizeof *plan);
+    s->nplan = n;
+  }
   for (int i = 0; i < s->nslot; i++) {
     blk *b = &s->slot[i];
     int in = 0;
@@ -747,25 +907,37 @@ static void prefetch_hinted(data_s3 *s, uint64_t gen) {
     }
   }
   for (int p = 0; p < n && !s->stop && s->hint_gen == gen;) {
-    int k = plan[p].k, r = 0;
-    uint64_t j = plan[p].j;
-    if (find_slot(s, k, j)) {
+    if (in_memory(s, &plan[p])) {
       p++;
       continue;
     }
-    /* the run of blocks missing from here: one GET */
+    /* the run of pieces missing from here, consecutive bytes: one GET */
     blk *b[RUN_MAX];
-    while (p + r < n && r < RUN_MAX && plan[p + r].k == k && plan[p + r].j == j + (uint64_t)r &&
-           !find_slot(s, k, j + (uint64_t)r) && (b[r] = claim(s, k, j + (uint64_t)r, 1)))
-      r++;
+    bref pc[RUN_MAX];
+    int r = 0;
+    while (p + r < n && r < RUN_MAX) {
+      const bref *q = &plan[p + r];
+      if (r && (q->k != pc[0].k || q->j != pc[r - 1].j + 1 || q->lo != 0 ||
+                pc[r - 1].hi != block_len(s, q->k, pc[r - 1].j)))
+        break; /* not the bytes right after the run's */
+      if (in_memory(s, q))
+        break;
+      blk *x = find_slot(s, q->k, q->j);
+      pc[r] = *q;
+      if (x) /* a narrower piece of this block: a wider one (its start or end stays) */
+        regrow(x, &pc[r]);
+      else if (!(x = claim(s, q->k, q->j, 1)))
+        break;
+      b[r++] = x;
+    }
     if (!r)
       break; /* memory is full of blocks not read yet */
     pthread_mutex_unlock(&s->mu);
     uint8_t *d[RUN_MAX];
-    int rc = fetch_run(s, k, j, r, d);
+    int rc = fetch_run(s, pc, r, d);
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < r; i++)
-      finish(s, b[i], rc, d[i], k, j + (uint64_t)i);
+      finish(s, b[i], rc, d[i], &pc[i]);
     if (rc)
       break; /* the reader meets it, and says why */
     p += r;
@@ -885,7 +1057,8 @@ static int open_shard(data_s3 *s, int k, data_shard *sh, int recorded) {
   uint8_t *d = NULL;
   size_t got = 0;
   int rc = FT_OK;
-  if (disk_on(s) && disk_read(s, k, 0, &d)) {
+  bref head = {k, 0, 0, HDR}; /* from block 0's file: the first HDR bytes */
+  if (disk_on(s) && disk_read(s, &head, &d)) {
     got = HDR;
   } else {
     rc = ckpt_s3_reader_get_range(s->rd, o->key, 0, HDR, o->etag, &d, &got);

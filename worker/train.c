@@ -431,6 +431,34 @@ static void hint_reads(trainer *t, uint64_t seq) {
   data_hint(t->train, &r);
 }
 
+#define VAL_BATCHES 8 /* micro-batches of the validation data a validation reads */
+
+/* Tells an s3:// validation loader what val_loss_gang reads (rank r the
+ * micro-batches r, r + world, ... of the first VAL_BATCHES; per host one
+ * window a world apart), so its prefetcher brings them ahead of the first
+ * validation and keeps them (the plan never changes), and a validation
+ * does not stall the step on a cold GET per block. */
+static void hint_val(trainer *t) {
+  if (!t->val || t->tc->val_every <= 0)
+    return;
+  uint64_t nseq = data_num_sequences(t->val, t->T);
+  int nb = (int)(nseq / (uint64_t)t->B);
+  if (nb > VAL_BATCHES)
+    nb = VAL_BATCHES;
+  int g = t->rf->nodes.workers_per_node, r0 = t->rank - t->rank % g;
+  int n = t->world - r0 < g ? t->world - r0 : g;
+  if (nb <= r0)
+    return; /* no micro-batch for this host */
+  data_reads r = {.T = t->T,
+                  .seq = 0,
+                  .stride = nseq, /* the next "step" wraps onto the same windows */
+                  .first = (uint64_t)r0 * (uint64_t)t->B,
+                  .gap = (uint64_t)t->world * (uint64_t)t->B,
+                  .count = (uint64_t)n * (uint64_t)t->B,
+                  .windows = (nb - r0 + t->world - 1) / t->world};
+  data_hint(t->val, &r);
+}
+
 /* The token shards, and the config JSON and its hash. */
 static int phase_data(trainer *t) {
   const ft_runfile *rf = t->rf;
@@ -976,6 +1004,7 @@ static int phase_prepare(trainer *t) {
   progress_step_done(t->st.step, FT_PHASE_DATA); /* the first step reads next */
   /* the prefetcher: this generation's geometry, before its first step */
   hint_reads(t, t->st.seq);
+  hint_val(t);
   if (o->ctl)
     fprintf(stderr,
             "worker: node %u slot %u: generation %" PRIu64 " ready %.0f ms after its ASSIGN "
@@ -1198,7 +1227,6 @@ static int checkpoint_step(trainer *t, double loss, double lr, float norm, doubl
  * r, r + world, ... of the first VAL_BATCHES of the validation data, and
  * the sums are added over the ranks. The weights are only read: training
  * goes on bit for bit as without it. */
-#define VAL_BATCHES 8
 static int val_loss_gang(trainer *t, double *out) {
   *out = NAN;
   progress_phase(FT_PHASE_VALIDATION);
