@@ -1779,10 +1779,12 @@ static int chunk_offset_cmp(const void *a, const void *b) {
 /* c->ts into c->p: tensors sorted by name, chunks by offset, each once
  * (two ranges may need the same chunk). */
 static void ctx_finish(ranges_ctx *c) {
-  qsort(c->ts, (size_t)c->nts, sizeof *c->ts, tensor_name_cmp);
+  if (c->nts > 1) /* qsort of none may be handed NULL: undefined */
+    qsort(c->ts, (size_t)c->nts, sizeof *c->ts, tensor_name_cmp);
   for (int i = 0; i < c->nts; i++) {
     ckpt_tensor *t = &c->ts[i];
-    qsort(t->chunks, (size_t)t->nchunks, sizeof *t->chunks, chunk_offset_cmp);
+    if (t->nchunks > 1)
+      qsort(t->chunks, (size_t)t->nchunks, sizeof *t->chunks, chunk_offset_cmp);
     int k = 0;
     for (int j = 0; j < t->nchunks; j++) {
       if (k > 0 && t->chunks[j].offset == t->chunks[k - 1].offset) {
