@@ -64,6 +64,18 @@ const char *ft_wait_reason_name(int reason) {
 #undef FT_WIRE_CASE_
 }
 
+const char *ft_slot_event_name(int event) {
+  switch (event) {
+  case FT_SLOT_OPEN:
+    return "open";
+  case FT_SLOT_EXITED:
+    return "exited";
+  case FT_SLOT_CLOSED:
+    return "closed";
+  }
+  return "?";
+}
+
 int ft_phase_from_name(const char *name, ft_phase *out) {
   for (int k = 0; name && k < FT_PHASE_COUNT; k++) {
     if (strcmp(name, ft_phase_name(k)) == 0) {
@@ -135,6 +147,10 @@ int ft_wire_sender(int type) {
   case FT_MSG_REPLICA:
   case FT_MSG_DOCTOR:
     return FT_WIRE_FROM_SUPERVISOR | FT_WIRE_FROM_WORKER;
+  case FT_MSG_RELAY:
+  case FT_MSG_HOSTBEAT:
+  case FT_MSG_SLOT:
+    return FT_WIRE_FROM_SUPERVISOR | FT_WIRE_FROM_AGENT;
   }
   return 0;
 }
@@ -245,9 +261,10 @@ int ft_wire_frame_len_max(const uint8_t *buf, size_t avail, size_t max_len, size
   if (len < 2)
     return ft_err_set(FT_EPROTO, "frame: length field %u is shorter than version and type",
                       (unsigned)len);
-  if (len > max_len || len > FT_WIRE_MAX_FRAME)
+  if (len > max_len || len > FT_WIRE_MAX_RELAY_FRAME)
     return ft_err_set(FT_EPROTO, "frame: length field %u exceeds the limit of %zu", (unsigned)len,
-                      max_len < FT_WIRE_MAX_FRAME ? max_len : (size_t)FT_WIRE_MAX_FRAME);
+                      max_len < FT_WIRE_MAX_RELAY_FRAME ? max_len
+                                                        : (size_t)FT_WIRE_MAX_RELAY_FRAME);
   if (avail >= 5 && buf[4] != FT_WIRE_VERSION)
     return ft_err_set(FT_EPROTO, "frame: version %u, expected %u", buf[4], FT_WIRE_VERSION);
   if (avail - 4 < len)
@@ -273,6 +290,9 @@ static int gen_zero_allowed(int type) {
   case FT_MSG_REPLICA:
   case FT_MSG_DOCTOR:
   case FT_MSG_DUMP:
+  case FT_MSG_RELAY:
+  case FT_MSG_HOSTBEAT:
+  case FT_MSG_SLOT:
     return 1;
   }
   return 0;
@@ -375,6 +395,46 @@ static int check_msg(const ft_msg *m, int err) {
     if (m->kv_value.status == FT_KV_TIMEOUT && m->kv_value.nvals != 0)
       return ft_err_set(err, "KV_VALUE.nvals: %u values with status timeout",
                         (unsigned)m->kv_value.nvals);
+    return 0;
+  case FT_MSG_RELAY:
+    if (m->relay.slot >= FT_WIRE_MAX_SLOTS)
+      return ft_err_set(err, "RELAY.slot: %u exceeds %u", (unsigned)m->relay.slot,
+                        FT_WIRE_MAX_SLOTS - 1);
+    if (m->relay.frame_len < FT_WIRE_HDR_LEN || m->relay.frame_len > FT_WIRE_MAX_FRAME + 4u)
+      return ft_err_set(err, "RELAY.frame: %u bytes out of range %u..%u",
+                        (unsigned)m->relay.frame_len, FT_WIRE_HDR_LEN, FT_WIRE_MAX_FRAME + 4u);
+    if (!m->relay.frame)
+      return ft_err_set(err, "RELAY.frame: NULL");
+    return 0;
+  case FT_MSG_HOSTBEAT:
+    if (m->hostbeat.nbeats > FT_WIRE_MAX_SLOTS)
+      return ft_err_set(err, "HOSTBEAT.nbeats: %u exceeds %u", (unsigned)m->hostbeat.nbeats,
+                        FT_WIRE_MAX_SLOTS);
+    if (m->hostbeat.nbeats && !m->hostbeat.beats)
+      return ft_err_set(err, "HOSTBEAT.beats: NULL with nbeats %u", (unsigned)m->hostbeat.nbeats);
+    for (uint32_t i = 0; i < m->hostbeat.nbeats; i++) {
+      const ft_wire_beat *b = &m->hostbeat.beats[i];
+      if (b->slot >= FT_WIRE_MAX_SLOTS)
+        return ft_err_set(err, "HOSTBEAT.beats[%u].slot: %u exceeds %u", (unsigned)i,
+                          (unsigned)b->slot, FT_WIRE_MAX_SLOTS - 1);
+      if (b->step < -1)
+        return ft_err_set(err, "HOSTBEAT.beats[%u].step: %lld below -1", (unsigned)i,
+                          (long long)b->step);
+      if ((unsigned)b->phase >= FT_PHASE_COUNT)
+        return ft_err_set(err, "HOSTBEAT.beats[%u].phase: %u out of range 0..%d", (unsigned)i,
+                          (unsigned)b->phase, FT_PHASE_COUNT - 1);
+      if ((unsigned)b->wait >= FT_WAIT_REASON_COUNT)
+        return ft_err_set(err, "HOSTBEAT.beats[%u].wait: %u out of range 0..%d", (unsigned)i,
+                          (unsigned)b->wait, FT_WAIT_REASON_COUNT - 1);
+    }
+    return 0;
+  case FT_MSG_SLOT:
+    if (m->slot.slot >= FT_WIRE_MAX_SLOTS)
+      return ft_err_set(err, "SLOT.slot: %u exceeds %u", (unsigned)m->slot.slot,
+                        FT_WIRE_MAX_SLOTS - 1);
+    if ((unsigned)m->slot.event >= FT_SLOT_EVENT_COUNT)
+      return ft_err_set(err, "SLOT.event: %u out of range 0..%d", (unsigned)m->slot.event,
+                        FT_SLOT_EVENT_COUNT - 1);
     return 0;
   }
   return ft_err_set(err, "message type %d is unknown", (int)m->type);
@@ -557,10 +617,38 @@ int ft_wire_encode(const ft_msg *m, ft_buf *out) {
     break;
   case FT_MSG_DUMP: /* the header only */
     break;
+  case FT_MSG_RELAY:
+    w_u32(&w, m->relay.slot);
+    w_blob(&w, m->relay.frame, m->relay.frame_len, FT_WIRE_MAX_FRAME + 4u, "frame");
+    break;
+  case FT_MSG_HOSTBEAT:
+    w_u32(&w, m->hostbeat.seq);
+    w_u32(&w, m->hostbeat.rtt_us);
+    w_u32(&w, m->hostbeat.nbeats);
+    for (uint32_t i = 0; i < m->hostbeat.nbeats && !w.err; i++) {
+      const ft_wire_beat *b = &m->hostbeat.beats[i];
+      w_u32(&w, b->slot);
+      w_u64(&w, b->gen);
+      w_u32(&w, b->age_ms);
+      w_i64(&w, b->step);
+      w_u32(&w, b->seq);
+      w_u8(&w, (uint8_t)b->phase);
+      w_u64(&w, b->coll_seq);
+      w_u32(&w, b->prog_age_ms);
+      w_u8(&w, (uint8_t)b->wait);
+      w_u32(&w, b->wait_attempt);
+    }
+    break;
+  case FT_MSG_SLOT:
+    w_u32(&w, m->slot.slot);
+    w_u8(&w, (uint8_t)m->slot.event);
+    w_u32(&w, (uint32_t)m->slot.status);
+    w_u32(&w, m->slot.pid);
+    break;
   }
-  if (!w.err && out->len - start - 4 > FT_WIRE_MAX_FRAME)
-    w_fail(&w, "%s: frame of %zu bytes exceeds the limit of %u", w.t, out->len - start - 4,
-           FT_WIRE_MAX_FRAME);
+  size_t cap = m->type == FT_MSG_RELAY ? FT_WIRE_MAX_RELAY_FRAME : FT_WIRE_MAX_FRAME;
+  if (!w.err && out->len - start - 4 > cap)
+    w_fail(&w, "%s: frame of %zu bytes exceeds the limit of %zu", w.t, out->len - start - 4, cap);
   if (w.err) {
     out->len = start;
     return w.err;
@@ -870,6 +958,54 @@ static void decode_payload(rd *r, ft_msg *m) {
     break;
   case FT_MSG_DUMP: /* the header only: any byte after it is trailing */
     break;
+  case FT_MSG_RELAY:
+    m->relay.slot = r_u32(r, "slot");
+    v = r_view(r, FT_WIRE_HDR_LEN, FT_WIRE_MAX_FRAME + 4u, 0, "frame");
+    if (!r->err) {
+      uint8_t *d = r_alloc(r, m, 0, v.n);
+      if (d)
+        memcpy(d, v.p, v.n);
+      m->relay.frame = d;
+      m->relay.frame_len = d ? v.n : 0;
+    }
+    break;
+  case FT_MSG_HOSTBEAT: {
+    m->hostbeat.seq = r_u32(r, "seq");
+    m->hostbeat.rtt_us = r_u32(r, "rtt_us");
+    uint32_t n = r_count(r, 0, FT_WIRE_MAX_SLOTS, "nbeats");
+    /* 46 bytes a beat: checked before anything is sized by n */
+    if (!r->err && (size_t)n * 46 > r->len - r->off)
+      r_fail(r, "HOSTBEAT.beats: truncated: %u beats need %zu bytes, %zu left", (unsigned)n,
+             (size_t)n * 46, r->len - r->off);
+    if (!r->err && n) {
+      ft_wire_beat *b = r_alloc(r, m, 0, (size_t)n * sizeof *b);
+      for (uint32_t i = 0; b && i < n; i++) {
+        b[i].slot = r_u32(r, "beats[].slot");
+        b[i].gen = r_u64(r, "beats[].gen");
+        b[i].age_ms = r_u32(r, "beats[].age_ms");
+        b[i].step = r_i64(r, "beats[].step");
+        b[i].seq = r_u32(r, "beats[].seq");
+        b[i].phase = (ft_phase)r_u8(r, "beats[].phase");
+        b[i].coll_seq = r_u64(r, "beats[].coll_seq");
+        b[i].prog_age_ms = r_u32(r, "beats[].prog_age_ms");
+        b[i].wait = (ft_wait_reason)r_u8(r, "beats[].wait");
+        b[i].wait_attempt = r_u32(r, "beats[].wait_attempt");
+      }
+      m->hostbeat.beats = b;
+      m->hostbeat.nbeats = b ? n : 0;
+    }
+    break;
+  }
+  case FT_MSG_SLOT: {
+    m->slot.slot = r_u32(r, "slot");
+    uint8_t ev = r_u8(r, "event");
+    if (!r->err && ev >= FT_SLOT_EVENT_COUNT)
+      r_fail(r, "SLOT.event: %u out of range 0..%d", ev, FT_SLOT_EVENT_COUNT - 1);
+    m->slot.event = (ft_slot_event)ev;
+    m->slot.status = (int32_t)r_u32(r, "status");
+    m->slot.pid = r_u32(r, "pid");
+    break;
+  }
   }
 }
 
@@ -879,9 +1015,10 @@ int ft_wire_decode(const uint8_t *frame, size_t len, ft_msg *m) {
     return ft_err_set(FT_EPROTO, "frame: %zu bytes, shorter than the %u-byte header", len,
                       FT_WIRE_HDR_LEN);
   uint32_t flen = be32(frame);
-  if (flen > FT_WIRE_MAX_FRAME)
+  uint32_t cap = frame[5] == FT_MSG_RELAY ? FT_WIRE_MAX_RELAY_FRAME : FT_WIRE_MAX_FRAME;
+  if (flen > cap)
     return ft_err_set(FT_EPROTO, "frame: length field %u exceeds the limit of %u", (unsigned)flen,
-                      FT_WIRE_MAX_FRAME);
+                      (unsigned)cap);
   if ((size_t)flen != len - 4)
     return ft_err_set(FT_EPROTO, "frame: length field %u but %zu bytes follow it", (unsigned)flen,
                       len - 4);

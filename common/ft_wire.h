@@ -118,6 +118,42 @@
  *                         the supervisor cannot signal itself (a command,
  *                         ssh or Slurm launcher). Generation 0 allowed.
  *
+ * AGENTS (version 10; worker/agent.c). A per-host agent holds one connection
+ * for its host's workers. It says HELLO like a worker, with slot
+ * FT_WIRE_AGENT_SLOT and its own pid (the MAC binds both); after WELCOME it
+ * may send only the three types below, and the supervisor answers it with
+ * them. Each worker keeps its own end-to-end handshake: its frames travel
+ * inside RELAY, so the supervisor sees one virtual connection per slot with
+ * its own CHALLENGE, HELLO and MAC, and the agent cannot pose as a worker
+ * it has not started (it has the token anyway: it is trusted as much).
+ *  17  RELAY        A<->S slot u32 (< FT_WIRE_MAX_SLOTS), frame blob: one
+ *                         whole frame of that slot's worker (its length
+ *                         field included, FT_WIRE_HDR_LEN..FT_WIRE_MAX_FRAME
+ *                         + 4 bytes; decoded by the receiver, not by the
+ *                         codec of RELAY). The only frame that may be longer
+ *                         than FT_WIRE_MAX_FRAME: up to FT_WIRE_MAX_RELAY_FRAME.
+ *  18  HOSTBEAT     A->S  seq u32, rtt_us u32 (the last echo's round trip,
+ *                         0: none), nbeats u32 (<= FT_WIRE_MAX_SLOTS), then
+ *                         per slot heard from: slot u32, gen u64 (its
+ *                         beat's), age_ms u32 (ms since the agent got that
+ *                         beat), step i64, seq u32, phase u8, coll_seq u64,
+ *                         prog_age_ms u32, wait u8, wait_attempt u32 (as in
+ *                         HEARTBEAT). One frame per heartbeat interval for
+ *                         the whole host: the workers' beats end at the
+ *                         agent, which echoes them while it hears the
+ *                         supervisor.
+ *                   S->A  the echo: seq, rtt_us 0, nbeats 0.
+ *  19  SLOT         A->S  slot u32, event u8 (ft_slot_event), status i32,
+ *                         pid u32: open (a worker started on that slot: the
+ *                         supervisor opens its virtual connection and sends
+ *                         its CHALLENGE through RELAY; status 0) or exited
+ *                         (status: the wait status waitpid gave; pid the
+ *                         worker's)
+ *                   S->A  slot, event closed: the supervisor closed that
+ *                         virtual connection (the agent closes the worker's
+ *                         socket); status 0, pid 0.
+ *                         Generation 0 in all three.
+ *
  * HANDSHAKE (the token is proven before anything else is accepted)
  *
  *   W connects.
@@ -177,8 +213,9 @@
  * 7: HEARTBEAT phase, coll_seq, prog_age_ms (the training thread's progress), and FAULT
  *    kind 13 restore_corrupt (added without a bump of its own: a version-6 peer refuses it);
  * 8: DUMP (the supervisor asks a hung worker for its training thread's stack over the wire);
- * 9: phase storage_wait, HEARTBEAT wait, wait_attempt (why the step waits on data storage) */
-#define FT_WIRE_VERSION 9
+ * 9: phase storage_wait, HEARTBEAT wait, wait_attempt (why the step waits on data storage);
+ * 10: per-host agents (RELAY, HOSTBEAT, SLOT; HELLO slot FT_WIRE_AGENT_SLOT) */
+#define FT_WIRE_VERSION 10
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */
@@ -187,9 +224,14 @@
 #define FT_WIRE_MAX_RUN 127u            /* run id (ft_runfile.run is char[128]) */
 #define FT_WIRE_MAX_DETAIL 1023u        /* FAULT/STOP detail */
 #define FT_WIRE_MAX_MANIFEST ((16u << 20) - 4096u)
-#define FT_WIRE_MAX_RDZV 4096u             /* ASSIGN rendezvous blob */
-#define FT_WIRE_MAX_SKIPS 1024u            /* ASSIGN skip ranges */
-#define FT_WIRE_MAX_WORLD 65536u           /* ranks */
+#define FT_WIRE_MAX_RDZV 4096u         /* ASSIGN rendezvous blob */
+#define FT_WIRE_MAX_SKIPS 1024u        /* ASSIGN skip ranges */
+#define FT_WIRE_MAX_WORLD 65536u       /* ranks */
+#define FT_WIRE_MAX_SLOTS 4096u        /* an agent's slots (RELAY, HOSTBEAT, SLOT) */
+#define FT_WIRE_AGENT_SLOT 0xffffffffu /* HELLO.slot of an agent */
+/* RELAY: an inner frame of FT_WIRE_MAX_FRAME plus its length field and
+ * RELAY's own header, run, gen, slot and blob length */
+#define FT_WIRE_MAX_RELAY_FRAME (FT_WIRE_MAX_FRAME + 4u + 512u)
 #define FT_WIRE_MAX_KEY 512u               /* KV key */
 #define FT_WIRE_MAX_VALUE (1u << 20)       /* KV value */
 #define FT_WIRE_MAX_KEYS 64u               /* keys per KV_GET / values per KV_VALUE */
@@ -261,7 +303,10 @@ static inline double ft_wire_heartbeat_interval_s(double heartbeat_timeout_s) {
   X(FT_MSG_KV_VALUE, 13, "KV_VALUE")                                                               \
   X(FT_MSG_REPLICA, 14, "REPLICA")                                                                 \
   X(FT_MSG_DOCTOR, 15, "DOCTOR")                                                                   \
-  X(FT_MSG_DUMP, 16, "DUMP")
+  X(FT_MSG_DUMP, 16, "DUMP")                                                                       \
+  X(FT_MSG_RELAY, 17, "RELAY")                                                                     \
+  X(FT_MSG_HOSTBEAT, 18, "HOSTBEAT")                                                               \
+  X(FT_MSG_SLOT, 19, "SLOT")
 
 typedef enum ft_msg_type {
 #define FT_WIRE_ENUM_(name, val, str) name = val,
@@ -269,7 +314,7 @@ typedef enum ft_msg_type {
 #undef FT_WIRE_ENUM_
 } ft_msg_type;
 #define FT_MSG_TYPE_MIN 1
-#define FT_MSG_TYPE_MAX 16
+#define FT_MSG_TYPE_MAX 19
 
 /* The fault taxonomy shared with the watchdog and the supervisor. */
 #define FT_FAULT_KINDS(X)                                                                          \
@@ -362,6 +407,14 @@ typedef enum ft_stop_reason {
  * version 3 would exit on it, which is the process restart it falls back
  * to. */
 
+/* SLOT.event */
+typedef enum ft_slot_event {
+  FT_SLOT_OPEN = 0,   /* A->S: a worker started on the slot */
+  FT_SLOT_EXITED = 1, /* A->S: it exited (status: its wait status) */
+  FT_SLOT_CLOSED = 2, /* S->A: the supervisor closed the slot's connection */
+} ft_slot_event;
+#define FT_SLOT_EVENT_COUNT 3
+
 typedef enum ft_kv_status {
   FT_KV_OK = 0,      /* every key exists; values follow in the keys' order */
   FT_KV_TIMEOUT = 1, /* timeout_ms passed first; no values */
@@ -375,6 +428,7 @@ const char *ft_stop_reason_name(int reason);
 const char *ft_kv_status_name(int status);
 const char *ft_phase_name(int phase);
 const char *ft_wait_reason_name(int reason);
+const char *ft_slot_event_name(int event);
 /* Parses a phase name ("forward", ...); FT_EINVAL if unknown. */
 int ft_phase_from_name(const char *name, ft_phase *out);
 /* Parses a fault kind name ("xid", ...); FT_EINVAL if unknown. */
@@ -384,6 +438,7 @@ int ft_fault_kind_from_name(const char *name, ft_fault_kind *out);
  * The receiver should reject a type its peer is not allowed to send. */
 #define FT_WIRE_FROM_SUPERVISOR 1
 #define FT_WIRE_FROM_WORKER 2
+#define FT_WIRE_FROM_AGENT 4 /* RELAY, HOSTBEAT, SLOT (and HELLO, as a worker) */
 int ft_wire_sender(int type);
 
 /* ---- messages ------------------------------------------------------------
@@ -408,6 +463,20 @@ typedef struct ft_wire_blob {
   const uint8_t *data;
   uint32_t len;
 } ft_wire_blob;
+
+/* One slot's beat in a HOSTBEAT (the fields of its worker's HEARTBEAT). */
+typedef struct ft_wire_beat {
+  uint32_t slot;
+  uint64_t gen;    /* the beat's generation */
+  uint32_t age_ms; /* ms since the agent got it */
+  int64_t step;
+  uint32_t seq;
+  ft_phase phase;
+  uint64_t coll_seq;
+  uint32_t prog_age_ms;
+  ft_wait_reason wait;
+  uint32_t wait_attempt;
+} ft_wire_beat;
 
 typedef struct ft_msg {
   ft_msg_type type;
@@ -489,6 +558,23 @@ typedef struct ft_msg {
     struct {
       const char *report;
     } doctor;
+    struct {
+      uint32_t slot;
+      const uint8_t *frame; /* one whole frame, its length field included */
+      uint32_t frame_len;
+    } relay;
+    struct {
+      uint32_t seq;
+      uint32_t rtt_us;
+      const ft_wire_beat *beats;
+      uint32_t nbeats;
+    } hostbeat;
+    struct {
+      uint32_t slot;
+      ft_slot_event event;
+      int32_t status; /* EXITED: the wait status */
+      uint32_t pid;
+    } slot;
   };
   void *owned_[2]; /* decode's allocations; private */
 } ft_msg;

@@ -204,6 +204,35 @@ static void assert_same(const ft_msg *a, const ft_msg *b) {
     break;
   case FT_MSG_DUMP: /* the header only */
     break;
+  case FT_MSG_RELAY:
+    assert_int_equal(a->relay.slot, b->relay.slot);
+    assert_int_equal(a->relay.frame_len, b->relay.frame_len);
+    assert_memory_equal(a->relay.frame, b->relay.frame, a->relay.frame_len);
+    break;
+  case FT_MSG_HOSTBEAT:
+    assert_int_equal(a->hostbeat.seq, b->hostbeat.seq);
+    assert_int_equal(a->hostbeat.rtt_us, b->hostbeat.rtt_us);
+    assert_int_equal(a->hostbeat.nbeats, b->hostbeat.nbeats);
+    for (uint32_t i = 0; i < a->hostbeat.nbeats; i++) {
+      const ft_wire_beat *x = &a->hostbeat.beats[i], *y = &b->hostbeat.beats[i];
+      assert_int_equal(x->slot, y->slot);
+      assert_true(x->gen == y->gen);
+      assert_int_equal(x->age_ms, y->age_ms);
+      assert_true(x->step == y->step);
+      assert_int_equal(x->seq, y->seq);
+      assert_int_equal(x->phase, y->phase);
+      assert_true(x->coll_seq == y->coll_seq);
+      assert_int_equal(x->prog_age_ms, y->prog_age_ms);
+      assert_int_equal(x->wait, y->wait);
+      assert_int_equal(x->wait_attempt, y->wait_attempt);
+    }
+    break;
+  case FT_MSG_SLOT:
+    assert_int_equal(a->slot.slot, b->slot.slot);
+    assert_int_equal(a->slot.event, b->slot.event);
+    assert_int_equal(a->slot.status, b->slot.status);
+    assert_int_equal(a->slot.pid, b->slot.pid);
+    break;
   }
 }
 
@@ -221,6 +250,28 @@ static const char *const g_keys[] = {"rank0/addr", "rank1/addr", "gen7/nccl_id"}
 static const uint8_t g_val0[] = {1, 2, 3, 0, 255};
 static const ft_wire_blob g_vals[] = {
     {g_val0, sizeof g_val0}, {NULL, 0}, {(const uint8_t *)"x", 1}};
+/* a relayed frame: any bytes to the codec (the receiver decodes them) */
+static const uint8_t g_inner[] = {0, 0, 0, 4, FT_WIRE_VERSION, 5, 0xaa, 0x55};
+static const ft_wire_beat g_beats[] = {{.slot = 0,
+                                        .gen = 7,
+                                        .age_ms = 12,
+                                        .step = 41,
+                                        .seq = 9,
+                                        .phase = FT_PHASE_COLLECTIVE,
+                                        .coll_seq = 1234,
+                                        .prog_age_ms = 3,
+                                        .wait = FT_WAIT_NONE,
+                                        .wait_attempt = 0},
+                                       {.slot = 7,
+                                        .gen = 0,
+                                        .age_ms = 0,
+                                        .step = -1,
+                                        .seq = 1,
+                                        .phase = FT_PHASE_STORAGE_WAIT,
+                                        .coll_seq = UINT64_MAX,
+                                        .prog_age_ms = UINT32_MAX,
+                                        .wait = FT_WAIT_SLOWDOWN,
+                                        .wait_attempt = 3}};
 
 static void make_msg(int type, ft_msg *m) {
   ft_msg_init(m, (ft_msg_type)type);
@@ -307,6 +358,23 @@ static void make_msg(int type, ft_msg *m) {
     break;
   case FT_MSG_DOCTOR:
     m->doctor.report = "{\"ok\":true,\"checks\":[{\"name\":\"compute\",\"hash\":\"ab12\"}]}";
+    break;
+  case FT_MSG_RELAY:
+    m->relay.slot = 3;
+    m->relay.frame = g_inner;
+    m->relay.frame_len = sizeof g_inner;
+    break;
+  case FT_MSG_HOSTBEAT:
+    m->hostbeat.seq = 77;
+    m->hostbeat.rtt_us = 450;
+    m->hostbeat.beats = g_beats;
+    m->hostbeat.nbeats = 2;
+    break;
+  case FT_MSG_SLOT:
+    m->slot.slot = 5;
+    m->slot.event = FT_SLOT_EXITED;
+    m->slot.status = 9; /* killed by signal 9 */
+    m->slot.pid = 4242;
     break;
   }
 }
@@ -626,7 +694,7 @@ static void test_frame_len_bad(void **state) {
   const uint8_t v1[] = {0, 0, 0, 10, 6}; /* version 6: before HEARTBEAT's progress */
   assert_int_equal(ft_wire_frame_len(v1, 4, &fl), 0);
   assert_int_equal(ft_wire_frame_len(v1, 5, &fl), FT_EPROTO);
-  assert_non_null(strstr(ft_err_detail(), "version 6, expected 9"));
+  assert_non_null(strstr(ft_err_detail(), "version 6, expected 10"));
   const uint8_t v0[] = {0, 0, 0, 2, 0, 5};
   assert_int_equal(ft_wire_frame_len(v0, 6, &fl), FT_EPROTO);
 }
@@ -712,7 +780,7 @@ static void test_malformed(void **state) {
   tb_done(&t);
   expect_proto(t.d, t.n - 1, "length field"); /* frame shorter than its length */
   t.d[4] = FT_WIRE_VERSION + 1;
-  expect_proto(t.d, t.n, "expected 9");
+  expect_proto(t.d, t.n, "expected 10");
   t.d[4] = FT_WIRE_VERSION;
   for (unsigned ty = 0; ty < 256; ty++) {
     if (ty >= FT_MSG_TYPE_MIN && ty <= FT_MSG_TYPE_MAX)
@@ -1072,6 +1140,47 @@ static void test_malformed(void **state) {
   tb_u32(&t, 1);
   tb_u32(&t, FT_WIRE_MAX_VALUE + 1);
   tb_bad(&t, "vals[]: length");
+
+  /* the agent's frames (version 10) */
+  tb_start(&t, FT_MSG_RELAY, 0);
+  tb_u32(&t, FT_WIRE_MAX_SLOTS);
+  tb_filled(&t, 8, 'x');
+  tb_bad(&t, "RELAY.slot: 4096 exceeds");
+  tb_start(&t, FT_MSG_RELAY, 0);
+  tb_u32(&t, 1);
+  tb_filled(&t, FT_WIRE_HDR_LEN - 1, 'x'); /* shorter than any frame */
+  tb_bad(&t, "RELAY.frame: length 5 is below");
+  tb_start(&t, FT_MSG_HOSTBEAT, 0);
+  tb_u32(&t, 1);
+  tb_u32(&t, 0);
+  tb_u32(&t, FT_WIRE_MAX_SLOTS + 1);
+  tb_bad(&t, "HOSTBEAT.nbeats: count 4097");
+  tb_start(&t, FT_MSG_HOSTBEAT, 0);
+  tb_u32(&t, 1);
+  tb_u32(&t, 0);
+  tb_u32(&t, 2); /* two beats claimed, bytes for none */
+  tb_bad(&t, "HOSTBEAT.beats: truncated: 2 beats");
+  tb_start(&t, FT_MSG_HOSTBEAT, 0);
+  tb_u32(&t, 1);
+  tb_u32(&t, 0);
+  tb_u32(&t, 1);
+  tb_u32(&t, 0);             /* slot */
+  tb_u64(&t, 3);             /* gen */
+  tb_u32(&t, 5);             /* age_ms */
+  tb_u64(&t, 10);            /* step */
+  tb_u32(&t, 1);             /* seq */
+  tb_u8(&t, FT_PHASE_COUNT); /* phase: out of range */
+  tb_u64(&t, 0);             /* coll_seq */
+  tb_u32(&t, 0);             /* prog_age_ms */
+  tb_u8(&t, 0);              /* wait */
+  tb_u32(&t, 0);             /* wait_attempt */
+  tb_bad(&t, "HOSTBEAT.beats[0].phase: 13 out of range");
+  tb_start(&t, FT_MSG_SLOT, 0);
+  tb_u32(&t, 2);
+  tb_u8(&t, FT_SLOT_EVENT_COUNT);
+  tb_u32(&t, 0);
+  tb_u32(&t, 0);
+  tb_bad(&t, "SLOT.event: 3 out of range");
 }
 
 /* Every proper prefix of every valid frame, with the length field made to
@@ -1479,7 +1588,14 @@ static void test_names(void **state) {
   assert_string_equal(ft_msg_type_name(0), "?");
   assert_string_equal(ft_msg_type_name(FT_MSG_DOCTOR), "DOCTOR");
   assert_string_equal(ft_msg_type_name(16), "DUMP");
-  assert_string_equal(ft_msg_type_name(17), "?");
+  assert_string_equal(ft_msg_type_name(17), "RELAY");
+  assert_string_equal(ft_msg_type_name(19), "SLOT");
+  assert_string_equal(ft_msg_type_name(20), "?");
+  /* only an agent (or the supervisor) speaks the agent's types */
+  assert_int_equal(ft_wire_sender(FT_MSG_RELAY), FT_WIRE_FROM_SUPERVISOR | FT_WIRE_FROM_AGENT);
+  assert_int_equal(ft_wire_sender(FT_MSG_HOSTBEAT) & FT_WIRE_FROM_WORKER, 0);
+  assert_string_equal(ft_slot_event_name(FT_SLOT_EXITED), "exited");
+  assert_string_equal(ft_slot_event_name(FT_SLOT_EVENT_COUNT), "?");
   for (int t = FT_MSG_TYPE_MIN; t <= FT_MSG_TYPE_MAX; t++) {
     assert_string_not_equal(ft_msg_type_name(t), "?");
     assert_true(ft_wire_sender(t) != 0);
