@@ -168,6 +168,7 @@ static const struct field FIELDS[] = {
     F_INT("nodes.threads", nodes.threads, 0, 4096),
     F_STR("nodes.workdir", nodes.workdir, EMPTY_OK, C_NONE, NULL),
     F_STR("nodes.srun_args", nodes.srun_args, EMPTY_OK, C_NONE, NULL),
+    F_BOOL("nodes.agent", nodes.agent),
     F_DBL("nodes.peak_tflops", nodes.peak_tflops, 0, 1e6, 0),
     F_STR("supervisor.listen", supervisor.listen, EMPTY_OK, C_NONE, NULL),
     F_STR("supervisor.advertise", supervisor.advertise, EMPTY_OK, C_NONE, NULL),
@@ -291,6 +292,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   rf->recovery.node_failure_window_s = 600;
   rf->recovery.drain = true;
   rf->recovery.in_process = false;
+  rf->nodes.agent = false;
   rf->checkpoint.replicate = false;
   rf->checkpoint.persist_every = 1;
   rf->checkpoint.require = FT_RF_REQUIRE_DURABLE;

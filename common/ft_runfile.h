@@ -47,15 +47,15 @@ extern "C" {
 #define FT_RUNFILE_MAX_SEQ 32768
 #define FT_RUNFILE_MAX_GLOBAL_BATCH 1048576
 #define FT_RUNFILE_MAX_MICRO_BATCH 65536
-#define FT_RUNFILE_MAX_NODES 8192
+#define FT_RUNFILE_MAX_NODES 32768
 #define FT_RUNFILE_MAX_WORKERS_PER_NODE 256
-#define FT_RUNFILE_MAX_WORLD 65536
+#define FT_RUNFILE_MAX_WORLD 262144
 #define FT_RUNFILE_MAX_TOKENS_PER_STEP 2147483647LL /* global_batch x seq_len */
 #define FT_RUNFILE_MAX_PARAMS 1000000000000LL       /* 1e12 */
 #define FT_RUNFILE_MAX_BYTES (4 << 20)              /* a run file's size */
 /* The number of leaf keys (ft_runfile.c's table; its static assert keeps
  * this equal). */
-#define FT_RUNFILE_NKEYS 83
+#define FT_RUNFILE_NKEYS 84
 
 /* The keys with a fixed set of words, one enum each. A value is the index
  * of its word in ft_runfile.c's word list (W_SCHEDULE, ...), which keeps
@@ -163,6 +163,7 @@ typedef struct ft_nodes_cfg {
   int threads;         /* kernel threads per worker; 0 = cores / workers on the host */
   char workdir[1024];  /* remote launchers: the workers' directory; "" = supervise's */
   char srun_args[512]; /* slurm: extra srun arguments, e.g. "--mpi=none" */
+  bool agent;          /* one agent per node (ftagent) starts and relays its workers */
   double peak_tflops;  /* one worker's device's peak (TFLOP/s, the run's
                           precision), for the dashboard's MFU; 0: unknown */
 } ft_nodes_cfg;

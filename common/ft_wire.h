@@ -226,7 +226,7 @@
 #define FT_WIRE_MAX_MANIFEST ((16u << 20) - 4096u)
 #define FT_WIRE_MAX_RDZV 4096u         /* ASSIGN rendezvous blob */
 #define FT_WIRE_MAX_SKIPS 1024u        /* ASSIGN skip ranges */
-#define FT_WIRE_MAX_WORLD 65536u       /* ranks */
+#define FT_WIRE_MAX_WORLD 262144u      /* ranks */
 #define FT_WIRE_MAX_SLOTS 4096u        /* an agent's slots (RELAY, HOSTBEAT, SLOT) */
 #define FT_WIRE_AGENT_SLOT 0xffffffffu /* HELLO.slot of an agent */
 /* RELAY: an inner frame of FT_WIRE_MAX_FRAME plus its length field and

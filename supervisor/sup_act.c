@@ -362,7 +362,7 @@ void sup_send_buddies(sup *s) {
 int sup_ask_stack(sup *s, sup_worker *w) {
   if (!w->alive || !w->hello)
     return 0;
-  if (!s->command_launcher)
+  if (!s->command_launcher && !s->agent_mode) /* under an agent, w->pid is the agent's */
     return w->pid > 0 && syscall(SYS_tgkill, w->pid, w->pid, SIGUSR1) == 0;
   if (!w->conn)
     return 0;

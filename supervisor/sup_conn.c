@@ -15,6 +15,15 @@
  * marks the connection (overflowed) and arms `closer`, a zero timer that
  * closes it on the loop's next pass; the frame and every later one are
  * dropped, so the queue never passes the cap.
+ *
+ * Agents (sup_conn.h): an agent's connection holds kids[slot], virtual
+ * connections with no socket of their own (bev NULL, parent set). A kid's
+ * output is a RELAY on its parent, its input the frames its parent's
+ * RELAYs carry, fed to the same handle_frame; its HELLO deadline, unauth
+ * count and reaper are a connection's like any other. The parent's close
+ * closes its kids first (after its own on_close, which can still see them)
+ * and detaches them (parent NULL), so a kid's late send is dropped and a
+ * kid never outlives the pointer it follows.
  */
 #include "sup_conn.h"
 
@@ -48,6 +57,19 @@ struct sup_conn {
   const sup_conn_ops *ops;
   void *ud, *user;
   char peer[64];
+  /* agents: a virtual connection's agent and slot (virt: it has no socket
+   * of its own; parent NULL once the agent's connection closed) */
+  int virt;
+  struct sup_conn *parent;
+  uint32_t slot;
+  double msg_age_s; /* the message being handed to on_msg: its age (HOSTBEAT) */
+  int in_beat;      /* on_msg runs for a HOSTBEAT's beat: no echo is sent */
+  /* an agent's connection: its virtual connections by slot, and theirs ops */
+  int agent;
+  struct sup_conn **kids;
+  uint32_t nkids;
+  const sup_conn_ops *kid_ops;
+  void *kid_ud;
 };
 
 static sup_conn *g_conns;
@@ -79,6 +101,12 @@ static void conn_unlink_free(sup_conn *c) {
     c->next->prev = c->prev;
   if (!c->authed && !c->closing)
     g_unauth--;
+  if (c->parent && c->slot < c->parent->nkids && c->parent->kids[c->slot] == c)
+    c->parent->kids[c->slot] = NULL;
+  for (uint32_t i = 0; i < c->nkids; i++)
+    if (c->kids[i])
+      c->kids[i]->parent = NULL;
+  free(c->kids);
   if (c->bev)
     bufferevent_free(c->bev);
   if (c->reaper)
@@ -95,6 +123,8 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 void sup_conn_free_all(void) {
+  for (sup_conn *c = g_conns; c; c = c->next)
+    c->parent = NULL, c->nkids = 0;
   while (g_conns)
     conn_unlink_free(g_conns);
 }
@@ -106,6 +136,8 @@ void sup_conn_set_user(sup_conn *c, void *user) {
   c->user = user;
 }
 size_t sup_conn_unread(const sup_conn *c) {
+  if (c && c->virt) /* its frames wait in its agent's queue */
+    c = c->parent;
   if (!c || !c->bev)
     return 0;
   /* the kernel's queue only: our input buffer may hold the start of a
@@ -140,6 +172,36 @@ static void close_impl(sup_conn *c, const char *reason, int flush, int is_error)
     event_del(c->closer);
   if (c->ops->on_close)
     c->ops->on_close(c->ud, c, reason ? reason : "", is_error);
+  if (c->agent) { /* its workers' connections end with it */
+    char why[600];
+    snprintf(why, sizeof why, "its agent's connection closed: %s",
+             reason && reason[0] ? reason : "closed");
+    for (uint32_t i = 0; i < c->nkids; i++) {
+      sup_conn *k = c->kids[i];
+      if (!k)
+        continue;
+      close_impl(k, why, 0, 0);
+      k->parent = NULL;
+      c->kids[i] = NULL;
+    }
+  }
+  if (c->virt) {
+    sup_conn *p = c->parent;
+    if (p && !p->closing) { /* the agent closes the worker's socket */
+      ft_msg sl;
+      ft_msg_init(&sl, FT_MSG_SLOT);
+      snprintf(sl.run, sizeof sl.run, "%s", c->run);
+      sl.slot.slot = c->slot;
+      sl.slot.event = FT_SLOT_CLOSED;
+      (void)sup_conn_send(p, &sl);
+    }
+    if (p && p->kids[c->slot] == c)
+      p->kids[c->slot] = NULL;
+    c->parent = NULL;
+    struct timeval now = {0, 0};
+    event_add(c->reaper, &now); /* what it sent went through the agent at once */
+    return;
+  }
   bufferevent_disable(c->bev, EV_READ);
   struct timeval tv = {0, 0};
   if (flush && evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
@@ -173,9 +235,32 @@ static void closer_cb(evutil_socket_t fd, short what, void *arg) {
   close_impl(c, reason, 0, 1); /* no flush: it would not be read */
 }
 
+/* A virtual connection's frame: a RELAY on its agent's connection. The
+ * echo of a beat a HOSTBEAT carried is not sent: the agent echoed it. */
+static int send_virtual(sup_conn *c, const ft_msg *m) {
+  if (!c->parent || (c->in_beat && m->type == FT_MSG_HEARTBEAT))
+    return FT_OK;
+  ft_buf b;
+  ft_buf_init(&b);
+  int rc = ft_wire_encode(m, &b);
+  if (!rc) {
+    ft_msg r;
+    ft_msg_init(&r, FT_MSG_RELAY);
+    snprintf(r.run, sizeof r.run, "%s", c->run);
+    r.relay.slot = c->slot;
+    r.relay.frame = b.data;
+    r.relay.frame_len = (uint32_t)b.len;
+    rc = sup_conn_send(c->parent, &r);
+  }
+  ft_buf_release(&b);
+  return rc;
+}
+
 int sup_conn_send(sup_conn *c, const ft_msg *m) {
   if (c->overflowed || (c->closing && !(m->type == FT_MSG_STOP)))
     return FT_OK;
+  if (c->virt)
+    return send_virtual(c, m);
   ft_buf b;
   ft_buf_init(&b);
   int rc = ft_wire_encode(m, &b);
@@ -214,6 +299,97 @@ static void fail(sup_conn *c, const char *what) {
   close_impl(c, reason, 1, 1);
 }
 
+static void handle_frame(sup_conn *c, const uint8_t *frame, size_t len);
+
+static int kid_new(sup_conn *agent, uint32_t slot);
+
+/* One beat of a HOSTBEAT, handed to its slot's connection as the HEARTBEAT
+ * its worker sent the agent, dated by its age. */
+static void kid_beat(sup_conn *agent, const ft_msg *hb, const ft_wire_beat *b) {
+  sup_conn *k = b->slot < agent->nkids ? agent->kids[b->slot] : NULL;
+  if (!k || k->closing || !k->authed)
+    return;
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_HEARTBEAT);
+  snprintf(m.run, sizeof m.run, "%s", hb->run);
+  m.gen = b->gen;
+  m.heartbeat.step = b->step;
+  m.heartbeat.seq = b->seq;
+  m.heartbeat.rtt_us = hb->hostbeat.rtt_us;
+  m.heartbeat.phase = b->phase;
+  m.heartbeat.coll_seq = b->coll_seq;
+  m.heartbeat.prog_age_ms = b->prog_age_ms;
+  m.heartbeat.wait = b->wait;
+  m.heartbeat.wait_attempt = b->wait_attempt;
+  k->msg_age_s = b->age_ms * 1e-3;
+  k->in_beat = 1;
+  k->ops->on_msg(k->ud, k, &m);
+  k->in_beat = 0;
+  k->msg_age_s = 0;
+}
+
+/* A frame on an agent's connection once it is authenticated. */
+static void agent_frame(sup_conn *c, const ft_msg *m) {
+  char reason[512];
+  switch (m->type) {
+  case FT_MSG_RELAY: {
+    sup_conn *k = m->relay.slot < c->nkids ? c->kids[m->relay.slot] : NULL;
+    if (!k || k->closing)
+      return; /* closed by us a moment ago: its late frames go nowhere */
+    size_t flen = 0;
+    size_t max = k->authed ? FT_WIRE_MAX_FRAME : FT_WIRE_PREAUTH_MAX_FRAME;
+    int r = ft_wire_frame_len_max(m->relay.frame, m->relay.frame_len, max, &flen);
+    if (r != 1 || flen != m->relay.frame_len) {
+      snprintf(reason, sizeof reason, "bad relayed frame: %s",
+               r < 0 ? ft_err_detail() : "not one whole frame");
+      fail(k, reason);
+      return;
+    }
+    handle_frame(k, m->relay.frame, m->relay.frame_len);
+    return;
+  }
+  case FT_MSG_HOSTBEAT:
+    for (uint32_t i = 0; i < m->hostbeat.nbeats && !c->closing; i++)
+      kid_beat(c, m, &m->hostbeat.beats[i]);
+    if (!c->closing)
+      c->ops->on_msg(c->ud, c, m);
+    return;
+  case FT_MSG_SLOT:
+    if (m->slot.slot >= c->nkids) {
+      snprintf(reason, sizeof reason, "SLOT %u: the agent has %u slots", (unsigned)m->slot.slot,
+               (unsigned)c->nkids);
+      fail(c, reason);
+      return;
+    }
+    if (m->slot.event == FT_SLOT_OPEN) {
+      sup_conn *old = c->kids[m->slot.slot];
+      if (old) { /* detached first: the agent must not hear this slot closed */
+        c->kids[m->slot.slot] = NULL;
+        old->parent = NULL;
+        close_impl(old, "its slot was opened again by the agent", 0, 1);
+      }
+      if (kid_new(c, m->slot.slot))
+        fail(c, "out of memory");
+      return;
+    }
+    if (m->slot.event == FT_SLOT_EXITED) {
+      c->ops->on_msg(c->ud, c, m); /* the exit status first: it says why */
+      sup_conn *k = c->kids[m->slot.slot];
+      if (k) { /* detached first: the agent knows, and needs no SLOT closed */
+        c->kids[m->slot.slot] = NULL;
+        k->parent = NULL;
+        close_impl(k, "", 0, 0);
+      }
+      return;
+    }
+    fail(c, "an agent may not send SLOT closed");
+    return;
+  default:
+    snprintf(reason, sizeof reason, "an agent may not send %s", ft_msg_type_name(m->type));
+    fail(c, reason);
+  }
+}
+
 static void handle_frame(sup_conn *c, const uint8_t *frame, size_t len) {
   ft_msg m;
   char reason[512];
@@ -222,6 +398,10 @@ static void handle_frame(sup_conn *c, const uint8_t *frame, size_t len) {
     snprintf(reason, sizeof reason, "bad frame: %s", ft_err_detail());
     fail(c, reason);
     return;
+  }
+  if (c->agent && c->authed) {
+    agent_frame(c, &m);
+    goto out;
   }
   if (!(ft_wire_sender(m.type) & FT_WIRE_FROM_WORKER)) {
     snprintf(reason, sizeof reason, "a worker may not send %s", ft_msg_type_name(m.type));
@@ -276,7 +456,9 @@ static void read_cb(struct bufferevent *bev, void *arg) {
     if (hn == 0)
       return;
     evbuffer_copyout(in, hdr, hn);
-    size_t max = c->authed ? FT_WIRE_MAX_FRAME : FT_WIRE_PREAUTH_MAX_FRAME;
+    size_t max = !c->authed ? FT_WIRE_PREAUTH_MAX_FRAME
+                 : c->agent ? FT_WIRE_MAX_RELAY_FRAME
+                            : FT_WIRE_MAX_FRAME;
     /* reads only hdr[0 .. min(avail, 5)); avail tells it whether the whole
      * frame is there */
     int r = ft_wire_frame_len_max(hdr, avail, max, &flen);
@@ -343,6 +525,99 @@ static int evict_oldest_unauth(void) {
   return 1;
 }
 
+/* What every connection, real or virtual, starts with: on the list, counted
+ * as waiting for its HELLO, its timers armed, its CHALLENGE sent. */
+static int conn_start(sup_conn *c) {
+  while (g_unauth >= g_max_unauth && evict_oldest_unauth())
+    ;
+  c->next = g_conns;
+  if (g_conns)
+    g_conns->prev = c;
+  g_conns = c;
+  g_unauth++;
+  struct timeval dl = {(long)g_hello_timeout_s,
+                       (long)((g_hello_timeout_s - (long)g_hello_timeout_s) * 1e6)};
+  evtimer_add(c->deadline, &dl);
+  int rc = ft_wire_nonce_new(c->nonce);
+  if (!rc) {
+    ft_msg ch;
+    ft_msg_init(&ch, FT_MSG_CHALLENGE);
+    snprintf(ch.run, sizeof ch.run, "%s", c->run);
+    ch.gen = 0;
+    memcpy(ch.challenge.nonce, c->nonce, FT_WIRE_NONCE_LEN);
+    rc = sup_conn_send(c, &ch);
+  }
+  return rc;
+}
+
+static int kid_new(sup_conn *agent, uint32_t slot) {
+  struct event_base *base = bufferevent_get_base(agent->bev);
+  sup_conn *c = calloc(1, sizeof *c);
+  if (!c)
+    return FT_ENOMEM;
+  c->id = g_next_id++;
+  c->run = agent->run;
+  c->token = agent->token;
+  c->ops = agent->kid_ops;
+  c->ud = agent->kid_ud;
+  c->virt = 1;
+  c->parent = agent;
+  c->slot = slot;
+  snprintf(c->peer, sizeof c->peer, "%.40s/slot%u", agent->peer, (unsigned)slot);
+  c->reaper = evtimer_new(base, reap_cb, c);
+  c->deadline = evtimer_new(base, deadline_cb, c);
+  c->closer = evtimer_new(base, closer_cb, c);
+  if (!c->reaper || !c->deadline || !c->closer) {
+    if (c->reaper)
+      event_free(c->reaper);
+    if (c->deadline)
+      event_free(c->deadline);
+    if (c->closer)
+      event_free(c->closer);
+    free(c);
+    return FT_ENOMEM;
+  }
+  agent->kids[slot] = c;
+  if (conn_start(c)) {
+    close_impl(c, "", 0, 0);
+    return FT_OK; /* the agent hears its slot closed */
+  }
+  return FT_OK;
+}
+
+int sup_conn_make_agent(sup_conn *c, uint32_t nslots, const sup_conn_ops *kid_ops, void *kid_ud) {
+  if (c->virt || c->agent || nslots == 0 || nslots > FT_WIRE_MAX_SLOTS)
+    return ft_err_set(FT_EINVAL, "not a connection that can be an agent's (%u slots)",
+                      (unsigned)nslots);
+  c->kids = calloc(nslots, sizeof *c->kids);
+  if (!c->kids)
+    return ft_err_set(FT_ENOMEM, "out of memory");
+  c->nkids = nslots;
+  c->kid_ops = kid_ops;
+  c->kid_ud = kid_ud;
+  c->agent = 1;
+  return FT_OK;
+}
+
+int sup_conn_is_agent(const sup_conn *c) {
+  return c->agent;
+}
+sup_conn *sup_conn_parent(const sup_conn *c) {
+  return c->virt ? c->parent : NULL;
+}
+uint32_t sup_conn_slot(const sup_conn *c) {
+  return c->slot;
+}
+double sup_conn_msg_age_s(const sup_conn *c) {
+  return c->msg_age_s;
+}
+size_t sup_conn_kids(const sup_conn *c) {
+  size_t n = 0;
+  for (uint32_t i = 0; i < c->nkids; i++)
+    n += c->kids[i] && !c->kids[i]->closing;
+  return n;
+}
+
 int sup_conn_new(struct event_base *base, int fd, const char *run, const char *token,
                  const sup_conn_ops *ops, void *ud, sup_conn **out) {
   int rc = FT_OK;
@@ -383,27 +658,9 @@ int sup_conn_new(struct event_base *base, int fd, const char *run, const char *t
     rc = ft_err_set(FT_ENOMEM, "out of memory");
     goto fail;
   }
-  while (g_unauth >= g_max_unauth && evict_oldest_unauth())
-    ;
-  c->next = g_conns;
-  if (g_conns)
-    g_conns->prev = c;
-  g_conns = c;
-  g_unauth++;
-  struct timeval dl = {(long)g_hello_timeout_s,
-                       (long)((g_hello_timeout_s - (long)g_hello_timeout_s) * 1e6)};
-  evtimer_add(c->deadline, &dl);
   bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
   bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-  rc = ft_wire_nonce_new(c->nonce);
-  if (!rc) {
-    ft_msg ch;
-    ft_msg_init(&ch, FT_MSG_CHALLENGE);
-    snprintf(ch.run, sizeof ch.run, "%s", run);
-    ch.gen = 0;
-    memcpy(ch.challenge.nonce, c->nonce, FT_WIRE_NONCE_LEN);
-    rc = sup_conn_send(c, &ch);
-  }
+  rc = conn_start(c);
   if (rc) {
     conn_unlink_free(c);
     return rc;

@@ -93,6 +93,39 @@ int sup_conn_unauth_count(void);
 /* Frees every connection still open at shutdown (no callbacks). */
 void sup_conn_free_all(void);
 
+/* ---- agents -------------------------------------------------------------
+ *
+ * A per-host agent (ftagent) says HELLO on a connection of its own, with
+ * slot FT_WIRE_AGENT_SLOT. The HELLO's handler (on_hello) makes it an
+ * agent's: from then on it may send only RELAY, HOSTBEAT and SLOT, and each
+ * of its slots is a virtual connection ("kid") that the rest of the
+ * supervisor sees as a worker's connection like any other: the same ops
+ * (kid_ops), its own CHALLENGE, HELLO and MAC, sends, close and limits.
+ *   SLOT open      a kid is made for the slot; its CHALLENGE goes out
+ *   RELAY          the frame inside is the kid's, handled as a socket's
+ *                  would be (4 KiB before its HELLO, 16 MiB after)
+ *   HOSTBEAT       each beat is handed to its kid's on_msg as a HEARTBEAT
+ *                  (sup_conn_msg_age_s tells its age; the echo a handler
+ *                  sends for it is dropped: the agent echoed it), then the
+ *                  HOSTBEAT itself to the agent's on_msg (which echoes it)
+ *   SLOT exited    to the agent's on_msg (the exit status), then the kid
+ *                  closes as if its peer had hung up
+ * A kid's sends are RELAYs on the agent's connection (its output cap is the
+ * agent's); a kid closed by us sends the agent SLOT closed. The agent's
+ * connection closing (its on_close first) closes every kid, with reason
+ * "its agent's connection closed: ..." and is_error 0. */
+int sup_conn_make_agent(sup_conn *c, uint32_t nslots, const sup_conn_ops *kid_ops, void *kid_ud);
+int sup_conn_is_agent(const sup_conn *c);
+/* A kid's agent connection; NULL for a connection of its own (or a kid
+ * whose agent is gone). */
+sup_conn *sup_conn_parent(const sup_conn *c);
+uint32_t sup_conn_slot(const sup_conn *c);
+/* The age of the message on_msg is handed now: a HOSTBEAT beat's (the
+ * agent's age_ms), 0 for any other. */
+double sup_conn_msg_age_s(const sup_conn *c);
+/* An agent's kids that are open. */
+size_t sup_conn_kids(const sup_conn *c);
+
 uint64_t sup_conn_id(const sup_conn *c);
 /* Bytes the peer sent that the loop has not read yet (the kernel's receive
  * queue): a busy loop's backlog, not the peer's silence. */

@@ -10,7 +10,7 @@
 #ifndef SUP_GANG_H
 #define SUP_GANG_H
 
-#define SUP_MAX_NODES 8192
+#define SUP_MAX_NODES 32768
 
 /* Roles of a node in the pool. */
 enum sup_role {

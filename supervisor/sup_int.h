@@ -222,6 +222,8 @@ typedef struct sup_node {
                              as a spare once its last process is reaped */
   sup_failures lost_us;   /* its spare relaunches (SUP_SPARE_RELAUNCHES a window) */
   sup_failures hashfails; /* restores whose chunks failed their hash on it */
+  sup_conn *agent;        /* nodes.agent: its agent's connection (NULL: none);
+                             its workers' connections are that one's kids */
 } sup_node;
 
 /* The restore fallback's suspect node: sup_watch.h. */
@@ -363,10 +365,14 @@ typedef struct sup {
                            allocation; rf.nodes.hosts holds its hosts */
   int node_step;        /* one process per node stands for all its slots
                            (its workers carry no --slot from us): the slurm
-                           launcher's srun, or a command naming {slots} */
-  int64_t final_step;   /* train.steps */
-  double t_start_s;     /* ft_now_s at start */
-  sup_hooks hooks;      /* the calls up a layer (sup_hooks; wire_hooks) */
+                           launcher's srun, a command naming {slots}, or
+                           the node's agent */
+  int agent_mode;       /* nodes.agent: each node is its agent (ftagent),
+                           which starts the node's workers and relays them */
+  char agent_path[4096];
+  int64_t final_step; /* train.steps */
+  double t_start_s;   /* ft_now_s at start */
+  sup_hooks hooks;    /* the calls up a layer (sup_hooks; wire_hooks) */
 
   /* ---- resources: sup_main.c creates and frees them; the modules use them */
   struct event_base *base;
@@ -678,6 +684,7 @@ void sup_rec_maybe_finished(sup *s);
 void sup_rec_stop_everyone(sup *s, ft_stop_reason why, const char *detail, double grace_s);
 /* A reaped worker's exit status: blame by invariant 6, then a round. */
 void sup_rec_exit_status(sup *s, sup_worker *w, int status);
+void sup_rec_agent_exit(sup *s, int n, pid_t pid, int status);
 /* Node n's host stand-in exited (we_killed: by us): unless we killed it,
  * the node is lost (node_lost, quarantined). */
 void sup_rec_host_exit(sup *s, int n, int status, int we_killed);

@@ -84,7 +84,7 @@ void sup_argv_free(char **argv) {
 }
 
 char **sup_worker_argv(const sup_worker_args *a) {
-  int max = 18 + 2 * a->nsets, n = 0;
+  int max = 28 + 2 * a->nsets, n = 0;
   char **v = calloc((size_t)max, sizeof *v);
   if (!v)
     return NULL;
@@ -94,9 +94,25 @@ char **sup_worker_argv(const sup_worker_args *a) {
     if (!(v[n++] = strdup(s)))                                                                     \
       goto fail;                                                                                   \
   } while (0)
+  if (a->agent) {
+    PUSH(a->agent);
+    PUSH("--connect");
+    PUSH(a->connect);
+    PUSH("--node");
+    snprintf(num, sizeof num, "%d", a->node);
+    PUSH(num);
+    PUSH("--slots");
+    snprintf(num, sizeof num, "%d", a->slots);
+    PUSH(num);
+    if (a->token_stdin)
+      PUSH("--token-stdin");
+    PUSH("--");
+  }
   PUSH(a->worker);
-  PUSH("--connect");
-  PUSH(a->connect);
+  if (!a->agent) {
+    PUSH("--connect");
+    PUSH(a->connect);
+  }
   PUSH("--node");
   snprintf(num, sizeof num, "%d", a->node);
   PUSH(num);
@@ -123,7 +139,7 @@ char **sup_worker_argv(const sup_worker_args *a) {
     snprintf(num, sizeof num, "%d", a->threads);
     PUSH(num);
   }
-  if (a->token_stdin)
+  if (a->token_stdin && !a->agent)
     PUSH("--token-stdin");
 #undef PUSH
   return v;
@@ -394,9 +410,11 @@ char **sup_srun_argv(const sup_srun_args *a, char *const *worker_argv) {
     if (p > b)
       PUSHF("%.*s", (int)(p - b), b);
   }
-  PUSHF("/bin/sh");
-  PUSHF("-c");
-  PUSHF("%s", SUP_SRUN_SLOT_SH);
+  if (!a->agent) {
+    PUSHF("/bin/sh");
+    PUSHF("-c");
+    PUSHF("%s", SUP_SRUN_SLOT_SH);
+  }
   for (int i = 0; i < nw; i++)
     if (!(v[n++] = strdup(worker_argv[i])))
       goto fail;

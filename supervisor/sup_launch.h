@@ -35,14 +35,21 @@ typedef struct sup_worker_args {
   long long steps;         /* --steps override; < 0: none */
   const char *const *sets; /* "KEY=VALUE" overrides, forwarded as --set */
   int nsets;
-  int threads;     /* --threads for the kernels; 0: the worker's default */
-  int token_stdin; /* add --token-stdin: the token comes on stdin */
+  int threads;       /* --threads for the kernels; 0: the worker's default */
+  int token_stdin;   /* add --token-stdin: the token comes on stdin */
+  const char *agent; /* nodes.agent: the agent program; NULL: none */
+  int slots;         /* with agent: the node's workers */
 } sup_worker_args;
 
 /* The worker's argv: WORKER --connect A --node I --slot J --store URI
  * --runfile PATH [--steps N] [--set KV]... [--threads T] [--token-stdin];
  * NULL-terminated, malloc'd
- * (free with sup_argv_free). NULL on allocation failure. */
+ * (free with sup_argv_free). NULL on allocation failure.
+ * With an agent, the node's one process is the agent, which dials A and
+ * starts SLOTS workers, adding each one's --connect and --slot:
+ *   AGENT --connect A --node I --slots SLOTS [--token-stdin] -- WORKER
+ *         --node I --store URI --runfile PATH [--steps N] [--set KV]...
+ *         [--threads T] */
 char **sup_worker_argv(const sup_worker_args *a);
 void sup_argv_free(char **argv);
 
@@ -112,6 +119,8 @@ typedef struct sup_srun_args {
   const char *workdir; /* --chdir */
   const char *name;    /* --job-name of the step */
   const char *extra;   /* nodes.srun_args */
+  int agent;           /* worker_argv is the node's agent's: one task, run as
+                          it is (the agent gives each worker its --slot) */
 } sup_srun_args;
 char **sup_srun_argv(const sup_srun_args *a, char *const *worker_argv);
 

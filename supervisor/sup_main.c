@@ -869,6 +869,32 @@ static int prepare_paths(main_ctx *m) {
             strerror(errno));
     return SUP_EXIT_USAGE;
   }
+  if (s->rf.nodes.agent) {
+    /* the node's one process is its agent, which starts the workers (and
+     * adds their --connect and --slot); both paths absolute: the agent may
+     * run in another directory or on another host */
+    s->agent_mode = s->node_step = 1;
+    const char *env = getenv("FT_AGENT");
+    if (env && env[0])
+      snprintf(s->agent_path, sizeof s->agent_path, "%s", env);
+    else if (strchr(s->worker_path, '/')) {
+      char dir[4096];
+      snprintf(dir, sizeof dir, "%s", s->worker_path);
+      snprintf(s->agent_path, sizeof s->agent_path, "%s/ftagent", dirname(dir));
+    } else
+      snprintf(s->agent_path, sizeof s->agent_path, "ftagent");
+    char abs[PATH_MAX];
+    if (strchr(s->agent_path, '/') &&
+        (access(s->agent_path, X_OK) != 0 || !realpath(s->agent_path, abs))) {
+      fprintf(stderr, "supervise: nodes.agent: the agent program %s is not executable: %s\n",
+              s->agent_path, strerror(errno));
+      return SUP_EXIT_USAGE;
+    }
+    if (strchr(s->agent_path, '/'))
+      snprintf(s->agent_path, sizeof s->agent_path, "%s", abs);
+    if (strchr(s->worker_path, '/') && realpath(s->worker_path, abs))
+      snprintf(s->worker_path, sizeof s->worker_path, "%s", abs);
+  }
   return GO;
 }
 
@@ -1294,15 +1320,18 @@ static int open_loop(main_ctx *m) {
    * hard limit at start): a run that cannot have them all is refused now,
    * not found out when the last nodes cannot connect */
   struct rlimit rl;
-  long need = (long)s->nnodes * s->G + SUP_FD_RESERVE;
+  /* one connection per worker, or per node's agent (its workers' are
+   * virtual) */
+  long need = (long)s->nnodes * (s->agent_mode ? 1 : s->G) + SUP_FD_RESERVE;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
       (long)rl.rlim_cur < need) {
     fprintf(stderr,
             "supervise: %d nodes x %d workers need at least %ld open files (one connection "
-            "each, %d for the store and the rest), but this process may have %ld (the hard limit, "
-            "ulimit -Hn): raise it (limits.conf, LimitNOFILE= of a systemd unit) or run "
-            "fewer workers\n",
-            s->nnodes, s->G, need, SUP_FD_RESERVE, (long)rl.rlim_cur);
+            "%s, %d for the store and the rest), but this process may have %ld (the hard limit, "
+            "ulimit -Hn): raise it (limits.conf, LimitNOFILE= of a systemd unit), run "
+            "fewer workers%s\n",
+            s->nnodes, s->G, need, s->agent_mode ? "per node's agent" : "each", SUP_FD_RESERVE,
+            (long)rl.rlim_cur, s->agent_mode ? "" : ", or one agent per node (nodes.agent: true)");
     return SUP_EXIT_USAGE;
   }
   /* unauthenticated connections: a share of the descriptors, never fewer

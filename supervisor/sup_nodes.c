@@ -67,7 +67,9 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
                        .sets = s->sets,
                        .nsets = s->nsets,
                        .threads = local_threads(s),
-                       .token_stdin = s->ssh_launcher};
+                       .token_stdin = s->ssh_launcher,
+                       .agent = s->agent_mode ? s->agent_path : NULL,
+                       .slots = s->G};
   char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL;
   char log[4200];
   sup_node_log_path(s, n, j, log, sizeof log);
@@ -81,8 +83,12 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
     if (!wd[0])
       wd = getcwd(cwd, sizeof cwd) ? cwd : "/";
     snprintf(name, sizeof name, "ftsup.%s.node%d", s->rf.run, n);
-    sup_srun_args sa = {
-        .host = host, .ntasks = s->G, .workdir = wd, .name = name, .extra = s->rf.nodes.srun_args};
+    sup_srun_args sa = {.host = host,
+                        .ntasks = s->agent_mode ? 1 : s->G,
+                        .workdir = wd,
+                        .name = name,
+                        .extra = s->rf.nodes.srun_args,
+                        .agent = s->agent_mode};
     rc = sup_abs_worker(argv);
     if (!rc && !(srun = sup_srun_argv(&sa, argv)))
       rc = ft_err_set(FT_ENOMEM, "out of memory");
@@ -130,6 +136,8 @@ int sup_launch_node(sup *s, int n, const char *role) {
   if (nd->host_alive || sup_node_alive(s, n))
     FT_BUG("node %d launched while its host %d or a worker is alive", n, (int)nd->host_pid);
   nd->host_pid = 0;
+  if (nd->agent) /* the last one's: its workers are gone, it is ending */
+    sup_conn_close(nd->agent, "", 0);
   if (!s->command_launcher) {
     /* the host's stand-in leads the node's process group (sup_launch.h) */
     int rc = sup_launch_host(&nd->host_pid);

@@ -1755,6 +1755,46 @@ void sup_rec_exit_status(sup *s, sup_worker *w, int status) {
                        SUP_BLAME_COUNT);
 }
 
+/* nodes.agent: node n's agent process (pid, every slot's w->pid) ended
+ * with status, some of its slots' exits not reported. One that ended by
+ * itself says why (ftagent's exit codes): 0 its workers ended, FT_EXIT_LOST
+ * it lost us, FT_EXIT_USAGE its command line; those, and any end of ours,
+ * are each remaining slot's exit, as srun's is. Any other end (a signal
+ * from outside, a crash) is the host lost: its workers die with it
+ * (PR_SET_PDEATHSIG), and the node is quarantined, as when its host
+ * stand-in is killed. Its connection closing may have said so first
+ * (sup_run.c), and then the node is ours to kill already. */
+void sup_rec_agent_exit(sup *s, int n, pid_t pid, int status) {
+  sup_node *nd = &s->nodes[n];
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  int own = !sig && (code == FT_EXIT_OK || code == FT_EXIT_LOST || code == FT_EXIT_USAGE);
+  if (own || nd->term_sent || nd->kill_sent || s->state >= SUP_FINISHING ||
+      nd->role != SUP_ROLE_ACTIVE || !sup_in_gang(s, n)) {
+    for (int j = 0; j < s->G; j++)
+      if (nd->w[j].alive && nd->w[j].pid == pid)
+        sup_rec_exit_status(s, &nd->w[j], status);
+    return;
+  }
+  char detail[160];
+  if (sig)
+    snprintf(detail, sizeof detail, "its agent (pid %d) was killed (signal %d)", (int)pid, sig);
+  else
+    snprintf(detail, sizeof detail, "its agent (pid %d) ended with exit code %d", (int)pid, code);
+  sup_signal_node(s, n, SIGKILL); /* whatever is left of it */
+  for (int j = 0; j < s->G; j++) {
+    sup_worker *w = &nd->w[j];
+    if (!w->alive || w->pid != pid)
+      continue;
+    w->alive = 0;
+    if (w->conn)
+      sup_conn_close(w->conn, "", 0);
+  }
+  nd->host_lost = 1;
+  snprintf(nd->why, sizeof nd->why, "node lost: %s", detail);
+  sup_recovery_fault(s, SUP_FAULT_NODE_LOST, n, -1, pid, detail, SUP_BLAME_NODE);
+}
+
 /* A node's host stand-in (sup_launch_host) ended with status. Killed by
  * anyone but us: the node's whole process group was killed, the node is
  * lost (quarantined at once, whatever its failure count). */

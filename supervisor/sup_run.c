@@ -742,8 +742,65 @@ static void on_step(sup *s, const ft_msg *m) {
 
 /* ---- connection callbacks ------------------------------------------------ */
 
+static uint32_t welcome_heartbeat_ms(const sup *s) {
+  double hb = ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s) * 1000.0;
+  return hb < 1 ? 1 : hb > FT_WIRE_MAX_HEARTBEAT_MS ? FT_WIRE_MAX_HEARTBEAT_MS : (uint32_t)hb;
+}
+
+/* An agent's HELLO (slot FT_WIRE_AGENT_SLOT): node n's one process, which
+ * we launched; its connection becomes the agent's, its slots' connections
+ * its kids, handled by these same ops. */
+static int agent_hello(sup *s, sup_conn *c, const ft_msg *m, char *reason, size_t rlen) {
+  uint32_t node = m->hello.node;
+  if (!s->agent_mode) {
+    snprintf(reason, rlen, "an agent's HELLO (node %u), but this run has no agents (nodes.agent)",
+             node);
+    return 1;
+  }
+  if (node >= (uint32_t)s->nnodes) {
+    snprintf(reason, rlen, "agent HELLO from node %u: no such node (%d nodes)", node, s->nnodes);
+    return 1;
+  }
+  sup_node *nd = &s->nodes[node];
+  if (s->state >= SUP_FINISHING) {
+    snprintf(reason, rlen, "the run is finishing");
+    return 1;
+  }
+  if (nd->role == SUP_ROLE_QUARANTINED || nd->role == SUP_ROLE_LOST) {
+    ft_msg st;
+    ft_msg_init(&st, FT_MSG_STOP);
+    st.stop.reason = FT_STOP_EVICTED;
+    st.stop.detail = "node is out of the pool";
+    sup_send(s, c, &st, m->gen);
+    snprintf(reason, rlen, "agent HELLO from node %u, which is %s", node, sup_role_name(nd->role));
+    return 1;
+  }
+  if (!nd->w[0].alive || (!s->command_launcher && (pid_t)m->hello.pid != nd->w[0].pid)) {
+    snprintf(reason, rlen, "agent HELLO from node %u pid %u: not a process we launched", node,
+             m->hello.pid);
+    return 1;
+  }
+  if (nd->agent) {
+    snprintf(reason, rlen, "agent HELLO from node %u: its agent is already connected", node);
+    return 1;
+  }
+  if (sup_conn_make_agent(c, (uint32_t)s->G, &sup_run_conn_ops, s)) {
+    snprintf(reason, rlen, "agent HELLO from node %u: %s", node, ft_err_detail());
+    return 1;
+  }
+  nd->agent = c;
+  sup_conn_set_user(c, nd);
+  ft_msg wm;
+  ft_msg_init(&wm, FT_MSG_WELCOME);
+  wm.welcome.heartbeat_ms = welcome_heartbeat_ms(s);
+  sup_send(s, c, &wm, m->gen);
+  return 0;
+}
+
 static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t rlen) {
   sup *s = ud;
+  if (m->hello.slot == FT_WIRE_AGENT_SLOT && !sup_conn_parent(c))
+    return agent_hello(s, c, m, reason, rlen);
   int g = ft_wire_check_gen(m, s->gen);
   if (g == 1) {
     ft_msg st;
@@ -767,6 +824,17 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   }
   sup_node *nd = &s->nodes[node];
   sup_worker *w = &nd->w[slot];
+  sup_conn *agent = sup_conn_parent(c);
+  if (agent && (sup_conn_user(agent) != nd || sup_conn_slot(c) != slot)) {
+    snprintf(reason, rlen, "HELLO from node %u slot %u through the agent of node %d slot %u", node,
+             slot, (int)((sup_node *)sup_conn_user(agent) - s->nodes), (unsigned)sup_conn_slot(c));
+    return 1;
+  }
+  if (s->agent_mode && !agent) {
+    snprintf(reason, rlen, "HELLO from node %u slot %u not through its agent (nodes.agent)", node,
+             slot);
+    return 1;
+  }
   if (s->state >= SUP_FINISHING) {
     snprintf(reason, rlen, "the run is finishing");
     return 1;
@@ -780,7 +848,8 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
     snprintf(reason, rlen, "HELLO from node %u, which is %s", node, sup_role_name(nd->role));
     return 1;
   }
-  if (!w->alive || (!s->command_launcher && (pid_t)m->hello.pid != w->pid)) {
+  /* under an agent w->pid is the agent's: the agent vouches for its workers */
+  if (!w->alive || (!s->command_launcher && !agent && (pid_t)m->hello.pid != w->pid)) {
     snprintf(reason, rlen, "HELLO from node %u slot %u pid %u: not a process we launched", node,
              slot, m->hello.pid);
     return 1;
@@ -797,10 +866,7 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   sup_conn_set_user(c, w);
   ft_msg wm;
   ft_msg_init(&wm, FT_MSG_WELCOME);
-  double hb = ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s) * 1000.0;
-  wm.welcome.heartbeat_ms = hb < 1                          ? 1
-                            : hb > FT_WIRE_MAX_HEARTBEAT_MS ? FT_WIRE_MAX_HEARTBEAT_MS
-                                                            : (uint32_t)hb;
+  wm.welcome.heartbeat_ms = welcome_heartbeat_ms(s);
   sup_send(s, c, &wm, m->gen);
   sup_recovery_hello(s, w);
   return 0;
@@ -864,13 +930,44 @@ void sup_progress_beat(sup_worker *w, const ft_msg *m, double now_s) {
   w->prog_wait_attempt = m->heartbeat.wait_attempt;
 }
 
+/* An agent's own frames (sup_conn.h: the rest are its kids'): its
+ * HOSTBEAT is echoed, a worker's exit is judged as a reaped one's. */
+static void agent_msg(sup *s, sup_node *nd, sup_conn *c, const ft_msg *m) {
+  if (m->type == FT_MSG_HOSTBEAT) {
+    ft_msg hb;
+    ft_msg_init(&hb, FT_MSG_HOSTBEAT);
+    hb.hostbeat.seq = m->hostbeat.seq;
+    sup_send(s, c, &hb, 0);
+    return;
+  }
+  if (m->type == FT_MSG_SLOT && m->slot.event == FT_SLOT_EXITED && m->slot.slot < (uint32_t)s->G) {
+    sup_worker *w = &nd->w[m->slot.slot];
+    int n = (int)(nd - s->nodes);
+    if (!w->alive)
+      return;
+    /* as on_sigchld does for a process it reaps (sup_timers.c) */
+    sup_rec_exit_status(s, w, m->slot.status);
+    sup_rec_host_reap(s, n);
+    sup_rec_respawn_spare(s, n);
+    if (s->state == SUP_RECOVERING)
+      sup_rec_check_stopped(s);
+    sup_doctor_judge(s);
+    sup_rec_maybe_finished(s);
+  }
+}
+
 static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
   sup *s = ud;
   sup_worker *w = sup_conn_user(c);
   char reason[256];
   if (!w)
     return;
-  w->last_msg_s = ft_now_s();
+  if (sup_conn_is_agent(c)) {
+    agent_msg(s, (sup_node *)w, c, m);
+    return;
+  }
+  /* a beat an agent carried came when the agent got it */
+  w->last_msg_s = ft_now_s() - sup_conn_msg_age_s(c);
   int g = ft_wire_check_gen(m, s->gen);
   if (g == 1 && w->rejoin_from && m->gen >= w->rejoin_from) {
     /* a survivor asked to rejoin in process, not out of its old generation
@@ -973,9 +1070,41 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
 #define CLOSED_BURST 10
 static sup_ratelimit g_closed_rl = {.window_s = 1.0, .burst = CLOSED_BURST};
 
+/* An agent's connection closed. With workers of ours still on it, the
+ * host is lost unless we are ending it: its agent died (its workers with
+ * it: PR_SET_PDEATHSIG), the host went down, or its link broke. The node
+ * is killed first, so the exits that follow are ours. */
+static void agent_closed(sup *s, sup_node *nd, sup_conn *c, const char *reason) {
+  int n = (int)(nd - s->nodes);
+  if (nd->agent == c)
+    nd->agent = NULL;
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  cJSON_AddStringToObject(f, "reason", reason[0] ? reason : "closed");
+  cJSON_AddStringToObject(f, "peer", sup_conn_peer(c));
+  cJSON_AddNumberToObject(f, "workers", (double)sup_conn_kids(c));
+  sup_events_emit(s->ev, "agent_closed", f, "node %d: its agent's connection closed (%s)", n,
+                  reason[0] ? reason : "closed");
+  if (!sup_node_alive(s, n) || s->state >= SUP_FINISHING || nd->term_sent || nd->kill_sent)
+    return;
+  char detail[400];
+  snprintf(detail, sizeof detail, "its agent's connection closed: %s",
+           reason[0] ? reason : "closed by the agent");
+  sup_signal_node(s, n, SIGKILL); /* whatever is left of it */
+  if (nd->role == SUP_ROLE_ACTIVE && sup_in_gang(s, n)) {
+    nd->host_lost = 1;
+    snprintf(nd->why, sizeof nd->why, "node lost: %.200s", detail);
+    sup_recovery_fault(s, SUP_FAULT_NODE_LOST, n, -1, nd->w[0].pid, detail, SUP_BLAME_NODE);
+  }
+}
+
 static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
   sup *s = ud;
   sup_worker *w = sup_conn_user(c);
+  if (w && sup_conn_is_agent(c)) {
+    agent_closed(s, (sup_node *)w, c, reason);
+    return;
+  }
   if (w) {
     sup_kv_drop_owner(s->kv, sup_conn_id(c));
     w->conn = NULL;

@@ -96,9 +96,12 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
     if (w) {
       int n = w->node;
       /* a node_step process (srun) stands for every slot of its node */
-      for (int j = w->slot; j < s->G; j++)
-        if (s->nodes[n].w[j].alive && s->nodes[n].w[j].pid == pid)
-          sup_rec_exit_status(s, &s->nodes[n].w[j], status);
+      if (s->agent_mode)
+        sup_rec_agent_exit(s, n, pid, status);
+      else
+        for (int j = w->slot; j < s->G; j++)
+          if (s->nodes[n].w[j].alive && s->nodes[n].w[j].pid == pid)
+            sup_rec_exit_status(s, &s->nodes[n].w[j], status);
       sup_rec_host_reap(s, n);
       sup_rec_respawn_spare(s, n);
       continue;

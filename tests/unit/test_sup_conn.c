@@ -7,7 +7,14 @@
  * reads nothing while answers pile up is closed once its queue would pass
  * the output cap (from the loop, not inside the send), with the bytes it
  * held. A worker that sends a type only the supervisor may send (DUMP,
- * STOP, COMMITTED) is closed with the reason. */
+ * STOP, COMMITTED) is closed with the reason. An agent's connection
+ * (version 10): SLOT open makes a virtual connection whose CHALLENGE goes
+ * out in a RELAY, a relayed HELLO signed with that nonce is accepted and
+ * one with a wrong MAC closes that slot alone (the agent hears SLOT
+ * closed), a HOSTBEAT's beat reaches the slot's on_msg as a HEARTBEAT with
+ * its age and its echo is not sent, a slot's send is a RELAY, SLOT exited
+ * closes the slot, and the agent's close closes every slot; a direct
+ * worker may not send RELAY. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,6 +57,61 @@ static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {
   r->nclosed++;
 }
 static const sup_conn_ops ops = {.on_hello = on_hello, .on_msg = on_msg, .on_close = on_close};
+
+/* ---- an agent's connection: the kids' ops record what reaches them ---- */
+typedef struct arec {
+  rec closes; /* kids' closes */
+  int hellos; /* kids' HELLOs accepted */
+  uint32_t hello_slot;
+  int beats;       /* HEARTBEATs handed to kids */
+  double beat_age; /* sup_conn_msg_age_s during the last */
+  int64_t beat_step;
+  uint64_t beat_gen;
+  int agent_msgs; /* HOSTBEAT / SLOT handed to the agent's on_msg */
+  int slot_exited;
+} arec;
+static arec *g_arec;
+
+static int kid_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t rlen) {
+  arec *a = ud;
+  a->hellos++;
+  a->hello_slot = m->hello.slot;
+  return 0;
+}
+static void kid_msg(void *ud, sup_conn *c, const ft_msg *m) {
+  arec *a = ud;
+  if (m->type == FT_MSG_HEARTBEAT) {
+    a->beats++;
+    a->beat_age = sup_conn_msg_age_s(c);
+    a->beat_step = m->heartbeat.step;
+    a->beat_gen = m->gen;
+    ft_msg echo; /* what sup_run.c does: dropped for a beat a HOSTBEAT carried */
+    ft_msg_init(&echo, FT_MSG_HEARTBEAT);
+    snprintf(echo.run, sizeof echo.run, "%s", RUN);
+    echo.gen = m->gen;
+    assert_int_equal(sup_conn_send(c, &echo), 0);
+  }
+}
+static void kid_close(void *ud, sup_conn *c, const char *reason, int is_error) {
+  on_close(&((arec *)ud)->closes, c, reason, is_error);
+}
+static const sup_conn_ops kid_ops = {
+    .on_hello = kid_hello, .on_msg = kid_msg, .on_close = kid_close};
+
+/* The agent's own connection: its HELLO (slot FT_WIRE_AGENT_SLOT) makes it
+ * an agent's with 4 slots. */
+static int agent_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t rlen) {
+  if (m->hello.slot != FT_WIRE_AGENT_SLOT)
+    return 0;
+  return sup_conn_make_agent(c, 4, &kid_ops, g_arec);
+}
+static void agent_msg(void *ud, sup_conn *c, const ft_msg *m) {
+  g_arec->agent_msgs++;
+  if (m->type == FT_MSG_SLOT && m->slot.event == FT_SLOT_EXITED)
+    g_arec->slot_exited++;
+}
+static const sup_conn_ops agent_ops = {
+    .on_hello = agent_hello, .on_msg = agent_msg, .on_close = on_close};
 
 /* A connection on one end of a socketpair; *peer gets the other end. */
 static sup_conn *conn(struct event_base *base, rec *r, int *peer) {
@@ -320,6 +382,236 @@ static void test_peer_not_reading_closed_at_cap(void **st) {
   sup_conn_set_max_queued(0);
 }
 
+/* ---- agents --------------------------------------------------------------- */
+
+static void put_frame(int fd, const ft_msg *m) {
+  ft_buf b;
+  ft_buf_init(&b);
+  assert_int_equal(ft_wire_encode(m, &b), 0);
+  assert_int_equal(write(fd, b.data, b.len), (ssize_t)b.len);
+  ft_buf_release(&b);
+}
+
+/* Every whole frame the peer holds now, decoded into out[] (at most n). */
+static int get_frames(int fd, ft_msg *out, int n) {
+  static uint8_t buf[1 << 16];
+  size_t len = 0;
+  ssize_t k;
+  while ((k = recv(fd, buf + len, sizeof buf - len, MSG_DONTWAIT)) > 0)
+    len += (size_t)k;
+  int got = 0;
+  size_t off = 0, flen = 0;
+  while (got < n &&
+         ft_wire_frame_len_max(buf + off, len - off, FT_WIRE_MAX_RELAY_FRAME, &flen) == 1) {
+    assert_int_equal(ft_wire_decode(buf + off, flen, &out[got]), 0);
+    got++;
+    off += flen;
+  }
+  return got;
+}
+
+static void release_all(ft_msg *m, int n) {
+  for (int i = 0; i < n; i++)
+    ft_msg_release(&m[i]);
+}
+
+/* A frame of a worker's, inside a RELAY for slot. */
+static void relay(int fd, uint32_t slot, const ft_msg *inner) {
+  ft_buf b;
+  ft_buf_init(&b);
+  assert_int_equal(ft_wire_encode(inner, &b), 0);
+  ft_msg r;
+  ft_msg_init(&r, FT_MSG_RELAY);
+  snprintf(r.run, sizeof r.run, "%s", RUN);
+  r.relay.slot = slot;
+  r.relay.frame = b.data;
+  r.relay.frame_len = (uint32_t)b.len;
+  put_frame(fd, &r);
+  ft_buf_release(&b);
+}
+
+static void slot_event(int fd, uint32_t slot, ft_slot_event ev, int32_t status) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_SLOT);
+  snprintf(m.run, sizeof m.run, "%s", RUN);
+  m.slot.slot = slot;
+  m.slot.event = ev;
+  m.slot.status = status;
+  put_frame(fd, &m);
+}
+
+/* The CHALLENGE of slot, as a RELAY the agent got; its nonce. */
+static void relayed_challenge(int fd, uint32_t slot, uint8_t nonce[FT_WIRE_NONCE_LEN]) {
+  ft_msg f[4];
+  int n = get_frames(fd, f, 4);
+  assert_int_equal(n, 1);
+  assert_int_equal(f[0].type, FT_MSG_RELAY);
+  assert_int_equal(f[0].relay.slot, slot);
+  ft_msg ch;
+  assert_int_equal(ft_wire_decode(f[0].relay.frame, f[0].relay.frame_len, &ch), 0);
+  assert_int_equal(ch.type, FT_MSG_CHALLENGE);
+  memcpy(nonce, ch.challenge.nonce, FT_WIRE_NONCE_LEN);
+  ft_msg_release(&ch);
+  release_all(f, n);
+}
+
+static void kid_hello_frame(uint32_t slot, const uint8_t nonce[FT_WIRE_NONCE_LEN], ft_msg *h) {
+  ft_msg_init(h, FT_MSG_HELLO);
+  snprintf(h->run, sizeof h->run, "%s", RUN);
+  h->hello.node = 3;
+  h->hello.slot = slot;
+  h->hello.pid = 4000 + slot;
+  assert_int_equal(ft_wire_hello_sign(h, g_token, nonce), 0);
+}
+
+static void test_agent_relays_slots(void **st) {
+  (void)st;
+  struct event_base *base = event_base_new();
+  arec a = {0};
+  g_arec = &a;
+  rec r = {0};
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  sup_conn *c = NULL;
+  assert_int_equal(sup_conn_new(base, sv[0], RUN, g_token, &agent_ops, &r, &c), 0);
+  int peer = sv[1];
+  /* the agent's own handshake */
+  run_for(base, 0.05);
+  ft_msg f[8];
+  int n = get_frames(peer, f, 8);
+  assert_int_equal(n, 1);
+  ft_msg h;
+  ft_msg_init(&h, FT_MSG_HELLO);
+  snprintf(h.run, sizeof h.run, "%s", RUN);
+  h.hello.node = 3;
+  h.hello.slot = FT_WIRE_AGENT_SLOT;
+  h.hello.pid = 999;
+  assert_int_equal(ft_wire_hello_sign(&h, g_token, f[0].challenge.nonce), 0);
+  release_all(f, n);
+  put_frame(peer, &h);
+  run_for(base, 0.05);
+  assert_true(sup_conn_is_agent(c));
+  assert_int_equal(sup_conn_unauth_count(), 0);
+
+  /* slot 1 opens: its CHALLENGE comes in a RELAY, its HELLO goes back in one */
+  uint8_t nonce[FT_WIRE_NONCE_LEN];
+  slot_event(peer, 1, FT_SLOT_OPEN, 0);
+  run_for(base, 0.05);
+  relayed_challenge(peer, 1, nonce);
+  assert_int_equal(sup_conn_kids(c), 1);
+  assert_int_equal(sup_conn_unauth_count(), 1);
+  kid_hello_frame(1, nonce, &h);
+  relay(peer, 1, &h);
+  run_for(base, 0.05);
+  assert_int_equal(a.hellos, 1);
+  assert_int_equal(a.hello_slot, 1);
+  assert_int_equal(sup_conn_unauth_count(), 0);
+
+  /* slot 2's HELLO signed with slot 1's nonce: slot 2 alone is closed, and
+   * the agent is told */
+  slot_event(peer, 2, FT_SLOT_OPEN, 0);
+  run_for(base, 0.05);
+  uint8_t nonce2[FT_WIRE_NONCE_LEN];
+  relayed_challenge(peer, 2, nonce2);
+  kid_hello_frame(2, nonce, &h);
+  relay(peer, 2, &h);
+  run_for(base, 0.05);
+  assert_int_equal(a.hellos, 1);
+  assert_int_equal(a.closes.nclosed, 1);
+  assert_non_null(strstr(a.closes.reasons[0], "HELLO rejected"));
+  n = get_frames(peer, f, 8);
+  assert_int_equal(n, 1);
+  assert_int_equal(f[0].type, FT_MSG_SLOT);
+  assert_int_equal(f[0].slot.slot, 2);
+  assert_int_equal(f[0].slot.event, FT_SLOT_CLOSED);
+  release_all(f, n);
+  assert_int_equal(sup_conn_kids(c), 1);
+
+  /* a HOSTBEAT: slot 1's beat reaches it as a HEARTBEAT with its age, a
+   * beat for a slot not open is dropped, and no echo goes to slot 1 (the
+   * agent echoed it); the agent's on_msg gets the HOSTBEAT */
+  ft_wire_beat beats[2] = {{.slot = 1, .gen = 5, .age_ms = 250, .step = 42, .seq = 3},
+                           {.slot = 3, .gen = 5, .age_ms = 1, .step = 42, .seq = 3}};
+  ft_msg hb;
+  ft_msg_init(&hb, FT_MSG_HOSTBEAT);
+  snprintf(hb.run, sizeof hb.run, "%s", RUN);
+  hb.hostbeat.seq = 1;
+  hb.hostbeat.beats = beats;
+  hb.hostbeat.nbeats = 2;
+  put_frame(peer, &hb);
+  run_for(base, 0.05);
+  assert_int_equal(a.beats, 1);
+  assert_true(a.beat_age > 0.249 && a.beat_age < 0.251);
+  assert_true(a.beat_step == 42 && a.beat_gen == 5);
+  assert_int_equal(a.agent_msgs, 1);
+  assert_int_equal(get_frames(peer, f, 8), 0);
+
+  /* a send on slot 1 is a RELAY of its frame: a HEARTBEAT relayed whole
+   * (not in a HOSTBEAT) is handed over with age 0, and its echo goes out */
+  ft_msg beat;
+  ft_msg_init(&beat, FT_MSG_HEARTBEAT);
+  snprintf(beat.run, sizeof beat.run, "%s", RUN);
+  beat.gen = 5;
+  beat.heartbeat.seq = 9;
+  relay(peer, 1, &beat);
+  run_for(base, 0.05);
+  assert_int_equal(a.beats, 2);
+  assert_true(a.beat_age == 0);
+  n = get_frames(peer, f, 8);
+  assert_int_equal(n, 1);
+  assert_int_equal(f[0].type, FT_MSG_RELAY);
+  assert_int_equal(f[0].relay.slot, 1);
+  ft_msg in;
+  assert_int_equal(ft_wire_decode(f[0].relay.frame, f[0].relay.frame_len, &in), 0);
+  assert_int_equal(in.type, FT_MSG_HEARTBEAT);
+  ft_msg_release(&in);
+  release_all(f, n);
+
+  /* SLOT exited: the agent's on_msg hears it, then slot 1 closes as if its
+   * peer hung up (no SLOT closed back: the agent knows) */
+  slot_event(peer, 1, FT_SLOT_EXITED, 9);
+  run_for(base, 0.05);
+  assert_int_equal(a.slot_exited, 1);
+  assert_int_equal(a.closes.nclosed, 2);
+  assert_int_equal(a.closes.is_error[1], 0);
+  assert_int_equal(sup_conn_kids(c), 0);
+  assert_int_equal(get_frames(peer, f, 8), 0);
+
+  /* the agent's connection closes: its open slots close with it */
+  slot_event(peer, 0, FT_SLOT_OPEN, 0);
+  run_for(base, 0.05);
+  relayed_challenge(peer, 0, nonce);
+  kid_hello_frame(0, nonce, &h);
+  relay(peer, 0, &h);
+  run_for(base, 0.05);
+  assert_int_equal(a.hellos, 2);
+  close(peer);
+  run_for(base, 0.05);
+  assert_int_equal(r.nclosed, 1);
+  assert_int_equal(a.closes.nclosed, 3);
+  assert_non_null(strstr(a.closes.reasons[2], "its agent's connection closed"));
+  sup_conn_free_all();
+  event_base_free(base);
+}
+
+/* RELAY, HOSTBEAT and SLOT are an agent's: a worker's connection that
+ * sends one is closed. */
+static void test_agent_types_from_worker_refused(void **st) {
+  (void)st;
+  struct event_base *base = event_base_new();
+  rec r = {0};
+  int peer;
+  conn(base, &r, &peer);
+  say_hello(base, peer);
+  slot_event(peer, 0, FT_SLOT_OPEN, 0);
+  run_for(base, 0.05);
+  assert_int_equal(r.nclosed, 1);
+  assert_non_null(strstr(r.reasons[0], "a worker may not send SLOT"));
+  sup_conn_free_all();
+  close(peer);
+  event_base_free(base);
+}
+
 int main(void) {
   if (ft_wire_token_new(g_token))
     return 1;
@@ -335,6 +627,8 @@ int main(void) {
                                       sending_teardown),
       cmocka_unit_test_setup_teardown(test_peer_not_reading_closed_at_cap, sending_setup,
                                       sending_teardown),
+      cmocka_unit_test(test_agent_relays_slots),
+      cmocka_unit_test(test_agent_types_from_worker_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -83,6 +83,23 @@ static void test_argv(void **st) {
   assert_string_equal(v[12], "3");
   assert_string_equal(v[13], "--token-stdin");
   sup_argv_free(v);
+  /* nodes.agent: the node's process is the agent, which dials the
+   * supervisor and gives each worker its --connect and --slot; the token
+   * on stdin is the agent's to read */
+  a.agent = "/b/ftagent";
+  a.slots = 8;
+  a.slot = -1;
+  v = sup_worker_argv(&a);
+  const char *agent_want[] = {
+      "/b/ftagent",    "--connect",   "127.0.0.1:4242", "--node", "3", "--slots", "8",
+      "--token-stdin", "--",          "/b/worker",      "--node", "3", "--store", "local:/s/store",
+      "--runfile",     "/r/run.yaml", "--threads",      "3"};
+  for (n = 0; v[n]; n++) {
+    assert_true(n < 18);
+    assert_string_equal(v[n], agent_want[n]);
+  }
+  assert_int_equal(n, 18);
+  sup_argv_free(v);
 }
 
 /* The slurm launcher's srun argv: the step's options, nodes.srun_args split
@@ -149,6 +166,16 @@ static void test_srun_argv(void **st) {
   for (n = 0; v[n]; n++)
     ;
   assert_int_equal(n, 18);
+  sup_argv_free(v);
+  /* an agent's step: one task, its argv as it is (no --slot wrapper) */
+  a.agent = 1;
+  a.ntasks = 1;
+  v = sup_srun_argv(&a, worker);
+  for (n = 0; v[n]; n++)
+    assert_string_not_equal(v[n], "/bin/sh");
+  assert_int_equal(n, 15);
+  assert_string_equal(v[2], "--ntasks=1");
+  assert_string_equal(v[11], "/bin/echo");
   sup_argv_free(v);
 }
 
