@@ -1078,15 +1078,18 @@ static void agent_closed(sup *s, sup_node *nd, sup_conn *c, const char *reason) 
   int n = (int)(nd - s->nodes);
   if (nd->agent == c)
     nd->agent = NULL;
+  /* its workers all ended (their exits came first), or we are ending it:
+   * nothing to say */
+  if (!sup_node_alive(s, n) || s->state >= SUP_FINISHING || nd->term_sent || nd->kill_sent)
+    return;
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "node", n);
   cJSON_AddStringToObject(f, "reason", reason[0] ? reason : "closed");
   cJSON_AddStringToObject(f, "peer", sup_conn_peer(c));
   cJSON_AddNumberToObject(f, "workers", (double)sup_conn_kids(c));
-  sup_events_emit(s->ev, "agent_closed", f, "node %d: its agent's connection closed (%s)", n,
-                  reason[0] ? reason : "closed");
-  if (!sup_node_alive(s, n) || s->state >= SUP_FINISHING || nd->term_sent || nd->kill_sent)
-    return;
+  sup_events_emit(s->ev, "agent_closed", f,
+                  "node %d: its agent's connection closed with %zu worker(s) on it (%s)", n,
+                  sup_conn_kids(c), reason[0] ? reason : "closed");
   char detail[400];
   snprintf(detail, sizeof detail, "its agent's connection closed: %s",
            reason[0] ? reason : "closed by the agent");

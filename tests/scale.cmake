@@ -17,5 +17,9 @@ if(TARGET supervise)
   # the same with recovery.in_process: the survivors rejoin, nothing restarts
   ft_add_script_test(NAME swarm_inprocess LABELS scale TIMEOUT 300
                      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scale/swarm_short.sh inprocess)
-  set_tests_properties(swarm_short swarm_inprocess PROPERTIES RUN_SERIAL TRUE)
+  # one agent per host (nodes.agent), the swarm playing the agents, with a
+  # silent host too: the same verdicts, a dropped host its agent's loss
+  ft_add_script_test(NAME swarm_agents LABELS scale TIMEOUT 300
+                     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/scale/swarm_short.sh agents)
+  set_tests_properties(swarm_short swarm_inprocess swarm_agents PROPERTIES RUN_SERIAL TRUE)
 endif()

@@ -61,6 +61,16 @@
  * step written to its socket to the first COMMITTED of that step. The
  * figures go to stdout and, as JSON, to --out.
  *
+ * --agents 1 (supervise's nodes.agent): each simulated host is its agent
+ * (worker/agent.c) as well: one connection for the host (CHALLENGE, HELLO
+ * with slot FT_WIRE_AGENT_SLOT, WELCOME, SLOT open for each slot), every
+ * worker's frames inside RELAY on it (each worker still has its own
+ * CHALLENGE and HMAC HELLO), one HOSTBEAT per heartbeat interval carrying
+ * every slot's last beat and its age (a silent worker's age grows; a beat
+ * of a new generation is relayed at once), a worker's exit told with SLOT
+ * exited, and the agent's connection closed when its last worker ends. A
+ * "host" fault silences the agent too; a "drop" closes its connection.
+ *
  * Exit: 0 every fault detected and recovered, no conformance error; 1
  * otherwise; 2 usage.
  */
@@ -92,7 +102,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_NODES 8192
+#define MAX_NODES 32768
 #define MAX_FAULTS 256
 #define CHALLENGE_WAIT_S 5.0
 
@@ -113,19 +123,30 @@ typedef struct sw_worker {
   uint32_t kvreq; /* the KV_GET in flight (0: none) */
   char prefix[64];
   int64_t shard_step; /* a SHARD_SAVED of this step not yet written out (-1) */
+  double beat_t;      /* --agents: when it last beat to its agent (0: never) */
+  uint64_t beat_gen;  /* --agents: the generation of its last beat */
 } sw_worker;
+
+/* --agents: the node's agent (worker/agent.c) as the swarm plays it */
+enum { A_NONE, A_CONNECTING, A_HELLO, A_UP };
 
 typedef struct sw_node {
   int afd; /* the attach process's socket; -1: none */
   pid_t pid;
   int slots, nexited, exit_code;
   sw_worker *w;
+  /* --agents: one connection for the node's slots (fd -1: none) */
+  int fd, ast, silent;
+  ft_buf in, out;
+  double hb_s, next_hb;
+  uint32_t seq;
 } sw_node;
 
 /* Tags of epoll events: kind in the top bits, an index below. */
 #define TAG_LISTEN 0
 #define TAG_ATTACH 1
 #define TAG_WORKER 2
+#define TAG_AGENT 3
 #define TAG(kind, i) (((uint64_t)(kind) << 32) | (uint32_t)(i))
 
 typedef struct fault {
@@ -175,6 +196,7 @@ static struct {
   ft_gpt2_dims dims;
   ckpt_store *store;
   int inline_shards; /* 1: SHARD_SAVED carries the whole shard (no shard objects) */
+  int agents;        /* 1: one agent per node (supervise's nodes.agent) */
   struct zref {
     uint64_t len;
     ckpt_shard *sh; /* a shard of one part of len zero bytes: its chunks */
@@ -198,7 +220,17 @@ static double wall_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static void ep_mod_node(sw_node *nd) {
+  if (nd->fd < 0)
+    return;
+  struct epoll_event e = {.events = (nd->silent ? 0u : EPOLLIN) | (nd->out.len ? EPOLLOUT : 0u),
+                          .data.u64 = TAG(TAG_AGENT, (int)(nd - g.nodes))};
+  epoll_ctl(g.ep, EPOLL_CTL_MOD, nd->fd, &e);
+}
+
 static void ep_mod(sw_worker *w) {
+  if (g.agents) /* a silent worker's agent still reads: the agent is not hung */
+    return;
   if (w->fd < 0)
     return;
   struct epoll_event e = {.events = (w->silent ? 0u : EPOLLIN) | (w->out.len ? EPOLLOUT : 0u),
@@ -207,18 +239,54 @@ static void ep_mod(sw_worker *w) {
 }
 
 static void flush_out(sw_worker *w);
+static void flush_node(sw_node *nd);
 
+/* Its connection is up: its own, or its agent's. */
+static int linked(const sw_worker *w) {
+  return g.agents ? g.nodes[w->node].fd >= 0 && w->st != W_GONE : w->fd >= 0;
+}
+
+static void encode_or_die(const ft_msg *m, ft_buf *b) {
+  if (ft_wire_encode(m, b)) {
+    fprintf(stderr, "ftswarm: encode %s: %s\n", ft_msg_type_name(m->type), ft_err_detail());
+    exit(1);
+  }
+}
+
+/* A frame of the agent's own on its connection. */
+static void agent_send(sw_node *nd, ft_msg *m) {
+  if (nd->fd < 0 || nd->silent)
+    return;
+  snprintf(m->run, sizeof m->run, "%s", g.run);
+  size_t before = nd->out.len;
+  encode_or_die(m, &nd->out);
+  if (!before)
+    flush_node(nd);
+}
+
+/* A worker's frame: on its own connection, or inside a RELAY on its
+ * agent's. */
 static void send_msg(sw_worker *w, ft_msg *m) {
-  if (w->fd < 0 || w->silent)
+  sw_node *nd = &g.nodes[w->node];
+  if ((g.agents ? nd->fd : w->fd) < 0 || w->silent)
     return;
   snprintf(m->run, sizeof m->run, "%s", g.run);
   if (m->type != FT_MSG_HELLO)
     m->gen = w->gen;
-  size_t before = w->out.len;
-  if (ft_wire_encode(m, &w->out)) {
-    fprintf(stderr, "ftswarm: encode %s: %s\n", ft_msg_type_name(m->type), ft_err_detail());
-    exit(1);
+  if (g.agents) {
+    static ft_buf inner;
+    ft_buf_reset(&inner);
+    encode_or_die(m, &inner);
+    ft_msg r;
+    ft_msg_init(&r, FT_MSG_RELAY);
+    r.relay.slot = (uint32_t)w->slot;
+    r.relay.frame = inner.data;
+    r.relay.frame_len = (uint32_t)inner.len;
+    agent_send(nd, &r);
+    return;
   }
+  size_t before = w->out.len;
+  encode_or_die(m, &w->out);
   if (!before)
     flush_out(w);
 }
@@ -280,6 +348,17 @@ static void reaction(const sw_worker *w) {
 
 /* Worker w ends with code: its node's process ends with the first non-zero
  * code once every slot has. */
+static void agent_close(sw_node *nd) {
+  if (nd->fd >= 0) {
+    epoll_ctl(g.ep, EPOLL_CTL_DEL, nd->fd, NULL);
+    close(nd->fd);
+    nd->fd = -1;
+  }
+  nd->ast = A_NONE;
+  ft_buf_release(&nd->in);
+  ft_buf_release(&nd->out);
+}
+
 static void worker_exit(sw_worker *w, int code) {
   if (w->st == W_GONE)
     return;
@@ -287,11 +366,21 @@ static void worker_exit(sw_worker *w, int code) {
   worker_close(w);
   w->st = W_GONE;
   sw_node *nd = &g.nodes[w->node];
+  if (g.agents) { /* its agent reaps it and says so at once */
+    ft_msg sl;
+    ft_msg_init(&sl, FT_MSG_SLOT);
+    sl.slot.slot = (uint32_t)w->slot;
+    sl.slot.event = FT_SLOT_EXITED;
+    sl.slot.status = code << 8; /* a wait status: exited with code */
+    sl.slot.pid = (uint32_t)nd->pid + 1 + (uint32_t)w->slot;
+    agent_send(nd, &sl);
+  }
   if (code && !nd->exit_code)
     nd->exit_code = code;
   if (++nd->nexited == nd->slots) {
     char line[32];
     snprintf(line, sizeof line, "exit %d\n", nd->exit_code);
+    agent_close(nd); /* every worker ended: so does the agent */
     tell_attach(nd, line);
   }
 }
@@ -304,6 +393,7 @@ static void node_dead(sw_node *nd) {
     close(nd->afd);
     nd->afd = -1;
   }
+  agent_close(nd);
   for (int j = 0; j < nd->slots; j++)
     if (nd->w[j].st != W_GONE) {
       reaction(&nd->w[j]);
@@ -464,6 +554,17 @@ static void send_doctor(sw_worker *w) {
 }
 
 static void beat(sw_worker *w, double now) {
+  if (g.agents && w->gen == w->beat_gen) {
+    /* to its agent, which echoes it and tells the supervisor in its next
+     * HOSTBEAT; one of a new generation (a rejoin's acknowledgement) the
+     * agent relays at once, below */
+    w->beat_t = now;
+    w->seq++;
+    w->next_beat = now + w->hb_s;
+    return;
+  }
+  w->beat_t = now;
+  w->beat_gen = w->gen;
   ft_msg hb;
   ft_msg_init(&hb, FT_MSG_HEARTBEAT);
   hb.heartbeat.step = w->step;
@@ -697,31 +798,37 @@ static void flush_out(sw_worker *w) {
   ep_mod(w);
 }
 
-static void read_frames(sw_worker *w, double now) {
+/* Reads what fd holds into in, a frame at a time, and hands each whole
+ * frame (at most max bytes) to frame(ctx, ...), which returns 0 to go on.
+ * Returns 0 (nothing more to read now), 1 (frame() said stop), -1 (the
+ * peer closed or the socket failed), -2 (a bad frame header: the reason in
+ * ft_err_detail()). */
+static int sock_read(int fd, ft_buf *in, size_t max, int (*frame)(void *, const uint8_t *, size_t),
+                     void *ctx) {
   for (;;) {
     /* up to the end of the frame being read, no further: the receive time
      * of a read (for TCP, of the last segment it took) is then that of the
      * frame it completes, not of a later one that came behind it */
     size_t want = 4;
-    if (w->in.len >= 4) {
-      const uint8_t *d = w->in.data;
+    if (in->len >= 4) {
+      const uint8_t *d = in->data;
       size_t flen = ((size_t)d[0] << 24 | (size_t)d[1] << 16 | (size_t)d[2] << 8 | d[3]) + 4;
-      want = flen > w->in.len ? flen - w->in.len : 0;
-      if (flen > FT_WIRE_MAX_FRAME + 4 || !want) /* the frame check below says what */
+      want = flen > in->len ? flen - in->len : 0;
+      if (flen > max + 4 || !want) /* the frame check below says what */
         want = 65536;
     } else {
-      want -= w->in.len;
+      want -= in->len;
     }
-    if (ft_buf_reserve(&w->in, want))
+    if (ft_buf_reserve(in, want))
       exit(1);
-    struct iovec iov = {w->in.data + w->in.len, want};
+    struct iovec iov = {in->data + in->len, want};
     union {
       char buf[CMSG_SPACE(sizeof(struct timespec))];
       struct cmsghdr align;
     } cm;
     struct msghdr mh = {
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof cm.buf};
-    ssize_t n = recvmsg(w->fd, &mh, 0);
+    ssize_t n = recvmsg(fd, &mh, 0);
     g_rx_s = 0;
     for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c))
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
@@ -733,35 +840,47 @@ static void read_frames(sw_worker *w, double now) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && errno == EAGAIN)
-      break;
-    if (n <= 0) {
-      g.lost++;
-      worker_exit(w, FT_EXIT_LOST);
-      return;
-    }
-    w->in.len += (size_t)n;
+      return 0;
+    if (n <= 0)
+      return -1;
+    in->len += (size_t)n;
     size_t flen;
     int r;
-    while (w->fd >= 0 && (r = ft_wire_frame_len(w->in.data, w->in.len, &flen)) == 1 &&
-           w->in.len >= flen) {
-      ft_msg m;
-      if (ft_wire_decode(w->in.data, flen, &m)) {
-        bad("node %d slot %d: %s", w->node, w->slot, ft_err_detail());
-        worker_exit(w, FT_EXIT_FAIL);
-        return;
-      }
-      on_msg(w, &m, now);
-      ft_msg_release(&m);
-      if (w->fd >= 0)
-        ft_buf_consume(&w->in, flen);
+    while ((r = ft_wire_frame_len_max(in->data, in->len, max, &flen)) == 1 && in->len >= flen) {
+      if (frame(ctx, in->data, flen))
+        return 1;
+      ft_buf_consume(in, flen);
     }
-    if (w->fd < 0)
-      return;
-    if (r < 0) {
-      bad("node %d slot %d: %s", w->node, w->slot, ft_err_detail());
-      worker_exit(w, FT_EXIT_FAIL);
-      return;
-    }
+    if (r < 0)
+      return -2;
+  }
+}
+
+static double g_now; /* the loop pass's clock, for the frame handlers */
+
+/* One frame of a worker's own connection; 1 once it is gone. */
+static int worker_frame(void *ctx, const uint8_t *f, size_t len) {
+  sw_worker *w = ctx;
+  ft_msg m;
+  if (ft_wire_decode(f, len, &m)) {
+    bad("node %d slot %d: %s", w->node, w->slot, ft_err_detail());
+    worker_exit(w, FT_EXIT_FAIL);
+    return 1;
+  }
+  on_msg(w, &m, g_now);
+  ft_msg_release(&m);
+  return w->fd < 0;
+}
+
+static void read_frames(sw_worker *w, double now) {
+  g_now = now;
+  int r = sock_read(w->fd, &w->in, FT_WIRE_MAX_FRAME, worker_frame, w);
+  if (r == -1) {
+    g.lost++;
+    worker_exit(w, FT_EXIT_LOST);
+  } else if (r == -2) {
+    bad("node %d slot %d: %s", w->node, w->slot, ft_err_detail());
+    worker_exit(w, FT_EXIT_FAIL);
   }
 }
 
@@ -774,15 +893,17 @@ static void on_readable(sw_worker *w, double now) {
   g_rx_s = 0;
 }
 
-static void worker_connect(sw_worker *w) {
-  w->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (w->fd < 0) {
+/* A connection to the supervisor from node's own loopback address, in
+ * epoll with tag. */
+static int sock_connect(int node, uint64_t tag) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
     fprintf(stderr, "ftswarm: socket: %s (raise the descriptor limit)\n", strerror(errno));
     exit(1);
   }
   int one = 1;
-  setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(w->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one); /* reaction() */
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one); /* reaction() */
   if ((ntohl(g.sup.sin_addr.s_addr) >> 24) == 127) {
     /* each simulated host connects from its own loopback address, as each
      * host of a cluster has its own: 16,384 connections from 127.0.0.1 to
@@ -791,18 +912,201 @@ static void worker_connect(sw_worker *w) {
      * gang of 16,384 formed). The port is picked at connect
      * (IP_BIND_ADDRESS_NO_PORT); if the bind fails, the default address. */
     struct sockaddr_in src = {.sin_family = AF_INET,
-                              .sin_addr.s_addr = htonl(0x7F000000u | (uint32_t)(w->node + 2))};
-    setsockopt(w->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
-    (void)bind(w->fd, (struct sockaddr *)&src, sizeof src);
+                              .sin_addr.s_addr = htonl(0x7F000000u | (uint32_t)(node + 2))};
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    (void)bind(fd, (struct sockaddr *)&src, sizeof src);
   }
-  if (connect(w->fd, (struct sockaddr *)&g.sup, sizeof g.sup) && errno != EINPROGRESS) {
+  if (connect(fd, (struct sockaddr *)&g.sup, sizeof g.sup) && errno != EINPROGRESS) {
     fprintf(stderr, "ftswarm: connect: %s\n", strerror(errno));
     exit(1);
   }
-  struct epoll_event e = {.events = EPOLLIN, .data.u64 = TAG(TAG_WORKER, w->node * 256 + w->slot)};
-  epoll_ctl(g.ep, EPOLL_CTL_ADD, w->fd, &e);
+  struct epoll_event e = {.events = EPOLLIN, .data.u64 = tag};
+  epoll_ctl(g.ep, EPOLL_CTL_ADD, fd, &e);
+  return fd;
+}
+
+static void worker_connect(sw_worker *w) {
   w->st = W_CONNECTING;
   w->next_beat = ft_now_s() + CHALLENGE_WAIT_S; /* until then, the CHALLENGE */
+  if (g.agents)                                 /* its agent opens its slot once the agent is in */
+    return;
+  w->fd = sock_connect(w->node, TAG(TAG_WORKER, w->node * 256 + w->slot));
+}
+
+/* ---- --agents: the node's agent ---- */
+
+static void agent_connect(sw_node *nd) {
+  nd->fd = sock_connect((int)(nd - g.nodes), TAG(TAG_AGENT, (int)(nd - g.nodes)));
+  nd->ast = A_CONNECTING;
+  nd->next_hb = ft_now_s() + CHALLENGE_WAIT_S; /* until then, the CHALLENGE */
+  ft_buf_init(&nd->in);
+  ft_buf_init(&nd->out);
+}
+
+static void flush_node(sw_node *nd) {
+  while (nd->out.len && nd->fd >= 0) {
+    ssize_t n = send(nd->fd, nd->out.data, nd->out.len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno == EAGAIN)
+      break;
+    if (n <= 0) { /* the supervisor closed it: its workers lost us */
+      for (int j = 0; j < nd->slots; j++)
+        if (nd->w[j].st != W_GONE) {
+          g.lost++;
+          worker_exit(&nd->w[j], FT_EXIT_LOST);
+        }
+      agent_close(nd);
+      return;
+    }
+    ft_buf_consume(&nd->out, (size_t)n);
+  }
+  for (int j = 0; nd->fd >= 0 && !nd->out.len && j < nd->slots; j++) {
+    sw_worker *w = &nd->w[j];
+    if (w->shard_step >= 0) {
+      g.shard_unflushed--;
+      shards_flushed(w->shard_step);
+      w->shard_step = -1;
+    }
+  }
+  ep_mod_node(nd);
+}
+
+/* The agent's HOSTBEAT: every slot's last beat to it, with its age (a
+ * silent worker's ages on, as a real agent's would). */
+static void agent_beat(sw_node *nd, double now) {
+  ft_wire_beat b[256];
+  uint32_t n = 0;
+  for (int j = 0; j < nd->slots; j++) {
+    sw_worker *w = &nd->w[j];
+    if (w->st == W_GONE || !w->beat_t)
+      continue;
+    double age = (now - w->beat_t) * 1e3;
+    b[n++] = (ft_wire_beat){.slot = (uint32_t)j,
+                            .gen = w->gen,
+                            .age_ms = age < 0 ? 0 : (uint32_t)age,
+                            .step = w->step,
+                            .seq = w->seq,
+                            .phase = FT_PHASE_IDLE};
+  }
+  ft_msg hb;
+  ft_msg_init(&hb, FT_MSG_HOSTBEAT);
+  hb.hostbeat.seq = ++nd->seq;
+  hb.hostbeat.beats = b;
+  hb.hostbeat.nbeats = n;
+  agent_send(nd, &hb);
+  nd->next_hb = now + nd->hb_s;
+}
+
+/* One frame on the agent's connection; 1 once it is gone. */
+static int agent_frame(void *ctx, const uint8_t *f, size_t len) {
+  sw_node *nd = ctx;
+  int node = (int)(nd - g.nodes);
+  ft_msg m;
+  if (ft_wire_decode(f, len, &m)) {
+    bad("node %d agent: %s", node, ft_err_detail());
+    node_dead(nd);
+    return 1;
+  }
+  double now = g_now;
+  switch (m.type) {
+  case FT_MSG_CHALLENGE: {
+    if (nd->ast != A_CONNECTING) {
+      bad("node %d agent: a second CHALLENGE", node);
+      break;
+    }
+    if (!g.run[0])
+      snprintf(g.run, sizeof g.run, "%s", m.run);
+    ft_msg h;
+    ft_msg_init(&h, FT_MSG_HELLO);
+    snprintf(h.run, sizeof h.run, "%s", g.run);
+    h.hello.node = (uint32_t)node;
+    h.hello.slot = FT_WIRE_AGENT_SLOT;
+    h.hello.pid = (uint32_t)nd->pid;
+    if (ft_wire_hello_sign(&h, g.token, m.challenge.nonce)) {
+      fprintf(stderr, "ftswarm: HELLO: %s\n", ft_err_detail());
+      exit(1);
+    }
+    agent_send(nd, &h);
+    nd->ast = A_HELLO;
+    break;
+  }
+  case FT_MSG_WELCOME:
+    if (nd->ast != A_HELLO) {
+      bad("node %d agent: WELCOME out of turn", node);
+      break;
+    }
+    nd->ast = A_UP;
+    nd->hb_s = m.welcome.heartbeat_ms / 1000.0;
+    nd->next_hb = now + nd->hb_s;
+    for (int j = 0; j < nd->slots; j++) { /* its workers start */
+      ft_msg sl;
+      ft_msg_init(&sl, FT_MSG_SLOT);
+      sl.slot.slot = (uint32_t)j;
+      sl.slot.event = FT_SLOT_OPEN;
+      sl.slot.pid = (uint32_t)nd->pid + 1 + (uint32_t)j;
+      agent_send(nd, &sl);
+    }
+    break;
+  case FT_MSG_RELAY: {
+    sw_worker *w = m.relay.slot < (uint32_t)nd->slots ? &nd->w[m.relay.slot] : NULL;
+    if (!w) {
+      bad("node %d agent: RELAY for slot %u of %d", node, m.relay.slot, nd->slots);
+      break;
+    }
+    if (w->st == W_GONE || w->silent)
+      break;
+    ft_msg in;
+    if (ft_wire_decode(m.relay.frame, m.relay.frame_len, &in)) {
+      bad("node %d slot %d: relayed: %s", node, w->slot, ft_err_detail());
+      worker_exit(w, FT_EXIT_FAIL);
+      break;
+    }
+    on_msg(w, &in, now);
+    ft_msg_release(&in);
+    break;
+  }
+  case FT_MSG_HOSTBEAT:
+    if (m.hostbeat.seq == 0 || m.hostbeat.seq > nd->seq || m.hostbeat.nbeats)
+      bad("node %d agent: echo of HOSTBEAT %u (last %u, %u beats)", node, m.hostbeat.seq, nd->seq,
+          m.hostbeat.nbeats);
+    break;
+  case FT_MSG_SLOT:
+    if (m.slot.event != FT_SLOT_CLOSED || m.slot.slot >= (uint32_t)nd->slots) {
+      bad("node %d agent: SLOT %u %s from the supervisor", node, m.slot.slot,
+          ft_slot_event_name(m.slot.event));
+      break;
+    }
+    if (nd->w[m.slot.slot].st != W_GONE) { /* its socket closed: it lost us */
+      g.lost++;
+      worker_exit(&nd->w[m.slot.slot], FT_EXIT_LOST);
+    }
+    break;
+  case FT_MSG_STOP: /* the agent refused (its node is out of the pool) */
+    for (int j = 0; j < nd->slots; j++)
+      worker_exit(&nd->w[j], FT_EXIT_OK);
+    break;
+  default:
+    bad("node %d agent: unexpected %s", node, ft_msg_type_name(m.type));
+  }
+  ft_msg_release(&m);
+  return nd->fd < 0;
+}
+
+static void agent_readable(sw_node *nd, double now) {
+  g_now = now;
+  int r = sock_read(nd->fd, &nd->in, FT_WIRE_MAX_RELAY_FRAME, agent_frame, nd);
+  if (r == -2)
+    bad("node %d agent: %s", (int)(nd - g.nodes), ft_err_detail());
+  if (r < 0) {
+    for (int j = 0; j < nd->slots; j++)
+      if (nd->w[j].st != W_GONE) {
+        g.lost++;
+        worker_exit(&nd->w[j], FT_EXIT_LOST);
+      }
+    agent_close(nd);
+  }
+  g_rx_s = 0;
 }
 
 /* As the worker (worker/ctl.c): no CHALLENGE within CHALLENGE_WAIT_S of the
@@ -904,6 +1208,12 @@ static void on_attach(int fd) {
     ft_buf_init(&w->out);
     worker_connect(w);
   }
+  if (g.agents) {
+    agent_close(nd);
+    nd->silent = 0;
+    nd->seq = 0;
+    agent_connect(nd);
+  }
 }
 
 /* ---- the gang's clock: a step every step_s once every rank is ready ---- */
@@ -929,7 +1239,7 @@ static void save_more(void) {
   while (g.save_next < g.world && ft_now_s() < until) {
     int r = g.save_next++;
     sw_worker *w = g.gen == g.save_gen ? g.byrank[r] : NULL;
-    if (!w || w->fd < 0 || w->gen != g.save_gen)
+    if (!w || !linked(w) || w->gen != g.save_gen)
       continue;
     char *txt = envelope(r, g.world, g.save_step);
     ft_msg m;
@@ -1038,6 +1348,8 @@ static void inject(fault *f) {
       nd->w[j].silent = 1;
       ep_mod(&nd->w[j]);
     }
+    nd->silent = 1; /* its agent too: no HOSTBEAT, nothing read */
+    ep_mod_node(nd);
   } else { /* drop: the host's process dies, its connections reset */
     tell_attach(nd, "kill\n");
     node_dead(nd);
@@ -1168,7 +1480,7 @@ static void usage(void) {
           "         [--timeout S]\n"
           "         [--sup-pid PID | --sup-pid-file F] [--t0-file F] [--grow PATH]... [--layers L] "
           "[--embd C]\n"
-          "         [--seed N] [--out FILE] [--inline-shards 0|1]\n"
+          "         [--seed N] [--out FILE] [--inline-shards 0|1] [--agents 0|1]\n"
           "       (each host: ftswarm_attach PATH {slots} {argv}, a run file's nodes.command)\n");
 }
 
@@ -1253,6 +1565,8 @@ static int serve_main(int argc, char **argv) {
       g.out_path = v;
     else if (!strcmp(a, "--inline-shards"))
       g.inline_shards = atoi(v);
+    else if (!strcmp(a, "--agents"))
+      g.agents = atoi(v);
     else {
       usage();
       return 2;
@@ -1275,15 +1589,17 @@ static int serve_main(int argc, char **argv) {
   getrlimit(RLIMIT_NOFILE, &rl);
   rl.rlim_cur = rl.rlim_max;
   setrlimit(RLIMIT_NOFILE, &rl);
-  if (rl.rlim_cur < (rlim_t)g.world_want * 9 / 8 + 256) {
+  /* a connection per rank, or per host's agent; and one per attach process */
+  long need = (long)g.world_want * (g.agents ? 2 : 9) / 8 + 256;
+  if (rl.rlim_cur < (rlim_t)need) {
     fprintf(stderr,
-            "ftswarm: %d ranks need about %d descriptors, the hard limit is %llu (ulimit -Hn)\n",
-            g.world_want, g.world_want * 9 / 8 + 256, (unsigned long long)rl.rlim_cur);
+            "ftswarm: %d ranks need about %ld descriptors, the hard limit is %llu (ulimit -Hn)\n",
+            g.world_want, need, (unsigned long long)rl.rlim_cur);
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
   for (int n = 0; n < MAX_NODES; n++)
-    g.nodes[n].afd = -1;
+    g.nodes[n].afd = g.nodes[n].fd = -1;
   for (int i = 0; i < 64; i++)
     g.saved_step[i] = -1;
   g.save_step = -1;
@@ -1325,6 +1641,12 @@ static int serve_main(int argc, char **argv) {
           on_attach(fd);
       } else if (kind == TAG_ATTACH) { /* the node's process ended */
         node_dead(&g.nodes[idx]);
+      } else if (kind == TAG_AGENT) {
+        sw_node *nd = &g.nodes[idx];
+        if (nd->fd >= 0 && (evs[i].events & EPOLLOUT))
+          flush_node(nd);
+        if (nd->fd >= 0 && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !nd->silent)
+          agent_readable(nd, now);
       } else {
         sw_worker *w = &g.nodes[idx / 256].w[idx % 256];
         if (w->fd < 0)
@@ -1342,10 +1664,19 @@ static int serve_main(int argc, char **argv) {
         sw_node *nd = &g.nodes[nn];
         for (int j = 0; nd->w && j < nd->slots; j++) {
           sw_worker *w = &nd->w[j];
-          if (w->fd >= 0 && !w->silent && w->st >= W_IDLE && w->st != W_GONE && now >= w->next_beat)
+          if (linked(w) && !w->silent && w->st >= W_IDLE && w->st != W_GONE && now >= w->next_beat)
             beat(w, now);
-          else if (w->fd >= 0 && w->st == W_CONNECTING && now >= w->next_beat)
+          else if (!g.agents && w->fd >= 0 && w->st == W_CONNECTING && now >= w->next_beat)
             reconnect(w);
+        }
+        if (g.agents && nd->fd >= 0 && !nd->silent && now >= nd->next_hb) {
+          if (nd->ast == A_UP)
+            agent_beat(nd, now);
+          else if (nd->ast == A_CONNECTING) { /* no CHALLENGE: connect again */
+            agent_close(nd);
+            g.reconnects++;
+            agent_connect(nd);
+          }
         }
       }
     }

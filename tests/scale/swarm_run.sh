@@ -3,7 +3,8 @@
 #   swarm_run.sh DIR N [ftswarm serve options...]
 # Environment: FT_BIN (supervise), FT_BUILD (tests/ftswarm), FT_SRC;
 # SWARM_SPARES (default 2), SWARM_HB (watchdog.heartbeat_timeout_s, default 4),
-# SWARM_SETS (more --set words for supervise).
+# SWARM_SETS (more --set words for supervise), SWARM_AGENTS=1 (one agent
+# per host: supervise's nodes.agent, and the swarm plays each host's agent).
 # Leaves DIR/state (events.jsonl, store), DIR/swarm.out, DIR/sup.out and
 # DIR/figures.json; exits with the swarm's code (0: every fault detected and
 # recovered, no protocol error).
@@ -22,7 +23,7 @@ sock=$dir/swarm.sock
 ulimit -n "$(ulimit -Hn)"
 "$FT_BUILD/tests/ftswarm" serve --socket "$sock" --world $((nodes * G)) \
   --t0-file "$dir/t0" --sup-pid-file "$dir/sup.pid" --grow "$dir/state/events.jsonl" --grow "$dir/state/store/catalog" \
-  --out "$dir/figures.json" "$@" >"$dir/swarm.out" 2>&1 &
+  --out "$dir/figures.json" --agents "${SWARM_AGENTS:-0}" "$@" >"$dir/swarm.out" 2>&1 &
 swarm=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 date +%s.%N >"$dir/t0"
@@ -34,6 +35,7 @@ date +%s.%N >"$dir/t0"
   --set checkpoint.every_steps=1000000 --set checkpoint.keep_last=3 \
   --set watchdog.heartbeat_timeout_s="$hb" --set watchdog.start_timeout_s=120 \
   --set recovery.max_restarts=1000 \
+  --set nodes.agent="$([ "${SWARM_AGENTS:-0}" = 1 ] && echo true || echo false)" \
   ${SWARM_SETS:-} "$FT_SRC/examples/demo.yaml" >"$dir/sup.out" 2>&1 &
 sup=$!
 echo $sup >"$dir/sup.pid"

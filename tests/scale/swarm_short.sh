@@ -9,6 +9,11 @@
 # but the lost one must rejoin the next generation in process (STOP rejoin,
 # a heartbeat of the new generation, its ASSIGN) and no process is started
 # after the first generation.
+# agents (test swarm_agents): one agent per host (nodes.agent; the swarm
+# plays each host's agent: one connection, RELAYed frames, HOSTBEATs) and
+# recovery.in_process, with a silent host as well: the same verdicts, but a
+# dropped host is its agent's connection closed (node_lost), and the
+# supervisor holds one connection per host.
 . "$(dirname "$0")/../integration/lib.sh"
 : "${FT_BUILD:=$(dirname "$FT_BIN")}"
 [ -x "$FT_BUILD/tests/ftswarm" ] || fail "ftswarm not built in $FT_BUILD/tests"
@@ -17,11 +22,17 @@ if [ "$(ulimit -Hn)" -lt 2600 ]; then
   exit 77
 fi
 mode=${1:-restart}
-sets=
-[ "$mode" = inprocess ] && sets="--set recovery.in_process=true"
+sets= agents=0 faults=silent:1,drop:1
+[ "$mode" != restart ] && sets="--set recovery.in_process=true"
+if [ "$mode" = agents ]; then
+  agents=1 faults=silent:1,host:1,drop:1
+  # the swarm plays the agents: the program supervise would start must
+  # exist, and ftswarm_attach stands in for it ({argv} starts with it)
+  export FT_AGENT=${FT_AGENT:-$FT_BIN/ftagent}
+fi
 rc=0
-SWARM_SETS=$sets SWARM_SPARES=3 SWARM_HB=2 "$(dirname "$0")/swarm_run.sh" "$TMP" 1024 \
-  --steady 2 --commits 1 --faults silent:1,drop:1 --step-ms 250 --ckpt-every 4 --timeout 240 ||
+SWARM_AGENTS=$agents SWARM_SETS=$sets SWARM_SPARES=4 SWARM_HB=2 "$(dirname "$0")/swarm_run.sh" \
+  "$TMP" 1024 --steady 2 --commits 1 --faults $faults --step-ms 250 --ckpt-every 4 --timeout 240 ||
   rc=$?
 cat "$TMP/swarm.out"
 [ $rc = 0 ] || { tail -30 "$TMP/sup.out"; fail "the swarm did not pass (exit $rc)"; }
@@ -31,31 +42,38 @@ import json, re, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
 out = open(sys.argv[2]).read()
 # the faults the swarm injected, in order: kind and node
+mode = sys.argv[3]
 faults = re.findall(r"fault \d+: (\w+), node (\d+) ", out)
-assert [k for k, _ in faults] == ["silent", "drop"], faults
+kinds = ["silent", "host", "drop"] if mode == "agents" else ["silent", "drop"]
+assert [k for k, _ in faults] == kinds, faults
 det = [e for e in events if e["event"] == "fault_detected"]
-assert len(det) == 2, [(e.get("kind"), e.get("node")) for e in det]
+assert len(det) == len(kinds), [(e.get("kind"), e.get("node")) for e in det]
 for (kind, node), e in zip(faults, det):
     assert e["node"] == int(node), (kind, node, e)
-    want = "hang" if kind == "silent" else "process_exit"
+    # a dropped host: its process exit, or under agents its agent's
+    # connection closed (the host lost, quarantined at once)
+    want = {"silent": "hang", "host": "hang",
+            "drop": "node_lost" if mode == "agents" else "process_exit"}[kind]
     assert e["kind"] == want, (kind, e)
-# both recovered: the gang trains again, at full size, each time
+    if mode == "agents" and kind == "drop":
+        assert "agent's connection closed" in e["detail"], e
+# every fault recovered: the gang trains again, at full size, each time
 rec = [e for e in events if e["event"] == "recovered"]
 gens = [e for e in events if e["event"] == "generation_started"]
-assert len(rec) >= 2 and all(g["world"] == 1024 for g in gens), (rec, gens)
+assert len(rec) >= len(kinds) and all(g["world"] == 1024 for g in gens), (rec, gens)
 # the silent rank's node is out (quarantined), a spare took its place
 q = [e["node"] for e in events if e["event"] == "node_quarantined"]
 assert int(faults[0][1]) in q, q
 assert any(e["event"] == "spare_promoted" for e in events)
 # checkpoints of 1,024 shard manifests were committed
 assert any(e["event"] == "checkpoint_committed" and e["world"] == 1024 for e in events)
-if sys.argv[3] == "inprocess":
+if mode != "restart":
     # every gang node but the lost one rejoined, each time; only a node that
     # faulted is started again (the dropped one, whose process died)
     first = next(i for i, e in enumerate(events) if e["event"] == "generation_started")
     late = {e["node"] for e in events[first:] if e["event"] == "worker_launched"}
     assert late <= {int(n) for _, n in faults}, f"nodes started again after the first generation: {sorted(late)[:10]}"
-    assert [e["rejoined_in_process"] for e in rec[:2]] == [127, 127], rec
+    assert [e["rejoined_in_process"] for e in rec[:len(kinds)]] == [127] * len(kinds), rec
     assert not any(e["event"] == "rejoin_fallback" for e in events)
     print("swarm_short: 127 nodes rejoined in process at each fault; only the faulted nodes restarted")
 print("swarm_short: both faults named the right node; the gang re-formed at 1,024 ranks")
