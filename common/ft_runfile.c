@@ -169,6 +169,7 @@ static const struct field FIELDS[] = {
     F_STR("nodes.workdir", nodes.workdir, EMPTY_OK, C_NONE, NULL),
     F_STR("nodes.srun_args", nodes.srun_args, EMPTY_OK, C_NONE, NULL),
     F_BOOL("nodes.agent", nodes.agent),
+    F_BOOL("nodes.launch_once", nodes.launch_once),
     F_DBL("nodes.peak_tflops", nodes.peak_tflops, 0, 1e6, 0),
     F_STR("supervisor.listen", supervisor.listen, EMPTY_OK, C_NONE, NULL),
     F_STR("supervisor.advertise", supervisor.advertise, EMPTY_OK, C_NONE, NULL),
@@ -293,6 +294,7 @@ void ft_runfile_defaults(ft_runfile *rf) {
   rf->recovery.drain = true;
   rf->recovery.in_process = false;
   rf->nodes.agent = false;
+  rf->nodes.launch_once = false;
   rf->checkpoint.replicate = false;
   rf->checkpoint.persist_every = 1;
   rf->checkpoint.require = FT_RF_REQUIRE_DURABLE;
@@ -1259,6 +1261,17 @@ static int cross_check(const ft_runfile *rf, int pworld, const char *who, struct
       return blame(v, i_cmd, cmd, "launcher 'command' needs a command containing {argv}, got '%s'",
                    ex);
     return blame(v, i_la, cmd, "'command' needs nodes.command with {argv} in it");
+  }
+  if (rf->nodes.launch_once) {
+    int i_once = find_field("nodes.launch_once"), i_ag = find_field("nodes.agent");
+    int once[] = {i_once, i_ag, i_la, i_cmd, -1};
+    if (!rf->nodes.agent)
+      return blame(v, i_once, once, "true needs nodes.agent: true (the agents start the workers)");
+    if (rf->nodes.launcher != FT_RF_LAUNCHER_SLURM &&
+        !(rf->nodes.launcher == FT_RF_LAUNCHER_COMMAND && strstr(rf->nodes.command, "{nodes}")))
+      return blame(v, i_once, once,
+                   "true needs nodes.launcher slurm, or command with a nodes.command that names "
+                   "{nodes} (run once, it starts every node's agent)");
   }
   return 0;
 }

@@ -55,7 +55,7 @@ extern "C" {
 #define FT_RUNFILE_MAX_BYTES (4 << 20)              /* a run file's size */
 /* The number of leaf keys (ft_runfile.c's table; its static assert keeps
  * this equal). */
-#define FT_RUNFILE_NKEYS 84
+#define FT_RUNFILE_NKEYS 85
 
 /* The keys with a fixed set of words, one enum each. A value is the index
  * of its word in ft_runfile.c's word list (W_SCHEDULE, ...), which keeps
@@ -164,6 +164,7 @@ typedef struct ft_nodes_cfg {
   char workdir[1024];  /* remote launchers: the workers' directory; "" = supervise's */
   char srun_args[512]; /* slurm: extra srun arguments, e.g. "--mpi=none" */
   bool agent;          /* one agent per node (ftagent) starts and relays its workers */
+  bool launch_once;    /* with agent: one launch for the whole pool's agents */
   double peak_tflops;  /* one worker's device's peak (TFLOP/s, the run's
                           precision), for the dashboard's MFU; 0: unknown */
 } ft_nodes_cfg;

@@ -72,6 +72,10 @@ const char *ft_slot_event_name(int event) {
     return "exited";
   case FT_SLOT_CLOSED:
     return "closed";
+  case FT_SLOT_START:
+    return "start";
+  case FT_SLOT_SIGNAL:
+    return "signal";
   }
   return "?";
 }

@@ -151,8 +151,17 @@
  *                         worker's)
  *                   S->A  slot, event closed: the supervisor closed that
  *                         virtual connection (the agent closes the worker's
- *                         socket); status 0, pid 0.
- *                         Generation 0 in all three.
+ *                         socket); status 0, pid 0. Event start: start a
+ *                         new worker on the slot (its last one has exited;
+ *                         the agent answers SLOT open). Event signal:
+ *                         send signal `status` (SIGTERM, SIGKILL) to the
+ *                         slot's worker.
+ *                   S->A  STOP (not in a RELAY): the agent ends: it stops
+ *                         its workers (SIGTERM, then SIGKILL), reports
+ *                         their exits and exits 0. An agent outlives its
+ *                         workers otherwise: the supervisor starts new ones
+ *                         on it (event start) without a launch.
+ *                         Generation 0 in all four.
  *
  * HANDSHAKE (the token is proven before anything else is accepted)
  *
@@ -412,8 +421,10 @@ typedef enum ft_slot_event {
   FT_SLOT_OPEN = 0,   /* A->S: a worker started on the slot */
   FT_SLOT_EXITED = 1, /* A->S: it exited (status: its wait status) */
   FT_SLOT_CLOSED = 2, /* S->A: the supervisor closed the slot's connection */
+  FT_SLOT_START = 3,  /* S->A: start a new worker on the slot */
+  FT_SLOT_SIGNAL = 4, /* S->A: send signal `status` to the slot's worker */
 } ft_slot_event;
-#define FT_SLOT_EVENT_COUNT 3
+#define FT_SLOT_EVENT_COUNT 5
 
 typedef enum ft_kv_status {
   FT_KV_OK = 0,      /* every key exists; values follow in the keys' order */

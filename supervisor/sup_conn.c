@@ -382,7 +382,9 @@ static void agent_frame(sup_conn *c, const ft_msg *m) {
       }
       return;
     }
-    fail(c, "an agent may not send SLOT closed");
+    snprintf(reason, sizeof reason, "an agent may not send SLOT %s",
+             ft_slot_event_name(m->slot.event));
+    fail(c, reason);
     return;
   default:
     snprintf(reason, sizeof reason, "an agent may not send %s", ft_msg_type_name(m->type));

@@ -224,6 +224,7 @@ typedef struct sup_node {
   sup_failures hashfails; /* restores whose chunks failed their hash on it */
   sup_conn *agent;        /* nodes.agent: its agent's connection (NULL: none);
                              its workers' connections are that one's kids */
+  double agent_heard_s;   /* when its agent's last HOSTBEAT (or HELLO) came */
 } sup_node;
 
 /* The restore fallback's suspect node: sup_watch.h. */
@@ -370,6 +371,7 @@ typedef struct sup {
   int agent_mode;       /* nodes.agent: each node is its agent (ftagent),
                            which starts the node's workers and relays them */
   char agent_path[4096];
+  pid_t once_pid;     /* nodes.launch_once: the pool's one launch (0: not yet) */
   int64_t final_step; /* train.steps */
   double t_start_s;   /* ft_now_s at start */
   sup_hooks hooks;    /* the calls up a layer (sup_hooks; wire_hooks) */
@@ -575,6 +577,9 @@ int sup_any_alive(const sup *s);
 /* sig to node n's processes (SIGTERM: asked; SIGKILL: the teardown's
  * follow-up is armed); under Slurm srun's way (sup_nodes.c). */
 void sup_signal_node(sup *s, int n, int sig);
+/* nodes.agent: STOP to node n's agent itself (it ends, its workers with it);
+ * nothing when it is not connected. */
+void sup_agent_stop(sup *s, int n, ft_stop_reason why, const char *detail);
 void sup_teardown_arm(sup *s); /* the teardown's follow-up looks again soon */
 /* Node n leaves the pool for good (its nd->why; a Slurm drain under
  * recovery.drain); persisted with the run state. */

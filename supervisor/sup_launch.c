@@ -98,9 +98,14 @@ char **sup_worker_argv(const sup_worker_args *a) {
     PUSH(a->agent);
     PUSH("--connect");
     PUSH(a->connect);
-    PUSH("--node");
-    snprintf(num, sizeof num, "%d", a->node);
-    PUSH(num);
+    if (a->node_env) {
+      PUSH("--node-env");
+      PUSH(a->node_env);
+    } else {
+      PUSH("--node");
+      snprintf(num, sizeof num, "%d", a->node);
+      PUSH(num);
+    }
     PUSH("--slots");
     snprintf(num, sizeof num, "%d", a->slots);
     PUSH(num);
@@ -112,10 +117,10 @@ char **sup_worker_argv(const sup_worker_args *a) {
   if (!a->agent) {
     PUSH("--connect");
     PUSH(a->connect);
+    PUSH("--node");
+    snprintf(num, sizeof num, "%d", a->node);
+    PUSH(num);
   }
-  PUSH("--node");
-  snprintf(num, sizeof num, "%d", a->node);
-  PUSH(num);
   if (a->slot >= 0) {
     PUSH("--slot");
     snprintf(num, sizeof num, "%d", a->slot);
@@ -277,23 +282,24 @@ fail:
 }
 
 char *sup_template_expand(const char *tmpl, const char *host, const char *argv_text,
-                          const char *slots) {
-  const char *names[3] = {"{host}", "{argv}", "{slots}"}, *vals[3] = {host, argv_text, slots};
-  size_t cap = strlen(tmpl) + 1, vl[3];
-  for (int k = 0; k < 3; k++)
+                          const char *slots, const char *nodes) {
+  const char *names[4] = {"{host}", "{argv}", "{slots}", "{nodes}"},
+             *vals[4] = {host, argv_text, slots, nodes};
+  size_t cap = strlen(tmpl) + 1, vl[4];
+  for (int k = 0; k < 4; k++)
     vl[k] = vals[k] ? strlen(vals[k]) : 0;
   /* upper bound: every '{' starts a replacement */
   for (const char *p = tmpl; *p; p++)
     if (*p == '{')
-      cap += vl[0] + vl[1] + vl[2];
+      cap += vl[0] + vl[1] + vl[2] + vl[3];
   char *out = malloc(cap), *o = out;
   if (!out)
     return NULL;
   for (const char *p = tmpl; *p;) {
     int k = 0;
-    while (k < 3 && !(vals[k] && !strncmp(p, names[k], strlen(names[k]))))
+    while (k < 4 && !(vals[k] && !strncmp(p, names[k], strlen(names[k]))))
       k++;
-    if (k < 3) {
+    if (k < 4) {
       memcpy(o, vals[k], vl[k]);
       o += vl[k];
       p += strlen(names[k]);
@@ -332,7 +338,7 @@ char *sup_ssh_command(const char *ssh_part, const char *host, const char *workdi
   char *qhost = sup_shell_quote(host);
   char *local = NULL;
   if (qhost && strstr(ssh_part, "{host}"))
-    local = sup_template_expand(ssh_part, qhost, "", NULL);
+    local = sup_template_expand(ssh_part, qhost, "", NULL, NULL);
   else if (qhost)
     local = cat3(strdup(ssh_part), " ", strdup(qhost));
   free(qhost);
@@ -391,9 +397,12 @@ char **sup_srun_argv(const sup_srun_args *a, char *const *worker_argv) {
       goto fail;                                                                                   \
   } while (0)
   PUSHF("srun");
-  PUSHF("--nodes=1");
+  PUSHF("--nodes=%d", a->nnodes > 1 ? a->nnodes : 1);
   PUSHF("--ntasks=%d", a->ntasks);
-  PUSHF("--nodelist=%s", a->host);
+  /* the pool's hosts can be many more than opt holds */
+  if (!(v[n] = malloc(strlen(a->host) + sizeof "--nodelist=")))
+    goto fail;
+  strcat(strcpy(v[n++], "--nodelist="), a->host);
   PUSHF("--overlap");
   PUSHF("--export=ALL");
   PUSHF("--kill-on-bad-exit=0");

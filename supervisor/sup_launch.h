@@ -35,10 +35,12 @@ typedef struct sup_worker_args {
   long long steps;         /* --steps override; < 0: none */
   const char *const *sets; /* "KEY=VALUE" overrides, forwarded as --set */
   int nsets;
-  int threads;       /* --threads for the kernels; 0: the worker's default */
-  int token_stdin;   /* add --token-stdin: the token comes on stdin */
-  const char *agent; /* nodes.agent: the agent program; NULL: none */
-  int slots;         /* with agent: the node's workers */
+  int threads;          /* --threads for the kernels; 0: the worker's default */
+  int token_stdin;      /* add --token-stdin: the token comes on stdin */
+  const char *agent;    /* nodes.agent: the agent program; NULL: none */
+  int slots;            /* with agent: the node's workers */
+  const char *node_env; /* with agent: the agent learns its node from this
+                           variable (nodes.launch_once); NULL: --node */
 } sup_worker_args;
 
 /* The worker's argv: WORKER --connect A --node I --slot J --store URI
@@ -46,10 +48,10 @@ typedef struct sup_worker_args {
  * NULL-terminated, malloc'd
  * (free with sup_argv_free). NULL on allocation failure.
  * With an agent, the node's one process is the agent, which dials A and
- * starts SLOTS workers, adding each one's --connect and --slot:
- *   AGENT --connect A --node I --slots SLOTS [--token-stdin] -- WORKER
- *         --node I --store URI --runfile PATH [--steps N] [--set KV]...
- *         [--threads T] */
+ * starts SLOTS workers, adding each one's --connect, --node and --slot:
+ *   AGENT --connect A (--node I | --node-env VAR) --slots SLOTS
+ *         [--token-stdin] -- WORKER --store URI --runfile PATH [--steps N]
+ *         [--set KV]... [--threads T] */
 char **sup_worker_argv(const sup_worker_args *a);
 void sup_argv_free(char **argv);
 
@@ -67,11 +69,11 @@ char *sup_shell_join(char *const *argv);
  * sup_launch_spawn runs such a command without /bin/sh (GNU make does the
  * same): one process start less per node (2,048 at 16,384 ranks). */
 char **sup_shell_split_simple(const char *cmd);
-/* template with every {host} and {argv} replaced, and every {slots} when
- * slots is not NULL (other text verbatim). malloc'd; NULL on allocation
- * failure. */
+/* template with every {host} and {argv} replaced, and every {slots} and
+ * {nodes} when slots or nodes is not NULL (other text verbatim). malloc'd;
+ * NULL on allocation failure. */
 char *sup_template_expand(const char *tmpl, const char *host, const char *argv_text,
-                          const char *slots);
+                          const char *slots, const char *nodes);
 
 /* The ssh launcher's ssh part when nodes.command is empty. */
 #define SUP_SSH_DEFAULT "ssh -T -o BatchMode=yes {host}"
@@ -114,7 +116,8 @@ int sup_abs_worker(char **argv);
  * on allocation failure. Pure. */
 #define SUP_SRUN_SLOT_SH "exec \"$0\" \"$@\" --slot \"$SLURM_LOCALID\""
 typedef struct sup_srun_args {
-  const char *host;    /* the Slurm node name */
+  const char *host;    /* the Slurm node name (a comma-separated list with nnodes > 1) */
+  int nnodes;          /* --nodes (0 or 1: one) */
   int ntasks;          /* workers per node */
   const char *workdir; /* --chdir */
   const char *name;    /* --job-name of the step */

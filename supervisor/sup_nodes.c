@@ -38,6 +38,35 @@ cJSON *sup_json_ints(const int *v, int n) {
   return a;
 }
 
+/* A frame to node n's agent itself (its connection, not a slot's). */
+static void agent_tell(sup *s, int n, ft_msg *m) {
+  sup_node *nd = &s->nodes[n];
+  if (!nd->agent)
+    return;
+  snprintf(m->run, sizeof m->run, "%s", s->rf.run);
+  m->gen = 0;
+  (void)sup_conn_send(nd->agent, m);
+}
+
+void sup_agent_stop(sup *s, int n, ft_stop_reason why, const char *detail) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_STOP);
+  m.stop.reason = why;
+  m.stop.detail = detail;
+  agent_tell(s, n, &m);
+}
+
+/* Slot j's worker on node n, through its agent: start a new one, or send
+ * it a signal. */
+static void agent_slot(sup *s, int n, int j, ft_slot_event ev, int sig) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_SLOT);
+  m.slot.slot = (uint32_t)j;
+  m.slot.event = ev;
+  m.slot.status = sig;
+  agent_tell(s, n, &m);
+}
+
 /* Kernel threads per worker: nodes.threads when set. Otherwise, under the
  * local launcher, the machine's cores shared by the gang's workers (spares
  * idle, so they don't count): each worker spinning its own full-size OpenMP
@@ -56,7 +85,8 @@ static int local_threads(const sup *s) {
 /* Starts node n's worker j (the slurm launcher: the node's whole job step,
  * every slot) as the launcher says; *pid: the process we wait for. */
 static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
-  sup_node *nd = &s->nodes[n];
+  int once = n < 0; /* nodes.launch_once: every node's agent at once */
+  pid_t pgid = once ? 0 : s->nodes[n].pgid;
   sup_worker_args a = {.worker = s->worker_path,
                        .connect = s->connect_addr,
                        .node = n,
@@ -69,22 +99,49 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
                        .threads = local_threads(s),
                        .token_stdin = s->ssh_launcher,
                        .agent = s->agent_mode ? s->agent_path : NULL,
-                       .slots = s->G};
-  char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL;
+                       .slots = s->G,
+                       .node_env = !once               ? NULL
+                                   : s->slurm_launcher ? "SLURM_NODEID"
+                                                       : "FT_NODE"};
+  char **argv = sup_worker_argv(&a), **srun = NULL, *cmd = NULL, *hostlist = NULL;
   char log[4200];
-  sup_node_log_path(s, n, j, log, sizeof log);
+  if (once)
+    snprintf(log, sizeof log, "%s/logs/agents.log", s->state_dir);
+  else
+    sup_node_log_path(s, n, j, log, sizeof log);
   if (!argv)
     return ft_err_set(FT_ENOMEM, "out of memory");
   int rc = FT_OK;
-  const char *host = n < s->rf.nodes.nhosts ? s->rf.nodes.hosts[n] : "localhost";
+  const char *host = once ? "" : n < s->rf.nodes.nhosts ? s->rf.nodes.hosts[n] : "localhost";
+  if (once && s->slurm_launcher) { /* every host of the pool, one task each */
+    size_t len = 1;
+    for (int k = 0; k < s->nnodes && k < s->rf.nodes.nhosts; k++)
+      len += strlen(s->rf.nodes.hosts[k]) + 1;
+    if (!(hostlist = calloc(1, len))) {
+      sup_argv_free(argv);
+      return ft_err_set(FT_ENOMEM, "out of memory");
+    }
+    for (int k = 0; k < s->nnodes && k < s->rf.nodes.nhosts; k++) {
+      if (k)
+        strcat(hostlist, ",");
+      strcat(hostlist, s->rf.nodes.hosts[k]);
+    }
+    host = hostlist;
+  }
   if (s->slurm_launcher) {
     char cwd[PATH_MAX], name[300];
     const char *wd = s->rf.nodes.workdir;
     if (!wd[0])
       wd = getcwd(cwd, sizeof cwd) ? cwd : "/";
-    snprintf(name, sizeof name, "ftsup.%s.node%d", s->rf.run, n);
+    if (once)
+      snprintf(name, sizeof name, "ftsup.%s.agents", s->rf.run);
+    else
+      snprintf(name, sizeof name, "ftsup.%s.node%d", s->rf.run, n);
     sup_srun_args sa = {.host = host,
-                        .ntasks = s->agent_mode ? 1 : s->G,
+                        .nnodes = once ? s->nnodes : 1,
+                        .ntasks = once            ? s->nnodes
+                                  : s->agent_mode ? 1
+                                                  : s->G,
                         .workdir = wd,
                         .name = name,
                         .extra = s->rf.nodes.srun_args,
@@ -95,9 +152,11 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
   } else if (s->ssh_launcher) {
     rc = sup_ssh_launch_command(s->rf.nodes.command, host, s->rf.nodes.workdir, argv, &cmd);
   } else if (s->command_launcher) {
-    char *text = sup_shell_join(argv), slots[16];
+    char *text = sup_shell_join(argv), slots[16], nodes[16];
     snprintf(slots, sizeof slots, "%d", s->G);
-    cmd = text ? sup_template_expand(s->rf.nodes.command, host, text, s->node_step ? slots : NULL)
+    snprintf(nodes, sizeof nodes, "%d", s->nnodes);
+    cmd = text ? sup_template_expand(s->rf.nodes.command, host, text, s->node_step ? slots : NULL,
+                                     once ? nodes : NULL)
                : NULL;
     free(text);
     if (!cmd)
@@ -112,19 +171,63 @@ static int spawn_worker(sup *s, int n, int j, pid_t *pid) {
                     .token = s->ssh_launcher ? NULL : s->token,
                     .stdin_text = s->ssh_launcher ? tokline : NULL,
                     .log_path = log,
-                    .pgid = nd->pgid};
+                    .pgid = pgid};
     rc = sup_launch_spawn(&sp, pid);
     explicit_bzero(tokline, sizeof tokline);
   }
   sup_argv_free(argv);
   sup_argv_free(srun);
   free(cmd);
+  free(hostlist);
   return rc;
+}
+
+/* nodes.launch_once: one process for the whole pool (its agents), started
+ * at the first launch of any node; every node's slots stand for it. */
+static int spawn_once(sup *s, pid_t *pid) {
+  if (s->once_pid > 0) {
+    *pid = s->once_pid;
+    return FT_OK;
+  }
+  if (s->once_pid < 0)
+    return ft_err_set(FT_EIO, "the pool's launch (nodes.launch_once) has ended: a node without "
+                              "its agent cannot be started again");
+  int rc = spawn_worker(s, -1, 0, pid);
+  if (!rc)
+    s->once_pid = *pid;
+  return rc;
+}
+
+/* The state of a node's slot when a new process starts on it. */
+static void slot_reset(sup *s, int n, int j, pid_t pid, const char *role) {
+  sup_worker *w = &s->nodes[n].w[j];
+  w->pid = pid;
+  w->alive = 1;
+  w->hello = 0;
+  sup_doctor_reset(w);
+  w->cfg_fail = 0;
+  w->fault_detail[0] = 0;
+  w->rank = -1;
+  w->gen = 0;
+  w->rejoin_from = 0;
+  w->rejoined = 0;
+  w->dstate_s = 0;
+  w->last_msg_s = ft_now_s();
+  cJSON *f = cJSON_CreateObject();
+  cJSON_AddNumberToObject(f, "node", n);
+  cJSON_AddNumberToObject(f, "slot", j);
+  cJSON_AddNumberToObject(f, "pid", pid);
+  cJSON_AddStringToObject(f, "role", role);
+  if (sup_node_host(s, n))
+    cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
+  sup_events_emit(s->ev, "worker_launched", f, "node %d slot %d pid %d (%s)", n, j, (int)pid, role);
 }
 
 int sup_launch_node(sup *s, int n, const char *role) {
   sup_node *nd = &s->nodes[n];
-  nd->pgid = 0;
+  if (s->agent_mode && s->rf.nodes.launch_once && !nd->agent && s->once_pid > 0 &&
+      sup_node_alive(s, n) && nd->w[0].pid == s->once_pid)
+    return FT_OK; /* started with the pool's launch, its agent on its way */
   nd->term_sent = nd->kill_sent = 0;
   nd->dump_asked = 0;
   nd->rejoin = 0;
@@ -135,9 +238,42 @@ int sup_launch_node(sup *s, int n, const char *role) {
    * and only a stopped node is launched */
   if (nd->host_alive || sup_node_alive(s, n))
     FT_BUG("node %d launched while its host %d or a worker is alive", n, (int)nd->host_pid);
+  if (s->agent_mode && nd->agent) {
+    /* its agent is there: it starts the node's workers again itself, and
+     * nothing is launched (no srun, ssh or fork for the node) */
+    for (int j = 0; j < s->G; j++) {
+      if (nd->w[j].conn)
+        sup_conn_close(nd->w[j].conn, "", 0);
+      agent_slot(s, n, j, FT_SLOT_START, 0);
+      slot_reset(s, n, j, nd->w[j].pid, role);
+    }
+    return FT_OK;
+  }
+  nd->pgid = 0;
   nd->host_pid = 0;
-  if (nd->agent) /* the last one's: its workers are gone, it is ending */
-    sup_conn_close(nd->agent, "", 0);
+  if (s->agent_mode && s->rf.nodes.launch_once) {
+    /* the pool's one process starts every node's agent at once: each node
+     * of the pool is launched with it (their agents say HELLO before the
+     * launch queue reaches them). Later, a node without its agent is
+     * either on its way or gone with its host; waiting for its HELLO says
+     * which (start_timeout) */
+    int first = s->once_pid == 0;
+    pid_t pid;
+    int rc = spawn_once(s, &pid);
+    if (rc)
+      return rc;
+    for (int k = 0; k < s->nnodes; k++) {
+      sup_node *x = &s->nodes[k];
+      int pooled = x->role == SUP_ROLE_ACTIVE || x->role == SUP_ROLE_SPARE;
+      if (k != n && (!first || !pooled || x->agent || sup_node_alive(s, k)))
+        continue;
+      x->term_sent = x->kill_sent = 0;
+      x->pgid = pid;
+      for (int j = 0; j < s->G; j++)
+        slot_reset(s, k, j, pid, k == n ? role : x->role == SUP_ROLE_ACTIVE ? "active" : "spare");
+    }
+    return FT_OK;
+  }
   if (!s->command_launcher) {
     /* the host's stand-in leads the node's process group (sup_launch.h) */
     int rc = sup_launch_host(&nd->host_pid);
@@ -161,27 +297,7 @@ int sup_launch_node(sup *s, int n, const char *role) {
     }
     if (j == 0 && !nd->pgid)
       nd->pgid = pid;
-    w->pid = pid;
-    w->alive = 1;
-    w->hello = 0;
-    sup_doctor_reset(w);
-    w->cfg_fail = 0;
-    w->fault_detail[0] = 0;
-    w->rank = -1;
-    w->gen = 0;
-    w->rejoin_from = 0;
-    w->rejoined = 0;
-    w->dstate_s = 0;
-    w->last_msg_s = ft_now_s();
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "node", n);
-    cJSON_AddNumberToObject(f, "slot", j);
-    cJSON_AddNumberToObject(f, "pid", pid);
-    cJSON_AddStringToObject(f, "role", role);
-    if (sup_node_host(s, n))
-      cJSON_AddStringToObject(f, "host", sup_node_host(s, n));
-    sup_events_emit(s->ev, "worker_launched", f, "node %d slot %d pid %d (%s)", n, j, (int)pid,
-                    role);
+    slot_reset(s, n, j, pid, role);
   }
   return FT_OK;
 }
@@ -217,6 +333,42 @@ void sup_signal_node(sup *s, int n, int sig) {
     return;
   if (sig == SIGKILL) /* is it gone? (a process in D state is not) */
     sup_teardown_arm(s);
+  if (s->agent_mode && nd->agent) {
+    /* through the agent, which outlives its workers (the next ones start
+     * on it). A SIGKILL that finds the agent not answering (a second one,
+     * or its HOSTBEATs stopped: the host is silent) goes further: its
+     * process group (launched per node), or, launched once for the pool,
+     * its connection is dropped and its workers are gone for us (no reap
+     * will come; the caller's teardown looks at the gang again) */
+    double quiet = ft_now_s() - nd->agent_heard_s;
+    int deaf = sig == SIGKILL &&
+               (nd->kill_sent ||
+                quiet > 2 * ft_wire_heartbeat_interval_s(s->rf.watchdog.heartbeat_timeout_s));
+    if (sig == SIGTERM)
+      nd->term_sent = 1;
+    if (sig == SIGKILL)
+      nd->kill_sent = 1;
+    for (int j = 0; j < s->G; j++)
+      if (nd->w[j].alive)
+        agent_slot(s, n, j, FT_SLOT_SIGNAL, sig);
+    if (!deaf)
+      return;
+    if (s->rf.nodes.launch_once) {
+      for (int j = 0; j < s->G; j++) {
+        nd->w[j].alive = 0;
+        if (nd->w[j].conn)
+          sup_conn_close(nd->w[j].conn, "", 0);
+      }
+      sup_conn_close(nd->agent, "its agent does not answer a SIGKILL", 0);
+      return;
+    }
+  } else if (s->agent_mode && s->rf.nodes.launch_once) {
+    if (sig == SIGTERM)
+      nd->term_sent = 1;
+    if (sig == SIGKILL)
+      nd->kill_sent = 1;
+    return; /* no agent to ask, and the launch's process is every node's */
+  }
   if (s->slurm_launcher) {
     /* srun turns SIGTERM into SIGKILL of every task of its step, through
      * slurmstepd on the node (a SIGKILL of srun itself would leave them
@@ -391,6 +543,7 @@ int sup_drain_reaped(sup *s, pid_t pid, int status) {
 void sup_quarantine(sup *s, int n) {
   sup_node *nd = &s->nodes[n];
   nd->role = SUP_ROLE_QUARANTINED;
+  sup_agent_stop(s, n, FT_STOP_EVICTED, "the node is quarantined");
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "node", n);
   if (sup_node_host(s, n))

@@ -490,6 +490,9 @@ static void maybe_finished_t(sup *s) {
                     s->nunkillable);
     s->nunkillable = 0;
   }
+  for (int n = 0; s->agent_mode && n < s->nnodes; n++) /* the agents end with the run */
+    sup_agent_stop(s, n, s->exit_code == SUP_EXIT_DONE ? FT_STOP_DONE : FT_STOP_SHUTDOWN,
+                   "the run is over");
   event_base_loopbreak(s->base);
 }
 
@@ -1666,6 +1669,7 @@ void sup_rec_exit_status(sup *s, sup_worker *w, int status) {
     } else {
       sup_events_emit(s->ev, "spare_lost", f, "spare node %d (slot %d %s) leaves the pool", w->node,
                       w->slot, detail);
+      sup_agent_stop(s, w->node, FT_STOP_EVICTED, "the spare leaves the pool");
     }
     sup_signal_node(s, w->node, SIGKILL);
     return;

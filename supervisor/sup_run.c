@@ -789,6 +789,7 @@ static int agent_hello(sup *s, sup_conn *c, const ft_msg *m, char *reason, size_
     return 1;
   }
   nd->agent = c;
+  nd->agent_heard_s = ft_now_s();
   sup_conn_set_user(c, nd);
   ft_msg wm;
   ft_msg_init(&wm, FT_MSG_WELCOME);
@@ -934,6 +935,7 @@ void sup_progress_beat(sup_worker *w, const ft_msg *m, double now_s) {
  * HOSTBEAT is echoed, a worker's exit is judged as a reaped one's. */
 static void agent_msg(sup *s, sup_node *nd, sup_conn *c, const ft_msg *m) {
   if (m->type == FT_MSG_HOSTBEAT) {
+    nd->agent_heard_s = ft_now_s();
     ft_msg hb;
     ft_msg_init(&hb, FT_MSG_HOSTBEAT);
     hb.hostbeat.seq = m->hostbeat.seq;
@@ -1070,6 +1072,20 @@ static void on_msg(void *ud, sup_conn *c, const ft_msg *m) {
 #define CLOSED_BURST 10
 static sup_ratelimit g_closed_rl = {.window_s = 1.0, .burst = CLOSED_BURST};
 
+/* nodes.launch_once: node n's slots end with its agent's connection (no
+ * process of the node's own is ours to reap), as a reap would end them. */
+static void slots_gone(sup *s, int n) {
+  for (int j = 0; j < s->G; j++) {
+    sup_worker *w = &s->nodes[n].w[j];
+    w->alive = 0;
+    if (w->conn)
+      sup_conn_close(w->conn, "", 0);
+  }
+  if (s->state == SUP_RECOVERING)
+    sup_rec_check_stopped(s);
+  sup_rec_maybe_finished(s);
+}
+
 /* An agent's connection closed. With workers of ours still on it, the
  * host is lost unless we are ending it: its agent died (its workers with
  * it: PR_SET_PDEATHSIG), the host went down, or its link broke. The node
@@ -1078,10 +1094,16 @@ static void agent_closed(sup *s, sup_node *nd, sup_conn *c, const char *reason) 
   int n = (int)(nd - s->nodes);
   if (nd->agent == c)
     nd->agent = NULL;
+  /* nodes.launch_once: no exit of the node's own will come (the pool's one
+   * launch stands for every node): its workers are gone for us now */
+  int gone_now = s->rf.nodes.launch_once && sup_node_alive(s, n);
   /* its workers all ended (their exits came first), or we are ending it:
    * nothing to say */
-  if (!sup_node_alive(s, n) || s->state >= SUP_FINISHING || nd->term_sent || nd->kill_sent)
+  if (!sup_node_alive(s, n) || s->state >= SUP_FINISHING || nd->term_sent || nd->kill_sent) {
+    if (gone_now)
+      slots_gone(s, n);
     return;
+  }
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "node", n);
   cJSON_AddStringToObject(f, "reason", reason[0] ? reason : "closed");
@@ -1099,6 +1121,8 @@ static void agent_closed(sup *s, sup_node *nd, sup_conn *c, const char *reason) 
     snprintf(nd->why, sizeof nd->why, "node lost: %.200s", detail);
     sup_recovery_fault(s, SUP_FAULT_NODE_LOST, n, -1, nd->w[0].pid, detail, SUP_BLAME_NODE);
   }
+  if (gone_now)
+    slots_gone(s, n);
 }
 
 static void on_close(void *ud, sup_conn *c, const char *reason, int is_error) {

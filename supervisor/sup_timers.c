@@ -92,6 +92,17 @@ static void on_sigchld_t(evutil_socket_t fd, short what, void *arg) {
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0)
       break;
+    if (s->once_pid > 0 && pid == s->once_pid) {
+      /* nodes.launch_once: the pool's launch ended (srun returns once
+       * every agent has): each node still on it ends with it */
+      s->once_pid = -1;
+      for (int n = 0; n < s->nnodes; n++)
+        if (s->nodes[n].w[0].pid == pid) {
+          sup_rec_agent_exit(s, n, pid, status);
+          sup_rec_respawn_spare(s, n);
+        }
+      continue;
+    }
     sup_worker *w = sup_worker_by_pid(s, pid);
     if (w) {
       int n = w->node;
@@ -161,6 +172,7 @@ static void spares_silent(sup *s, double now, double limit) {
         /* silent since our own isolation: it lost us, as the gang did,
          * and is out of the pool; not its fault */
         nd->role = SUP_ROLE_LOST;
+        sup_agent_stop(s, n, FT_STOP_EVICTED, "the spare leaves the pool");
         cJSON *f = cJSON_CreateObject();
         cJSON_AddNumberToObject(f, "node", n);
         cJSON_AddNumberToObject(f, "slot", j);

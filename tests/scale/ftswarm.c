@@ -197,6 +197,7 @@ static struct {
   ckpt_store *store;
   int inline_shards; /* 1: SHARD_SAVED carries the whole shard (no shard objects) */
   int agents;        /* 1: one agent per node (supervise's nodes.agent) */
+  int pool_fd;       /* nodes.launch_once: the pool's one attach process (-1: none) */
   struct zref {
     uint64_t len;
     ckpt_shard *sh; /* a shard of one part of len zero bytes: its chunks */
@@ -359,31 +360,40 @@ static void agent_close(sw_node *nd) {
   ft_buf_release(&nd->out);
 }
 
-static void worker_exit(sw_worker *w, int code) {
+/* Worker w ends with wait status st (exit code code << 8, or a signal). */
+static void worker_end(sw_worker *w, int st) {
   if (w->st == W_GONE)
     return;
   reaction(w);
   worker_close(w);
   w->st = W_GONE;
   sw_node *nd = &g.nodes[w->node];
+  int code = (st & 0x7f) ? 128 + (st & 0x7f) : (st >> 8) & 0xff;
   if (g.agents) { /* its agent reaps it and says so at once */
     ft_msg sl;
     ft_msg_init(&sl, FT_MSG_SLOT);
     sl.slot.slot = (uint32_t)w->slot;
     sl.slot.event = FT_SLOT_EXITED;
-    sl.slot.status = code << 8; /* a wait status: exited with code */
+    sl.slot.status = st;
     sl.slot.pid = (uint32_t)nd->pid + 1 + (uint32_t)w->slot;
     agent_send(nd, &sl);
   }
   if (code && !nd->exit_code)
     nd->exit_code = code;
-  if (++nd->nexited == nd->slots) {
+  /* an agent outlives its workers (the next ones start on it): the node's
+   * process ends with the agent (agent-level STOP) */
+  if (++nd->nexited == nd->slots && !g.agents) {
     char line[32];
     snprintf(line, sizeof line, "exit %d\n", nd->exit_code);
-    agent_close(nd); /* every worker ended: so does the agent */
     tell_attach(nd, line);
   }
 }
+
+static void worker_exit(sw_worker *w, int code) {
+  worker_end(w, code << 8);
+}
+
+static void worker_start(sw_node *nd, int j);
 
 /* The node's process died (killed by the supervisor, or by a "drop"): its
  * connections go with it. */
@@ -1071,21 +1081,43 @@ static int agent_frame(void *ctx, const uint8_t *f, size_t len) {
       bad("node %d agent: echo of HOSTBEAT %u (last %u, %u beats)", node, m.hostbeat.seq, nd->seq,
           m.hostbeat.nbeats);
     break;
-  case FT_MSG_SLOT:
-    if (m.slot.event != FT_SLOT_CLOSED || m.slot.slot >= (uint32_t)nd->slots) {
+  case FT_MSG_SLOT: {
+    sw_worker *w = m.slot.slot < (uint32_t)nd->slots ? &nd->w[m.slot.slot] : NULL;
+    if (!w || m.slot.event == FT_SLOT_OPEN || m.slot.event == FT_SLOT_EXITED) {
       bad("node %d agent: SLOT %u %s from the supervisor", node, m.slot.slot,
           ft_slot_event_name(m.slot.event));
       break;
     }
-    if (nd->w[m.slot.slot].st != W_GONE) { /* its socket closed: it lost us */
+    if (m.slot.event == FT_SLOT_CLOSED && w->st != W_GONE) { /* its socket closed: it lost us */
       g.lost++;
-      worker_exit(&nd->w[m.slot.slot], FT_EXIT_LOST);
+      worker_exit(w, FT_EXIT_LOST);
+    } else if (m.slot.event == FT_SLOT_SIGNAL && w->st != W_GONE) {
+      worker_end(w, m.slot.status & 0x7f); /* killed by it */
+    } else if (m.slot.event == FT_SLOT_START) {
+      if (w->st != W_GONE) {
+        bad("node %d agent: SLOT %u start while its worker runs", node, m.slot.slot);
+        break;
+      }
+      nd->nexited--;
+      worker_start(nd, (int)m.slot.slot);
+      ft_msg sl;
+      ft_msg_init(&sl, FT_MSG_SLOT);
+      sl.slot.slot = m.slot.slot;
+      sl.slot.event = FT_SLOT_OPEN;
+      sl.slot.pid = (uint32_t)nd->pid + 1 + m.slot.slot;
+      agent_send(nd, &sl);
     }
     break;
-  case FT_MSG_STOP: /* the agent refused (its node is out of the pool) */
+  }
+  case FT_MSG_STOP: { /* the agent ends (the run is over, or its node out of the pool) */
     for (int j = 0; j < nd->slots; j++)
       worker_exit(&nd->w[j], FT_EXIT_OK);
+    char line[32];
+    snprintf(line, sizeof line, "exit %d\n", nd->exit_code);
+    agent_close(nd);
+    tell_attach(nd, line);
     break;
+  }
   default:
     bad("node %d agent: unexpected %s", node, ft_msg_type_name(m.type));
   }
@@ -1124,6 +1156,25 @@ static void reconnect(sw_worker *w) {
 
 /* ---- attach connections ---- */
 
+/* Slot j of nd: a new worker process (it connects, or its agent opens its
+ * slot). */
+static void worker_start(sw_node *nd, int j) {
+  sw_worker *w = &nd->w[j];
+  worker_close(w);
+  memset(w, 0, sizeof *w);
+  w->node = (int)(nd - g.nodes);
+  w->slot = j;
+  w->fd = -1;
+  w->rank = -1;
+  w->step = -1;
+  w->shard_step = -1;
+  ft_buf_init(&w->in);
+  ft_buf_init(&w->out);
+  worker_connect(w);
+}
+
+static void attach_node(int fd, const char *line);
+
 static void on_attach(int fd) {
   char line[8192];
   ssize_t n = 0, r;
@@ -1143,11 +1194,32 @@ static void on_attach(int fd) {
   char addr[256], tok[128], store[4096];
   if (sscanf(line, "%d %d %d %d %255s %127s %4095s", &node, &slots, &pid, &ppid, addr, tok,
              store) != 7 ||
-      node < 0 || node >= MAX_NODES || slots < 1 || slots > 256) {
+      node < -MAX_NODES || node >= MAX_NODES || slots < 1 || slots > 256 ||
+      (node < 0 && !g.agents)) {
     fprintf(stderr, "ftswarm: a bad attach line\n");
     close(fd);
     return;
   }
+  if (node < 0) {
+    /* nodes.launch_once: one attach process for the pool of -node hosts
+     * (as one srun over every host): each host's agent is played here, and
+     * the process ends when the swarm does */
+    g.pool_fd = fd;
+    for (int k = 0; k < -node; k++) {
+      char one[8192];
+      snprintf(one, sizeof one, "%d %d %d %d %s %s %s\n", k, slots, pid, ppid, addr, tok, store);
+      attach_node(-1, one);
+    }
+    return;
+  }
+  attach_node(fd, line);
+}
+
+/* Host `node` of the attach line, on attach socket fd (-1: the pool's). */
+static void attach_node(int fd, const char *line) {
+  int node, slots, pid, ppid;
+  char addr[256], tok[128], store[4096];
+  sscanf(line, "%d %d %d %d %255s %127s %4095s", &node, &slots, &pid, &ppid, addr, tok, store);
   sw_node *nd = &g.nodes[node];
   if (nd->afd >= 0) {
     fprintf(stderr, "ftswarm: node %d attached twice\n", node);
@@ -1191,23 +1263,13 @@ static void on_attach(int fd) {
   nd->slots = slots;
   nd->nexited = 0;
   nd->exit_code = 0;
-  struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = TAG(TAG_ATTACH, node)};
-  fcntl(fd, F_SETFL, O_NONBLOCK);
-  epoll_ctl(g.ep, EPOLL_CTL_ADD, fd, &e);
-  for (int j = 0; j < slots; j++) {
-    sw_worker *w = &nd->w[j];
-    worker_close(w);
-    memset(w, 0, sizeof *w);
-    w->node = node;
-    w->slot = j;
-    w->fd = -1;
-    w->rank = -1;
-    w->step = -1;
-    w->shard_step = -1;
-    ft_buf_init(&w->in);
-    ft_buf_init(&w->out);
-    worker_connect(w);
+  if (fd >= 0) {
+    struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = TAG(TAG_ATTACH, node)};
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    epoll_ctl(g.ep, EPOLL_CTL_ADD, fd, &e);
   }
+  for (int j = 0; j < slots; j++)
+    worker_start(nd, j);
   if (g.agents) {
     agent_close(nd);
     nd->silent = 0;
@@ -1600,6 +1662,7 @@ static int serve_main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   for (int n = 0; n < MAX_NODES; n++)
     g.nodes[n].afd = g.nodes[n].fd = -1;
+  g.pool_fd = -1;
   for (int i = 0; i < 64; i++)
     g.saved_step[i] = -1;
   g.save_step = -1;

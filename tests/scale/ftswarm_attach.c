@@ -6,7 +6,11 @@
  * the run token (from FT_RUN_TOKEN, never argv) to the swarm over the unix
  * socket SOCKET, and waits for the swarm's word: "exit C" (its workers
  * exited; C is the node's exit code) or "kill" (the host dies: SIGKILL).
- * When the swarm goes away it exits 1. Linked with libc alone: a large gang
+ * When the swarm goes away it exits 1. Under nodes.launch_once it is the
+ * pool's one process, nodes.command
+ *   ftswarm_attach SOCKET {slots} --pool {nodes} {argv}
+ * ({argv} the agent's, with --node-env instead of --node): it hands the
+ * swarm node -{nodes}, and the swarm plays every host's agent. Linked with libc alone: a large gang
  * starts thousands of these on this machine's two cores, and a binary with
  * the store's libraries spent ~20 ms each in the dynamic loader.
  */
@@ -32,6 +36,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *node = arg_after(argc, argv, "--node"), *conn = arg_after(argc, argv, "--connect");
+  char pool[32];
+  if (arg_after(argc, argv, "--node-env") && arg_after(argc, argv, "--pool")) {
+    snprintf(pool, sizeof pool, "-%s", arg_after(argc, argv, "--pool"));
+    node = pool;
+  }
   const char *store = arg_after(argc, argv, "--store"), *tok = getenv("FT_RUN_TOKEN");
   if (!node || !conn || !store || !tok || strlen(tok) != 64) {
     fprintf(stderr, "ftswarm_attach: needs --node, --connect, --store and %s\n", "FT_RUN_TOKEN");

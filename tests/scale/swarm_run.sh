@@ -4,7 +4,9 @@
 # Environment: FT_BIN (supervise), FT_BUILD (tests/ftswarm), FT_SRC;
 # SWARM_SPARES (default 2), SWARM_HB (watchdog.heartbeat_timeout_s, default 4),
 # SWARM_SETS (more --set words for supervise), SWARM_AGENTS=1 (one agent
-# per host: supervise's nodes.agent, and the swarm plays each host's agent).
+# per host: supervise's nodes.agent, and the swarm plays each host's agent),
+# SWARM_ONCE=1 (with agents: nodes.launch_once, one attach process for the
+# whole pool, as one srun over every host).
 # Leaves DIR/state (events.jsonl, store), DIR/swarm.out, DIR/sup.out and
 # DIR/figures.json; exits with the swarm's code (0: every fault detected and
 # recovered, no protocol error).
@@ -27,10 +29,13 @@ ulimit -n "$(ulimit -Hn)"
 swarm=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 date +%s.%N >"$dir/t0"
+pool=
+[ "${SWARM_ONCE:-0}" = 1 ] && pool='--pool {nodes} '
 "$FT_BIN/supervise" --state "$dir/state" --spares "$spares" --steps 1000000000 \
   --set nodes.count=$nodes --set nodes.workers_per_node=$G \
   --set nodes.launcher=command \
-  --set "nodes.command=$FT_BUILD/tests/ftswarm_attach $sock {slots} {argv}" \
+  --set "nodes.command=$FT_BUILD/tests/ftswarm_attach $sock {slots} $pool{argv}" \
+  --set nodes.launch_once="$([ "${SWARM_ONCE:-0}" = 1 ] && echo true || echo false)" \
   --set train.micro_batch=1 --set train.global_batch=$((nodes * G)) \
   --set checkpoint.every_steps=1000000 --set checkpoint.keep_last=3 \
   --set watchdog.heartbeat_timeout_s="$hb" --set watchdog.start_timeout_s=120 \

@@ -90,15 +90,33 @@ static void test_argv(void **st) {
   a.slots = 8;
   a.slot = -1;
   v = sup_worker_argv(&a);
-  const char *agent_want[] = {
-      "/b/ftagent",    "--connect",   "127.0.0.1:4242", "--node", "3", "--slots", "8",
-      "--token-stdin", "--",          "/b/worker",      "--node", "3", "--store", "local:/s/store",
-      "--runfile",     "/r/run.yaml", "--threads",      "3"};
+  const char *agent_want[] = {"/b/ftagent",
+                              "--connect",
+                              "127.0.0.1:4242",
+                              "--node",
+                              "3",
+                              "--slots",
+                              "8",
+                              "--token-stdin",
+                              "--",
+                              "/b/worker",
+                              "--store",
+                              "local:/s/store",
+                              "--runfile",
+                              "/r/run.yaml",
+                              "--threads",
+                              "3"};
   for (n = 0; v[n]; n++) {
-    assert_true(n < 18);
+    assert_true(n < 16);
     assert_string_equal(v[n], agent_want[n]);
   }
-  assert_int_equal(n, 18);
+  assert_int_equal(n, 16);
+  sup_argv_free(v);
+  /* launched once for the pool: each agent finds its node in a variable */
+  a.node_env = "SLURM_NODEID";
+  v = sup_worker_argv(&a);
+  assert_string_equal(v[3], "--node-env");
+  assert_string_equal(v[4], "SLURM_NODEID");
   sup_argv_free(v);
 }
 
@@ -289,18 +307,23 @@ static void test_split_simple(void **st) {
 }
 
 static void test_template(void **st) {
-  char *t = sup_template_expand("ssh {host} {argv} # {host}{other}", "n1", "w --node 1", NULL);
+  char *t =
+      sup_template_expand("ssh {host} {argv} # {host}{other}", "n1", "w --node 1", NULL, NULL);
   assert_string_equal(t, "ssh n1 w --node 1 # n1{other}");
   free(t);
-  t = sup_template_expand("env {argv}", "", "x", NULL);
+  t = sup_template_expand("env {argv}", "", "x", NULL, NULL);
   assert_string_equal(t, "env x");
   free(t);
   /* {slots} only for a command that starts a node's workers itself */
-  t = sup_template_expand("run -n {slots} {argv} {slots}", "h", "w", "8");
+  t = sup_template_expand("run -n {slots} {argv} {slots}", "h", "w", "8", NULL);
   assert_string_equal(t, "run -n 8 w 8");
   free(t);
-  t = sup_template_expand("run {slots}", "h", "w", NULL);
-  assert_string_equal(t, "run {slots}");
+  t = sup_template_expand("run {slots} {nodes}", "h", "w", NULL, NULL);
+  assert_string_equal(t, "run {slots} {nodes}");
+  free(t);
+  /* {nodes}: one command for the pool's agents (nodes.launch_once) */
+  t = sup_template_expand("all -N {nodes} -G {slots} {argv}", "", "a", "8", "2050");
+  assert_string_equal(t, "all -N 2050 -G 8 a");
   free(t);
 }
 

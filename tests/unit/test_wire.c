@@ -1177,10 +1177,10 @@ static void test_malformed(void **state) {
   tb_bad(&t, "HOSTBEAT.beats[0].phase: 13 out of range");
   tb_start(&t, FT_MSG_SLOT, 0);
   tb_u32(&t, 2);
-  tb_u8(&t, FT_SLOT_EVENT_COUNT);
+  tb_u8(&t, FT_SLOT_EVENT_COUNT); /* 5 */
   tb_u32(&t, 0);
   tb_u32(&t, 0);
-  tb_bad(&t, "SLOT.event: 3 out of range");
+  tb_bad(&t, "SLOT.event: 5 out of range");
 }
 
 /* Every proper prefix of every valid frame, with the length field made to
@@ -1595,6 +1595,7 @@ static void test_names(void **state) {
   assert_int_equal(ft_wire_sender(FT_MSG_RELAY), FT_WIRE_FROM_SUPERVISOR | FT_WIRE_FROM_AGENT);
   assert_int_equal(ft_wire_sender(FT_MSG_HOSTBEAT) & FT_WIRE_FROM_WORKER, 0);
   assert_string_equal(ft_slot_event_name(FT_SLOT_EXITED), "exited");
+  assert_string_equal(ft_slot_event_name(FT_SLOT_SIGNAL), "signal");
   assert_string_equal(ft_slot_event_name(FT_SLOT_EVENT_COUNT), "?");
   for (int t = FT_MSG_TYPE_MIN; t <= FT_MSG_TYPE_MAX; t++) {
     assert_string_not_equal(ft_msg_type_name(t), "?");
