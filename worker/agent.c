@@ -32,6 +32,14 @@
  * Once lost, the supervisor's connection is closed and nothing more is
  * sent: the frames of workers still running are read and dropped.
  *
+ * "Heard from the supervisor" (what keeps it from being lost, and what the
+ * workers' echoes wait for): any byte received from it, or our own queue
+ * for it shrinking after a send had to wait (its receive window opened, so
+ * its process reads). The latter matters when a HOSTBEAT waits behind a
+ * 16 MiB RELAY on a slow link: no echo can come until it has gone. A
+ * supervisor whose kernel acknowledges but whose process no longer reads
+ * is not heard: small sends that never wait prove nothing.
+ *
  * A worker's exit: SIGCHLD, then waitpid(WNOHANG) until none is left; before
  * its SLOT exited is queued, what is left in its socket is read and relayed
  * (its last FAULT goes before the news of its exit).
@@ -59,7 +67,7 @@
 #include "ft_net.h"
 #include "ft_wire.h"
 
-#define SUP_TX_MAX (64u << 20)                      /* unsent to the supervisor: lost past it */
+#define SUP_TX_MAX (64u << 20) /* unsent to the supervisor: lost past it */
 #define SUP_TX_HIGH (SUP_TX_MAX - 2u * FT_WIRE_MAX_RELAY_FRAME) /* workers wait above it */
 #define SLOT_TX_MAX (64u << 20) /* unsent to one worker: its socket is closed past it */
 #define READ_BURST (4u << 20)   /* bytes read from one socket per wake, before the others' turn */
@@ -77,12 +85,12 @@ typedef struct outq {
 } outq;
 
 typedef struct agent_slot {
-  pid_t pid;      /* the worker's; 0 before it started and once reaped */
-  int fd;         /* the agent's end of its socket pair; -1 once closed */
-  ft_buf rx;      /* bytes read, not yet a whole frame */
-  outq tx;        /* frames for the worker */
-  uint64_t heard; /* frames read from it (its first, HELLO, is capped small) */
-  int have_beat;  /* beat holds its latest HEARTBEAT (since it started) */
+  pid_t pid;        /* the worker's; 0 before it started and once reaped */
+  int fd;           /* the agent's end of its socket pair; -1 once closed */
+  ft_buf rx;        /* bytes read, not yet a whole frame */
+  outq tx;          /* frames for the worker */
+  uint64_t nframes; /* frames read from it (its first, HELLO, is capped small) */
+  int have_beat;    /* beat holds its latest HEARTBEAT (since it started) */
   ft_wire_beat beat;
   uint64_t beat_ns; /* when that beat came */
 } agent_slot;
@@ -199,7 +207,7 @@ static void slot_close(agent *a, agent_slot *s, const char *why) {
   if (s->fd < 0)
     return;
   if (why)
-    fprintf(stderr, "ftagent: node %u slot %u: %s: its connection closed\n", a->o->node,
+    fprintf(stderr, "ftagent: node %u slot %u: %s: closing its socket\n", a->o->node,
             (unsigned)(s - a->slots), why);
   close(s->fd);
   s->fd = -1;
@@ -300,7 +308,7 @@ static void slot_read(agent *a, agent_slot *s, int drain) {
     size_t p = 0;
     while (s->fd >= 0) {
       size_t flen;
-      size_t max = s->heard ? FT_WIRE_MAX_FRAME : FT_WIRE_PREAUTH_MAX_FRAME;
+      size_t max = s->nframes ? FT_WIRE_MAX_FRAME : FT_WIRE_PREAUTH_MAX_FRAME;
       int r = ft_wire_frame_len_max(s->rx.data + p, s->rx.len - p, max, &flen);
       if (r < 0) {
         char why[320];
@@ -314,7 +322,7 @@ static void slot_read(agent *a, agent_slot *s, int drain) {
         slot_close(a, s, "a frame shorter than its header");
         return;
       }
-      s->heard++;
+      s->nframes++;
       slot_frame(a, s, s->rx.data + p, flen, now);
       p += flen;
     }
@@ -433,7 +441,7 @@ static int slot_start(agent *a, uint32_t j) {
             strerror(errno));
   s->pid = pid;
   s->fd = sv[0];
-  s->heard = 0;
+  s->nframes = 0;
   s->have_beat = 0;
   a->live++;
   fprintf(stderr, "ftagent: node %u slot %u: worker %ld started\n", a->o->node, (unsigned)j,
@@ -469,7 +477,7 @@ static void start_stop(agent *a, int code, const char *why) {
 static void kill_rest(agent *a) {
   if (a->live)
     fprintf(stderr, "ftagent: node %u: %u worker%s still running after %llu s: SIGKILL\n",
-          a->o->node, a->live, a->live == 1 ? "" : "s", STOP_GRACE_NS / 1000000000ull);
+            a->o->node, a->live, a->live == 1 ? "" : "s", STOP_GRACE_NS / 1000000000ull);
   for (uint32_t j = 0; j < a->nslots; j++)
     if (a->slots[j].pid > 0)
       kill(a->slots[j].pid, SIGKILL);
@@ -553,18 +561,18 @@ static int sup_frame(agent *a, const uint8_t *f, size_t n, uint64_t now) {
       snprintf(why, sizeof why, "SLOT %s for slot %u of %u", ft_slot_event_name(m.slot.event),
                (unsigned)m.slot.slot, (unsigned)a->nslots);
     else
-      slot_close(a, &a->slots[m.slot.slot], NULL);
+      slot_close(a, &a->slots[m.slot.slot], "the supervisor closed the slot");
     break;
   case FT_MSG_STOP: {
     char what[FT_WIRE_MAX_DETAIL + 128];
-    snprintf(what, sizeof what, "STOP (%s%s%s) from the supervisor", ft_stop_reason_name(m.stop.reason),
-             m.stop.detail && *m.stop.detail ? ": " : "", m.stop.detail ? m.stop.detail : "");
+    snprintf(what, sizeof what, "STOP (%s%s%s) from the supervisor",
+             ft_stop_reason_name(m.stop.reason), m.stop.detail && *m.stop.detail ? ": " : "",
+             m.stop.detail ? m.stop.detail : "");
     start_stop(a, FT_EXIT_OK, what);
     break;
   }
   default:
-    snprintf(why, sizeof why, "it sent %s, which an agent does not take",
-             ft_msg_type_name(m.type));
+    snprintf(why, sizeof why, "it sent %s, which an agent does not take", ft_msg_type_name(m.type));
     break;
   }
   ft_msg_release(&m);
@@ -617,7 +625,8 @@ static void sup_read(agent *a) {
     }
     a->sup_rx.len += (size_t)n;
     got += (size_t)n;
-    if (sup_parse(a, ft_now_ns()))
+    a->heard_ns = ft_now_ns(); /* any byte: a big frame may take a while to come whole */
+    if (sup_parse(a, a->heard_ns))
       return;
   }
 }
@@ -711,8 +720,8 @@ static int loop(agent *a) {
     pf[n++] = (struct pollfd){.fd = a->sfd, .events = POLLIN};
     if (a->sup_fd >= 0) {
       pslot[n] = NO_SLOT;
-      pf[n++] = (struct pollfd){
-          .fd = a->sup_fd, .events = POLLIN | (outq_pending(&a->sup_tx) ? POLLOUT : 0)};
+      pf[n++] = (struct pollfd){.fd = a->sup_fd,
+                                .events = POLLIN | (outq_pending(&a->sup_tx) ? POLLOUT : 0)};
     }
     int backlog = a->sup_fd >= 0 && outq_pending(&a->sup_tx) > SUP_TX_HIGH;
     for (uint32_t j = 0; j < a->nslots; j++) {
@@ -751,10 +760,15 @@ static int loop(agent *a) {
       } else if (pslot[i] == NO_SLOT) { /* the supervisor */
         if (pf[i].fd != a->sup_fd)      /* lost meanwhile */
           continue;
+        size_t before = outq_pending(&a->sup_tx);
         if (re & POLLOUT && outq_flush(&a->sup_tx, a->sup_fd)) {
           char why[160];
           snprintf(why, sizeof why, "send: %s", strerror(errno));
           sup_lost(a, why);
+        } else if (re & POLLOUT && outq_pending(&a->sup_tx) < before) {
+          /* its receive window opened: the supervisor's process reads what
+           * we send (a HOSTBEAT behind a big RELAY has no echo yet) */
+          a->heard_ns = ft_now_ns();
         }
         if (re & (POLLIN | POLLHUP | POLLERR) && a->sup_fd >= 0)
           sup_read(a);
