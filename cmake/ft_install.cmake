@@ -2,7 +2,7 @@
 # (generated from --help and --version by help2man at build time), the
 # documentation and example run file, and bash completion.
 include(GNUInstallDirs)
-set(FT_PROGRAMS supervise ckpt worker ftdata)
+set(FT_PROGRAMS supervise ckpt worker ftagent ftdata)
 find_program(FT_HELP2MAN help2man)
 set(FT_MAN_DIR ${CMAKE_BINARY_DIR}/man)
 set(FT_MAN_PAGES)

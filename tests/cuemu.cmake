@@ -99,7 +99,7 @@ endif()
 # The worker with the CUDA engine on cuemu (NCCL on cuemu where nccl.h is found),
 # in build/cuemu/bin beside links to the build's other programs.
 file(GLOB EMU_WORKER_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/worker/*.c)
-list(FILTER EMU_WORKER_SRC EXCLUDE REGEX "/(ftdata_main|comm[a-z_]*|progress)\\.c$")
+list(FILTER EMU_WORKER_SRC EXCLUDE REGEX "/(ftdata_main|agent_main|comm[a-z_]*|progress)\\.c$")
 add_library(ftcomm_cuemu STATIC ${CMAKE_SOURCE_DIR}/worker/comm.c
             ${CMAKE_SOURCE_DIR}/worker/comm_filestore.c ${CMAKE_SOURCE_DIR}/worker/comm_gloo.cpp
             ${CMAKE_SOURCE_DIR}/worker/progress.c)
@@ -113,7 +113,7 @@ target_link_libraries(worker_cuemu PRIVATE ftkernels_cuemu ftkernels ftckpt ${FT
 set_target_properties(worker_cuemu PROPERTIES OUTPUT_NAME worker
                       RUNTIME_OUTPUT_DIRECTORY ${EMU_OUT}/bin)
 file(MAKE_DIRECTORY ${EMU_OUT}/bin)
-foreach(prog ftdata ckpt supervise)
+foreach(prog ftdata ftagent ckpt supervise)
   file(CREATE_LINK ${CMAKE_BINARY_DIR}/bin/${prog} ${EMU_OUT}/bin/${prog} SYMBOLIC)
 endforeach()
 

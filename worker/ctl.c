@@ -39,6 +39,7 @@
 #include "ctl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -48,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +71,7 @@ typedef struct kv_entry {
 
 struct ctl {
   int fd;
+  int inherited; /* --connect fd:K: a socket the agent (ftagent) connected for us */
   char run[FT_WIRE_MAX_RUN + 1];
   uint32_t node, slot;
   double hb_timeout_s;
@@ -461,6 +464,16 @@ static int tcp_connect(const char *addr, int *fd_out) {
 }
 
 int ctl_local_addr(const ctl *c, char *buf, size_t len) {
+  if (c->inherited) { /* a unix socket to the agent: its own TCP connection's address */
+    const char *env = getenv(CTL_LOCAL_ADDR_ENV);
+    if (!env || !*env)
+      return ft_err_set(FT_ENET,
+                        "the control connection is an inherited socket (--connect fd:K) and %s "
+                        "is not set: no address on the route to the supervisor",
+                        CTL_LOCAL_ADDR_ENV);
+    snprintf(buf, len, "%s", env);
+    return FT_OK;
+  }
   ft_sockaddr a;
   a.len = sizeof a.ss;
   if (getsockname(c->fd, (struct sockaddr *)&a.ss, &a.len))
@@ -469,45 +482,91 @@ int ctl_local_addr(const ctl *c, char *buf, size_t len) {
   return FT_OK;
 }
 
-/* Connects and reads the supervisor's first frame (its CHALLENGE) into *m,
- * trying again when it does not come. A connection can be established on
- * our side and unknown to the supervisor: when thousands of workers connect
- * at once, its accept queue overflows, and a SYN cookie completes our
- * handshake while the kernel drops the final ACK; nobody ever speaks on it.
- * So the CHALLENGE is waited for CTL_CHALLENGE_WAIT_S at most, then the
- * worker reconnects (backing off from 0.1 s, doubling to 2 s, with jitter)
- * until CTL_CONNECT_TOTAL_S have passed since the first try (tests/scale
- * found this: before it, such a worker waited forever, and its node was
- * blamed for a hang). */
 #define CTL_CHALLENGE_WAIT_S 5
 #define CTL_CONNECT_TOTAL_S 60
-static int challenge(ctl *c, const char *addr, ft_msg *m) {
+
+/* --connect fd:K (under ftagent): the control connection is the socket
+ * already open on fd K, a unix socket to the agent, which relays every
+ * frame to the supervisor. Nothing to connect again: its CHALLENGE not
+ * coming within CTL_CHALLENGE_WAIT_S is an error. */
+static int inherited_challenge(ctl *c, const char *addr, ft_msg *m) {
+  char *end;
+  errno = 0;
+  long k = strtol(addr + 3, &end, 10);
+  if (addr[3] < '0' || addr[3] > '9' || *end || errno || k < 0 || k > INT32_MAX)
+    return ft_err_set(FT_EINVAL, "--connect fd:K wants a file descriptor number, got '%s'", addr);
+  struct stat st;
+  if (fstat((int)k, &st))
+    return ft_err_set(FT_EINVAL, "--connect %s: %s", addr, strerror(errno));
+  if (!S_ISSOCK(st.st_mode))
+    return ft_err_set(FT_EINVAL, "--connect %s: fd %ld is not a socket", addr, k);
+  c->fd = (int)k;
+  c->inherited = 1;
+  fcntl(c->fd, F_SETFD, FD_CLOEXEC); /* not for whatever this worker starts */
+  struct timeval tv = {CTL_CHALLENGE_WAIT_S, 0}, none = {0, 0};
+  setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  errno = 0;
+  int rc = read_msg(c->fd, &c->rx, FT_WIRE_PREAUTH_MAX_FRAME, m);
+  if (rc == FT_ENET && (errno == EAGAIN || errno == EWOULDBLOCK))
+    rc = ft_err_set(FT_ENET, "no CHALLENGE on %s within %d s", addr, CTL_CHALLENGE_WAIT_S);
+  setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  return rc;
+}
+
+/* ctl_dial (ctl.h) connects and reads the supervisor's first frame (its
+ * CHALLENGE) into *m, trying again when it does not come. A connection can
+ * be established on our side and unknown to the supervisor: when thousands
+ * of workers connect at once, its accept queue overflows, and a SYN cookie
+ * completes our handshake while the kernel drops the final ACK; nobody ever
+ * speaks on it. So the CHALLENGE is waited for CTL_CHALLENGE_WAIT_S at
+ * most, then the worker (or agent) reconnects (backing off from 0.1 s,
+ * doubling to 2 s, with jitter) until CTL_CONNECT_TOTAL_S have passed since
+ * the first try (tests/scale found this: before it, such a worker waited
+ * forever, and its node was blamed for a hang). */
+int ctl_dial(const char *addr, const char *who, int *fd, ft_buf *rx, ft_msg *m) {
   double until = ft_now_s() + CTL_CONNECT_TOTAL_S, backoff = 0.1;
   unsigned seed = (unsigned)getpid() * 2654435761u;
+  *fd = -1;
   for (int attempt = 1;; attempt++) {
-    int rc = tcp_connect(addr, &c->fd);
+    int rc = tcp_connect(addr, fd);
     if (rc) /* refused, unreachable: no supervisor there, nothing to wait for */
       return rc;
     struct timeval tv = {CTL_CHALLENGE_WAIT_S, 0}, none = {0, 0};
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     errno = 0;
-    rc = read_msg(c->fd, &c->rx, FT_WIRE_PREAUTH_MAX_FRAME, m);
+    rc = read_msg(*fd, rx, FT_WIRE_PREAUTH_MAX_FRAME, m);
     int timed_out = rc == FT_ENET && (errno == EAGAIN || errno == EWOULDBLOCK);
-    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-    if (!timed_out || ft_now_s() + backoff > until)
+    setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    if (rc == FT_OK)
       return rc;
-    close(c->fd);
-    c->fd = -1;
-    ft_buf_reset(&c->rx);
-    fprintf(stderr,
-            "worker: node %u slot %u: no CHALLENGE from %s (%s, try %d): connecting again\n",
-            c->node, c->slot, addr, ft_err_detail(), attempt);
+    if (!timed_out || ft_now_s() + backoff > until) {
+      close(*fd);
+      *fd = -1;
+      return rc;
+    }
+    close(*fd);
+    *fd = -1;
+    ft_buf_reset(rx);
+    fprintf(stderr, "%s: no CHALLENGE from %s (%s, try %d): connecting again\n", who, addr,
+            ft_err_detail(), attempt);
     seed = seed * 1103515245u + 12345u;
     double wait = backoff * (0.5 + (double)(seed >> 16 & 0x7fff) / 32768.0);
     struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
     nanosleep(&ts, NULL);
     backoff = backoff * 2 > 2 ? 2 : backoff * 2;
   }
+}
+
+int ctl_read_frame(int fd, ft_buf *b, size_t max_len, ft_msg *m) {
+  return read_msg(fd, b, max_len, m);
+}
+
+static int challenge(ctl *c, const char *addr, ft_msg *m) {
+  if (strncmp(addr, "fd:", 3) == 0)
+    return inherited_challenge(c, addr, m);
+  char who[64];
+  snprintf(who, sizeof who, "worker: node %u slot %u", c->node, c->slot);
+  return ctl_dial(addr, who, &c->fd, &c->rx, m);
 }
 
 int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node, uint32_t slot,

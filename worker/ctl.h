@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "ft_wire.h"
 
 typedef struct ctl ctl;
 
@@ -33,13 +34,18 @@ typedef struct ctl_assign {
 } ctl_assign;
 
 /* Connects to addr ("HOST:PORT": a host name, an IPv4 address, or an
- * IPv6 one in brackets) and completes the handshake as (node,
- * slot) of run. hb_timeout_s: how long without any frame from the
- * supervisor before the worker gives up. */
+ * IPv6 one in brackets; or "fd:K": the already-connected socket on file
+ * descriptor K, inherited from the per-host agent ftagent, worker/agent.h)
+ * and completes the handshake as (node, slot) of run. hb_timeout_s: how long without any frame from
+ * the supervisor before the worker gives up. */
 int ctl_connect(const char *addr, const char *run, const char *token, uint32_t node, uint32_t slot,
                 double hb_timeout_s, ctl **out);
+/* The environment variable in which ftagent tells a worker connected
+ * through fd:K the address of its own connection to the supervisor. */
+#define CTL_LOCAL_ADDR_ENV "FT_CTL_LOCAL_ADDR"
 /* This host's address on the control connection (the route to the
- * supervisor), without a port, e.g. "10.0.0.2". */
+ * supervisor), without a port, e.g. "10.0.0.2"; through fd:K, the
+ * agent's (CTL_LOCAL_ADDR_ENV: a unix socket has no IP address). */
 int ctl_local_addr(const ctl *c, char *buf, size_t len);
 /* Blocks until the supervisor assigns this worker to a gang: a generation
  * newer than the last one taken and not older than a rejoin's. */
@@ -94,6 +100,17 @@ uint64_t ctl_buddies(ctl *c, char *buf, size_t len);
 const char *ctl_token(const ctl *c);
 /* The rendezvous key/value store served by the supervisor, for comm. */
 comm_kv ctl_kv(ctl *c);
+/* For the per-host agent (worker/agent.h), which dials the supervisor as a
+ * worker does. ctl_dial: connects to addr (HOST:PORT) and reads the
+ * supervisor's first frame into *m (decoded: release it), waiting 5 s for
+ * it and connecting again with backoff for up to 60 s when it does not come
+ * (ctl.c says why); *fd is the connection (-1 on failure), rx holds any
+ * bytes after that frame. who: the log lines' prefix. ctl_read_frame:
+ * reads one whole frame of at most max_len bytes from the blocking socket
+ * fd into *m, rx holding the leftovers; FT_ENET with errno EAGAIN when
+ * SO_RCVTIMEO passed. */
+int ctl_dial(const char *addr, const char *who, int *fd, ft_buf *rx, ft_msg *m);
+int ctl_read_frame(int fd, ft_buf *b, size_t max_len, ft_msg *m);
 /* Blocks until the supervisor sends STOP (the process then exits), or asks
  * this worker to rejoin (returns). */
 void ctl_wait_stop(ctl *c);

@@ -1,6 +1,7 @@
 /*
  * worker: the training process. Standalone (one process, world size 1), or
- * one rank of a gang launched by `supervise` (--connect).
+ * one rank of a gang launched by `supervise` (--connect), directly or
+ * through the per-host agent ftagent (--connect fd:K, worker/agent.h).
  *
  * The run token of a gang comes in FT_RUN_TOKEN, or, with --token-stdin
  * (the ssh launcher, which has no environment to pass it in without
@@ -89,6 +90,10 @@ static void usage(FILE *f) {
              "  --connect HOST:PORT the supervisor's control port (a name or an address;\n"
              "                      Gloo binds FT_IFACE, else nodes.iface, else this\n"
              "                      host's address on the route to it)\n"
+             "  --connect fd:K      under ftagent (the per-host agent): the control\n"
+             "                      connection is the socket already open on fd K, which\n"
+             "                      the agent relays; the address on the route to the\n"
+             "                      supervisor comes in FT_CTL_LOCAL_ADDR\n"
              "  --node N --slot S   this worker's node and slot in the pool\n"
              "  --runfile PATH      the run file\n"
              "  --token-stdin       read the run token from the first line of stdin when\n"

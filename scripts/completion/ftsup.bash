@@ -1,4 +1,4 @@
-# bash completion for supervise, ckpt, worker and ftdata (installed by
+# bash completion for supervise, ckpt, worker, ftagent and ftdata (installed by
 # `cmake --install` under share/bash-completion/completions/, one copy per
 # program name). Options are read from the program's own --help, so they are
 # never out of date; for ckpt and ftdata the first word completes to a
@@ -45,4 +45,4 @@ _ftsup_complete() {
   esac
   COMPREPLY=($(compgen -f -- "$cur"))
 }
-complete -F _ftsup_complete supervise ckpt worker ftdata
+complete -F _ftsup_complete supervise ckpt worker ftagent ftdata

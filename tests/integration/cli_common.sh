@@ -20,7 +20,7 @@ check_typo() {
     fail "$prog $*: no suggestion of $wanted in: $out"
 }
 
-for p in supervise ckpt worker ftdata; do
+for p in supervise ckpt worker ftagent ftdata; do
   v=$("$FT_BIN/$p" --version) || fail "$p --version exits non-zero"
   [[ "$v" =~ ^$p\ \(ftsup\)\ [0-9]+\.[0-9]+\.[0-9]+\ \(git\ [^\)]+\)$ ]] ||
     fail "$p --version printed '$v'"
@@ -33,6 +33,7 @@ check_typo ckpt --stor --store --stor "local:$TMP/s" ls
 check_typo ckpt --keep-lst --keep-last --store "local:$TMP/s" gc --keep-lst 2
 check_typo worker --standalon --standalone --standalon "$FT_SRC/examples/demo.yaml"
 check_typo ftdata --tok --tokens synth --out "$TMP/d" --tok 5
+check_typo ftagent --slot --slots --connect 127.0.0.1:1 --node 0 --slot 2 -- "$FT_BIN/worker"
 pass "a prefix or a typo of an option is refused with a suggestion"
 
 # ---- cmake --install ----------------------------------------------------------
@@ -40,7 +41,7 @@ pass "a prefix or a typo of an option is refused with a suggestion"
 P=$TMP/prefix
 cmake --install "$FT_BUILD" --prefix "$P" >"$TMP/install.log" 2>&1 ||
   { cat "$TMP/install.log"; fail "cmake --install failed"; }
-for p in supervise ckpt worker ftdata; do
+for p in supervise ckpt worker ftagent ftdata; do
   [ -x "$P/bin/$p" ] || fail "no $P/bin/$p"
   man1="$P/share/man/man1/$p.1"
   [ -s "$man1" ] || fail "no man page $man1"
