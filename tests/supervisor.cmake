@@ -44,7 +44,8 @@ if(TARGET supervise)
   target_link_libraries(fake_worker PRIVATE ftckpt ftcommon PkgConfig::CJSON m)
   set_target_properties(fake_worker PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
-  foreach(t sup_basic sup_recovery sup_hostile sup_resume sup_loss sup_faults)
+  # sup_agent: one agent per node (nodes.agent), its faults and the real worker through it
+  foreach(t sup_basic sup_recovery sup_hostile sup_resume sup_loss sup_faults sup_agent)
     ft_add_script_test(NAME ${t} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh
                        LABELS integration TIMEOUT 90)
   endforeach()

@@ -12,12 +12,18 @@
  *
  * Frames: from the supervisor, RELAY (inner frame to that slot's worker,
  * unchanged), HOSTBEAT (the echo of ours: its round trip), SLOT closed
- * (close that worker's socket), STOP (stop the workers, exit 0); anything
- * else is a protocol error, handled as a lost supervisor. From a worker,
- * HEARTBEAT stays here (kept for the next HOSTBEAT, echoed at once while
- * the supervisor is heard, so a worker notices a lost supervisor through a
- * live agent); every other frame goes to the supervisor inside RELAY,
- * unchanged and undecoded.
+ * (close that worker's socket), SLOT start (a new worker on a slot whose
+ * last one has exited), SLOT signal (a signal to the slot's worker), STOP
+ * (stop the workers, exit 0); anything else is a protocol error, handled
+ * as a lost supervisor. From a worker, HEARTBEAT stays here (kept for the
+ * next HOSTBEAT, echoed at once while the supervisor is heard, so a worker
+ * notices a lost supervisor through a live agent), except one whose
+ * generation is not its last one's: that one is relayed at once (a worker
+ * that left its generation in process says so with it, and the recovery
+ * waits for it); every other frame goes to the supervisor inside RELAY,
+ * unchanged and undecoded. The agent outlives its workers: it ends on
+ * STOP, a signal, or a lost supervisor, not when its last worker does
+ * (the supervisor starts the next ones on it, without a launch).
  *
  * States of the agent, in order (no way back):
  *   RUNNING   the supervisor is connected, workers run
@@ -91,6 +97,8 @@ typedef struct agent_slot {
   outq tx;          /* frames for the worker */
   uint64_t nframes; /* frames read from it (its first, HELLO, is capped small) */
   int have_beat;    /* beat holds its latest HEARTBEAT (since it started) */
+  int welcomed;     /* the supervisor's WELCOME went to it (relayed): until
+                       then its frames, beats too, go as they are, in order */
   ft_wire_beat beat;
   uint64_t beat_ns; /* when that beat came */
 } agent_slot;
@@ -238,7 +246,7 @@ static void slot_queue(agent *a, agent_slot *s, const uint8_t *f, size_t n) {
 /* One whole frame from worker s. */
 static void slot_frame(agent *a, agent_slot *s, const uint8_t *f, size_t n, uint64_t now) {
   uint32_t j = (uint32_t)(s - a->slots);
-  if (f[5] != FT_MSG_HEARTBEAT) {
+  if (f[5] != FT_MSG_HEARTBEAT || !s->welcomed) {
     ft_msg r;
     ft_msg_init(&r, FT_MSG_RELAY);
     r.relay.slot = j;
@@ -254,6 +262,17 @@ static void slot_frame(agent *a, agent_slot *s, const uint8_t *f, size_t n, uint
     slot_close(a, s, why);
     return;
   }
+  /* a beat of a new generation goes at once, whole (its echo comes back
+   * relayed); the others wait for the HOSTBEAT */
+  int relay_now = s->have_beat && m.gen != s->beat.gen;
+  if (relay_now) {
+    ft_msg r;
+    ft_msg_init(&r, FT_MSG_RELAY);
+    r.relay.slot = j;
+    r.relay.frame = f;
+    r.relay.frame_len = (uint32_t)n;
+    sup_send(a, &r);
+  }
   s->have_beat = 1;
   s->beat_ns = now;
   s->beat = (ft_wire_beat){.slot = j,
@@ -265,7 +284,8 @@ static void slot_frame(agent *a, agent_slot *s, const uint8_t *f, size_t n, uint
                            .prog_age_ms = m.heartbeat.prog_age_ms,
                            .wait = m.heartbeat.wait,
                            .wait_attempt = m.heartbeat.wait_attempt};
-  if (sup_heard_recently(a, now)) { /* the echo the supervisor would send (sup_run.c) */
+  if (!relay_now &&
+      sup_heard_recently(a, now)) { /* the echo the supervisor would send (sup_run.c) */
     ft_msg e;
     ft_msg_init(&e, FT_MSG_HEARTBEAT);
     snprintf(e.run, sizeof e.run, "%s", m.run);
@@ -376,22 +396,25 @@ static void reap(agent *a) {
   }
 }
 
-/* The command for slot j: the worker's own, then --connect fd:K --slot J.
- * argv points into bufs; returns the array (malloc'd) or NULL. */
-static char **worker_argv(const agent_opts *o, int k, uint32_t j, char bufs[2][32]) {
+/* The command for slot j: the worker's own, then --connect fd:K --node N
+ * --slot J. argv points into bufs; returns the array (malloc'd) or NULL. */
+static char **worker_argv(const agent_opts *o, int k, uint32_t j, char bufs[3][32]) {
   size_t n = 0;
   while (o->argv[n])
     n++;
-  char **v = calloc(n + 5, sizeof *v);
+  char **v = calloc(n + 7, sizeof *v);
   if (!v)
     return NULL;
   memcpy(v, o->argv, n * sizeof *v);
   snprintf(bufs[0], 32, "fd:%d", k);
   snprintf(bufs[1], 32, "%u", (unsigned)j);
+  snprintf(bufs[2], 32, "%u", (unsigned)o->node);
   v[n] = "--connect";
   v[n + 1] = bufs[0];
-  v[n + 2] = "--slot";
-  v[n + 3] = bufs[1];
+  v[n + 2] = "--node";
+  v[n + 3] = bufs[2];
+  v[n + 4] = "--slot";
+  v[n + 5] = bufs[1];
   return v;
 }
 
@@ -401,7 +424,7 @@ static int slot_start(agent *a, uint32_t j) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
     return ft_err_set(FT_EIO, "socketpair: %s", strerror(errno));
-  char bufs[2][32];
+  char bufs[3][32];
   char **argv = worker_argv(a->o, sv[1], j, bufs);
   if (!argv) {
     close(sv[0]);
@@ -443,6 +466,7 @@ static int slot_start(agent *a, uint32_t j) {
   s->fd = sv[0];
   s->nframes = 0;
   s->have_beat = 0;
+  s->welcomed = 0;
   a->live++;
   fprintf(stderr, "ftagent: node %u slot %u: worker %ld started\n", a->o->node, (unsigned)j,
           (long)pid);
@@ -544,8 +568,12 @@ static int sup_frame(agent *a, const uint8_t *f, size_t n, uint64_t now) {
     if (m.relay.slot >= a->nslots)
       snprintf(why, sizeof why, "RELAY for slot %u of %u", (unsigned)m.relay.slot,
                (unsigned)a->nslots);
-    else
-      slot_queue(a, &a->slots[m.relay.slot], m.relay.frame, m.relay.frame_len);
+    else {
+      agent_slot *s = &a->slots[m.relay.slot];
+      if (m.relay.frame_len > 5 && m.relay.frame[5] == FT_MSG_WELCOME)
+        s->welcomed = 1;
+      slot_queue(a, s, m.relay.frame, m.relay.frame_len);
+    }
     break;
   case FT_MSG_HOSTBEAT: {
     unsigned i = m.hostbeat.seq % RTT_RING;
@@ -556,13 +584,27 @@ static int sup_frame(agent *a, const uint8_t *f, size_t n, uint64_t now) {
     }
     break;
   }
-  case FT_MSG_SLOT:
-    if (m.slot.event != FT_SLOT_CLOSED || m.slot.slot >= a->nslots)
-      snprintf(why, sizeof why, "SLOT %s for slot %u of %u", ft_slot_event_name(m.slot.event),
-               (unsigned)m.slot.slot, (unsigned)a->nslots);
-    else
-      slot_close(a, &a->slots[m.slot.slot], "the supervisor closed the slot");
+  case FT_MSG_SLOT: {
+    agent_slot *s = m.slot.slot < a->nslots ? &a->slots[m.slot.slot] : NULL;
+    int sig = m.slot.status;
+    if (!s || m.slot.event == FT_SLOT_OPEN || m.slot.event == FT_SLOT_EXITED ||
+        (m.slot.event == FT_SLOT_SIGNAL && (sig < 1 || sig > 64)))
+      snprintf(why, sizeof why, "SLOT %s (%d) for slot %u of %u", ft_slot_event_name(m.slot.event),
+               sig, (unsigned)m.slot.slot, (unsigned)a->nslots);
+    else if (m.slot.event == FT_SLOT_CLOSED)
+      slot_close(a, s, "the supervisor closed the slot");
+    else if (m.slot.event == FT_SLOT_SIGNAL && s->pid > 0)
+      kill(s->pid, sig); /* its exit comes by SIGCHLD */
+    else if (m.slot.event == FT_SLOT_START && (s->pid > 0 || a->stopping))
+      /* its worker's exit is on its way (the supervisor asks once it has
+       * heard it), or we are ending: nothing to start */
+      fprintf(stderr, "ftagent: node %u slot %u: start refused: %s\n", a->o->node,
+              (unsigned)m.slot.slot, a->stopping ? "the agent is stopping" : "its worker runs");
+    else if (m.slot.event == FT_SLOT_START && slot_start(a, m.slot.slot))
+      fprintf(stderr, "ftagent: node %u slot %u: %s\n", a->o->node, (unsigned)m.slot.slot,
+              ft_err_detail()); /* the supervisor waits for its HELLO, then blames the node */
     break;
+  }
   case FT_MSG_STOP: {
     char what[FT_WIRE_MAX_DETAIL + 128];
     snprintf(what, sizeof what, "STOP (%s%s%s) from the supervisor",
@@ -663,6 +705,9 @@ static void on_signals(agent *a) {
   for (ssize_t i = 0; n > 0 && i < n / (ssize_t)sizeof si[0]; i++) {
     if (si[i].ssi_signo == SIGCHLD) {
       chld = 1;
+    } else if (si[i].ssi_signo == SIGUSR1) {
+      /* a worker's stack dump is asked over the wire (DUMP): a stray
+       * SIGUSR1 must not end the host's agent */
     } else {
       start_stop(a, FT_EXIT_OK, strsignal((int)si[i].ssi_signo));
     }
@@ -707,11 +752,8 @@ static int loop(agent *a) {
     }
     if (a->stopping && a->live && now >= a->stop_deadline_ns)
       kill_rest(a);
-    if (a->live == 0) { /* every worker reaped and reported */
-      if (!a->stopping)
-        fprintf(stderr, "ftagent: node %u: every worker has ended\n", a->o->node);
+    if (a->live == 0 && a->stopping) /* every worker reaped and reported */
       break;
-    }
 
     /* entries: the signals, the supervisor (while connected), each open
      * worker socket; pslot[i] names the slot (NO_SLOT for the first two) */
@@ -916,6 +958,7 @@ int agent_run(const agent_opts *o) {
   sigaddset(&set, SIGCHLD);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);
   if (sigprocmask(SIG_BLOCK, &set, &a.oldmask) ||
       (a.sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)) < 0) {
     fprintf(stderr, "ftagent: signalfd: %s\n", strerror(errno));

@@ -28,14 +28,16 @@ typedef struct agent_opts {
   uint32_t slots;      /* G: workers on slots 0..G-1, 1..FT_WIRE_MAX_SLOTS */
   const char *token;   /* the run token (borrowed; never logged, never on argv) */
   char *const *argv;   /* the worker's command, NULL-terminated (borrowed); the
-                          agent appends --connect fd:K --slot J for each worker */
+                          agent appends --connect fd:K --node N --slot J for
+                          each worker */
 } agent_opts;
 
 /* Connects, says HELLO as the node's agent, starts the workers and relays
  * for them until the run no longer needs them. Returns the exit code for
  * the process (FT_EXIT_* of ft_wire.h):
- *   FT_EXIT_OK    stopped (the supervisor's STOP, SIGTERM, SIGINT), or
- *                 every worker ended and the supervisor was told
+ *   FT_EXIT_OK    stopped (the supervisor's STOP, SIGTERM, SIGINT); it
+ *                 outlives its workers otherwise (the supervisor starts
+ *                 new ones on it: SLOT start)
  *   FT_EXIT_FAIL  refused by the supervisor (STOP instead of WELCOME),
  *                 a protocol error in the handshake, an internal error
  *   FT_EXIT_USAGE a malformed token, bad options

@@ -17,13 +17,13 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: ftagent --connect HOST:PORT --node N --slots G [--token-stdin]\n"
-          "               -- WORKER [WORKER ARGS...]\n"
+          "usage: ftagent --connect HOST:PORT (--node N | --node-env VAR) --slots G\n"
+          "               [--token-stdin] -- WORKER [WORKER ARGS...]\n"
           "\n"
           "The per-host agent of a supervised run: `supervise` starts one per node\n"
           "instead of G workers. It holds the node's one control connection to the\n"
           "supervisor, starts G workers (slots 0..G-1) on its own, each as\n"
-          "  WORKER [WORKER ARGS...] --connect fd:K --slot J\n"
+          "  WORKER [WORKER ARGS...] --connect fd:K --node N --slot J\n"
           "with its end of a unix socket pair on fd K, and relays every worker's frames\n"
           "to the supervisor and back unchanged (each worker still proves the run\n"
           "token itself). Workers' heartbeats stop here: the agent echoes them while it\n"
@@ -36,20 +36,24 @@ static void usage(FILE *f) {
           "arguments:\n"
           "  --connect HOST:PORT the supervisor's control port (a name or an address)\n"
           "  --node N            this host's node index in the pool\n"
+          "  --node-env VAR      ... read from the environment variable VAR (one launch\n"
+          "                      for the whole pool, nodes.launch_once: SLURM_NODEID\n"
+          "                      under srun, FT_NODE under a command template)\n"
           "  --slots G           workers to start, 1..%u\n"
           "  --token-stdin       read the run token from the first line of stdin when\n"
           "                      FT_RUN_TOKEN is not set (the ssh launcher)\n"
-          "  -- WORKER ARGS...   the worker's command (without --connect and --slot)\n"
+          "  -- WORKER ARGS...   the worker's command (without --connect, --node, --slot)\n"
           "  -h, --help          this text\n"
           "  --version           the version and the git revision it was built from\n"
           "\n"
-          "It stops every worker (SIGTERM, SIGKILL after 5 s), reporting each exit, and\n"
-          "exits on a STOP from the supervisor, on SIGTERM or SIGINT, or when the\n"
-          "supervisor is lost (its connection closed, or nothing heard from it for 4\n"
-          "heartbeat intervals); it exits by itself once every worker has ended.\n"
+          "The agent outlives its workers: when one ends, the supervisor may start\n"
+          "another on its slot through the agent (no launch). It stops every worker\n"
+          "(SIGTERM, SIGKILL after 5 s), reporting each exit, and exits on a STOP from\n"
+          "the supervisor, on SIGTERM or SIGINT, or when the supervisor is lost (its\n"
+          "connection closed, or nothing heard from it for 4 heartbeat intervals).\n"
           "\n"
           "exit codes:\n"
-          "  0 done (stopped, or every worker ended)   1 failure (refused by the\n"
+          "  0 done (stopped)   1 failure (refused by the\n"
           "  supervisor, internal error)   2 usage (bad arguments, a missing or\n"
           "  malformed run token)   6 the supervisor was lost (or never reached)\n",
           FT_WIRE_MAX_SLOTS);
@@ -90,13 +94,11 @@ static int parse_u32(const char *opt, const char *s, uint32_t lo, uint32_t hi, u
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"connect", required_argument, 0, 'C'},
-                                       {"node", required_argument, 0, 'N'},
-                                       {"slots", required_argument, 0, 'G'},
-                                       {"token-stdin", no_argument, 0, 'T'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {"version", no_argument, 0, 'V'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"connect", required_argument, 0, 'C'},  {"node", required_argument, 0, 'N'},
+      {"node-env", required_argument, 0, 'E'}, {"slots", required_argument, 0, 'G'},
+      {"token-stdin", no_argument, 0, 'T'},    {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
   agent_opts o = {0};
   int have_node = 0, token_stdin = 0, c;
   char oerr[192];
@@ -115,6 +117,17 @@ int main(int argc, char **argv) {
         return FT_EXIT_USAGE;
       have_node = 1;
       break;
+    case 'E': {
+      const char *v = getenv(optarg);
+      if (!v || !*v) {
+        fprintf(stderr, "ftagent: --node-env %s: the variable is not set\n", optarg);
+        return FT_EXIT_USAGE;
+      }
+      if (parse_u32("node-env", v, 0, UINT32_MAX - 1, &o.node))
+        return FT_EXIT_USAGE;
+      have_node = 1;
+      break;
+    }
     case 'G':
       if (parse_u32("slots", optarg, 1, FT_WIRE_MAX_SLOTS, &o.slots))
         return FT_EXIT_USAGE;
@@ -136,13 +149,15 @@ int main(int argc, char **argv) {
   if (!o.connect || !have_node || !o.slots || optind >= argc ||
       strcmp(argv[optind - 1], "--") != 0) {
     fprintf(stderr, "ftagent: %s\n\n",
-            !o.connect || !have_node || !o.slots ? "--connect, --node and --slots are required"
-                                                 : "the worker's command goes after --");
+            !o.connect || !have_node || !o.slots
+                ? "--connect, --node (or --node-env) and --slots are required"
+                : "the worker's command goes after --");
     usage(stderr);
     return FT_EXIT_USAGE;
   }
   for (int i = optind + 1; i < argc; i++) {
     if (!strcmp(argv[i], "--connect") || !strncmp(argv[i], "--connect=", 10) ||
+        !strcmp(argv[i], "--node") || !strncmp(argv[i], "--node=", 7) ||
         !strcmp(argv[i], "--slot") || !strncmp(argv[i], "--slot=", 7)) {
       fprintf(stderr, "ftagent: the worker's arguments must not hold %s: the agent adds it\n",
               argv[i]);

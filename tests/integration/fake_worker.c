@@ -3,7 +3,7 @@
  * speaks the control protocol exactly as common/ft_wire.h describes, so it
  * doubles as the supervisor's protocol conformance test, without training.
  *
- *   fake_worker --connect HOST:PORT --node I --slot J --store URI
+ *   fake_worker --connect HOST:PORT|fd:K --node I --slot J --store URI
  *               --runfile PATH [--steps N] [--set KEY=VALUE]... [--threads T]
  *
  * (the real worker's supervised command line). Behaviour: CHALLENGE ->
@@ -80,6 +80,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -420,18 +421,24 @@ int main(int argc, char **argv) {
   int flood_node = env_int("FAKE_FLOOD_NODE", -1), flood_step = env_int("FAKE_FLOOD_STEP", -1);
   int flood_gets = env_int("FAKE_FLOOD_GETS", 30);
 
-  /* connect */
+  /* connect (fd:K: the socket its agent handed it, as the worker takes it) */
   char host[64];
   const char *colon = strrchr(connect_to, ':');
-  if (!colon)
+  if (!strncmp(connect_to, "fd:", 3)) {
+    g_fd = atoi(connect_to + 3);
+    fcntl(g_fd, F_SETFD, FD_CLOEXEC);
+    colon = NULL;
+  } else if (!colon)
     die(FT_EXIT_USAGE, "--connect HOST:PORT");
-  snprintf(host, sizeof host, "%.*s", (int)(colon - connect_to), connect_to);
-  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-  if (inet_pton(AF_INET, host, &sin.sin_addr) != 1)
-    die(FT_EXIT_USAGE, "--connect wants an IPv4 address");
-  g_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (g_fd < 0 || connect(g_fd, (struct sockaddr *)&sin, sizeof sin) != 0)
-    die(FT_EXIT_LOST, "cannot connect to the supervisor");
+  if (colon) {
+    snprintf(host, sizeof host, "%.*s", (int)(colon - connect_to), connect_to);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    if (inet_pton(AF_INET, host, &sin.sin_addr) != 1)
+      die(FT_EXIT_USAGE, "--connect wants an IPv4 address");
+    g_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (g_fd < 0 || connect(g_fd, (struct sockaddr *)&sin, sizeof sin) != 0)
+      die(FT_EXIT_LOST, "cannot connect to the supervisor");
+  }
   ft_buf_init(&g_in);
 
   /* handshake */
@@ -458,7 +465,9 @@ int main(int argc, char **argv) {
     if (m.type == FT_MSG_WELCOME)
       break;
     common_msg(&m);
-    die(FT_EXIT_FAIL, "expected WELCOME");
+    char why[96];
+    snprintf(why, sizeof why, "expected WELCOME, got %s", ft_msg_type_name(m.type));
+    die(FT_EXIT_FAIL, why);
   }
   g_hb_s = m.welcome.heartbeat_ms / 1000.0;
   ft_msg_release(&m);

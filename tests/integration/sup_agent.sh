@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# One agent per node (nodes.agent: true; worker/agent.c): supervise starts
+# one ftagent per node, which starts the node's workers (the fake worker,
+# then the real one) on socket pairs and holds the node's one connection.
+#  1. a fault-free run of 2 nodes x 2 workers + a spare: done, every worker
+#     of a node started by its agent (one launched process per node), each
+#     agent stopped by the supervisor at the end;
+#  2. a worker SIGKILLs itself: its agent reports the true wait status
+#     (process_exit "signal 9", counted against its node), and the node is
+#     restarted in place through its agent: no process is launched again;
+#  3. a worker hangs (sends nothing, its agent still beats): the hang is
+#     named from its beat's age in the agent's HOSTBEAT, its node blamed;
+#  4. an agent is SIGKILLed: the host is lost (node_lost, quarantined at
+#     once), its workers die with it (PR_SET_PDEATHSIG), a spare replaces
+#     it, and the run goes on to the end;
+#  5. the real worker trains through agents (Gloo bound to the address the
+#     agent hands it).
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/sup_lib.sh"
+export FT_AGENT=$FT_BIN/ftagent
+[ -x "$FT_AGENT" ] || fail "ftagent not built"
+AG="--set nodes.agent=true --set nodes.workers_per_node=2 --set train.micro_batch=4"
+
+# launched STATE NODE: the pids worker_launched gave for NODE's slots (sorted, unique)
+launched() {
+  python3 -c '
+import json, sys
+p = {json.loads(l)["pid"] for l in open(sys.argv[1]) if json.loads(l)["event"] == "worker_launched" and json.loads(l)["node"] == int(sys.argv[2])}
+print(" ".join(str(x) for x in sorted(p)))' "$1/events.jsonl" "$2"
+}
+
+# 1. fault-free
+ST=$TMP/ok
+# shellcheck disable=SC2086
+sup_run "$ST" --spares 1 $AG || { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
+has_event "$ST" run_done 'e["steps"] == 30 and e["restarts"] == 0' || fail "run_done fields"
+! has_event "$ST" fault_detected || fail "a fault in a fault-free run"
+for n in 0 1 2; do
+  [ "$(launched "$ST" $n | wc -w)" = 1 ] || fail "node $n: more than one process launched: $(launched "$ST" $n)"
+  grep -q "ftagent: node $n: connected to .* starting 2 workers" "$ST/logs/node$n.log" ||
+    fail "node $n: no agent: $(head -3 "$ST/logs/node$n.log")"
+  [ "$(grep -c "ftagent: node $n slot .: worker [0-9]* started" "$ST/logs/node$n.log")" = 2 ] ||
+    fail "node $n: its agent did not start its 2 workers"
+  grep -q "ftagent: node $n: STOP (done" "$ST/logs/node$n.log" || fail "node $n: its agent was not stopped"
+done
+pass "a run through agents: one process per node, every worker started by its agent"
+
+# 2. a worker killed: the agent's report, a restart through the agent
+ST=$TMP/die
+# shellcheck disable=SC2086
+FAKE_DIE_NODE=1 FAKE_DIE_STEP=12 sup_run "$ST" --spares 1 $AG --set recovery.node_failures_to_quarantine=3 ||
+  { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
+has_event "$ST" fault_detected 'e["gen"] == 1 and e["kind"] == "process_exit" and e["node"] == 1 and e["detail"] == "signal 9" and e["blamed"]' ||
+  fail "the worker's death: $(grep fault_detected "$ST/events.jsonl" | head -1)"
+has_event "$ST" node_restarted 'e["node"] == 1' || fail "node 1 not restarted in place"
+has_event "$ST" run_done || fail "the run did not finish"
+[ "$(launched "$ST" 1 | wc -w)" = 1 ] ||
+  fail "node 1 was launched again instead of restarted by its agent: $(launched "$ST" 1)"
+[ "$(grep -c "ftagent: node 1 slot .: worker [0-9]* started" "$ST/logs/node1.log")" -gt 2 ] ||
+  fail "node 1's agent did not start its workers again"
+pass "a worker's death: its true status from its agent, the node restarted through the agent"
+
+# 3. a hung worker behind a live agent
+ST=$TMP/hang
+# shellcheck disable=SC2086
+FAKE_HANG_NODE=1 FAKE_HANG_STEP=12 sup_run "$ST" --spares 1 $AG ||
+  { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
+has_event "$ST" fault_detected 'e["kind"] == "hang" and e["node"] == 1' ||
+  fail "the hang: $(grep fault_detected "$ST/events.jsonl" | head -1)"
+has_event "$ST" run_done || fail "the run did not finish"
+pass "a hung worker named through its agent's HOSTBEAT"
+
+# 4. an agent killed mid-run
+ST=$TMP/kill
+# shellcheck disable=SC2086
+FAKE_STEP_MS=100 sup_run "$ST" --spares 1 $AG &
+sup=$!
+for _ in $(seq 200); do
+  has_event "$ST" checkpoint_committed 2>/dev/null && break
+  sleep 0.05
+done
+apid=$(launched "$ST" 1)
+wpids=$(sed -n 's/^ftagent: node 1 slot .: worker \([0-9]*\) started$/\1/p' "$ST/logs/node1.log")
+[ -n "$apid" ] && [ -n "$wpids" ] || fail "no agent or workers on node 1"
+kill -KILL "$apid"
+wait $sup || { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
+has_event "$ST" fault_detected "e['kind'] == 'node_lost' and e['node'] == 1 and e['quarantine']" ||
+  fail "the agent's death: $(grep fault_detected "$ST/events.jsonl" | head -1)"
+has_event "$ST" spare_promoted 'e["spare_node"] == 2 and e["replaces"] == 1' || fail "no spare for node 1"
+has_event "$ST" run_done || fail "the run did not finish"
+for p in $wpids; do
+  ! kill -0 "$p" 2>/dev/null || fail "worker $p of the killed agent still runs"
+done
+pass "an agent's death: the host lost, its workers gone with it, a spare in its place"
+
+# 5. the real worker through agents
+synth_data "$TMP"
+ST=$TMP/real
+"$FT_BIN/supervise" --state "$ST" --steps 6 --set checkpoint.every_steps=3 \
+  --set nodes.agent=true --set nodes.workers_per_node=2 --set train.micro_batch=4 \
+  --set "data.train=$TMP/synth_train_*.bin" --set "data.val=" \
+  "$FT_SRC/examples/demo.yaml" >"$ST.out" 2>&1 || { rc=$?; tail -20 "$ST.out"; fail "supervise exited $rc"; }
+has_event "$ST" run_done 'e["steps"] == 6' || fail "the real run did not finish"
+has_event "$ST" checkpoint_committed 'e["step"] == 6 and e["world"] == 4' || fail "no checkpoint of 4 ranks"
+grep -q "gloo on 127.0.0.1 (route to the supervisor)" "$ST/logs/node0.log" ||
+  fail "the worker did not bind Gloo to its agent's address: $(grep -h gloo "$ST/logs/node0.log")"
+pass "the real worker trains through agents"
