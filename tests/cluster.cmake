@@ -17,6 +17,14 @@ foreach(t chaos_power chaos_cut chaos_head chaos_slow chaos_hang doctor_links)
                      LABELS cluster TIMEOUT 300)
   set_tests_properties(cluster_${t} PROPERTIES RESOURCE_LOCK cluster)
 endforeach()
+# Real agents (nodes.agent) across the namespaces, launched per host and
+# once for the pool; a host of the gang loses power.
+foreach(mode each once)
+  ft_add_script_test(NAME cluster_agents_${mode}
+                     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/agents.sh ${mode}
+                     LABELS cluster TIMEOUT 300)
+  set_tests_properties(cluster_agents_${mode} PROPERTIES RESOURCE_LOCK cluster)
+endforeach()
 # The soak (issue 13): a random fault every 12 s for 72 s, about five faults,
 # so the shuffled deck deals most kinds (the 10-minute version with a fault
 # every 60 s is bench_cluster_soak, label bench).
