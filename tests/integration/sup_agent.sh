@@ -14,7 +14,11 @@
 #     once), its workers die with it (PR_SET_PDEATHSIG), a spare replaces
 #     it, and the run goes on to the end;
 #  5. the real worker trains through agents (Gloo bound to the address the
-#     agent hands it).
+#     agent hands it);
+#  6. its progress travels in the agents' HOSTBEATs: every training thread
+#     stops after step S (failpoint hang_at_step) while the workers beat
+#     on, and `supervise status --json` shows each rank's phase, step and
+#     a progress age that grows while its heartbeat stays fresh.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 export FT_AGENT=$FT_BIN/ftagent
@@ -105,3 +109,41 @@ has_event "$ST" checkpoint_committed 'e["step"] == 6 and e["world"] == 4' || fai
 grep -q "gloo on 127.0.0.1 (route to the supervisor)" "$ST/logs/node0.log" ||
   fail "the worker did not bind Gloo to its agent's address: $(grep -h gloo "$ST/logs/node0.log")"
 pass "the real worker trains through agents"
+
+# 6. progress through agents: the training threads stop, the beats go on
+ST=$TMP/prog
+S=8
+FT_FAILPOINTS=hang_at_step=$S "$FT_BIN/supervise" --state "$ST" --steps 40 --spares 0 \
+  --set nodes.agent=true --set nodes.workers_per_node=2 --set train.micro_batch=4 \
+  --set watchdog.heartbeat_timeout_s=4 --set "data.train=$TMP/synth_train_*.bin" --set "data.val=" \
+  "$FT_SRC/examples/demo.yaml" >"$ST.out" 2>&1 &
+sup=$!
+for ((i = 0; i < 900; i++)); do
+  [ -s "$ST/http.addr" ] && "$FT_BIN/supervise" status "$ST" --json 2>/dev/null |
+    python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["step"] >= int(sys.argv[1]) else 1)' \
+      "$S" && break
+  kill -0 $sup 2>/dev/null || fail "supervise exited: $(tail -20 "$ST.out")"
+  sleep 0.1
+done
+sleep 2
+"$FT_BIN/supervise" status "$ST" --json >"$TMP/s1.json" || fail "supervise status --json (1)"
+sleep 3
+"$FT_BIN/supervise" status "$ST" --json >"$TMP/s2.json" || fail "supervise status --json (2)"
+kill -TERM $sup
+wait $sup || true
+python3 - "$TMP/s1.json" "$TMP/s2.json" "$S" <<'PY' || fail "progress through agents (above)"
+import json, sys
+s1, s2 = (json.load(open(p)) for p in sys.argv[1:3])
+S = int(sys.argv[3])
+def ranks(s):
+    return {w["rank"]: w for n in s["nodes"] for w in n.get("workers", []) if w["rank"] >= 0}
+r1, r2 = ranks(s1), ranks(s2)
+assert sorted(r2) == [0, 1, 2, 3], r2
+for r in range(4):
+    a, b = r1[r], r2[r]
+    assert b["phase"] == "optimizer" and b["step"] == S, b
+    assert b["coll_seq"] > 0 and b["coll_seq"] == a["coll_seq"], (a, b)
+    assert b["progress_age_s"] >= a["progress_age_s"] + 2.5, (a, b)
+    assert b["heartbeat_age_s"] <= 2.5, b
+PY
+pass "progress (phase, step, collectives, its age) travels in the agents' HOSTBEATs"

@@ -1651,8 +1651,9 @@ static int serve_main(int argc, char **argv) {
   getrlimit(RLIMIT_NOFILE, &rl);
   rl.rlim_cur = rl.rlim_max;
   setrlimit(RLIMIT_NOFILE, &rl);
-  /* a connection per rank, or per host's agent; and one per attach process */
-  long need = (long)g.world_want * (g.agents ? 2 : 9) / 8 + 256;
+  /* a connection per rank (and an attach socket per host of 8), or one
+   * per host's agent (its attach sockets too, unless the pool has one) */
+  long need = (long)g.world_want * (g.agents ? 1 : 9) / 8 + 256;
   if (rl.rlim_cur < (rlim_t)need) {
     fprintf(stderr,
             "ftswarm: %d ranks need about %ld descriptors, the hard limit is %llu (ulimit -Hn)\n",
