@@ -433,12 +433,14 @@ static int check_msg(const ft_msg *m, int err) {
     }
     return 0;
   case FT_MSG_SLOT:
-    if (m->slot.slot >= FT_WIRE_MAX_SLOTS)
-      return ft_err_set(err, "SLOT.slot: %u exceeds %u", (unsigned)m->slot.slot,
-                        FT_WIRE_MAX_SLOTS - 1);
     if ((unsigned)m->slot.event >= FT_SLOT_EVENT_COUNT)
       return ft_err_set(err, "SLOT.event: %u out of range 0..%d", (unsigned)m->slot.event,
                         FT_SLOT_EVENT_COUNT - 1);
+    /* signal may name the agent itself (FT_WIRE_AGENT_SLOT) */
+    if (m->slot.slot >= FT_WIRE_MAX_SLOTS &&
+        !(m->slot.slot == FT_WIRE_AGENT_SLOT && m->slot.event == FT_SLOT_SIGNAL))
+      return ft_err_set(err, "SLOT.slot: %u exceeds %u", (unsigned)m->slot.slot,
+                        FT_WIRE_MAX_SLOTS - 1);
     return 0;
   }
   return ft_err_set(err, "message type %d is unknown", (int)m->type);

@@ -155,7 +155,10 @@
  *                         new worker on the slot (its last one has exited;
  *                         the agent answers SLOT open). Event signal:
  *                         send signal `status` (SIGTERM, SIGKILL) to the
- *                         slot's worker.
+ *                         slot's worker; slot FT_WIRE_AGENT_SLOT: to every
+ *                         worker of the host and then the agent itself (a
+ *                         SIGKILL so sent is a host lost on purpose: the
+ *                         chaos kill of a pool launched once).
  *                   S->A  STOP (not in a RELAY): the agent ends: it stops
  *                         its workers (SIGTERM, then SIGKILL), reports
  *                         their exits and exits 0. An agent outlives its

@@ -580,6 +580,9 @@ void sup_signal_node(sup *s, int n, int sig);
 /* nodes.agent: STOP to node n's agent itself (it ends, its workers with it);
  * nothing when it is not connected. */
 void sup_agent_stop(sup *s, int n, ft_stop_reason why, const char *detail);
+/* nodes.agent: node n's agent told to SIGKILL its workers and itself (the
+ * chaos kill of a pool launched once); nothing when it is not connected. */
+void sup_agent_kill(sup *s, int n);
 void sup_teardown_arm(sup *s); /* the teardown's follow-up looks again soon */
 /* Node n leaves the pool for good (its nd->why; a Slurm drain under
  * recovery.drain); persisted with the run state. */

@@ -56,6 +56,15 @@ void sup_agent_stop(sup *s, int n, ft_stop_reason why, const char *detail) {
   agent_tell(s, n, &m);
 }
 
+void sup_agent_kill(sup *s, int n) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_SLOT);
+  m.slot.slot = FT_WIRE_AGENT_SLOT;
+  m.slot.event = FT_SLOT_SIGNAL;
+  m.slot.status = SIGKILL;
+  agent_tell(s, n, &m);
+}
+
 /* Slot j's worker on node n, through its agent: start a new one, or send
  * it a signal. */
 static void agent_slot(sup *s, int n, int j, ft_slot_event ev, int sig) {

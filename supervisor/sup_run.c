@@ -662,6 +662,12 @@ static void chaos_kill(sup *s, int n, int64_t step, const char *what) {
   cJSON_AddNumberToObject(f, "node", n);
   cJSON_AddNumberToObject(f, "step", (double)step);
   sup_events_emit(s->ev, "chaos_kill", f, "SIGKILL %s %d at step %" PRId64, what, n, step);
+  if (s->agent_mode && s->rf.nodes.launch_once) {
+    /* the pool's one launch process is every node's: the node's agent is
+     * told to SIGKILL its workers and itself (its connection resets) */
+    sup_agent_kill(s, n);
+    return;
+  }
   if (nd->pgid > 0)
     kill(-nd->pgid, SIGKILL);
   for (int j = 0; j < s->G; j++)

@@ -587,6 +587,17 @@ static int sup_frame(agent *a, const uint8_t *f, size_t n, uint64_t now) {
   case FT_MSG_SLOT: {
     agent_slot *s = m.slot.slot < a->nslots ? &a->slots[m.slot.slot] : NULL;
     int sig = m.slot.status;
+    if (m.slot.slot == FT_WIRE_AGENT_SLOT && sig >= 1 && sig <= 64) {
+      /* the whole host: its workers, then the agent (a SIGKILL: as if the
+       * host lost power; the supervisor's chaos kill of a pool) */
+      fprintf(stderr, "ftagent: node %u: signal %d to the host from the supervisor\n", a->o->node,
+              sig);
+      for (unsigned j = 0; j < a->nslots; j++)
+        if (a->slots[j].pid > 0)
+          kill(a->slots[j].pid, sig);
+      raise(sig);
+      break;
+    }
     if (!s || m.slot.event == FT_SLOT_OPEN || m.slot.event == FT_SLOT_EXITED ||
         (m.slot.event == FT_SLOT_SIGNAL && (sig < 1 || sig > 64)))
       snprintf(why, sizeof why, "SLOT %s (%d) for slot %u of %u", ft_slot_event_name(m.slot.event),

@@ -18,7 +18,12 @@
 #  6. its progress travels in the agents' HOSTBEATs: every training thread
 #     stops after step S (failpoint hang_at_step) while the workers beat
 #     on, and `supervise status --json` shows each rank's phase, step and
-#     a progress age that grows while its heartbeat stays fresh.
+#     a progress age that grows while its heartbeat stays fresh;
+#  7. one launch for the pool (nodes.launch_once, a command starting every
+#     host's agent) and the run file's chaos kill: the killed node's agent
+#     alone dies (told by the supervisor, SIGKILL to its workers and
+#     itself), not the pool's launch process: one node lost, a spare in its
+#     place, the run goes on to the end.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 export FT_AGENT=$FT_BIN/ftagent
@@ -147,3 +152,21 @@ for r in range(4):
     assert b["heartbeat_age_s"] <= 2.5, b
 PY
 pass "progress (phase, step, collectives, its age) travels in the agents' HOSTBEATs"
+
+# 7. launched once for the pool; the chaos kill takes one host, not the pool
+ST=$TMP/once
+# (the launcher's /bin/sh runs it; {argv} comes shell-quoted)
+pool='for i in $(seq 0 $(({nodes} - 1))); do FT_NODE=$i {argv} & done; wait'
+# shellcheck disable=SC2086
+FAKE_STEP_MS=50 sup_run "$ST" --spares 1 $AG --set nodes.launch_once=true \
+  --set nodes.launcher=command --set "nodes.command=$pool" --set chaos.kill_node_at_step=12 ||
+  { rc=$?; tail -20 "$ST.out"; fail "supervise exited $rc"; }
+has_event "$ST" chaos_kill 'e["node"] == 1' || fail "no chaos kill of node 1"
+has_event "$ST" fault_detected "e['kind'] == 'node_lost' and e['node'] == 1" ||
+  fail "the chaos kill: $(grep fault_detected "$ST/events.jsonl" | head -1)"
+! has_event "$ST" fault_detected "e['node'] != 1" || fail "a node other than 1 blamed: $(grep fault_detected "$ST/events.jsonl")"
+has_event "$ST" spare_promoted 'e["spare_node"] == 2 and e["replaces"] == 1' || fail "no spare for node 1"
+has_event "$ST" run_done 'e["steps"] == 30' || fail "the run did not finish: $(tail -5 "$ST.out")"
+grep -q "ftagent: node 1: signal 9 to the host from the supervisor" "$ST/logs/agents.log" ||
+  fail "node 1's agent was not told: $(grep 'node 1' "$ST/logs/agents.log" | tail -3)"
+pass "launched once for the pool, the chaos kill takes one host's agent, not the pool"

@@ -1082,6 +1082,13 @@ static int agent_frame(void *ctx, const uint8_t *f, size_t len) {
           m.hostbeat.nbeats);
     break;
   case FT_MSG_SLOT: {
+    if (m.slot.slot == FT_WIRE_AGENT_SLOT && m.slot.status == SIGKILL) {
+      /* the host itself killed (the supervisor's chaos kill): as a drop */
+      printf("ftswarm: node %d: killed by the supervisor (its agent, SIGKILL)\n", node);
+      tell_attach(nd, "kill\n");
+      node_dead(nd);
+      break;
+    }
     sw_worker *w = m.slot.slot < (uint32_t)nd->slots ? &nd->w[m.slot.slot] : NULL;
     if (!w || m.slot.event == FT_SLOT_OPEN || m.slot.event == FT_SLOT_EXITED) {
       bad("node %d agent: SLOT %u %s from the supervisor", node, m.slot.slot,

@@ -8,8 +8,9 @@
 # SWARM_ONCE=1 (with agents: nodes.launch_once, one attach process for the
 # whole pool, as one srun over every host).
 # Leaves DIR/state (events.jsonl, store), DIR/swarm.out, DIR/sup.out and
-# DIR/figures.json; exits with the swarm's code (0: every fault detected and
-# recovered, no protocol error).
+# DIR/figures.json. The demo run file's chaos kill is off: the swarm's own
+# faults are the ones measured. Exits with the swarm's code (0: every fault
+# detected and recovered, no protocol error).
 set -u
 dir=$1 n=$2
 shift 2
@@ -39,7 +40,7 @@ pool=
   --set train.micro_batch=1 --set train.global_batch=$((nodes * G)) \
   --set checkpoint.every_steps=1000000 --set checkpoint.keep_last=3 \
   --set watchdog.heartbeat_timeout_s="$hb" --set watchdog.start_timeout_s=120 \
-  --set recovery.max_restarts=1000 \
+  --set recovery.max_restarts=1000 --set chaos.kill_node_at_step=0 \
   --set nodes.agent="$([ "${SWARM_AGENTS:-0}" = 1 ] && echo true || echo false)" \
   ${SWARM_SETS:-} "$FT_SRC/examples/demo.yaml" >"$dir/sup.out" 2>&1 &
 sup=$!

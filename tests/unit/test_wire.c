@@ -1181,6 +1181,19 @@ static void test_malformed(void **state) {
   tb_u32(&t, 0);
   tb_u32(&t, 0);
   tb_bad(&t, "SLOT.event: 5 out of range");
+  /* the agent itself (FT_WIRE_AGENT_SLOT) may be signalled, not started */
+  tb_start(&t, FT_MSG_SLOT, 0);
+  tb_u32(&t, FT_WIRE_AGENT_SLOT);
+  tb_u8(&t, FT_SLOT_SIGNAL);
+  tb_u32(&t, 9);
+  tb_u32(&t, 0);
+  tb_ok(&t);
+  tb_start(&t, FT_MSG_SLOT, 0);
+  tb_u32(&t, FT_WIRE_AGENT_SLOT);
+  tb_u8(&t, FT_SLOT_START);
+  tb_u32(&t, 0);
+  tb_u32(&t, 0);
+  tb_bad(&t, "SLOT.slot: 4294967295 exceeds 4095");
 }
 
 /* Every proper prefix of every valid frame, with the length field made to
