@@ -372,6 +372,7 @@ typedef struct sup {
                            which starts the node's workers and relays them */
   char agent_path[4096];
   pid_t once_pid;     /* nodes.launch_once: the pool's one launch (0: not yet) */
+  int alive_hint;     /* sup_any_alive's node found alive last (where it looks first) */
   int64_t final_step; /* train.steps */
   double t_start_s;   /* ft_now_s at start */
   sup_hooks hooks;    /* the calls up a layer (sup_hooks; wire_hooks) */
@@ -573,7 +574,9 @@ void sup_event_mark_failed(sup *s, int64_t step, const char *mark, const char *w
  * worker_launched events. */
 int sup_launch_node(sup *s, int n, const char *role);
 int sup_node_alive(const sup *s, int n); /* a worker of n not yet reaped */
-int sup_any_alive(const sup *s);
+/* a worker of any node not yet reaped; looks first where it found one
+ * last (finishing, every exit asks: 131,072 of them) */
+int sup_any_alive(sup *s);
 /* sig to node n's processes (SIGTERM: asked; SIGKILL: the teardown's
  * follow-up is armed); under Slurm srun's way (sup_nodes.c). */
 void sup_signal_node(sup *s, int n, int sig);

@@ -320,10 +320,15 @@ int sup_node_alive(const sup *s, int n) {
   return 0;
 }
 
-int sup_any_alive(const sup *s) {
-  for (int n = 0; n < s->nnodes; n++)
-    if (sup_node_alive(s, n))
+int sup_any_alive(sup *s) {
+  int h = s->alive_hint >= 0 && s->alive_hint < s->nnodes ? s->alive_hint : 0;
+  for (int k = 0; k < s->nnodes; k++) {
+    int n = (h + k) % s->nnodes;
+    if (sup_node_alive(s, n)) {
+      s->alive_hint = n;
       return 1;
+    }
+  }
   return 0;
 }
 

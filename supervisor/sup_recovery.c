@@ -167,6 +167,20 @@
  * waits until it is interrupted. That is the honest behaviour of "wait"
  * here; on a cluster a restarted supervisor with more nodes would resume.
  *
+ * AGENTS (nodes.agent: one ftagent per host holds its node's one
+ * connection; sup_conn's kids are its slots). The state machine is the
+ * same; what changes is where exits come from and how processes go:
+ *  - a worker's exit is its agent's SLOT exited with the true wait status
+ *    (sup_rec_exit_status, as SIGCHLD gives it), blamed as above;
+ *  - the agent's own end: its exit codes 0/6/2 are each slot's exit with
+ *    that code (sup_rec_agent_exit); anything else, or its connection lost
+ *    with workers on it, is the host lost (node_lost, quarantined at once);
+ *  - a restart in place starts the node's workers through its agent (SLOT
+ *    start), nothing is launched; signals go through it (SLOT signal), and a
+ *    SIGKILL it does not answer goes to its process group, or, launched
+ *    once for the pool (nodes.launch_once), drops its connection;
+ *  - the run's end and a spare lost or quarantined STOP the agent itself.
+ *
  * A rolled-back timeline re-trains steps whose old checkpoints were marked
  * BAD; ckpt_store_commit replaces a BAD step (ckptstore/ckpt_commit.c), so
  * the re-trained checkpoints commit under the same step numbers and become
@@ -961,19 +975,39 @@ static int node_left_behind(const sup *s, int n) {
   return s->slurm_launcher && nd->faulty && (nd->term_sent || nd->kill_sent);
 }
 
+/* Is gang position p still to stop (alive, not rejoined, not left behind)? */
+static int stop_pending(sup *s, int p) {
+  int n = s->gang[p];
+  return sup_node_alive(s, n) && !sup_rec_node_rejoined(s, n) && !node_left_behind(s, n);
+}
+
+/* Called at every node's exit or rejoin: a scan of the whole gang each
+ * time was quadratic (16,384 nodes rejoining took seconds of the loop), so
+ * the scan goes on from the first position found pending last time, and
+ * only a whole scan from the start (positions before the cursor can be
+ * pending again: a rejoined worker that died) declares the gang stopped. */
 static void check_stopped_t(sup *s) {
   if (s->state != SUP_RECOVERING || s->rphase != SUP_RP_STOPPING)
     return;
+  int *cur = &s->recovery.stop_cursor;
+  if (*cur < 0 || *cur > s->ngang)
+    *cur = 0;
+  for (; *cur < s->ngang; ++*cur)
+    if (stop_pending(s, *cur))
+      return;
   int behind[SUP_MAX_NODES], nb = 0;
   for (int p = 0; p < s->ngang; p++) {
     int n = s->gang[p];
     if (!sup_node_alive(s, n) || sup_rec_node_rejoined(s, n))
       continue;
-    if (!node_left_behind(s, n))
+    if (!node_left_behind(s, n)) {
+      *cur = p;
       return;
+    }
     behind[nb++] = n;
   }
-  if (!nb) /* else the grace timer kills what is left behind */
+  *cur = 0; /* the next round starts from the start */
+  if (!nb)  /* else the grace timer kills what is left behind */
     evtimer_del(s->grace);
   evtimer_del(s->rejoin_timer);
   s->recovery.t_stopped_s = ft_now_s();

@@ -36,6 +36,9 @@ typedef struct sup_recovery_state {
    * ready yet */
   int launch_q[SUP_MAX_NODES], nlaunch_q, launch_qi;
   int ready_cursor;
+  /* check_stopped's first gang position not found stopped yet (a hint:
+   * the round is declared stopped only after a scan of the whole gang) */
+  int stop_cursor;
   /* in process: a collective failure nobody's silence explains yet
    * (sup_recovery_collective_failed; sup_timers.c's coll timer judges it) */
   struct {

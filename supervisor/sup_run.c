@@ -25,6 +25,21 @@
  *               to (gen, rank) and one past sup_kv's bounds closes the
  *               connection
  *
+ * From an agent (nodes.agent; its HELLO names slot FT_WIRE_AGENT_SLOT, and
+ * sup_conn makes it a parent whose kids are its slots' virtual
+ * connections, each with its own CHALLENGE, HELLO and MAC, so everything
+ * above is unchanged for them):
+ *   HELLO       the agent of a node we launched, not quarantined, not
+ *               connected; its slots' HELLOs are checked as a worker's
+ *   HOSTBEAT    echoed (agent_msg); sup_conn has made each slot's beat
+ *               that kid's HEARTBEAT, its last_msg_s the beat's age
+ *               before now
+ *   SLOT        open: sup_conn made the kid and relayed its CHALLENGE;
+ *               exited (agent_msg): that worker's exit with its wait
+ *               status (sup_rec_exit_status), as SIGCHLD would give it
+ *   closed      with workers on it: event agent_closed, the node lost
+ *               (every kid closes with its parent)
+ *
  * connection_closed carries node, slot, rank (-1 unknown) and peer, and
  * queued_bytes when sup_conn closed it for not reading (its output cap).
  * A gang worker closed for its own misbehaviour (that, or its KV bound) is

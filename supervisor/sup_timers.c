@@ -62,7 +62,9 @@ static void on_teardown_t(evutil_socket_t fd, short what, void *arg) {
       if (!w->alive)
         continue;
       again = 1;
-      if (!sup_proc_dstate(w->pid, wchan, sizeof wchan)) {
+      /* an agent's workers are on its host, not ours (w->pid there, or its
+       * launch's here): its SLOT exited tells */
+      if (s->agent_mode || !sup_proc_dstate(w->pid, wchan, sizeof wchan)) {
         w->dstate_s = 0; /* dying, a zombie, or not local (ssh): wait for SIGCHLD */
         continue;
       }

@@ -1093,7 +1093,16 @@ void sup_watch_data_waits(sup *s, double now) {
   sup_events_progress_note(s->ev, note);
 }
 
+/* The progress records and data waits are judged every SUP_PROGRESS_EVERY_S,
+ * not on each 50 ms tick: their deadlines are seconds (the heartbeat
+ * timeout at least), and each look reads every rank's record (at 131,072
+ * ranks, 20 a second of them took a quarter of the supervisor's CPU). */
+#define SUP_PROGRESS_EVERY_S 0.25
+
 int sup_watch_progress(sup *s, double now) {
+  if (now >= s->watch.prog_judged_s && now - s->watch.prog_judged_s < SUP_PROGRESS_EVERY_S)
+    return 0;
+  s->watch.prog_judged_s = now;
   sup_watch_data_waits(s, now);
   if (!gang_trains(s))
     return 0;

@@ -77,7 +77,8 @@ typedef struct sup_watch_state {
    * (watchdog.progress_timeout_s), the recent step durations in seconds (a
    * ring of rank 0's STEP intervals), rank 0's last STEP (generation,
    * step, arrival), the own stall last seen (a tick that finds a new one
-   * does not judge), and the detector's input (grown) */
+   * does not judge), when it last judged (every SUP_PROGRESS_EVERY_S of
+   * the ticks), and the detector's input (grown) */
   wd_progress_cfg prog_cfg;
   double prog_step_s[SUP_PROG_STEPS];
   int prog_nsteps, prog_stepi;
@@ -85,6 +86,7 @@ typedef struct sup_watch_state {
   int64_t prog_last_step;
   double prog_last_at;
   double prog_stall_seen;
+  double prog_judged_s;
   wd_prog_rank *prog_ranks;
   int prog_cap;
   /* restore fallback: checkpoints marked BAD by restores since the last

@@ -771,6 +771,8 @@ static void on_msg(sw_worker *w, ft_msg *m, double now) {
     return;
   case FT_MSG_REPLICA:
     return;
+  case FT_MSG_DUMP: /* a hung worker's stack asked for (agents: no SIGUSR1); none here */
+    return;
   default:
     bad("node %d slot %d: unexpected %s", w->node, w->slot, ft_msg_type_name(m->type));
   }
