@@ -552,6 +552,24 @@ static int conn_start(sup_conn *c) {
   return rc;
 }
 
+/* A connection's own timers (its reap, HELLO deadline and close); 0, or -1
+ * with those made left for timers_free. */
+static int timers_new(sup_conn *c, struct event_base *base) {
+  c->reaper = evtimer_new(base, reap_cb, c);
+  c->deadline = evtimer_new(base, deadline_cb, c);
+  c->closer = evtimer_new(base, closer_cb, c);
+  return c->reaper && c->deadline && c->closer ? 0 : -1;
+}
+
+static void timers_free(sup_conn *c) {
+  if (c->reaper)
+    event_free(c->reaper);
+  if (c->deadline)
+    event_free(c->deadline);
+  if (c->closer)
+    event_free(c->closer);
+}
+
 static int kid_new(sup_conn *agent, uint32_t slot) {
   struct event_base *base = bufferevent_get_base(agent->bev);
   sup_conn *c = calloc(1, sizeof *c);
@@ -566,16 +584,8 @@ static int kid_new(sup_conn *agent, uint32_t slot) {
   c->parent = agent;
   c->slot = slot;
   snprintf(c->peer, sizeof c->peer, "%.40s/slot%u", agent->peer, (unsigned)slot);
-  c->reaper = evtimer_new(base, reap_cb, c);
-  c->deadline = evtimer_new(base, deadline_cb, c);
-  c->closer = evtimer_new(base, closer_cb, c);
-  if (!c->reaper || !c->deadline || !c->closer) {
-    if (c->reaper)
-      event_free(c->reaper);
-    if (c->deadline)
-      event_free(c->deadline);
-    if (c->closer)
-      event_free(c->closer);
+  if (timers_new(c, base)) {
+    timers_free(c);
     free(c);
     return FT_ENOMEM;
   }
@@ -651,10 +661,7 @@ int sup_conn_new(struct event_base *base, int fd, const char *run, const char *t
   int one = 1;
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-  c->reaper = evtimer_new(base, reap_cb, c);
-  c->deadline = evtimer_new(base, deadline_cb, c);
-  c->closer = evtimer_new(base, closer_cb, c);
-  if (!c->bev || !c->reaper || !c->deadline || !c->closer) {
+  if (timers_new(c, base) || !c->bev) {
     if (!c->bev)
       close(fd);
     rc = ft_err_set(FT_ENOMEM, "out of memory");
@@ -672,12 +679,7 @@ int sup_conn_new(struct event_base *base, int fd, const char *run, const char *t
 fail:
   if (c->bev)
     bufferevent_free(c->bev);
-  if (c->reaper)
-    event_free(c->reaper);
-  if (c->deadline)
-    event_free(c->deadline);
-  if (c->closer)
-    event_free(c->closer);
+  timers_free(c);
   free(c);
   return rc;
 }

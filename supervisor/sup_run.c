@@ -768,6 +768,33 @@ static uint32_t welcome_heartbeat_ms(const sup *s) {
   return hb < 1 ? 1 : hb > FT_WIRE_MAX_HEARTBEAT_MS ? FT_WIRE_MAX_HEARTBEAT_MS : (uint32_t)hb;
 }
 
+/* A HELLO (what: "HELLO", "agent HELLO") refused whoever sends it: the run
+ * is finishing, or node nd is out of the pool (told so: STOP evicted). */
+static int hello_refused(sup *s, sup_conn *c, const ft_msg *m, const sup_node *nd, const char *what,
+                         char *reason, size_t rlen) {
+  if (s->state >= SUP_FINISHING) {
+    snprintf(reason, rlen, "the run is finishing");
+    return 1;
+  }
+  if (nd->role != SUP_ROLE_QUARANTINED && nd->role != SUP_ROLE_LOST)
+    return 0;
+  ft_msg st;
+  ft_msg_init(&st, FT_MSG_STOP);
+  st.stop.reason = FT_STOP_EVICTED;
+  st.stop.detail = "node is out of the pool";
+  sup_send(s, c, &st, m->gen);
+  snprintf(reason, rlen, "%s from node %d, which is %s", what, (int)(nd - s->nodes),
+           sup_role_name(nd->role));
+  return 1;
+}
+
+static void welcome(sup *s, sup_conn *c, const ft_msg *m) {
+  ft_msg wm;
+  ft_msg_init(&wm, FT_MSG_WELCOME);
+  wm.welcome.heartbeat_ms = welcome_heartbeat_ms(s);
+  sup_send(s, c, &wm, m->gen);
+}
+
 /* An agent's HELLO (slot FT_WIRE_AGENT_SLOT): node n's one process, which
  * we launched; its connection becomes the agent's, its slots' connections
  * its kids, handled by these same ops. */
@@ -783,19 +810,8 @@ static int agent_hello(sup *s, sup_conn *c, const ft_msg *m, char *reason, size_
     return 1;
   }
   sup_node *nd = &s->nodes[node];
-  if (s->state >= SUP_FINISHING) {
-    snprintf(reason, rlen, "the run is finishing");
+  if (hello_refused(s, c, m, nd, "agent HELLO", reason, rlen))
     return 1;
-  }
-  if (nd->role == SUP_ROLE_QUARANTINED || nd->role == SUP_ROLE_LOST) {
-    ft_msg st;
-    ft_msg_init(&st, FT_MSG_STOP);
-    st.stop.reason = FT_STOP_EVICTED;
-    st.stop.detail = "node is out of the pool";
-    sup_send(s, c, &st, m->gen);
-    snprintf(reason, rlen, "agent HELLO from node %u, which is %s", node, sup_role_name(nd->role));
-    return 1;
-  }
   if (!nd->w[0].alive || (!s->command_launcher && (pid_t)m->hello.pid != nd->w[0].pid)) {
     snprintf(reason, rlen, "agent HELLO from node %u pid %u: not a process we launched", node,
              m->hello.pid);
@@ -812,10 +828,7 @@ static int agent_hello(sup *s, sup_conn *c, const ft_msg *m, char *reason, size_
   nd->agent = c;
   nd->agent_heard_s = ft_now_s();
   sup_conn_set_user(c, nd);
-  ft_msg wm;
-  ft_msg_init(&wm, FT_MSG_WELCOME);
-  wm.welcome.heartbeat_ms = welcome_heartbeat_ms(s);
-  sup_send(s, c, &wm, m->gen);
+  welcome(s, c, m);
   return 0;
 }
 
@@ -857,19 +870,8 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
              slot);
     return 1;
   }
-  if (s->state >= SUP_FINISHING) {
-    snprintf(reason, rlen, "the run is finishing");
+  if (hello_refused(s, c, m, nd, "HELLO", reason, rlen))
     return 1;
-  }
-  if (nd->role == SUP_ROLE_QUARANTINED || nd->role == SUP_ROLE_LOST) {
-    ft_msg st;
-    ft_msg_init(&st, FT_MSG_STOP);
-    st.stop.reason = FT_STOP_EVICTED;
-    st.stop.detail = "node is out of the pool";
-    sup_send(s, c, &st, m->gen);
-    snprintf(reason, rlen, "HELLO from node %u, which is %s", node, sup_role_name(nd->role));
-    return 1;
-  }
   /* under an agent w->pid is the agent's: the agent vouches for its workers */
   if (!w->alive || (!s->command_launcher && !agent && (pid_t)m->hello.pid != w->pid)) {
     snprintf(reason, rlen, "HELLO from node %u slot %u pid %u: not a process we launched", node,
@@ -886,10 +888,7 @@ static int on_hello(void *ud, sup_conn *c, const ft_msg *m, char *reason, size_t
   w->prog_have = 0; /* a new process: no progress heard yet */
   w->last_msg_s = ft_now_s();
   sup_conn_set_user(c, w);
-  ft_msg wm;
-  ft_msg_init(&wm, FT_MSG_WELCOME);
-  wm.welcome.heartbeat_ms = welcome_heartbeat_ms(s);
-  sup_send(s, c, &wm, m->gen);
+  welcome(s, c, m);
   sup_recovery_hello(s, w);
   return 0;
 }

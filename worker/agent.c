@@ -243,16 +243,21 @@ static void slot_queue(agent *a, agent_slot *s, const uint8_t *f, size_t n) {
   slot_flush(a, s);
 }
 
+/* Worker j's frame f, whole, to the supervisor. */
+static void relay_up(agent *a, uint32_t j, const uint8_t *f, size_t n) {
+  ft_msg r;
+  ft_msg_init(&r, FT_MSG_RELAY);
+  r.relay.slot = j;
+  r.relay.frame = f;
+  r.relay.frame_len = (uint32_t)n;
+  sup_send(a, &r);
+}
+
 /* One whole frame from worker s. */
 static void slot_frame(agent *a, agent_slot *s, const uint8_t *f, size_t n, uint64_t now) {
   uint32_t j = (uint32_t)(s - a->slots);
   if (f[5] != FT_MSG_HEARTBEAT || !s->welcomed) {
-    ft_msg r;
-    ft_msg_init(&r, FT_MSG_RELAY);
-    r.relay.slot = j;
-    r.relay.frame = f;
-    r.relay.frame_len = (uint32_t)n;
-    sup_send(a, &r);
+    relay_up(a, j, f, n);
     return;
   }
   ft_msg m;
@@ -265,14 +270,8 @@ static void slot_frame(agent *a, agent_slot *s, const uint8_t *f, size_t n, uint
   /* a beat of a new generation goes at once, whole (its echo comes back
    * relayed); the others wait for the HOSTBEAT */
   int relay_now = s->have_beat && m.gen != s->beat.gen;
-  if (relay_now) {
-    ft_msg r;
-    ft_msg_init(&r, FT_MSG_RELAY);
-    r.relay.slot = j;
-    r.relay.frame = f;
-    r.relay.frame_len = (uint32_t)n;
-    sup_send(a, &r);
-  }
+  if (relay_now)
+    relay_up(a, j, f, n);
   s->have_beat = 1;
   s->beat_ns = now;
   s->beat = (ft_wire_beat){.slot = j,
