@@ -464,21 +464,17 @@ static void kid_hello_frame(uint32_t slot, const uint8_t nonce[FT_WIRE_NONCE_LEN
   assert_int_equal(ft_wire_hello_sign(h, g_token, nonce), 0);
 }
 
-static void test_agent_relays_slots(void **st) {
-  (void)st;
-  struct event_base *base = event_base_new();
-  arec a = {0};
-  g_arec = &a;
-  rec r = {0};
+/* An agent's connection through its own handshake (node 3); *peer: the
+ * agent's end. */
+static sup_conn *agent_open(struct event_base *base, rec *r, int *peer) {
   int sv[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   sup_conn *c = NULL;
-  assert_int_equal(sup_conn_new(base, sv[0], RUN, g_token, &agent_ops, &r, &c), 0);
-  int peer = sv[1];
-  /* the agent's own handshake */
+  assert_int_equal(sup_conn_new(base, sv[0], RUN, g_token, &agent_ops, r, &c), 0);
+  *peer = sv[1];
   run_for(base, 0.05);
   ft_msg f[8];
-  int n = get_frames(peer, f, 8);
+  int n = get_frames(*peer, f, 8);
   assert_int_equal(n, 1);
   ft_msg h;
   ft_msg_init(&h, FT_MSG_HELLO);
@@ -488,10 +484,23 @@ static void test_agent_relays_slots(void **st) {
   h.hello.pid = 999;
   assert_int_equal(ft_wire_hello_sign(&h, g_token, f[0].challenge.nonce), 0);
   release_all(f, n);
-  put_frame(peer, &h);
+  put_frame(*peer, &h);
   run_for(base, 0.05);
   assert_true(sup_conn_is_agent(c));
   assert_int_equal(sup_conn_unauth_count(), 0);
+  return c;
+}
+
+static void test_agent_relays_slots(void **st) {
+  (void)st;
+  struct event_base *base = event_base_new();
+  arec a = {0};
+  g_arec = &a;
+  rec r = {0};
+  int peer;
+  sup_conn *c = agent_open(base, &r, &peer);
+  ft_msg f[8], h;
+  int n;
 
   /* slot 1 opens: its CHALLENGE comes in a RELAY, its HELLO goes back in one */
   uint8_t nonce[FT_WIRE_NONCE_LEN];
@@ -594,6 +603,68 @@ static void test_agent_relays_slots(void **st) {
   event_base_free(base);
 }
 
+/* A burst to one agent (a gang-wide send: each slot's frame): the first
+ * frame goes out at once, the rest when the loop turns, or when a frame to
+ * another agent comes, or when the connection closes; every frame arrives,
+ * in the order sent. */
+static ft_msg stop_frame(const char *detail) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_STOP);
+  snprintf(m.run, sizeof m.run, "%s", RUN);
+  m.stop.reason = FT_STOP_RECOVERING;
+  m.stop.detail = detail;
+  return m;
+}
+
+static void test_agent_burst_held(void **st) {
+  (void)st;
+  struct event_base *base = event_base_new();
+  arec a = {0};
+  g_arec = &a;
+  rec r = {0}, r2 = {0};
+  int peer, peer2;
+  sup_conn *c = agent_open(base, &r, &peer), *c2 = agent_open(base, &r2, &peer2);
+  static const char *const D[4] = {"one", "two", "three", "four"};
+  for (int i = 0; i < 3; i++) {
+    ft_msg m = stop_frame(D[i]);
+    assert_int_equal(sup_conn_send(c, &m), 0);
+  }
+  ft_msg f[8];
+  int n = get_frames(peer, f, 8);
+  assert_int_equal(n, 1); /* the first at once, two held */
+  assert_string_equal(f[0].stop.detail, "one");
+  release_all(f, n);
+  ft_msg m = stop_frame("other");
+  assert_int_equal(sup_conn_send(c2, &m), 0); /* another agent: the held go */
+  n = get_frames(peer, f, 8);
+  assert_int_equal(n, 2);
+  assert_string_equal(f[0].stop.detail, "two");
+  assert_string_equal(f[1].stop.detail, "three");
+  release_all(f, n);
+  m = stop_frame("four");
+  assert_int_equal(sup_conn_send(c2, &m), 0); /* held behind "other" */
+  run_for(base, 0.05);                        /* the loop's turn sends it */
+  n = get_frames(peer2, f, 8);
+  assert_int_equal(n, 2);
+  assert_string_equal(f[0].stop.detail, "other");
+  assert_string_equal(f[1].stop.detail, "four");
+  release_all(f, n);
+  /* held, then closed with a flush: it still goes */
+  m = stop_frame("one");
+  assert_int_equal(sup_conn_send(c, &m), 0);
+  m = stop_frame("two");
+  assert_int_equal(sup_conn_send(c, &m), 0);
+  sup_conn_close(c, "", 1);
+  n = get_frames(peer, f, 8);
+  assert_int_equal(n, 2);
+  assert_string_equal(f[1].stop.detail, "two");
+  release_all(f, n);
+  sup_conn_free_all();
+  close(peer);
+  close(peer2);
+  event_base_free(base);
+}
+
 /* RELAY, HOSTBEAT and SLOT are an agent's: a worker's connection that
  * sends one is closed. */
 static void test_agent_types_from_worker_refused(void **st) {
@@ -628,6 +699,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_peer_not_reading_closed_at_cap, sending_setup,
                                       sending_teardown),
       cmocka_unit_test(test_agent_relays_slots),
+      cmocka_unit_test(test_agent_burst_held),
       cmocka_unit_test(test_agent_types_from_worker_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
