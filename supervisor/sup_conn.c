@@ -76,6 +76,7 @@ struct sup_conn {
 };
 
 static sup_conn *g_conns;
+static int g_nsockets; /* connections on the list with a socket of their own */
 static uint64_t g_next_id = 1;
 static int g_unauth;
 static double g_hello_timeout_s = SUP_CONN_HELLO_TIMEOUT_S;
@@ -96,6 +97,10 @@ void sup_conn_set_max_queued(size_t bytes) {
 
 int sup_conn_unauth_count(void) {
   return g_unauth;
+}
+
+int sup_conn_socket_count(void) {
+  return g_nsockets;
 }
 
 static void reap_cb(evutil_socket_t fd, short what, void *arg);
@@ -122,6 +127,8 @@ static void timers_free(sup_conn *c) {
 }
 
 static void conn_unlink_free(sup_conn *c) {
+  if (!c->virt)
+    g_nsockets--;
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -615,6 +622,7 @@ static int conn_start(sup_conn *c) {
     g_conns->prev = c;
   g_conns = c;
   g_unauth++;
+  g_nsockets += !c->virt;
   struct timeval dl = {(long)g_hello_timeout_s,
                        (long)((g_hello_timeout_s - (long)g_hello_timeout_s) * 1e6)};
   evtimer_add(c->deadline, &dl);

@@ -90,6 +90,9 @@ void sup_conn_set_limits(double hello_timeout_s, int max_unauth);
 void sup_conn_set_max_queued(size_t bytes);
 /* How many connections are waiting for their HELLO now. */
 int sup_conn_unauth_count(void);
+/* How many connections with a socket of their own are open (an agent's
+ * slots are not: they are virtual). */
+int sup_conn_socket_count(void);
 /* Frees every connection still open at shutdown (no callbacks). */
 void sup_conn_free_all(void);
 

@@ -33,8 +33,9 @@
  *    of the accept or of the previous answer, however slowly it dribbles
  *    in (slowloris; ftsup_http_expired_total); evhttp's own timeout only
  *    counts silence.
- *  - A connection whose descriptor falls within HTTP_FD_RESERVE of
- *    RLIMIT_NOFILE is closed at once and the listener pauses
+ *  - A connection whose descriptor falls within the reserve of
+ *    RLIMIT_NOFILE (HTTP_FD_RESERVE, and room for the control connections
+ *    not open yet: fds_low) is closed at once and the listener pauses
  *    (ftsup_http_shed_total): the accepted descriptor is the lowest free
  *    one, so the ones left above it are all the process has.
  *  - Accept errors (EMFILE when the process ran out anyway) pause the
@@ -108,7 +109,7 @@
  * (ckpt_catalog.c) plus its log and manifest, a commit opens a few more
  * (the manifest, its directory, the lock), and every worker of the gang and
  * every spare holds a control connection and may open a KV or replica one:
- * 256, plus 4 per worker slot for gangs past a few dozen. */
+ * 256, plus 4 per control connection not open yet (fds_low). */
 #define HTTP_FD_RESERVE 256
 #define HTTP_FD_PER_WORKER 4
 #define HTTP_VIEW_SLOTS 4       /* cached /view.json texts, one per points */
@@ -423,13 +424,19 @@ static struct bufferevent *on_new_bev(struct event_base *base, void *arg) {
   return bev;
 }
 
-/* 1 when the descriptors above fd are within the reserve */
+/* 1 when the descriptors above fd are within the reserve: the store's and
+ * those of the control connections still to come (one per worker, or per
+ * node's agent; a worker's or agent's that is open is below fd already).
+ * It counted every worker's four times over, open or not: 16,384 workers
+ * (or 131,072 behind agents) put every HTTP connection in the reserve,
+ * and `supervise status` said a running supervisor had stopped. */
 static int fds_low(const struct sup_http *h, int fd) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY)
     return 0;
-  rlim_t reserve = HTTP_FD_RESERVE + HTTP_NEW_MAX +
-                   (rlim_t)HTTP_FD_PER_WORKER * (rlim_t)(h->s->nnodes * h->s->G);
+  long want = (long)h->s->nnodes * (h->s->agent_mode ? 1 : h->s->G);
+  long open = sup_conn_socket_count(), missing = want > open ? want - open : 0;
+  rlim_t reserve = HTTP_FD_RESERVE + HTTP_NEW_MAX + (rlim_t)HTTP_FD_PER_WORKER * (rlim_t)missing;
   return (rlim_t)fd + reserve >= rl.rlim_cur;
 }
 

@@ -23,7 +23,11 @@
 #     host's agent) and the run file's chaos kill: the killed node's agent
 #     alone dies (told by the supervisor, SIGKILL to its workers and
 #     itself), not the pool's launch process: one node lost, a spare in its
-#     place, the run goes on to the end.
+#     place, the run goes on to the end;
+#  8. the status port under a descriptor limit the gang's workers would
+#     pass four times over (48 workers behind 3 agents, ulimit -n 400):
+#     only the agents' connections count, and `supervise status` finds the
+#     run running (it was shed as "not running" before).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 export FT_AGENT=$FT_BIN/ftagent
@@ -170,3 +174,22 @@ has_event "$ST" run_done 'e["steps"] == 30' || fail "the run did not finish: $(t
 grep -q "ftagent: node 1: signal 9 to the host from the supervisor" "$ST/logs/agents.log" ||
   fail "node 1's agent was not told: $(grep 'node 1' "$ST/logs/agents.log" | tail -3)"
 pass "launched once for the pool, the chaos kill takes one host's agent, not the pool"
+
+# 8. the status port when the workers outnumber the descriptors it keeps
+ST=$TMP/fds
+(
+  ulimit -n 400
+  # shellcheck disable=SC2086
+  FAKE_STEP_MS=100 sup_run "$ST" --spares 1 $AG --set nodes.workers_per_node=16 --set train.micro_batch=1 --set train.global_batch=32
+) &
+sup=$!
+for _ in $(seq 300); do
+  has_event "$ST" checkpoint_committed 2>/dev/null && break
+  sleep 0.05
+done
+"$FT_BIN/supervise" status "$ST" --json >"$TMP/fds.json" ||
+  fail "supervise status: exit $? ($(cat "$TMP/fds.json"))"
+python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["running"] is True and len(s["nodes"]) == 3, s' "$TMP/fds.json" ||
+  fail "status under ulimit -n 400: $(head -c 300 "$TMP/fds.json")"
+wait $sup || { rc=$?; tail -20 "$ST.out"; fail "supervise exited $rc"; }
+pass "the status port answers when only the agents' connections fit the descriptors"
