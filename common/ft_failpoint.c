@@ -48,6 +48,7 @@ static const struct {
     {"sdc_corrupt_from", NULL, "sdc_corrupt_node"},
     {"kill_after_commit", NULL, NULL},
     {"kill_gang_position", NULL, NULL},
+    {"status_workers_max", NULL, NULL},
     {"chaos_kill_spares", NULL, NULL},
     {"gc_pause_ms", NULL, NULL},
 };

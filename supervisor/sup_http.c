@@ -70,6 +70,7 @@
 
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 #include "ft_file.h"
 #include "ft_net.h"
 #include "ft_version.h"
@@ -180,6 +181,32 @@ static void on_event(void *arg, double ts, const char *name, const cJSON *e) {
 
 /* ---- answers -------------------------------------------------------------- */
 
+/* A worker's progress entry (add_progress says what it holds). */
+static cJSON *worker_json(const sup *s, const sup_worker *w, double now) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "slot", w->slot);
+  cJSON_AddNumberToObject(o, "rank", w->rank);
+  cJSON_AddNumberToObject(o, "gen", (double)w->prog_gen);
+  cJSON_AddNumberToObject(o, "step", (double)w->prog_step);
+  cJSON_AddStringToObject(o, "phase", ft_phase_name(w->prog_phase));
+  cJSON_AddNumberToObject(o, "coll_seq", (double)w->prog_coll);
+  double age = now - w->prog_changed_s, hb = now - w->prog_beat_s;
+  cJSON_AddNumberToObject(o, "progress_age_s", round((age > 0 ? age : 0) * 10) / 10);
+  cJSON_AddNumberToObject(o, "heartbeat_age_s", round((hb > 0 ? hb : 0) * 10) / 10);
+  if (w->prog_phase == FT_PHASE_STORAGE_WAIT) { /* why: its read's last retry */
+    cJSON_AddStringToObject(o, "wait", ft_wait_reason_name(w->prog_wait));
+    cJSON_AddNumberToObject(o, "wait_attempt", w->prog_wait_attempt);
+  }
+  /* the rank's own last step time (its STEP: compute, without the wait
+   * for the others), for the node map; null before its first step in
+   * this generation */
+  if (w->step_ms_gen == s->gen && s->gen > 0 && isfinite(w->step_ms))
+    cJSON_AddNumberToObject(o, "step_ms", round(w->step_ms * 10) / 10);
+  else
+    cJSON_AddNullToObject(o, "step_ms");
+  return o;
+}
+
 /* A node's workers' progress (their last HEARTBEAT's, worker/progress.h)
  * into its /status entry as "workers": [{slot, rank, gen, step, phase,
  * coll_seq, progress_age_s, heartbeat_age_s; in storage_wait also wait
@@ -195,29 +222,46 @@ static void add_progress(const sup *s, int n, cJSON *x) {
       continue;
     if (!ws)
       ws = cJSON_AddArrayToObject(x, "workers");
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "slot", j);
-    cJSON_AddNumberToObject(o, "rank", w->rank);
-    cJSON_AddNumberToObject(o, "gen", (double)w->prog_gen);
-    cJSON_AddNumberToObject(o, "step", (double)w->prog_step);
-    cJSON_AddStringToObject(o, "phase", ft_phase_name(w->prog_phase));
-    cJSON_AddNumberToObject(o, "coll_seq", (double)w->prog_coll);
-    double age = now - w->prog_changed_s, hb = now - w->prog_beat_s;
-    cJSON_AddNumberToObject(o, "progress_age_s", round((age > 0 ? age : 0) * 10) / 10);
-    cJSON_AddNumberToObject(o, "heartbeat_age_s", round((hb > 0 ? hb : 0) * 10) / 10);
-    if (w->prog_phase == FT_PHASE_STORAGE_WAIT) { /* why: its read's last retry */
-      cJSON_AddStringToObject(o, "wait", ft_wait_reason_name(w->prog_wait));
-      cJSON_AddNumberToObject(o, "wait_attempt", w->prog_wait_attempt);
-    }
-    /* the rank's own last step time (its STEP: compute, without the wait
-     * for the others), for the node map; null before its first step in
-     * this generation */
-    if (w->step_ms_gen == s->gen && s->gen > 0 && isfinite(w->step_ms))
-      cJSON_AddNumberToObject(o, "step_ms", round(w->step_ms * 10) / 10);
-    else
-      cJSON_AddNullToObject(o, "step_ms");
-    cJSON_AddItemToArray(ws, o);
+    cJSON_AddItemToArray(ws, worker_json(s, w, now));
   }
+}
+
+/* Past SUP_STATUS_WORKERS_MAX ranks /status leaves out each node's
+ * "workers" (at 131,072 ranks they were ~20 MB of JSON and 0.7 s of the
+ * loop per request) unless asked (?workers=1): each node has "step_ms"
+ * and "progress_age_s", its slowest worker's, and the top level
+ * "stalest", the STATUS_STALEST workers longest without progress (each as
+ * in "workers", with its "node"), which is what `supervise status` prints. */
+#define SUP_STATUS_WORKERS_MAX 4096
+#define STATUS_STALEST 8
+
+static void add_summary(const sup *s, int n, cJSON *x, const sup_worker **stale, int *nstale) {
+  double now = ft_now_s(), ms = NAN, age = -1;
+  for (int j = 0; j < s->G; j++) {
+    const sup_worker *w = &s->nodes[n].w[j];
+    if (!w->conn || !w->prog_have)
+      continue;
+    if (w->step_ms_gen == s->gen && s->gen > 0 && isfinite(w->step_ms) && !(w->step_ms <= ms))
+      ms = w->step_ms;
+    double a = now - w->prog_changed_s;
+    if (a > age)
+      age = a;
+    if (w->rank < 0)
+      continue;
+    /* into the stalest, kept sorted by progress age (oldest first) */
+    int k = *nstale < STATUS_STALEST ? (*nstale)++ : STATUS_STALEST;
+    while (k > 0 && stale[k - 1]->prog_changed_s > w->prog_changed_s) {
+      if (k < STATUS_STALEST)
+        stale[k] = stale[k - 1];
+      k--;
+    }
+    if (k < STATUS_STALEST)
+      stale[k] = w;
+  }
+  if (isfinite(ms))
+    cJSON_AddNumberToObject(x, "step_ms", round(ms * 10) / 10);
+  if (age >= 0)
+    cJSON_AddNumberToObject(x, "progress_age_s", round(age * 10) / 10);
 }
 
 /* "waiting_on_data_storage" {ranks, longest_s, rank, node, slot, reason,
@@ -248,8 +292,15 @@ static void data_waits_json(const sup *s, cJSON *o) {
   cJSON_AddNumberToObject(x, "attempt", l->dwait.attempt);
 }
 
-static cJSON *status_json(struct sup_http *h) {
+/* detail: each node's "workers" (else past SUP_STATUS_WORKERS_MAX ranks
+ * the summary; add_summary) */
+static cJSON *status_json(struct sup_http *h, int detail) {
   sup *s = h->s;
+  int64_t max = SUP_STATUS_WORKERS_MAX;
+  (void)ft_failpoint("status_workers_max", &max);
+  int all = detail || (int64_t)s->nnodes * s->G <= max;
+  const sup_worker *stale[STATUS_STALEST];
+  int nstale = 0;
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "run", s->rf.run);
   cJSON_AddBoolToObject(o, "running", 1);
@@ -298,8 +349,20 @@ static cJSON *status_json(struct sup_http *h) {
     cJSON_AddStringToObject(x, "doctor", sup_doctor_node_state(s, n));
     if (s->nodes[n].dverdict[0])
       cJSON_AddStringToObject(x, "doctor_verdict", s->nodes[n].dverdict);
-    add_progress(s, n, x);
+    if (all)
+      add_progress(s, n, x);
+    else
+      add_summary(s, n, x, stale, &nstale);
     cJSON_AddItemToArray(nodes, x);
+  }
+  if (!all) {
+    cJSON *st = cJSON_AddArrayToObject(o, "stalest");
+    double now = ft_now_s();
+    for (int i = 0; i < nstale; i++) {
+      cJSON *w = worker_json(s, stale[i], now);
+      cJSON_AddNumberToObject(w, "node", stale[i]->node);
+      cJSON_AddItemToArray(st, w);
+    }
   }
   cJSON_AddItemToObject(o, "checkpoints", cJSON_Duplicate(h->ckpts, 1));
   cJSON_AddItemToObject(o, "faults", cJSON_Duplicate(h->last_faults, 1));
@@ -316,6 +379,19 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
 
 static void to_evbuffer(void *ud, const void *p, size_t n) {
   evbuffer_add(ud, p, n);
+}
+
+/* ?NAME=1 */
+static int query_flag(struct evhttp_request *req, const char *name) {
+  const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+  struct evkeyvalq kv;
+  int on = 0;
+  if (q && evhttp_parse_query_str(q, &kv) == 0) {
+    const char *v = evhttp_find_header(&kv, name);
+    on = v && !strcmp(v, "1");
+    evhttp_clear_headers(&kv);
+  }
+  return on;
 }
 
 /* ?points=N of /view.json (100-20000; default 1500) */
@@ -588,7 +664,7 @@ static const http_view *view_text(struct sup_http *h, int points) {
         v = &h->views[i];
   }
   free(v->txt);
-  cJSON *o = sup_view_json(h->view, h->s->hist, status_json(h), 1, points);
+  cJSON *o = sup_view_json(h->view, h->s->hist, status_json(h, 0), 1, points);
   v->txt = o ? cJSON_PrintUnformatted(o) : NULL;
   cJSON_Delete(o);
   if (!v->txt)
@@ -650,7 +726,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     metrics_page(h, b);
     reply(req, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", b);
   } else if (path && !strcmp(path, "/status")) {
-    reply_json(req, b, status_json(h));
+    reply_json(req, b, status_json(h, query_flag(req, "workers")));
   } else if (path && !strcmp(path, "/view.json")) {
     const http_view *v = view_text(h, points_of(req));
     if (v && !evbuffer_add(b, v->txt, v->len) && !evbuffer_add(b, "\n", 1))
@@ -808,7 +884,7 @@ int sup_http_save_status(sup *s) {
   struct sup_http *h = s->http;
   if (!h)
     return FT_OK;
-  cJSON *o = status_json(h);
+  cJSON *o = status_json(h, 0);
   if (o) {
     cJSON_ReplaceItemInObject(o, "running", cJSON_CreateFalse());
     cJSON_AddNumberToObject(o, "saved_ts", (double)ft_wall_ns() * 1e-9);

@@ -252,9 +252,26 @@ static int by_age_desc(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
+static void print_rank(const cJSON *w, double node) {
+  const char *wait = sup_jstr(w, "wait");
+  printf("    rank %.0f (node %.0f slot %.0f): %s%s%s%s, collective %.0f, step %.0f, no "
+         "progress for %.1f s\n",
+         sup_jnum(w, "rank", -1), node, sup_jnum(w, "slot", -1),
+         sup_jstr(w, "phase") ? sup_jstr(w, "phase") : "?", wait ? " (" : "", wait ? wait : "",
+         wait ? ")" : "", sup_jnum(w, "coll_seq", 0), sup_jnum(w, "step", -1),
+         sup_jnum(w, "progress_age_s", 0));
+}
+
 static void print_progress(const cJSON *o) {
   const cJSON *nd, *w;
   int total = 0;
+  const cJSON *st = cJSON_GetObjectItem(o, "stalest");
+  if (cJSON_IsArray(st)) { /* a large gang: the supervisor picked them */
+    if (cJSON_GetArraySize(st) > 0)
+      printf("  progress (oldest first):\n");
+    cJSON_ArrayForEach(w, st) print_rank(w, sup_jnum(w, "node", -1));
+    return;
+  }
   cJSON_ArrayForEach(nd, cJSON_GetObjectItem(o, "nodes")) {
     total += cJSON_GetArraySize(cJSON_GetObjectItem(nd, "workers"));
   }
@@ -272,17 +289,50 @@ static void print_progress(const cJSON *o) {
   if (n)
     printf("  progress (oldest first):\n");
   for (int i = 0; i < n && i < PRINT_PROGRESS_MAX; i++)
-    printf("    rank %.0f (node %.0f slot %.0f): %s%s%s%s, collective %.0f, step %.0f, no "
-           "progress for %.1f s\n",
-           sup_jnum(l[i].w, "rank", -1), l[i].node, sup_jnum(l[i].w, "slot", -1),
-           sup_jstr(l[i].w, "phase") ? sup_jstr(l[i].w, "phase") : "?",
-           sup_jstr(l[i].w, "wait") ? " (" : "",
-           sup_jstr(l[i].w, "wait") ? sup_jstr(l[i].w, "wait") : "",
-           sup_jstr(l[i].w, "wait") ? ")" : "", sup_jnum(l[i].w, "coll_seq", 0),
-           sup_jnum(l[i].w, "step", -1), l[i].age);
+    print_rank(l[i].w, l[i].node);
   if (n > PRINT_PROGRESS_MAX)
     printf("    (%d more)\n", n - PRINT_PROGRESS_MAX);
   free(l);
+}
+
+/* Past PRINT_NODES_MAX nodes, the nodes line counts them by role and names
+ * only those out of the pool or not cleared by their doctor (the first
+ * PRINT_NODES_MAX of them). */
+#define PRINT_NODES_MAX 64
+static void print_roles(const cJSON *o) {
+  static const char *const ROLES[] = {"active", "spare", "quarantined", "lost", "drained"};
+  int count[6] = {0}, named = 0, more = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "nodes")) {
+    const char *r = sup_jstr(it, "role");
+    int k = 0;
+    while (k < 5 && !(r && !strcmp(r, ROLES[k])))
+      k++;
+    count[k]++;
+  }
+  printf("  nodes:");
+  for (int k = 0; k < 6; k++)
+    if (count[k])
+      printf(" %d %s", count[k], k < 5 ? ROLES[k] : "other");
+  printf("\n");
+  cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "nodes")) {
+    const char *r = sup_jstr(it, "role"), *doc = sup_jstr(it, "doctor");
+    int out = r && strcmp(r, "active") && strcmp(r, "spare");
+    int sick = doc && strcmp(doc, "cleared") && strcmp(doc, "off");
+    if (!out && !sick)
+      continue;
+    if (named >= PRINT_NODES_MAX) {
+      more++;
+      continue;
+    }
+    named++;
+    const char *host = sup_jstr(it, "host"), *why = sup_jstr(it, "why");
+    printf("    node %.0f %s%s%s%s%s%s%s%s\n", sup_jnum(it, "node", 0), r ? r : "?",
+           host ? "@" : "", host ? host : "", sick ? " (doctor: " : "", sick ? doc : "",
+           sick ? ")" : "", why ? ": " : "", why ? why : "");
+  }
+  if (more)
+    printf("    (%d more)\n", more);
 }
 
 static void print_human(const cJSON *o) {
@@ -320,7 +370,10 @@ static void print_human(const cJSON *o) {
            sup_jnum(dw, "slot", -1), sup_jnum(dw, "longest_s", 0),
            sup_jstr(dw, "reason") ? sup_jstr(dw, "reason") : "?", sup_jnum(dw, "attempt", 0));
   const cJSON *it;
-  if (cJSON_GetArraySize(cJSON_GetObjectItem(o, "nodes")) > 0) {
+  int nnodes = cJSON_GetArraySize(cJSON_GetObjectItem(o, "nodes"));
+  if (nnodes > PRINT_NODES_MAX) {
+    print_roles(o);
+  } else if (nnodes > 0) {
     printf("  nodes:");
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "nodes")) {
       const char *doc = sup_jstr(it, "doctor");

@@ -27,7 +27,9 @@
 #  8. the status port under a descriptor limit the gang's workers would
 #     pass four times over (48 workers behind 3 agents, ulimit -n 400):
 #     only the agents' connections count, and `supervise status` finds the
-#     run running (it was shed as "not running" before).
+#     run running (it was shed as "not running" before); with
+#     status_workers_max=16 it is a large gang's summary: no workers per
+#     node, the 8 stalest ranks, which `supervise status` prints.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 export FT_AGENT=$FT_BIN/ftagent
@@ -180,7 +182,7 @@ ST=$TMP/fds
 (
   ulimit -n 400
   # shellcheck disable=SC2086
-  FAKE_STEP_MS=100 sup_run "$ST" --spares 1 $AG --set nodes.workers_per_node=16 --set train.micro_batch=1 --set train.global_batch=32
+  FT_FAILPOINTS=status_workers_max=16 FAKE_STEP_MS=100 sup_run "$ST" --spares 1 $AG --set nodes.workers_per_node=16 --set train.micro_batch=1 --set train.global_batch=32
 ) &
 sup=$!
 for _ in $(seq 300); do
@@ -191,5 +193,17 @@ done
   fail "supervise status: exit $? ($(cat "$TMP/fds.json"))"
 python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["running"] is True and len(s["nodes"]) == 3, s' "$TMP/fds.json" ||
   fail "status under ulimit -n 400: $(head -c 300 "$TMP/fds.json")"
+python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert all("workers" not in n for n in s["nodes"]), "workers past status_workers_max"
+assert len(s["stalest"]) == 8, s["stalest"]
+ages = [w["progress_age_s"] for w in s["stalest"]]
+assert ages == sorted(ages, reverse=True) and all(w["rank"] >= 0 for w in s["stalest"]), s["stalest"]' "$TMP/fds.json" ||
+  fail "the large gang's status summary: $(head -c 400 "$TMP/fds.json")"
+"$FT_BIN/supervise" status "$ST" >"$TMP/fds.txt"
+grep -q "progress (oldest first):" "$TMP/fds.txt" && [ "$(grep -c "^    rank " "$TMP/fds.txt")" = 8 ] ||
+  fail "supervise status from the summary: $(cat "$TMP/fds.txt")"
 wait $sup || { rc=$?; tail -20 "$ST.out"; fail "supervise exited $rc"; }
 pass "the status port answers when only the agents' connections fit the descriptors"
+pass "past status_workers_max ranks /status sums up: the 8 stalest ranks, no workers per node"
