@@ -328,7 +328,7 @@ static void held_flush(void) {
   if (c && c->held.len) {
     if (!c->overflowed)
       (void)write_out(c, c->held.data, c->held.len);
-    ft_buf_reset(&c->held);
+    ft_buf_release(&c->held); /* not kept: 16,384 agents' bursts would stay resident */
   }
 }
 

@@ -181,6 +181,13 @@ static void on_event(void *arg, double ts, const char *name, const cJSON *e) {
 
 /* ---- answers -------------------------------------------------------------- */
 
+/* w's own last step time (its STEP: compute, without the wait for the
+ * others), for the node map; NAN before its first step in this
+ * generation. */
+static double step_ms_of(const sup *s, const sup_worker *w) {
+  return w->step_ms_gen == s->gen && s->gen > 0 && isfinite(w->step_ms) ? w->step_ms : NAN;
+}
+
 /* A worker's progress entry (add_progress says what it holds). */
 static cJSON *worker_json(const sup *s, const sup_worker *w, double now) {
   cJSON *o = cJSON_CreateObject();
@@ -197,11 +204,9 @@ static cJSON *worker_json(const sup *s, const sup_worker *w, double now) {
     cJSON_AddStringToObject(o, "wait", ft_wait_reason_name(w->prog_wait));
     cJSON_AddNumberToObject(o, "wait_attempt", w->prog_wait_attempt);
   }
-  /* the rank's own last step time (its STEP: compute, without the wait
-   * for the others), for the node map; null before its first step in
-   * this generation */
-  if (w->step_ms_gen == s->gen && s->gen > 0 && isfinite(w->step_ms))
-    cJSON_AddNumberToObject(o, "step_ms", round(w->step_ms * 10) / 10);
+  double ms = step_ms_of(s, w);
+  if (isfinite(ms))
+    cJSON_AddNumberToObject(o, "step_ms", round(ms * 10) / 10);
   else
     cJSON_AddNullToObject(o, "step_ms");
   return o;
@@ -241,8 +246,9 @@ static void add_summary(const sup *s, int n, cJSON *x, const sup_worker **stale,
     const sup_worker *w = &s->nodes[n].w[j];
     if (!w->conn || !w->prog_have)
       continue;
-    if (w->step_ms_gen == s->gen && s->gen > 0 && isfinite(w->step_ms) && !(w->step_ms <= ms))
-      ms = w->step_ms;
+    double m = step_ms_of(s, w);
+    if (isfinite(m) && (!isfinite(ms) || m > ms))
+      ms = m;
     double a = now - w->prog_changed_s;
     if (a > age)
       age = a;

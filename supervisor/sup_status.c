@@ -31,7 +31,11 @@
  * (its HTTP address in STATE/http.addr) for /status; when none answers, it
  * reads STATE/events.jsonl (read only, no lock: the catalog stays free) and
  * says how the run last ended. Exit 0: running; 3: not running (as
- * `systemctl status`); 2: usage, or no such state directory.
+ * `systemctl status`); 2: usage, or no such state directory. A large
+ * gang's /status has no per-worker entries (sup_http.c): the progress
+ * lines come from its "stalest", and past PRINT_NODES_MAX nodes the nodes
+ * line counts them by role. One caveat: a supervisor whose port sheds the
+ * request (descriptors low) reads as not running.
  */
 
 typedef struct fetch {

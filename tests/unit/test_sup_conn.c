@@ -14,7 +14,9 @@
  * closed), a HOSTBEAT's beat reaches the slot's on_msg as a HEARTBEAT with
  * its age and its echo is not sent, a slot's send is a RELAY, SLOT exited
  * closes the slot, and the agent's close closes every slot; a direct
- * worker may not send RELAY. */
+ * worker may not send RELAY. A burst of frames to agents: the first to
+ * each goes out at once, the rest to the same agent when a frame to
+ * another agent comes, when the loop turns or when it closes, in order. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
