@@ -58,8 +58,11 @@
  * same run and step; the tensors' coverage is checked when the objects are
  * read: a load, a verify, a GC's mark), and its C3 checks those objects
  * rather than every chunk [check_shards]: O(ranks), not O(chunks), with no
- * first-seen entries (the writers counted the new bytes). Why an object
- * vouches for its chunks, and when it does not: check_shards.
+ * first-seen entries (the writers counted the new bytes). A host's agent
+ * may send one reference for its ranks instead (ckpt_store_put_host: a
+ * leaf of the index it wrote): C3 then checks one object per host. Why an
+ * object vouches for its chunks, and a leaf for its objects, and when
+ * they do not: check_shards.
  * Levels (enum ckpt_level): a memory-level commit (meta->level; the
  * checkpoints between persisted ones, checkpoint.persist_every) has its
  * chunks only in workers' memory, so it skips C3 and C4 and records no
@@ -132,10 +135,15 @@ static void check_manifest(const ckpt_manifest *m, const ckpt_meta *meta) {
                 meta->step);
   FT_ASSERT_INV(in->state == CKPT_COMMITTED || in->state == CKPT_GOOD, "manifest state %d",
                 in->state);
-  if (m->nobjs) { /* format 2: one shard object per rank, in rank order */
-    for (int i = 0; i < m->nobjs; i++)
-      FT_ASSERT_INV(m->objs[i].rank == i, "shard object %d is of rank %d", i, m->objs[i].rank);
-    FT_ASSERT_INV(m->nobjs == in->world, "%d shard objects, world %d", m->nobjs, in->world);
+  if (m->nobjs || m->nhosts) { /* formats 2, 3: shard objects and hosts' leaves tile the ranks */
+    int at = 0;
+    for (int i = 0, j = 0; i < m->nobjs || j < m->nhosts;) {
+      int host = j < m->nhosts && (i == m->nobjs || m->hosts[j].lo < m->objs[i].rank);
+      int lo = host ? m->hosts[j].lo : m->objs[i].rank;
+      FT_ASSERT_INV(lo == at, "shard objects: rank %d next, expected %d", lo, at);
+      at = host ? m->hosts[j++].hi : m->objs[i++].rank + 1;
+    }
+    FT_ASSERT_INV(at == in->world, "shard objects of %d ranks, world %d", at, in->world);
     return;
   }
   FT_ASSERT_INV(in->ntensors == m->ntensors, "ntensors %d != %d", in->ntensors, m->ntensors);
@@ -281,31 +289,69 @@ static int check_chunks(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m, 
  * safe. An older object (a shard committed long after it was saved) is
  * read and its chunks checked and freshened one by one, as check_chunks
  * does, then it is freshened too. The commit never freshens an object
- * without its chunks, so an object's time always vouches for them. */
+ * without its chunks, so an object's time always vouches for them.
+ * A host's leaf (ckpt_store_put_host) vouches for its shard objects the
+ * same way, one level up: it is checked to exist, and when it and the
+ * oldest of its shard objects (the time its agent saw) are both younger
+ * than half the grace, every object under it is, so all are safe as
+ * above; otherwise the leaf is read and each of its shard objects checked
+ * as a rank's is, then the leaf freshened. So a commit of hosts' leaves
+ * asks the tier about one object per host. */
+static int check_one(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m,
+                     const ckpt_shard_obj *o, int64_t young) {
+  char key[128];
+  int64_t mtime = 0;
+  ckpt_objkey_shard(key, sizeof key, o->hash);
+  int rc = s->tier->exists(s->tier, key, 0, NULL, &mtime);
+  if (rc == FT_ENOENT)
+    return ft_err_set(FT_ENOENT,
+                      "commit of %s step %" PRId64 " refused: the shard object of rank %d (%s) "
+                      "is not in the store",
+                      meta->run, meta->step, o->rank, key);
+  if (rc || mtime >= young)
+    return rc;
+  ckpt_shard *sh = NULL;
+  if ((rc = ckpt_shard_obj_read(s->tier, m, o, &sh)) == FT_OK)
+    rc = ckpt_freshen_shard(s->tier, sh);
+  ckpt_shard_free(sh);
+  if (rc)
+    return ckpt_err_wrap(rc, "commit of %s step %" PRId64 " refused", meta->run, meta->step);
+  return s->tier->exists(s->tier, key, 1, NULL, NULL);
+}
+
+static int check_host(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m,
+                      const ckpt_host_obj *h, int64_t young) {
+  char key[128];
+  int64_t mtime = 0;
+  ckpt_objkey_shard(key, sizeof key, h->hash);
+  int rc = s->tier->exists(s->tier, key, 0, NULL, &mtime);
+  if (rc == FT_ENOENT)
+    return ft_err_set(FT_ENOENT,
+                      "commit of %s step %" PRId64 " refused: the index leaf of ranks %d..%d "
+                      "(%s, its host's) is not in the store",
+                      meta->run, meta->step, h->lo, h->hi - 1, key);
+  if (rc || (mtime >= young && h->oldest >= young))
+    return rc;
+  ckpt_index_node nd;
+  if ((rc = ckpt_index_node_read(s->tier, m, h->hash, 0, h->lo, h->hi, &nd)) != FT_OK)
+    return ckpt_err_wrap(rc, "commit of %s step %" PRId64 " refused", meta->run, meta->step);
+  for (int i = 0; i < nd.n && rc == FT_OK; i++) {
+    ckpt_shard_obj o = {.rank = nd.e[i].lo};
+    memcpy(o.hash, nd.e[i].hash, CKPT_HASH_LEN);
+    rc = check_one(s, meta, m, &o, young);
+  }
+  ckpt_index_node_release(&nd);
+  return rc ? rc : s->tier->exists(s->tier, key, 1, NULL, NULL);
+}
+
 static int check_shards(ckpt_store *s, const ckpt_meta *meta, ckpt_manifest *m) {
   int64_t now = 0;
   int rc = s->tier->now(s->tier, &now);
   int64_t young = now - s->gc_grace_s * 500000000LL;
-  for (int i = 0; rc == FT_OK && i < m->nobjs; i++) {
-    char key[128];
-    int64_t mtime = 0;
-    ckpt_objkey_shard(key, sizeof key, m->objs[i].hash);
-    rc = s->tier->exists(s->tier, key, 0, NULL, &mtime);
-    if (rc == FT_ENOENT)
-      return ft_err_set(FT_ENOENT,
-                        "commit of %s step %" PRId64 " refused: the shard object of rank %d (%s) "
-                        "is not in the store",
-                        meta->run, meta->step, m->objs[i].rank, key);
-    if (rc || mtime >= young)
-      continue;
-    ckpt_shard *sh = NULL;
-    if ((rc = ckpt_shard_obj_read(s->tier, m, &m->objs[i], &sh)) == FT_OK)
-      rc = ckpt_freshen_shard(s->tier, sh);
-    ckpt_shard_free(sh);
-    if (rc)
-      return ckpt_err_wrap(rc, "commit of %s step %" PRId64 " refused", meta->run, meta->step);
-    rc = s->tier->exists(s->tier, key, 1, NULL, NULL);
-  }
+  for (int i = 0; rc == FT_OK && i < m->nobjs; i++)
+    rc = check_one(s, meta, m, &m->objs[i], young);
+  for (int i = 0; rc == FT_OK && i < m->nhosts; i++)
+    rc = check_host(s, meta, m, &m->hosts[i], young);
   return rc;
 }
 

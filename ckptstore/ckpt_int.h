@@ -146,6 +146,13 @@ struct ckpt_shard {
   int is_ref, has_object;
   uint8_t object[CKPT_HASH_LEN];
   ckpt_shard_sum sum;
+  /* A host's reference (ckpt_store_put_host): object names a leaf of the
+   * index (level 0) holding the shard objects of ranks [rank, rank +
+   * nranks), one host's, and sum adds theirs up; oldest is the tier's
+   * time of the oldest of them when the leaf was written (what the commit
+   * vouches by). host 0: one rank's (nranks is taken as 1). */
+  int host, nranks;
+  int64_t oldest;
 };
 
 /* A checkpoint's shard object, as its manifest (or its index) names it. */
@@ -154,6 +161,15 @@ typedef struct ckpt_shard_obj {
   uint8_t hash[CKPT_HASH_LEN];
 } ckpt_shard_obj;
 
+/* A host's leaf of a checkpoint's index, as a commit of host references
+ * gets it: ranks [lo, hi), its name, and the oldest of its shard objects
+ * (ckpt_shard.oldest). */
+typedef struct ckpt_host_obj {
+  int lo, hi;
+  uint8_t hash[CKPT_HASH_LEN];
+  int64_t oldest;
+} ckpt_host_obj;
+
 /* The index of a checkpoint of shard objects (format 3, ckpt_manifest.c):
  * a tree of index objects, stored as shard objects are (shards/<SHA-256
  * of the text>) and read as they are (checked against their name and that
@@ -161,9 +177,11 @@ typedef struct ckpt_shard_obj {
  * CKPT_INDEX_FANOUT shard objects, each with the ranks [lo, hi) it holds;
  * a node of level L > 0 names up to CKPT_INDEX_FANOUT nodes of level L-1
  * with the ranks each covers. The entries of a node tile its ranks in
- * order; the root covers [0, world). Keyed by rank ranges so that one
- * entry may later hold several ranks (one shard object per host); this
- * build writes and reads one rank per shard object. */
+ * order; the root covers [0, world). A leaf is either written by the
+ * commit (up to CKPT_INDEX_FANOUT ranks in a row that came as single
+ * references) or by a host's agent for its own ranks
+ * (ckpt_store_put_host), so a commit of hosts' references writes only the
+ * levels above the leaves; a leaf's entries are one rank each either way. */
 #define CKPT_INDEX_FANOUT 256
 typedef struct ckpt_index_ent {
   int lo, hi; /* ranks [lo, hi) */
@@ -187,6 +205,11 @@ struct ckpt_manifest {
   ckpt_shard_obj *objs;
   int nobjs;
   int expanded;
+  /* A commit of host references (ckpt_manifest_build_refs): the hosts'
+   * leaves, sorted by rank; objs then holds the ranks that came one by
+   * one, and the two tile the world. Only the commit has them. */
+  ckpt_host_obj *hosts;
+  int nhosts;
   /* Format 3: the manifest names the root of its index instead of every
    * shard object (has_index 1; depth: levels of the tree). objs is empty
    * until the whole index is read (ckpt_index_load_tier); nodes then holds
@@ -256,10 +279,12 @@ int ckpt_shard_obj_read(ckpt_tier *t, ckpt_manifest *m, const ckpt_shard_obj *o,
 /* ckpt_manifest_from_json, then ckpt_manifest_expand_tier. */
 int ckpt_manifest_read(ckpt_tier *t, const char *json, ckpt_manifest **out);
 
-/* Writes the index of m's shard objects (m->objs, in rank order) into t:
- * its nodes, leaves first, each content-addressed; sets m->has_index,
- * index_root and index_depth, so m is written in format 3. */
+/* Writes the index of m's shard objects (m->objs, and the leaves of
+ * m->hosts already in t) into t: its nodes, leaves first, each
+ * content-addressed; sets m->has_index, index_root and index_depth, so m
+ * is written in format 3. */
 int ckpt_index_write(ckpt_tier *t, ckpt_manifest *m);
+/* ckpt_host_ref_build: ckptstore.h. */
 /* Reads the whole index of a format 3 manifest: fills m->objs (one per
  * rank) and m->nodes; a no-op when objs are there. FT_ECORRUPT naming the
  * index object that is missing, damaged or not of this checkpoint. */

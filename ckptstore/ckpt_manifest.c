@@ -444,6 +444,10 @@ char *ckpt_shard_ref_to_json(const ckpt_shard *sh) {
   ckpt_hex(sh->object, hex);
   cJSON_AddStringToObject(root, "object", hex);
   sum_to_json(cJSON_AddObjectToObject(root, "totals"), &sh->sum);
+  if (sh->host) { /* a host's: its leaf's ranks, and when its oldest shard was written */
+    cJSON_AddNumberToObject(root, "ranks", sh->nranks);
+    cJSON_AddNumberToObject(root, "oldest_ms", (double)(sh->oldest / 1000000)); /* down: older */
+  }
   char *s = seal(root, 0);
   cJSON_Delete(root);
   return s;
@@ -466,6 +470,10 @@ void ckpt_shard_add_up(ckpt_shard *sh) {
         u->depth = p->chunks[c].depth;
     }
   }
+}
+
+int ckpt_shard_nranks(const ckpt_shard *sh) {
+  return sh->host ? sh->nranks : 1;
 }
 
 int ckpt_shard_is_ref(const ckpt_shard *sh) {
@@ -516,6 +524,14 @@ int ckpt_shard_from_json(const char *json, ckpt_shard **out) {
     sh->is_ref = sh->has_object = 1;
     parts = NULL;
   }
+  double nranks = 1, oldest = 0;
+  if (ref && cJSON_GetObjectItemCaseSensitive(root, "ranks")) { /* a host's leaf */
+    if (get_num(root, "ranks", &nranks) || get_num(root, "oldest_ms", &oldest)) {
+      rc = ft_err_set(FT_EFORMAT, "host reference: \"ranks\" or \"oldest_ms\" is not a number");
+      goto out;
+    }
+    sh->host = 1;
+  }
   if (!run || (!ref && !cJSON_IsArray(parts)) || get_num(root, "step", &step) ||
       get_num(root, "rank", &rank) || get_num(root, "world", &world)) {
     rc = ft_err_set(FT_EFORMAT, "shard manifest: missing run, step, rank, world or parts");
@@ -526,6 +542,17 @@ int ckpt_shard_from_json(const char *json, ckpt_shard **out) {
       (rc = as_int(world, 1, 1 << 20, "shard manifest", "world", &iworld)) ||
       (rc = as_int(rank, 0, (double)iworld - 1, "shard manifest", "rank", &irank)))
     goto out;
+  int64_t inranks = 1, ioldest = 0;
+  if (sh->host &&
+      ((rc = as_int(nranks, 1,
+                    (double)(iworld - irank) < CKPT_INDEX_FANOUT ? (double)(iworld - irank)
+                                                                 : CKPT_INDEX_FANOUT,
+                    "host reference", "ranks", &inranks)) ||
+       (rc = as_int(oldest, 0, (double)(INT64_MAX / 1000000), "host reference", "oldest_ms",
+                    &ioldest))))
+    goto out;
+  sh->nranks = (int)inranks;
+  sh->oldest = ioldest * 1000000;
   if (!ckpt_run_name_ok(run)) {
     rc = ft_err_set(FT_EFORMAT, "shard manifest: bad run name");
     goto out;
@@ -571,6 +598,11 @@ static int part_cmp(const void *a, const void *b) {
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+static int shard_rank_cmp(const void *a, const void *b) {
+  const ckpt_shard *x = *(ckpt_shard *const *)a, *y = *(ckpt_shard *const *)b;
+  return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
 static int obj_cmp(const void *a, const void *b) {
   const ckpt_shard_obj *x = a, *y = b;
   return (x->rank > y->rank) - (x->rank < y->rank);
@@ -583,6 +615,7 @@ void ckpt_manifest_free(ckpt_manifest *m) {
     ckpt_tensor_release(&m->tensors[i]);
   free(m->tensors);
   free(m->objs);
+  free(m->hosts);
   free(m->nodes);
   free(m->config);
   free(m->state);
@@ -732,6 +765,27 @@ out:
   return rc;
 }
 
+/* Adds the totals u of a shard of step into to (base_step: the newest
+ * base before step; to starts with base_step -1). */
+static void sum_add(ckpt_shard_sum *to, const ckpt_shard_sum *u, int64_t step) {
+  to->logical += u->logical;
+  to->stored += u->stored;
+  to->new_bytes += u->new_bytes;
+  to->nchunks += u->nchunks;
+  if (u->ntensors > to->ntensors) /* every rank has a part of every tensor, as FSDP shards */
+    to->ntensors = u->ntensors;
+  if (u->depth > to->depth)
+    to->depth = u->depth;
+  to->lossy |= u->lossy;
+  if (u->base_step > to->base_step && u->base_step < step)
+    to->base_step = u->base_step;
+}
+
+static int host_cmp(const void *a, const void *b) {
+  const ckpt_host_obj *x = a, *y = b;
+  return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
 int ckpt_manifest_build_refs(const ckpt_meta *meta, ckpt_shard *const *shards, int nshards,
                              ckpt_manifest **out) {
   *out = NULL;
@@ -739,12 +793,19 @@ int ckpt_manifest_build_refs(const ckpt_meta *meta, ckpt_shard *const *shards, i
     return ft_err_set(FT_EINVAL, "commit: bad run name '%s' (use letters, digits, . _ -)",
                       meta && meta->run ? meta->run : "(null)");
   int world = meta->world > 0 ? meta->world : nshards > 0 && shards[0] ? shards[0]->world : 0;
-  if (nshards <= 0 || nshards != world)
+  int nranks = 0, nhosts = 0;
+  for (int i = 0; i < nshards; i++) {
+    int k = shards[i] && shards[i]->host ? shards[i]->nranks : 1;
+    nranks += k;
+    nhosts += shards[i] && shards[i]->host;
+  }
+  if (nshards <= 0 || nranks != world)
     return ft_err_set(FT_EINVAL,
-                      "commit of %s step %" PRId64 ": %d shard objects for a world of %d",
-                      meta->run, meta->step, nshards, world);
+                      "commit of %s step %" PRId64 ": shard objects of %d ranks for a world of %d",
+                      meta->run, meta->step, nranks, world);
   ckpt_manifest *m = calloc(1, sizeof *m);
-  if (!m || !(m->objs = calloc((size_t)nshards, sizeof *m->objs)) ||
+  if (!m || !(m->objs = calloc((size_t)(nshards - nhosts + 1), sizeof *m->objs)) ||
+      !(m->hosts = calloc((size_t)(nhosts + 1), sizeof *m->hosts)) ||
       !(m->config = xstrdup(meta->config_json)) || !(m->state = xstrdup(meta->state_json)) ||
       !(m->metrics = xstrdup(meta->metrics_json)) ||
       (meta->data_json && !(m->data = strdup(meta->data_json)))) {
@@ -752,17 +813,17 @@ int ckpt_manifest_build_refs(const ckpt_meta *meta, ckpt_shard *const *shards, i
     return ft_err_set(FT_ENOMEM, "out of memory");
   }
   ckpt_info *in = &m->info;
-  in->base_step = -1;
+  ckpt_shard_sum tot = {.base_step = -1};
   for (int i = 0; i < nshards; i++) {
     const ckpt_shard *sh = shards[i];
-    int rc = FT_OK;
+    int rc = FT_OK, hi = sh ? sh->rank + (sh->host ? sh->nranks : 1) : 0;
     if (!sh || !sh->is_ref)
       rc = ft_err_set(FT_EINVAL, "commit: shard %d is not a stored shard's reference", i);
     else if (strcmp(sh->run, meta->run) != 0 || sh->step != meta->step)
       rc = ft_err_set(FT_EINVAL,
                       "commit of %s step %" PRId64 ": shard of rank %d is of %s step %" PRId64,
                       meta->run, meta->step, sh->rank, sh->run, sh->step);
-    else if (sh->world != world || sh->rank < 0 || sh->rank >= world)
+    else if (sh->world != world || sh->rank < 0 || hi > world)
       rc = ft_err_set(
           FT_EINVAL, "commit of %s step %" PRId64 ": shard of rank %d of world %d in a world of %d",
           meta->run, meta->step, sh->rank, sh->world, world);
@@ -770,32 +831,42 @@ int ckpt_manifest_build_refs(const ckpt_meta *meta, ckpt_shard *const *shards, i
       ckpt_manifest_free(m);
       return rc;
     }
-    m->objs[i].rank = sh->rank;
-    memcpy(m->objs[i].hash, sh->object, CKPT_HASH_LEN);
-    in->logical_bytes += sh->sum.logical;
-    in->stored_bytes += sh->sum.stored;
-    in->new_bytes += sh->sum.new_bytes;
-    in->nchunks += sh->sum.nchunks;
-    if (sh->sum.ntensors > in->ntensors) /* every rank has a part of every tensor, as FSDP shards */
-      in->ntensors = sh->sum.ntensors;
-    if (sh->sum.depth > in->depth)
-      in->depth = sh->sum.depth;
-    in->lossy |= sh->sum.lossy;
-    if (sh->sum.base_step > in->base_step && sh->sum.base_step < meta->step)
-      in->base_step = sh->sum.base_step;
+    if (sh->host) {
+      ckpt_host_obj *h = &m->hosts[m->nhosts++];
+      h->lo = sh->rank;
+      h->hi = hi;
+      h->oldest = sh->oldest;
+      memcpy(h->hash, sh->object, CKPT_HASH_LEN);
+    } else {
+      m->objs[m->nobjs].rank = sh->rank;
+      memcpy(m->objs[m->nobjs++].hash, sh->object, CKPT_HASH_LEN);
+    }
+    sum_add(&tot, &sh->sum, meta->step);
   }
-  m->nobjs = nshards;
-  qsort(m->objs, (size_t)nshards, sizeof *m->objs, obj_cmp);
-  for (int i = 0; i < nshards; i++)
-    if (m->objs[i].rank != i) {
-      int rc = ft_err_set(FT_EINVAL, "commit of %s step %" PRId64 ": %s shard of rank %d",
-                          meta->run, meta->step, m->objs[i].rank > i ? "no" : "a second",
-                          m->objs[i].rank > i ? i : m->objs[i].rank);
+  qsort(m->objs, (size_t)m->nobjs, sizeof *m->objs, obj_cmp);
+  qsort(m->hosts, (size_t)m->nhosts, sizeof *m->hosts, host_cmp);
+  /* the single ranks and the hosts' ranges tile [0, world) */
+  for (int at = 0, i = 0, j = 0; at < world;) {
+    int rank = i < m->nobjs ? m->objs[i].rank : world,
+        host = j < m->nhosts ? m->hosts[j].lo : world;
+    int next = rank < host ? rank : host;
+    if (next != at || (rank == host && rank < world)) {
+      int rc =
+          ft_err_set(FT_EINVAL, "commit of %s step %" PRId64 ": %s shard of rank %d", meta->run,
+                     meta->step, next > at ? "no" : "a second", next > at ? at : next);
       ckpt_manifest_free(m);
       return rc;
     }
-  if (in->depth == 0)
-    in->base_step = -1;
+    at = rank < host ? (i++, rank + 1) : m->hosts[j++].hi;
+  }
+  in->logical_bytes = tot.logical;
+  in->stored_bytes = tot.stored;
+  in->new_bytes = tot.new_bytes;
+  in->nchunks = tot.nchunks;
+  in->ntensors = tot.ntensors;
+  in->depth = tot.depth;
+  in->lossy = tot.lossy;
+  in->base_step = tot.depth == 0 ? -1 : tot.base_step;
   snprintf(in->run, sizeof in->run, "%s", meta->run);
   in->step = meta->step;
   in->parent_step = meta->parent_step;
@@ -1315,16 +1386,18 @@ void ckpt_index_node_release(ckpt_index_node *node) {
   memset(node, 0, sizeof *node);
 }
 
-/* The text of an index node of m: level, and entries e[0..n). */
-static char *index_node_to_json(const ckpt_manifest *m, int level, const ckpt_index_ent *e, int n) {
+/* The text of an index node of checkpoint (run, step) of world: level,
+ * and entries e[0..n). */
+static char *index_node_text(const char *run, int64_t step, int world, int level,
+                             const ckpt_index_ent *e, int n) {
   cJSON *root = cJSON_CreateObject();
   if (!root)
     return NULL;
   cJSON_AddStringToObject(root, "format", INDEX_FORMAT);
   cJSON_AddNumberToObject(root, "version", FORMAT_VERSION);
-  cJSON_AddStringToObject(root, "run", m->info.run);
-  cJSON_AddNumberToObject(root, "step", (double)m->info.step);
-  cJSON_AddNumberToObject(root, "world", m->info.world);
+  cJSON_AddStringToObject(root, "run", run);
+  cJSON_AddNumberToObject(root, "step", (double)step);
+  cJSON_AddNumberToObject(root, "world", world);
   cJSON_AddNumberToObject(root, "level", level);
   cJSON *a = cJSON_AddArrayToObject(root, "entries");
   for (int i = 0; i < n; i++) {
@@ -1395,21 +1468,67 @@ static int index_put_all(ckpt_tier *t, char **js, const ckpt_index_ent *ent, int
   return p.rc ? ft_err_set(p.rc, "%s", p.err) : FT_OK;
 }
 
+/* The leaves of m's index in rank order, into *out (n of them): the
+ * hosts' (written by their agents) as they are, and each run of ranks that
+ * came one by one cut into leaves of up to CKPT_INDEX_FANOUT, written
+ * here. */
+static int index_leaves(ckpt_tier *t, ckpt_manifest *m, ckpt_index_ent **out, int *nout) {
+  int cap = m->nhosts + m->nobjs / CKPT_INDEX_FANOUT + m->nhosts + 2, n = 0, nw = 0, rc = FT_OK;
+  ckpt_index_ent *lv = calloc((size_t)cap, sizeof *lv), *ent = calloc((size_t)cap, sizeof *ent);
+  ckpt_index_ent *one = calloc(CKPT_INDEX_FANOUT, sizeof *one);
+  char **js = calloc((size_t)cap, sizeof *js);
+  if (!lv || !ent || !one || !js)
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  for (int i = 0, j = 0; rc == FT_OK && (i < m->nobjs || j < m->nhosts);) {
+    if (j < m->nhosts && (i == m->nobjs || m->hosts[j].lo < m->objs[i].rank)) {
+      lv[n].lo = m->hosts[j].lo;
+      lv[n].hi = m->hosts[j].hi;
+      memcpy(lv[n++].hash, m->hosts[j++].hash, CKPT_HASH_LEN);
+      continue;
+    }
+    /* single ranks up to the next host's, at most a leaf's worth */
+    int k = 0, stop = j < m->nhosts ? m->hosts[j].lo : m->info.world;
+    while (i < m->nobjs && m->objs[i].rank < stop && k < CKPT_INDEX_FANOUT) {
+      one[k].lo = m->objs[i].rank;
+      one[k].hi = m->objs[i].rank + 1;
+      memcpy(one[k++].hash, m->objs[i++].hash, CKPT_HASH_LEN);
+    }
+    if (!(js[nw] = index_node_text(m->info.run, m->info.step, m->info.world, 0, one, k))) {
+      rc = ft_err_set(FT_ENOMEM, "out of memory");
+      break;
+    }
+    lv[n].lo = one[0].lo;
+    lv[n].hi = one[k - 1].hi;
+    rc = ckpt_sha256(js[nw], strlen(js[nw]), lv[n].hash);
+    ent[nw++] = lv[n++];
+  }
+  if (rc == FT_OK && nw && (rc = index_put_all(t, js, ent, nw)) != FT_OK)
+    rc = ckpt_err_wrap(rc, "index of %s step %" PRId64, m->info.run, m->info.step);
+  for (int k = 0; js && k < nw; k++)
+    free(js[k]);
+  free(js);
+  free(one);
+  free(ent);
+  if (rc) {
+    free(lv);
+    return rc;
+  }
+  *out = lv;
+  *nout = n;
+  return FT_OK;
+}
+
 int ckpt_index_write(ckpt_tier *t, ckpt_manifest *m) {
-  int n = m->nobjs, level = 0, rc = FT_OK;
-  if (n <= 0)
+  int n = 0, level = 1, rc = FT_OK;
+  if (m->nobjs + m->nhosts <= 0)
     return ft_err_set(FT_EINVAL, "index of %s step %" PRId64 ": no shard objects", m->info.run,
                       m->info.step);
-  ckpt_index_ent *cur = calloc((size_t)n, sizeof *cur);
-  if (!cur)
-    return ft_err_set(FT_ENOMEM, "out of memory");
-  for (int i = 0; i < n; i++) {
-    cur[i].lo = m->objs[i].rank;
-    cur[i].hi = m->objs[i].rank + 1;
-    memcpy(cur[i].hash, m->objs[i].hash, CKPT_HASH_LEN);
-  }
-  /* one level at a time, leaves first, until a level is one node: the root */
-  do {
+  ckpt_index_ent *cur = NULL;
+  if ((rc = index_leaves(t, m, &cur, &n)) != FT_OK)
+    return rc;
+  /* one level at a time above the leaves, until a level is one node: the
+   * root (a single leaf is the root itself) */
+  while (rc == FT_OK && n > 1) {
     int nn = (n + CKPT_INDEX_FANOUT - 1) / CKPT_INDEX_FANOUT;
     ckpt_index_ent *up = calloc((size_t)nn, sizeof *up);
     char **js = calloc((size_t)nn, sizeof *js);
@@ -1417,7 +1536,8 @@ int ckpt_index_write(ckpt_tier *t, ckpt_manifest *m) {
       rc = ft_err_set(FT_ENOMEM, "out of memory");
     for (int k = 0; k < nn && rc == FT_OK; k++) {
       int a = k * CKPT_INDEX_FANOUT, b = a + CKPT_INDEX_FANOUT < n ? a + CKPT_INDEX_FANOUT : n;
-      if (!(js[k] = index_node_to_json(m, level, cur + a, b - a))) {
+      if (!(js[k] =
+                index_node_text(m->info.run, m->info.step, m->info.world, level, cur + a, b - a))) {
         rc = ft_err_set(FT_ENOMEM, "out of memory");
         break;
       }
@@ -1434,13 +1554,67 @@ int ckpt_index_write(ckpt_tier *t, ckpt_manifest *m) {
     cur = up;
     n = nn;
     level++;
-  } while (rc == FT_OK && n > 1);
+  }
   if (rc == FT_OK) {
     memcpy(m->index_root, cur[0].hash, CKPT_HASH_LEN);
     m->index_depth = level;
     m->has_index = 1;
   }
   free(cur);
+  return rc;
+}
+
+int ckpt_host_ref_build(ckpt_shard *const *refs, int n, char **leaf, ckpt_shard **out) {
+  *leaf = NULL;
+  *out = NULL;
+  if (n < 1 || n > CKPT_INDEX_FANOUT)
+    return ft_err_set(FT_EINVAL, "host reference of %d shards (1..%d)", n, CKPT_INDEX_FANOUT);
+  ckpt_shard **v = malloc((size_t)n * sizeof *v);
+  ckpt_index_ent *e = calloc((size_t)n, sizeof *e);
+  ckpt_shard *h = calloc(1, sizeof *h);
+  int rc = v && e && h ? FT_OK : ft_err_set(FT_ENOMEM, "out of memory");
+  if (rc == FT_OK) {
+    memcpy(v, refs, (size_t)n * sizeof *v);
+    qsort(v, (size_t)n, sizeof *v, shard_rank_cmp);
+    h->sum.base_step = -1;
+  }
+  for (int i = 0; i < n && rc == FT_OK; i++) {
+    const ckpt_shard *sh = v[i];
+    if (!sh || !sh->is_ref || sh->host)
+      rc = ft_err_set(FT_EINVAL, "host reference: shard %d is not one rank's reference", i);
+    else if (strcmp(sh->run, v[0]->run) != 0 || sh->step != v[0]->step ||
+             sh->world != v[0]->world || sh->rank != v[0]->rank + i)
+      rc = ft_err_set(FT_EINVAL,
+                      "host reference: the shard of %s step %" PRId64 " rank %d does not follow "
+                      "%s step %" PRId64 " ranks %d..%d",
+                      sh->run, sh->step, sh->rank, v[0]->run, v[0]->step, v[0]->rank,
+                      v[0]->rank + i - 1);
+    if (rc)
+      break;
+    e[i].lo = sh->rank;
+    e[i].hi = sh->rank + 1;
+    memcpy(e[i].hash, sh->object, CKPT_HASH_LEN);
+    sum_add(&h->sum, &sh->sum, sh->step);
+  }
+  if (rc == FT_OK && (!(*leaf = index_node_text(v[0]->run, v[0]->step, v[0]->world, 0, e, n)) ||
+                      !(h->run = strdup(v[0]->run))))
+    rc = ft_err_set(FT_ENOMEM, "out of memory");
+  if (rc == FT_OK && (rc = ckpt_sha256(*leaf, strlen(*leaf), h->object)) == FT_OK) {
+    h->step = v[0]->step;
+    h->rank = v[0]->rank;
+    h->world = v[0]->world;
+    h->is_ref = h->has_object = h->host = 1;
+    h->nranks = n;
+    *out = h;
+    h = NULL;
+  }
+  if (rc) {
+    free(*leaf);
+    *leaf = NULL;
+  }
+  ckpt_shard_free(h);
+  free(e);
+  free(v);
   return rc;
 }
 

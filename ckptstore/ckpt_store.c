@@ -639,6 +639,43 @@ int ckpt_store_put_shard(ckpt_store *s, ckpt_shard *sh) {
   return FT_OK;
 }
 
+int ckpt_store_put_host(ckpt_store *s, ckpt_shard *const *refs, int n, ckpt_shard **out) {
+  *out = NULL;
+  char *leaf = NULL, key[128];
+  ckpt_shard *h = NULL;
+  int rc = ckpt_host_ref_build(refs, n, &leaf, &h);
+  /* each shard object is there, and the oldest one's time goes with the
+   * leaf: the commit vouches for them by it (ckpt_commit.c, check_shards) */
+  for (int i = 0; rc == FT_OK && i < n; i++) {
+    int64_t mtime = 0;
+    ckpt_objkey_shard(key, sizeof key, refs[i]->object);
+    rc = s->tier->exists(s->tier, key, 0, NULL, &mtime);
+    if (rc == FT_ENOENT)
+      rc = ft_err_set(FT_ENOENT,
+                      "host reference of %s step %" PRId64 ": the shard object of "
+                      "rank %d (%s) is not in the store",
+                      refs[i]->run, refs[i]->step, refs[i]->rank, key);
+    if (rc == FT_OK && (i == 0 || mtime < h->oldest))
+      h->oldest = mtime;
+  }
+  if (rc == FT_OK) {
+    ckpt_objkey_shard(key, sizeof key, h->object);
+    rc = s->tier->put(s->tier, key, leaf, strlen(leaf));
+    if (rc == FT_OK && s->tier->sync)
+      rc = s->tier->sync(s->tier, key);
+    if (rc)
+      rc = ckpt_err_wrap(rc, "host leaf of %s step %" PRId64 " ranks %d..%d", h->run, h->step,
+                         h->rank, h->rank + n - 1);
+  }
+  free(leaf);
+  if (rc) {
+    ckpt_shard_free(h);
+    return rc;
+  }
+  *out = h;
+  return FT_OK;
+}
+
 int ckpt_manifest_expand(ckpt_store *s, ckpt_manifest *m) {
   return ckpt_manifest_expand_tier(s->tier, m);
 }

@@ -218,6 +218,24 @@ int64_t ckpt_shard_step(const ckpt_shard *sh);
  * alone.
  * FT_ENOENT naming a chunk that is missing. */
 int ckpt_store_put_shard(ckpt_store *s, ckpt_shard *sh);
+/* One host's references in one (ckpt_shard_report_to_json gives its text,
+ * as for a rank's): the references refs[0..n) of one checkpoint's ranks
+ * lo..lo+n-1 in a row (n <= 256, any order) become a leaf of the
+ * checkpoint's index, an object like theirs naming their shard objects,
+ * and *out names that leaf with the ranks it holds and their totals added
+ * up. A commit of hosts' references checks one object per host, not per
+ * rank, and writes only the index above the leaves. Written by the agent
+ * of a host (worker/agent.c): first each shard object is checked to be in
+ * the tier (FT_ENOENT naming the first that is not), and the oldest one's
+ * time goes into *out, then the leaf is put and synced. The refs stay the
+ * caller's. */
+int ckpt_store_put_host(ckpt_store *s, ckpt_shard *const *refs, int n, ckpt_shard **out);
+/* The leaf's text (*leaf, malloc'd) and the host reference to it without
+ * writing anything or checking the tier (oldest 0): for a caller that puts
+ * the object itself (tests/scale). */
+int ckpt_host_ref_build(ckpt_shard *const *refs, int n, char **leaf, ckpt_shard **out);
+/* The ranks a reference holds: 1, or a host's (ckpt_store_put_host). */
+int ckpt_shard_nranks(const ckpt_shard *sh);
 /* 1 if sh is a reference to a stored shard (its parts are in the store). */
 int ckpt_shard_is_ref(const ckpt_shard *sh);
 

@@ -8,7 +8,8 @@ if(TARGET ftckpt AND TARGET ckpt)
   set_target_properties(ckpt_testwriter PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
   foreach(t test_ckpt_chunk test_ckpt_manifest test_ckpt_read test_ckpt_replica test_ckpt_catalog
-           test_ckpt_gc test_ckpt_gc_inv test_ckpt_delta test_ckpt_shardobj test_ckpt_ranges)
+           test_ckpt_gc test_ckpt_gc_inv test_ckpt_delta test_ckpt_shardobj test_ckpt_ranges
+           test_ckpt_hosts)
     if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c)
       ft_add_test(NAME ${t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/unit/${t}.c
                   LIBS ftckpt LABELS unit TIMEOUT 120)
