@@ -51,6 +51,7 @@ static const struct {
     {"status_workers_max", NULL, NULL},
     {"chaos_kill_spares", NULL, NULL},
     {"gc_pause_ms", NULL, NULL},
+    {"agent_host_ref_fail", NULL, NULL},
 };
 #define FP_NKNOWN ((int)(sizeof fp_known / sizeof fp_known[0]))
 

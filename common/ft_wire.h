@@ -79,6 +79,9 @@
  *                         judging them is the watchdog's job)
  *   7  SHARD_SAVED  W->S  step i64 (>= 0), rank u32 (< FT_WIRE_MAX_WORLD),
  *                         manifest str (JSON text, <= FT_WIRE_MAX_MANIFEST)
+ *                   A->S  (version 11) the same for a host: an agent's own,
+ *                         rank its host's first, the shard a host reference
+ *                         (ckpt_store_put_host) standing for all G ranks
  *   8  COMMITTED    S->W  step i64 (>= 0): the checkpoint of this step is
  *                         committed in the catalog
  *   9  FAULT        W->S  kind u8 (ft_fault_kind), step i64 (>= -1),
@@ -121,14 +124,13 @@
  * AGENTS (version 10; worker/agent.c). A per-host agent holds one connection
  * for its host's workers. It says HELLO like a worker, with slot
  * FT_WIRE_AGENT_SLOT and its own pid (the MAC binds both); after WELCOME it
- * may send only the three types below, and the supervisor answers it with
- * them. Each worker keeps its own end-to-end handshake: its frames travel
- * inside RELAY, so the supervisor sees one virtual connection per slot with
- * its own CHALLENGE, HELLO and MAC, and the agent cannot pose as a worker
- * it has not started (it has the token anyway: it is trusted as much).
- *  17  RELAY        A<->S slot u32 (< FT_WIRE_MAX_SLOTS), frame blob: one
- *                         whole frame of that slot's worker (its length
- *                         field included, FT_WIRE_HDR_LEN..FT_WIRE_MAX_FRAME
+ * may send only the three types below and (version 11) SHARD_SAVED for its
+ * host, and the supervisor answers it with the three. Each worker keeps its own end-to-end
+ * handshake: its frames travel inside RELAY, so the supervisor sees one virtual connection per slot
+ * with its own CHALLENGE, HELLO and MAC, and the agent cannot pose as a worker it has not started
+ * (it has the token anyway: it is trusted as much). 17  RELAY        A<->S slot u32 (<
+ * FT_WIRE_MAX_SLOTS), frame blob: one whole frame of that slot's worker (its length field included,
+ * FT_WIRE_HDR_LEN..FT_WIRE_MAX_FRAME
  *                         + 4 bytes; decoded by the receiver, not by the
  *                         codec of RELAY). The only frame that may be longer
  *                         than FT_WIRE_MAX_FRAME: up to FT_WIRE_MAX_RELAY_FRAME.
@@ -226,8 +228,9 @@
  *    kind 13 restore_corrupt (added without a bump of its own: a version-6 peer refuses it);
  * 8: DUMP (the supervisor asks a hung worker for its training thread's stack over the wire);
  * 9: phase storage_wait, HEARTBEAT wait, wait_attempt (why the step waits on data storage);
- * 10: per-host agents (RELAY, HOSTBEAT, SLOT; HELLO slot FT_WIRE_AGENT_SLOT) */
-#define FT_WIRE_VERSION 10
+ * 10: per-host agents (RELAY, HOSTBEAT, SLOT; HELLO slot FT_WIRE_AGENT_SLOT);
+ * 11: an agent's SHARD_SAVED: its host's checkpoint reports made one */
+#define FT_WIRE_VERSION 11
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */

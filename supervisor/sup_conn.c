@@ -471,6 +471,9 @@ static void agent_frame(sup_conn *c, const ft_msg *m) {
              ft_slot_event_name(m->slot.event));
     fail(c, reason);
     return;
+  case FT_MSG_SHARD_SAVED: /* its host's reference (ft_wire.h) */
+    c->ops->on_msg(c->ud, c, m);
+    return;
   default:
     snprintf(reason, sizeof reason, "an agent may not send %s", ft_msg_type_name(m->type));
     fail(c, reason);

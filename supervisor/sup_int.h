@@ -309,6 +309,7 @@ typedef struct sup_pending_ckpt {
                                      the run's memory records were dropped:
                                      nothing to say */
   ckpt_shard **shards;            /* [world], by rank */
+  int host_refs;                  /* of them, hosts' leaves (an agent's, of 2+ ranks) */
   char *state, *config, *metrics; /* from rank 0's envelope */
   double loss;
   /* the commit's outcome (sup_commitq: set on its thread, read on the loop) */

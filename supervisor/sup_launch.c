@@ -109,6 +109,8 @@ char **sup_worker_argv(const sup_worker_args *a) {
     PUSH("--slots");
     snprintf(num, sizeof num, "%d", a->slots);
     PUSH(num);
+    PUSH("--store"); /* the host's checkpoint reports made one (worker/agent_ckpt.h) */
+    PUSH(a->store);
     if (a->token_stdin)
       PUSH("--token-stdin");
     PUSH("--");

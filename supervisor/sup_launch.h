@@ -49,7 +49,7 @@ typedef struct sup_worker_args {
  * (free with sup_argv_free). NULL on allocation failure.
  * With an agent, the node's one process is the agent, which dials A and
  * starts SLOTS workers, adding each one's --connect, --node and --slot:
- *   AGENT --connect A (--node I | --node-env VAR) --slots SLOTS
+ *   AGENT --connect A (--node I | --node-env VAR) --slots SLOTS --store URI
  *         [--token-stdin] -- WORKER --store URI --runfile PATH [--steps N]
  *         [--set KV]... [--threads T] */
 char **sup_worker_argv(const sup_worker_args *a);

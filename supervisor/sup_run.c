@@ -190,8 +190,18 @@ static void commit_store(sup *s, sup_pending_ckpt *p) {
                     .data_json = data,
                     .level = p->level,
                     .memory_epoch = p->memory_epoch};
+  /* the references, in rank order: a host's stands for its ranks */
+  int nref = 0;
+  p->host_refs = 0;
+  for (int r = 0; r < p->world; r++)
+    if (p->shards[r]) {
+      p->host_refs += ckpt_shard_nranks(p->shards[r]) > 1;
+      p->shards[nref++] = p->shards[r];
+    }
+  for (int r = nref; r < p->world; r++)
+    p->shards[r] = NULL;
   double t0 = ft_now_s();
-  p->rc = ckpt_store_commit(s->store, &meta, p->shards, p->world);
+  p->rc = ckpt_store_commit(s->store, &meta, p->shards, nref);
   free(data);
   p->done_at = ft_now_s();
   p->ms = (p->done_at - t0) * 1e3;
@@ -417,6 +427,7 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
   cJSON_AddNumberToObject(f, "commit_ms", round(p->ms * 1000) / 1000);
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);
   cJSON_AddStringToObject(f, "level", p->level == CKPT_LEVEL_MEMORY ? "memory" : "store");
+  cJSON_AddNumberToObject(f, "host_refs", p->host_refs); /* agents' leaves, each its host's ranks */
   if (p->logical) {
     cJSON_AddNumberToObject(f, "logical_bytes", (double)p->logical);
     cJSON_AddNumberToObject(f, "stored_bytes", (double)p->stored);
@@ -539,6 +550,8 @@ static void abandon_older(sup *s, const sup_pending_ckpt *done) {
     for (int r = 0; r < p->world && first < 0; r++)
       if (!p->shards[r])
         first = r;
+      else
+        r += ckpt_shard_nranks(p->shards[r]) - 1; /* a host's covers its ranks */
     char why[256];
     snprintf(why, sizeof why,
              "%d of %d ranks never reported it (the first: rank %d) before step %" PRId64
@@ -558,6 +571,15 @@ static void on_shard_parsed(void *ud, sup_shard_job *j) {
   int world = s->ngang * s->G;
   if (j->gen != s->gen || j->rank < 0 || j->rank >= world)
     goto out;
+  int n = j->why[0] ? 0 : ckpt_shard_nranks(j->sh);
+  if (!j->why[0] && j->node < 0 && n != 1)
+    snprintf(j->why, sizeof j->why,
+             "rank %d reported a host's reference of %d ranks (only its agent may)", j->rank, n);
+  else if (!j->why[0] && j->node >= 0 &&
+           (n != s->G || j->rank % s->G || s->gang[j->rank / s->G] != j->node))
+    snprintf(j->why, sizeof j->why,
+             "node %d's agent reported ranks %d..%d, which are not its host's", j->node, j->rank,
+             j->rank + n - 1);
   if (j->why[0]) {
     sup_event_checkpoint_failed(s, j->step, j->rank, -1, "report", j->why);
     goto out;
@@ -579,13 +601,25 @@ static void on_shard_parsed(void *ud, sup_shard_job *j) {
     p->next = s->run.pending;
     s->run.pending = p;
   }
-  if (p->shards[j->rank]) {
-    ckpt_shard_free(p->shards[j->rank]); /* a repeat: keep the newest */
-    p->nhave--;
+  /* a repeat keeps the newest: a rank's own reference after its host's
+   * (or the host's after its ranks') replaces what it covers. A host's
+   * sits at its first rank, its other ranks' places empty. */
+  int host_lo = j->rank - j->rank % s->G;
+  if (host_lo != j->rank && p->shards[host_lo] &&
+      ckpt_shard_nranks(p->shards[host_lo]) > j->rank - host_lo) {
+    p->nhave -= ckpt_shard_nranks(p->shards[host_lo]);
+    ckpt_shard_free(p->shards[host_lo]);
+    p->shards[host_lo] = NULL;
   }
+  for (int r = j->rank; r < j->rank + n && r < world; r++)
+    if (p->shards[r]) {
+      p->nhave -= ckpt_shard_nranks(p->shards[r]);
+      ckpt_shard_free(p->shards[r]);
+      p->shards[r] = NULL;
+    }
   p->shards[j->rank] = j->sh;
   j->sh = NULL;
-  p->nhave++;
+  p->nhave += n;
   if (j->rank == 0) {
     free(p->state);
     free(p->config);
@@ -607,29 +641,57 @@ out:
   sup_shard_job_free(j);
 }
 
-/* A SHARD_SAVED: its text goes to the parse thread (sup_shardq.c); the
- * result comes back to on_shard_parsed. */
-static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
-  int64_t step = m->shard_saved.step;
-  int rank = (int)m->shard_saved.rank;
+/* Queues a report's text for the parse thread (sup_shardq.c); node: the
+ * agent's that sent a host reference, -1 for a worker's own. */
+static void shard_job_push(sup *s, int64_t step, int rank, int node, const char *text) {
   sup_shard_job *j = calloc(1, sizeof *j);
   if (!j)
     return;
   j->gen = s->gen;
   j->step = step;
   j->rank = rank;
-  if (rank != w->rank) {
-    snprintf(j->why, sizeof j->why, "SHARD_SAVED for rank %d from rank %d", rank, w->rank);
-    sup_event_checkpoint_failed(s, j->step, j->rank, -1, "report", j->why);
-    sup_shard_job_free(j);
-    return;
-  }
-  j->text = strdup(m->shard_saved.manifest ? m->shard_saved.manifest : "");
+  j->node = node;
+  j->text = strdup(text ? text : "");
   if (!j->text) {
     sup_shard_job_free(j);
     return;
   }
   sup_shardq_push(s->shardq, j);
+}
+
+/* A SHARD_SAVED: its text goes to the parse thread (sup_shardq.c); the
+ * result comes back to on_shard_parsed. */
+static void on_shard_saved(sup *s, sup_worker *w, const ft_msg *m) {
+  int64_t step = m->shard_saved.step;
+  int rank = (int)m->shard_saved.rank;
+  if (rank != w->rank) {
+    char why[128];
+    snprintf(why, sizeof why, "SHARD_SAVED for rank %d from rank %d", rank, w->rank);
+    sup_event_checkpoint_failed(s, step, rank, -1, "report", why);
+    return;
+  }
+  shard_job_push(s, step, rank, -1, m->shard_saved.manifest);
+}
+
+/* An agent's SHARD_SAVED: its host's reference (ckpt_store_put_host), one
+ * for the host's G ranks, rank its first. Of an ended generation: dropped,
+ * as its workers' are; of a node not in the gang: refused. */
+static void on_host_saved(sup *s, int node, const ft_msg *m) {
+  int64_t step = m->shard_saved.step;
+  int rank = (int)m->shard_saved.rank;
+  if (m->gen != s->gen)
+    return;
+  int g = 0;
+  while (g < s->ngang && s->gang[g] != node)
+    g++;
+  if (g == s->ngang || rank != g * s->G) {
+    char why[160];
+    snprintf(why, sizeof why, "node %d's agent reported ranks from %d, %s", node, rank,
+             g == s->ngang ? "but the node is not in the gang" : "which are not its host's");
+    sup_event_checkpoint_failed(s, step, rank, -1, "report", why);
+    return;
+  }
+  shard_job_push(s, step, rank, node, m->shard_saved.manifest);
 }
 
 /* ---- STEP ------------------------------------------------------------------ */
@@ -954,6 +1016,10 @@ void sup_progress_beat(sup_worker *w, const ft_msg *m, double now_s) {
 /* An agent's own frames (sup_conn.h: the rest are its kids'): its
  * HOSTBEAT is echoed, a worker's exit is judged as a reaped one's. */
 static void agent_msg(sup *s, sup_node *nd, sup_conn *c, const ft_msg *m) {
+  if (m->type == FT_MSG_SHARD_SAVED) {
+    on_host_saved(s, (int)(nd - s->nodes), m);
+    return;
+  }
   if (m->type == FT_MSG_HOSTBEAT) {
     nd->agent_heard_s = ft_now_s();
     ft_msg hb;

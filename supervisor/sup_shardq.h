@@ -16,7 +16,8 @@ typedef struct sup_shard_job {
   struct sup_shard_job *next;
   uint64_t gen; /* the supervisor's generation when it came */
   int64_t step;
-  int rank;
+  int rank;   /* a host reference (ckpt_store_put_host): its first rank */
+  int node;   /* the node whose agent sent a host reference; -1: a worker */
   char *text; /* the envelope (owned); freed once parsed */
   /* the parse: why[0] != 0 if the report is bad (sh is then NULL) */
   ckpt_shard *sh;

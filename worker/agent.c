@@ -51,6 +51,7 @@
  * (its last FAULT goes before the news of its exit).
  */
 #include "agent.h"
+#include "agent_ckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,6 +84,10 @@
 #define HANDSHAKE_WAIT_S 60                  /* for WELCOME after HELLO */
 #define RTT_RING 8                           /* HOSTBEATs whose send times are kept */
 #define NO_SLOT UINT32_MAX                   /* a poll entry that is not a worker's */
+#define CKPT_SLOT (UINT32_MAX - 1)           /* ... the checkpoint thread's pipe */
+#define HOLD_MIN_NS                                                                                \
+  (2ull * 1000000000ull) /* a checkpoint waits this (or 2 heartbeat                                \
+                            intervals) for its last slot's report */
 
 /* A write queue: data[off .. len) is still to be sent. */
 typedef struct outq {
@@ -125,7 +130,8 @@ typedef struct agent {
   uint32_t live; /* workers started and not yet reaped */
   int stopping;
   uint64_t stop_deadline_ns;
-  int exit_code; /* fixed when stopping begins */
+  int exit_code;  /* fixed when stopping begins */
+  agent_ckpt *ck; /* the host's checkpoint reports made one (agent_ckpt.h) */
 } agent;
 
 /* ---- output queues ------------------------------------------------------- */
@@ -256,6 +262,10 @@ static void relay_up(agent *a, uint32_t j, const uint8_t *f, size_t n) {
 /* One whole frame from worker s. */
 static void slot_frame(agent *a, agent_slot *s, const uint8_t *f, size_t n, uint64_t now) {
   uint32_t j = (uint32_t)(s - a->slots);
+  if (f[5] == FT_MSG_SHARD_SAVED && s->welcomed && agent_ckpt_offer(a->ck, j, f, n, now))
+    return; /* held: the host's report, or it goes on later as it came */
+  if (f[5] == FT_MSG_FAULT)
+    agent_ckpt_release(a->ck); /* its checkpoint may never be whole now */
   if (f[5] != FT_MSG_HEARTBEAT || !s->welcomed) {
     relay_up(a, j, f, n);
     return;
@@ -363,6 +373,7 @@ static void slot_exited(agent *a, agent_slot *s, int st) {
   pid_t pid = s->pid;
   slot_read(a, s, 1);
   slot_close(a, s, NULL);
+  agent_ckpt_release(a->ck); /* no more of its reports come */
   if (WIFSIGNALED(st))
     fprintf(stderr, "ftagent: node %u slot %u: worker %ld killed by signal %d\n", a->o->node,
             (unsigned)j, (long)pid, WTERMSIG(st));
@@ -735,9 +746,25 @@ static int poll_ms(uint64_t now, uint64_t until) {
   return ms > 60000 ? 60000 : (int)ms;
 }
 
+/* A finished checkpoint job (agent_ckpt_drain): its frames as they came, */
+static void ckpt_relay(void *ud, uint32_t slot, const uint8_t *f, size_t n) {
+  relay_up(ud, slot, f, n);
+}
+
+/* ... or the host's own SHARD_SAVED. */
+static void ckpt_host(void *ud, uint64_t gen, int64_t step, uint32_t rank, const char *env) {
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_SHARD_SAVED);
+  m.gen = gen;
+  m.shard_saved.step = step;
+  m.shard_saved.rank = rank;
+  m.shard_saved.manifest = (char *)env;
+  sup_send(ud, &m);
+}
+
 static int loop(agent *a) {
-  struct pollfd *pf = calloc(a->nslots + 2, sizeof *pf);
-  uint32_t *pslot = calloc(a->nslots + 2, sizeof *pslot);
+  struct pollfd *pf = calloc(a->nslots + 3, sizeof *pf);
+  uint32_t *pslot = calloc(a->nslots + 3, sizeof *pslot);
   if (!pf || !pslot) {
     free(pf);
     free(pslot);
@@ -762,7 +789,11 @@ static int loop(agent *a) {
     }
     if (a->stopping && a->live && now >= a->stop_deadline_ns)
       kill_rest(a);
-    if (a->live == 0 && a->stopping) /* every worker reaped and reported */
+    agent_ckpt_tick(a->ck, now);
+    if (a->live == 0 && a->stopping) /* every worker reaped and reported: */
+      agent_ckpt_release(a->ck);
+    if (a->live == 0 && a->stopping && /* ... and their last reports sent */
+        (!agent_ckpt_busy(a->ck) || a->sup_fd < 0 || now >= a->stop_deadline_ns + FLUSH_NS))
       break;
 
     /* entries: the signals, the supervisor (while connected), each open
@@ -770,6 +801,8 @@ static int loop(agent *a) {
     nfds_t n = 0;
     pslot[n] = NO_SLOT;
     pf[n++] = (struct pollfd){.fd = a->sfd, .events = POLLIN};
+    pslot[n] = CKPT_SLOT;
+    pf[n++] = (struct pollfd){.fd = agent_ckpt_fd(a->ck), .events = POLLIN};
     if (a->sup_fd >= 0) {
       pslot[n] = NO_SLOT;
       pf[n++] = (struct pollfd){.fd = a->sup_fd,
@@ -794,6 +827,11 @@ static int loop(agent *a) {
     }
     if (a->stopping && a->stop_deadline_ns < until)
       until = a->stop_deadline_ns;
+    if (agent_ckpt_deadline(a->ck) < until)
+      until = agent_ckpt_deadline(a->ck);
+    if (a->stopping && !a->live && agent_ckpt_busy(a->ck) &&
+        a->stop_deadline_ns + FLUSH_NS < until) /* the last reports' time is up then */
+      until = a->stop_deadline_ns + FLUSH_NS;
     int r = poll(pf, n, poll_ms(now, until));
     if (r < 0 && errno != EINTR) {
       fprintf(stderr, "ftagent: node %u: poll: %s\n", a->o->node, strerror(errno));
@@ -809,6 +847,9 @@ static int loop(agent *a) {
         continue;
       if (i == 0) {
         on_signals(a);
+      } else if (pslot[i] == CKPT_SLOT) {
+        agent_ckpt_out out = {.relay = ckpt_relay, .host = ckpt_host, .ud = a};
+        agent_ckpt_drain(a->ck, &out);
       } else if (pslot[i] == NO_SLOT) { /* the supervisor */
         if (pf[i].fd != a->sup_fd)      /* lost meanwhile */
           continue;
@@ -961,6 +1002,12 @@ int agent_run(const agent_opts *o) {
   int rc = handshake(&a);
   if (rc)
     goto out;
+  uint64_t hold = 2ull * a.hb_ms * 1000000ull;
+  if (agent_ckpt_new(o->store, o->node, o->slots, hold > HOLD_MIN_NS ? hold : HOLD_MIN_NS, &a.ck)) {
+    fprintf(stderr, "ftagent: node %u: %s\n", o->node, ft_err_detail());
+    rc = FT_EXIT_FAIL;
+    goto out;
+  }
   /* signals as events of the loop, from before the first worker can exit
    * (until here, SIGTERM ends a hung handshake as it would any process) */
   sigset_t set;
@@ -993,6 +1040,7 @@ out:
     close(a.sfd);
     sigprocmask(SIG_SETMASK, &a.oldmask, NULL);
   }
+  agent_ckpt_free(a.ck);
   free(a.slots);
   free(a.beats);
   return rc;

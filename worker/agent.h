@@ -10,7 +10,9 @@
  * them (while it hears the supervisor) and sends one HOSTBEAT per interval
  * for the host; it reports each worker's start and exit (SLOT) with the
  * wait status waitpid gave, which the supervisor cannot see for itself on
- * a remote host.
+ * a remote host. With the checkpoint store's URI (--store) it makes its
+ * host's G checkpoint reports one: the host's leaf of the checkpoint's
+ * index in the store, one SHARD_SAVED for the host (agent_ckpt.h).
  *
  * Process model: single-threaded, one poll loop (agent.c). Workers share
  * the agent's process group, stdout and stderr (the node's log); each dies
@@ -27,6 +29,9 @@ typedef struct agent_opts {
   uint32_t node;       /* this host's node index in the pool */
   uint32_t slots;      /* G: workers on slots 0..G-1, 1..FT_WIRE_MAX_SLOTS */
   const char *token;   /* the run token (borrowed; never logged, never on argv) */
+  const char *store;   /* the checkpoint store's URI (borrowed; NULL: none): the
+                          host's checkpoint reports are made one there
+                          (agent_ckpt.h) */
   char *const *argv;   /* the worker's command, NULL-terminated (borrowed); the
                           agent appends --connect fd:K --node N --slot J for
                           each worker */

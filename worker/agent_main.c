@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "ft_failpoint.h"
 #include "ft_opts.h"
 #include "ft_version.h"
 #include "ft_wire.h"
@@ -18,7 +19,7 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: ftagent --connect HOST:PORT (--node N | --node-env VAR) --slots G\n"
-          "               [--token-stdin] -- WORKER [WORKER ARGS...]\n"
+          "               [--store URI] [--token-stdin] -- WORKER [WORKER ARGS...]\n"
           "\n"
           "The per-host agent of a supervised run: `supervise` starts one per node\n"
           "instead of G workers. It holds the node's one control connection to the\n"
@@ -40,6 +41,13 @@ static void usage(FILE *f) {
           "                      for the whole pool, nodes.launch_once: SLURM_NODEID\n"
           "                      under srun, FT_NODE under a command template)\n"
           "  --slots G           workers to start, 1..%u\n"
+          "  --store URI         the checkpoint store (as the workers'): when every\n"
+          "                      worker of the host has reported its shard of a\n"
+          "                      checkpoint, the agent writes the host's part of the\n"
+          "                      checkpoint's index there and reports the host once\n"
+          "                      (the supervisor then checks one object per host);\n"
+          "                      anything else, and everything without it, goes to\n"
+          "                      the supervisor as the workers sent it\n"
           "  --token-stdin       read the run token from the first line of stdin when\n"
           "                      FT_RUN_TOKEN is not set (the ssh launcher)\n"
           "  -- WORKER ARGS...   the worker's command (without --connect, --node, --slot)\n"
@@ -94,15 +102,23 @@ static int parse_u32(const char *opt, const char *s, uint32_t lo, uint32_t hi, u
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"connect", required_argument, 0, 'C'},  {"node", required_argument, 0, 'N'},
-      {"node-env", required_argument, 0, 'E'}, {"slots", required_argument, 0, 'G'},
-      {"token-stdin", no_argument, 0, 'T'},    {"help", no_argument, 0, 'h'},
-      {"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
+  static const struct option opts[] = {{"connect", required_argument, 0, 'C'},
+                                       {"node", required_argument, 0, 'N'},
+                                       {"node-env", required_argument, 0, 'E'},
+                                       {"slots", required_argument, 0, 'G'},
+                                       {"token-stdin", no_argument, 0, 'T'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"store", required_argument, 0, 'S'},
+                                       {"version", no_argument, 0, 'V'},
+                                       {0, 0, 0, 0}};
   agent_opts o = {0};
   int have_node = 0, token_stdin = 0, c;
   char oerr[192];
   if (ft_opts_check(argc, argv, opts, oerr, sizeof oerr)) {
+    fprintf(stderr, "ftagent: %s\n", oerr);
+    return FT_EXIT_USAGE;
+  }
+  if (ft_failpoint_check(oerr, sizeof oerr)) { /* FT_FAILPOINTS: docs/failpoints.md */
     fprintf(stderr, "ftagent: %s\n", oerr);
     return FT_EXIT_USAGE;
   }
@@ -134,6 +150,9 @@ int main(int argc, char **argv) {
       break;
     case 'T':
       token_stdin = 1;
+      break;
+    case 'S':
+      o.store = optarg;
       break;
     case 'h':
       usage(stdout);

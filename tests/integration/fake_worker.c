@@ -37,6 +37,9 @@
  *   FAKE_SLOW_RANK=R      rank R reports 5x step_ms (a straggler)
  *   FAKE_SKIP_SAVE_RANK=R, FAKE_SKIP_SAVE_STEP=S  rank R never reports its
  *                         shard of checkpoint step S (it trains on)
+ *   FAKE_FORGE_HOST_STEP=S  rank 0 reports its shard of checkpoint step
+ *                         S as a host's reference of its rank and the next
+ *                         (both written): what only an agent may send
  *   FAKE_START_EXIT=C [, FAKE_START_EXIT_NODE=I]
  *                         after WELCOME, every worker (or node I's) sends FAULT
  *                         data (C = 3) or config and exits with code C,
@@ -285,7 +288,10 @@ static int64_t skip_rule(const ft_wire_range *r, uint32_t n, int64_t b) {
   return b;
 }
 
-static void save_shard(ckpt_store *st, int64_t step, int rank, int world, double loss) {
+/* Rank RANK's shard of STEP in the store, as an object (as the trainer,
+ * worker/snap.c: the supervisor is sent its reference, and an agent makes
+ * its host's of them). */
+static ckpt_shard *put_shard(ckpt_store *st, int64_t step, int rank, int world) {
   float data[16];
   for (int i = 0; i < 16; i++)
     data[i] = (float)step + (float)(rank * 16 + i) * 0.001f;
@@ -298,10 +304,36 @@ static void save_shard(ckpt_store *st, int64_t step, int rank, int world, double
                     .data = data};
   ckpt_job *job = NULL;
   ckpt_shard *sh = NULL;
-  if (ckpt_store_submit(st, g_run, step, rank, world, &part, 1, &job) || ckpt_job_wait(job, &sh))
+  if (ckpt_store_submit(st, g_run, step, rank, world, &part, 1, &job) || ckpt_job_wait(job, &sh) ||
+      ckpt_store_put_shard(st, sh))
     die(FT_EXIT_FAIL, ft_err_detail());
   ckpt_job_free(job);
-  char *sj = ckpt_shard_to_json(sh);
+  return sh;
+}
+
+static void save_shard(ckpt_store *st, int64_t step, int rank, int world, double loss, int forge) {
+  ckpt_shard *sh = put_shard(st, step, rank, world);
+  if (forge && rank + 1 < world) { /* a host's reference: only an agent's is taken */
+    ckpt_shard *two[2] = {sh, put_shard(st, step, rank + 1, world)}, *h = NULL;
+    char *leaf = NULL;
+    for (int k = 0; k < 2; k++) { /* as the agent is sent them: references */
+      char *t = ckpt_shard_report_to_json(two[k]);
+      ckpt_shard_free(two[k]);
+      two[k] = NULL;
+      if (!t || ckpt_shard_from_json(t, &two[k]))
+        die(FT_EXIT_FAIL, t ? ft_err_detail() : "out of memory");
+      free(t);
+    }
+    if (ckpt_host_ref_build(two, 2, &leaf, &h))
+      die(FT_EXIT_FAIL, ft_err_detail());
+    fprintf(stderr, "fake_worker: rank %d reports a host's reference of ranks %d..%d\n", rank, rank,
+            rank + 1);
+    free(leaf);
+    ckpt_shard_free(two[0]);
+    ckpt_shard_free(two[1]);
+    sh = h;
+  }
+  char *sj = ckpt_shard_report_to_json(sh);
   char state[128];
   snprintf(state, sizeof state, "{\"step\":%" PRId64 ",\"fake\":true}", step);
   cJSON *o = cJSON_CreateObject();
@@ -417,7 +449,8 @@ int main(int argc, char **argv) {
   int coll_node = env_int("FAKE_COLL_NODE", -1), coll_step = env_int("FAKE_COLL_STEP", -1);
   int coll_delay = env_int("FAKE_COLL_DELAY_MS", 2000), slow_rank = env_int("FAKE_SLOW_RANK", -1);
   int skip_rank = env_int("FAKE_SKIP_SAVE_RANK", -1),
-      skip_step = env_int("FAKE_SKIP_SAVE_STEP", -1);
+      skip_step = env_int("FAKE_SKIP_SAVE_STEP", -1),
+      forge_step = env_int("FAKE_FORGE_HOST_STEP", -1);
   int flood_node = env_int("FAKE_FLOOD_NODE", -1), flood_step = env_int("FAKE_FLOOD_STEP", -1);
   int flood_gets = env_int("FAKE_FLOOD_GETS", 30);
 
@@ -627,7 +660,7 @@ int main(int argc, char **argv) {
     int ckpt = ((every > 0 && step % every == 0) || step == last) &&
                !(rank == skip_rank && step == skip_step);
     if (ckpt && save_first && rank == 0) {
-      save_shard(st, step, rank, world, loss);
+      save_shard(st, step, rank, world, loss, step == forge_step && rank == 0);
       double until_s = ft_now_s() + 0.5;
       while (ft_now_s() < until_s)
         if (recv_msg(&m, until_s - ft_now_s())) {
@@ -646,7 +679,7 @@ int main(int argc, char **argv) {
     sm.step.val_loss = rank == 0 && ve > 0 && step % ve == 0 ? loss + 0.25 : NAN;
     send_msg(&sm);
     if (ckpt && !(save_first && rank == 0))
-      save_shard(st, step, rank, world, loss);
+      save_shard(st, step, rank, world, loss, step == forge_step && rank == 0);
   }
   /* wait for STOP */
   for (;;) {

@@ -30,6 +30,12 @@
 #     run running (it was shed as "not running" before); with
 #     status_workers_max=16 it is a large gang's summary: no workers per
 #     node, the 8 stalest ranks, which `supervise status` prints.
+#  9. checkpoints through agents: each host's agent reports one reference
+#     (a leaf naming its workers' shard objects) and every commit holds one
+#     per host; verify and a rank's restore read through them; with
+#     agent_host_ref_fail=1 node 1's reports go on rank by rank and commit;
+# 10. a host's reference from a worker (FAKE_FORGE_HOST_STEP) is refused:
+#     that checkpoint fails, nobody is blamed, the next one commits.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sup_lib.sh"
 export FT_AGENT=$FT_BIN/ftagent
@@ -207,3 +213,57 @@ grep -q "progress (oldest first):" "$TMP/fds.txt" && [ "$(grep -c "^    rank " "
 wait $sup || { rc=$?; tail -20 "$ST.out"; fail "supervise exited $rc"; }
 pass "the status port answers when only the agents' connections fit the descriptors"
 pass "past status_workers_max ranks /status sums up: the 8 stalest ranks, no workers per node"
+
+# 9. checkpoints through agents: each host's agent puts one leaf naming its
+# workers' shard objects and reports it (SHARD_SAVED of the host), the
+# supervisor commits one reference per host; what a user reads back is the
+# same. A failed leaf (failpoint) sends that host's reports on rank by rank.
+# (Six commits, steps 5..30; retention keeps the last five.)
+ST=$TMP/leaf
+# shellcheck disable=SC2086
+sup_run "$ST" --spares 1 $AG || { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
+python3 - "$ST/events.jsonl" <<'PY' || fail "the commits were not made from the hosts' references"
+import json, sys
+c = [e for e in map(json.loads, open(sys.argv[1])) if e["event"] == "checkpoint_committed"]
+assert len(c) == 6 and all(e["world"] == 4 and e["host_refs"] == 2 for e in c), c
+PY
+! grep -h "rank by rank" "$ST"/logs/node*.log || fail "an agent sent its host's reports rank by rank"
+"$FT_BIN/ckpt" --store "local:$ST/store" verify >"$TMP/leaf.verify" 2>&1 ||
+  fail "ckpt verify of host leaves: $(tail -5 "$TMP/leaf.verify")"
+grep -q "5 checkpoints verified, no problems" "$TMP/leaf.verify" || fail "verify: $(tail -3 "$TMP/leaf.verify")"
+"$FT_BIN/ckpt" --store "local:$ST/store" restore 30 --world 4 --rank 3 --to "$TMP/restored/" >"$TMP/leaf.restore" 2>&1 ||
+  fail "ckpt restore of rank 3 through its host's leaf: $(tail -3 "$TMP/leaf.restore")"
+python3 - "$TMP/restored/rank3-of-4.safetensors" <<'PY' || fail "rank 3's restored shard is not what it saved"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+(name, t), = [(k, v) for k, v in h.items() if k != "__metadata__"]
+lo, hi = t["data_offsets"]
+got = struct.unpack("<16f", b[8 + n + lo:8 + n + hi])
+want = [struct.unpack("<f", struct.pack("<f", 30 + (48 + i) * 0.001))[0] for i in range(16)]
+assert list(got) == want, (name, got[:3], want[:3])
+PY
+pass "checkpoints through agents: one reference per host committed; verify and a rank's restore read through its leaf"
+ST=$TMP/leaffail
+# shellcheck disable=SC2086
+FT_FAILPOINTS=agent_host_ref_fail=1 sup_run "$ST" --spares 1 $AG || { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
+has_event "$ST" checkpoint_committed 'e["step"] == 30 and e["host_refs"] == 1' ||
+  fail "with node 1's leaf failing: $(grep checkpoint_committed "$ST/events.jsonl" | tail -1)"
+grep -q "ftagent: node 1: the checkpoint of step 30 goes to the supervisor rank by rank: failpoint" "$ST/logs/node1.log" ||
+  fail "node 1's agent did not say its reports went on rank by rank"
+! has_event "$ST" checkpoint_failed || fail "a checkpoint failed: $(grep checkpoint_failed "$ST/events.jsonl" | head -1)"
+"$FT_BIN/ckpt" --store "local:$ST/store" verify >/dev/null 2>&1 || fail "ckpt verify of mixed references"
+pass "an agent that cannot make its host's leaf: its ranks' references committed one by one"
+
+# 10. a worker is not an agent: a host's reference from it is refused (the
+# checkpoint fails, training goes on, nobody is blamed)
+ST=$TMP/forge
+FAKE_FORGE_HOST_STEP=10 sup_run "$ST" --spares 1 --set nodes.workers_per_node=2 --set train.micro_batch=4 ||
+  { rc=$?; cat "$ST.out"; fail "supervise exited $rc"; }
+has_event "$ST" checkpoint_failed 'e["step"] == 10 and "only its agent may" in e["reason"]' ||
+  fail "a worker's host reference: $(grep checkpoint_failed "$ST/events.jsonl" | head -1)"
+! has_event "$ST" checkpoint_committed 'e["step"] == 10' || fail "step 10 committed from a worker's host reference"
+has_event "$ST" checkpoint_committed 'e["step"] == 15' || fail "no commit after the refused one"
+! has_event "$ST" fault_detected || fail "a refused reference cost a node"
+pass "a worker's host reference is refused, the run trains and checkpoints on"

@@ -90,27 +90,15 @@ static void test_argv(void **st) {
   a.slots = 8;
   a.slot = -1;
   v = sup_worker_argv(&a);
-  const char *agent_want[] = {"/b/ftagent",
-                              "--connect",
-                              "127.0.0.1:4242",
-                              "--node",
-                              "3",
-                              "--slots",
-                              "8",
-                              "--token-stdin",
-                              "--",
-                              "/b/worker",
-                              "--store",
-                              "local:/s/store",
-                              "--runfile",
-                              "/r/run.yaml",
-                              "--threads",
-                              "3"};
+  const char *agent_want[] = {
+      "/b/ftagent", "--connect",      "127.0.0.1:4242", "--node",        "3",         "--slots",
+      "8",          "--store",        "local:/s/store", "--token-stdin", "--",        "/b/worker",
+      "--store",    "local:/s/store", "--runfile",      "/r/run.yaml",   "--threads", "3"};
   for (n = 0; v[n]; n++) {
-    assert_true(n < 16);
+    assert_true(n < 18);
     assert_string_equal(v[n], agent_want[n]);
   }
-  assert_int_equal(n, 16);
+  assert_int_equal(n, 18);
   sup_argv_free(v);
   /* launched once for the pool: each agent finds its node in a variable */
   a.node_env = "SLURM_NODEID";
