@@ -21,7 +21,9 @@
 #   SHARDS=objects (default: each rank's shard is an object of the store and
 #   SHARD_SAVED carries its reference, as a gang worker's does) or inline
 #   (SHARD_SAVED carries the whole shard manifest: the commit before shard
-#   objects)
+#   objects); under AGENTS=1 objects means each host's agent reports one
+#   reference for its host (a leaf naming its ranks' shard objects), and
+#   ranks the agents' reports rank by rank (the commit before host leaves)
 #   AGENTS=1: one agent per host (nodes.agent; the swarm plays each host's
 #   agent: one connection per host, RELAYed frames, one HOSTBEAT per
 #   interval), beside the default direct mode (a connection per rank);
@@ -46,9 +48,10 @@ restart) sets= ;;
 *) echo "bench_scale: RECOVERY is inprocess or restart, not '$recovery'" >&2; exit 2 ;;
 esac
 case ${SHARDS:-objects} in
-objects) inline=0 ;;
-inline) inline=1 ;;
-*) echo "bench_scale: SHARDS is objects or inline, not '$SHARDS'" >&2; exit 2 ;;
+objects) inline=0 hostrefs=1 ;;
+ranks) inline=0 hostrefs=0 ;;
+inline) inline=1 hostrefs=0 ;;
+*) echo "bench_scale: SHARDS is objects, ranks or inline, not '$SHARDS'" >&2; exit 2 ;;
 esac
 nf=$(python3 -c 'import sys; print(sum(int(x.split(":")[1]) for x in sys.argv[1].split(",")))' "$faults")
 T=$(mktemp -d "${TMPDIR:-/tmp}/ftscale.XXXXXX")
@@ -63,7 +66,7 @@ for n in $sizes; do
   d=$T/n$n
   SWARM_AGENTS=$agents SWARM_ONCE=$once SWARM_SETS=$sets SWARM_SPARES=$((nf + 2)) SWARM_HB=4 \
     tests/scale/swarm_run.sh "$d" "$n" \
-    --steady 60 --commits 2 --faults "$faults" --step-ms 2000 --ckpt-every 10 --settle 2 --timeout 7200 --inline-shards $inline ||
+    --steady 60 --commits 2 --faults "$faults" --step-ms 2000 --ckpt-every 10 --settle 2 --timeout 7200 --inline-shards $inline --host-refs $hostrefs ||
     echo "bench_scale: the swarm at $n ranks did not pass (see $d/swarm.out)"
   python3 - "$d/figures.json" "$n" "$recovery" "$d" "$agents" <<'PY'
 import json, re, sys
@@ -103,6 +106,8 @@ row(f"recovery ({sys.argv[3]}): stop to ASSIGN", f"{r['p50']:.0f} / {r['p99']:.0
 row("fault to first step", f"{c['p50']:.0f} / {c['p99']:.0f} ms", "detection + recovery")
 m = f["commit_ms"]
 row("commit of N manifests", f"{m['p50']:.0f} / {m['p99']:.0f} ms (n={m['n']})", "< 1000 ms")
+if sys.argv[5] == "1":
+    row("hosts' references sent", f"{f.get('host_refs', 0)}", "one per host a checkpoint (SHARDS=objects)")
 for k in ("grow_0", "grow_1"):
     if k in f:
         row("growth " + f[k]["path"].split("/")[-1], f"{f[k]['bytes_per_hour'] / 2**20:.1f} MiB/h",

@@ -140,8 +140,10 @@ static int make_one(agent_ckpt *c, job *j, char *why, size_t whylen) {
     ckpt_store_opts o = {.shard_writer = 1, .threads = 1};
     if (ckpt_store_open(c->uri, &o, &c->store)) {
       __atomic_store_n(&c->store_failed, 1, __ATOMIC_RELAXED);
-      snprintf(why, whylen, "cannot open the store %s: %s; its reports go to the supervisor "
-               "one by one from now on", c->uri, ft_err_detail());
+      snprintf(why, whylen,
+               "cannot open the store %s: %s; its reports go to the supervisor "
+               "one by one from now on",
+               c->uri, ft_err_detail());
       goto out;
     }
   }
@@ -199,8 +201,10 @@ static void *thread_main(void *arg) {
     pthread_mutex_unlock(&c->mu);
     char why[1024];
     if (j->whole && make_one(c, j, why, sizeof why) && why[0])
-      fprintf(stderr, "ftagent: node %u: the checkpoint of step %" PRId64
-              " goes to the supervisor rank by rank: %s\n", c->node, j->step, why);
+      fprintf(stderr,
+              "ftagent: node %u: the checkpoint of step %" PRId64
+              " goes to the supervisor rank by rank: %s\n",
+              c->node, j->step, why);
     pthread_mutex_lock(&c->mu);
     *c->done_tail = j;
     c->done_tail = &j->next;

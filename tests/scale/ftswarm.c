@@ -69,7 +69,12 @@
  * every slot's last beat and its age (a silent worker's age grows; a beat
  * of a new generation is relayed at once), a worker's exit told with SLOT
  * exited, and the agent's connection closed when its last worker ends. A
- * "host" fault silences the agent too; a "drop" closes its connection.
+ * "host" fault silences the agent too; a "drop" closes its connection. Its
+ * checkpoints are its agent's (worker/agent_ckpt.c): each slot's shard
+ * object, one leaf naming them (a host's reference, ckpt_host_ref_build)
+ * and one SHARD_SAVED of the host on the agent's connection ("host_refs"
+ * in the JSON counts them); a host with a slot not in the checkpoint
+ * reports rank by rank.
  *
  * Exit: 0 every fault detected and recovered, no conformance error; 1
  * otherwise; 2 usage.
@@ -195,9 +200,11 @@ static struct {
   /* the model's shard layout */
   ft_gpt2_dims dims;
   ckpt_store *store;
-  int inline_shards; /* 1: SHARD_SAVED carries the whole shard (no shard objects) */
-  int agents;        /* 1: one agent per node (supervise's nodes.agent) */
-  int pool_fd;       /* nodes.launch_once: the pool's one attach process (-1: none) */
+  int inline_shards;  /* 1: SHARD_SAVED carries the whole shard (no shard objects) */
+  uint64_t host_refs; /* SHARD_SAVED of a whole host sent (under agents) */
+  int no_host_refs;   /* --host-refs 0: agents send their slots' reports rank by rank */
+  int agents;         /* 1: one agent per node (supervise's nodes.agent) */
+  int pool_fd;        /* nodes.launch_once: the pool's one attach process (-1: none) */
   struct zref {
     uint64_t len;
     ckpt_shard *sh; /* a shard of one part of len zero bytes: its chunks */
@@ -460,7 +467,7 @@ static const char *const KINDS[3] = {"param", "adam_m", "adam_v"};
  * shard, whose JSON is its reference. Its chunks (the zero chunks) were
  * written (and so freshened) at the swarm's start, well within the GC's
  * grace. 0, or -1 with a message (the swarm then sends the shard itself). */
-static int put_shard_object(ckpt_shard *sh, const char *text) {
+static int put_object(const uint8_t *hash, const char *text) {
   if (strncmp(g.store_uri, "local:", 6) != 0)
     return -1;
   size_t n = strlen(text);
@@ -468,9 +475,7 @@ static int put_shard_object(ckpt_shard *sh, const char *text) {
   const char *dir = g.store_uri + 6;
   if (strlen(dir) > 4000)
     return -1;
-  if (ckpt_sha256(text, n, sh->object))
-    return -1;
-  ckpt_hex(sh->object, hex);
+  ckpt_hex(hash, hex);
   snprintf(path, sizeof path, "%.4000s/" CKPT_OBJ_SHARDS, dir);
   mkdir(path, 0755);
   snprintf(path, sizeof path, "%.4000s/" CKPT_OBJ_SHARDS "%s", dir, hex);
@@ -484,6 +489,12 @@ static int put_shard_object(ckpt_shard *sh, const char *text) {
     unlink(tmp);
     return -1;
   }
+  return 0;
+}
+
+static int put_shard_object(ckpt_shard *sh, const char *text) {
+  if (ckpt_sha256(text, strlen(text), sh->object) || put_object(sh->object, text))
+    return -1;
   ckpt_shard_add_up(sh);
   sh->sum.base_step = -1;
   sh->sum.new_bytes = 0;
@@ -491,11 +502,13 @@ static int put_shard_object(ckpt_shard *sh, const char *text) {
   return 0;
 }
 
-/* Rank r's shard manifest at step in the worker's SHARD_SAVED envelope.
- * malloc'd. The layout is worker/shardmap.h's: group g padded to a multiple
- * of the world, rank r owns [r*S, (r+1)*S) of it, the real part of that is
- * its part of "param/<g>", "adam_m/<g>" and "adam_v/<g>". */
-static char *envelope(int rank, int world, int64_t step) {
+/* Rank r's shard manifest at step: its object's reference once the object
+ * is written (as a gang worker's, worker/snap.c), the shard itself with
+ * --inline-shards or when the write failed. malloc'd. The layout is
+ * worker/shardmap.h's: group g padded to a multiple of the world, rank r
+ * owns [r*S, (r+1)*S) of it, the real part of that is its part of
+ * "param/<g>", "adam_m/<g>" and "adam_v/<g>". */
+static char *shard_text(int rank, int world, int64_t step) {
   int ng = ft_gpt2_ngroups(&g.dims);
   ckpt_tensor parts[3 * 1100];
   char names[3 * 1100][40];
@@ -537,6 +550,12 @@ static char *envelope(int rank, int world, int64_t step) {
   }
   for (int i = 0; i < np; i++)
     free(parts[i].chunks);
+  return sj;
+}
+
+/* The worker's SHARD_SAVED envelope around a shard's text (rank 0's holds
+ * the state and config). malloc'd. */
+static char *wrap_envelope(const char *sj, int rank, int64_t step) {
   cJSON *o = cJSON_CreateObject();
   char state[96];
   snprintf(state, sizeof state, "{\"step\":%" PRId64 ",\"swarm\":true}", step);
@@ -547,6 +566,13 @@ static char *envelope(int rank, int world, int64_t step) {
   cJSON_AddNumberToObject(o, "loss", 3.0);
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
+  return txt;
+}
+
+/* Rank r's SHARD_SAVED text at step. malloc'd. */
+static char *envelope(int rank, int world, int64_t step) {
+  char *sj = shard_text(rank, world, step);
+  char *txt = sj ? wrap_envelope(sj, rank, step) : NULL;
   free(sj);
   return txt;
 }
@@ -1303,6 +1329,70 @@ static int gang_stalled(void) {
  * heartbeats go on, and 16,384 of them (~21 KB each) take the swarm seconds
  * to build, which must not stop the other ranks' heartbeats. */
 #define SAVE_SLICE_S 0.02
+
+/* A shard of the checkpoint in progress is about to go out from w. */
+static void shard_pending(sw_worker *w) {
+  if (w->shard_step < 0) {
+    w->shard_step = g.save_step;
+    g.shard_unflushed++;
+  }
+}
+
+/* Under agents, the host of ranks lo.. as its agent reports it
+ * (worker/agent_ckpt.c): every slot's shard object, one leaf naming them
+ * (the object shards/<its SHA-256>) with the time before the first was
+ * written, and one SHARD_SAVED of the host in lo's envelope. 0: not made
+ * (a slot not in the checkpoint, --inline-shards, --host-refs 0, a failed
+ * write): its
+ * ranks report one by one. */
+static int save_host(int lo) {
+  sw_worker *w0 = g.byrank[lo];
+  sw_node *nd = &g.nodes[w0->node];
+  int G = nd->slots,
+      ok = !g.inline_shards && !g.no_host_refs && G > 1 && lo + G <= g.world && G <= 256;
+  for (int j = 0; ok && j < G; j++) {
+    sw_worker *w = g.byrank[lo + j];
+    ok = w && w->node == w0->node && linked(w) && !w->silent && w->gen == g.save_gen;
+  }
+  if (!ok)
+    return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t t0 = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  ckpt_shard *refs[256] = {0}, *h = NULL;
+  char *leaf = NULL;
+  for (int j = 0; ok && j < G; j++) {
+    char *sj = shard_text(lo + j, g.world, g.save_step);
+    ok = sj && ckpt_shard_from_json(sj, &refs[j]) == 0 && ckpt_shard_is_ref(refs[j]);
+    free(sj);
+  }
+  ok = ok && ckpt_host_ref_build(refs, G, &leaf, &h) == 0 && put_object(h->object, leaf) == 0;
+  char *rj = NULL, *env = NULL;
+  if (ok) {
+    h->oldest = t0;
+    ok = (rj = ckpt_shard_report_to_json(h)) && (env = wrap_envelope(rj, lo, g.save_step));
+  }
+  if (ok) {
+    ft_msg m;
+    ft_msg_init(&m, FT_MSG_SHARD_SAVED);
+    m.gen = g.save_gen;
+    m.shard_saved.step = g.save_step;
+    m.shard_saved.rank = (uint32_t)lo;
+    m.shard_saved.manifest = env;
+    for (int j = 0; j < G; j++)
+      shard_pending(&nd->w[j]);
+    agent_send(nd, &m);
+    g.host_refs++;
+  }
+  for (int j = 0; j < G; j++)
+    ckpt_shard_free(refs[j]);
+  ckpt_shard_free(h);
+  free(leaf);
+  free(rj);
+  free(env);
+  return ok;
+}
+
 static void save_more(void) {
   if (g.save_step < 0)
     return;
@@ -1310,6 +1400,10 @@ static void save_more(void) {
   while (g.save_next < g.world && ft_now_s() < until) {
     int r = g.save_next++;
     sw_worker *w = g.gen == g.save_gen ? g.byrank[r] : NULL;
+    if (g.agents && w && r % g.nodes[w->node].slots == 0 && save_host(r)) {
+      g.save_next = r + g.nodes[w->node].slots;
+      continue;
+    }
     if (!w || !linked(w) || w->gen != g.save_gen)
       continue;
     char *txt = envelope(r, g.world, g.save_step);
@@ -1318,10 +1412,7 @@ static void save_more(void) {
     m.shard_saved.step = g.save_step;
     m.shard_saved.rank = (uint32_t)r;
     m.shard_saved.manifest = txt;
-    if (w->shard_step < 0) {
-      w->shard_step = g.save_step;
-      g.shard_unflushed++;
-    }
+    shard_pending(w);
     send_msg(w, &m);
     free(txt);
   }
@@ -1519,14 +1610,14 @@ static int report(int ok, double steady_s, double steady_cpu, double rss_max,
                     "\"commit_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
                     "\"conformance_errors\":%ld,\"faults_done\":%d,\"faults_wanted\":%d,"
                     "\"steady_commits\":%d,\"ckpt_every_s\":%.1f,\"reconnects\":%ld,\"rejoins\":%"
-                    "ld,\"saves_skipped\":%ld",
+                    "ld,\"saves_skipped\":%ld,\"host_refs\":%" PRIu64,
                     g.world, g.nnodes_seen, g.formation_s, steady_s, steady_cpu, rss_max, nd[0],
                     pct(det[0], nd[0], 50), pct(det[0], nd[0], 99), nd[1], pct(det[1], nd[1], 50),
                     pct(det[1], nd[1], 99), nd[2], pct(det[2], nd[2], 50), pct(det[2], nd[2], 99),
                     nrec, pct(told, nrec, 50), pct(told, nrec, 99), nrec, pct(rec, nrec, 50),
                     pct(rec, nrec, 99), nrec, pct(cyc, nrec, 50), pct(cyc, nrec, 99), g.ncommit,
                     cm50, cm99, g.conformance, g.cur_fault, g.nfaults, g.steady_commits,
-                    g.ckpt_every * g.step_s, g.reconnects, g.rejoins, g.saves_skipped);
+                    g.ckpt_every * g.step_s, g.reconnects, g.rejoins, g.saves_skipped, g.host_refs);
   for (int k = 0; k < g.ngrow; k++)
     jl += snprintf(json + jl, sizeof json - (size_t)jl,
                    ",\"grow_%d\":{\"path\":\"%s\",\"bytes_per_hour\":%.0f}", k, g.grow[k],
@@ -1545,14 +1636,15 @@ static int report(int ok, double steady_s, double steady_cpu, double rss_max,
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: ftswarm serve --socket PATH --world N [--step-ms MS] [--ckpt-every K]\n"
-          "         [--steady S] [--commits K] [--faults silent:A,host:B,drop:C] [--settle S]\n"
-          "         [--timeout S]\n"
-          "         [--sup-pid PID | --sup-pid-file F] [--t0-file F] [--grow PATH]... [--layers L] "
-          "[--embd C]\n"
-          "         [--seed N] [--out FILE] [--inline-shards 0|1] [--agents 0|1]\n"
-          "       (each host: ftswarm_attach PATH {slots} {argv}, a run file's nodes.command)\n");
+  fprintf(
+      stderr,
+      "usage: ftswarm serve --socket PATH --world N [--step-ms MS] [--ckpt-every K]\n"
+      "         [--steady S] [--commits K] [--faults silent:A,host:B,drop:C] [--settle S]\n"
+      "         [--timeout S]\n"
+      "         [--sup-pid PID | --sup-pid-file F] [--t0-file F] [--grow PATH]... [--layers L] "
+      "[--embd C]\n"
+      "         [--seed N] [--out FILE] [--inline-shards 0|1] [--agents 0|1] [--host-refs 0|1]\n"
+      "       (each host: ftswarm_attach PATH {slots} {argv}, a run file's nodes.command)\n");
 }
 
 static int parse_faults(const char *spec) {
@@ -1636,6 +1728,8 @@ static int serve_main(int argc, char **argv) {
       g.out_path = v;
     else if (!strcmp(a, "--inline-shards"))
       g.inline_shards = atoi(v);
+    else if (!strcmp(a, "--host-refs"))
+      g.no_host_refs = !atoi(v);
     else if (!strcmp(a, "--agents"))
       g.agents = atoi(v);
     else {

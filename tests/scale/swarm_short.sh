@@ -13,8 +13,8 @@
 # plays each host's agent: one connection, RELAYed frames, HOSTBEATs) and
 # recovery.in_process, with a silent host as well: the same verdicts, but a
 # dropped host is its agent's connection closed or its agent killed
-# (node_lost, whichever the supervisor sees first), and the
-# supervisor holds one connection per host.
+# (node_lost, whichever the supervisor sees first), the supervisor holds one
+# connection per host, and checkpoints commit from one reference per host.
 . "$(dirname "$0")/../integration/lib.sh"
 : "${FT_BUILD:=$(dirname "$FT_BIN")}"
 [ -x "$FT_BUILD/tests/ftswarm" ] || fail "ftswarm not built in $FT_BUILD/tests"
@@ -73,6 +73,11 @@ assert int(faults[0][1]) in q, q
 assert any(e["event"] == "spare_promoted" for e in events)
 # checkpoints of 1,024 shard manifests were committed
 assert any(e["event"] == "checkpoint_committed" and e["world"] == 1024 for e in events)
+if mode == "agents":
+    # ... from the hosts' references: one per host (the swarm's agents make
+    # them as worker/agent_ckpt.c does), the commit reading through them
+    assert any(e["event"] == "checkpoint_committed" and e["host_refs"] == 128 for e in events), \
+        [e.get("host_refs") for e in events if e["event"] == "checkpoint_committed"]
 if mode != "restart":
     # every gang node but the lost one rejoined, each time; only a node that
     # faulted is started again (the dropped one, whose process died)
