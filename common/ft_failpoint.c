@@ -52,6 +52,7 @@ static const struct {
     {"chaos_kill_spares", NULL, NULL},
     {"gc_pause_ms", NULL, NULL},
     {"agent_host_ref_fail", NULL, NULL},
+    {"launch_slice_ms", NULL, NULL},
 };
 #define FP_NKNOWN ((int)(sizeof fp_known / sizeof fp_known[0]))
 

@@ -396,7 +396,10 @@ static void kid_beat(sup_conn *agent, const ft_msg *hb, const ft_wire_beat *b) {
     return;
   ft_msg m;
   ft_msg_init(&m, FT_MSG_HEARTBEAT);
-  snprintf(m.run, sizeof m.run, "%s", hb->run);
+  /* not snprintf: once per rank a second, a fiftieth of the supervisor's
+   * CPU at 131,072 ranks */
+  size_t rl = strnlen(hb->run, sizeof m.run - 1);
+  memcpy(m.run, hb->run, rl);
   m.gen = b->gen;
   m.heartbeat.step = b->step;
   m.heartbeat.seq = b->seq;

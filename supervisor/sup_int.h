@@ -398,6 +398,9 @@ typedef struct sup {
   struct event *teardown;      /* after a grace or a SIGKILL: rejoiners that do not
                                   move, processes that cannot be reaped */
   struct event *deadline_tick; /* the tick again when a silence reaches its limit */
+  double silence_next_s;       /* the gang's silences are looked at again then (or at
+                                  a new generation); sup_timers.c */
+  uint64_t silence_gen;        /* ... the generation they were last looked at in */
   struct event *launch_ev;
   struct event *sig_chld, *sig_int, *sig_term;
 

@@ -234,9 +234,12 @@ static void slot_reset(sup *s, int n, int j, pid_t pid, const char *role) {
 
 int sup_launch_node(sup *s, int n, const char *role) {
   sup_node *nd = &s->nodes[n];
-  if (s->agent_mode && s->rf.nodes.launch_once && !nd->agent && s->once_pid > 0 &&
-      sup_node_alive(s, n) && nd->w[0].pid == s->once_pid)
-    return FT_OK; /* started with the pool's launch, its agent on its way */
+  /* started with the pool's launch: its agent on its way, or already there
+   * (its HELLO can come before the launch queue reaches its node: a loop
+   * behind its queue at 16,384 hosts aborted here) */
+  if (s->agent_mode && s->rf.nodes.launch_once && s->once_pid > 0 && sup_node_alive(s, n) &&
+      nd->w[0].pid == s->once_pid)
+    return FT_OK;
   nd->term_sent = nd->kill_sent = 0;
   nd->dump_asked = 0;
   nd->rejoin = 0;

@@ -191,6 +191,7 @@
 #include "ft_bug.h"
 #include "ft_clock.h"
 #include "ft_err.h"
+#include "ft_failpoint.h"
 #include "sup_launch.h"
 
 #include <cjson/cJSON.h>
@@ -1475,8 +1476,16 @@ static int launch_slice(sup *s) {
   double until = ft_now_s() + LAUNCH_SLICE_S;
   int per = s->node_step ? 1 : s->G;
   struct timeval later = {0, 0};
-  while (s->recovery.launch_qi < s->recovery.nlaunch_q) {
-    if (s->state >= SUP_FINISHING || ft_now_s() > until)
+  /* failpoint launch_slice_ms=N: one node a slice, N ms apart (a loop
+   * that falls behind its launch queue, as a stalled one at 16,384 hosts) */
+  int64_t slow_ms = 0;
+  if (ft_failpoint("launch_slice_ms", &slow_ms) && slow_ms > 0) {
+    until = 0;
+    later.tv_sec = (long)(slow_ms / 1000);
+    later.tv_usec = (long)(slow_ms % 1000) * 1000;
+  }
+  for (int launched = 0; s->recovery.launch_qi < s->recovery.nlaunch_q;) {
+    if (s->state >= SUP_FINISHING || (launched && ft_now_s() > until))
       break;
     /* the first gang's queue is the one whose log files the thread creates
      * (sup_prepare_logs): a node whose files are not there yet waits a
@@ -1494,6 +1503,7 @@ static int launch_slice(sup *s) {
       s->recovery.nlaunch_q = s->recovery.launch_qi = 0;
       return rc;
     }
+    launched++;
   }
   if (s->state >= SUP_FINISHING)
     s->recovery.nlaunch_q = s->recovery.launch_qi = 0;

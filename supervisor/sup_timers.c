@@ -4,7 +4,8 @@
  * (sup_recovery.c). A detector (layer 3, sup_int.h): the recovery never
  * calls back into it.
  *
- *   tick (every TICK_S, and at a silence's deadline): a gang worker silent
+ *   tick (every TICK_S, and at a silence's deadline): a gang worker (looked
+ *     at every SILENCE_EVERY_S, or at the soonest deadline) silent
  *     past watchdog.heartbeat_timeout_s (start_timeout_s before its HELLO)
  *     is a hang of its node, unless everyone is silent (the supervisor's
  *     own isolation) or its frames wait unread (we are behind); a silent
@@ -200,6 +201,8 @@ static void spares_silent(sup *s, double now, double limit) {
 /* The tick's period (sup_main.c); a silence about to pass its limit within
  * one gets a tick of its own at that moment (deadline_tick). */
 #define TICK_S 0.05
+/* ... and the gang's silences are looked at at least this often (on_tick_t) */
+#define SILENCE_EVERY_S 0.25
 
 static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
   sup *s = arg;
@@ -216,8 +219,18 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
     sup_watch_links(s, now);
     sup_doctor_tick(s, now); /* idle spares check themselves again */
   }
+  /* The gang's silences are looked at every SILENCE_EVERY_S, or sooner
+   * when one can pass its limit sooner (at that moment: deadline_tick),
+   * not on every tick: at 131,072 ranks the look at each worker 20 times a
+   * second was a seventh of the supervisor's CPU. A silence only grows
+   * between looks: a message makes it shorter, and a worker whose silence
+   * starts anew (a launch, an ASSIGN) starts at 0 against a limit of at
+   * least the soonest one seen; a new generation (a new gang, a promoted
+   * spare that heartbeats on its own clock) is looked at at once. */
   double first = INFINITY; /* the soonest a worker heard from can pass its limit */
-  for (int p = 0; p < s->ngang; p++) {
+  int look = now >= s->silence_next_s || s->silence_gen != s->gen ||
+             s->silence_next_s - now > SILENCE_EVERY_S; /* a clock that went back */
+  for (int p = 0; look && p < s->ngang; p++) {
     int n = s->gang[p];
     for (int j = 0; j < s->G; j++) {
       sup_worker *w = &s->nodes[n].w[j];
@@ -259,9 +272,13 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
     return;
   /* a silence that ends before the next tick is looked at when it ends, not
    * up to a tick later (detection within the timeout, not timeout + tick) */
-  if (first < TICK_S && s->deadline_tick) {
-    struct timeval tv = {0, (long)((first > 0 ? first : 0) * 1e6) + 1000};
-    event_add(s->deadline_tick, &tv);
+  if (look) {
+    s->silence_gen = s->gen;
+    s->silence_next_s = now + (first < SILENCE_EVERY_S ? first : SILENCE_EVERY_S);
+    if (first < SILENCE_EVERY_S && s->deadline_tick) {
+      struct timeval tv = {0, (long)((first > 0 ? first : 0) * 1e6) + 1000};
+      event_add(s->deadline_tick, &tv);
+    }
   }
   /* a gang being formed waits for its members' doctor reports: one that has
    * not come within start_timeout_s of its HELLO (its checks hang: a disk

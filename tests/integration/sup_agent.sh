@@ -20,7 +20,8 @@
 #     on, and `supervise status --json` shows each rank's phase, step and
 #     a progress age that grows while its heartbeat stays fresh;
 #  7. one launch for the pool (nodes.launch_once, a command starting every
-#     host's agent) and the run file's chaos kill: the killed node's agent
+#     host's agent), its agents' HELLOs before the launch queue reaches
+#     their nodes (failpoint launch_slice_ms), and the run file's chaos kill: the killed node's agent
 #     alone dies (told by the supervisor, SIGKILL to its workers and
 #     itself), not the pool's launch process: one node lost, a spare in its
 #     place, the run goes on to the end;
@@ -170,7 +171,11 @@ ST=$TMP/once
 # (the launcher's /bin/sh runs it; {argv} comes shell-quoted)
 pool='for i in $(seq 0 $(({nodes} - 1))); do FT_NODE=$i {argv} & done; wait'
 # shellcheck disable=SC2086
-FAKE_STEP_MS=50 sup_run "$ST" --spares 1 $AG --set nodes.launch_once=true \
+# launch_slice_ms: the launch queue reaches each node 400 ms after the last,
+# so every agent's HELLO comes before its node's turn (the loop behind its
+# queue, as at 16,384 hosts); a node started by the pool's launch is not
+# launched again then
+FT_FAILPOINTS=launch_slice_ms=400 FAKE_STEP_MS=50 sup_run "$ST" --spares 1 $AG --set nodes.launch_once=true \
   --set nodes.launcher=command --set "nodes.command=$pool" --set chaos.kill_node_at_step=12 ||
   { rc=$?; tail -20 "$ST.out"; fail "supervise exited $rc"; }
 has_event "$ST" chaos_kill 'e["node"] == 1' || fail "no chaos kill of node 1"
