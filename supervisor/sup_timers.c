@@ -226,7 +226,10 @@ static void on_tick_t(evutil_socket_t fd, short what, void *arg) {
    * between looks: a message makes it shorter, and a worker whose silence
    * starts anew (a launch, an ASSIGN) starts at 0 against a limit of at
    * least the soonest one seen; a new generation (a new gang, a promoted
-   * spare that heartbeats on its own clock) is looked at at once. */
+   * spare that heartbeats on its own clock) is looked at at once. The one
+   * exception: a beat an agent carries is dated by its age and can date a
+   * worker's last message back (behind a later frame of its own); that
+   * worker is named up to SILENCE_EVERY_S late, not up to a tick. */
   double first = INFINITY; /* the soonest a worker heard from can pass its limit */
   int look = now >= s->silence_next_s || s->silence_gen != s->gen ||
              s->silence_next_s - now > SILENCE_EVERY_S; /* a clock that went back */

@@ -21,10 +21,11 @@
 #     a progress age that grows while its heartbeat stays fresh;
 #  7. one launch for the pool (nodes.launch_once, a command starting every
 #     host's agent), its agents' HELLOs before the launch queue reaches
-#     their nodes (failpoint launch_slice_ms), and the run file's chaos kill: the killed node's agent
-#     alone dies (told by the supervisor, SIGKILL to its workers and
-#     itself), not the pool's launch process: one node lost, a spare in its
-#     place, the run goes on to the end;
+#     their nodes (failpoint launch_slice_ms: none is launched again), and
+#     the run file's chaos kill: the killed node's agent alone dies (told
+#     by the supervisor, SIGKILL to its workers and itself), not the pool's
+#     launch process: one node lost, a spare in its place, the run goes on
+#     to the end;
 #  8. the status port under a descriptor limit the gang's workers would
 #     pass four times over (48 workers behind 3 agents, ulimit -n 400):
 #     only the agents' connections count, and `supervise status` finds the
