@@ -125,12 +125,15 @@
  * for its host's workers. It says HELLO like a worker, with slot
  * FT_WIRE_AGENT_SLOT and its own pid (the MAC binds both); after WELCOME it
  * may send only the three types below and (version 11) SHARD_SAVED for its
- * host, and the supervisor answers it with the three. Each worker keeps its own end-to-end
- * handshake: its frames travel inside RELAY, so the supervisor sees one virtual connection per slot
- * with its own CHALLENGE, HELLO and MAC, and the agent cannot pose as a worker it has not started
- * (it has the token anyway: it is trusted as much). 17  RELAY        A<->S slot u32 (<
- * FT_WIRE_MAX_SLOTS), frame blob: one whole frame of that slot's worker (its length field included,
- * FT_WIRE_HDR_LEN..FT_WIRE_MAX_FRAME
+ * host, and the supervisor answers it with the three and (version 12) the
+ * host frames below. Each worker keeps its own end-to-end handshake: its
+ * frames travel inside RELAY, so the supervisor sees one virtual connection
+ * per slot with its own CHALLENGE, HELLO and MAC, and the agent cannot pose
+ * as a worker it has not started (it has the token anyway: it is trusted as
+ * much).
+ *  17  RELAY        A<->S slot u32 (< FT_WIRE_MAX_SLOTS), frame blob: one
+ *                         whole frame of that slot's worker (its length
+ *                         field included, FT_WIRE_HDR_LEN..FT_WIRE_MAX_FRAME
  *                         + 4 bytes; decoded by the receiver, not by the
  *                         codec of RELAY). The only frame that may be longer
  *                         than FT_WIRE_MAX_FRAME: up to FT_WIRE_MAX_RELAY_FRAME.
@@ -143,7 +146,8 @@
  *                         HEARTBEAT). One frame per heartbeat interval for
  *                         the whole host: the workers' beats end at the
  *                         agent, which echoes them while it hears the
- *                         supervisor.
+ *                         supervisor (and, version 12, one more for the
+ *                         beats of a new generation: host frames, below).
  *                   S->A  the echo: seq, rtt_us 0, nbeats 0.
  *  19  SLOT         A->S  slot u32, event u8 (ft_slot_event), status i32,
  *                         pid u32: open (a worker started on that slot: the
@@ -167,6 +171,22 @@
  *                         workers otherwise: the supervisor starts new ones
  *                         on it (event start) without a launch.
  *                         Generation 0 in all four.
+ *
+ * HOST FRAMES (version 12). A frame the supervisor would send every worker
+ * of a host alike goes once, to the agent, not in a RELAY, when each of the
+ * host's slots is an open virtual connection: the agent gives each slot
+ * whose worker it relayed a WELCOME to the same frame (run and gen as they
+ * came), as if it had come in a RELAY. Three types, on top of the above:
+ *   ASSIGN     rank is slot 0's; slot j's worker gets rank + j (the gang's
+ *              ranks are host-major: sup_gang_rank)
+ *   COMMITTED  as it is
+ *   STOP       reason rejoin only (any other reason is the agent's own
+ *              STOP, above): every worker is told to leave its generation
+ *              in process. Their answers, beats of the new generation, go
+ *              in one HOSTBEAT at the end of the agent's pass over its
+ *              sockets (only those beats in it), not one RELAY each.
+ * At 131,072 ranks on 16,384 hosts a recovery's STOP and ASSIGN are 16,384
+ * frames each instead of 131,072, and so is a checkpoint's COMMITTED.
  *
  * HANDSHAKE (the token is proven before anything else is accepted)
  *
@@ -229,8 +249,9 @@
  * 8: DUMP (the supervisor asks a hung worker for its training thread's stack over the wire);
  * 9: phase storage_wait, HEARTBEAT wait, wait_attempt (why the step waits on data storage);
  * 10: per-host agents (RELAY, HOSTBEAT, SLOT; HELLO slot FT_WIRE_AGENT_SLOT);
- * 11: an agent's SHARD_SAVED: its host's checkpoint reports made one */
-#define FT_WIRE_VERSION 11
+ * 11: an agent's SHARD_SAVED: its host's checkpoint reports made one;
+ * 12: host frames (ASSIGN, COMMITTED, STOP rejoin to an agent for all its workers) */
+#define FT_WIRE_VERSION 12
 
 /* ---- limits (bytes unless stated) -------------------------------------- */
 #define FT_WIRE_MAX_FRAME (16u << 20)   /* the frame's length field */

@@ -214,6 +214,16 @@ int sup_send(sup *s, sup_conn *c, ft_msg *m, uint64_t gen) {
   return rc;
 }
 
+sup_conn *sup_host_conn(const sup *s, int n) {
+  const sup_node *nd = &s->nodes[n];
+  if (!nd->agent)
+    return NULL;
+  for (int j = 0; j < s->G; j++)
+    if (!sup_conn_kid_open(nd->agent, nd->w[j].conn, (uint32_t)j))
+      return NULL;
+  return nd->agent;
+}
+
 void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *detail) {
   if (!w->conn)
     return;

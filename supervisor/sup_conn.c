@@ -691,6 +691,10 @@ int sup_conn_is_agent(const sup_conn *c) {
 sup_conn *sup_conn_parent(const sup_conn *c) {
   return c->virt ? c->parent : NULL;
 }
+int sup_conn_kid_open(const sup_conn *agent, const sup_conn *k, uint32_t slot) {
+  return agent && agent->agent && !agent->closing && !agent->overflowed && k && k->virt &&
+         k->parent == agent && k->slot == slot && k->authed && !k->closing && !k->overflowed;
+}
 uint32_t sup_conn_slot(const sup_conn *c) {
   return c->slot;
 }

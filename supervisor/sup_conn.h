@@ -128,6 +128,10 @@ uint32_t sup_conn_slot(const sup_conn *c);
 double sup_conn_msg_age_s(const sup_conn *c);
 /* An agent's kids that are open. */
 size_t sup_conn_kids(const sup_conn *c);
+/* Is k agent's open, authenticated kid on slot (and agent itself open), so
+ * that a host frame (ft_wire.h) sent on agent reaches k's worker as k's own
+ * frame would? */
+int sup_conn_kid_open(const sup_conn *agent, const sup_conn *k, uint32_t slot);
 
 uint64_t sup_conn_id(const sup_conn *c);
 /* Bytes the peer sent that the loop has not read yet (the kernel's receive

@@ -499,6 +499,11 @@ uint64_t sup_record_meta(sup *s, const char *key, const char *text, const char *
 int sup_persist_load(sup *s, uint64_t *gen, char **status, int *restarts);
 /* Sends a message of type t from the supervisor (run/gen filled). */
 int sup_send(sup *s, sup_conn *c, ft_msg *m, uint64_t gen);
+/* nodes.agent: node n's agent connection when each of its G workers'
+ * connections is an open kid of it, so that a frame meant for all of them
+ * alike (ASSIGN with slot 0's rank, COMMITTED, STOP rejoin) can go once, a
+ * host frame (ft_wire.h, version 12); NULL: the caller sends slot by slot. */
+sup_conn *sup_host_conn(const sup *s, int n);
 void sup_stop_worker(sup *s, sup_worker *w, ft_stop_reason why, const char *detail);
 /* checkpoint.replicate: sends each gang worker its buddies (the replica
  * servers of the next gang node's worker of the same slot and of every

@@ -417,16 +417,18 @@ static void rejoin_tell(sup *s, int n) {
     return;
   nd->rejoin_told = 1;
   nd->rejoin_told_s = ft_now_s();
-  for (int j = 0; j < s->G; j++) {
-    sup_worker *w = &nd->w[j];
-    if (!w->conn)
-      continue;
-    ft_msg m;
-    ft_msg_init(&m, FT_MSG_STOP);
-    m.stop.reason = FT_STOP_REJOIN;
-    m.stop.detail = "a fault elsewhere: rejoin the next generation in process";
-    sup_send(s, w->conn, &m, s->gen);
+  ft_msg m;
+  ft_msg_init(&m, FT_MSG_STOP);
+  m.stop.reason = FT_STOP_REJOIN;
+  m.stop.detail = "a fault elsewhere: rejoin the next generation in process";
+  sup_conn *host = sup_host_conn(s, n); /* once for the host, its agent tells each */
+  if (host) {
+    sup_send(s, host, &m, s->gen);
+    return;
   }
+  for (int j = 0; j < s->G; j++)
+    if (nd->w[j].conn)
+      sup_send(s, nd->w[j].conn, &m, s->gen);
 }
 
 /* Asks node n's workers to leave generation s->gen - 1 (or older) in process. */
@@ -635,28 +637,37 @@ static void assign_t(sup *s) {
   int rl = snprintf(rdzv, sizeof rdzv, "g%" PRIu64 "/", s->gen);
   publish_restore_manifest(s, restore, rdzv);
   sup_pending_clear(s);
-  for (int p = 0; p < s->ngang; p++)
+  double now = ft_now_s();
+  for (int p = 0; p < s->ngang; p++) {
+    sup_node *nd = &s->nodes[s->gang[p]];
+    /* a host frame: its agent gives slot j rank + j (ft_wire.h) */
+    sup_conn *host = sup_host_conn(s, s->gang[p]);
+    ft_msg m;
+    ft_msg_init(&m, FT_MSG_ASSIGN);
+    m.assign.world = (uint32_t)world;
+    m.assign.restore_step = restore;
+    m.assign.rdzv = (const uint8_t *)rdzv;
+    m.assign.rdzv_len = (uint32_t)rl;
+    m.assign.skips = s->skips;
+    m.assign.nskips = (uint32_t)s->nskips;
+    nd->rejoin = 0;
     for (int j = 0; j < s->G; j++) {
-      sup_worker *w = &s->nodes[s->gang[p]].w[j];
-      s->nodes[s->gang[p]].rejoin = 0;
+      sup_worker *w = &nd->w[j];
       w->rejoin_from = 0;
       w->rejoined = 0;
       w->rank = sup_gang_rank(p, j, s->G);
       w->gen = s->gen;
-      w->last_msg_s = ft_now_s();
-      ft_msg m;
-      ft_msg_init(&m, FT_MSG_ASSIGN);
+      w->last_msg_s = now;
       m.assign.rank = (uint32_t)w->rank;
-      m.assign.world = (uint32_t)world;
-      m.assign.restore_step = restore;
-      m.assign.rdzv = (const uint8_t *)rdzv;
-      m.assign.rdzv_len = (uint32_t)rl;
-      m.assign.skips = s->skips;
-      m.assign.nskips = (uint32_t)s->nskips;
-      if (w->conn)
+      if (w->conn && !host)
         sup_send(s, w->conn, &m, s->gen);
       w->buddies_h = 0; /* told again, even "" */
     }
+    if (host) {
+      m.assign.rank = (uint32_t)sup_gang_rank(p, 0, s->G);
+      sup_send(s, host, &m, s->gen);
+    }
+  }
   sup_send_buddies(s);
   cJSON *f = cJSON_CreateObject();
   cJSON_AddNumberToObject(f, "gen", (double)s->gen);

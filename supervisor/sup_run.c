@@ -410,6 +410,29 @@ static void known_seed(sup *s) {
 }
 
 /* The loop's part: events, COMMITTED to the gang, the end of the run. */
+/* COMMITTED m to node n's workers that are to hear it (a gang node's in
+ * the current generation, a spare's once it said HELLO), in generation gen:
+ * once, to its agent, when that is all of them and all its open kids (a
+ * host frame, ft_wire.h), else slot by slot. */
+static int committed_due(const sup *s, const sup_node *nd, const sup_worker *w) {
+  return w->conn && (nd->role == SUP_ROLE_SPARE ? w->hello : w->gen == s->gen);
+}
+
+static void committed_tell(sup *s, int n, ft_msg *m, uint64_t gen) {
+  const sup_node *nd = &s->nodes[n];
+  int all = 1;
+  for (int j = 0; j < s->G && all; j++)
+    all = committed_due(s, nd, &nd->w[j]);
+  sup_conn *host = all ? sup_host_conn(s, n) : NULL;
+  if (host) {
+    sup_send(s, host, m, gen);
+    return;
+  }
+  for (int j = 0; j < s->G; j++)
+    if (committed_due(s, nd, &nd->w[j]))
+      sup_send(s, nd->w[j].conn, m, gen);
+}
+
 static void commit_report(sup *s, sup_pending_ckpt *p) {
   if (p->superseded)
     return;
@@ -446,19 +469,12 @@ static void commit_report(sup *s, sup_pending_ckpt *p) {
   ft_msg_init(&m, FT_MSG_COMMITTED);
   m.committed.step = p->step;
   for (int i = 0; i < s->ngang; i++)
-    for (int j = 0; j < s->G; j++) {
-      sup_worker *w = &s->nodes[s->gang[i]].w[j];
-      if (w->conn && w->gen == s->gen)
-        sup_send(s, w->conn, &m, s->gen);
-    }
+    committed_tell(s, s->gang[i], &m, s->gen);
   /* warm spares too: with recovery.in_process they fetch it into memory.
    * In the newest recorded generation: s->gen may not be recorded yet */
   for (int n = 0; n < s->nnodes; n++)
-    for (int j = 0; s->nodes[n].role == SUP_ROLE_SPARE && j < s->G; j++) {
-      sup_worker *w = &s->nodes[n].w[j];
-      if (w->conn && w->hello)
-        sup_send(s, w->conn, &m, s->gen_recorded);
-    }
+    if (s->nodes[n].role == SUP_ROLE_SPARE)
+      committed_tell(s, n, &m, s->gen_recorded);
 }
 
 /* ---- sup_commitq callbacks ---- */

@@ -14,14 +14,18 @@
  * unchanged), HOSTBEAT (the echo of ours: its round trip), SLOT closed
  * (close that worker's socket), SLOT start (a new worker on a slot whose
  * last one has exited), SLOT signal (a signal to the slot's worker), STOP
- * (stop the workers, exit 0); anything else is a protocol error, handled
- * as a lost supervisor. From a worker, HEARTBEAT stays here (kept for the
- * next HOSTBEAT, echoed at once while the supervisor is heard, so a worker
- * notices a lost supervisor through a live agent), except one whose
- * generation is not its last one's: that one is relayed at once (a worker
- * that left its generation in process says so with it, and the recovery
- * waits for it); every other frame goes to the supervisor inside RELAY,
- * unchanged and undecoded. The agent outlives its workers: it ends on
+ * (stop the workers, exit 0), and the host frames ASSIGN, COMMITTED and
+ * STOP rejoin (ft_wire.h: one for every worker of the host, each slot
+ * welcomed given its own copy, ASSIGN's rank slot 0's + the slot);
+ * anything else is a protocol error, handled as a lost supervisor. From a
+ * worker, HEARTBEAT stays here (kept for the next HOSTBEAT, echoed at once
+ * while the supervisor is heard, so a worker notices a lost supervisor
+ * through a live agent), except that one whose generation is not its last
+ * one's goes at the end of this pass of the loop, in a HOSTBEAT of such
+ * beats only (a worker that left its generation in process says so with
+ * it, and the recovery waits for it: a host's 8 answers to one STOP rejoin
+ * are one frame, not 8 RELAYs); every other frame goes to the supervisor
+ * inside RELAY, unchanged and undecoded. The agent outlives its workers: it ends on
  * STOP, a signal, or a lost supervisor, not when its last worker does
  * (the supervisor starts the next ones on it, without a launch).
  *
@@ -106,6 +110,7 @@ typedef struct agent_slot {
                        then its frames, beats too, go as they are, in order */
   ft_wire_beat beat;
   uint64_t beat_ns; /* when that beat came */
+  int fresh;        /* that beat is of a new generation: told at the pass's end */
 } agent_slot;
 
 typedef struct agent {
@@ -123,6 +128,8 @@ typedef struct agent {
   uint32_t sent_seq[RTT_RING];
   uint64_t sent_ns[RTT_RING];
   ft_wire_beat *beats; /* scratch for a HOSTBEAT, one per slot */
+  uint32_t nfresh;     /* slots with a fresh beat */
+  ft_buf hostf;        /* scratch: a host frame's copy for one slot */
   int sfd;             /* signalfd */
   sigset_t oldmask;    /* the mask to give the workers */
   agent_slot *slots;
@@ -277,11 +284,12 @@ static void slot_frame(agent *a, agent_slot *s, const uint8_t *f, size_t n, uint
     slot_close(a, s, why);
     return;
   }
-  /* a beat of a new generation goes at once, whole (its echo comes back
-   * relayed); the others wait for the HOSTBEAT */
-  int relay_now = s->have_beat && m.gen != s->beat.gen;
-  if (relay_now)
-    relay_up(a, j, f, n);
+  /* a beat of a new generation is told at the end of this pass (fresh);
+   * the others wait for the HOSTBEAT */
+  if (s->have_beat && m.gen != s->beat.gen && !s->fresh) {
+    s->fresh = 1;
+    a->nfresh++;
+  }
   s->have_beat = 1;
   s->beat_ns = now;
   s->beat = (ft_wire_beat){.slot = j,
@@ -293,8 +301,7 @@ static void slot_frame(agent *a, agent_slot *s, const uint8_t *f, size_t n, uint
                            .prog_age_ms = m.heartbeat.prog_age_ms,
                            .wait = m.heartbeat.wait,
                            .wait_attempt = m.heartbeat.wait_attempt};
-  if (!relay_now &&
-      sup_heard_recently(a, now)) { /* the echo the supervisor would send (sup_run.c) */
+  if (sup_heard_recently(a, now)) { /* the echo the supervisor would send (sup_run.c) */
     ft_msg e;
     ft_msg_init(&e, FT_MSG_HEARTBEAT);
     snprintf(e.run, sizeof e.run, "%s", m.run);
@@ -562,6 +569,34 @@ static void finish(agent *a) {
 
 /* ---- the supervisor's frames --------------------------------------------- */
 
+/* A host frame m (ft_wire.h): a copy to each slot whose worker had its
+ * WELCOME, as the RELAY it stands for would have brought it (ASSIGN: slot
+ * j's rank is slot 0's + j). why: set when the frame cannot be (a rank
+ * past the world: the supervisor is then lost). */
+static void host_frame(agent *a, ft_msg *m, char *why, size_t wn) {
+  uint32_t rank0 = m->type == FT_MSG_ASSIGN ? m->assign.rank : 0;
+  for (uint32_t j = 0; j < a->nslots; j++) {
+    agent_slot *s = &a->slots[j];
+    if (s->fd < 0 || !s->welcomed)
+      continue;
+    if (m->type == FT_MSG_ASSIGN) {
+      if ((uint64_t)rank0 + j >= m->assign.world) {
+        snprintf(why, wn, "ASSIGN of rank %u for slot %u: past its world of %u", (unsigned)rank0,
+                 (unsigned)j, (unsigned)m->assign.world);
+        return;
+      }
+      m->assign.rank = rank0 + j;
+    }
+    ft_buf_reset(&a->hostf);
+    if (ft_wire_encode(m, &a->hostf)) {
+      snprintf(why, wn, "cannot give its %s to slot %u: %s", ft_msg_type_name(m->type), (unsigned)j,
+               ft_err_detail());
+      return;
+    }
+    slot_queue(a, s, a->hostf.data, a->hostf.len);
+  }
+}
+
 /* One whole frame from the supervisor; 0, or -1 once it is lost. */
 static int sup_frame(agent *a, const uint8_t *f, size_t n, uint64_t now) {
   ft_msg m;
@@ -626,7 +661,15 @@ static int sup_frame(agent *a, const uint8_t *f, size_t n, uint64_t now) {
               ft_err_detail()); /* the supervisor waits for its HELLO, then blames the node */
     break;
   }
+  case FT_MSG_ASSIGN:
+  case FT_MSG_COMMITTED:
+    host_frame(a, &m, why, sizeof why);
+    break;
   case FT_MSG_STOP: {
+    if (m.stop.reason == FT_STOP_REJOIN) { /* a host frame: the agent goes on */
+      host_frame(a, &m, why, sizeof why);
+      break;
+    }
     char what[FT_WIRE_MAX_DETAIL + 128];
     snprintf(what, sizeof what, "STOP (%s%s%s) from the supervisor",
              ft_stop_reason_name(m.stop.reason), m.stop.detail && *m.stop.detail ? ": " : "",
@@ -694,12 +737,15 @@ static void sup_read(agent *a) {
   }
 }
 
-/* One HOSTBEAT: a beat per live slot heard from since it started. */
-static void send_hostbeat(agent *a, uint64_t now) {
+/* One HOSTBEAT: a beat per live slot heard from since it started, or
+ * (fresh_only) per slot whose last beat is of a new generation. */
+static void send_hostbeat(agent *a, uint64_t now, int fresh_only) {
   uint32_t n = 0;
   for (uint32_t j = 0; j < a->nslots; j++) {
-    const agent_slot *s = &a->slots[j];
-    if (s->pid <= 0 || !s->have_beat)
+    agent_slot *s = &a->slots[j];
+    int fresh = s->fresh;
+    s->fresh = 0;
+    if (s->pid <= 0 || !s->have_beat || (fresh_only && !fresh))
       continue;
     a->beats[n] = s->beat;
     uint64_t age = (now - s->beat_ns) / 1000000u;
@@ -712,6 +758,7 @@ static void send_hostbeat(agent *a, uint64_t now) {
   m.hostbeat.rtt_us = a->rtt_us;
   m.hostbeat.beats = a->beats;
   m.hostbeat.nbeats = n;
+  a->nfresh = 0;
   a->sent_seq[a->hb_seq % RTT_RING] = a->hb_seq;
   a->sent_ns[a->hb_seq % RTT_RING] = now;
   sup_send(a, &m);
@@ -782,7 +829,7 @@ static int loop(agent *a) {
       sup_lost(a, why);
     }
     if (a->sup_fd >= 0 && now >= a->next_beat_ns) {
-      send_hostbeat(a, now);
+      send_hostbeat(a, now, 0);
       a->next_beat_ns += (uint64_t)a->hb_ms * 1000000ull;
       if (a->next_beat_ns <= now) /* a late wake: no burst of beats */
         a->next_beat_ns = now + (uint64_t)a->hb_ms * 1000000ull;
@@ -876,6 +923,8 @@ static int loop(agent *a) {
           slot_read(a, s, 0);
       }
     }
+    if (a->nfresh) /* this pass's beats of a new generation, in one frame */
+      send_hostbeat(a, ft_now_ns(), 1);
   }
   free(pf);
   free(pslot);
@@ -984,6 +1033,7 @@ int agent_run(const agent_opts *o) {
   a.sfd = -1;
   ft_buf_init(&a.sup_rx);
   ft_buf_init(&a.sup_tx.b);
+  ft_buf_init(&a.hostf);
   a.nslots = o->slots;
   a.slots = calloc(o->slots, sizeof *a.slots);
   a.beats = calloc(o->slots, sizeof *a.beats);
@@ -1041,6 +1091,7 @@ out:
     sigprocmask(SIG_SETMASK, &a.oldmask, NULL);
   }
   agent_ckpt_free(a.ck);
+  ft_buf_release(&a.hostf);
   free(a.slots);
   free(a.beats);
   return rc;

@@ -66,8 +66,12 @@
  * with slot FT_WIRE_AGENT_SLOT, WELCOME, SLOT open for each slot), every
  * worker's frames inside RELAY on it (each worker still has its own
  * CHALLENGE and HMAC HELLO), one HOSTBEAT per heartbeat interval carrying
- * every slot's last beat and its age (a silent worker's age grows; a beat
- * of a new generation is relayed at once), a worker's exit told with SLOT
+ * every slot's last beat and its age (a silent worker's age grows; the
+ * beats of a new generation go at the end of the pass, the host's in one
+ * HOSTBEAT of them only), the supervisor's host frames (ASSIGN, STOP
+ * rejoin, COMMITTED once for the host: "host_frames" in the JSON, and
+ * "relayed_frames" the same kinds that came in RELAYs) handed to each
+ * slot's worker, a worker's exit told with SLOT
  * exited, and the agent's connection closed when its last worker ends. A
  * "host" fault silences the agent too; a "drop" closes its connection. Its
  * checkpoints are its agent's (worker/agent_ckpt.c): each slot's shard
@@ -130,6 +134,7 @@ typedef struct sw_worker {
   int64_t shard_step; /* a SHARD_SAVED of this step not yet written out (-1) */
   double beat_t;      /* --agents: when it last beat to its agent (0: never) */
   uint64_t beat_gen;  /* --agents: the generation of its last beat */
+  int fresh;          /* --agents: that beat is of a new generation, not yet told */
 } sw_worker;
 
 /* --agents: the node's agent (worker/agent.c) as the swarm plays it */
@@ -145,6 +150,7 @@ typedef struct sw_node {
   ft_buf in, out;
   double hb_s, next_hb;
   uint32_t seq;
+  int fresh; /* a slot's beat of a new generation waits for this pass's end */
 } sw_node;
 
 /* Tags of epoll events: kind in the top bits, an index below. */
@@ -178,6 +184,11 @@ static struct {
   struct sockaddr_in sup;
   sw_node nodes[MAX_NODES];
   int nnodes_seen;
+  int fresh_nodes[MAX_NODES]; /* --agents: nodes with fresh beats (agent_fresh_beats) */
+  int nfresh;
+  /* --agents: the supervisor's frames for every worker of a host, as host
+   * frames (ft_wire.h, version 12) and as RELAYs: ASSIGN, STOP rejoin, COMMITTED */
+  long host_frames[3], relayed_frames[3];
   /* the current generation */
   uint64_t gen;
   int world, nassign, nready, training;
@@ -590,13 +601,21 @@ static void send_doctor(sw_worker *w) {
 }
 
 static void beat(sw_worker *w, double now) {
-  if (g.agents && w->gen == w->beat_gen) {
+  if (g.agents) {
     /* to its agent, which echoes it and tells the supervisor in its next
      * HOSTBEAT; one of a new generation (a rejoin's acknowledgement) the
-     * agent relays at once, below */
+     * agent tells at the end of this pass, its host's in one HOSTBEAT
+     * (agent_fresh_beats) */
     w->beat_t = now;
     w->seq++;
     w->next_beat = now + w->hb_s;
+    if (w->gen != w->beat_gen) {
+      sw_node *nd = &g.nodes[w->node];
+      w->beat_gen = w->gen;
+      w->fresh = 1;
+      if (!nd->fresh++)
+        g.fresh_nodes[g.nfresh++] = w->node;
+    }
     return;
   }
   w->beat_t = now;
@@ -1012,13 +1031,14 @@ static void flush_node(sw_node *nd) {
 
 /* The agent's HOSTBEAT: every slot's last beat to it, with its age (a
  * silent worker's ages on, as a real agent's would). */
-static void agent_beat(sw_node *nd, double now) {
+static void host_beat(sw_node *nd, double now, int fresh_only) {
   ft_wire_beat b[256];
   uint32_t n = 0;
   for (int j = 0; j < nd->slots; j++) {
     sw_worker *w = &nd->w[j];
-    if (w->st == W_GONE || !w->beat_t)
+    if (w->st == W_GONE || !w->beat_t || (fresh_only && !w->fresh))
       continue;
+    w->fresh = 0;
     double age = (now - w->beat_t) * 1e3;
     b[n++] = (ft_wire_beat){.slot = (uint32_t)j,
                             .gen = w->gen,
@@ -1033,7 +1053,45 @@ static void agent_beat(sw_node *nd, double now) {
   hb.hostbeat.beats = b;
   hb.hostbeat.nbeats = n;
   agent_send(nd, &hb);
+}
+
+static void agent_beat(sw_node *nd, double now) {
+  host_beat(nd, now, 0);
   nd->next_hb = now + nd->hb_s;
+}
+
+/* The end of a pass: each host's beats of a new generation, in one
+ * HOSTBEAT of those beats only (worker/agent.c does the same). */
+static void agent_fresh_beats(double now) {
+  for (int i = 0; i < g.nfresh; i++) {
+    sw_node *nd = &g.nodes[g.fresh_nodes[i]];
+    if (nd->fresh && nd->fd >= 0 && !nd->silent)
+      host_beat(nd, now, 1);
+    nd->fresh = 0;
+  }
+  g.nfresh = 0;
+}
+
+/* A host frame (ft_wire.h): the frame each slot's worker would have had in
+ * a RELAY, ASSIGN's rank slot 0's. */
+static void host_frame(sw_node *nd, ft_msg *m, double now) {
+  uint32_t rank0 = m->type == FT_MSG_ASSIGN ? m->assign.rank : 0;
+  for (int j = 0; j < nd->slots; j++) {
+    sw_worker *w = &nd->w[j];
+    if (w->st < W_IDLE || w->st == W_GONE || w->silent)
+      continue;
+    if (m->type == FT_MSG_ASSIGN)
+      m->assign.rank = rank0 + (uint32_t)j;
+    on_msg(w, m, now);
+  }
+}
+
+/* Which of the three a frame is (host_frames, relayed_frames); -1: none. */
+static int host_kind(const ft_msg *m) {
+  return m->type == FT_MSG_ASSIGN                                     ? 0
+         : m->type == FT_MSG_STOP && m->stop.reason == FT_STOP_REJOIN ? 1
+         : m->type == FT_MSG_COMMITTED                                ? 2
+                                                                      : -1;
 }
 
 /* One frame on the agent's connection; 1 once it is gone. */
@@ -1100,6 +1158,8 @@ static int agent_frame(void *ctx, const uint8_t *f, size_t len) {
       worker_exit(w, FT_EXIT_FAIL);
       break;
     }
+    if (host_kind(&in) >= 0)
+      g.relayed_frames[host_kind(&in)]++;
     on_msg(w, &in, now);
     ft_msg_release(&in);
     break;
@@ -1144,7 +1204,18 @@ static int agent_frame(void *ctx, const uint8_t *f, size_t len) {
     }
     break;
   }
-  case FT_MSG_STOP: { /* the agent ends (the run is over, or its node out of the pool) */
+  case FT_MSG_ASSIGN:
+  case FT_MSG_COMMITTED:
+    g.host_frames[host_kind(&m)]++;
+    host_frame(nd, &m, now);
+    break;
+  case FT_MSG_STOP: {
+    if (m.stop.reason == FT_STOP_REJOIN) { /* a host frame */
+      g.host_frames[1]++;
+      host_frame(nd, &m, now);
+      break;
+    }
+    /* the agent ends (the run is over, or its node out of the pool) */
     for (int j = 0; j < nd->slots; j++)
       worker_exit(&nd->w[j], FT_EXIT_OK);
     char line[32];
@@ -1610,14 +1681,18 @@ static int report(int ok, double steady_s, double steady_cpu, double rss_max,
                     "\"commit_ms\":{\"n\":%d,\"p50\":%.1f,\"p99\":%.1f},"
                     "\"conformance_errors\":%ld,\"faults_done\":%d,\"faults_wanted\":%d,"
                     "\"steady_commits\":%d,\"ckpt_every_s\":%.1f,\"reconnects\":%ld,\"rejoins\":%"
-                    "ld,\"saves_skipped\":%ld,\"host_refs\":%" PRIu64,
+                    "ld,\"saves_skipped\":%ld,\"host_refs\":%" PRIu64
+                    ",\"host_frames\":{\"assign\":%ld,\"stop_rejoin\":%ld,\"committed\":%ld},"
+                    "\"relayed_frames\":{\"assign\":%ld,\"stop_rejoin\":%ld,\"committed\":%ld}",
                     g.world, g.nnodes_seen, g.formation_s, steady_s, steady_cpu, rss_max, nd[0],
                     pct(det[0], nd[0], 50), pct(det[0], nd[0], 99), nd[1], pct(det[1], nd[1], 50),
                     pct(det[1], nd[1], 99), nd[2], pct(det[2], nd[2], 50), pct(det[2], nd[2], 99),
                     nrec, pct(told, nrec, 50), pct(told, nrec, 99), nrec, pct(rec, nrec, 50),
                     pct(rec, nrec, 99), nrec, pct(cyc, nrec, 50), pct(cyc, nrec, 99), g.ncommit,
                     cm50, cm99, g.conformance, g.cur_fault, g.nfaults, g.steady_commits,
-                    g.ckpt_every * g.step_s, g.reconnects, g.rejoins, g.saves_skipped, g.host_refs);
+                    g.ckpt_every * g.step_s, g.reconnects, g.rejoins, g.saves_skipped, g.host_refs,
+                    g.host_frames[0], g.host_frames[1], g.host_frames[2], g.relayed_frames[0],
+                    g.relayed_frames[1], g.relayed_frames[2]);
   for (int k = 0; k < g.ngrow; k++)
     jl += snprintf(json + jl, sizeof json - (size_t)jl,
                    ",\"grow_%d\":{\"path\":\"%s\",\"bytes_per_hour\":%.0f}", k, g.grow[k],
@@ -1849,6 +1924,7 @@ static int serve_main(int argc, char **argv) {
     }
     gang_step(now);
     save_more();
+    agent_fresh_beats(now);
     if (phase == P_DONE) {
       if (!reported++)
         ok = report(ok, steady_s, steady_cpu, rss_max, grow0, grow1);

@@ -38,10 +38,11 @@ SWARM_AGENTS=$agents SWARM_SETS=$sets SWARM_SPARES=4 SWARM_HB=2 "$(dirname "$0")
 cat "$TMP/swarm.out"
 [ $rc = 0 ] || { tail -30 "$TMP/sup.out"; fail "the swarm did not pass (exit $rc)"; }
 ev=$TMP/state/events.jsonl
-python3 - "$ev" "$TMP/swarm.out" "$mode" <<'PY' || fail "the supervisor's verdicts are not the swarm's faults"
+python3 - "$ev" "$TMP/swarm.out" "$mode" "$TMP/figures.json" <<'PY' || fail "the supervisor's verdicts are not the swarm's faults"
 import json, re, sys
 events = [json.loads(l) for l in open(sys.argv[1])]
 out = open(sys.argv[2]).read()
+fig = json.loads(re.sub(r"\bnan\b", "NaN", open(sys.argv[4]).read()))
 # the faults the swarm injected, in order: kind and node
 mode = sys.argv[3]
 faults = re.findall(r"fault \d+: (\w+), node (\d+) ", out)
@@ -78,6 +79,15 @@ if mode == "agents":
     # them as worker/agent_ckpt.c does), the commit reading through them
     assert any(e["event"] == "checkpoint_committed" and e["host_refs"] == 128 for e in events), \
         [e.get("host_refs") for e in events if e["event"] == "checkpoint_committed"]
+    # what the supervisor says to every worker of a host alike went once
+    # to its agent (host frames, ft_wire.h): each generation's ASSIGN once
+    # per gang host, each fault's STOP rejoin once per surviving host, and
+    # none of the three in a RELAY
+    hf, rf = fig["host_frames"], fig["relayed_frames"]
+    assert rf == {"assign": 0, "stop_rejoin": 0, "committed": 0}, rf
+    assert hf["assign"] == 128 * len(gens), (hf, len(gens))
+    assert hf["stop_rejoin"] >= 127 * len(kinds) and hf["committed"] >= 128, hf
+    print(f"swarm_short: host frames {hf}, none relayed")
 if mode != "restart":
     # every gang node but the lost one rejoined, each time; only a node that
     # faulted is started again (the dropped one, whose process died)
